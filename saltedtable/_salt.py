@@ -324,6 +324,10 @@ class SaltScheme:
         """
         return self._bucket_func(self.hashed_part(key), self.buckets)
 
+    def bucket_of_part(self, part: bytes) -> int:
+        """Return the bucket of an already extracted hashed part (see :meth:`hashed_part`)."""
+        return self._bucket_func(part, self.buckets)
+
     def prefix(self, bucket: int) -> bytes:
         """Return the physical key prefix of ``bucket``.
 
@@ -351,16 +355,21 @@ class SaltScheme:
         Raises:
             RowKeyError: The key is empty, or too long for Bigtable once salted.
         """
+        return self.locate(key)[1]
+
+    def locate(self, key: bytes | str) -> tuple[int, bytes]:
+        """Return ``(bucket, physical_key)`` of a logical row key (see :meth:`salt_key`)."""
         key = to_key(key)
         if not key:
             raise RowKeyError("row keys must not be empty")
-        physical = self._prefix_by_bucket[self.bucket_of(key)] + key
+        bucket = self.bucket_of(key)
+        physical = self._prefix_by_bucket[bucket] + key
         if len(physical) > MAX_ROW_KEY_BYTES:
             raise RowKeyError(
                 f"salted row key is {len(physical)} bytes; Bigtable allows at most "
                 f"{MAX_ROW_KEY_BYTES} (logical key starts {key[:40]!r})"
             )
-        return physical
+        return bucket, physical
 
     def split_key(self, physical: bytes | str) -> tuple[int, bytes]:
         """Return ``(bucket, logical_key)`` of a physical key, checking its prefix.

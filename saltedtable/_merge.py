@@ -1,0 +1,339 @@
+"""Paged fan-out and k-way merge of sorted sources.
+
+Generic: nothing here knows about Bigtable. A *source* is an async callable
+``fetch(size) -> Page``: it returns the next page of at most ``size`` items
+with their sort keys, and says whether more pages follow. :class:`FanOut`
+runs one producer task per source in an anyio task group and hands the
+consumer batches of items, either merged in key order or as they arrive.
+
+Why pages: a producer holds a concurrency slot (a shared
+:class:`anyio.CapacityLimiter`) only while it fetches one bounded page, then
+releases it before handing the page over. An ordered merge needs a head item
+from every source before it can emit anything; if producers held their slots
+while waiting for the merge, a limiter smaller than the number of sources (or
+many merges sharing one limiter) would deadlock. Bounded pages also make a
+limit cheap: the first pages ask for about ``limit / sources`` items each and
+later pages for at most what is still missing.
+
+Why a supervisor task: the producers' task group lives in a task of its own,
+so the consumer side can be a plain async iterator that may be abandoned
+(``break``), closed from another task (asyncio's async-generator finaliser)
+or cancelled, without exiting a cancel scope in the wrong task.
+:meth:`FanOut.aclose` cancels the producers while they wait on their fetch,
+which is what cancels an in-flight gRPC stream, and waits until they are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import heapq
+import math
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar, final
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+__all__ = ["FanOut", "Page"]
+
+T = TypeVar("T")
+
+#: Items the consumer gets per batch at most (batches keep per-item costs low).
+_OUT_BATCH: Final = 256
+
+
+@final
+@dataclass(slots=True)
+class Page(Generic[T]):
+    """One page from a source: items, their sort keys (same length), and whether more follow."""
+
+    items: list[T]
+    keys: list[Any]
+    more: bool
+
+
+Fetch = Callable[[int], Awaitable[Page[T]]]
+
+
+@final
+class FanOut(Generic[T]):
+    """Run paged sources concurrently and yield batches, merged by key or unordered.
+
+    Args:
+        sources: One fetch callable per source. In ordered mode every source
+            must return keys in ascending order, and no key may appear in two
+            sources.
+        ordered: Merge in ascending key order (True) or hand batches over as
+            they arrive (False: lowest time to first item).
+        limit: Stop after this many items in total (None: no limit).
+        first_page: Page size of each source's first fetch when there is no limit.
+        max_page: Largest page size (pages double from the first size up to this).
+        limiter: Bounds the fetches in flight, shared by every fan-out that uses it.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Fetch[T]],
+        *,
+        ordered: bool = True,
+        limit: int | None = None,
+        first_page: int = 100,
+        max_page: int = 1000,
+        limiter: anyio.CapacityLimiter | None = None,
+    ) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {limit}")
+        if first_page < 1 or max_page < first_page:
+            raise ValueError(f"need 1 <= first_page <= max_page, got {first_page}, {max_page}")
+        self._sources = list(sources)
+        self._ordered = ordered
+        self._limit = limit
+        self._max_page = max_page
+        self._limiter = limiter
+        n = max(1, len(self._sources))
+        self._first = min(max_page, math.ceil(limit / n)) if limit is not None else first_page
+        self._emitted = 0
+        self._scope = anyio.CancelScope()
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._iter: AsyncGenerator[list[T], None] | None = None
+        self._requests: list[tuple[MemoryObjectSendStream[int], MemoryObjectReceiveStream[int]]]
+        self._requests = [anyio.create_memory_object_stream[int](math.inf) for _ in self._sources]
+        self._sizes = [0] * len(self._sources)
+        self._refills = [0] * len(self._sources)
+        self._pages: list[
+            tuple[
+                MemoryObjectSendStream[tuple[int, Page[T]]],
+                MemoryObjectReceiveStream[tuple[int, Page[T]]],
+            ]
+        ]
+        if ordered:
+            self._pages = [
+                anyio.create_memory_object_stream[tuple[int, Page[T]]](1) for _ in self._sources
+            ]
+        else:
+            shared = anyio.create_memory_object_stream[tuple[int, Page[T]]](len(self._sources))
+            self._pages = [(shared[0].clone(), shared[1]) for _ in self._sources]
+            shared[0].close()
+
+    # -- the consumer's side ---------------------------------------------------
+
+    @property
+    def emitted(self) -> int:
+        """Items handed to the consumer so far."""
+        return self._emitted
+
+    def __aiter__(self) -> FanOut[T]:
+        return self
+
+    async def __anext__(self) -> list[T]:
+        if self._iter is None:
+            if self._closed:
+                raise StopAsyncIteration
+            self._start()
+            self._iter = self._ordered_batches() if self._ordered else self._unordered_batches()
+        try:
+            return await self._iter.__anext__()
+        except StopAsyncIteration:
+            await self.aclose()
+            raise
+
+    async def __aenter__(self) -> FanOut[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel every producer (and so every in-flight fetch) and wait until they are gone.
+
+        Safe to call more than once and from any task; never raises a producer error.
+        """
+        self._closed = True
+        self._scope.cancel()
+        with anyio.CancelScope(shield=True):
+            if self._task is not None:
+                await asyncio.wait([self._task])
+            if self._iter is not None:
+                it, self._iter = self._iter, None
+                await it.aclose()
+        for req_send, req_recv in self._requests:
+            req_send.close()
+            req_recv.close()
+        for page_send, page_recv in self._pages:
+            page_send.close()
+            page_recv.close()
+
+    def _start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._supervise())
+        if not self._sources:
+            return
+        for i in range(len(self._sources)):
+            self._request(i, self._first)
+
+    def _request(self, i: int, size: int) -> None:
+        self._sizes[i] = size
+        self._requests[i][0].send_nowait(size)
+
+    def _next_size(self, i: int, outstanding: int = 0) -> int:
+        """Size of source ``i``'s next page.
+
+        Without a limit pages double up to ``max_page``. With one, a source
+        asks for its share of the rows still missing, doubling the share each
+        time it runs dry again (a source that holds most of the matching rows
+        reaches big pages quickly, an even spread overshoots the limit little).
+        """
+        self._refills[i] += 1
+        if self._limit is None:
+            return min(self._max_page, self._sizes[i] * 2)
+        missing = self._limit - self._emitted - outstanding
+        share = math.ceil(missing / len(self._sources)) << min(self._refills[i] - 1, 20)
+        return max(1, min(self._max_page, missing, share))
+
+    async def _receive(self, i: int) -> Page[T]:
+        try:
+            _, page = await self._pages[i][1].receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._raise_error()
+            raise RuntimeError("a fan-out source stopped without an error") from None
+        return page
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    async def _ordered_batches(self) -> AsyncGenerator[list[T], None]:
+        limit = self._limit
+        # Per source: [items, keys, position]; the heap holds (head key, source).
+        state: list[tuple[list[T], list[Any]] | None] = [None] * len(self._sources)
+        pos = [0] * len(self._sources)
+        more = [True] * len(self._sources)
+        heap: list[tuple[Any, int]] = []
+        prefetch = limit is None
+
+        async def refill(i: int) -> None:
+            while True:
+                page = await self._receive(i)
+                more[i] = page.more
+                if page.more and prefetch:
+                    self._request(i, self._next_size(i))
+                if page.items:
+                    state[i], pos[i] = (page.items, page.keys), 0
+                    heapq.heappush(heap, (page.keys[0], i))
+                    return
+                if not page.more:
+                    state[i] = None
+                    return
+                if not prefetch:
+                    self._request(i, self._next_size(i))
+
+        for i in range(len(self._sources)):
+            await refill(i)
+        out: list[T] = []
+        while heap:
+            _, i = heapq.heappop(heap)
+            items, keys = state[i]  # type: ignore[misc]
+            start = pos[i]
+            # Everything in this page below the next head can go out at once.
+            end = bisect.bisect_left(keys, heap[0][0], start + 1) if heap else len(keys)
+            if limit is not None:
+                end = min(end, start + limit - self._emitted - len(out))
+            out.extend(items[start:end])
+            pos[i] = end
+            if limit is not None and self._emitted + len(out) >= limit:
+                break
+            if end < len(keys):
+                heapq.heappush(heap, (keys[end], i))
+            elif more[i]:
+                if out:
+                    self._emitted += len(out)
+                    yield out
+                    out = []
+                if not prefetch:
+                    self._request(i, self._next_size(i))
+                await refill(i)
+            if len(out) >= _OUT_BATCH:
+                self._emitted += len(out)
+                yield out
+                out = []
+        if out:
+            self._emitted += len(out)
+            yield out
+        self._raise_error()
+
+    async def _unordered_batches(self) -> AsyncGenerator[list[T], None]:
+        limit = self._limit
+        pending = [True] * len(self._sources)  # a page has been asked for and not received
+        idle: list[int] = []  # sources with more rows that nobody has asked for yet
+        outstanding = sum(self._sizes)
+        recv = self._pages[0][1] if self._sources else None
+        while recv is not None and (any(pending) or idle):
+            try:
+                i, page = await recv.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                self._raise_error()
+                raise RuntimeError("a fan-out source stopped without an error") from None
+            pending[i] = False
+            outstanding -= self._sizes[i]
+            items = page.items
+            if limit is not None:
+                items = items[: limit - self._emitted]
+            if items:
+                self._emitted += len(items)
+                yield items
+            if limit is not None and self._emitted >= limit:
+                return
+            if page.more:
+                idle.append(i)
+            # Ask again, but (with a limit) not for more rows than are still missing.
+            while idle and (limit is None or limit - self._emitted - outstanding > 0):
+                j = idle.pop()
+                size = self._next_size(j, outstanding)
+                self._request(j, size)
+                pending[j] = True
+                outstanding += size
+        self._raise_error()
+
+    # -- the producers' side ---------------------------------------------------
+
+    async def _supervise(self) -> None:
+        try:
+            with self._scope:
+                async with anyio.create_task_group() as tg:
+                    for i in range(len(self._sources)):
+                        tg.start_soon(self._produce, i)
+        except Exception as exc:  # handed to the consumer, which raises it
+            self._error = _first_error(exc)
+        except BaseException:
+            # Cancelled from outside (not by aclose, whose scope absorbs it).
+            self._error = RuntimeError("the fan-out's producers were cancelled from outside")
+            raise
+        finally:
+            for send, _ in self._pages:
+                send.close()
+
+    async def _produce(self, i: int) -> None:
+        fetch = self._sources[i]
+        send = self._pages[i][0]
+        limiter = self._limiter
+        async with send:
+            async for size in self._requests[i][1]:
+                if limiter is None:
+                    page = await fetch(size)
+                else:
+                    async with limiter:
+                        page = await fetch(size)
+                await send.send((i, page))
+                if not page.more:
+                    return
+
+
+def _first_error(exc: BaseException) -> BaseException:
+    """The first real error in a (possibly nested) exception group."""
+    while isinstance(exc, BaseExceptionGroup):
+        errors = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
+        exc = errors[0] if errors else exc.exceptions[0]
+    return exc

@@ -1,0 +1,399 @@
+"""Read planning: one logical read -> physical sub-queries, one per bucket.
+
+Pure code. :func:`plan_reads` decides which buckets can hold matching rows and
+what to ask each of them; :class:`PageCursor` turns one sub-query into a
+sequence of bounded page requests (so a limit reads about ``limit`` rows, a
+concurrency slot is held for one page at a time, and long key lists are sent
+in chunks). Row-key regex filters are rewritten per bucket by
+:func:`rewrite_filter`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Final, final
+
+from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
+from google.cloud.bigtable.data.row_filters import (
+    ConditionalRowFilter,
+    RowFilter,
+    RowFilterChain,
+    RowFilterUnion,
+    RowKeyRegexFilter,
+)
+
+from ._exceptions import QueryPlanError
+from ._salt import SaltScheme, prefix_end
+
+__all__ = [
+    "KeyRange",
+    "PageCursor",
+    "ReadPlan",
+    "SubQuery",
+    "plan_reads",
+    "rewrite_filter",
+]
+
+#: Point keys sent in one ReadRows request at most (a request carries every key
+#: it names, so a read of 100k keys is split instead of sent as one huge message).
+MAX_KEYS_PER_REQUEST: Final = 1000
+#: ... and at most this many bytes of keys.
+MAX_KEY_BYTES_PER_REQUEST: Final = 512 * 1024
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    """A row key range; an empty ``start`` or ``end`` means unbounded on that side."""
+
+    start: bytes = b""
+    start_closed: bool = True
+    end: bytes = b""
+    end_closed: bool = False
+
+    @classmethod
+    def from_row_range(cls, row_range: RowRange) -> KeyRange:
+        """Convert a Bigtable :class:`RowRange`."""
+        return cls(
+            row_range.start_key or b"",
+            row_range.start_is_inclusive,
+            row_range.end_key or b"",
+            row_range.end_is_inclusive,
+        )
+
+    def to_row_range(self) -> RowRange:
+        """Convert to a Bigtable :class:`RowRange`."""
+        return RowRange(
+            self.start or None,
+            self.end or None,
+            start_is_inclusive=self.start_closed,
+            end_is_inclusive=self.end_closed,
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no key lies in the range."""
+        if not self.start or not self.end:
+            return False
+        if self.start > self.end:
+            return True
+        return self.start == self.end and not (self.start_closed and self.end_closed)
+
+    def clip(self, after: bytes | None, upto: bytes | None) -> KeyRange | None:
+        """Intersect with ``(after, upto]``; None when nothing is left."""
+        start, start_closed = self.start, self.start_closed
+        if after is not None and (not start or start <= after):
+            start, start_closed = after, False
+        end, end_closed = self.end, self.end_closed
+        if upto is not None and (not end or end > upto):
+            end, end_closed = upto, True
+        clipped = KeyRange(start, start_closed, end, end_closed)
+        return None if clipped.is_empty else clipped
+
+    def __str__(self) -> str:
+        lo = "(-inf" if not self.start else ("[" if self.start_closed else "(") + repr(self.start)
+        hi = "+inf)" if not self.end else repr(self.end) + ("]" if self.end_closed else ")")
+        return f"{lo}, {hi}"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SubQuery:
+    """What one bucket is asked for: physical keys and ranges, and the rewritten filter.
+
+    Attributes:
+        bucket: The salt bucket.
+        prefix: Its physical key prefix; ``physical[len(prefix):]`` is the logical key.
+        keys: Physical point keys, sorted.
+        ranges: Physical ranges, each inside the bucket's key space.
+        row_filter: The filter to send, with row-key regexes rewritten for this bucket.
+    """
+
+    bucket: int
+    prefix: bytes
+    keys: tuple[bytes, ...] = ()
+    ranges: tuple[KeyRange, ...] = ()
+    row_filter: RowFilter | None = field(default=None, compare=False)
+
+    def describe(self) -> str:
+        """One line for humans: the bucket, its keys and ranges."""
+        parts = [f"bucket {self.bucket} prefix {self.prefix!r}:"]
+        if self.keys:
+            shown = ", ".join(repr(k) for k in self.keys[:3])
+            more = f" (+{len(self.keys) - 3} more)" if len(self.keys) > 3 else ""
+            parts.append(f"keys {shown}{more}")
+        parts.extend(f"range {r}" for r in self.ranges)
+        return " ".join(parts)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """The physical reads that answer one logical read.
+
+    Attributes:
+        subqueries: One per bucket that can hold matching rows, in bucket order.
+        limit: The logical row limit (None: no limit).
+        row_filter: The logical filter as the caller gave it.
+    """
+
+    subqueries: tuple[SubQuery, ...]
+    limit: int | None = None
+    row_filter: RowFilter | None = field(default=None, compare=False)
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """The buckets this plan reads."""
+        return tuple(s.bucket for s in self.subqueries)
+
+    def explain(self) -> str:
+        """A human-readable description of the plan, one sub-query a line."""
+        head = f"{len(self.subqueries)} sub-quer{'y' if len(self.subqueries) == 1 else 'ies'}"
+        if self.limit is not None:
+            head += f", limit {self.limit} (merged in logical key order)"
+        if self.row_filter is not None:
+            head += f", filter {type(self.row_filter).__name__}"
+        return "\n".join([head, *("  " + s.describe() for s in self.subqueries)])
+
+
+def _common_prefix(a: bytes, b: bytes) -> bytes:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return a[:n]
+
+
+def _buckets_of_range(scheme: SaltScheme, rng: KeyRange) -> tuple[int, ...]:
+    """The buckets that can hold keys of a logical range."""
+    if rng.start and rng.end:
+        if rng.start == rng.end:  # a single key (non-empty ranges only get here)
+            return (scheme.bucket_of(rng.start),)
+        shared_part = getattr(scheme.key_part, "shared_part", None)
+        if shared_part is not None:
+            # Every key between start and end starts with their common prefix.
+            part = shared_part(_common_prefix(rng.start, rng.end))
+            if isinstance(part, bytes):
+                return (scheme.bucket_of_part(part),)
+    return scheme.bucket_ids
+
+
+def _physical_range(prefix: bytes, rng: KeyRange) -> KeyRange:
+    start, start_closed = (prefix + rng.start, rng.start_closed) if rng.start else (prefix, True)
+    if rng.end:
+        end, end_closed = prefix + rng.end, rng.end_closed
+    else:
+        end, end_closed = prefix_end(prefix), False
+    return KeyRange(start, start_closed, end, end_closed)
+
+
+def plan_reads(query: ReadRowsQuery, scheme: SaltScheme) -> ReadPlan:
+    """Turn a logical query into one physical sub-query per bucket that can match.
+
+    A query with neither keys nor ranges reads the whole table, as in Bigtable.
+    Point keys go to their bucket only; a range goes to every bucket unless the
+    scheme's key part proves it lies in one (see :class:`saltedtable.KeyPart`).
+
+    Raises:
+        RowKeyError: A point key cannot be salted (empty, too long, ...).
+        QueryPlanError: The filter cannot be applied to salted keys.
+    """
+    keys_by_bucket: dict[int, list[bytes]] = {}
+    ranges_by_bucket: dict[int, list[KeyRange]] = {}
+    row_keys = query.row_keys
+    row_ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
+    for key in row_keys:
+        bucket, physical = scheme.locate(key)
+        keys_by_bucket.setdefault(bucket, []).append(physical)
+    if not row_keys and not row_ranges:
+        row_ranges = [KeyRange()]
+    for rng in row_ranges:
+        if rng.is_empty:
+            continue
+        for bucket in _buckets_of_range(scheme, rng):
+            phys = _physical_range(scheme.prefix(bucket), rng)
+            ranges_by_bucket.setdefault(bucket, []).append(phys)
+    subs = []
+    for bucket in sorted(keys_by_bucket.keys() | ranges_by_bucket.keys()):
+        prefix = scheme.prefix(bucket)
+        subs.append(
+            SubQuery(
+                bucket,
+                prefix,
+                tuple(sorted(set(keys_by_bucket.get(bucket, ())))),
+                tuple(ranges_by_bucket.get(bucket, ())),
+                rewrite_filter(query.filter, prefix),
+            )
+        )
+    return ReadPlan(tuple(subs), query.limit, query.filter)
+
+
+# -- paging ------------------------------------------------------------------
+
+
+@final
+class PageCursor:
+    """Walks one :class:`SubQuery` as a series of bounded page requests.
+
+    Call :meth:`next_query` for the next request (None when the sub-query is
+    done), run it with a row limit of ``size``, then report what came back with
+    :meth:`advance`. Each request names at most :data:`MAX_KEYS_PER_REQUEST`
+    point keys; ranges are clipped to the same window, so no row is skipped.
+    """
+
+    __slots__ = ("_after", "_done", "_keys", "_upto", "sub")
+
+    def __init__(self, sub: SubQuery) -> None:
+        self.sub = sub
+        self._keys = sub.keys
+        self._after: bytes | None = None
+        self._upto: bytes | None = None
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """True once every row of the sub-query has been read."""
+        return self._done
+
+    @property
+    def position(self) -> bytes | None:
+        """The last physical key read so far (the resume point), or None."""
+        return self._after
+
+    def next_query(self, size: int) -> ReadRowsQuery | None:
+        """Return the request for the next page of at most ``size`` rows, or None."""
+        if self._done:
+            return None
+        after = self._after
+        keys = self._keys
+        lo = 0 if after is None else bisect.bisect_right(keys, after)
+        hi, total = lo, 0
+        while hi < len(keys) and hi - lo < MAX_KEYS_PER_REQUEST:
+            total += len(keys[hi])
+            if total > MAX_KEY_BYTES_PER_REQUEST and hi > lo:
+                break
+            hi += 1
+        self._upto = keys[hi - 1] if hi < len(keys) else None
+        ranges = [c for r in self.sub.ranges if (c := r.clip(after, self._upto)) is not None]
+        if lo == hi and not ranges:
+            # An empty ReadRowsQuery would read the whole table: never send one.
+            self._done = True
+            return None
+        return ReadRowsQuery(
+            row_keys=list(keys[lo:hi]),
+            row_ranges=[r.to_row_range() for r in ranges],
+            limit=size,
+            row_filter=self.sub.row_filter,
+        )
+
+    def advance(self, rows: int, size: int, last_key: bytes | None) -> None:
+        """Record a page of ``rows`` rows (requested ``size``) ending at ``last_key``."""
+        if rows >= size and last_key is not None:
+            self._after = last_key  # a full page: there may be more after it
+        elif self._upto is not None:
+            self._after = self._upto  # this key window is exhausted: next window
+        else:
+            self._done = True
+
+
+# -- filters -----------------------------------------------------------------
+
+
+def rewrite_filter(row_filter: RowFilter | None, prefix: bytes) -> RowFilter | None:
+    """Return ``row_filter`` with every row-key regex rewritten for keys under ``prefix``.
+
+    Bigtable matches a row-key regex against the whole key, so a logical regex
+    ``R`` becomes ``<prefix>(?:R)`` on the physical key. Chains, unions and
+    conditions are rewritten recursively; other filters do not look at the key
+    and are kept as they are.
+
+    Raises:
+        QueryPlanError: The regex uses a construct whose meaning would change.
+    """
+    if row_filter is None:
+        return None
+    if isinstance(row_filter, RowKeyRegexFilter):
+        return RowKeyRegexFilter(_rewrite_regex(row_filter.regex, prefix))
+    if isinstance(row_filter, RowFilterChain | RowFilterUnion):
+        kids = [rewrite_filter(f, prefix) for f in row_filter.filters]
+        return type(row_filter)([k for k in kids if k is not None])
+    if isinstance(row_filter, ConditionalRowFilter):
+        return ConditionalRowFilter(
+            rewrite_filter(row_filter.predicate_filter, prefix) or row_filter.predicate_filter,
+            rewrite_filter(row_filter.true_filter, prefix),
+            rewrite_filter(row_filter.false_filter, prefix),
+        )
+    return row_filter
+
+
+def filter_uses_row_key(row_filter: RowFilter | None) -> bool:
+    """True when the filter (or one nested in it) looks at the row key."""
+    if row_filter is None:
+        return False
+    if isinstance(row_filter, RowKeyRegexFilter):
+        return True
+    if isinstance(row_filter, RowFilterChain | RowFilterUnion):
+        return any(filter_uses_row_key(f) for f in row_filter.filters)
+    if isinstance(row_filter, ConditionalRowFilter):
+        return any(
+            filter_uses_row_key(f)
+            for f in (row_filter.predicate_filter, row_filter.true_filter, row_filter.false_filter)
+        )
+    return False
+
+
+_WORD: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _rewrite_regex(regex: bytes, prefix: bytes) -> bytes:
+    body = _strip_leading_anchor(regex)
+    if body[:2] in (b"\\b", b"\\B") and prefix and prefix[-1] in _WORD:
+        raise QueryPlanError(
+            f"RowKeyRegexFilter {regex!r} starts with a word-boundary test, which would "
+            f"see the salt prefix {prefix!r}; drop the \\b or use a separator scheme"
+        )
+    if any(b >= 0x80 for b in prefix):
+        raise QueryPlanError(
+            f"RowKeyRegexFilter cannot be rewritten for the binary salt prefix {prefix!r} "
+            "(RE2 reads bytes >= 0x80 as UTF-8); filter rows after reading them instead"
+        )
+    literal = b"".join(b"\\x%02x" % b for b in prefix)
+    return literal + b"(?:" + body + b")"
+
+
+def _strip_leading_anchor(regex: bytes) -> bytes:
+    """Drop a leading ``^``/``\\A`` (implied: Bigtable matches the whole key); refuse others."""
+    body = regex
+    if body.startswith(b"^"):
+        body = body[1:]
+    elif body.startswith(b"\\A"):
+        body = body[2:]
+    i, in_class = 0, False
+    while i < len(body):
+        c = body[i : i + 1]
+        if c == b"\\":
+            if not in_class and body[i + 1 : i + 2] == b"A":
+                break
+            i += 2
+            continue
+        if in_class:
+            if c == b"]":
+                in_class = False
+        elif c == b"[":
+            in_class = True
+            # A ']' right after '[' or '[^' is a literal member of the class.
+            i += 2 if body[i + 1 : i + 2] == b"^" else 1
+            if body[i : i + 1] == b"]":
+                i += 1
+            continue
+        elif c == b"^":
+            break
+        i += 1
+    else:
+        return body
+    raise QueryPlanError(
+        f"RowKeyRegexFilter {regex!r} has a start anchor ('^' or '\\A') after its first "
+        "character; on salted keys it would match nothing. Anchor only at the very start."
+    )

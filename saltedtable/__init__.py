@@ -13,7 +13,9 @@ from ._exceptions import (
     SaltedTableError,
     SaltSchemeError,
 )
-from ._salt import HASHES, MAX_BUCKETS, KeyPart, SaltScheme, before_last, fields
+from ._plan import KeyRange, ReadPlan, SubQuery, plan_reads, rewrite_filter
+from ._salt import HASHES, MAX_BUCKETS, KeyPart, SaltScheme, before_last, fields, prefix_end
+from ._table import SaltedMutationsBatcher, SaltedTableAsync, TableLike
 
 try:
     __version__ = version("saltedtable")
@@ -27,12 +29,21 @@ __all__ = [
     "EmulatorError",
     "EmulatorNotFoundError",
     "KeyPart",
+    "KeyRange",
     "QueryPlanError",
+    "ReadPlan",
     "RowKeyError",
     "SaltScheme",
     "SaltSchemeError",
+    "SaltedMutationsBatcher",
+    "SaltedTableAsync",
     "SaltedTableError",
+    "SubQuery",
+    "TableLike",
     "__version__",
     "before_last",
     "fields",
+    "plan_reads",
+    "prefix_end",
+    "rewrite_filter",
 ]

@@ -55,7 +55,10 @@ def to_key(key: bytes | str) -> bytes:
     if isinstance(key, bytes):
         return key
     if isinstance(key, str):
-        return key.encode("utf-8")
+        try:
+            return key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RowKeyError(f"row key {key!r} cannot be encoded as UTF-8: {exc}") from exc
     raise RowKeyError(f"row keys are bytes or str, got {type(key).__name__}: {key!r}")
 
 

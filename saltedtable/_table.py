@@ -1,0 +1,686 @@
+"""SaltedTableAsync: a drop-in for ``TableAsync`` that takes and returns logical keys.
+
+The only module that talks to Bigtable. Everything it decides comes from the
+pure modules: :mod:`._salt` (keys), :mod:`._plan` (which buckets, which
+pages, which filters) and :mod:`._merge` (running pages concurrently and
+merging them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Any, Final, Protocol, final
+
+import anyio
+from google.cloud.bigtable.data import (
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+)
+from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+from google.cloud.bigtable.data.exceptions import (
+    FailedMutationEntryError,
+    FailedQueryShardError,
+    MutationsExceptionGroup,
+    ShardedReadRowsExceptionGroup,
+)
+from google.cloud.bigtable.data.mutations import Mutation
+from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
+from google.cloud.bigtable.data.read_rows_query import RowRange
+from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import RowFilter
+
+from ._exceptions import BucketReadError, RowKeyError
+from ._merge import FanOut, Page
+from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
+from ._salt import SaltScheme, to_key
+
+__all__ = ["SaltedMutationsBatcher", "SaltedTableAsync", "TableLike"]
+
+#: Sub-scans in flight per table when the caller does not say otherwise.
+DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
+#: The client's own cap for read_rows_sharded, kept so behaviour matches.
+_SHARDED_CONCURRENCY: Final = 10
+
+_Timeout = float | TABLE_DEFAULT
+_AttemptTimeout = float | None | TABLE_DEFAULT
+_Retryable = Sequence[type[Exception]] | TABLE_DEFAULT
+
+
+class TableLike(Protocol):
+    """The part of ``google.cloud.bigtable.data.TableAsync`` that saltedtable calls.
+
+    The client's decorated methods reach type checkers as ``Any``; this
+    protocol names what is used, and gives tests a seam for an in-memory fake.
+    """
+
+    default_read_rows_operation_timeout: float
+    default_read_rows_attempt_timeout: float | None
+
+    async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> AsyncIterable[Row]:
+        """Stream the rows of a query."""
+        ...
+
+    async def read_row(self, row_key: bytes, **kwargs: Any) -> Row | None:
+        """Read one row."""
+        ...
+
+    async def row_exists(self, row_key: bytes, **kwargs: Any) -> bool:
+        """Tell whether a row exists."""
+        ...
+
+    async def sample_row_keys(self, **kwargs: Any) -> list[tuple[bytes, int]]:
+        """Sample split points of the table."""
+        ...
+
+    def mutations_batcher(self, **kwargs: Any) -> Any:
+        """Make a mutations batcher."""
+        ...
+
+    async def mutate_row(self, row_key: bytes, mutations: Any, **kwargs: Any) -> None:
+        """Apply mutations to one row."""
+        ...
+
+    async def bulk_mutate_rows(
+        self, mutation_entries: list[RowMutationEntry], **kwargs: Any
+    ) -> None:
+        """Apply many mutation entries."""
+        ...
+
+    async def check_and_mutate_row(self, row_key: bytes, predicate: Any, **kwargs: Any) -> bool:
+        """Mutate a row depending on a filter."""
+        ...
+
+    async def read_modify_write_row(self, row_key: bytes, rules: Any, **kwargs: Any) -> Row:
+        """Read, modify and write a row atomically."""
+        ...
+
+    async def close(self) -> None:
+        """Release the table's resources."""
+        ...
+
+
+def _relabel(row: Row, key: bytes) -> Row:
+    """Give a row and every cell in it the logical key (cells carry the key too)."""
+    row.row_key = key
+    for cell in row.cells:
+        cell.row_key = key
+    return row
+
+
+@final
+class SaltedTableAsync:
+    """An async Bigtable table whose row keys are salted transparently.
+
+    Offers the data methods of ``google.cloud.bigtable.data.TableAsync`` with
+    the same names, arguments and defaults. Keys going in are logical and are
+    salted with ``scheme``; keys coming out (rows, cells, failed mutation
+    entries) are logical again. Reads that span keys fan out to one sub-scan
+    per bucket, run them concurrently and merge the rows in logical key order.
+
+    Args:
+        table: The Bigtable table holding the physical (salted) rows.
+        scheme: How logical keys map to physical keys.
+        max_concurrent_subscans: Sub-scan pages in flight for this table, across
+            every read running on it at once.
+        first_page: Rows asked of each bucket in a scan's first page (no limit).
+        max_page: Largest page; bounds memory per bucket.
+    """
+
+    def __init__(
+        self,
+        table: TableLike,
+        scheme: SaltScheme,
+        *,
+        max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
+        first_page: int = 100,
+        max_page: int = 1000,
+    ) -> None:
+        if not isinstance(scheme, SaltScheme):
+            raise TypeError(f"scheme must be a SaltScheme, got {type(scheme).__name__}")
+        if max_concurrent_subscans < 1:
+            raise ValueError(f"max_concurrent_subscans must be >= 1, got {max_concurrent_subscans}")
+        if first_page < 1 or max_page < first_page:
+            raise ValueError(f"need 1 <= first_page <= max_page, got {first_page}, {max_page}")
+        self._table = table
+        self.scheme = scheme
+        self.limiter = anyio.CapacityLimiter(max_concurrent_subscans)
+        self._first_page = first_page
+        self._max_page = max_page
+
+    @classmethod
+    def from_client(
+        cls,
+        client: BigtableDataClientAsync,
+        instance_id: str,
+        table_id: str,
+        scheme: SaltScheme,
+        *,
+        max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
+        **table_kwargs: Any,
+    ) -> SaltedTableAsync:
+        """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``.
+
+        ``table_kwargs`` go to ``get_table`` (default timeouts and retryable errors).
+        """
+        table = client.get_table(instance_id, table_id, **table_kwargs)
+        return cls(table, scheme, max_concurrent_subscans=max_concurrent_subscans)
+
+    @property
+    def table(self) -> TableLike:
+        """The underlying table of physical rows."""
+        return self._table
+
+    def plan(self, query: ReadRowsQuery) -> ReadPlan:
+        """Return the physical sub-queries a logical query turns into (nothing is read)."""
+        return plan_reads(query, self.scheme)
+
+    # -- reads -----------------------------------------------------------------
+
+    async def read_rows_stream(
+        self,
+        query: ReadRowsQuery,
+        *,
+        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        ordered: bool = True,
+    ) -> AsyncIterable[Row]:
+        """Stream the rows of a logical query, merged in logical key order.
+
+        The query is planned before anything is sent, so bad keys and filters
+        fail here. Leaving the stream early (``break``, ``aclose()``, a
+        cancelled caller) cancels every sub-scan still running; prefer
+        ``async with contextlib.aclosing(stream)`` so that happens at once.
+
+        Args:
+            query: Logical keys, ranges, filter and limit.
+            operation_timeout: Time budget for the whole read, all sub-scans included.
+            attempt_timeout: Time budget of each request.
+            retryable_errors: Errors the client retries within the budget.
+            ordered: False hands rows over as they arrive, in no particular order.
+
+        Raises:
+            BucketReadError: While iterating, when a sub-scan failed after the
+                client's retries; its ``__cause__`` is the Bigtable error.
+        """
+        fanout = self._fanout(
+            self.plan(query), operation_timeout, attempt_timeout, retryable_errors, ordered
+        )
+        return _stream(fanout)
+
+    async def read_rows(
+        self,
+        query: ReadRowsQuery,
+        *,
+        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        ordered: bool = True,
+    ) -> list[Row]:
+        """Read the rows of a logical query into a list (see :meth:`read_rows_stream`)."""
+        fanout = self._fanout(
+            self.plan(query), operation_timeout, attempt_timeout, retryable_errors, ordered
+        )
+        rows: list[Row] = []
+        async with fanout:
+            async for batch in fanout:
+                rows.extend(batch)
+        return rows
+
+    def read_prefix(
+        self,
+        prefix: bytes | str,
+        *,
+        limit: int | None = None,
+        row_filter: RowFilter | None = None,
+        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        ordered: bool = True,
+    ) -> AsyncIterator[Row]:
+        """Stream every row whose logical key starts with ``prefix``.
+
+        ``ReadRowsQuery`` has no prefix helper; this builds the range
+        ``[prefix, prefix_end)``. With a key part that fixes the bucket for the
+        prefix (for example ``fields(2)`` and a prefix holding two fields) only
+        one bucket is read.
+
+        Example::
+
+            async with aclosing(table.read_prefix(b"user42#", limit=10)) as rows:
+                async for row in rows:
+                    print(row.row_key)
+        """
+        from ._salt import prefix_end
+
+        key = to_key(prefix)
+        row_range = RowRange(key or None, prefix_end(key) or None)
+        query = ReadRowsQuery(row_ranges=row_range, limit=limit, row_filter=row_filter)
+        fanout = self._fanout(
+            self.plan(query), operation_timeout, attempt_timeout, retryable_errors, ordered
+        )
+        return _stream(fanout)
+
+    async def read_row(
+        self,
+        row_key: str | bytes,
+        *,
+        row_filter: RowFilter | None = None,
+        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+    ) -> Row | None:
+        """Read one row by its logical key; None if it does not exist."""
+        key = to_key(row_key)
+        bucket, physical = self.scheme.locate(key)
+        row = await self._table.read_row(
+            physical,
+            row_filter=rewrite_filter(row_filter, self.scheme.prefix(bucket)),
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+            retryable_errors=retryable_errors,
+        )
+        return None if row is None else _relabel(row, key)
+
+    async def row_exists(
+        self,
+        row_key: str | bytes,
+        *,
+        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+    ) -> bool:
+        """Tell whether a row with this logical key exists."""
+        return await self._table.row_exists(
+            self.scheme.salt_key(row_key),
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+            retryable_errors=retryable_errors,
+        )
+
+    async def read_rows_sharded(
+        self,
+        sharded_query: Sequence[ReadRowsQuery],
+        *,
+        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+    ) -> list[Row]:
+        """Run several logical queries concurrently; rows come back in query order.
+
+        As in the client: at most 10 queries run at once, and if any fails a
+        ``ShardedReadRowsExceptionGroup`` carries one ``FailedQueryShardError``
+        per failed query plus the rows of the queries that succeeded.
+        """
+        if not sharded_query:
+            raise ValueError("empty sharded_query")
+        plans = [self.plan(q) for q in sharded_query]  # bad input fails before any request
+        results: list[list[Row] | Exception] = [[] for _ in plans]
+        gate = anyio.Semaphore(_SHARDED_CONCURRENCY)
+
+        async def run(i: int) -> None:
+            async with gate:
+                fanout = self._fanout(
+                    plans[i], operation_timeout, attempt_timeout, retryable_errors, True
+                )
+                try:
+                    rows: list[Row] = []
+                    async with fanout:
+                        async for batch in fanout:
+                            rows.extend(batch)
+                    results[i] = rows
+                except Exception as exc:  # collected like the client's gather
+                    results[i] = exc
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(plans)):
+                tg.start_soon(run, i)
+        failed = [
+            FailedQueryShardError(i, sharded_query[i], r)
+            for i, r in enumerate(results)
+            if isinstance(r, Exception)
+        ]
+        ok = [row for r in results if not isinstance(r, Exception) for row in r]
+        if failed:
+            raise ShardedReadRowsExceptionGroup(failed, ok, len(sharded_query))
+        return ok
+
+    async def sample_row_keys(
+        self,
+        *,
+        row_range: RowRange | None = None,
+        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
+        retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
+    ) -> list[tuple[bytes, int]]:
+        """Sample the table's split points, as logical keys in logical order.
+
+        Bigtable samples the physical table. Each sample's share of the data
+        (the offset delta since the previous sample) is re-attributed to its
+        logical key; offsets are the running total in logical order, so they
+        stay increasing and usable with ``ReadRowsQuery.shard``. They are an
+        estimate: a bucket's data is spread across the whole logical range.
+        ``row_range`` (logical) is not supported by salted tables and must be None.
+        """
+        if row_range is not None:
+            raise NotImplementedError(
+                "sample_row_keys(row_range=...) has no salted equivalent: a logical range "
+                "spans every bucket; sample the whole table instead"
+            )
+        samples = await self._table.sample_row_keys(
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+            retryable_errors=retryable_errors,
+        )
+        logical: list[tuple[bytes, int]] = []
+        previous, total = 0, 0
+        for physical, offset in samples:
+            delta, previous = offset - previous, offset
+            total = offset
+            if not physical:
+                continue
+            try:
+                logical.append((self.scheme.split_key(physical)[1], delta))
+            except RowKeyError:
+                continue  # a split point between buckets, or a key this scheme did not write
+        logical.sort()
+        out: list[tuple[bytes, int]] = []
+        running = 0
+        for key, delta in logical:
+            running += delta
+            out.append((key, running))
+        if samples and not samples[-1][0]:
+            out.append((b"", total))
+        return out
+
+    def _fanout(
+        self,
+        plan: ReadPlan,
+        operation_timeout: _Timeout,
+        attempt_timeout: _AttemptTimeout,
+        retryable_errors: _Retryable,
+        ordered: bool,
+    ) -> FanOut[Row]:
+        op_timeout = (
+            self._table.default_read_rows_operation_timeout
+            if isinstance(operation_timeout, TABLE_DEFAULT)
+            else operation_timeout
+        )
+        att_timeout = (
+            self._table.default_read_rows_attempt_timeout
+            if isinstance(attempt_timeout, TABLE_DEFAULT)
+            else attempt_timeout
+        )
+        deadline = time.monotonic() + op_timeout
+        sources = [
+            self._source(sub, deadline, att_timeout, retryable_errors) for sub in plan.subqueries
+        ]
+        return FanOut(
+            sources,
+            ordered=ordered,
+            limit=plan.limit,
+            first_page=self._first_page,
+            max_page=self._max_page,
+            limiter=self.limiter,
+        )
+
+    def _source(
+        self,
+        sub: SubQuery,
+        deadline: float,
+        attempt_timeout: float | None,
+        retryable_errors: _Retryable,
+    ) -> Any:
+        cursor = PageCursor(sub)
+        cut = len(sub.prefix)
+        read_rows_stream = self._table.read_rows_stream
+
+        async def fetch(size: int) -> Page[Row]:
+            query = cursor.next_query(size)
+            if query is None:
+                return Page([], [], False)
+            remaining = deadline - time.monotonic()
+            rows: list[Row] = []
+            keys: list[bytes] = []
+            try:
+                if remaining <= 0:
+                    raise TimeoutError("operation_timeout ran out before the next page")
+                stream = await read_rows_stream(
+                    query,
+                    operation_timeout=remaining,
+                    attempt_timeout=remaining
+                    if attempt_timeout is None
+                    else min(attempt_timeout, remaining),
+                    retryable_errors=retryable_errors,
+                )
+                async with aclosing(stream):  # type: ignore[type-var]
+                    async for row in stream:
+                        key = row.row_key[cut:]
+                        row.row_key = key
+                        for cell in row.cells:
+                            cell.row_key = key
+                        rows.append(row)
+                        keys.append(key)
+            except Exception as exc:
+                where = cursor.position
+                resume = "" if where is None else f" after {where!r}"
+                raise BucketReadError(
+                    f"sub-scan of bucket {sub.bucket} ({sub.describe()}) failed{resume}: "
+                    f"{type(exc).__name__}: {exc}",
+                    bucket=sub.bucket,
+                    query=query,
+                ) from exc
+            cursor.advance(len(rows), size, sub.prefix + keys[-1] if keys else None)
+            return Page(rows, keys, not cursor.done)
+
+        return fetch
+
+    # -- writes ----------------------------------------------------------------
+
+    async def mutate_row(
+        self,
+        row_key: str | bytes,
+        mutations: list[Mutation] | Mutation,
+        *,
+        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
+        retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
+    ) -> None:
+        """Apply mutations to the row with this logical key."""
+        await self._table.mutate_row(
+            self.scheme.salt_key(row_key),
+            mutations,
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+            retryable_errors=retryable_errors,
+        )
+
+    async def bulk_mutate_rows(
+        self,
+        mutation_entries: list[RowMutationEntry],
+        *,
+        operation_timeout: _Timeout = TABLE_DEFAULT.MUTATE_ROWS,
+        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
+        retryable_errors: _Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+    ) -> None:
+        """Apply many logical entries in one ``bulk_mutate_rows`` call across buckets.
+
+        Every key is salted before anything is sent, so a bad key fails the
+        call with nothing written.
+
+        Raises:
+            MutationsExceptionGroup: Some entries failed; each
+                ``FailedMutationEntryError.entry`` is the caller's logical entry
+                and ``.index`` its position in ``mutation_entries``.
+        """
+        physical = [
+            RowMutationEntry(self.scheme.salt_key(e.row_key), list(e.mutations))
+            for e in mutation_entries
+        ]
+        try:
+            await self._table.bulk_mutate_rows(
+                physical,
+                operation_timeout=operation_timeout,
+                attempt_timeout=attempt_timeout,
+                retryable_errors=retryable_errors,
+            )
+        except MutationsExceptionGroup as group:
+            raise _logical_group(group, self.scheme, mutation_entries) from None
+
+    async def check_and_mutate_row(
+        self,
+        row_key: str | bytes,
+        predicate: RowFilter | None,
+        *,
+        true_case_mutations: Mutation | list[Mutation] | None = None,
+        false_case_mutations: Mutation | list[Mutation] | None = None,
+        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
+    ) -> bool:
+        """Mutate the row with this logical key depending on ``predicate``.
+
+        Row-key regexes in the predicate are matched against the logical key.
+        """
+        bucket, physical = self.scheme.locate(row_key)
+        return await self._table.check_and_mutate_row(
+            physical,
+            rewrite_filter(predicate, self.scheme.prefix(bucket)),
+            true_case_mutations=true_case_mutations,
+            false_case_mutations=false_case_mutations,
+            operation_timeout=operation_timeout,
+        )
+
+    async def read_modify_write_row(
+        self,
+        row_key: str | bytes,
+        rules: ReadModifyWriteRule | list[ReadModifyWriteRule],
+        *,
+        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
+    ) -> Row:
+        """Atomically read-modify-write the row with this logical key."""
+        key = to_key(row_key)
+        row = await self._table.read_modify_write_row(
+            self.scheme.salt_key(key), rules, operation_timeout=operation_timeout
+        )
+        return _relabel(row, key)
+
+    def mutations_batcher(
+        self,
+        *,
+        flush_interval: float | None = 5,
+        flush_limit_mutation_count: int | None = 1000,
+        flush_limit_bytes: int = 20 * 1024 * 1024,
+        flow_control_max_mutation_count: int = 100_000,
+        flow_control_max_bytes: int = 100 * 1024 * 1024,
+        batch_operation_timeout: _Timeout = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_retryable_errors: _Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+    ) -> SaltedMutationsBatcher:
+        """Return a batcher whose entries are salted as they are appended."""
+        inner = self._table.mutations_batcher(
+            flush_interval=flush_interval,
+            flush_limit_mutation_count=flush_limit_mutation_count,
+            flush_limit_bytes=flush_limit_bytes,
+            flow_control_max_mutation_count=flow_control_max_mutation_count,
+            flow_control_max_bytes=flow_control_max_bytes,
+            batch_operation_timeout=batch_operation_timeout,
+            batch_attempt_timeout=batch_attempt_timeout,
+            batch_retryable_errors=batch_retryable_errors,
+        )
+        return SaltedMutationsBatcher(inner, self.scheme)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the underlying table."""
+        await self._table.close()
+
+    async def __aenter__(self) -> SaltedTableAsync:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+async def _stream(fanout: FanOut[Row]) -> AsyncIterator[Row]:
+    """Flatten a fan-out's batches; closing this generator cancels every sub-scan."""
+    try:
+        async for batch in fanout:
+            for row in batch:
+                yield row
+    finally:
+        await fanout.aclose()
+
+
+def _logical_group(
+    group: MutationsExceptionGroup,
+    scheme: SaltScheme,
+    originals: Sequence[RowMutationEntry] | None = None,
+) -> MutationsExceptionGroup:
+    """The same failures, naming the caller's logical entries instead of physical ones."""
+    failures: list[FailedMutationEntryError] = []
+    for exc in group.exceptions:
+        if not isinstance(exc, FailedMutationEntryError):
+            failures.append(exc)  # anything else passes through unchanged
+            continue
+        if originals is not None and exc.index is not None and exc.index < len(originals):
+            entry = originals[exc.index]
+        else:
+            try:
+                key = scheme.unsalt_key(exc.entry.row_key)
+            except RowKeyError:
+                key = to_key(exc.entry.row_key)
+            entry = RowMutationEntry(key, list(exc.entry.mutations))
+        cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+        failures.append(FailedMutationEntryError(exc.index, entry, cause))
+    return MutationsExceptionGroup(
+        failures, group.total_entries_attempted, message=_group_message(group)
+    )
+
+
+def _group_message(group: MutationsExceptionGroup) -> str:
+    return str(group.message)
+
+
+@final
+class SaltedMutationsBatcher:
+    """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
+
+    Failures raised by ``close()`` (or on leaving ``async with``) name the
+    logical keys of the failed entries.
+    """
+
+    def __init__(self, inner: Any, scheme: SaltScheme) -> None:
+        self._inner = inner
+        self._scheme = scheme
+
+    @property
+    def closed(self) -> bool:
+        """True once the batcher was closed."""
+        return bool(self._inner.closed)
+
+    async def append(self, mutation_entry: RowMutationEntry) -> None:
+        """Queue a logical entry; it is flushed with others under its physical key."""
+        physical = RowMutationEntry(
+            self._scheme.salt_key(mutation_entry.row_key), list(mutation_entry.mutations)
+        )
+        try:
+            await self._inner.append(physical)
+        except MutationsExceptionGroup as group:
+            raise _logical_group(group, self._scheme) from None
+
+    async def close(self) -> None:
+        """Flush what is queued and close; raise failures with logical keys."""
+        try:
+            await self._inner.close()
+        except MutationsExceptionGroup as group:
+            raise _logical_group(group, self._scheme) from None
+
+    async def __aenter__(self) -> SaltedMutationsBatcher:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

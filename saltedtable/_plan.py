@@ -157,13 +157,15 @@ class ReadPlan:
         return "\n".join([head, *("  " + s.describe() for s in self.subqueries)])
 
 
-def _common_prefix(a: bytes, b: bytes) -> bytes:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return a[:n]
+def _shared_prefix(rng: KeyRange) -> bytes:
+    """The longest prefix that every key in a bounded range starts with."""
+    start, end = rng.start, rng.end
+    for n in range(len(start), 0, -1):
+        # Keys >= start all start with start[:n] until that prefix's end.
+        boundary = prefix_end(start[:n])
+        if not boundary or end < boundary or (end == boundary and not rng.end_closed):
+            return start[:n]
+    return b""
 
 
 def _buckets_of_range(scheme: SaltScheme, rng: KeyRange) -> tuple[int, ...]:
@@ -173,8 +175,7 @@ def _buckets_of_range(scheme: SaltScheme, rng: KeyRange) -> tuple[int, ...]:
             return (scheme.bucket_of(rng.start),)
         shared_part = getattr(scheme.key_part, "shared_part", None)
         if shared_part is not None:
-            # Every key between start and end starts with their common prefix.
-            part = shared_part(_common_prefix(rng.start, rng.end))
+            part = shared_part(_shared_prefix(rng))
             if isinstance(part, bytes):
                 return (scheme.bucket_of_part(part),)
     return scheme.bucket_ids

@@ -1,0 +1,42 @@
+# Every target that needs Python creates .venv and installs the package with its
+# dev extra first, so `make test` or `make demo` works as the first command on a
+# fresh machine. Override the interpreter with `make PYTHON=python3.12 test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.saltedtable-installed
+
+.PHONY: install test unit lint demo emulator clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+## make test: lint, then the whole suite (starts and stops the official emulator)
+test: lint
+	$(BIN)/python -m pytest
+
+## make unit: only the tests that need no emulator
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+## make lint: ruff and mypy --strict over the package
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## make demo: start the emulator, create the table, run the quickstart, stop the emulator
+demo: $(STAMP)
+	$(BIN)/python -m saltedtable.testing --table quickstart:cf -- $(BIN)/python examples/quickstart.py
+
+## make emulator: run the emulator in the foreground on 127.0.0.1 (Ctrl-C stops it)
+emulator: $(STAMP)
+	$(BIN)/python -m saltedtable.testing --port $${PORT:-8086} --table quickstart:cf
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

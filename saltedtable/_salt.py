@@ -248,6 +248,10 @@ class SaltScheme:
             ``bytes -> bytes``.
         separator: Written between a decimal prefix and the logical key.
             Unused by ``phoenix``.
+        marker: Bytes written before every prefix (default none). A marker
+            such as ``b"~"`` moves the salted key space away from existing
+            unsalted keys that look like salted ones (``07-...``), which the
+            time-cutoff migration needs when such keys exist.
 
     Raises:
         SaltSchemeError: The configuration cannot work.
@@ -257,6 +261,7 @@ class SaltScheme:
     hash: str = "crc32"
     key_part: Callable[[bytes], bytes] | None = None
     separator: bytes = b"-"
+    marker: bytes = b""
 
     _bucket_func: Callable[[bytes, int], int] = field(init=False, repr=False, compare=False)
     _prefix_by_bucket: dict[int, bytes] = field(init=False, repr=False, compare=False)
@@ -291,15 +296,18 @@ class SaltScheme:
                 f"separator {self.separator!r} contains a digit, so a prefix could not be "
                 "told apart from the key"
             )
+        if not isinstance(self.marker, bytes):
+            raise SaltSchemeError(f"marker must be bytes, got {self.marker!r}")
+        mark = self.marker
         if self.hash == "phoenix":
             width = 0
-            prefixes = {b: bytes((b,)) for b in range(n)}
+            prefixes = {b: mark + bytes((b,)) for b in range(n)}
         elif self.hash == "java":
             width = 0
-            prefixes = {b: str(b).encode() + self.separator for b in range(-(n - 1), n)}
+            prefixes = {b: mark + str(b).encode() + self.separator for b in range(-(n - 1), n)}
         else:
             width = len(str(n - 1))
-            prefixes = {b: str(b).zfill(width).encode() + self.separator for b in range(n)}
+            prefixes = {b: mark + str(b).zfill(width).encode() + self.separator for b in range(n)}
         object.__setattr__(self, "_bucket_func", func)
         object.__setattr__(self, "_prefix_by_bucket", prefixes)
         object.__setattr__(self, "_width", width)
@@ -398,7 +406,25 @@ class SaltScheme:
         """Return the logical row key of a physical row key (see :meth:`split_key`)."""
         return self.split_key(physical)[1]
 
+    def has_prefix(self, physical: bytes | str) -> bool:
+        """True when ``physical`` starts with one of this scheme's prefixes.
+
+        Only the prefix is checked, not that the hash of the rest matches it.
+        """
+        try:
+            self._parse_prefix(to_key(physical))
+        except RowKeyError:
+            return False
+        return True
+
     def _parse_prefix(self, physical: bytes) -> tuple[int, int]:
+        mark = len(self.marker)
+        if physical[:mark] != self.marker:
+            raise RowKeyError(f"{physical!r} does not start with the marker {self.marker!r}")
+        bucket, cut = self._parse_bucket(physical[mark:])
+        return bucket, mark + cut
+
+    def _parse_bucket(self, physical: bytes) -> tuple[int, int]:
         if self.hash == "phoenix":
             if physical and physical[0] < self.buckets:
                 return physical[0], 1
@@ -424,4 +450,5 @@ class SaltScheme:
     def __str__(self) -> str:
         part = "" if self.key_part is None else f", key_part={self.key_part!r}"
         sep = "" if self.separator == b"-" else f", separator={self.separator!r}"
-        return f"SaltScheme(buckets={self.buckets}, hash={self.hash!r}{part}{sep})"
+        mark = "" if not self.marker else f", marker={self.marker!r}"
+        return f"SaltScheme(buckets={self.buckets}, hash={self.hash!r}{part}{sep}{mark})"

@@ -31,7 +31,7 @@ import heapq
 import math
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar, final
+from typing import Any, Final, Generic, NoReturn, TypeVar, final
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -118,6 +118,8 @@ class FanOut(Generic[T]):
             shared = anyio.create_memory_object_stream[tuple[int, Page[T]]](len(self._sources))
             self._pages = [(shared[0].clone(), shared[1]) for _ in self._sources]
             shared[0].close()
+            if not self._sources:
+                shared[1].close()
 
     # -- the consumer's side ---------------------------------------------------
 
@@ -137,9 +139,9 @@ class FanOut(Generic[T]):
             self._iter = self._ordered_batches() if self._ordered else self._unordered_batches()
         try:
             return await self._iter.__anext__()
-        except StopAsyncIteration:
+        except (StopAsyncIteration, _Closed):
             await self.aclose()
-            raise
+            raise StopAsyncIteration from None
 
     async def __aenter__(self) -> FanOut[T]:
         return self
@@ -157,7 +159,9 @@ class FanOut(Generic[T]):
         with anyio.CancelScope(shield=True):
             if self._task is not None:
                 await asyncio.wait([self._task])
-            if self._iter is not None:
+            if self._iter is not None and not getattr(self._iter, "ag_running", False):
+                # (A consumer still inside __anext__ in another task finishes
+                # the generator itself when it sees the streams close.)
                 it, self._iter = self._iter, None
                 await it.aclose()
         for req_send, req_recv in self._requests:
@@ -197,13 +201,19 @@ class FanOut(Generic[T]):
         try:
             _, page = await self._pages[i][1].receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._raise_error()
-            raise RuntimeError("a fan-out source stopped without an error") from None
+            self._stopped()
         return page
 
     def _raise_error(self) -> None:
         if self._error is not None:
             raise self._error
+
+    def _stopped(self) -> NoReturn:
+        """A page stream ended early: a producer failed, or the fan-out was closed."""
+        self._raise_error()
+        if self._closed:
+            raise _Closed
+        raise RuntimeError("a fan-out source stopped without an error")
 
     async def _ordered_batches(self) -> AsyncGenerator[list[T], None]:
         limit = self._limit
@@ -274,8 +284,7 @@ class FanOut(Generic[T]):
             try:
                 i, page = await recv.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
-                self._raise_error()
-                raise RuntimeError("a fan-out source stopped without an error") from None
+                self._stopped()
             pending[i] = False
             outstanding -= self._sizes[i]
             items = page.items
@@ -306,7 +315,8 @@ class FanOut(Generic[T]):
                     for i in range(len(self._sources)):
                         tg.start_soon(self._produce, i)
         except Exception as exc:  # handed to the consumer, which raises it
-            self._error = _first_error(exc)
+            if self._error is None:
+                self._error = _first_error(exc)
         except BaseException:
             # Cancelled from outside (not by aclose, whose scope absorbs it).
             self._error = RuntimeError("the fan-out's producers were cancelled from outside")
@@ -316,10 +326,12 @@ class FanOut(Generic[T]):
                 send.close()
 
     async def _produce(self, i: int) -> None:
+        # The page stream is closed by the supervisor, after any error is
+        # recorded, so a consumer that sees it end also sees the error.
         fetch = self._sources[i]
         send = self._pages[i][0]
         limiter = self._limiter
-        async with send:
+        try:
             async for size in self._requests[i][1]:
                 if limiter is None:
                     page = await fetch(size)
@@ -329,6 +341,14 @@ class FanOut(Generic[T]):
                 await send.send((i, page))
                 if not page.more:
                     return
+        except Exception as exc:
+            if self._error is None:
+                self._error = exc
+            raise
+
+
+class _Closed(Exception):
+    """The fan-out was closed (from another task) while its consumer waited."""
 
 
 def _first_error(exc: BaseException) -> BaseException:

@@ -23,6 +23,7 @@ from google.cloud.bigtable.data.row_filters import (
     RowKeyRegexFilter,
 )
 
+from ._cutoff import CutoffPolicy, Layout
 from ._exceptions import QueryPlanError
 from ._salt import SaltScheme, prefix_end
 
@@ -91,6 +92,21 @@ class KeyRange:
         clipped = KeyRange(start, start_closed, end, end_closed)
         return None if clipped.is_empty else clipped
 
+    def intersect(self, other: KeyRange) -> KeyRange | None:
+        """The keys in both ranges; None when there are none."""
+        start, start_closed = self.start, self.start_closed
+        if other.start and (not start or other.start > start):
+            start, start_closed = other.start, other.start_closed
+        elif other.start and other.start == start:
+            start_closed = start_closed and other.start_closed
+        end, end_closed = self.end, self.end_closed
+        if other.end and (not end or other.end < end):
+            end, end_closed = other.end, other.end_closed
+        elif other.end and other.end == end:
+            end_closed = end_closed and other.end_closed
+        both = KeyRange(start, start_closed, end, end_closed)
+        return None if both.is_empty else both
+
     def __str__(self) -> str:
         lo = "(-inf" if not self.start else ("[" if self.start_closed else "(") + repr(self.start)
         hi = "+inf)" if not self.end else repr(self.end) + ("]" if self.end_closed else ")")
@@ -103,14 +119,16 @@ class SubQuery:
     """What one bucket is asked for: physical keys and ranges, and the rewritten filter.
 
     Attributes:
-        bucket: The salt bucket.
-        prefix: Its physical key prefix; ``physical[len(prefix):]`` is the logical key.
+        bucket: The salt bucket, or None for the legacy (unsalted) side of a
+            time-cutoff layout.
+        prefix: Its physical key prefix; ``physical[len(prefix):]`` is the logical key
+            (empty on the legacy side).
         keys: Physical point keys, sorted.
         ranges: Physical ranges, each inside the bucket's key space.
         row_filter: The filter to send, with row-key regexes rewritten for this bucket.
     """
 
-    bucket: int
+    bucket: int | None
     prefix: bytes
     keys: tuple[bytes, ...] = ()
     ranges: tuple[KeyRange, ...] = ()
@@ -118,7 +136,10 @@ class SubQuery:
 
     def describe(self) -> str:
         """One line for humans: the bucket, its keys and ranges."""
-        parts = [f"bucket {self.bucket} prefix {self.prefix!r}:"]
+        if self.bucket is None:
+            parts = ["legacy (unsalted, before the cutoff):"]
+        else:
+            parts = [f"bucket {self.bucket} prefix {self.prefix!r}:"]
         if self.keys:
             shown = ", ".join(repr(k) for k in self.keys[:3])
             more = f" (+{len(self.keys) - 3} more)" if len(self.keys) > 3 else ""
@@ -143,8 +164,8 @@ class ReadPlan:
     row_filter: RowFilter | None = field(default=None, compare=False)
 
     @property
-    def buckets(self) -> tuple[int, ...]:
-        """The buckets this plan reads."""
+    def buckets(self) -> tuple[int | None, ...]:
+        """The buckets this plan reads (None: the legacy side of a cutoff layout)."""
         return tuple(s.bucket for s in self.subqueries)
 
     def explain(self) -> str:
@@ -190,34 +211,56 @@ def _physical_range(prefix: bytes, rng: KeyRange) -> KeyRange:
     return KeyRange(start, start_closed, end, end_closed)
 
 
-def plan_reads(query: ReadRowsQuery, scheme: SaltScheme) -> ReadPlan:
+def plan_reads(
+    query: ReadRowsQuery, scheme: SaltScheme, cutoff: CutoffPolicy | None = None
+) -> ReadPlan:
     """Turn a logical query into one physical sub-query per bucket that can match.
 
     A query with neither keys nor ranges reads the whole table, as in Bigtable.
     Point keys go to their bucket only; a range goes to every bucket unless the
     scheme's key part proves it lies in one (see :class:`saltedtable.KeyPart`).
+    With a ``cutoff``, keys before it are read from the legacy (unsalted)
+    layout by one more sub-query (bucket None) that never touches the salted
+    key space, and a side that the range's time bounds rule out is not read.
 
     Raises:
         RowKeyError: A point key cannot be salted (empty, too long, ...).
+        CutoffError: A point key's timestamp cannot be read.
         QueryPlanError: The filter cannot be applied to salted keys.
     """
-    keys_by_bucket: dict[int, list[bytes]] = {}
-    ranges_by_bucket: dict[int, list[KeyRange]] = {}
+    layout = Layout(scheme, cutoff)
+    keys_by_bucket: dict[int | None, list[bytes]] = {}
+    ranges_by_bucket: dict[int | None, list[KeyRange]] = {}
     row_keys = query.row_keys
     row_ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
     for key in row_keys:
-        bucket, physical = scheme.locate(key)
+        bucket, physical = layout.locate(key)
         keys_by_bucket.setdefault(bucket, []).append(physical)
     if not row_keys and not row_ranges:
         row_ranges = [KeyRange()]
+    gaps = _legacy_gaps(scheme) if cutoff is not None else ()
     for rng in row_ranges:
         if rng.is_empty:
             continue
-        for bucket in _buckets_of_range(scheme, rng):
-            phys = _physical_range(scheme.prefix(bucket), rng)
-            ranges_by_bucket.setdefault(bucket, []).append(phys)
+        legacy, salted = (
+            (False, True) if cutoff is None else cutoff.sides_of_range(rng.start, rng.end)
+        )
+        if salted:
+            for bucket in _buckets_of_range(scheme, rng):
+                phys = _physical_range(scheme.prefix(bucket), rng)
+                ranges_by_bucket.setdefault(bucket, []).append(phys)
+        if legacy:
+            pieces = [p for gap in gaps if (p := rng.intersect(gap)) is not None]
+            ranges_by_bucket.setdefault(None, []).extend(pieces)
     subs = []
-    for bucket in sorted(keys_by_bucket.keys() | ranges_by_bucket.keys()):
+    legacy_keys = keys_by_bucket.pop(None, [])
+    legacy_ranges = ranges_by_bucket.pop(None, [])
+    if legacy_keys or legacy_ranges:
+        subs.append(
+            SubQuery(None, b"", tuple(sorted(set(legacy_keys))), tuple(legacy_ranges), query.filter)
+        )
+    salted_buckets = {b for b in keys_by_bucket.keys() | ranges_by_bucket.keys() if b is not None}
+    for bucket in sorted(salted_buckets):
         prefix = scheme.prefix(bucket)
         subs.append(
             SubQuery(
@@ -229,6 +272,20 @@ def plan_reads(query: ReadRowsQuery, scheme: SaltScheme) -> ReadPlan:
             )
         )
     return ReadPlan(tuple(subs), query.limit, query.filter)
+
+
+def _legacy_gaps(scheme: SaltScheme) -> tuple[KeyRange, ...]:
+    """The key space outside every salted prefix range, as sorted ranges."""
+    gaps: list[KeyRange] = []
+    start = b""
+    for prefix in sorted(scheme.prefixes):
+        if start != prefix:
+            gaps.append(KeyRange(start, True, prefix, False))
+        start = prefix_end(prefix)
+        if not start:
+            return tuple(gaps)
+    gaps.append(KeyRange(start, True, b"", False))
+    return tuple(gaps)
 
 
 # -- paging ------------------------------------------------------------------
@@ -349,11 +406,24 @@ _WORD: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 
 
 def _rewrite_regex(regex: bytes, prefix: bytes) -> bytes:
-    body = _strip_leading_anchor(regex)
-    if body[:2] in (b"\\b", b"\\B") and prefix and prefix[-1] in _WORD:
+    body = regex
+    if body.startswith(b"^"):
+        body = body[1:]
+    elif body.startswith(b"\\A"):
+        body = body[2:]
+    start_anchor, word_boundary = _scan_regex(body)
+    if start_anchor:
         raise QueryPlanError(
-            f"RowKeyRegexFilter {regex!r} starts with a word-boundary test, which would "
-            f"see the salt prefix {prefix!r}; drop the \\b or use a separator scheme"
+            f"RowKeyRegexFilter {regex!r} has a start anchor ('^' or '\\A') after its first "
+            "character; on salted keys it would match nothing. Anchor only at the very start."
+        )
+    if word_boundary and prefix and prefix[-1] in _WORD:
+        # Before the logical key sits the prefix's last byte, a word character
+        # here, where the unsalted key had the start of the text.
+        raise QueryPlanError(
+            f"RowKeyRegexFilter {regex!r} tests a word-boundary (\\b or \\B), which could "
+            f"see the salt prefix {prefix!r}; drop it or use a separator that is not a word "
+            "character"
         )
     if any(b >= 0x80 for b in prefix):
         raise QueryPlanError(
@@ -364,19 +434,17 @@ def _rewrite_regex(regex: bytes, prefix: bytes) -> bytes:
     return literal + b"(?:" + body + b")"
 
 
-def _strip_leading_anchor(regex: bytes) -> bytes:
-    """Drop a leading ``^``/``\\A`` (implied: Bigtable matches the whole key); refuse others."""
-    body = regex
-    if body.startswith(b"^"):
-        body = body[1:]
-    elif body.startswith(b"\\A"):
-        body = body[2:]
+def _scan_regex(body: bytes) -> tuple[bool, bool]:
+    """(has a start anchor, has a word-boundary test) outside character classes."""
+    start_anchor = word_boundary = False
     i, in_class = 0, False
     while i < len(body):
         c = body[i : i + 1]
         if c == b"\\":
-            if not in_class and body[i + 1 : i + 2] == b"A":
-                break
+            if not in_class:
+                escaped = body[i + 1 : i + 2]
+                start_anchor |= escaped == b"A"
+                word_boundary |= escaped in (b"b", b"B")
             i += 2
             continue
         if in_class:
@@ -390,11 +458,6 @@ def _strip_leading_anchor(regex: bytes) -> bytes:
                 i += 1
             continue
         elif c == b"^":
-            break
+            start_anchor = True
         i += 1
-    else:
-        return body
-    raise QueryPlanError(
-        f"RowKeyRegexFilter {regex!r} has a start anchor ('^' or '\\A') after its first "
-        "character; on salted keys it would match nothing. Anchor only at the very start."
-    )
+    return start_anchor, word_boundary

@@ -510,12 +510,6 @@ def test_word_boundary_against_word_prefix_is_rejected() -> None:
         rewrite_filter(RowKeyRegexFilter(b"\\bfoo"), b"07_")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _plan._rewrite_regex only refuses a \\b/\\B in the first two bytes of the "
-    "body; a word boundary at the logical start inside a group or after an optional "
-    "atom sees a word-character prefix and silently changes the match",
-)
 @pytest.mark.parametrize("regex", [b"(\\bfoo)", b".*\\bfoo", b"(?:\\Bx|\\bfoo)"])
 @pytest.mark.parametrize(
     "prefix",

@@ -10,6 +10,8 @@ of a :class:`BucketReadError` that says which bucket and range failed::
     ├── SaltSchemeError (ValueError)    bad scheme configuration
     ├── RowKeyError (ValueError)        a key the scheme or Bigtable cannot take
     ├── QueryPlanError (ValueError)     a read that cannot be answered correctly
+    ├── CutoffError (ValueError)        a bad cutoff policy, or a key time it cannot read
+    ├── LayoutError                     the table's rows do not fit the configured layout
     ├── BucketReadError                 one sub-scan of a fan-out failed
     └── EmulatorError (RuntimeError)    the local emulator harness (saltedtable.testing)
         └── EmulatorNotFoundError       cbtemulator is not installed
@@ -36,15 +38,26 @@ class QueryPlanError(SaltedTableError, ValueError):
     """A logical read cannot be turned into physical reads that mean the same."""
 
 
+class CutoffError(SaltedTableError, ValueError):
+    """A cutoff policy is misconfigured, or cannot place a key before or after the cutoff."""
+
+
+class LayoutError(SaltedTableError):
+    """Rows in the table contradict the configured layout (scheme, cutoff).
+
+    Raised when a table is opened, before any row could be misread.
+    """
+
+
 class BucketReadError(SaltedTableError):
     """One sub-scan of a salted read failed; the whole read failed with it.
 
     Attributes:
-        bucket: The salt bucket whose sub-scan failed.
+        bucket: The salt bucket whose sub-scan failed (None: the legacy side).
         query: The physical sub-query that was being read.
     """
 
-    def __init__(self, message: str, *, bucket: int, query: Any) -> None:
+    def __init__(self, message: str, *, bucket: int | None, query: Any) -> None:
         super().__init__(message)
         self.bucket = bucket
         self.query = query

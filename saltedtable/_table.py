@@ -30,12 +30,18 @@ from google.cloud.bigtable.data.mutations import Mutation
 from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
 from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
-from google.cloud.bigtable.data.row_filters import RowFilter
+from google.cloud.bigtable.data.row_filters import (
+    CellsRowLimitFilter,
+    RowFilter,
+    RowFilterChain,
+    StripValueTransformerFilter,
+)
 
-from ._exceptions import BucketReadError, RowKeyError
+from ._cutoff import CutoffPolicy, Layout
+from ._exceptions import BucketReadError, CutoffError, LayoutError, RowKeyError
 from ._merge import FanOut, Page
 from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
-from ._salt import SaltScheme, to_key
+from ._salt import SaltScheme, prefix_end, to_key
 
 __all__ = ["SaltedMutationsBatcher", "SaltedTableAsync", "TableLike"]
 
@@ -123,6 +129,10 @@ class SaltedTableAsync:
     Args:
         table: The Bigtable table holding the physical (salted) rows.
         scheme: How logical keys map to physical keys.
+        cutoff: Forward-only migration: keys whose timestamp is before
+            ``cutoff.cutoff`` stay unsalted where they are; newer keys are
+            salted. Reads see one table. Use :meth:`open` to check the
+            existing rows against this layout first.
         max_concurrent_subscans: Sub-scan pages in flight for this table, across
             every read running on it at once.
         first_page: Rows asked of each bucket in a scan's first page (no limit).
@@ -134,18 +144,23 @@ class SaltedTableAsync:
         table: TableLike,
         scheme: SaltScheme,
         *,
+        cutoff: CutoffPolicy | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         first_page: int = 100,
         max_page: int = 1000,
     ) -> None:
         if not isinstance(scheme, SaltScheme):
             raise TypeError(f"scheme must be a SaltScheme, got {type(scheme).__name__}")
+        if cutoff is not None and not isinstance(cutoff, CutoffPolicy):
+            raise TypeError(f"cutoff must be a CutoffPolicy, got {type(cutoff).__name__}")
         if max_concurrent_subscans < 1:
             raise ValueError(f"max_concurrent_subscans must be >= 1, got {max_concurrent_subscans}")
         if first_page < 1 or max_page < first_page:
             raise ValueError(f"need 1 <= first_page <= max_page, got {first_page}, {max_page}")
         self._table = table
         self.scheme = scheme
+        self.cutoff = cutoff
+        self.layout = Layout(scheme, cutoff)
         self.limiter = anyio.CapacityLimiter(max_concurrent_subscans)
         self._first_page = first_page
         self._max_page = max_page
@@ -168,6 +183,92 @@ class SaltedTableAsync:
         table = client.get_table(instance_id, table_id, **table_kwargs)
         return cls(table, scheme, max_concurrent_subscans=max_concurrent_subscans)
 
+    @classmethod
+    async def open(
+        cls,
+        table: TableLike,
+        scheme: SaltScheme,
+        *,
+        cutoff: CutoffPolicy | None = None,
+        sample_rows: int = 100,
+        **kwargs: Any,
+    ) -> SaltedTableAsync:
+        """Wrap ``table`` after checking that its rows fit the layout.
+
+        Samples up to ``sample_rows`` rows from each salted prefix range (see
+        :meth:`check_layout`) and refuses with :class:`LayoutError` if any
+        row there was not written by this layout, before anything is misread.
+        ``kwargs`` go to the constructor.
+        """
+        salted = cls(table, scheme, cutoff=cutoff, **kwargs)
+        await salted.check_layout(sample_rows=sample_rows)
+        return salted
+
+    async def check_layout(self, *, sample_rows: int = 100) -> None:
+        """Sample the salted key space and check every row there belongs to it.
+
+        A row inside a salted prefix range must carry the bucket the scheme
+        computes for the rest of its key and, with a cutoff, a timestamp at or
+        after the cutoff. Anything else is a legacy key that looks salted (for
+        example a pre-migration key ``07-abc``), or data written with another
+        scheme: reading it would mix rows.
+
+        Raises:
+            LayoutError: With up to five offending keys and the way out.
+        """
+        key_only = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
+        offenders: list[str] = []
+
+        async def sample(prefix: bytes) -> None:
+            query = ReadRowsQuery(
+                row_ranges=RowRange(prefix, prefix_end(prefix) or None),
+                limit=sample_rows,
+                row_filter=key_only,
+            )
+            async with self.limiter:
+                # The limit ends the stream on the server side: reading it to
+                # the end leaves no RPC behind.
+                stream = await self._table.read_rows_stream(query)
+                keys = [row.row_key async for row in stream]
+            for key in keys:
+                problem = self._misplaced(key)
+                if problem is not None:
+                    offenders.append(problem)
+
+        async with anyio.create_task_group() as tg:
+            for prefix in self.scheme.prefixes:
+                tg.start_soon(sample, prefix)
+        if offenders:
+            shown = "\n  ".join(offenders[:5])
+            raise LayoutError(
+                f"{len(offenders)} sampled row(s) inside the salted key space of {self.scheme} "
+                f"were not written by this layout, e.g.\n  {shown}\n"
+                "If these are older unsalted keys that look salted, give the scheme a marker "
+                "(SaltScheme(..., marker=b'~')) so salted keys cannot meet them; if the table "
+                "was written with another bucket count or hash, open it with that scheme."
+            )
+
+    def _misplaced(self, physical: bytes) -> str | None:
+        try:
+            _, logical = self.scheme.split_key(physical)
+        except RowKeyError as exc:
+            return f"{physical!r}: {exc}"
+        if self.cutoff is None:
+            return None
+        try:
+            side = self.cutoff.side_of(logical)
+        except CutoffError as exc:
+            return f"{physical!r}: {exc}"
+        if side != "salted":
+            return f"{physical!r}: its key time is before the cutoff, so it is a legacy row"
+        return None
+
+    def _filter_for(self, bucket: int | None, row_filter: RowFilter | None) -> RowFilter | None:
+        """The filter to send for a row in ``bucket`` (legacy rows need no rewrite)."""
+        if bucket is None:
+            return row_filter
+        return rewrite_filter(row_filter, self.scheme.prefix(bucket))
+
     @property
     def table(self) -> TableLike:
         """The underlying table of physical rows."""
@@ -175,7 +276,7 @@ class SaltedTableAsync:
 
     def plan(self, query: ReadRowsQuery) -> ReadPlan:
         """Return the physical sub-queries a logical query turns into (nothing is read)."""
-        return plan_reads(query, self.scheme)
+        return plan_reads(query, self.scheme, self.cutoff)
 
     # -- reads -----------------------------------------------------------------
 
@@ -254,8 +355,6 @@ class SaltedTableAsync:
                 async for row in rows:
                     print(row.row_key)
         """
-        from ._salt import prefix_end
-
         key = to_key(prefix)
         row_range = RowRange(key or None, prefix_end(key) or None)
         query = ReadRowsQuery(row_ranges=row_range, limit=limit, row_filter=row_filter)
@@ -275,10 +374,10 @@ class SaltedTableAsync:
     ) -> Row | None:
         """Read one row by its logical key; None if it does not exist."""
         key = to_key(row_key)
-        bucket, physical = self.scheme.locate(key)
+        bucket, physical = self.layout.locate(key)
         row = await self._table.read_row(
             physical,
-            row_filter=rewrite_filter(row_filter, self.scheme.prefix(bucket)),
+            row_filter=self._filter_for(bucket, row_filter),
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
@@ -295,7 +394,7 @@ class SaltedTableAsync:
     ) -> bool:
         """Tell whether a row with this logical key exists."""
         return await self._table.row_exists(
-            self.scheme.salt_key(row_key),
+            self.layout.locate(row_key)[1],
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
@@ -491,7 +590,7 @@ class SaltedTableAsync:
     ) -> None:
         """Apply mutations to the row with this logical key."""
         await self._table.mutate_row(
-            self.scheme.salt_key(row_key),
+            self.layout.locate(row_key)[1],
             mutations,
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
@@ -516,9 +615,9 @@ class SaltedTableAsync:
                 ``FailedMutationEntryError.entry`` is the caller's logical entry
                 and ``.index`` its position in ``mutation_entries``.
         """
+        locate = self.layout.locate
         physical = [
-            RowMutationEntry(self.scheme.salt_key(e.row_key), list(e.mutations))
-            for e in mutation_entries
+            RowMutationEntry(locate(e.row_key)[1], list(e.mutations)) for e in mutation_entries
         ]
         try:
             await self._table.bulk_mutate_rows(
@@ -528,7 +627,7 @@ class SaltedTableAsync:
                 retryable_errors=retryable_errors,
             )
         except MutationsExceptionGroup as group:
-            raise _logical_group(group, self.scheme, mutation_entries) from None
+            raise _logical_group(group, self.layout, mutation_entries) from None
 
     async def check_and_mutate_row(
         self,
@@ -543,10 +642,10 @@ class SaltedTableAsync:
 
         Row-key regexes in the predicate are matched against the logical key.
         """
-        bucket, physical = self.scheme.locate(row_key)
+        bucket, physical = self.layout.locate(row_key)
         return await self._table.check_and_mutate_row(
             physical,
-            rewrite_filter(predicate, self.scheme.prefix(bucket)),
+            self._filter_for(bucket, predicate),
             true_case_mutations=true_case_mutations,
             false_case_mutations=false_case_mutations,
             operation_timeout=operation_timeout,
@@ -562,7 +661,7 @@ class SaltedTableAsync:
         """Atomically read-modify-write the row with this logical key."""
         key = to_key(row_key)
         row = await self._table.read_modify_write_row(
-            self.scheme.salt_key(key), rules, operation_timeout=operation_timeout
+            self.layout.locate(key)[1], rules, operation_timeout=operation_timeout
         )
         return _relabel(row, key)
 
@@ -589,7 +688,7 @@ class SaltedTableAsync:
             batch_attempt_timeout=batch_attempt_timeout,
             batch_retryable_errors=batch_retryable_errors,
         )
-        return SaltedMutationsBatcher(inner, self.scheme)
+        return SaltedMutationsBatcher(inner, self.layout)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -616,7 +715,7 @@ async def _stream(fanout: FanOut[Row]) -> AsyncIterator[Row]:
 
 def _logical_group(
     group: MutationsExceptionGroup,
-    scheme: SaltScheme,
+    layout: Layout,
     originals: Sequence[RowMutationEntry] | None = None,
 ) -> MutationsExceptionGroup:
     """The same failures, naming the caller's logical entries instead of physical ones."""
@@ -629,7 +728,7 @@ def _logical_group(
             entry = originals[exc.index]
         else:
             try:
-                key = scheme.unsalt_key(exc.entry.row_key)
+                key = layout.to_logical(to_key(exc.entry.row_key))
             except RowKeyError:
                 key = to_key(exc.entry.row_key)
             entry = RowMutationEntry(key, list(exc.entry.mutations))
@@ -652,9 +751,9 @@ class SaltedMutationsBatcher:
     logical keys of the failed entries.
     """
 
-    def __init__(self, inner: Any, scheme: SaltScheme) -> None:
+    def __init__(self, inner: Any, layout: Layout) -> None:
         self._inner = inner
-        self._scheme = scheme
+        self._layout = layout
 
     @property
     def closed(self) -> bool:
@@ -664,19 +763,19 @@ class SaltedMutationsBatcher:
     async def append(self, mutation_entry: RowMutationEntry) -> None:
         """Queue a logical entry; it is flushed with others under its physical key."""
         physical = RowMutationEntry(
-            self._scheme.salt_key(mutation_entry.row_key), list(mutation_entry.mutations)
+            self._layout.locate(mutation_entry.row_key)[1], list(mutation_entry.mutations)
         )
         try:
             await self._inner.append(physical)
         except MutationsExceptionGroup as group:
-            raise _logical_group(group, self._scheme) from None
+            raise _logical_group(group, self._layout) from None
 
     async def close(self) -> None:
         """Flush what is queued and close; raise failures with logical keys."""
         try:
             await self._inner.close()
         except MutationsExceptionGroup as group:
-            raise _logical_group(group, self._scheme) from None
+            raise _logical_group(group, self._layout) from None
 
     async def __aenter__(self) -> SaltedMutationsBatcher:
         await self._inner.__aenter__()

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._cutoff import (
+    CutoffPolicy,
+    Layout,
+    TimestampReader,
+    big_endian_int,
+    epoch_field,
+    iso8601_field,
+    reversed_epoch_field,
+)
 from ._exceptions import (
     BucketReadError,
+    CutoffError,
     EmulatorError,
     EmulatorNotFoundError,
+    LayoutError,
     QueryPlanError,
     RowKeyError,
     SaltedTableError,
@@ -26,10 +37,14 @@ __all__ = [
     "HASHES",
     "MAX_BUCKETS",
     "BucketReadError",
+    "CutoffError",
+    "CutoffPolicy",
     "EmulatorError",
     "EmulatorNotFoundError",
     "KeyPart",
     "KeyRange",
+    "Layout",
+    "LayoutError",
     "QueryPlanError",
     "ReadPlan",
     "RowKeyError",
@@ -40,10 +55,15 @@ __all__ = [
     "SaltedTableError",
     "SubQuery",
     "TableLike",
+    "TimestampReader",
     "__version__",
     "before_last",
+    "big_endian_int",
+    "epoch_field",
     "fields",
+    "iso8601_field",
     "plan_reads",
     "prefix_end",
+    "reversed_epoch_field",
     "rewrite_filter",
 ]

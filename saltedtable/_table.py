@@ -8,6 +8,7 @@ merging them).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from contextlib import aclosing
@@ -44,6 +45,8 @@ from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
 from ._salt import SaltScheme, prefix_end, to_key
 
 __all__ = ["SaltedMutationsBatcher", "SaltedTableAsync", "TableLike"]
+
+_log = logging.getLogger("saltedtable")
 
 #: Sub-scans in flight per table when the caller does not say otherwise.
 DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
@@ -235,14 +238,38 @@ class SaltedTableAsync:
                 if problem is not None:
                     offenders.append(problem)
 
+        async def sample_legacy() -> None:
+            assert self.cutoff is not None
+            query = ReadRowsQuery(limit=sample_rows, row_filter=key_only)
+            plan = plan_reads(query, self.scheme, self.cutoff)
+            legacy = next(s for s in plan.subqueries if s.bucket is None)
+            page = PageCursor(legacy).next_query(sample_rows)
+            if page is None:
+                return
+            async with self.limiter:
+                stream = await self._table.read_rows_stream(page)
+                keys = [row.row_key async for row in stream]
+            for key in keys:
+                try:
+                    side = self.cutoff.side_of(key)
+                except CutoffError:
+                    continue
+                if side == "salted":
+                    offenders.append(
+                        f"{key!r}: an unsalted row whose key time is at or after the cutoff "
+                        "(reads look for it on the salted side; choose a later cutoff)"
+                    )
+
         async with anyio.create_task_group() as tg:
             for prefix in self.scheme.prefixes:
                 tg.start_soon(sample, prefix)
+            if self.cutoff is not None:
+                tg.start_soon(sample_legacy)
         if offenders:
             shown = "\n  ".join(offenders[:5])
             raise LayoutError(
-                f"{len(offenders)} sampled row(s) inside the salted key space of {self.scheme} "
-                f"were not written by this layout, e.g.\n  {shown}\n"
+                f"{len(offenders)} sampled row(s) do not fit the layout of {self.scheme}"
+                f"{'' if self.cutoff is None else ' with ' + repr(self.cutoff)}, e.g.\n  {shown}\n"
                 "If these are older unsalted keys that look salted, give the scheme a marker "
                 "(SaltScheme(..., marker=b'~')) so salted keys cannot meet them; if the table "
                 "was written with another bucket count or hash, open it with that scheme."
@@ -573,9 +600,43 @@ class SaltedTableAsync:
                     query=query,
                 ) from exc
             cursor.advance(len(rows), size, sub.prefix + keys[-1] if keys else None)
+            if stray is not None:
+                rows, keys = stray(rows, keys)
             return Page(rows, keys, not cursor.done)
 
+        stray = self._drop_stray_legacy_rows if sub.bucket is None and self.cutoff else None
         return fetch
+
+    def _drop_stray_legacy_rows(
+        self, rows: list[Row], keys: list[bytes]
+    ) -> tuple[list[Row], list[bytes]]:
+        """Drop legacy rows whose key time says they live on the salted side.
+
+        Such a row contradicts the layout (it was written unsalted after the
+        cutoff): point reads look for its key on the salted side, so a scan
+        showing it would show a row that reads cannot find, or show a key
+        twice. It is left out and logged; :meth:`check_layout` reports them.
+        """
+        assert self.cutoff is not None
+        side_of = self.cutoff.side_of
+        kept = []
+        for i, key in enumerate(keys):
+            try:
+                salted = side_of(key) == "salted"
+            except CutoffError:
+                salted = False  # no readable time: only the legacy side can hold it
+            if salted:
+                _log.warning(
+                    "skipping legacy row %r: its key time is at or after the cutoff %s, "
+                    "so the layout places it on the salted side",
+                    key,
+                    self.cutoff.cutoff.isoformat(),
+                )
+            else:
+                kept.append(i)
+        if len(kept) == len(keys):
+            return rows, keys
+        return [rows[i] for i in kept], [keys[i] for i in kept]
 
     # -- writes ----------------------------------------------------------------
 

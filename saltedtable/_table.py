@@ -8,6 +8,7 @@ merging them).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
@@ -43,6 +44,13 @@ from ._exceptions import BucketReadError, CutoffError, LayoutError, RowKeyError
 from ._merge import FanOut, Page
 from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
 from ._salt import SaltScheme, prefix_end, to_key
+from ._stats import (
+    BucketStats,
+    CallStats,
+    StatsHook,
+    current_bucket,
+    install_retry_counter,
+)
 
 __all__ = ["SaltedMutationsBatcher", "SaltedTableAsync", "TableLike"]
 
@@ -140,6 +148,8 @@ class SaltedTableAsync:
             every read running on it at once.
         first_page: Rows asked of each bucket in a scan's first page (no limit).
         max_page: Largest page; bounds memory per bucket.
+        stats_hook: Called with the :class:`CallStats` of every finished read
+            and bulk write (for logging or metrics export).
     """
 
     def __init__(
@@ -151,6 +161,7 @@ class SaltedTableAsync:
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         first_page: int = 100,
         max_page: int = 1000,
+        stats_hook: StatsHook | None = None,
     ) -> None:
         if not isinstance(scheme, SaltScheme):
             raise TypeError(f"scheme must be a SaltScheme, got {type(scheme).__name__}")
@@ -167,6 +178,8 @@ class SaltedTableAsync:
         self.limiter = anyio.CapacityLimiter(max_concurrent_subscans)
         self._first_page = first_page
         self._max_page = max_page
+        self.stats_hook = stats_hook
+        install_retry_counter(table)
 
     @classmethod
     def from_client(
@@ -315,6 +328,7 @@ class SaltedTableAsync:
         attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
         retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
+        stats: CallStats | None = None,
     ) -> AsyncIterable[Row]:
         """Stream the rows of a logical query, merged in logical key order.
 
@@ -329,15 +343,22 @@ class SaltedTableAsync:
             attempt_timeout: Time budget of each request.
             retryable_errors: Errors the client retries within the budget.
             ordered: False hands rows over as they arrive, in no particular order.
+            stats: Filled in with per-bucket statistics as the read runs.
 
         Raises:
             BucketReadError: While iterating, when a sub-scan failed after the
                 client's retries; its ``__cause__`` is the Bigtable error.
         """
-        fanout = self._fanout(
-            self.plan(query), operation_timeout, attempt_timeout, retryable_errors, ordered
+        call = self._read_call(
+            "read_rows_stream",
+            self.plan(query),
+            operation_timeout,
+            attempt_timeout,
+            retryable_errors,
+            ordered,
+            stats,
         )
-        return _stream(fanout)
+        return call.stream()
 
     async def read_rows(
         self,
@@ -347,16 +368,19 @@ class SaltedTableAsync:
         attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
         retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
+        stats: CallStats | None = None,
     ) -> list[Row]:
         """Read the rows of a logical query into a list (see :meth:`read_rows_stream`)."""
-        fanout = self._fanout(
-            self.plan(query), operation_timeout, attempt_timeout, retryable_errors, ordered
+        call = self._read_call(
+            "read_rows",
+            self.plan(query),
+            operation_timeout,
+            attempt_timeout,
+            retryable_errors,
+            ordered,
+            stats,
         )
-        rows: list[Row] = []
-        async with fanout:
-            async for batch in fanout:
-                rows.extend(batch)
-        return rows
+        return await call.collect()
 
     def read_prefix(
         self,
@@ -368,6 +392,7 @@ class SaltedTableAsync:
         attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
         retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
+        stats: CallStats | None = None,
     ) -> AsyncIterator[Row]:
         """Stream every row whose logical key starts with ``prefix``.
 
@@ -385,10 +410,16 @@ class SaltedTableAsync:
         key = to_key(prefix)
         row_range = RowRange(key or None, prefix_end(key) or None)
         query = ReadRowsQuery(row_ranges=row_range, limit=limit, row_filter=row_filter)
-        fanout = self._fanout(
-            self.plan(query), operation_timeout, attempt_timeout, retryable_errors, ordered
+        call = self._read_call(
+            "read_prefix",
+            self.plan(query),
+            operation_timeout,
+            attempt_timeout,
+            retryable_errors,
+            ordered,
+            stats,
         )
-        return _stream(fanout)
+        return call.stream()
 
     async def read_row(
         self,
@@ -449,15 +480,17 @@ class SaltedTableAsync:
 
         async def run(i: int) -> None:
             async with gate:
-                fanout = self._fanout(
-                    plans[i], operation_timeout, attempt_timeout, retryable_errors, True
+                call = self._read_call(
+                    "read_rows_sharded",
+                    plans[i],
+                    operation_timeout,
+                    attempt_timeout,
+                    retryable_errors,
+                    True,
+                    None,
                 )
                 try:
-                    rows: list[Row] = []
-                    async with fanout:
-                        async for batch in fanout:
-                            rows.extend(batch)
-                    results[i] = rows
+                    results[i] = await call.collect()
                 except Exception as exc:  # collected like the client's gather
                     results[i] = exc
 
@@ -522,14 +555,16 @@ class SaltedTableAsync:
             out.append((b"", total))
         return out
 
-    def _fanout(
+    def _read_call(
         self,
+        operation: str,
         plan: ReadPlan,
         operation_timeout: _Timeout,
         attempt_timeout: _AttemptTimeout,
         retryable_errors: _Retryable,
         ordered: bool,
-    ) -> FanOut[Row]:
+        stats: CallStats | None,
+    ) -> _ReadCall:
         op_timeout = (
             self._table.default_read_rows_operation_timeout
             if isinstance(operation_timeout, TABLE_DEFAULT)
@@ -541,10 +576,21 @@ class SaltedTableAsync:
             else attempt_timeout
         )
         deadline = time.monotonic() + op_timeout
+        if stats is None and self.stats_hook is not None:
+            stats = CallStats()
+        if stats is not None:
+            stats.operation = operation
         sources = [
-            self._source(sub, deadline, att_timeout, retryable_errors) for sub in plan.subqueries
+            self._source(
+                sub,
+                deadline,
+                att_timeout,
+                retryable_errors,
+                None if stats is None else stats.bucket(sub.bucket),
+            )
+            for sub in plan.subqueries
         ]
-        return FanOut(
+        fanout = FanOut(
             sources,
             ordered=ordered,
             limit=plan.limit,
@@ -552,6 +598,7 @@ class SaltedTableAsync:
             max_page=self._max_page,
             limiter=self.limiter,
         )
+        return _ReadCall(fanout, stats, self.stats_hook)
 
     def _source(
         self,
@@ -559,6 +606,7 @@ class SaltedTableAsync:
         deadline: float,
         attempt_timeout: float | None,
         retryable_errors: _Retryable,
+        bstats: BucketStats | None,
     ) -> Any:
         cursor = PageCursor(sub)
         cut = len(sub.prefix)
@@ -568,9 +616,11 @@ class SaltedTableAsync:
             query = cursor.next_query(size)
             if query is None:
                 return Page([], [], False)
-            remaining = deadline - time.monotonic()
+            started = time.monotonic()
+            remaining = deadline - started
             rows: list[Row] = []
             keys: list[bytes] = []
+            token = None if bstats is None else current_bucket().set(bstats)
             try:
                 if remaining <= 0:
                     raise TimeoutError("operation_timeout ran out before the next page")
@@ -591,6 +641,8 @@ class SaltedTableAsync:
                         rows.append(row)
                         keys.append(key)
             except Exception as exc:
+                if bstats is not None:
+                    _end_page(bstats, started, rows, token)
                 where = cursor.position
                 resume = "" if where is None else f" after {where!r}"
                 raise BucketReadError(
@@ -599,6 +651,8 @@ class SaltedTableAsync:
                     bucket=sub.bucket,
                     query=query,
                 ) from exc
+            if bstats is not None:
+                _end_page(bstats, started, rows, token)
             cursor.advance(len(rows), size, sub.prefix + keys[-1] if keys else None)
             if stray is not None:
                 rows, keys = stray(rows, keys)
@@ -665,6 +719,7 @@ class SaltedTableAsync:
         operation_timeout: _Timeout = TABLE_DEFAULT.MUTATE_ROWS,
         attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
         retryable_errors: _Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+        stats: CallStats | None = None,
     ) -> None:
         """Apply many logical entries in one ``bulk_mutate_rows`` call across buckets.
 
@@ -676,10 +731,18 @@ class SaltedTableAsync:
                 ``FailedMutationEntryError.entry`` is the caller's logical entry
                 and ``.index`` its position in ``mutation_entries``.
         """
+        if stats is None and self.stats_hook is not None:
+            stats = CallStats()
         locate = self.layout.locate
-        physical = [
-            RowMutationEntry(locate(e.row_key)[1], list(e.mutations)) for e in mutation_entries
-        ]
+        physical = []
+        for entry in mutation_entries:
+            bucket, key = locate(entry.row_key)
+            physical.append(RowMutationEntry(key, list(entry.mutations)))
+            if stats is not None:
+                b = stats.bucket(bucket)
+                b.rows += 1
+                b.bytes += len(key) + sum(m.size() for m in entry.mutations)
+        error: BaseException | None = None
         try:
             await self._table.bulk_mutate_rows(
                 physical,
@@ -688,7 +751,16 @@ class SaltedTableAsync:
                 retryable_errors=retryable_errors,
             )
         except MutationsExceptionGroup as group:
-            raise _logical_group(group, self.layout, mutation_entries) from None
+            error = _logical_group(group, self.layout, mutation_entries)
+            raise error from None
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if stats is not None:
+                stats.operation = "bulk_mutate_rows"
+                stats.rows = len(mutation_entries)
+                _ReadCall.report(stats, error, self.stats_hook)
 
     async def check_and_mutate_row(
         self,
@@ -764,14 +836,90 @@ class SaltedTableAsync:
         await self.close()
 
 
-async def _stream(fanout: FanOut[Row]) -> AsyncIterator[Row]:
-    """Flatten a fan-out's batches; closing this generator cancels every sub-scan."""
-    try:
-        async for batch in fanout:
-            for row in batch:
-                yield row
-    finally:
-        await fanout.aclose()
+def _end_page(
+    bstats: BucketStats,
+    started: float,
+    rows: list[Row],
+    token: contextvars.Token[BucketStats | None] | None,
+) -> None:
+    """Account one page (also a failed one) to its bucket."""
+    if token is not None:
+        current_bucket().reset(token)
+    took = time.monotonic() - started
+    bstats.pages += 1
+    bstats.seconds += took
+    if bstats.first_page_seconds is None:
+        bstats.first_page_seconds = took
+    bstats.rows += len(rows)
+    bstats.bytes += sum(
+        len(row.row_key) + sum(len(cell.value) for cell in row.cells) for row in rows
+    )
+
+
+@final
+class _ReadCall:
+    """One running read: its fan-out, and the statistics to finish when it ends."""
+
+    __slots__ = ("_fanout", "_hook", "_stats")
+
+    def __init__(self, fanout: FanOut[Row], stats: CallStats | None, hook: StatsHook | None):
+        self._fanout = fanout
+        self._stats = stats
+        self._hook = hook
+
+    async def collect(self) -> list[Row]:
+        rows: list[Row] = []
+        error: BaseException | None = None
+        try:
+            async with self._fanout:
+                async for batch in self._fanout:
+                    rows.extend(batch)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._finish(error)
+        return rows
+
+    async def stream(self) -> AsyncIterator[Row]:
+        """Flatten the batches; closing this generator cancels every sub-scan."""
+        error: BaseException | None = None
+        try:
+            async for batch in self._fanout:
+                for row in batch:
+                    yield row
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            await self._fanout.aclose()
+            self._finish(error)
+
+    def _finish(self, error: BaseException | None) -> None:
+        stats = self._stats
+        if stats is not None:
+            stats.rows = self._fanout.emitted
+            self.report(stats, error, self._hook)
+
+    @staticmethod
+    def report(stats: CallStats, error: BaseException | None, hook: StatsHook | None) -> None:
+        """End a call's statistics: log a summary and hand them to the hook."""
+        stats.finish(error)
+        _log.debug(
+            "%s: %d rows over %d bucket(s) in %.3fs, skew %.2f, %d retries%s",
+            stats.operation,
+            stats.rows,
+            len(stats.buckets),
+            stats.elapsed or 0.0,
+            stats.skew,
+            stats.retries,
+            "" if error is None else f", failed: {error!r}",
+        )
+        if hook is not None:
+            try:
+                hook(stats)
+            except Exception:  # a broken exporter must not break the call
+                _log.exception("saltedtable stats_hook raised")
 
 
 def _logical_group(

@@ -1,0 +1,167 @@
+"""Per-call statistics: rows, bytes, pages, latency and retries per bucket, and skew.
+
+A :class:`CallStats` is filled in while a call runs. Pass one to a read or a
+bulk write (``stats=CallStats()``) to inspect it afterwards, or give the table
+a ``stats_hook`` that receives every finished call (to log or export it; see
+:func:`saltedtable.otel.instrument`). Collection costs a little per row, so it
+happens only when someone asks for it.
+
+Retries happen inside the Bigtable client. They are counted through the
+client's metrics handlers when the client has them (google-cloud-bigtable
+2.50 does): each finished RPC reports its attempts, and the ones beyond the
+first are attributed to the bucket whose page was being read.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, final
+
+__all__ = ["BucketStats", "CallStats", "StatsHook"]
+
+
+@final
+@dataclass(slots=True)
+class BucketStats:
+    """What one bucket (or the legacy side, bucket None) did during a call.
+
+    Attributes:
+        rows: Rows read from (or entries written to) the bucket.
+        bytes: Bytes of keys and cell values read (or mutation bytes written).
+        pages: Page requests (ReadRows RPCs) sent.
+        seconds: Time spent waiting for this bucket's pages.
+        first_page_seconds: Latency of the first page, or None.
+        retries: Attempts beyond the first inside the client's RPCs.
+    """
+
+    rows: int = 0
+    bytes: int = 0
+    pages: int = 0
+    seconds: float = 0.0
+    first_page_seconds: float | None = None
+    retries: int = 0
+
+
+@final
+@dataclass(slots=True)
+class CallStats:
+    """Statistics of one call (a read or a bulk write) on a salted table.
+
+    Attributes:
+        operation: ``"read_rows"``, ``"bulk_mutate_rows"``, ...
+        buckets: Per-bucket statistics, keyed by bucket (None: legacy side).
+        rows: Rows handed to the caller (reads) or entries written.
+        started: ``time.monotonic()`` when the call began.
+        elapsed: Seconds the call took (set when it ends).
+        error: The exception the call ended with, if any.
+    """
+
+    operation: str = ""
+    buckets: dict[int | None, BucketStats] = field(default_factory=dict)
+    rows: int = 0
+    started: float = field(default_factory=time.monotonic)
+    elapsed: float | None = None
+    error: BaseException | None = None
+
+    def bucket(self, bucket: int | None) -> BucketStats:
+        """The (created on first use) statistics of ``bucket``."""
+        stats = self.buckets.get(bucket)
+        if stats is None:
+            stats = self.buckets[bucket] = BucketStats()
+        return stats
+
+    @property
+    def skew(self) -> float:
+        """Rows in the busiest bucket over the mean rows per bucket (1.0 = even).
+
+        Reads and writes spread by a good salt stay near 1. A large figure on
+        a big call means one bucket does most of the work: typically one hot
+        logical key, which no salt computed from that key can spread.
+        """
+        counts = [b.rows for b in self.buckets.values()]
+        total = sum(counts)
+        if not counts or total == 0:
+            return 1.0
+        return max(counts) / (total / len(counts))
+
+    @property
+    def retries(self) -> int:
+        """Client-side retries across every bucket."""
+        return sum(b.retries for b in self.buckets.values())
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """Record the end of the call."""
+        self.elapsed = time.monotonic() - self.started
+        self.error = error
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly summary (bucket keys become strings; None is "legacy")."""
+        return {
+            "operation": self.operation,
+            "rows": self.rows,
+            "elapsed": self.elapsed,
+            "skew": round(self.skew, 3),
+            "retries": self.retries,
+            "error": None if self.error is None else repr(self.error),
+            "buckets": {
+                ("legacy" if k is None else str(k)): {
+                    "rows": b.rows,
+                    "bytes": b.bytes,
+                    "pages": b.pages,
+                    "seconds": round(b.seconds, 6),
+                    "first_page_seconds": b.first_page_seconds,
+                    "retries": b.retries,
+                }
+                for k, b in sorted(self.buckets.items(), key=lambda kv: (kv[0] is not None, kv[0]))
+            },
+        }
+
+
+#: Called with every finished call's statistics.
+StatsHook = Callable[[CallStats], None]
+
+#: The bucket statistics of the page being read in this task, for the retry counter.
+_current_bucket: Final = contextvars.ContextVar[BucketStats | None](
+    "saltedtable_current_bucket", default=None
+)
+
+
+class _RetryCounter:
+    """A Bigtable client metrics handler that credits retries to the current bucket."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        pass
+
+    def on_operation_complete(self, op: Any) -> None:
+        bucket = _current_bucket.get()
+        attempts = len(getattr(op, "completed_attempts", ()) or ())
+        if bucket is not None and attempts > 1:
+            bucket.retries += attempts - 1
+
+    def on_attempt_complete(self, attempt: Any, op: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_RETRY_COUNTER: Final = _RetryCounter()
+
+
+def install_retry_counter(table: Any) -> bool:
+    """Subscribe the retry counter to the table's client metrics, once; False if impossible."""
+    controller = getattr(getattr(table, "client", None), "_metrics", None)
+    handlers = getattr(controller, "handlers", None)
+    if controller is None or not isinstance(handlers, list):
+        return False
+    if not any(h is _RETRY_COUNTER for h in handlers):
+        controller.add_handler(_RETRY_COUNTER)
+    return True
+
+
+def current_bucket() -> contextvars.ContextVar[BucketStats | None]:
+    """The context variable the table sets around each page read."""
+    return _current_bucket

@@ -1,0 +1,618 @@
+"""Hotspot advisor: how would a range-partitioned store spread this load, salted or not?
+
+Pure code, no I/O: :func:`advise` takes a sample of accesses (key, count, time)
+and returns an :class:`Advice` value; the CLI reads the input, prints the
+advice and draws the heat map.
+
+The model, for the unsalted layout and for each candidate bucket count N:
+
+* **Storage.** The sample's distinct keys, in the layout's physical order
+  (logical keys unsalted, ``scheme.salt_key(key)`` salted), are cut into T
+  contiguous tablets that hold the same number of keys. Bigtable splits
+  tablets by size, so with rows of similar size this is the layout a table
+  settles into.
+* **Load.** Each line adds its count to the tablet holding its key, in the
+  time window of its time (or of its position in the sample): a heat map of T
+  rows by W columns, as in Bigtable's Key Visualizer.
+* **Score.** ``max/mean``: in each window the hottest tablet's load over the
+  mean tablet's load, averaged over the windows weighted by their load
+  (``T * sum(max of each window) / total load``). 1.0 is a perfect spread; a
+  hot tablet at 9x the mean is a node doing 9x its share of the work.
+
+Time matters: keys such as ``tenant#timestamp`` are spread evenly over the
+tablets in storage, but at any moment every write of a tenant goes to the end
+of its range. Salting splits that end into N ends. The recommendation starts
+from the unsalted hottest-tablet ratio (the shard-count rule of thumb: a range
+at 4.5x the mean wants about 5 shards) and then takes the smallest simulated
+candidate that meets the target, because each bucket costs every scan one
+more sub-scan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol, TypeVar, final
+
+from ._salt import SaltScheme
+
+__all__ = [
+    "DEFAULT_CANDIDATES",
+    "DEFAULT_SCAN_LIMIT",
+    "DEFAULT_TABLETS",
+    "DEFAULT_TARGET",
+    "Access",
+    "Advice",
+    "Finding",
+    "HotSpot",
+    "Simulation",
+    "TimeAxis",
+    "advise",
+    "format_key",
+    "plan_sample",
+]
+
+DEFAULT_CANDIDATES: Final = (1, 2, 4, 8, 16, 32, 64)
+#: A table of a few hundred GB on a handful of nodes has tens of tablets.
+DEFAULT_TABLETS: Final = 32
+DEFAULT_TARGET: Final = 1.5
+DEFAULT_SCAN_LIMIT: Final = 100
+#: Automatic windows aim at this many lines per tablet per window: with fewer,
+#: chance alone makes some tablet look hot (Poisson noise ~ 1 + sqrt(2 ln T / lines)).
+LINES_PER_CELL: Final = 64
+MAX_WINDOWS: Final = 60
+#: Keys are "monotonic" when this much of each time slice lies above the slice before.
+_MONOTONIC_SHARE: Final = 0.8
+_MONOTONIC_CHUNKS: Final = 20
+
+TimeAxis = Literal["time", "order", "none"]
+Severity = Literal["warning", "note"]
+
+
+class _Ordered(Protocol):
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+_T = TypeVar("_T", bound=_Ordered)
+
+
+def format_key(key: bytes) -> str:
+    """Show a key as text, escaping anything that is not printable ASCII (``\\xNN``)."""
+    return "".join(
+        chr(b) if 0x20 <= b < 0x7F and b != 0x5C else ("\\\\" if b == 0x5C else f"\\x{b:02x}")
+        for b in key
+    )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One line of a key sample or access log: a logical key, its load, and when."""
+
+    key: bytes
+    count: float = 1.0
+    time: float | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HotSpot:
+    """The hottest cell of a heat map: one tablet in one time window."""
+
+    tablet: int
+    window: int
+    first_key: bytes
+    last_key: bytes
+    ratio: float
+    share: float
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """One simulated layout: unsalted (``buckets == 1``) or salted with N buckets."""
+
+    buckets: int
+    max_mean: float
+    hottest: HotSpot
+    #: ``loads[window][tablet]``
+    loads: tuple[tuple[float, ...], ...]
+    #: Physical key of the first row of each tablet.
+    tablet_first_keys: tuple[bytes, ...]
+    sub_scans: int
+    naive_limit_rows: int
+    paged_limit_rows: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Something the numbers alone do not say: a warning or a note, with a stable code."""
+
+    code: str
+    severity: Severity
+    message: str
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """What :func:`advise` found: the simulations, the recommendation and the findings."""
+
+    lines: int
+    distinct_keys: int
+    total_load: float
+    time_axis: TimeAxis
+    #: W + 1 window edges, in time units (or line positions for ``time_axis="order"``).
+    window_edges: tuple[float, ...]
+    tablets: int
+    target: float
+    scan_limit: int
+    simulations: tuple[Simulation, ...]
+    recommended: int | None
+    rule_of_thumb: int
+    #: The max/mean no salt can go below: the hottest single key's load per window.
+    floor: float
+    #: The keys with the largest share of the load, largest first.
+    top_keys: tuple[tuple[bytes, float], ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def windows(self) -> int:
+        """Number of time windows (heat-map columns)."""
+        return len(self.window_edges) - 1
+
+    def simulation(self, buckets: int) -> Simulation:
+        """Return the simulation of ``buckets`` (1: unsalted).
+
+        Raises:
+            KeyError: That bucket count was not simulated.
+        """
+        for sim in self.simulations:
+            if sim.buckets == buckets:
+                return sim
+        raise KeyError(buckets)
+
+
+def advise(
+    accesses: Sequence[Access],
+    *,
+    candidates: Sequence[int] = DEFAULT_CANDIDATES,
+    tablets: int = DEFAULT_TABLETS,
+    target: float = DEFAULT_TARGET,
+    windows: int | None = None,
+    scan_limit: int = DEFAULT_SCAN_LIMIT,
+    scheme_for: Callable[[int], SaltScheme] = SaltScheme,
+    ordered: bool = False,
+    show_key: Callable[[bytes], str] = format_key,
+    progress: Callable[[int, int], None] | None = None,
+) -> Advice:
+    """Simulate the load per tablet unsalted and salted with each candidate N; recommend N.
+
+    Args:
+        accesses: The sample. Either every access has a time or none has; without
+            times, the position in the sample is the time axis unless the keys
+            are sorted (a key dump, not a log), which gives a single window.
+        candidates: Bucket counts to try; 1 (unsalted) is always simulated.
+        tablets: T, the number of equal-size tablets the key space is cut into.
+        target: The max/mean to reach (> 1).
+        windows: Time windows W; None picks about :data:`LINES_PER_CELL` lines
+            per tablet per window, at most :data:`MAX_WINDOWS`.
+        scan_limit: Row limit of the scan whose read cost is reported.
+        scheme_for: Builds the scheme for N buckets (hash and key part).
+        ordered: Without times, use the sample order as the time axis even if
+            the keys are sorted.
+        show_key: How messages show a key.
+        progress: Called as ``progress(done, total)`` after each layout.
+
+    Returns:
+        The simulations in ascending N, the recommended N (None when no
+        candidate reaches the target) and the findings.
+
+    Raises:
+        ValueError: Bad arguments, an empty sample, or times on some accesses only.
+        SaltSchemeError: ``scheme_for`` rejects a candidate.
+        RowKeyError: A key the scheme cannot salt.
+    """
+    if not accesses:
+        raise ValueError("the sample is empty")
+    if tablets < 1:
+        raise ValueError(f"tablets must be >= 1, got {tablets}")
+    if not target > 1.0:
+        raise ValueError(f"target must be > 1 (max/mean is never below 1), got {target}")
+    if windows is not None and windows < 1:
+        raise ValueError(f"windows must be >= 1, got {windows}")
+    if scan_limit < 1:
+        raise ValueError(f"scan_limit must be >= 1, got {scan_limit}")
+    if any(n < 1 for n in candidates):
+        raise ValueError(f"candidates must be >= 1, got {list(candidates)}")
+    for a in accesses:
+        if not a.key:
+            raise ValueError("row keys must not be empty")
+        if not (a.count >= 0 and math.isfinite(a.count)):
+            raise ValueError(f"counts must be finite and >= 0, got {a.count} for {a.key!r}")
+    timed = sum(a.time is not None for a in accesses)
+    if 0 < timed < len(accesses):
+        raise ValueError("either every access has a time or none has")
+    total = math.fsum(a.count for a in accesses)
+    if total <= 0:
+        raise ValueError("the sample carries no load (every count is 0)")
+
+    findings: list[Finding] = []
+    axis, positions = _time_axis(accesses, ordered, findings)
+    keys = sorted({a.key for a in accesses})
+    t_count = min(tablets, len(keys))
+    if t_count < tablets:
+        findings.append(
+            Finding(
+                "few-keys",
+                "warning",
+                f"only {len(keys)} distinct keys: simulated {t_count} tablets instead of "
+                f"{tablets}; a sample this small says little about a real table",
+            )
+        )
+    w_count = _window_count(windows, axis, positions, len(accesses), t_count)
+    edges, window_of = _windows(positions, w_count)
+
+    # Aggregate once: load per (key, window); every layout re-buckets these cells.
+    index = {k: i for i, k in enumerate(keys)}
+    cells: dict[tuple[int, int], float] = {}
+    key_load = [0.0] * len(keys)
+    for a, w in zip(accesses, window_of, strict=True):
+        i = index[a.key]
+        cells[i, w] = cells.get((i, w), 0.0) + a.count
+        key_load[i] += a.count
+
+    todo = sorted(set(candidates) | {1})
+    sims: list[Simulation] = []
+    for done, n in enumerate(todo, 1):
+        if n == 1:
+            physical, sub_scans = keys, 1
+        else:
+            scheme = scheme_for(n)
+            physical = [scheme.salt_key(k) for k in keys]
+            # hash="java" has 2N-1 prefixes, and a scan reads every one of them.
+            sub_scans = len(scheme.prefixes)
+        sims.append(_simulate(n, sub_scans, physical, cells, w_count, t_count, total, scan_limit))
+        if progress is not None:
+            progress(done, len(todo))
+
+    window_max: dict[int, float] = {}
+    for (_, w), load in cells.items():
+        window_max[w] = max(window_max.get(w, 0.0), load)
+    floor = t_count * math.fsum(window_max.values()) / total
+    top = sorted(range(len(keys)), key=lambda i: -key_load[i])[:3]
+    top_keys = tuple((keys[i], key_load[i] / total) for i in top)
+
+    unsalted = sims[0]
+    rule = max(1, math.ceil(unsalted.max_mean - 1e-9))
+    recommended = next((s.buckets for s in sims if s.max_mean <= target), None)
+
+    _find_hot_key(top_keys, t_count, target, show_key, findings)
+    _find_monotonic(accesses, axis, positions, show_key, findings)
+    all_ones = all(a.count == 1 for a in accesses)
+    # One window of distinct keys is split exactly evenly; noise comes from
+    # lines falling into windows (and onto repeated keys) by chance.
+    noise = _noise(len(accesses), w_count, t_count) if all_ones and w_count > 1 else 1.0
+    if noise > target:
+        findings.append(
+            Finding(
+                "small-sample",
+                "warning",
+                f"{len(accesses)} lines over {t_count} tablets x {w_count} windows are about "
+                f"{len(accesses) / (t_count * w_count):.0f} per cell: chance alone gives "
+                f"max/mean ~{noise:.1f}; use a bigger sample, fewer --tablets or --windows",
+            )
+        )
+    if recommended is None:
+        best = min(sims, key=lambda s: s.max_mean)
+        if floor > target:
+            why = f"single keys alone keep max/mean >= {floor:.2f} (see hot-key)"
+        elif noise > target:
+            why = "the sample is too small to tell (see small-sample)"
+        else:
+            why = "try larger --candidates or a key part that spreads the load"
+        findings.append(
+            Finding(
+                "target-unreachable",
+                "warning",
+                f"no candidate brings max/mean to {target:g} or below (best: N={best.buckets} "
+                f"at {best.max_mean:.2f}); {why}",
+            )
+        )
+
+    return Advice(
+        lines=len(accesses),
+        distinct_keys=len(keys),
+        total_load=total,
+        time_axis=axis,
+        window_edges=edges,
+        tablets=t_count,
+        target=target,
+        scan_limit=scan_limit,
+        simulations=tuple(sims),
+        recommended=recommended,
+        rule_of_thumb=rule,
+        floor=floor,
+        top_keys=top_keys,
+        findings=tuple(findings),
+    )
+
+
+def plan_sample(
+    samples: Sequence[tuple[bytes, int]], limit: int
+) -> list[tuple[bytes | None, bytes | None, int]]:
+    """Split a sample of ``limit`` rows over a table's tablets, in proportion to their size.
+
+    Args:
+        samples: What ``TableAsync.sample_row_keys()`` returns: ``(key, offset)``
+            in key order, ``offset`` the bytes stored before ``key``; a last
+            entry with an empty key gives the table's size.
+        limit: Rows to read in all.
+
+    Returns:
+        ``(start, end, rows)``: contiguous ranges (start inclusive, end
+        exclusive, None for unbounded) that cover the whole table, each with
+        the rows to read from it; they add up to ``limit``. Ranges too small
+        for one row are merged into the next.
+    """
+    bounds = [(key, offset) for key, offset in samples if key]
+    total = next((offset for key, offset in samples if not key), None)
+    sizes, previous = [], 0
+    for _, offset in bounds:
+        sizes.append(max(0, offset - previous))
+        previous = offset
+    if total is not None and total >= previous:
+        last = float(total - previous)
+    else:  # no end marker: assume the last range is an average one
+        last = previous / len(bounds) if bounds else 0.0
+    grand = sum(sizes) + last
+    if grand <= 0:
+        return [(None, None, limit)]
+    out: list[tuple[bytes | None, bytes | None, int]] = []
+    start: bytes | None = None
+    cumulative, given = 0.0, 0
+    for (key, _), size in zip(bounds, sizes, strict=True):
+        cumulative += size
+        rows = round(limit * cumulative / grand) - given
+        if rows > 0:
+            out.append((start, key, rows))
+            start, given = key, given + rows
+    if limit > given:
+        out.append((start, None, limit - given))
+    elif out:
+        first, _, rows = out[-1]
+        out[-1] = (first, None, rows)
+    return out
+
+
+# -- simulation ----------------------------------------------------------------
+
+
+def _simulate(
+    buckets: int,
+    sub_scans: int,
+    physical: Sequence[bytes],
+    cells: dict[tuple[int, int], float],
+    w_count: int,
+    t_count: int,
+    total: float,
+    scan_limit: int,
+) -> Simulation:
+    d = len(physical)
+    order = sorted(range(d), key=physical.__getitem__)
+    tablet_of = [0] * d
+    for rank, i in enumerate(order):
+        tablet_of[i] = rank * t_count // d
+    loads = [[0.0] * t_count for _ in range(w_count)]
+    for (i, w), load in cells.items():
+        loads[w][tablet_of[i]] += load
+    max_sum = 0.0
+    hot_w, hot_t, hot_load = 0, 0, -1.0
+    for w, row in enumerate(loads):
+        t = max(range(t_count), key=row.__getitem__)
+        max_sum += row[t]
+        if row[t] > hot_load:
+            hot_w, hot_t, hot_load = w, t, row[t]
+    window_total = math.fsum(loads[hot_w])
+    first_rank = [t * d // t_count for t in range(t_count)]
+    last_rank = (first_rank[hot_t + 1] if hot_t + 1 < t_count else d) - 1
+    hottest = HotSpot(
+        tablet=hot_t,
+        window=hot_w,
+        first_key=physical[order[first_rank[hot_t]]],
+        last_key=physical[order[last_rank]],
+        ratio=hot_load * t_count / window_total if window_total else 0.0,
+        share=hot_load / window_total if window_total else 0.0,
+    )
+    return Simulation(
+        buckets=buckets,
+        max_mean=t_count * max_sum / total,
+        hottest=hottest,
+        loads=tuple(tuple(row) for row in loads),
+        tablet_first_keys=tuple(physical[order[r]] for r in first_rank),
+        sub_scans=sub_scans,
+        naive_limit_rows=sub_scans * scan_limit,
+        # saltedtable asks each bucket for its share first (FanOut's first page).
+        paged_limit_rows=sub_scans * math.ceil(scan_limit / sub_scans),
+    )
+
+
+def _time_axis(
+    accesses: Sequence[Access], ordered: bool, findings: list[Finding]
+) -> tuple[TimeAxis, list[float]]:
+    """Pick the time axis and return each access's position on it."""
+    if accesses[0].time is not None:
+        return "time", [a.time for a in accesses if a.time is not None]
+    positions = [float(i) for i in range(len(accesses))]
+    if ordered:
+        return "order", positions
+    if all(accesses[i].key <= accesses[i + 1].key for i in range(len(accesses) - 1)):
+        findings.append(
+            Finding(
+                "no-time",
+                "note",
+                "no time column and the lines are sorted by key: read as a key dump (one time "
+                "window); if they are in arrival order, pass --ordered",
+            )
+        )
+        return "none", positions
+    return "order", positions
+
+
+def _window_count(
+    windows: int | None, axis: TimeAxis, positions: Sequence[float], lines: int, t_count: int
+) -> int:
+    if axis == "none" or max(positions) == min(positions):
+        return 1
+    if windows is not None:
+        return windows
+    return max(1, min(MAX_WINDOWS, lines // (t_count * LINES_PER_CELL)))
+
+
+def _windows(positions: Sequence[float], w_count: int) -> tuple[tuple[float, ...], list[int]]:
+    """Equal spans of time (Key Visualizer's columns); return the edges and each line's window."""
+    lo, hi = min(positions), max(positions)
+    if w_count == 1 or hi == lo:
+        return (lo, hi), [0] * len(positions)
+    span = (hi - lo) / w_count
+    edges = (*(lo + span * w for w in range(w_count)), hi)
+    return edges, [min(w_count - 1, int((p - lo) / span)) for p in positions]
+
+
+def _noise(lines: int, w_count: int, t_count: int) -> float:
+    """max/mean that chance alone gives uniform single accesses (a Poisson maximum)."""
+    per_cell = lines / (w_count * t_count)
+    return 1.0 + math.sqrt(2.0 * math.log(max(t_count, 2)) / per_cell)
+
+
+# -- findings --------------------------------------------------------------------
+
+
+def _find_hot_key(
+    top_keys: Sequence[tuple[bytes, float]],
+    t_count: int,
+    target: float,
+    show_key: Callable[[bytes], str],
+    findings: list[Finding],
+) -> None:
+    key, share = top_keys[0]
+    if share * t_count <= target:
+        return
+    findings.append(
+        Finding(
+            "hot-key",
+            "warning",
+            f"one key, {show_key(key)}, carries {share:.0%} of the load: the tablet holding "
+            f"it gets at least {share * t_count:.1f}x the mean for every N, because salting "
+            "puts a whole key (or key part) in one bucket. Spread that key in the "
+            "application: write-shard it (KEY#0..KEY#k, combined on read), batch or "
+            "aggregate its writes, or keep it in a table of its own",
+        )
+    )
+
+
+def _leading_field(key: bytes) -> bytes:
+    """The key up to its first byte that is not a letter or digit (``tenant7`` of ``tenant7#1``)."""
+    for i, b in enumerate(key):
+        if not (0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A):
+            return key[:i]
+    return key
+
+
+def _leading_number(key: bytes) -> int | None:
+    end = 0
+    while end < len(key) and 0x30 <= key[end] <= 0x39:
+        end += 1
+    return int(key[:end]) if end else None
+
+
+def _rising_share(values: Sequence[_T]) -> float | None:
+    """Share of consecutive changes that go up (None: fewer than 3 changes)."""
+    ups = downs = 0
+    for a, b in itertools.pairwise(values):
+        if a < b:
+            ups += 1
+        elif b < a:
+            downs += 1
+    return None if ups + downs < 3 else ups / (ups + downs)
+
+
+def _overtaking_share(values: Sequence[_T], chunks: int) -> float:
+    """How far later slices of ``values`` lie above earlier ones (1.0: strictly rising).
+
+    For each pair of consecutive slices, the share of the later slice above the
+    earlier slice's 90th percentile, averaged. Rising keys score near 1 even
+    when concurrent lines are out of order; ``tenant#time`` keys score low even
+    if one tenant dominates, because the other tenants lie on both sides.
+    """
+    n = len(values)
+    slices = [sorted(values[c * n // chunks : (c + 1) * n // chunks]) for c in range(chunks)]
+    shares = []
+    for before, after in itertools.pairwise(slices):
+        p90 = before[len(before) * 9 // 10]
+        above = len(after) - bisect.bisect_right(after, p90)
+        shares.append(above / len(after))
+    return sum(shares) / len(shares)
+
+
+def _find_monotonic(
+    accesses: Sequence[Access],
+    axis: TimeAxis,
+    positions: Sequence[float],
+    show_key: Callable[[bytes], str],
+    findings: list[Finding],
+) -> None:
+    """Warn when keys rise with time, as a whole or within each leading field."""
+    if axis == "none" or len(accesses) < 4 * _MONOTONIC_CHUNKS:
+        return
+    by_time = [accesses[i].key for i in sorted(range(len(accesses)), key=positions.__getitem__)]
+    # Slices of time, not neighbours: concurrent lines in one second come in any
+    # order, but the keys of later seconds are still larger.
+    rising = _overtaking_share(by_time, _MONOTONIC_CHUNKS)
+    numbers = [n for k in by_time if (n := _leading_number(k)) is not None]
+    numeric = 0.0
+    if len(numbers) >= 0.9 * len(by_time):
+        numeric = _overtaking_share(numbers, _MONOTONIC_CHUNKS)
+    if rising >= _MONOTONIC_SHARE or numeric >= _MONOTONIC_SHARE:
+        what = "leading number" if numeric >= _MONOTONIC_SHARE else "key"
+        findings.append(
+            Finding(
+                "monotonic-keys",
+                "warning",
+                f"the {what} rises with time ({show_key(by_time[0])} ... "
+                f"{show_key(by_time[-1])}): every new row goes to the end of the key "
+                "space, so one tablet takes all writes whatever its size. Salting with N "
+                "gives N ends (about T/N hot tablets of T); better, lead the key with a "
+                "field that does not grow (tenant, user, a hash) and put the time after it",
+            )
+        )
+        return
+    # Within each leading field (tenant#timestamp): each field's writes go to
+    # its own end of range; a busy field makes that end a hot tablet.
+    groups: dict[bytes, list[bytes]] = {}
+    for key in by_time:
+        groups.setdefault(_leading_field(key), []).append(key)
+    if len(groups) < 2:
+        return
+    rising_lines = 0
+    example = b""
+    for field, keys in groups.items():
+        share = _rising_share(keys) if len(keys) >= 8 else None
+        if share is not None and share >= _MONOTONIC_SHARE:
+            rising_lines += len(keys)
+            if not example or len(keys) > len(groups[example]):
+                example = field
+    if rising_lines >= 0.5 * len(by_time):
+        findings.append(
+            Finding(
+                "monotonic-within-prefix",
+                "note",
+                f"within each leading field (e.g. {show_key(example)}) keys rise with time: "
+                "each field's new rows land at the end of its own range, so the busiest "
+                "field's end is a hot tablet; salting splits each end into N",
+            )
+        )

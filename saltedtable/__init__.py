@@ -24,8 +24,10 @@ from ._exceptions import (
     SaltedTableError,
     SaltSchemeError,
 )
+from ._guard import SCHEME_ROW_KEY, SchemeMismatchError, describe_layout
 from ._plan import KeyRange, ReadPlan, SubQuery, plan_reads, rewrite_filter
 from ._salt import HASHES, MAX_BUCKETS, KeyPart, SaltScheme, before_last, fields, prefix_end
+from ._stats import BucketStats, CallStats, StatsHook
 from ._table import SaltedMutationsBatcher, SaltedTableAsync, TableLike
 
 try:
@@ -36,7 +38,10 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "HASHES",
     "MAX_BUCKETS",
+    "SCHEME_ROW_KEY",
     "BucketReadError",
+    "BucketStats",
+    "CallStats",
     "CutoffError",
     "CutoffPolicy",
     "EmulatorError",
@@ -53,12 +58,15 @@ __all__ = [
     "SaltedMutationsBatcher",
     "SaltedTableAsync",
     "SaltedTableError",
+    "SchemeMismatchError",
+    "StatsHook",
     "SubQuery",
     "TableLike",
     "TimestampReader",
     "__version__",
     "before_last",
     "big_endian_int",
+    "describe_layout",
     "epoch_field",
     "fields",
     "iso8601_field",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol, final, runtime_checkable
 
 from ._exceptions import CutoffError, RowKeyError
-from ._salt import SaltScheme, prefix_end, to_key
+from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 
 __all__ = [
     "CutoffPolicy",
@@ -357,6 +357,8 @@ class Layout:
             return self.scheme.locate(key)
         if not key:
             raise RowKeyError("row keys must not be empty")
+        if key.startswith(SCHEME_ROW_KEY):
+            raise RowKeyError(f"{key!r} is saltedtable's reserved layout row")
         if self.scheme.has_prefix(key):
             raise RowKeyError(
                 f"legacy (pre-cutoff) key {key!r} starts with a salt prefix of {self.scheme}; "

@@ -25,7 +25,7 @@ from google.cloud.bigtable.data.row_filters import (
 
 from ._cutoff import CutoffPolicy, Layout
 from ._exceptions import QueryPlanError
-from ._salt import SaltScheme, prefix_end
+from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
 
 __all__ = [
     "KeyRange",
@@ -275,11 +275,14 @@ def plan_reads(
 
 
 def _legacy_gaps(scheme: SaltScheme) -> tuple[KeyRange, ...]:
-    """The key space outside every salted prefix range, as sorted ranges."""
+    """The key space outside every salted prefix range (and the layout row), sorted."""
     gaps: list[KeyRange] = []
     start = b""
-    for prefix in sorted(scheme.prefixes):
-        if start != prefix:
+    # The reserved layout row is not data: keep it out of legacy scans too.
+    for prefix in sorted({*scheme.prefixes, SCHEME_ROW_KEY}):
+        if prefix < start:
+            continue  # inside the previous hole (it starts with that prefix)
+        if start < prefix:
             gaps.append(KeyRange(start, True, prefix, False))
         start = prefix_end(prefix)
         if not start:

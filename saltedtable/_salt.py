@@ -40,6 +40,9 @@ __all__ = [
     "to_key",
 ]
 
+#: The reserved row where saltedtable stores a table's layout (see ``_guard``).
+#: Its leading 0xff 0xfe keeps it outside every decimal salt prefix range.
+SCHEME_ROW_KEY: Final = b"\xff\xfe__saltedtable__/scheme"
 #: Bigtable rejects row keys longer than 4 KiB.
 MAX_ROW_KEY_BYTES: Final = 4096
 #: Every scan fans out to one sub-scan per bucket; beyond a few thousand the

@@ -28,7 +28,7 @@ from google.cloud.bigtable.data.exceptions import (
     MutationsExceptionGroup,
     ShardedReadRowsExceptionGroup,
 )
-from google.cloud.bigtable.data.mutations import Mutation
+from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
 from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
@@ -41,9 +41,17 @@ from google.cloud.bigtable.data.row_filters import (
 
 from ._cutoff import CutoffPolicy, Layout
 from ._exceptions import BucketReadError, CutoffError, LayoutError, RowKeyError
+from ._guard import (
+    SCHEME_QUALIFIER,
+    SchemeMismatchError,
+    decode_layout,
+    describe_layout,
+    encode_layout,
+    layout_differences,
+)
 from ._merge import FanOut, Page
 from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
-from ._salt import SaltScheme, prefix_end, to_key
+from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 from ._stats import (
     BucketStats,
     CallStats,
@@ -206,19 +214,89 @@ class SaltedTableAsync:
         scheme: SaltScheme,
         *,
         cutoff: CutoffPolicy | None = None,
+        family: str | None = None,
+        override_scheme: bool = False,
         sample_rows: int = 100,
         **kwargs: Any,
     ) -> SaltedTableAsync:
-        """Wrap ``table`` after checking that its rows fit the layout.
+        """Wrap ``table`` after checking that it was written with this layout.
 
-        Samples up to ``sample_rows`` rows from each salted prefix range (see
-        :meth:`check_layout`) and refuses with :class:`LayoutError` if any
-        row there was not written by this layout, before anything is misread.
+        1. The scheme guard: the layout (bucket count, hash, key part,
+           separator, marker, cutoff) is stored in a reserved row the first
+           time a table is opened with ``family`` set (the column family to
+           store it in), and compared on every later open. A different layout
+           raises :class:`SchemeMismatchError` showing both, unless
+           ``override_scheme=True`` (after you rewrote the data), which
+           replaces the stored record.
+        2. :meth:`check_layout` samples up to ``sample_rows`` rows from each
+           salted prefix range (and the legacy side) and refuses with
+           :class:`LayoutError` if any row there does not fit.
+
         ``kwargs`` go to the constructor.
         """
         salted = cls(table, scheme, cutoff=cutoff, **kwargs)
-        await salted.check_layout(sample_rows=sample_rows)
+        await salted.guard_scheme(family=family, override=override_scheme)
+        if sample_rows:
+            await salted.check_layout(sample_rows=sample_rows)
         return salted
+
+    async def guard_scheme(self, *, family: str | None = None, override: bool = False) -> None:
+        """Compare the layout stored in the table with this one; store it if absent.
+
+        Args:
+            family: Column family for the reserved row; without it nothing is
+                stored (an existing record is still checked).
+            override: Replace a different stored record instead of refusing.
+
+        Raises:
+            SchemeMismatchError: The stored layout differs and ``override`` is False.
+            LayoutError: The record cannot be stored (no family for an override,
+                or a scheme whose prefixes cover the reserved row).
+        """
+        record = describe_layout(self.scheme, self.cutoff)
+        if self.scheme.has_prefix(SCHEME_ROW_KEY):
+            if family is not None or override:
+                raise LayoutError(
+                    f"{self.scheme} has a prefix covering the reserved row {SCHEME_ROW_KEY!r}, "
+                    "so the layout cannot be stored; give the scheme a marker or open without "
+                    "family="
+                )
+            return
+        stored = await self._stored_layout()
+        if stored is None:
+            if family is None:
+                return
+            # Create the record only if the row is still empty: two services
+            # opening a new table at once agree on one record.
+            await self._table.check_and_mutate_row(
+                SCHEME_ROW_KEY,
+                None,
+                false_case_mutations=[SetCell(family, SCHEME_QUALIFIER, encode_layout(record))],
+            )
+            stored = await self._stored_layout()
+            if stored is None:
+                raise LayoutError(f"the layout record {SCHEME_ROW_KEY!r} did not persist")
+        if not layout_differences(stored, record):
+            return
+        if not override:
+            raise SchemeMismatchError(stored, record)
+        if family is None:
+            raise LayoutError("override_scheme=True needs family= to store the new layout record")
+        _log.warning("replacing the stored salt layout %s with %s", stored, record)
+        await self._table.mutate_row(
+            SCHEME_ROW_KEY,
+            [DeleteAllFromRow(), SetCell(family, SCHEME_QUALIFIER, encode_layout(record))],
+        )
+
+    async def _stored_layout(self) -> dict[str, Any] | None:
+        row = await self._table.read_row(SCHEME_ROW_KEY)
+        if row is None:
+            return None
+        cells = [c for c in row.cells if c.qualifier == SCHEME_QUALIFIER]
+        if not cells:
+            return None
+        newest = max(cells, key=lambda c: c.timestamp_micros)
+        return decode_layout(newest.value)
 
     async def check_layout(self, *, sample_rows: int = 100) -> None:
         """Sample the salted key space and check every row there belongs to it.

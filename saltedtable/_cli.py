@@ -352,9 +352,16 @@ class _Sample:
 
 
 def _csv_rows(sample: _Sample, lines: Iterable[str]) -> None:
-    reader = csv.reader(lines)
+    # strict: an unbalanced quote is an error, not a key that swallows the file.
+    reader = csv.reader(lines, strict=True)
     columns: dict[str, int] | None = None
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise DataError(f"line {reader.line_num}: malformed CSV: {exc}") from None
         line = reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
@@ -456,8 +463,6 @@ def _read_file(args: argparse.Namespace) -> tuple[list[Access], str]:
         raise DataError(f"{'stdin' if name == '-' else name}: {exc}") from None
     except OSError as exc:
         raise DataError(f"cannot read {name}: {exc.strerror or exc}") from None
-    except csv.Error as exc:
-        raise DataError(f"{name}: malformed CSV: {exc}") from None
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()

@@ -9,6 +9,7 @@ Exit codes scripts can trust:
 * 2: bad usage, found before any data is read: an unknown option, a bad
   number, an unknown hash, a missing input file, ``--plot`` without
   matplotlib.
+* 130: interrupted (Ctrl-C); 141: stdout was closed early (``| head``).
 
 Errors are one line on stderr, never a traceback.
 """
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import binascii
 import csv
+import io
 import json
 import math
 import os
@@ -614,9 +616,9 @@ def _print_report(advice: Advice, args: argparse.Namespace, source: str, time_so
             )
             print(
                 f"  cost: every scan becomes {best.sub_scans} sub-scans; a limit-{limit} read "
-                f"fetches about {best.paged_limit_rows:,} rows "
-                f"({best.naive_limit_rows:,} if each bucket were read to the limit)"
+                f"fetches about {best.paged_limit_rows:,} rows"
             )
+            print(f"  ({best.naive_limit_rows:,} if each bucket were read to the limit)")
     for finding in advice.findings:
         print()
         print(
@@ -643,7 +645,7 @@ def _json_report(
             "total_load": advice.total_load,
             "time_axis": advice.time_axis,
             "windows": advice.windows,
-            "window_edges": list(advice.window_edges),
+            "window_edges": [round(edge, 6) for edge in advice.window_edges],
             "keys_as": "hex" if args.hex else "text",
         },
         "model": {
@@ -938,7 +940,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `saltedtable advise ... | head`: the reader left; say nothing more.
+        _silence_stdout()
+        return 141
     return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -559,3 +559,17 @@ def test_keyboard_interrupt_exits_130(
     code, _, err = run(capsys, "key", "-n", "4", "x")
     assert code == 130
     assert err.strip() == "saltedtable key: interrupted"
+
+
+def test_closed_stdout_exits_141_quietly(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that leaves early (`| head`) ends the command with 141 and no traceback."""
+
+    def closed(_args: Any) -> int:
+        raise BrokenPipeError
+
+    monkeypatch.setattr(_cli, "_cmd_key", closed)
+    code, _, err = run(capsys, "key", "-n", "4", "x")
+    assert code == 141
+    assert err == ""

@@ -66,6 +66,8 @@ LINES_PER_CELL: Final = 64
 MAX_WINDOWS: Final = 60
 #: Keys are "monotonic" when this much of each time slice lies above the slice before.
 _MONOTONIC_SHARE: Final = 0.8
+#: Keys led by a number are checked on their own when they are this share of the lines.
+_MONOTONIC_MIN_SHARE: Final = 0.2
 _MONOTONIC_CHUNKS: Final = 20
 
 TimeAxis = Literal["time", "order", "none"]
@@ -573,19 +575,31 @@ def _find_monotonic(
     # Slices of time, not neighbours: concurrent lines in one second come in any
     # order, but the keys of later seconds are still larger.
     rising = _overtaking_share(by_time, _MONOTONIC_CHUNKS)
-    numbers = [n for k in by_time if (n := _leading_number(k)) is not None]
-    numeric = 0.0
-    if len(numbers) >= 0.9 * len(by_time):
-        numeric = _overtaking_share(numbers, _MONOTONIC_CHUNKS)
-    if rising >= _MONOTONIC_SHARE or numeric >= _MONOTONIC_SHARE:
-        what = "leading number" if numeric >= _MONOTONIC_SHARE else "key"
+    first, last, what = by_time[0], by_time[-1], "key"
+    if rising < _MONOTONIC_SHARE:
+        # Keys led by a number (epoch times, sequences, ISO dates), even when
+        # they are only part of the traffic: compare them as numbers (unpadded
+        # sequences do not sort as bytes) and as bytes (2024-05-01T...).
+        led = [k for k in by_time if k[:1].isdigit()]
+        if len(led) >= max(4 * _MONOTONIC_CHUNKS, _MONOTONIC_MIN_SHARE * len(by_time)):
+            numbers = [n for k in led if (n := _leading_number(k)) is not None]
+            rising = max(
+                _overtaking_share(numbers, _MONOTONIC_CHUNKS),
+                _overtaking_share(led, _MONOTONIC_CHUNKS),
+            )
+            led_share = len(led) / len(by_time)
+            first, last = led[0], led[-1]
+            what = "leading number"
+            if led_share < 0.9:
+                what += f" (of {led_share:.0%} of the lines)"
+    if rising >= _MONOTONIC_SHARE:
         findings.append(
             Finding(
                 "monotonic-keys",
                 "warning",
-                f"the {what} rises with time ({show_key(by_time[0])} ... "
-                f"{show_key(by_time[-1])}): every new row goes to the end of the key "
-                "space, so one tablet takes all writes whatever its size. Salting with N "
+                f"the {what} rises with time ({show_key(first)} ... "
+                f"{show_key(last)}): new rows go to the end of the key space, so one "
+                "tablet takes those writes whatever its size. Salting with N "
                 "gives N ends (about T/N hot tablets of T); better, lead the key with a "
                 "field that does not grow (tenant, user, a hash) and put the time after it",
             )

@@ -144,7 +144,19 @@ def test_sequence_numbers_in_arrival_order_warn_monotonic() -> None:
     advice = advise(accesses, ordered=True)
     assert advice.time_axis == "order"
     warning = next(f for f in advice.findings if f.code == "monotonic-keys")
-    assert "leading number" in warning.message
+    assert "rises with time (1-order ... 5000-order)" in warning.message
+
+
+def test_rising_numbers_in_part_of_the_traffic_warn_monotonic() -> None:
+    """Half the lines led by a rising sequence, half random users: still flagged."""
+    rnd = random.Random(4)
+    accesses = [
+        Access(b"%d-event" % i if rnd.random() < 0.5 else b"user%04d" % rnd.randrange(9999))
+        for i in range(8_000)
+    ]
+    advice = advise(accesses, ordered=True)
+    warning = next(f for f in advice.findings if f.code == "monotonic-keys")
+    assert "leading number (of 5" in warning.message
 
 
 def test_single_hot_key_warns_that_no_salt_can_split_it() -> None:

@@ -830,8 +830,8 @@ def _parser() -> argparse.ArgumentParser:
     adv = sub.add_parser(
         "advise",
         help="simulate hot tablets unsalted vs salted and recommend a bucket count",
-        description="Simulate how a range-partitioned store spreads the load of a key sample "
-        "or access log, unsalted and salted with each candidate bucket count N, and "
+        description="Simulate how a range-partitioned store spreads the load of a key sample\n"
+        "or access log, unsalted and salted with each candidate bucket count N, and\n"
         "recommend the smallest N that meets the target.",
         epilog=_ADVISE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

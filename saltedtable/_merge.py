@@ -100,25 +100,31 @@ class FanOut(Generic[T]):
         self._error: BaseException | None = None
         self._closed = False
         self._iter: AsyncGenerator[list[T], None] | None = None
-        self._requests: list[tuple[MemoryObjectSendStream[int], MemoryObjectReceiveStream[int]]]
-        self._requests = [anyio.create_memory_object_stream[int](math.inf) for _ in self._sources]
         self._sizes = [0] * len(self._sources)
         self._refills = [0] * len(self._sources)
+        # Streams are made when iteration starts, so a fan-out that is never
+        # iterated (a stream closed before its first row) holds nothing to close.
+        self._requests: list[tuple[MemoryObjectSendStream[int], MemoryObjectReceiveStream[int]]]
+        self._requests = []
         self._pages: list[
             tuple[
                 MemoryObjectSendStream[tuple[int, Page[T]]],
                 MemoryObjectReceiveStream[tuple[int, Page[T]]],
             ]
-        ]
-        if ordered:
+        ] = []
+
+    def _make_streams(self) -> None:
+        n = len(self._sources)
+        self._requests = [anyio.create_memory_object_stream[int](math.inf) for _ in range(n)]
+        if self._ordered:
             self._pages = [
-                anyio.create_memory_object_stream[tuple[int, Page[T]]](1) for _ in self._sources
+                anyio.create_memory_object_stream[tuple[int, Page[T]]](1) for _ in range(n)
             ]
         else:
-            shared = anyio.create_memory_object_stream[tuple[int, Page[T]]](len(self._sources))
-            self._pages = [(shared[0].clone(), shared[1]) for _ in self._sources]
+            shared = anyio.create_memory_object_stream[tuple[int, Page[T]]](n)
+            self._pages = [(shared[0].clone(), shared[1]) for _ in range(n)]
             shared[0].close()
-            if not self._sources:
+            if not n:
                 shared[1].close()
 
     # -- the consumer's side ---------------------------------------------------
@@ -172,6 +178,7 @@ class FanOut(Generic[T]):
             page_recv.close()
 
     def _start(self) -> None:
+        self._make_streams()
         self._task = asyncio.get_running_loop().create_task(self._supervise())
         if not self._sources:
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Sequence
 from contextlib import aclosing
 from typing import Any, Final, Protocol, final
 
@@ -50,7 +50,7 @@ from ._guard import (
     layout_differences,
 )
 from ._merge import FanOut, Page
-from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
+from ._plan import PageCursor, ReadPlan, SubQuery, _legacy_gaps, plan_reads, rewrite_filter
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 from ._stats import (
     BucketStats,
@@ -329,18 +329,24 @@ class SaltedTableAsync:
                 if problem is not None:
                     offenders.append(problem)
 
-        async def sample_legacy() -> None:
-            assert self.cutoff is not None
-            query = ReadRowsQuery(limit=sample_rows, row_filter=key_only)
-            plan = plan_reads(query, self.scheme, self.cutoff)
-            legacy = next(s for s in plan.subqueries if s.bucket is None)
-            page = PageCursor(legacy).next_query(sample_rows)
+        async def sample_outside() -> None:
+            # Rows outside every salt prefix: the legacy side of a cutoff
+            # layout, and otherwise rows this scheme never writes (unsalted
+            # data, or another bucket count: 16 buckets write "07-", 8 "7-").
+            outside = SubQuery(None, b"", (), _legacy_gaps(self.scheme), key_only)
+            page = PageCursor(outside).next_query(sample_rows)
             if page is None:
                 return
             async with self.limiter:
                 stream = await self._table.read_rows_stream(page)
                 keys = [row.row_key async for row in stream]
             for key in keys:
+                if self.cutoff is None:
+                    offenders.append(
+                        f"{key!r}: outside every salt prefix of this scheme (written unsalted, "
+                        "or with another bucket count, hash or marker)"
+                    )
+                    continue
                 try:
                     side = self.cutoff.side_of(key)
                 except CutoffError:
@@ -354,8 +360,7 @@ class SaltedTableAsync:
         async with anyio.create_task_group() as tg:
             for prefix in self.scheme.prefixes:
                 tg.start_soon(sample, prefix)
-            if self.cutoff is not None:
-                tg.start_soon(sample_legacy)
+            tg.start_soon(sample_outside)
         if offenders:
             shown = "\n  ".join(offenders[:5])
             raise LayoutError(
@@ -407,7 +412,7 @@ class SaltedTableAsync:
         retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
-    ) -> AsyncIterable[Row]:
+    ) -> AsyncGenerator[Row, None]:
         """Stream the rows of a logical query, merged in logical key order.
 
         The query is planned before anything is sent, so bad keys and filters
@@ -471,7 +476,7 @@ class SaltedTableAsync:
         retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
-    ) -> AsyncIterator[Row]:
+    ) -> AsyncGenerator[Row, None]:
         """Stream every row whose logical key starts with ``prefix``.
 
         ``ReadRowsQuery`` has no prefix helper; this builds the range
@@ -959,7 +964,7 @@ class _ReadCall:
             self._finish(error)
         return rows
 
-    async def stream(self) -> AsyncIterator[Row]:
+    async def stream(self) -> AsyncGenerator[Row, None]:
         """Flatten the batches; closing this generator cancels every sub-scan."""
         error: BaseException | None = None
         try:

@@ -504,14 +504,9 @@ async def test_ndjson_response_closes_scan_when_cancelled_while_sending() -> Non
     assert sent[1]["body"].startswith(b'{"key":"k0"')
 
 
-# -- library bugs found while building the service (strict xfails) ---------------------
+# -- library bugs found while building the service (fixed; kept as regressions) -------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="saltedtable bug: a read_prefix/read_rows_stream stream closed before its first row "
-    "never closes its FanOut's memory streams (ResourceWarning when collected)",
-)
 async def test_stream_closed_before_first_row_leaks_nothing(
     data_client: BigtableDataClientAsync, make_table: MakeTable
 ) -> None:
@@ -527,11 +522,6 @@ async def test_stream_closed_before_first_row_leaks_nothing(
     assert not leaks
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="saltedtable bug: read_prefix/read_rows_stream return async generators but are "
-    "annotated AsyncIterator/AsyncIterable, so the documented aclosing(...) idiom fails mypy",
-)
 def test_stream_methods_are_typed_as_async_generators() -> None:
     """read_prefix and read_rows_stream are typed as async generators, so aclosing type-checks."""
     for method in (SaltedTableAsync.read_prefix, SaltedTableAsync.read_rows_stream):

@@ -1,0 +1,277 @@
+"""Scheme guard, per-call statistics and the OpenTelemetry hook, on the in-memory FakeTable."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data.mutations import SetCell
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from saltedtable import (
+    SCHEME_ROW_KEY,
+    CallStats,
+    CutoffPolicy,
+    LayoutError,
+    SaltedTableAsync,
+    SaltScheme,
+    SchemeMismatchError,
+    describe_layout,
+    epoch_field,
+    fields,
+)
+from saltedtable._guard import decode_layout, encode_layout, layout_differences
+from saltedtable._plan import _legacy_gaps
+from saltedtable.otel import stats_hook
+from tests.fakes import FakeTable
+
+CUTOFF = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+
+
+def entries(n: int, prefix: str = "k") -> list[RowMutationEntry]:
+    return [RowMutationEntry(f"{prefix}{i:04d}", SetCell("f1", b"q", b"v" * 10)) for i in range(n)]
+
+
+# -- the layout record (pure) -------------------------------------------------
+
+
+def test_layout_record_round_trips_and_compares() -> None:
+    """A record survives encode/decode, and equal layouts show no difference."""
+    record = describe_layout(SaltScheme(16, key_part=fields(2)), CUTOFF)
+    assert decode_layout(encode_layout(record)) == record
+    assert (
+        layout_differences(record, describe_layout(SaltScheme(16, key_part=fields(2)), CUTOFF))
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("other", "field"),
+    [
+        (SaltScheme(8), "buckets"),
+        (SaltScheme(16, hash="java"), "hash"),
+        (SaltScheme(16, key_part=fields(1)), "key_part"),
+        (SaltScheme(16, separator=b"_"), "separator"),
+        (SaltScheme(16, marker=b"~"), "marker"),
+    ],
+)
+def test_every_part_of_the_scheme_is_compared(other: SaltScheme, field: str) -> None:
+    """Bucket count, hash, key part, separator and marker each make a difference."""
+    diffs = layout_differences(describe_layout(SaltScheme(16)), describe_layout(other))
+    assert len(diffs) == 1
+    assert diffs[0].startswith(field)
+
+
+def test_cutoff_is_part_of_the_layout() -> None:
+    """Adding or moving the cutoff is a different layout; its text form is not."""
+    plain = describe_layout(SaltScheme(16))
+    with_cutoff = describe_layout(SaltScheme(16), CUTOFF)
+    assert layout_differences(plain, with_cutoff)
+    same_instant = CutoffPolicy(
+        dt.datetime(2024, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1))),
+        epoch_field(digits=10),
+    )
+    assert layout_differences(with_cutoff, describe_layout(SaltScheme(16), same_instant)) == []
+
+
+def test_garbage_in_the_reserved_row_is_a_layout_error() -> None:
+    """A reserved row that does not hold a record is reported, not guessed at."""
+    with pytest.raises(LayoutError, match="not a layout record"):
+        decode_layout(b"\xff\x00nonsense")
+
+
+@pytest.mark.parametrize(
+    "scheme", [SaltScheme(16), SaltScheme(7, hash="java"), SaltScheme(100, hash="phoenix")]
+)
+def test_reserved_row_is_outside_salted_and_legacy_key_space(scheme: SaltScheme) -> None:
+    """The reserved row starts no salted prefix and lies in no legacy gap."""
+    assert not scheme.has_prefix(SCHEME_ROW_KEY)
+    for gap in _legacy_gaps(scheme):
+        assert gap.clip(None, None) is not None
+        assert not (
+            (not gap.start or gap.start <= SCHEME_ROW_KEY)
+            and (not gap.end or SCHEME_ROW_KEY < gap.end)
+        )
+
+
+# -- the guard on a table ------------------------------------------------------
+
+
+async def test_first_open_stores_the_layout_and_reopen_agrees() -> None:
+    """open(family=...) writes the record once; the same scheme opens again."""
+    fake = FakeTable()
+    await SaltedTableAsync.open(fake, SaltScheme(16), family="f1")
+    stored = fake.cells_of(SCHEME_ROW_KEY)
+    assert len(stored) == 1
+    await SaltedTableAsync.open(fake, SaltScheme(16), family="f1")
+    assert fake.cells_of(SCHEME_ROW_KEY) == stored
+
+
+async def test_other_scheme_is_refused_with_both_layouts() -> None:
+    """Opening with another bucket count raises SchemeMismatchError naming both."""
+    fake = FakeTable()
+    await SaltedTableAsync.open(fake, SaltScheme(16), family="f1")
+    with pytest.raises(SchemeMismatchError, match="buckets: stored 16, now 8") as info:
+        await SaltedTableAsync.open(fake, SaltScheme(8))
+    assert info.value.stored["buckets"] == 16
+    assert info.value.current["buckets"] == 8
+
+
+async def test_override_replaces_the_record() -> None:
+    """override_scheme=True stores the new layout; the old one is then refused."""
+    fake = FakeTable()
+    await SaltedTableAsync.open(fake, SaltScheme(16), family="f1")
+    await SaltedTableAsync.open(fake, SaltScheme(8), family="f1", override_scheme=True)
+    await SaltedTableAsync.open(fake, SaltScheme(8))
+    with pytest.raises(SchemeMismatchError):
+        await SaltedTableAsync.open(fake, SaltScheme(16))
+
+
+async def test_override_without_family_is_refused() -> None:
+    """An override must be able to store the record: no family, clear error."""
+    fake = FakeTable()
+    await SaltedTableAsync.open(fake, SaltScheme(16), family="f1")
+    with pytest.raises(LayoutError, match="needs family"):
+        await SaltedTableAsync.open(fake, SaltScheme(8), override_scheme=True)
+
+
+async def test_open_without_family_stores_nothing() -> None:
+    """Without family= nothing is written to the table."""
+    fake = FakeTable()
+    await SaltedTableAsync.open(fake, SaltScheme(16))
+    assert fake.row_keys() == []
+
+
+async def test_reserved_row_never_shows_in_reads() -> None:
+    """Full scans (salted and cutoff layouts) do not return the reserved row."""
+    fake = FakeTable()
+    table = await SaltedTableAsync.open(fake, SaltScheme(4), family="f1")
+    await table.bulk_mutate_rows(entries(20))
+    rows = await table.read_rows(ReadRowsQuery())
+    assert [r.row_key for r in rows] == [b"k%04d" % i for i in range(20)]
+    cut = SaltedTableAsync(fake, SaltScheme(4), cutoff=CutoffPolicy(CUTOFF.cutoff, lambda k: 0))
+    assert SCHEME_ROW_KEY not in [r.row_key for r in await cut.read_rows(ReadRowsQuery())]
+
+
+async def test_phoenix_256_cannot_store_the_record() -> None:
+    """A scheme whose prefixes cover the reserved row refuses to store it."""
+    fake = FakeTable()
+    with pytest.raises(LayoutError, match="marker"):
+        await SaltedTableAsync.open(fake, SaltScheme(256, hash="phoenix"), family="f1")
+    await SaltedTableAsync.open(fake, SaltScheme(256, hash="phoenix", marker=b"p"), family="f1")
+
+
+async def test_check_layout_refuses_rows_of_another_scheme() -> None:
+    """Rows written with 8 buckets, opened with 16 (no record): check_layout refuses."""
+    fake = FakeTable()
+    await SaltedTableAsync(fake, SaltScheme(8)).bulk_mutate_rows(entries(50))
+    with pytest.raises(LayoutError, match="do not fit"):
+        await SaltedTableAsync.open(fake, SaltScheme(16, separator=b"-"))
+    await SaltedTableAsync.open(fake, SaltScheme(8))
+
+
+# -- statistics ----------------------------------------------------------------
+
+
+async def test_read_stats_count_rows_bytes_pages_per_bucket() -> None:
+    """A full scan's stats add up to the rows read, one entry per bucket, skew >= 1."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(8), first_page=5, max_page=10)
+    await table.bulk_mutate_rows(entries(200))
+    stats = CallStats()
+    rows = await table.read_rows(ReadRowsQuery(), stats=stats)
+    assert stats.rows == len(rows) == 200
+    assert sum(b.rows for b in stats.buckets.values()) == 200
+    assert set(stats.buckets) == set(range(8))
+    assert all(b.pages >= 2 and b.bytes > 0 and b.seconds >= 0 for b in stats.buckets.values())
+    assert all(b.first_page_seconds is not None for b in stats.buckets.values())
+    assert stats.skew >= 1.0
+    assert stats.elapsed is not None
+    assert stats.error is None
+    assert stats.operation == "read_rows"
+
+
+async def test_a_hot_key_shows_as_skew_in_writes() -> None:
+    """Entries for one logical key land in one bucket: the bulk write's skew is high."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(8))
+    spread, hot = CallStats(), CallStats()
+    await table.bulk_mutate_rows(entries(80), stats=spread)
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(b"celebrity", SetCell("f1", b"q", b"v")) for _ in range(80)], stats=hot
+    )
+    assert spread.skew < 2.5
+    assert hot.skew == pytest.approx(1.0)  # one bucket only: max == mean over buckets seen
+    assert len(hot.buckets) == 1
+    assert hot.as_dict()["rows"] == 80
+
+
+async def test_stats_hook_receives_every_call_and_errors() -> None:
+    """The table's hook sees reads, streams and bulk writes, including a failed read."""
+    seen: list[CallStats] = []
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4), stats_hook=seen.append)
+    await table.bulk_mutate_rows(entries(10))
+    await table.read_rows(ReadRowsQuery(limit=3))
+    async for _ in await table.read_rows_stream(ReadRowsQuery()):
+        pass
+    fake.fail_when = lambda query: True
+    fake.fail_with = RuntimeError("boom")
+    with pytest.raises(Exception, match="boom"):
+        await table.read_rows(ReadRowsQuery())
+    assert [s.operation for s in seen] == [
+        "bulk_mutate_rows",
+        "read_rows",
+        "read_rows_stream",
+        "read_rows",
+    ]
+    assert seen[1].rows == 3
+    assert seen[2].rows == 10
+    assert seen[3].error is not None
+
+
+async def test_broken_hook_does_not_break_the_read(caplog: pytest.LogCaptureFixture) -> None:
+    """A hook that raises is logged; the caller still gets the rows."""
+
+    def broken(stats: CallStats) -> None:
+        raise ValueError("exporter down")
+
+    table = SaltedTableAsync(FakeTable(), SaltScheme(4), stats_hook=broken)
+    await table.bulk_mutate_rows(entries(5))
+    with caplog.at_level(logging.ERROR, logger="saltedtable"):
+        assert len(await table.read_rows(ReadRowsQuery())) == 5
+    assert "stats_hook raised" in caplog.text
+
+
+async def test_debug_log_summarises_each_call(caplog: pytest.LogCaptureFixture) -> None:
+    """With stats on, a debug line summarises rows, buckets, skew and retries."""
+    table = SaltedTableAsync(FakeTable(), SaltScheme(4))
+    await table.bulk_mutate_rows(entries(12))
+    with caplog.at_level(logging.DEBUG, logger="saltedtable"):
+        await table.read_rows(ReadRowsQuery(), stats=CallStats())
+    assert "read_rows: 12 rows over 4 bucket(s)" in caplog.text
+
+
+async def test_otel_hook_records_instruments() -> None:
+    """The OpenTelemetry hook records rows per bucket, duration and skew on a real SDK meter."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    table = SaltedTableAsync(
+        FakeTable(), SaltScheme(4), stats_hook=stats_hook(provider.get_meter("test"))
+    )
+    await table.bulk_mutate_rows(entries(40))
+    await table.read_rows(ReadRowsQuery())
+    data = reader.get_metrics_data()
+    metrics = {
+        m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    assert {"saltedtable.bucket.rows", "saltedtable.call.duration", "saltedtable.call.skew"} <= set(
+        metrics
+    )
+    points = metrics["saltedtable.bucket.rows"].data.data_points
+    read_rows = sum(p.value for p in points if p.attributes["saltedtable.operation"] == "read_rows")
+    assert read_rows == 40
+    provider.shutdown()

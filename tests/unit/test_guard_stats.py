@@ -93,7 +93,7 @@ def test_reserved_row_is_outside_salted_and_legacy_key_space(scheme: SaltScheme)
         assert gap.clip(None, None) is not None
         assert not (
             (not gap.start or gap.start <= SCHEME_ROW_KEY)
-            and (not gap.end or SCHEME_ROW_KEY < gap.end)
+            and (not gap.end or gap.end > SCHEME_ROW_KEY)
         )
 
 

@@ -14,7 +14,12 @@ import anyio
 import pytest
 from google.api_core.exceptions import ServiceUnavailable
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
-from google.cloud.bigtable.data.exceptions import FailedMutationEntryError, MutationsExceptionGroup
+from google.cloud.bigtable.data.exceptions import (
+    FailedMutationEntryError,
+    FailedQueryShardError,
+    MutationsExceptionGroup,
+    ShardedReadRowsExceptionGroup,
+)
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
 from google.cloud.bigtable.data.read_modify_write_rules import AppendValueRule, IncrementRule
 from google.cloud.bigtable.data.read_rows_query import RowRange
@@ -49,6 +54,8 @@ SCHEMES = {
     "fields-1": SaltScheme(8, key_part=fields(1, b"-")),
     "before-last": SaltScheme(8, key_part=before_last(b"-")),
     "phoenix-16": SaltScheme(16, hash="phoenix"),
+    "marker": SaltScheme(8, marker=b"~"),
+    "underscore": SaltScheme(5, separator=b"_"),
 }
 TEXT_SCHEMES = {"java-8": SaltScheme(8, hash="java")}  # Java strings: UTF-8 keys only
 
@@ -281,6 +288,35 @@ async def test_empty_plan_read_unordered() -> None:
         gc.collect()
     leaked = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert leaked == []
+
+
+async def test_read_rows_sharded_equals_plain_reads_in_query_order() -> None:
+    """read_rows_sharded returns each logical query's rows, in query order, as plain reads do."""
+    data: RowData = {b"k%02d" % i: [("f1", b"q", 1000, b"v")] for i in range(40)}
+    pair = await make_pair(SaltScheme(16), data)
+    shards = [
+        ReadRowsQuery(row_ranges=RowRange(b"k20", b"k30")),
+        ReadRowsQuery(row_keys=[b"k05", b"k01", b"missing"]),
+        ReadRowsQuery(row_ranges=RowRange(b"k35", None), limit=3),
+    ]
+    expected = [row for q in shards for row in await pair.plain.read_rows(q)]
+    assert shape(await pair.table.read_rows_sharded(shards)) == shape(expected)
+
+
+async def test_read_rows_sharded_failure_names_the_query() -> None:
+    """A shard whose bucket fails is reported by index; the other shards' rows are kept."""
+    table, _, cause = await failing_pair(5)
+    bad_key = next(b"k%03d" % i for i in range(200) if table.scheme.bucket_of(b"k%03d" % i) == 5)
+    good_key = next(b"k%03d" % i for i in range(200) if table.scheme.bucket_of(b"k%03d" % i) != 5)
+    shards = [ReadRowsQuery(row_keys=[good_key]), ReadRowsQuery(row_keys=[bad_key])]
+    with pytest.raises(ShardedReadRowsExceptionGroup) as info:
+        await table.read_rows_sharded(shards)
+    (failed,) = info.value.exceptions
+    assert isinstance(failed, FailedQueryShardError)
+    assert failed.index == 1
+    assert isinstance(failed.__cause__, BucketReadError)
+    assert failed.__cause__.__cause__ is cause
+    assert [r.row_key for r in info.value.successful_rows] == [good_key]
 
 
 # -- writes ----------------------------------------------------------------------

@@ -24,7 +24,7 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from ._cutoff import CutoffPolicy, Layout
-from ._exceptions import QueryPlanError
+from ._exceptions import QueryPlanError, RowKeyError
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
 
 __all__ = [
@@ -192,13 +192,18 @@ def _shared_prefix(rng: KeyRange) -> bytes:
 def _buckets_of_range(scheme: SaltScheme, rng: KeyRange) -> tuple[int, ...]:
     """The buckets that can hold keys of a logical range."""
     if rng.start and rng.end:
-        if rng.start == rng.end:  # a single key (non-empty ranges only get here)
-            return (scheme.bucket_of(rng.start),)
-        shared_part = getattr(scheme.key_part, "shared_part", None)
-        if shared_part is not None:
-            part = shared_part(_shared_prefix(rng))
-            if isinstance(part, bytes):
-                return (scheme.bucket_of_part(part),)
+        try:
+            if rng.start == rng.end:  # a single key (non-empty ranges only get here)
+                return (scheme.bucket_of(rng.start),)
+            shared_part = getattr(scheme.key_part, "shared_part", None)
+            if shared_part is not None:
+                part = shared_part(_shared_prefix(rng))
+                if isinstance(part, bytes):
+                    return (scheme.bucket_of_part(part),)
+        except RowKeyError:
+            # A key the scheme cannot hash (hash="java" and invalid UTF-8) was
+            # never written salted: no bucket holds it.
+            return ()
     return scheme.bucket_ids
 
 

@@ -165,6 +165,8 @@ class FanOut(Generic[T]):
         with anyio.CancelScope(shield=True):
             if self._task is not None:
                 await asyncio.wait([self._task])
+                if not self._task.cancelled():
+                    self._task.exception()  # retrieved: it is reported through _error
             if self._iter is not None and not getattr(self._iter, "ag_running", False):
                 # (A consumer still inside __anext__ in another task finishes
                 # the generator itself when it sees the streams close.)

@@ -679,7 +679,6 @@ class SaltedTableAsync:
             limit=plan.limit,
             first_page=self._first_page,
             max_page=self._max_page,
-            limiter=self.limiter,
         )
         return _ReadCall(fanout, stats, self.stats_hook)
 
@@ -694,35 +693,48 @@ class SaltedTableAsync:
         cursor = PageCursor(sub)
         cut = len(sub.prefix)
         read_rows_stream = self._table.read_rows_stream
+        limiter = self.limiter
 
         async def fetch(size: int) -> Page[Row]:
             query = cursor.next_query(size)
             if query is None:
                 return Page([], [], False)
             started = time.monotonic()
-            remaining = deadline - started
             rows: list[Row] = []
             keys: list[bytes] = []
             token = None if bstats is None else current_bucket().set(bstats)
             try:
-                if remaining <= 0:
-                    raise TimeoutError("operation_timeout ran out before the next page")
-                stream = await read_rows_stream(
-                    query,
-                    operation_timeout=remaining,
-                    attempt_timeout=remaining
-                    if attempt_timeout is None
-                    else min(attempt_timeout, remaining),
-                    retryable_errors=retryable_errors,
-                )
-                async with aclosing(stream):  # type: ignore[type-var]
-                    async for row in stream:
-                        key = row.row_key[cut:]
-                        row.row_key = key
-                        for cell in row.cells:
-                            cell.row_key = key
-                        rows.append(row)
-                        keys.append(key)
+                # The slot is held for this one page only; waiting for it
+                # counts against the read's operation_timeout like the RPC.
+                with anyio.move_on_after(deadline - time.monotonic()) as waiting:
+                    await limiter.acquire()
+                if waiting.cancelled_caught:
+                    raise TimeoutError(
+                        "operation_timeout ran out waiting for a sub-scan slot "
+                        f"(max_concurrent_subscans={limiter.total_tokens:g} all busy)"
+                    )
+                try:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError("operation_timeout ran out before the next page")
+                    stream = await read_rows_stream(
+                        query,
+                        operation_timeout=remaining,
+                        attempt_timeout=remaining
+                        if attempt_timeout is None
+                        else min(attempt_timeout, remaining),
+                        retryable_errors=retryable_errors,
+                    )
+                    async with aclosing(stream):  # type: ignore[type-var]
+                        async for row in stream:
+                            key = row.row_key[cut:]
+                            row.row_key = key
+                            for cell in row.cells:
+                                cell.row_key = key
+                            rows.append(row)
+                            keys.append(key)
+                finally:
+                    limiter.release()
             except Exception as exc:
                 if bstats is not None:
                     _end_page(bstats, started, rows, token)

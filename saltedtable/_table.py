@@ -739,7 +739,7 @@ class SaltedTableAsync:
                 if bstats is not None:
                     _end_page(bstats, started, rows, token)
                 where = cursor.position
-                resume = "" if where is None else f" after {where!r}"
+                resume = "" if where is None else f" after logical key {where[cut:]!r}"
                 raise BucketReadError(
                     f"sub-scan of bucket {sub.bucket} ({sub.describe()}) failed{resume}: "
                     f"{type(exc).__name__}: {exc}",

@@ -82,7 +82,9 @@ def where(table: SaltedTableAsync, row_key: bytes) -> str:
 
 async def main() -> None:
     scheme = SaltScheme(buckets=8)  # crc32 of the whole key, prefixes 0- .. 7-
-    policy = CutoffPolicy(CUTOFF, timestamp=epoch_field("ms", digits=13))
+    # The time is field 1 (after the first '#'), 13 digits: a range inside one
+    # sensor whose times are all before the cutoff then reads only the legacy side.
+    policy = CutoffPolicy(CUTOFF, timestamp=epoch_field("ms", index=1, digits=13))
     async with BigtableDataClientAsync(project=PROJECT) as client:
         raw = client.get_table(INSTANCE, TABLE)
 

@@ -63,8 +63,13 @@ class TimestampReader(Protocol):
 
     def __call__(self, key: bytes, /) -> int: ...
 
-    def time_bounds(self, start: bytes, end: bytes, /) -> tuple[int, int] | None:
-        """Inclusive (lowest, highest) timestamp of keys in ``[start, end]``, or None."""
+    def time_bounds(
+        self, start: bytes, end: bytes, end_closed: bool = True, /
+    ) -> tuple[int | None, int | None] | None:
+        """Inclusive (lowest, highest) time of readable keys in the range, or None.
+
+        Either side may be None (no bound on that side).
+        """
         ...
 
 
@@ -99,23 +104,53 @@ def _check_field_args(sep: bytes, digits: int | None, unit: str | None) -> None:
 
 
 def _field_bounds(
-    sep: bytes, index: int, digits: int | None, start: bytes, end: bytes
-) -> tuple[int, int] | None:
-    """The decimal timestamp fields of ``start`` and ``end`` when a range proof holds.
+    sep: bytes, index: int, digits: int | None, start: bytes, end: bytes, end_closed: bool
+) -> tuple[int | None, int | None] | None:
+    """Bounds of the decimal field ``index`` of every key in a range, or None.
 
-    Only for the last field with a declared width: every key between two keys
-    with the same leading part has that leading part, and a fixed-width
-    decimal field compares like the number it holds.
+    Sound only for a field counted from the start (``index >= 0``) with a
+    declared width: both bounds then share the first ``index`` fields, every
+    key between them shares those too, and a readable field (exactly
+    ``digits`` digits, which the reader enforces) compares like its number.
+    A bound whose field is not ``digits`` digits gives no limit on its side.
     """
-    if digits is None or index != -1:
+    if digits is None or index < 0:
         return None
-    a, _, fa = start.rpartition(sep)
-    b, _, fb = end.rpartition(sep)
-    if not a or a != b or len(fa) != digits or len(fb) != digits:
+    pos = 0
+    for _ in range(index):
+        cut = start.find(sep, pos)
+        if cut < 0:
+            return None
+        pos = cut + len(sep)
+    if not end.startswith(start[:pos]):
         return None
-    if not (fa.isdigit() and fb.isdigit()):
+    fa, fb = start[pos : pos + digits], end[pos : pos + digits]
+    lo = int(fa) if len(fa) == digits and fa.isdigit() else None
+    hi = int(fb) if len(fb) == digits and fb.isdigit() else None
+    if hi is not None and not end_closed and len(end) == pos + digits:
+        hi -= 1  # keys below P+field (exclusive) have a smaller field
+    return lo, hi
+
+
+def _scaled(
+    bounds: tuple[int | None, int | None] | None, scale: int, base: int | None = None
+) -> tuple[int | None, int | None] | None:
+    """Field bounds to time bounds (``base - field`` for reversed timestamps)."""
+    if bounds is None:
         return None
-    return int(fa), int(fb)
+    lo, hi = bounds
+    if base is None:
+        return (None if lo is None else lo * scale, None if hi is None else hi * scale)
+    return (
+        None if hi is None else (base - hi) * scale,
+        None if lo is None else (base - lo) * scale,
+    )
+
+
+def _fixed_width(text: bytes, digits: int | None, key: bytes) -> bytes:
+    if digits is not None and len(text) != digits:
+        raise ValueError(f"timestamp field {text!r} of {key!r} is not {digits} digits wide")
+    return text
 
 
 @final
@@ -127,8 +162,11 @@ class epoch_field:
         unit: ``"s"``, ``"ms"`` or ``"us"``.
         sep: The field separator.
         index: Which field (Python index; -1 = the last).
-        digits: The field's fixed width, if every key has one (e.g. 10 for
-            seconds, 13 for milliseconds). It lets range scans skip a side.
+        digits: The field's fixed width (e.g. 10 for seconds, 13 for
+            milliseconds). A field of another width is unreadable. With a
+            field counted from the start (``index >= 0``, e.g. ``index=1`` for
+            ``user#ts``) it also lets a range scan skip the salted side when
+            the range's times all lie before the cutoff.
     """
 
     unit: str = "s"
@@ -140,15 +178,15 @@ class epoch_field:
         _check_field_args(self.sep, self.digits, self.unit)
 
     def __call__(self, key: bytes, /) -> int:
-        return _decimal(_field(key, self.sep, self.index), key) * _UNITS[self.unit]
+        text = _fixed_width(_field(key, self.sep, self.index), self.digits, key)
+        return _decimal(text, key) * _UNITS[self.unit]
 
-    def time_bounds(self, start: bytes, end: bytes, /) -> tuple[int, int] | None:
-        """Bounds of the timestamps of keys in ``[start, end]`` (see ``digits``)."""
-        fields = _field_bounds(self.sep, self.index, self.digits, start, end)
-        if fields is None:
-            return None
-        scale = _UNITS[self.unit]
-        return fields[0] * scale, fields[1] * scale
+    def time_bounds(
+        self, start: bytes, end: bytes, end_closed: bool = True, /
+    ) -> tuple[int | None, int | None] | None:
+        """Bounds of the timestamps of keys in the range (see ``index`` and ``digits``)."""
+        bounds = _field_bounds(self.sep, self.index, self.digits, start, end, end_closed)
+        return _scaled(bounds, _UNITS[self.unit])
 
 
 @final
@@ -169,17 +207,15 @@ class reversed_epoch_field:
         _check_field_args(self.sep, self.digits, self.unit)
 
     def __call__(self, key: bytes, /) -> int:
-        field_value = _decimal(_field(key, self.sep, self.index), key)
-        return (self.base - field_value) * _UNITS[self.unit]
+        text = _fixed_width(_field(key, self.sep, self.index), self.digits, key)
+        return (self.base - _decimal(text, key)) * _UNITS[self.unit]
 
-    def time_bounds(self, start: bytes, end: bytes, /) -> tuple[int, int] | None:
-        """Bounds of the timestamps of keys in ``[start, end]`` (see ``digits``)."""
-        fields = _field_bounds(self.sep, self.index, self.digits, start, end)
-        if fields is None:
-            return None
-        scale = _UNITS[self.unit]
-        # A larger field is an earlier time.
-        return (self.base - fields[1]) * scale, (self.base - fields[0]) * scale
+    def time_bounds(
+        self, start: bytes, end: bytes, end_closed: bool = True, /
+    ) -> tuple[int | None, int | None] | None:
+        """Bounds of the timestamps of keys in the range (a larger field is earlier)."""
+        bounds = _field_bounds(self.sep, self.index, self.digits, start, end, end_closed)
+        return _scaled(bounds, _UNITS[self.unit], self.base)
 
 
 @final
@@ -229,6 +265,10 @@ class big_endian_int:
     def __post_init__(self) -> None:
         if self.width < 1:
             raise CutoffError(f"width must be >= 1, got {self.width}")
+        if self.offset < 0 and -self.offset < self.width:
+            raise CutoffError(
+                f"offset={self.offset} leaves {-self.offset} bytes, less than width={self.width}"
+            )
         _unit(self.unit)
 
     def _slice(self, key: bytes) -> bytes:
@@ -241,7 +281,10 @@ class big_endian_int:
     def __call__(self, key: bytes, /) -> int:
         return int.from_bytes(self._slice(key), "big") * _UNITS[self.unit]
 
-    def time_bounds(self, start: bytes, end: bytes, /) -> tuple[int, int] | None:
+    def time_bounds(
+        self, start: bytes, end: bytes, end_closed: bool = True, /
+    ) -> tuple[int | None, int | None] | None:
+        """Bounds of the integers of keys in the range (fixed offset from the start only)."""
         # Provable when the integer sits at a fixed offset from the start and
         # both bounds share everything before it: keys in between share that
         # too, so their integers lie between the bounds' (padded) integers.
@@ -320,20 +363,29 @@ class CutoffPolicy:
             return self.unreadable
         return "salted" if when >= self.cutoff_micros else "legacy"
 
-    def sides_of_range(self, start: bytes, end: bytes) -> tuple[bool, bool]:
-        """(legacy possible, salted possible) for keys in ``[start, end]``.
+    def sides_of_range(
+        self, start: bytes, end: bytes, end_closed: bool = True
+    ) -> tuple[bool, bool]:
+        """(legacy possible, salted possible) for the keys of a range.
 
-        Both are True unless the reader can bound the range's timestamps
-        (and a range whose keys may be unreadable routes like ``unreadable``).
+        A side is ruled out only when that is sound: the salted side holds
+        keys written through the layout (readable times at or after the
+        cutoff, plus unreadable ones when ``unreadable="salted"``); the legacy
+        side also holds whatever was there before, so it is skipped only when
+        unreadable keys go to the salted side and every readable time in the
+        range is at or after the cutoff.
         """
         bounds_of = getattr(self.timestamp, "time_bounds", None)
         if not start or not end or bounds_of is None:
             return True, True
-        bounds = bounds_of(start, end)
+        bounds = bounds_of(start, end, end_closed)
         if bounds is None:
             return True, True
         lo, hi = bounds
-        return lo < self.cutoff_micros, hi >= self.cutoff_micros
+        cutoff = self.cutoff_micros
+        salted = hi is None or hi >= cutoff or self.unreadable == "salted"
+        legacy = lo is None or lo < cutoff or self.unreadable != "salted"
+        return legacy, salted
 
 
 @final
@@ -353,10 +405,10 @@ class Layout:
             CutoffError: Its timestamp cannot be read.
         """
         key = to_key(key)
-        if self.cutoff is None or self.cutoff.side_of(key) == "salted":
-            return self.scheme.locate(key)
         if not key:
             raise RowKeyError("row keys must not be empty")
+        if self.cutoff is None or self.cutoff.side_of(key) == "salted":
+            return self.scheme.locate(key)
         if key.startswith(SCHEME_ROW_KEY):
             raise RowKeyError(f"{key!r} is saltedtable's reserved layout row")
         if self.scheme.has_prefix(key):

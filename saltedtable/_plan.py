@@ -248,7 +248,9 @@ def plan_reads(
         if rng.is_empty:
             continue
         legacy, salted = (
-            (False, True) if cutoff is None else cutoff.sides_of_range(rng.start, rng.end)
+            (False, True)
+            if cutoff is None
+            else cutoff.sides_of_range(rng.start, rng.end, rng.end_closed)
         )
         if salted:
             for bucket in _buckets_of_range(scheme, rng):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, Final, Protocol, final
 
@@ -197,15 +197,24 @@ class SaltedTableAsync:
         table_id: str,
         scheme: SaltScheme,
         *,
+        cutoff: CutoffPolicy | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
+        stats_hook: StatsHook | None = None,
         **table_kwargs: Any,
     ) -> SaltedTableAsync:
         """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``.
 
-        ``table_kwargs`` go to ``get_table`` (default timeouts and retryable errors).
+        ``table_kwargs`` go to ``get_table`` (default timeouts and retryable
+        errors). Nothing is checked or sent; see :meth:`open` for the guard.
         """
         table = client.get_table(instance_id, table_id, **table_kwargs)
-        return cls(table, scheme, max_concurrent_subscans=max_concurrent_subscans)
+        return cls(
+            table,
+            scheme,
+            cutoff=cutoff,
+            max_concurrent_subscans=max_concurrent_subscans,
+            stats_hook=stats_hook,
+        )
 
     @classmethod
     async def open(
@@ -357,10 +366,20 @@ class SaltedTableAsync:
                         "(reads look for it on the salted side; choose a later cutoff)"
                     )
 
+        errors: list[Exception] = []
+
+        async def guarded(probe: Callable[..., Awaitable[None]], *args: Any) -> None:
+            try:
+                await probe(*args)
+            except Exception as exc:  # the first one is raised as it is, below
+                errors.append(exc)
+
         async with anyio.create_task_group() as tg:
             for prefix in self.scheme.prefixes:
-                tg.start_soon(sample, prefix)
-            tg.start_soon(sample_outside)
+                tg.start_soon(guarded, sample, prefix)
+            tg.start_soon(guarded, sample_outside)
+        if errors:
+            raise errors[0]
         if offenders:
             shown = "\n  ".join(offenders[:5])
             raise LayoutError(
@@ -624,8 +643,10 @@ class SaltedTableAsync:
             total = offset
             if not physical:
                 continue
+            if physical.startswith(SCHEME_ROW_KEY):
+                continue
             try:
-                logical.append((self.scheme.split_key(physical)[1], delta))
+                logical.append((self.layout.to_logical(physical), delta))
             except RowKeyError:
                 continue  # a split point between buckets, or a key this scheme did not write
         logical.sort()
@@ -746,11 +767,11 @@ class SaltedTableAsync:
                     bucket=sub.bucket,
                     query=query,
                 ) from exc
-            if bstats is not None:
-                _end_page(bstats, started, rows, token)
             cursor.advance(len(rows), size, sub.prefix + keys[-1] if keys else None)
             if stray is not None:
                 rows, keys = stray(rows, keys)
+            if bstats is not None:
+                _end_page(bstats, started, rows, token)
             return Page(rows, keys, not cursor.done)
 
         stray = self._drop_stray_legacy_rows if sub.bucket is None and self.cutoff else None
@@ -766,21 +787,19 @@ class SaltedTableAsync:
         showing it would show a row that reads cannot find, or show a key
         twice. It is left out and logged; :meth:`check_layout` reports them.
         """
-        assert self.cutoff is not None
-        side_of = self.cutoff.side_of
+        cutoff = self.cutoff
+        assert cutoff is not None
         kept = []
         for i, key in enumerate(keys):
             try:
-                salted = side_of(key) == "salted"
-            except CutoffError:
-                salted = False  # no readable time: only the legacy side can hold it
+                salted = cutoff.key_time(key) >= cutoff.cutoff_micros
+                why = f"its key time is at or after the cutoff {cutoff.cutoff.isoformat()}"
+            except ValueError:
+                # No readable time: only unreadable="salted" sends such keys elsewhere.
+                salted = cutoff.unreadable == "salted"
+                why = "its key time is unreadable and the policy sends those to the salted side"
             if salted:
-                _log.warning(
-                    "skipping legacy row %r: its key time is at or after the cutoff %s, "
-                    "so the layout places it on the salted side",
-                    key,
-                    self.cutoff.cutoff.isoformat(),
-                )
+                _log.warning("skipping legacy row %r: %s", key, why)
             else:
                 kept.append(i)
         if len(kept) == len(keys):

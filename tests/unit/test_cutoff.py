@@ -5,8 +5,9 @@ holding a pre-existing unsalted (legacy) table plus rows written through
 ``SaltedTableAsync(cutoff=...)`` on both sides of the cutoff (late-arriving old rows
 included) answer every read shape identically.
 
-Tests marked ``xfail(strict=True, reason="BUG: ...")`` pin down bugs found in the
-implementation; each turns into a failure (XPASS) once the bug is fixed.
+Tests named after the bugs they found (bounds with extra separators, unenforced
+widths, unreadable fallbacks, sample_row_keys on the legacy side, ...) stay as
+regression tests.
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ def policy(
 ) -> CutoffPolicy:
     """A cutoff policy at CUTOFF reading a 13-digit millisecond field after the last '#'."""
     return CutoffPolicy(cutoff, reader or epoch_field("ms", digits=13), unreadable)
+
+
+def bounded_policy(unreadable: Any = "error") -> CutoffPolicy:
+    """As policy(), but the field is counted from the start, so ranges can be bounded."""
+    return policy(epoch_field("ms", index=1, digits=13), unreadable)
 
 
 def ms_key(lead: bytes, ms: int) -> bytes:
@@ -507,7 +513,8 @@ def test_epoch_field_bounds_contain_every_key_between(
     lead: bytes, other_lead: bytes, times: list[int], same: bool
 ) -> None:
     """For fixed-width keys start <= k <= end, time_bounds(start, end) contains k's time."""
-    reader = epoch_field("s", digits=10)
+    assume(b"#" not in lead and b"#" not in other_lead)
+    reader = epoch_field("s", index=1, digits=10)
     a, t, b = sorted(times)
     start, end = lead + b"#%010d" % a, lead + b"#%010d" % b
     key = (lead if same else other_lead) + b"#%010d" % t
@@ -524,7 +531,8 @@ def test_epoch_field_bounds_contain_every_key_between(
 )
 def test_reversed_field_bounds_contain_every_key_between(lead: bytes, times: list[int]) -> None:
     """The same for Long.MAX_VALUE - millis fields: the bounds flip, and still hold."""
-    reader = reversed_epoch_field(digits=19)
+    assume(b"#" not in lead)
+    reader = reversed_epoch_field(index=1, digits=19)
     keys = sorted(lead + b"#%019d" % (LONG_MAX - ms) for ms in times)
     start, key, end = keys
     bounds = reader.time_bounds(start, end)
@@ -559,7 +567,11 @@ def test_time_bounds_are_none_when_nothing_is_proven() -> None:
     assert epoch_field().time_bounds(b"a#1", b"b#2") is None  # no digits declared
     assert epoch_field(digits=1).time_bounds(b"a#1", b"b#2") is None  # different leads
     assert epoch_field(digits=2).time_bounds(b"a#1", b"a#22") is None  # a short field
-    assert epoch_field(digits=2, index=0).time_bounds(b"11#a", b"22#a") is None
+    assert epoch_field(digits=2).time_bounds(b"a#11", b"a#22") is None  # last field: no proof
+    assert epoch_field("s", digits=2, index=0).time_bounds(b"11#a", b"22#a") == (
+        11_000_000,
+        22_000_000,
+    )
     assert big_endian_int(offset=-8).time_bounds(b"x" * 9, b"y" * 9) is None
     assert big_endian_int(offset=2).time_bounds(b"ab\x00", b"ac\x00") is None
 
@@ -612,20 +624,23 @@ ACROSS = RowRange(ms_key(b"dev1", CUTOFF_MS - 1), ms_key(b"dev1", CUTOFF_MS), Tr
 @pytest.mark.parametrize("scheme_name", sorted(SCHEMES))
 def test_range_before_the_cutoff_reads_only_the_legacy_side(scheme_name: str) -> None:
     """Both bounds before the cutoff (same lead, declared width): only bucket None is read."""
-    plan = plan_reads(_query(BEFORE), SCHEMES[scheme_name], policy())
+    plan = plan_reads(_query(BEFORE), SCHEMES[scheme_name], bounded_policy())
     assert plan.buckets == (None,)
     assert plan.subqueries[0].ranges == (KeyRange.from_row_range(BEFORE),)
 
 
 @pytest.mark.parametrize("scheme_name", sorted(SCHEMES))
 def test_range_after_the_cutoff_reads_only_the_salted_side(scheme_name: str) -> None:
-    """Both bounds at or after the cutoff: no legacy sub-query."""
+    """Both bounds at or after the cutoff: no legacy sub-query when unreadable keys go salted.
+
+    With unreadable="error" the legacy side may hold keys whose time is
+    unreadable, so it is still read: skipping it would be unsound.
+    """
     scheme = SCHEMES[scheme_name]
-    plan = plan_reads(_query(AFTER), scheme, policy())
-    assert None not in plan.buckets
     single = scheme.key_part is not None  # fields(1): one lead, one bucket
     expected = (scheme.bucket_of(b"dev1"),) if single else scheme.bucket_ids
-    assert plan.buckets == expected
+    assert plan_reads(_query(AFTER), scheme, bounded_policy("salted")).buckets == expected
+    assert plan_reads(_query(AFTER), scheme, bounded_policy()).buckets == (None, *expected)
 
 
 @pytest.mark.parametrize("scheme_name", sorted(SCHEMES))
@@ -1201,13 +1216,6 @@ async def test_many_stray_rows_do_not_break_a_limited_scan() -> None:
 # -- bugs found --------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: epoch_field(digits=...) time_bounds assume the leading part never holds the "
-    "separator; b'u#1600000000#1000000000' (a 10-digit last field) lies in "
-    "[b'u#1500000000', b'u#1700000000'] but its time is outside the bounds, so its side is "
-    "not scanned",
-)
 async def test_bounds_hold_when_the_leading_part_holds_the_separator() -> None:
     """A key whose leading part contains '#' is still found by a time-pruned range scan."""
     pol = policy(epoch_field("s", digits=10), cutoff=dt.datetime(2014, 1, 1, tzinfo=dt.UTC))
@@ -1220,12 +1228,6 @@ async def test_bounds_hold_when_the_leading_part_holds_the_separator() -> None:
     assert shape(await table.read_rows(query)) == shape(await plain.read_rows(query))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: CutoffPolicy.sides_of_range ignores unreadable='legacy'|'salted' (its docstring "
-    "says such ranges route like `unreadable`): an unreadable key inside a time-bounded range "
-    "sits on the fallback side, which the plan does not scan",
-)
 async def test_unreadable_fallback_side_is_scanned_for_bounded_ranges() -> None:
     """A short (unreadable, unreadable='legacy') key inside a bounded range is not lost."""
     pol = policy(big_endian_int(offset=0, width=8), "legacy")
@@ -1241,12 +1243,6 @@ async def test_unreadable_fallback_side_is_scanned_for_bounded_ranges() -> None:
     assert shape(await table.read_rows(query)) == shape(await plain.read_rows(query))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: epoch_field(digits=10) does not enforce its width: b'u#16' is written (legacy, "
-    "16 s) but a range scan [b'u#1500000000', b'u#1700000000'] prunes the legacy side and "
-    "misses it; the width should make such keys unreadable (or not be trusted)",
-)
 async def test_declared_width_is_enforced_or_not_trusted() -> None:
     """A key whose field breaks the declared width is refused, or found by range scans."""
     pol = policy(epoch_field("s", digits=10), cutoff=dt.datetime(2014, 1, 1, tzinfo=dt.UTC))
@@ -1261,24 +1257,12 @@ async def test_declared_width_is_enforced_or_not_trusted() -> None:
     assert shape(await table.read_rows(query)) == shape(await plain.read_rows(query))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor, cost only): the open end of RowRange(start, b'dev1#<cutoff>') proves "
-    "every key is before the cutoff, yet the plan also scans every salted bucket; "
-    "sides_of_range ignores start/end closedness",
-)
 def test_open_end_at_the_cutoff_plans_only_the_legacy_side() -> None:
     """'Everything before the cutoff' (default exclusive end) reads only the legacy side."""
     before = RowRange(ms_key(b"dev1", CUTOFF_MS - 10_000), ms_key(b"dev1", CUTOFF_MS))
-    assert plan_reads(_query(before), S8, policy()).buckets == (None,)
+    assert plan_reads(_query(before), S8, bounded_policy()).buckets == (None,)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: check_layout/open run their samples in an anyio task group, so a Bigtable "
-    "error comes out as an ExceptionGroup of N+1 copies instead of the error itself "
-    "(or a BucketReadError carrying it)",
-)
 async def test_open_passes_a_bigtable_error_through() -> None:
     """A failing sample read in open() raises the Bigtable error, not an ExceptionGroup."""
     fake = FakeTable(fail_when=lambda q: True, fail_with=ServiceUnavailable("down"))
@@ -1286,11 +1270,6 @@ async def test_open_passes_a_bigtable_error_through() -> None:
         await SaltedTableAsync.open(fake, S8, cutoff=policy())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sample_row_keys uses scheme.split_key and drops every legacy split point "
-    "in cutoff mode (the bulk of a migrated table); it should map keys with layout.to_logical",
-)
 async def test_sample_row_keys_keeps_legacy_split_points() -> None:
     """Split points on the legacy side come back as (logical) keys."""
     fake = FakeTable(sample_every=2)
@@ -1301,22 +1280,12 @@ async def test_sample_row_keys_keeps_legacy_split_points() -> None:
     assert [k for k, _ in samples if k] == [k for k, _ in await fake.sample_row_keys() if k]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): big_endian_int(offset=-4, width=8) is accepted although its window "
-    "runs past the end of every key, so it can never read one",
-)
 def test_big_endian_int_refuses_a_window_past_the_key_end() -> None:
     """A negative offset closer to the end than ``width`` bytes is a CutoffError."""
     with pytest.raises(CutoffError):
         big_endian_int(offset=-4, width=8)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): with a cutoff an empty key is a CutoffError ('cannot read a "
-    'timestamp from row key b""\') instead of the RowKeyError every other layout raises',
-)
 def test_empty_key_is_a_row_key_error_with_a_cutoff() -> None:
     """An empty key is refused as a bad key, as without a cutoff."""
     with pytest.raises(RowKeyError, match="empty"):

@@ -42,6 +42,8 @@ T = TypeVar("T")
 
 #: Items the consumer gets per batch at most (batches keep per-item costs low).
 _OUT_BATCH: Final = 256
+#: Pages a source fetches ahead of the consumer when there is no limit.
+_READ_AHEAD: Final = 2
 
 
 @final
@@ -182,10 +184,9 @@ class FanOut(Generic[T]):
     def _start(self) -> None:
         self._make_streams()
         self._task = asyncio.get_running_loop().create_task(self._supervise())
-        if not self._sources:
-            return
-        for i in range(len(self._sources)):
-            self._request(i, self._first)
+        if self._limit is not None:
+            for i in range(len(self._sources)):
+                self._request(i, self._first)
 
     def _request(self, i: int, size: int) -> None:
         self._sizes[i] = size
@@ -237,8 +238,6 @@ class FanOut(Generic[T]):
             while True:
                 page = await self._receive(i)
                 more[i] = page.more
-                if page.more and prefetch:
-                    self._request(i, self._next_size(i))
                 if page.items:
                     state[i], pos[i] = (page.items, page.keys), 0
                     heapq.heappush(heap, (page.keys[0], i))
@@ -285,10 +284,25 @@ class FanOut(Generic[T]):
 
     async def _unordered_batches(self) -> AsyncGenerator[list[T], None]:
         limit = self._limit
+        recv = self._pages[0][1] if self._sources else None
+        if limit is None:
+            # The producers read ahead on their own: hand pages over as they come.
+            active = len(self._sources)
+            while active and recv is not None:
+                try:
+                    _, page = await recv.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    self._stopped()
+                if page.items:
+                    self._emitted += len(page.items)
+                    yield page.items
+                if not page.more:
+                    active -= 1
+            self._raise_error()
+            return
         pending = [True] * len(self._sources)  # a page has been asked for and not received
         idle: list[int] = []  # sources with more rows that nobody has asked for yet
         outstanding = sum(self._sizes)
-        recv = self._pages[0][1] if self._sources else None
         while recv is not None and (any(pending) or idle):
             try:
                 i, page = await recv.receive()
@@ -306,8 +320,8 @@ class FanOut(Generic[T]):
                 return
             if page.more:
                 idle.append(i)
-            # Ask again, but (with a limit) not for more rows than are still missing.
-            while idle and (limit is None or limit - self._emitted - outstanding > 0):
+            # Ask again, but not for more rows than are still missing.
+            while idle and limit - self._emitted - outstanding > 0:
                 j = idle.pop()
                 size = self._next_size(j, outstanding)
                 self._request(j, size)
@@ -337,23 +351,37 @@ class FanOut(Generic[T]):
     async def _produce(self, i: int) -> None:
         # The page stream is closed by the supervisor, after any error is
         # recorded, so a consumer that sees it end also sees the error.
-        fetch = self._sources[i]
         send = self._pages[i][0]
-        limiter = self._limiter
         try:
-            async for size in self._requests[i][1]:
-                if limiter is None:
-                    page = await fetch(size)
-                else:
-                    async with limiter:
-                        page = await fetch(size)
-                await send.send((i, page))
-                if not page.more:
-                    return
+            if self._limit is None:
+                # No limit: fetch ahead on our own, as far as the page stream's
+                # buffer allows, so this source never waits for the merge to
+                # need it before asking for more.
+                size = self._first
+                while True:
+                    page = await self._fetch(i, size)
+                    await send.send((i, page))
+                    if not page.more:
+                        return
+                    size = min(self._max_page, size * 2)
+            else:
+                # A limit: the consumer sizes each page from what is still missing.
+                async for size in self._requests[i][1]:
+                    page = await self._fetch(i, size)
+                    await send.send((i, page))
+                    if not page.more:
+                        return
         except Exception as exc:
             if self._error is None:
                 self._error = exc
             raise
+
+    async def _fetch(self, i: int, size: int) -> Page[T]:
+        self._sizes[i] = size
+        if self._limiter is None:
+            return await self._sources[i](size)
+        async with self._limiter:
+            return await self._sources[i](size)
 
 
 class _Closed(Exception):

@@ -1,0 +1,94 @@
+"""The helpers of examples/benchmark.py: row counting, statistics, the data set (no timings)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from google.cloud.bigtable.data import ReadRowsQuery
+
+from saltedtable import SaltedTableAsync, SaltScheme, prefix_end
+from tests.fakes import ABANDONED, FakeTable
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "benchmark.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    """examples/benchmark.py imported as a module (examples/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("saltedtable_benchmark", BENCHMARK)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+async def _salted_fake(bench: ModuleType, rows: int) -> tuple[FakeTable, object, SaltedTableAsync]:
+    fake = FakeTable()
+    scheme = SaltScheme(16)
+    await SaltedTableAsync(fake, scheme).bulk_mutate_rows([bench.entry_of(i) for i in range(rows)])
+    counter = bench.CountingTable(fake)
+    return fake, counter, SaltedTableAsync(counter, scheme)
+
+
+async def test_counting_table_counts_what_the_table_streamed(bench: ModuleType) -> None:
+    """CountingTable's row and request counts equal what the underlying table really sent."""
+    fake, counter, salted = await _salted_fake(bench, 2000)
+    fake.stats = type(fake.stats)()  # forget the load
+    rows = await salted.read_rows(ReadRowsQuery(limit=100))
+    assert [r.row_key for r in rows] == [bench.logical_key(i) for i in range(100)]
+    assert counter.rows == fake.stats.rows_sent > 0
+    assert counter.streams == len(fake.stats.queries) >= 16
+
+
+async def test_counting_table_closes_the_stream_it_wraps(bench: ModuleType) -> None:
+    """Leaving a counted stream early closes the underlying stream (no gRPC stream left open)."""
+    fake, counter, _ = await _salted_fake(bench, 50)
+    stream = await counter.read_rows_stream(ReadRowsQuery())
+    async for _ in stream:
+        break
+    await stream.aclose()
+    assert fake.stats.open_now == 0
+    assert fake.stats.count(ABANDONED) == 1
+    assert counter.rows == 1
+
+
+def test_percentile_interpolates(bench: ModuleType) -> None:
+    """percentile() interpolates between ranks and is None for no values."""
+    values = [1.0, 2.0, 3.0, 4.0]
+    assert bench.percentile(values, 0.0) == 1.0
+    assert bench.percentile(values, 0.5) == 2.5
+    assert bench.percentile(values, 1.0) == 4.0
+    assert bench.percentile([], 0.5) is None
+
+
+def test_paired_ratio_is_the_median_of_per_repetition_ratios(bench: ModuleType) -> None:
+    """paired() compares within each repetition, so a drift shared by both sides cancels."""
+    a, b = bench.Series(), bench.Series()
+    for seconds_a, seconds_b in ((1.0, 2.0), (2.0, 4.0), (4.0, 8.0)):  # both slow down 2x per rep
+        a.add(100, seconds_a)
+        b.add(100, seconds_b)
+    assert bench.paired(a, b)["ratio"] == pytest.approx(2.0)
+
+
+def test_rotation_puts_every_variant_first_equally_often(bench: ModuleType) -> None:
+    """Over len(variants) repetitions each variant runs first once (A/B, then B/A)."""
+    names = ["a", "b", "c", "d"]
+    firsts = [bench.rotated(names, rep)[0] for rep in range(len(names))]
+    assert sorted(firsts) == names
+    assert bench.rotated(["raw", "salted"], 1) == ["salted", "raw"]
+
+
+def test_keys_sort_in_row_order_and_prefixes_hold_one_user(bench: ModuleType) -> None:
+    """Row i's key sorts before row i+1's, so a key range selects rows 0..n-1 (memory scans)."""
+    keys = [bench.logical_key(i) for i in range(0, 1_000_000, 997)]
+    assert keys == sorted(keys)
+    prefix = bench.user_prefix(42)
+    inside = [i for i in range(4200, 4400) if prefix <= bench.logical_key(i) < prefix_end(prefix)]
+    assert inside == list(range(4200, 4300))
+    assert len(bench.value_of(7)) == bench.VALUE_BYTES

@@ -73,6 +73,8 @@ class FanOut(Generic[T]):
         first_page: Page size of each source's first fetch when there is no limit.
         max_page: Largest page size (pages double from the first size up to this).
         limiter: Bounds the fetches in flight, shared by every fan-out that uses it.
+        on_start: Called (synchronously) when iteration starts, before any fetch.
+        on_close: Awaited when the fan-out closes, after every producer is gone.
     """
 
     def __init__(
@@ -84,6 +86,8 @@ class FanOut(Generic[T]):
         first_page: int = 100,
         max_page: int = 1000,
         limiter: anyio.CapacityLimiter | None = None,
+        on_start: Callable[[], None] | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit}")
@@ -94,6 +98,8 @@ class FanOut(Generic[T]):
         self._limit = limit
         self._max_page = max_page
         self._limiter = limiter
+        self._on_start = on_start
+        self._on_close = on_close
         n = max(1, len(self._sources))
         self._first = min(max_page, math.ceil(limit / n)) if limit is not None else first_page
         self._emitted = 0
@@ -169,6 +175,9 @@ class FanOut(Generic[T]):
                 await asyncio.wait([self._task])
                 if not self._task.cancelled():
                     self._task.exception()  # retrieved: it is reported through _error
+            if self._on_close is not None:
+                on_close, self._on_close = self._on_close, None
+                await on_close()
             if self._iter is not None and not getattr(self._iter, "ag_running", False):
                 # (A consumer still inside __anext__ in another task finishes
                 # the generator itself when it sees the streams close.)
@@ -182,6 +191,8 @@ class FanOut(Generic[T]):
             page_recv.close()
 
     def _start(self) -> None:
+        if self._on_start is not None:
+            self._on_start()
         self._make_streams()
         self._task = asyncio.get_running_loop().create_task(self._supervise())
         if self._limit is not None:

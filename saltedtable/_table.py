@@ -8,11 +8,9 @@ merging them).
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Sequence
-from contextlib import aclosing
 from typing import Any, Final, Protocol, final
 
 import anyio
@@ -40,7 +38,7 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from ._cutoff import CutoffPolicy, Layout
-from ._exceptions import BucketReadError, CutoffError, LayoutError, RowKeyError
+from ._exceptions import CutoffError, LayoutError, RowKeyError
 from ._guard import (
     SCHEME_QUALIFIER,
     SchemeMismatchError,
@@ -49,14 +47,13 @@ from ._guard import (
     encode_layout,
     layout_differences,
 )
-from ._merge import FanOut, Page
+from ._merge import FanOut
 from ._plan import PageCursor, ReadPlan, SubQuery, _legacy_gaps, plan_reads, rewrite_filter
+from ._reader import BucketReader
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 from ._stats import (
-    BucketStats,
     CallStats,
     StatsHook,
-    current_bucket,
     install_retry_counter,
 )
 
@@ -684,98 +681,54 @@ class SaltedTableAsync:
             stats = CallStats()
         if stats is not None:
             stats.operation = operation
-        sources = [
-            self._source(
+        stray = self._drop_stray_legacy_rows if self.cutoff is not None else None
+        readers = [
+            BucketReader(
+                self._table.read_rows_stream,
                 sub,
-                deadline,
-                att_timeout,
-                retryable_errors,
-                None if stats is None else stats.bucket(sub.bucket),
+                deadline=deadline,
+                attempt_timeout=att_timeout,
+                retryable_errors=retryable_errors,
+                limiter=self.limiter,
+                bstats=None if stats is None else stats.bucket(sub.bucket),
+                stray=stray if sub.bucket is None else None,
             )
             for sub in plan.subqueries
         ]
+        limiter = self.limiter
+
+        def start() -> None:
+            # Without a limit, read each bucket with one open request when
+            # the slots cover every bucket of this read at once (taken
+            # together, so two reads can never each hold half of what they
+            # need); otherwise in pages, a slot per request.
+            if plan.limit is None and readers and limiter.available_tokens >= len(readers):
+                for reader in readers:
+                    limiter.acquire_on_behalf_of_nowait(reader)
+                    reader.streaming = True
+
+        async def close() -> None:
+            for reader in readers:
+                try:
+                    await reader.aclose()
+                except Exception:  # the read is over; the stream is gone either way
+                    _log.debug(
+                        "closing the sub-scan of bucket %s", reader.sub.bucket, exc_info=True
+                    )
+                if reader.streaming:
+                    reader.streaming = False
+                    limiter.release_on_behalf_of(reader)
+
         fanout = FanOut(
-            sources,
+            [reader.fetch for reader in readers],
             ordered=ordered,
             limit=plan.limit,
             first_page=self._first_page,
             max_page=self._max_page,
+            on_start=start,
+            on_close=close,
         )
         return _ReadCall(fanout, stats, self.stats_hook)
-
-    def _source(
-        self,
-        sub: SubQuery,
-        deadline: float,
-        attempt_timeout: float | None,
-        retryable_errors: _Retryable,
-        bstats: BucketStats | None,
-    ) -> Any:
-        cursor = PageCursor(sub)
-        cut = len(sub.prefix)
-        read_rows_stream = self._table.read_rows_stream
-        limiter = self.limiter
-
-        async def fetch(size: int) -> Page[Row]:
-            query = cursor.next_query(size)
-            if query is None:
-                return Page([], [], False)
-            started = time.monotonic()
-            rows: list[Row] = []
-            keys: list[bytes] = []
-            token = None if bstats is None else current_bucket().set(bstats)
-            try:
-                # The slot is held for this one page only; waiting for it
-                # counts against the read's operation_timeout like the RPC.
-                with anyio.move_on_after(deadline - time.monotonic()) as waiting:
-                    await limiter.acquire()
-                if waiting.cancelled_caught:
-                    raise TimeoutError(
-                        "operation_timeout ran out waiting for a sub-scan slot "
-                        f"(max_concurrent_subscans={limiter.total_tokens:g} all busy)"
-                    )
-                try:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise TimeoutError("operation_timeout ran out before the next page")
-                    stream = await read_rows_stream(
-                        query,
-                        operation_timeout=remaining,
-                        attempt_timeout=remaining
-                        if attempt_timeout is None
-                        else min(attempt_timeout, remaining),
-                        retryable_errors=retryable_errors,
-                    )
-                    async with aclosing(stream):  # type: ignore[type-var]
-                        async for row in stream:
-                            key = row.row_key[cut:]
-                            row.row_key = key
-                            for cell in row.cells:
-                                cell.row_key = key
-                            rows.append(row)
-                            keys.append(key)
-                finally:
-                    limiter.release()
-            except Exception as exc:
-                if bstats is not None:
-                    _end_page(bstats, started, rows, token)
-                where = cursor.position
-                resume = "" if where is None else f" after logical key {where[cut:]!r}"
-                raise BucketReadError(
-                    f"sub-scan of bucket {sub.bucket} ({sub.describe()}) failed{resume}: "
-                    f"{type(exc).__name__}: {exc}",
-                    bucket=sub.bucket,
-                    query=query,
-                ) from exc
-            cursor.advance(len(rows), size, sub.prefix + keys[-1] if keys else None)
-            if stray is not None:
-                rows, keys = stray(rows, keys)
-            if bstats is not None:
-                _end_page(bstats, started, rows, token)
-            return Page(rows, keys, not cursor.done)
-
-        stray = self._drop_stray_legacy_rows if sub.bucket is None and self.cutoff else None
-        return fetch
 
     def _drop_stray_legacy_rows(
         self, rows: list[Row], keys: list[bytes]
@@ -948,26 +901,6 @@ class SaltedTableAsync:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-
-def _end_page(
-    bstats: BucketStats,
-    started: float,
-    rows: list[Row],
-    token: contextvars.Token[BucketStats | None] | None,
-) -> None:
-    """Account one page (also a failed one) to its bucket."""
-    if token is not None:
-        current_bucket().reset(token)
-    took = time.monotonic() - started
-    bstats.pages += 1
-    bstats.seconds += took
-    if bstats.first_page_seconds is None:
-        bstats.first_page_seconds = took
-    bstats.rows += len(rows)
-    bstats.bytes += sum(
-        len(row.row_key) + sum(len(cell.value) for cell in row.cells) for row in rows
-    )
 
 
 @final

@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.saltedtable-installed
 
-.PHONY: install test unit lint demo emulator clean
+.PHONY: install test unit lint demo emulator bench clean
 
 install: $(STAMP)
 
@@ -37,6 +37,11 @@ demo: $(STAMP)
 ## make emulator: run the emulator in the foreground on 127.0.0.1 (Ctrl-C stops it)
 emulator: $(STAMP)
 	$(BIN)/python -m saltedtable.testing --port $${PORT:-8086} --table quickstart:cf
+
+## make bench: saltedtable vs the raw client on the emulator, alternating A/B
+## (ARGS=--quick for a ~30 s run; results also written as JSON under bench-results/)
+bench: $(STAMP)
+	$(BIN)/python examples/benchmark.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import heapq
 import math
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,8 +39,6 @@ __all__ = ["FanOut", "Page"]
 
 T = TypeVar("T")
 
-#: Items the consumer gets per batch at most (batches keep per-item costs low).
-_OUT_BATCH: Final = 256
 #: Pages a source fetches ahead of the consumer when there is no limit.
 _READ_AHEAD: Final = 2
 
@@ -237,60 +234,66 @@ class FanOut(Generic[T]):
         raise RuntimeError("a fan-out source stopped without an error")
 
     async def _ordered_batches(self) -> AsyncGenerator[list[T], None]:
+        # Merge by watermark: every source that may still send rows has a page
+        # whose last key bounds what it can send next; below the smallest such
+        # key every row is known, so that slice of every page goes out at once,
+        # sorted in C (a timsort of a few sorted runs), not row by row in Python.
         limit = self._limit
-        # Per source: [items, keys, position]; the heap holds (head key, source).
-        state: list[tuple[list[T], list[Any]] | None] = [None] * len(self._sources)
-        pos = [0] * len(self._sources)
-        more = [True] * len(self._sources)
-        heap: list[tuple[Any, int]] = []
-        prefetch = limit is None
+        n = len(self._sources)
+        items: list[list[T]] = [[] for _ in range(n)]
+        keys: list[list[Any]] = [[] for _ in range(n)]
+        pos = [0] * n
+        more = [True] * n
+        live = set(range(n))  # sources with rows buffered or still to come
 
         async def refill(i: int) -> None:
             while True:
                 page = await self._receive(i)
                 more[i] = page.more
+                items[i], keys[i], pos[i] = page.items, page.keys, 0
                 if page.items:
-                    state[i], pos[i] = (page.items, page.keys), 0
-                    heapq.heappush(heap, (page.keys[0], i))
                     return
                 if not page.more:
-                    state[i] = None
+                    live.discard(i)
                     return
-                if not prefetch:
+                if limit is not None:
                     self._request(i, self._next_size(i))
 
-        for i in range(len(self._sources)):
+        for i in range(n):
             await refill(i)
-        out: list[T] = []
-        while heap:
-            _, i = heapq.heappop(heap)
-            items, keys = state[i]  # type: ignore[misc]
-            start = pos[i]
-            # Everything in this page below the next head can go out at once.
-            end = bisect.bisect_left(keys, heap[0][0], start + 1) if heap else len(keys)
+        while live:
+            bounds = [keys[i][-1] for i in live if more[i]]
+            mark = min(bounds) if bounds else None
+            out_keys: list[Any] = []
+            out: list[T] = []
+            runs = 0
+            for i in sorted(live):
+                start = pos[i]
+                end = len(keys[i]) if mark is None else bisect.bisect_right(keys[i], mark, start)
+                if end > start:
+                    runs += 1
+                    out_keys.extend(keys[i][start:end])
+                    out.extend(items[i][start:end])
+                    pos[i] = end
+            if runs > 1:
+                order = sorted(range(len(out_keys)), key=out_keys.__getitem__)
+                out = [out[k] for k in order]
             if limit is not None:
-                end = min(end, start + limit - self._emitted - len(out))
-            out.extend(items[start:end])
-            pos[i] = end
-            if limit is not None and self._emitted + len(out) >= limit:
-                break
-            if end < len(keys):
-                heapq.heappush(heap, (keys[end], i))
-            elif more[i]:
-                if out:
-                    self._emitted += len(out)
-                    yield out
-                    out = []
-                if not prefetch:
-                    self._request(i, self._next_size(i))
-                await refill(i)
-            if len(out) >= _OUT_BATCH:
+                out = out[: limit - self._emitted]
+            if out:
                 self._emitted += len(out)
                 yield out
-                out = []
-        if out:
-            self._emitted += len(out)
-            yield out
+            if limit is not None and self._emitted >= limit:
+                break
+            for i in sorted(live):
+                if pos[i] < len(keys[i]):
+                    continue
+                if not more[i]:
+                    live.discard(i)
+                    continue
+                if limit is not None:
+                    self._request(i, self._next_size(i))
+                await refill(i)
         self._raise_error()
 
     async def _unordered_batches(self) -> AsyncGenerator[list[T], None]:

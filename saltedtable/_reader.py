@@ -38,6 +38,9 @@ __all__ = ["BucketReader"]
 _Filter = Callable[[list[Row], list[bytes]], tuple[list[Row], list[bytes]]]
 #: ``PageCursor.next_query`` with this size sends no row limit.
 _NO_LIMIT: Final = 0
+#: Largest chunk a stream hands over: bounds the rows buffered per bucket
+#: (a few chunks) while keeping the per-chunk cost negligible.
+_STREAM_CHUNK: Final = 256
 
 
 async def _next_row(stream: AsyncGenerator[Row, None]) -> Row:
@@ -192,7 +195,7 @@ class BucketReader:
 
     async def _read_stream(self, size: int, rows: list[Row], keys: list[bytes]) -> None:
         size = min(size, self._chunk)
-        self._chunk *= 2
+        self._chunk = min(self._chunk * 2, _STREAM_CHUNK)
         while len(rows) < size:
             stream = self._stream
             if stream is None:

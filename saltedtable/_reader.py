@@ -7,13 +7,15 @@ Two ways to read, chosen per read when it starts (see ``SaltedTableAsync``):
   (each page asks for about what is still missing) and whenever the table's
   slots cannot cover every bucket of the read at once: a slot is never held
   while the merge waits, so no bound can deadlock.
-* **One stream.** Without a limit, when the read could take a slot for every
-  bucket at once, each bucket is read by one request that stays open (or one
-  per window of point keys); fetches hand over what has arrived. No request
-  is repeated, which matters to servers that scan a range before applying a
-  row limit. Between fetches a read stays pending, so closing the reader
-  cancels the request while it waits for its next row: leaving a
-  ``read_rows_stream`` any other way does not cancel its RPC.
+* **Streams.** Without a limit, when the read could take a slot for every
+  bucket at once, each bucket is read by long requests (5,000 rows each) that
+  stay open while the merge works; fetches hand over what has arrived. Few
+  requests are repeated, which matters to servers that scan the rest of a
+  range before applying a row limit (the emulator does), and the row limit
+  keeps what gRPC buffers ahead of a slow consumer bounded. Between fetches
+  a read stays pending, so closing the reader cancels the request while it
+  waits for its next row: leaving a ``read_rows_stream`` any other way does
+  not cancel its RPC.
 """
 
 from __future__ import annotations
@@ -36,8 +38,11 @@ from ._stats import BucketStats, current_bucket
 __all__ = ["BucketReader"]
 
 _Filter = Callable[[list[Row], list[bytes]], tuple[list[Row], list[bytes]]]
-#: ``PageCursor.next_query`` with this size sends no row limit.
-_NO_LIMIT: Final = 0
+#: Rows one streamed request asks for. gRPC reads a fast server's messages
+#: ahead of the application, so an unlimited request lets a slow consumer
+#: buffer most of a large scan; a row limit per request bounds that (16
+#: buckets x 5,000 rows of ~150 bytes: about 12 MB at most) whatever the scan's size.
+_STREAM_REQUEST_ROWS: Final = 5000
 #: Largest chunk a stream hands over: bounds the rows buffered per bucket
 #: (a few chunks) while keeping the per-chunk cost negligible.
 _STREAM_CHUNK: Final = 256
@@ -66,6 +71,8 @@ class BucketReader:
         "_limiter",
         "_pending",
         "_read_rows_stream",
+        "_request_last",
+        "_request_rows",
         "_retryable",
         "_stray",
         "_stream",
@@ -103,6 +110,8 @@ class BucketReader:
         # A stream hands over its first row at once, then chunks that double:
         # a slow bucket cannot hold rows back that the merge could already use.
         self._chunk = 1
+        self._request_rows = 0  # rows the open streamed request has sent so far
+        self._request_last: bytes | None = None  # and the last one's physical key
 
     async def fetch(self, size: int) -> Page[Row]:
         """The next rows: a page of at most ``size``, or what the stream has up to ``size``."""
@@ -199,9 +208,10 @@ class BucketReader:
         while len(rows) < size:
             stream = self._stream
             if stream is None:
-                query = self._cursor.next_query(_NO_LIMIT)
+                query = self._cursor.next_query(_STREAM_REQUEST_ROWS)
                 if query is None:
                     return
+                self._request_rows, self._request_last = 0, None
                 stream = self._stream = await self._read_rows_stream(query, **self._timeouts())
             try:
                 pending, self._pending = self._pending, None
@@ -209,8 +219,11 @@ class BucketReader:
             except StopAsyncIteration:
                 self._stream = None
                 await stream.aclose()
-                self._cursor.advance(0, 1, None)  # this window is done: the next, or the end
+                # A full request may have more after its last row; a short one ends its window.
+                self._cursor.advance(self._request_rows, _STREAM_REQUEST_ROWS, self._request_last)
                 continue
+            self._request_rows += 1
+            self._request_last = row.row_key
             self._take(row, rows, keys)
         if self._stream is not None:
             # Keep a read pending while the merge works: closing the reader

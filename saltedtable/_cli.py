@@ -46,7 +46,14 @@ from ._advise import (
     format_key,
     plan_sample,
 )
-from ._exceptions import SaltedTableError, SaltSchemeError
+from ._cutoff import (
+    CutoffPolicy,
+    big_endian_int,
+    epoch_field,
+    iso8601_field,
+    reversed_epoch_field,
+)
+from ._exceptions import CutoffError, SaltedTableError, SaltSchemeError
 from ._plan import plan_reads
 from ._salt import (
     HASHES,
@@ -223,8 +230,47 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             )
         )
     query = ReadRowsQuery(row_keys=keys, row_ranges=ranges, limit=args.limit)
-    print(plan_reads(query, scheme).explain())
+    print(plan_reads(query, scheme, _cutoff_policy(args)).explain())
     return 0
+
+
+def _time_reader(spec: str, sep: bytes) -> Callable[[bytes], int]:
+    """Parse ``epoch:UNIT[:INDEX[:DIGITS]]``, ``reversed:UNIT[:INDEX[:DIGITS]]``,
+    ``iso[:INDEX]`` or ``be:OFFSET:WIDTH:UNIT``."""
+    name, *parts = spec.split(":")
+    try:
+        nums = [int(p) for p in parts[1:]] if name in ("epoch", "reversed") else []
+        if name in ("epoch", "reversed"):
+            unit = parts[0] if parts else ("s" if name == "epoch" else "ms")
+            index = nums[0] if nums else -1
+            digits = nums[1] if len(nums) > 1 else None
+            reader = epoch_field if name == "epoch" else reversed_epoch_field
+            return reader(unit=unit, sep=sep, index=index, digits=digits)
+        if name == "iso":
+            return iso8601_field(sep=sep, index=int(parts[0]) if parts else -1)
+        if name == "be" and len(parts) == 3:
+            return big_endian_int(offset=int(parts[0]), width=int(parts[1]), unit=parts[2])
+    except ValueError as exc:
+        raise UsageError(f"--time {spec!r}: {exc}") from None
+    raise UsageError(
+        f"--time {spec!r}: use epoch:UNIT[:INDEX[:DIGITS]], reversed:UNIT[:INDEX[:DIGITS]], "
+        "iso[:INDEX] or be:OFFSET:WIDTH:UNIT"
+    )
+
+
+def _cutoff_policy(args: argparse.Namespace) -> CutoffPolicy | None:
+    if args.cutoff is None:
+        if args.time is not None:
+            raise UsageError("--time needs --cutoff")
+        return None
+    try:
+        when = datetime.fromisoformat(args.cutoff)
+    except ValueError:
+        raise UsageError(f"--cutoff {args.cutoff!r} is not an ISO-8601 time") from None
+    if when.tzinfo is None:
+        raise UsageError(f"--cutoff {args.cutoff!r} has no UTC offset (add +00:00)")
+    reader = _time_reader(args.time or "epoch:s", args.time_sep.encode())
+    return CutoffPolicy(when, reader, unreadable=args.unreadable)
 
 
 def _cmd_emulator(args: argparse.Namespace) -> int:
@@ -825,6 +871,25 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--start", help="range start (inclusive)")
     explain.add_argument("--end", help="range end (exclusive)")
     explain.add_argument("--limit", type=_int_at_least(1), help="row limit")
+    explain.add_argument(
+        "--cutoff",
+        metavar="ISO",
+        help="forward-only migration: keys with a time before this are unsalted "
+        "(e.g. 2024-01-01T00:00:00+00:00)",
+    )
+    explain.add_argument(
+        "--time",
+        metavar="READER",
+        help="where a key's time is: epoch:UNIT[:INDEX[:DIGITS]] (default epoch:s), "
+        "reversed:UNIT[:INDEX[:DIGITS]], iso[:INDEX] or be:OFFSET:WIDTH:UNIT",
+    )
+    explain.add_argument("--time-sep", default="#", help="field separator for --time (#)")
+    explain.add_argument(
+        "--unreadable",
+        choices=("error", "legacy", "salted"),
+        default="error",
+        help="where keys without a readable time go",
+    )
     explain.set_defaults(func=_cmd_explain)
 
     adv = sub.add_parser(
@@ -931,7 +996,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"saltedtable {args.command}"
     try:
         code: int = args.func(args)
-    except (argparse.ArgumentTypeError, UsageError, SaltSchemeError) as exc:
+    except (argparse.ArgumentTypeError, UsageError, SaltSchemeError, CutoffError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except (DataError, SaltedTableError) as exc:

@@ -573,3 +573,66 @@ def test_closed_stdout_exits_141_quietly(
     code, _, err = run(capsys, "key", "-n", "4", "x")
     assert code == 141
     assert err == ""
+
+
+# -- explain with a time cutoff ------------------------------------------------------
+
+
+CUT = "2024-01-01T00:00:00+00:00"
+
+
+def test_explain_shows_the_cutoff_sides(capsys: pytest.CaptureFixture[str]) -> None:
+    """Point keys go to their side; a range before the cutoff reads only the legacy side."""
+    code, out, _ = run(
+        capsys,
+        "explain",
+        "-n",
+        "2",
+        "--cutoff",
+        CUT,
+        "--key",
+        "u#1800000000",
+        "--key",
+        "u#1500000000",
+    )
+    assert code == 0
+    assert "legacy (unsalted, before the cutoff): keys b'u#1500000000'" in out
+    assert "keys b'1-u#1800000000'" in out
+    code, out, _ = run(
+        capsys,
+        "explain",
+        "-n",
+        "4",
+        "--cutoff",
+        CUT,
+        "--time",
+        "epoch:s:1:10",
+        "--start",
+        "user1#1600000000",
+        "--end",
+        "user1#1700000000",
+    )
+    assert code == 0
+    assert out.startswith("1 sub-query")
+    assert "legacy" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cutoff", "2024-01-01"], "no UTC offset"),
+        (["--cutoff", "yesterday"], "not an ISO-8601 time"),
+        (["--cutoff", CUT, "--time", "bogus"], "use epoch:UNIT"),
+        (["--cutoff", CUT, "--time", "epoch:fortnight"], "unit must be one of"),
+        (["--time", "epoch:s"], "--time needs --cutoff"),
+    ],
+)
+def test_explain_cutoff_usage_errors(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """Bad cutoff options: exit 2 and one line naming the problem."""
+    code, out, err = run(capsys, "explain", "-n", "4", "--prefix", "u", *args)
+    assert code == 2
+    assert out == ""
+    assert message in err
+    assert len(err.strip().splitlines()) == 1

@@ -170,14 +170,6 @@ class BucketReader:
             "retryable_errors": self._retryable,
         }
 
-    def _take(self, row: Row, rows: list[Row], keys: list[bytes]) -> None:
-        key = row.row_key[self._cut :]
-        row.row_key = key
-        for cell in row.cells:
-            cell.row_key = key
-        rows.append(row)
-        keys.append(key)
-
     async def _read_page(self, size: int, rows: list[Row], keys: list[bytes]) -> None:
         query = self._cursor.next_query(size)
         if query is None:
@@ -195,8 +187,9 @@ class BucketReader:
         try:
             stream = await self._read_rows_stream(query, **self._timeouts())
             async with aclosing(stream):
+                cut = self._cut
                 async for row in stream:
-                    self._take(row, rows, keys)
+                    self._relabel(row, cut, rows, keys)
         finally:
             limiter.release()
         last = self.sub.prefix + keys[-1] if keys else None
@@ -205,6 +198,7 @@ class BucketReader:
     async def _read_stream(self, size: int, rows: list[Row], keys: list[bytes]) -> None:
         size = min(size, self._chunk)
         self._chunk = min(self._chunk * 2, _STREAM_CHUNK)
+        cut = self._cut
         while len(rows) < size:
             stream = self._stream
             if stream is None:
@@ -213,22 +207,44 @@ class BucketReader:
                     return
                 self._request_rows, self._request_last = 0, None
                 stream = self._stream = await self._read_rows_stream(query, **self._timeouts())
+            pending, self._pending = self._pending, None
+            taken = len(rows)
             try:
-                pending, self._pending = self._pending, None
-                row = await (pending if pending is not None else stream.__anext__())
+                if pending is not None:
+                    row = await pending
+                    self._relabel(row, cut, rows, keys)
+                # The hot loop: one row at a time, relabelled in place.
+                next_row = stream.__anext__
+                while len(rows) < size:
+                    row = await next_row()
+                    key = row.row_key[cut:]
+                    row.row_key = key
+                    for cell in row.cells:
+                        cell.row_key = key
+                    rows.append(row)
+                    keys.append(key)
             except StopAsyncIteration:
                 self._stream = None
                 await stream.aclose()
+            self._request_rows += len(rows) - taken
+            if rows and len(rows) > taken:
+                self._request_last = self.sub.prefix + keys[-1]
+            if self._stream is None:
                 # A full request may have more after its last row; a short one ends its window.
                 self._cursor.advance(self._request_rows, _STREAM_REQUEST_ROWS, self._request_last)
-                continue
-            self._request_rows += 1
-            self._request_last = row.row_key
-            self._take(row, rows, keys)
         if self._stream is not None:
             # Keep a read pending while the merge works: closing the reader
             # then cancels a waiting read, which cancels the request.
             self._pending = asyncio.get_running_loop().create_task(_next_row(self._stream))
+
+    @staticmethod
+    def _relabel(row: Row, cut: int, rows: list[Row], keys: list[bytes]) -> None:
+        key = row.row_key[cut:]
+        row.row_key = key
+        for cell in row.cells:
+            cell.row_key = key
+        rows.append(row)
+        keys.append(key)
 
     async def aclose(self) -> None:
         """Cancel a pending read, close the open stream. Safe to call more than once."""

@@ -43,7 +43,7 @@ from google.cloud.bigtable.data.exceptions import (
     RetryExceptionGroup,
 )
 
-from saltedtable import BucketReadError, SaltedTableAsync, SaltScheme
+from saltedtable import BucketReadError, CallStats, SaltedTableAsync, SaltScheme
 from saltedtable.testing import (
     EMULATOR_HOST_ENV,
     INSTANCE,
@@ -665,3 +665,25 @@ async def test_scan_queued_behind_the_subscan_bound_fails_within_its_own_timeout
     assert isinstance(outcome, BucketReadError)
     assert isinstance(outcome.__cause__, TimeoutError | DeadlineExceeded), repr(outcome.__cause__)
     assert elapsed < 1.5 + 2, f"took {elapsed:.1f}s for an operation_timeout of 1.5s"
+
+
+async def test_call_stats_count_the_client_retries_of_a_reset_scan(
+    proxy: Any, loaded_table: tuple[str, list[bytes]]
+) -> None:
+    """A reset mid-scan makes the client retry; the read's CallStats count those retries."""
+    table_id, keys = loaded_table
+    async with client_at(proxy.address) as client:
+        salted = SaltedTableAsync(client.get_table(INSTANCE, table_id), SCHEME)
+        await salted.read_row(key_of(0))  # connect first, so the fault hits the scan
+        proxy.reset_after(150_000, times=1)
+        stats = CallStats()
+        rows = await salted.read_rows(
+            ReadRowsQuery(), operation_timeout=30, attempt_timeout=10, stats=stats
+        )
+        proxy.clear()
+        await salted.close()
+    check_exact(rows, keys)
+    assert proxy.stats.resets == 1
+    assert stats.retries >= 1, stats.as_dict()
+    assert stats.rows == len(keys)
+    assert sum(b.rows for b in stats.buckets.values()) == len(keys)

@@ -698,11 +698,14 @@ class SaltedTableAsync:
         limiter = self.limiter
 
         def start() -> None:
-            # Without a limit, read each bucket with one open request when
-            # the slots cover every bucket of this read at once (taken
-            # together, so two reads can never each hold half of what they
-            # need); otherwise in pages, a slot per request.
-            if plan.limit is None and readers and limiter.available_tokens >= len(readers):
+            # Without a limit, stream each bucket when the free slots cover
+            # every bucket of this read twice over: its slots are taken
+            # together (two reads can never each hold half of what they
+            # need), and as many stay free for paged reads, so a read nested
+            # inside a streaming one still gets slots. Otherwise: pages, a
+            # slot per request.
+            n = len(readers)
+            if plan.limit is None and n and limiter.available_tokens >= 2 * n:
                 for reader in readers:
                     limiter.acquire_on_behalf_of_nowait(reader)
                     reader.streaming = True

@@ -86,3 +86,16 @@ async def test_leaving_a_streamed_read_cancels_every_request(ordered: bool) -> N
     assert fake.stats.count("cancelled") >= 1
     assert asyncio.all_tasks() == before
     assert table.limiter.borrowed_tokens == 0
+
+
+async def test_a_read_nested_in_streaming_reads_still_gets_slots() -> None:
+    """Streaming reads leave half the free slots: a scan run inside four open scans finishes."""
+    _, table = await filled(max_concurrent_subscans=16)
+    outer = [await table.read_rows_stream(ReadRowsQuery()) for _ in range(4)]
+    with anyio.fail_after(5):
+        for stream in outer:
+            await anext(aiter(stream))  # each outer read is now running
+        assert [r.row_key for r in await table.read_rows(ReadRowsQuery())] == KEYS
+        for stream in outer:
+            await stream.aclose()  # type: ignore[attr-defined]
+    assert table.limiter.borrowed_tokens == 0

@@ -201,16 +201,15 @@ class FanOut(Generic[T]):
         self._requests[i][0].send_nowait(size)
 
     def _next_size(self, i: int, outstanding: int = 0) -> int:
-        """Size of source ``i``'s next page.
+        """Size of source ``i``'s next page under a limit.
 
-        Without a limit pages double up to ``max_page``. With one, a source
-        asks for its share of the rows still missing, doubling the share each
-        time it runs dry again (a source that holds most of the matching rows
-        reaches big pages quickly, an even spread overshoots the limit little).
+        A source asks for its share of the rows still missing, doubling the
+        share each time it runs dry again (a source that holds most of the
+        matching rows reaches big pages quickly, an even spread overshoots the
+        limit little). Without a limit the producers size their own pages.
         """
+        assert self._limit is not None
         self._refills[i] += 1
-        if self._limit is None:
-            return min(self._max_page, self._sizes[i] * 2)
         missing = self._limit - self._emitted - outstanding
         share = math.ceil(missing / len(self._sources)) << min(self._refills[i] - 1, 20)
         return max(1, min(self._max_page, missing, share))
@@ -391,7 +390,6 @@ class FanOut(Generic[T]):
             raise
 
     async def _fetch(self, i: int, size: int) -> Page[T]:
-        self._sizes[i] = size
         if self._limiter is None:
             return await self._sources[i](size)
         async with self._limiter:

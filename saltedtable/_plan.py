@@ -396,22 +396,6 @@ def rewrite_filter(row_filter: RowFilter | None, prefix: bytes) -> RowFilter | N
     return row_filter
 
 
-def filter_uses_row_key(row_filter: RowFilter | None) -> bool:
-    """True when the filter (or one nested in it) looks at the row key."""
-    if row_filter is None:
-        return False
-    if isinstance(row_filter, RowKeyRegexFilter):
-        return True
-    if isinstance(row_filter, RowFilterChain | RowFilterUnion):
-        return any(filter_uses_row_key(f) for f in row_filter.filters)
-    if isinstance(row_filter, ConditionalRowFilter):
-        return any(
-            filter_uses_row_key(f)
-            for f in (row_filter.predicate_filter, row_filter.true_filter, row_filter.false_filter)
-        )
-    return False
-
-
 _WORD: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 

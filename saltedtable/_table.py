@@ -830,7 +830,7 @@ class SaltedTableAsync:
             if stats is not None:
                 stats.operation = "bulk_mutate_rows"
                 stats.rows = len(mutation_entries)
-                _ReadCall.report(stats, error, self.stats_hook)
+                _report_stats(stats, error, self.stats_hook)
 
     async def check_and_mutate_row(
         self,
@@ -949,27 +949,27 @@ class _ReadCall:
         stats = self._stats
         if stats is not None:
             stats.rows = self._fanout.emitted
-            self.report(stats, error, self._hook)
+            _report_stats(stats, error, self._hook)
 
-    @staticmethod
-    def report(stats: CallStats, error: BaseException | None, hook: StatsHook | None) -> None:
-        """End a call's statistics: log a summary and hand them to the hook."""
-        stats.finish(error)
-        _log.debug(
-            "%s: %d rows over %d bucket(s) in %.3fs, skew %.2f, %d retries%s",
-            stats.operation,
-            stats.rows,
-            len(stats.buckets),
-            stats.elapsed or 0.0,
-            stats.skew,
-            stats.retries,
-            "" if error is None else f", failed: {error!r}",
-        )
-        if hook is not None:
-            try:
-                hook(stats)
-            except Exception:  # a broken exporter must not break the call
-                _log.exception("saltedtable stats_hook raised")
+
+def _report_stats(stats: CallStats, error: BaseException | None, hook: StatsHook | None) -> None:
+    """End a call's statistics: log a summary and hand them to the hook."""
+    stats.finish(error)
+    _log.debug(
+        "%s: %d rows over %d bucket(s) in %.3fs, skew %.2f, %d retries%s",
+        stats.operation,
+        stats.rows,
+        len(stats.buckets),
+        stats.elapsed or 0.0,
+        stats.skew,
+        stats.retries,
+        "" if error is None else f", failed: {error!r}",
+    )
+    if hook is not None:
+        try:
+            hook(stats)
+        except Exception:  # a broken exporter must not break the call
+            _log.exception("saltedtable stats_hook raised")
 
 
 def _logical_group(
@@ -994,12 +994,8 @@ def _logical_group(
         cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
         failures.append(FailedMutationEntryError(exc.index, entry, cause))
     return MutationsExceptionGroup(
-        failures, group.total_entries_attempted, message=_group_message(group)
+        failures, group.total_entries_attempted, message=str(group.message)
     )
-
-
-def _group_message(group: MutationsExceptionGroup) -> str:
-    return str(group.message)
 
 
 @final

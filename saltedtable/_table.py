@@ -47,7 +47,7 @@ from ._guard import (
     encode_layout,
     layout_differences,
 )
-from ._merge import FanOut
+from ._merge import FanOut, Merge
 from ._plan import PageCursor, ReadPlan, SubQuery, _legacy_gaps, plan_reads, rewrite_filter
 from ._reader import BucketReader
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
@@ -681,7 +681,7 @@ class SaltedTableAsync:
             stats = CallStats()
         if stats is not None:
             stats.operation = operation
-        stray = self._drop_stray_legacy_rows if self.cutoff is not None else None
+        stray = self._is_stray_legacy_row if self.cutoff is not None else None
         readers = [
             BucketReader(
                 self._table.read_rows_stream,
@@ -697,70 +697,54 @@ class SaltedTableAsync:
         ]
         limiter = self.limiter
 
-        def start() -> None:
-            # Without a limit, stream each bucket when the free slots cover
-            # every bucket of this read twice over: its slots are taken
-            # together (two reads can never each hold half of what they
-            # need), and as many stay free for paged reads, so a read nested
-            # inside a streaming one still gets slots. Otherwise: pages, a
-            # slot per request.
+        def begin() -> FanOut[Row] | Merge[Row]:
+            # Chosen when iteration starts. Without a limit, stream each
+            # bucket when the free slots cover every bucket of this read
+            # twice over: its slots are taken together (two reads can never
+            # each hold half of what they need), and as many stay free for
+            # paged reads, so a read nested inside a streaming one still gets
+            # slots. Otherwise: pages, a slot per request.
             n = len(readers)
             if plan.limit is None and n and limiter.available_tokens >= 2 * n:
                 for reader in readers:
                     limiter.acquire_on_behalf_of_nowait(reader)
-                    reader.streaming = True
 
-        async def close() -> None:
-            for reader in readers:
-                try:
-                    await reader.aclose()
-                except Exception:  # the read is over; the stream is gone either way
-                    _log.debug(
-                        "closing the sub-scan of bucket %s", reader.sub.bucket, exc_info=True
-                    )
-                if reader.streaming:
-                    reader.streaming = False
-                    limiter.release_on_behalf_of(reader)
+                async def release() -> None:
+                    for reader in readers:
+                        limiter.release_on_behalf_of(reader)
 
-        fanout = FanOut(
-            [reader.fetch for reader in readers],
-            ordered=ordered,
-            limit=plan.limit,
-            first_page=self._first_page,
-            max_page=self._max_page,
-            on_start=start,
-            on_close=close,
-        )
-        return _ReadCall(fanout, stats, self.stats_hook)
+                return Merge([reader.pump for reader in readers], ordered=ordered, on_close=release)
+            return FanOut(
+                [reader.fetch for reader in readers],
+                ordered=ordered,
+                limit=plan.limit,
+                first_page=self._first_page,
+                max_page=self._max_page,
+            )
 
-    def _drop_stray_legacy_rows(
-        self, rows: list[Row], keys: list[bytes]
-    ) -> tuple[list[Row], list[bytes]]:
-        """Drop legacy rows whose key time says they live on the salted side.
+        return _ReadCall(begin, stats, self.stats_hook)
+
+    def _is_stray_legacy_row(self, key: bytes) -> bool:
+        """True (and logged) for a legacy row whose key time says it lives on the salted side.
 
         Such a row contradicts the layout (it was written unsalted after the
         cutoff): point reads look for its key on the salted side, so a scan
         showing it would show a row that reads cannot find, or show a key
-        twice. It is left out and logged; :meth:`check_layout` reports them.
+        twice. Scans leave it out; :meth:`check_layout` reports them.
         """
         cutoff = self.cutoff
         assert cutoff is not None
-        kept = []
-        for i, key in enumerate(keys):
-            try:
-                salted = cutoff.key_time(key) >= cutoff.cutoff_micros
-                why = f"its key time is at or after the cutoff {cutoff.cutoff.isoformat()}"
-            except ValueError:
-                # No readable time: only unreadable="salted" sends such keys elsewhere.
-                salted = cutoff.unreadable == "salted"
-                why = "its key time is unreadable and the policy sends those to the salted side"
-            if salted:
-                _log.warning("skipping legacy row %r: %s", key, why)
-            else:
-                kept.append(i)
-        if len(kept) == len(keys):
-            return rows, keys
-        return [rows[i] for i in kept], [keys[i] for i in kept]
+        try:
+            if cutoff.key_time(key) < cutoff.cutoff_micros:
+                return False
+            why = f"its key time is at or after the cutoff {cutoff.cutoff.isoformat()}"
+        except ValueError:
+            # No readable time: only unreadable="salted" sends such keys elsewhere.
+            if cutoff.unreadable != "salted":
+                return False
+            why = "its key time is unreadable and the policy sends those to the salted side"
+        _log.warning("skipping legacy row %r: %s", key, why)
+        return True
 
     # -- writes ----------------------------------------------------------------
 
@@ -908,47 +892,54 @@ class SaltedTableAsync:
 
 @final
 class _ReadCall:
-    """One running read: its fan-out, and the statistics to finish when it ends."""
+    """One read: the fan-out it starts when iterated, and the statistics to finish when it ends."""
 
-    __slots__ = ("_fanout", "_hook", "_stats")
+    __slots__ = ("_begin", "_hook", "_stats")
 
-    def __init__(self, fanout: FanOut[Row], stats: CallStats | None, hook: StatsHook | None):
-        self._fanout = fanout
+    def __init__(
+        self,
+        begin: Callable[[], FanOut[Row] | Merge[Row]],
+        stats: CallStats | None,
+        hook: StatsHook | None,
+    ):
+        self._begin = begin
         self._stats = stats
         self._hook = hook
 
     async def collect(self) -> list[Row]:
         rows: list[Row] = []
         error: BaseException | None = None
+        fanout = self._begin()
         try:
-            async with self._fanout:
-                async for batch in self._fanout:
-                    rows.extend(batch)
+            async with fanout:
+                async for batch in fanout:
+                    rows += batch
         except BaseException as exc:
             error = exc
             raise
         finally:
-            self._finish(error)
+            self._finish(fanout.emitted, error)
         return rows
 
     async def stream(self) -> AsyncGenerator[Row, None]:
         """Flatten the batches; closing this generator cancels every sub-scan."""
         error: BaseException | None = None
+        fanout = self._begin()
         try:
-            async for batch in self._fanout:
+            async for batch in fanout:
                 for row in batch:
                     yield row
         except BaseException as exc:
             error = exc
             raise
         finally:
-            await self._fanout.aclose()
-            self._finish(error)
+            await fanout.aclose()
+            self._finish(fanout.emitted, error)
 
-    def _finish(self, error: BaseException | None) -> None:
+    def _finish(self, emitted: int, error: BaseException | None) -> None:
         stats = self._stats
         if stats is not None:
-            stats.rows = self._fanout.emitted
+            stats.rows = emitted
             _report_stats(stats, error, self._hook)
 
 

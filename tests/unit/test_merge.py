@@ -1,4 +1,4 @@
-"""FanOut: ordered and unordered merging of paged sources, limits, concurrency and cleanup."""
+"""FanOut (paged sources) and Merge (push sources): ordering, limits, concurrency, cleanup."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable._merge import FanOut, Page
+from saltedtable._merge import FanOut, Feed, Merge, Page
 
 PROPERTY = settings(max_examples=60, deadline=None)
 
@@ -406,3 +406,189 @@ async def test_cancelled_consumer_cleans_up() -> None:
     assert [s.cancelled for s in sources] == [1, 1, 1, 1]
     await asyncio.sleep(0)
     assert asyncio.all_tasks() == before
+
+
+# -- Merge: push sources (pumps) ------------------------------------------------
+
+
+class Pump:
+    """A push source: appends its sorted items to the feed in bursts, like rows arriving."""
+
+    def __init__(
+        self,
+        items: Sequence[int],
+        *,
+        burst: int = 1,
+        fail_after: int | None = None,
+        block_after: int | None = None,
+        linger: int = 0,
+    ) -> None:
+        self.items = sorted(items)
+        self.burst = burst
+        self.linger = linger
+        self.fail_after = fail_after
+        self.block_after = block_after
+        self.pushed = 0
+        self.max_held = 0
+        self.cancelled = False
+        self.finished = False
+        self.blocked = anyio.Event()
+
+    async def __call__(self, feed: Feed[int]) -> None:
+        try:
+            for n, item in enumerate(self.items):
+                if n % self.burst == 0:
+                    await anyio.lowlevel.checkpoint()  # the next "message" arrives
+                if self.fail_after is not None and n >= self.fail_after:
+                    raise ValueError(f"pump failed after {n} items")
+                if self.block_after is not None and n >= self.block_after:
+                    self.blocked.set()
+                    await anyio.sleep_forever()
+                feed.items.append(item)
+                feed.keys.append(item)
+                self.pushed += 1
+                self.max_held = max(self.max_held, len(feed.keys))
+                if len(feed.keys) >= feed.wake_at:
+                    await feed.pushed()
+            for _ in range(self.linger):  # the stream's end comes after its last item
+                await anyio.lowlevel.checkpoint()
+            self.finished = True
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+
+
+async def drain_merge(merge: Merge[int]) -> list[int]:
+    """Every item of a merge, batches concatenated."""
+    out: list[int] = []
+    async with merge:
+        async for batch in merge:
+            assert batch, "a merge never hands over an empty batch"
+            out.extend(batch)
+    return out
+
+
+@PROPERTY
+@given(
+    parts=partitions(),
+    capacity=st.integers(1, 40),
+    bursts=st.lists(st.integers(1, 30), min_size=8, max_size=8),
+    lingers=st.lists(st.integers(0, 3), min_size=8, max_size=8),
+)
+def test_merge_ordered_yields_the_sorted_union(
+    parts: list[list[int]], capacity: int, bursts: list[int], lingers: list[int]
+) -> None:
+    """Whatever the arrival pattern and capacity, ordered output is sorted(all items)."""
+    pumps = [Pump(p, burst=b, linger=w) for p, b, w in zip(parts, bursts, lingers, strict=False)]
+
+    async def main() -> list[int]:
+        return await drain_merge(Merge(pumps, capacity=capacity))
+
+    got = run(main)
+    assert got == sorted(x for p in parts for x in p)
+    assert all(p.max_held <= capacity for p in pumps), "a full feed must hold its pump"
+
+
+@PROPERTY
+@given(parts=partitions(), capacity=st.integers(1, 40), linger=st.integers(0, 3))
+def test_merge_unordered_yields_every_item_once(
+    parts: list[list[int]], capacity: int, linger: int
+) -> None:
+    """Unordered output is a permutation of every item, each source's items in its order."""
+    pumps = [Pump(p, burst=3, linger=linger) for p in parts]
+
+    async def main() -> list[int]:
+        return await drain_merge(Merge(pumps, ordered=False, capacity=capacity))
+
+    got = run(main)
+    assert Counter(got) == Counter(x for p in parts for x in p)
+    for part in parts:
+        mine = set(part)
+        assert [x for x in got if x in mine] == sorted(part)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_merge_pump_failure_is_raised_and_cancels_the_others(ordered: bool) -> None:
+    """One failing pump: the consumer gets its error; the other pumps are cancelled."""
+    pumps = [Pump(range(i, 3000, 3), burst=5) for i in range(3)]
+    pumps[1].fail_after = 40
+    merge = Merge(pumps, ordered=ordered, capacity=8)
+    with pytest.raises(ValueError, match="pump failed after 40 items"):
+        await drain_merge(merge)
+    assert all(p.cancelled or p.finished for p in pumps if p is not pumps[1])
+    assert any(p.cancelled for p in pumps if p is not pumps[1])
+
+
+async def test_merge_ordered_never_passes_a_failed_pump() -> None:
+    """Ordered: nothing above the failed source's last item is handed over before the error."""
+    fast = Pump(range(0, 10_000, 2), burst=50)
+    slow = Pump(range(1, 10_000, 2), burst=1, fail_after=10)
+    got: list[int] = []
+
+    async def consume() -> None:
+        async with Merge([fast, slow], capacity=1000) as merge:
+            async for batch in merge:
+                got.extend(batch)
+
+    with pytest.raises(ValueError, match="after 10 items"):
+        await consume()
+    assert got == sorted(got)
+    assert all(x <= 19 for x in got), got[-5:]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_merge_aclose_cancels_blocked_and_full_pumps(ordered: bool) -> None:
+    """Leaving early cancels every pump: those waiting for data and those held by a full feed."""
+    blocked = Pump(range(0, 1000, 2), block_after=5)
+    flooding = Pump(range(1, 1000, 2), burst=100)
+    merge = Merge([blocked, flooding], ordered=ordered, capacity=4)
+    with anyio.fail_after(5):
+        async for _ in merge:
+            break
+        await merge.aclose()
+    assert blocked.cancelled
+    assert flooding.cancelled
+    assert flooding.pushed <= 4 + 4 + 100  # held by its full feed, not read to the end
+
+
+async def test_merge_aclose_from_another_task_ends_a_waiting_consumer() -> None:
+    """A consumer waiting for a pump stops cleanly when another task closes the merge."""
+    blocked = Pump(range(10), block_after=0)
+    merge = Merge([blocked])
+    got: list[list[int]] = []
+
+    async def consume() -> None:
+        async for batch in merge:
+            got.append(batch)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            await blocked.blocked.wait()
+            await merge.aclose()
+    assert got == []
+    assert blocked.cancelled
+
+
+async def test_merge_hooks_and_emitted() -> None:
+    """on_start runs when iteration starts, on_close once after the pumps; emitted counts items."""
+    calls: list[str] = []
+
+    async def closed() -> None:
+        calls.append("close")
+
+    merge = Merge(
+        [Pump([1, 3]), Pump([2]), Pump([])],
+        on_start=lambda: calls.append("start"),
+        on_close=closed,
+    )
+    assert calls == []
+    assert await drain_merge(merge) == [1, 2, 3]
+    await merge.aclose()
+    assert calls == ["start", "close"]
+    assert merge.emitted == 3
+
+
+def test_merge_rejects_a_bad_capacity() -> None:
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
+        Merge([Pump([1])], capacity=0)

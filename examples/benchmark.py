@@ -131,6 +131,7 @@ class Config:
     rows: int
     buckets: int
     repeats: int
+    scan_rounds: int  # full-scan alternations per repetition
     point_ops: int
     concurrency: int
     bulk_rows: int
@@ -151,6 +152,8 @@ DEFAULTS: Final[dict[str, tuple[int, int]]] = {
     "rows": (20_000, 3_000),
     # 4: the four full-scan variants take turns going first exactly once.
     "repeats": (4, 3),
+    # Full scans are the noisiest figure: alternate them this many times per repetition.
+    "scan_rounds": (3, 1),
     "point_ops": (400, 100),
     "bulk_rows": (5_000, 1_000),
     "prefix_ops": (20, 10),
@@ -500,7 +503,12 @@ class Bench:
             self.s(f"bulk/{side}").add(n, seconds[side])
 
     async def full_scan(self, rep: int) -> None:
-        """The whole table: raw single scan, raw sub-scans unordered, salted ordered/unordered."""
+        """The whole table: raw single scan, raw sub-scans unordered, salted ordered/unordered.
+
+        Each repetition alternates the four ``scan_rounds`` times (each going
+        first equally often over the run): the full-scan ratios are the
+        noisiest figures on a shared 2-core machine, so they get more samples.
+        """
         t, rows = self.t, self.cfg.rows
 
         async def raw_single() -> int:
@@ -527,15 +535,17 @@ class Bench:
 
             return run
 
-        await self.alternate(
-            rep,
-            {
-                "raw_single": measure("raw_single", raw_single),
-                "raw_subscans_unordered": measure("raw_subscans_unordered", raw_subscans),
-                "salted_ordered": measure("salted_ordered", salted_ordered),
-                "salted_unordered": measure("salted_unordered", salted_unordered),
-            },
-        )
+        rounds = self.cfg.scan_rounds
+        for r in range(rounds):
+            await self.alternate(
+                rep * rounds + r,
+                {
+                    "raw_single": measure("raw_single", raw_single),
+                    "raw_subscans_unordered": measure("raw_subscans_unordered", raw_subscans),
+                    "salted_ordered": measure("salted_ordered", salted_ordered),
+                    "salted_unordered": measure("salted_unordered", salted_unordered),
+                },
+            )
 
     async def prefix(self, rep: int) -> None:
         """Prefix scans of one user's rows (``user00042#``), sequential."""
@@ -1129,6 +1139,7 @@ def _parser() -> argparse.ArgumentParser:
     sized("--rows", "rows", "rows in each table")
     parser.add_argument("--buckets", type=int, default=16, help="salt buckets (default 16)")
     sized("--repeats", "repeats", "repetitions of every measurement")
+    sized("--scan-rounds", "scan_rounds", "full-scan alternations per repetition")
     sized("--point-ops", "point_ops", "operations per point measurement and repetition")
     parser.add_argument(
         "--concurrency", type=int, default=32, help="workers of the concurrent point ops (32)"
@@ -1192,7 +1203,8 @@ def _config(args: argparse.Namespace) -> Config:
         raise ValueError(f"--rows and --memory-rows must be in 1..{MAX_ROWS:,}")
     if cfg.memory_rows and cfg.memory_small_rows > cfg.memory_rows:
         raise ValueError("--memory-small-rows must not exceed --memory-rows")
-    if min(cfg.repeats, cfg.point_ops, cfg.prefix_ops, cfg.limit_ops, cfg.bulk_rows) < 1:
+    counts = (cfg.repeats, cfg.scan_rounds, cfg.point_ops, cfg.prefix_ops, cfg.limit_ops)
+    if min(*counts, cfg.bulk_rows) < 1:
         raise ValueError("sizes must be >= 1")
     return cfg
 

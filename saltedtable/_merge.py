@@ -108,6 +108,7 @@ class _Runner(Generic[T]):
                 self._on_start()
             self._prepare()
             self._task = asyncio.get_running_loop().create_task(self._supervise())
+            self._task.add_done_callback(self._supervisor_done)
             self._iter = self._batches()
         try:
             return await self._iter.__anext__()
@@ -154,7 +155,8 @@ class _Runner(Generic[T]):
                 self._error = _first_error(exc)
         except BaseException:
             # Cancelled from outside (not by aclose, whose scope absorbs it).
-            self._error = RuntimeError("the fan-out's producers were cancelled from outside")
+            if self._error is None:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
             raise
         finally:
             self._producers_gone()
@@ -166,6 +168,13 @@ class _Runner(Generic[T]):
             if self._error is None:
                 self._error = exc
             raise
+
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        # Normally _supervise has already reported its end. A supervisor
+        # cancelled before it ever ran has not: tell the consumer now.
+        if task.cancelled() and self._error is None and not self._closed:
+            self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+        self._producers_gone()
 
     def _raise_error(self) -> None:
         if self._error is not None:
@@ -544,6 +553,12 @@ class Merge(_Runner[T]):
             if self._error is None:
                 self._error = exc
             raise
+        except BaseException:
+            # Cancelled, and not by aclose() or another pump's failure: the
+            # feed is cut short, which the consumer must not take for its end.
+            if self._error is None and not self._closed:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+            raise
         finally:
             feed.done = True
             self._wake()
@@ -634,6 +649,9 @@ class Merge(_Runner[T]):
                 self._emitted += len(out)
                 yield out
         self._raise_error()
+
+
+_CANCELLED_FROM_OUTSIDE: Final = "the fan-out's producers were cancelled from outside"
 
 
 class _Closed(Exception):

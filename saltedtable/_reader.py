@@ -48,9 +48,10 @@ __all__ = ["BucketReader"]
 _STREAM_REQUEST_ROWS: Final = 5000
 
 
-async def _read_after(entered: asyncio.Event, stream: AsyncGenerator[Row, None]) -> Row:
-    entered.set()  # nothing awaits between this and entering the stream
-    return await stream.__anext__()
+async def _drain_until_waiting(entered: asyncio.Event, stream: AsyncGenerator[Row, None]) -> None:
+    entered.set()  # wakes the canceller only once this task waits or ends
+    async for _ in stream:
+        pass
 
 
 @final
@@ -161,14 +162,13 @@ class BucketReader:
         try:
             while (query := self._cursor.next_query(_STREAM_REQUEST_ROWS)) is not None:
                 started = time.monotonic()
+                held = 0.0  # time a full feed held this request: the consumer's, not the bucket's
                 sent = 0
                 key = None
-                try:
-                    stream = await self._read_rows_stream(query, **self._timeouts())
-                except Exception as exc:
-                    raise self._failed(exc) from exc
+                stream = None
                 complete = False
                 try:
+                    stream = await self._read_rows_stream(query, **self._timeouts())
                     # The hot loop: the bare client loop, the relabelling, a length check.
                     async for row in stream:
                         key = row.row_key[cut:]
@@ -183,36 +183,40 @@ class BucketReader:
                         keys.append(key)
                         rows.append(row)
                         if len(keys) >= feed.wake_at:
-                            await feed.pushed()
+                            if stats is None:
+                                await feed.pushed()
+                            else:
+                                paused = time.monotonic()
+                                await feed.pushed()
+                                held += time.monotonic() - paused
                     complete = True
                 except Exception as exc:
-                    raise self._failed(exc) from exc
+                    raise self._failed(exc, key) from exc
                 finally:
-                    with anyio.CancelScope(shield=True):
-                        if complete:
-                            await stream.aclose()
-                        else:
-                            # A failure or a cancellation: make sure the RPC ends too.
-                            await _cancel_stream(stream)
+                    if stats is not None:
+                        _count_request(stats, time.monotonic() - started - held)
+                    if stream is not None:
+                        with anyio.CancelScope(shield=True):
+                            if complete:
+                                await stream.aclose()
+                            else:
+                                # A failure or a cancellation: make sure the RPC ends too.
+                                await _cancel_stream(stream)
                 # A full request may have more after its last row; a short one ends its window.
                 self._cursor.advance(
                     sent, _STREAM_REQUEST_ROWS, None if key is None else self.sub.prefix + key
                 )
-                if stats is not None:
-                    took = time.monotonic() - started
-                    stats.pages += 1
-                    stats.seconds += took
-                    if stats.first_page_seconds is None:  # it sent no rows
-                        stats.first_page_seconds = took
         finally:
             if token is not None:
                 current_bucket().reset(token)
 
     # -- shared ----------------------------------------------------------------
 
-    def _failed(self, exc: Exception) -> BucketReadError:
-        where = self._cursor.position
-        resume = "" if where is None else f" after logical key {where[self._cut :]!r}"
+    def _failed(self, exc: Exception, last: bytes | None = None) -> BucketReadError:
+        """The error for a failed request; ``last``: the last logical key it read, if any."""
+        if last is None and (where := self._cursor.position) is not None:
+            last = where[self._cut :]
+        resume = "" if last is None else f" after logical key {last!r}"
         return BucketReadError(
             f"sub-scan of bucket {self.sub.bucket} ({self.sub.describe()}) failed{resume}: "
             f"{type(exc).__name__}: {exc}",
@@ -245,25 +249,33 @@ class BucketReader:
 
 def _count_row(stats: BucketStats, row: Row, key: bytes, started: float) -> None:
     if stats.first_page_seconds is None:
-        stats.first_page_seconds = time.monotonic() - started  # to the first row
+        stats.first_page_seconds = time.monotonic() - started  # streamed: to the first row
     stats.rows += 1
     stats.bytes += len(key) + sum(len(c.value) for c in row.cells)
+
+
+def _count_request(stats: BucketStats, took: float) -> None:
+    stats.pages += 1
+    stats.seconds += took
+    if stats.first_page_seconds is None:  # it sent no rows
+        stats.first_page_seconds = took
 
 
 async def _cancel_stream(stream: AsyncGenerator[Row, None]) -> None:
     """End an open ``read_rows_stream`` so that its RPC is cancelled, then close it.
 
     ``aclose()`` alone does not cancel the RPC of a stream that is not waiting
-    for a row; a read cancelled while it waits does. So start a read and cancel
-    it once it is inside the stream. (A stream that already ended, or failed,
-    answers the read at once; closing it is then all there is to do.)
+    for a row; a read cancelled while it waits does. The stream may first hand
+    out rows it has already received without waiting, so a task drains those
+    until it has to wait (or the stream ends), and is cancelled there.
     """
-    for _ in range(100):  # one round in practice: the cancellation lands on the wait
-        entered = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(_read_after(entered, stream))
-        await entered.wait()
-        task.cancel()
-        await asyncio.wait([task])
-        if task.cancelled() or task.exception() is not None:
-            break  # cancelled while waiting, or the stream is already over
+    entered = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(_drain_until_waiting(entered, stream))
+    await entered.wait()
+    # The task has now either finished or is suspended inside the stream (its
+    # only await): cancelling it cancels the request.
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # retrieved: the stream had ended or failed on its own
     await stream.aclose()

@@ -32,8 +32,11 @@ class BucketStats:
         rows: Rows read from (or entries written to) the bucket.
         bytes: Bytes of keys and cell values read (or mutation bytes written).
         pages: Page requests (ReadRows RPCs) sent.
-        seconds: Time spent waiting for this bucket's pages.
-        first_page_seconds: Latency of the first page, or None.
+        seconds: Time spent waiting for this bucket's pages (streamed
+            requests: time they were open, less the time the merge held them
+            because the consumer was behind).
+        first_page_seconds: Latency of the first page (streamed requests: of
+            the first row), or None.
         retries: Attempts beyond the first inside the client's RPCs.
     """
 

@@ -592,3 +592,27 @@ async def test_merge_hooks_and_emitted() -> None:
 def test_merge_rejects_a_bad_capacity() -> None:
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         Merge([Pump([1])], capacity=0)
+
+
+async def test_merge_cancelled_from_outside_is_an_error_not_an_end() -> None:
+    """Producers cancelled by someone else: the consumer gets an error, not a short result."""
+    pump = Pump(range(10), block_after=0)
+    merge = Merge([pump])
+    consumer = asyncio.get_running_loop().create_task(drain_merge(merge))
+    with anyio.fail_after(5):
+        await pump.blocked.wait()
+        assert merge._task is not None
+        merge._task.cancel()
+        with pytest.raises(RuntimeError, match="cancelled from outside"):
+            await consumer
+
+
+async def test_merge_supervisor_cancelled_before_it_runs_does_not_hang() -> None:
+    """A supervisor cancelled before its first step still ends the consumer's wait."""
+    merge = Merge([Pump(range(10))])
+    consumer = asyncio.get_running_loop().create_task(drain_merge(merge))
+    await asyncio.sleep(0)  # the consumer has started the supervisor and waits for rows
+    assert merge._task is not None
+    merge._task.cancel()
+    with anyio.fail_after(5), pytest.raises(RuntimeError, match="cancelled from outside"):
+        await consumer

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 
 import anyio
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
+from google.cloud.bigtable.data.row import Row
 
-from saltedtable import SaltedTableAsync, SaltScheme, _reader
+from saltedtable import CallStats, SaltedTableAsync, SaltScheme, _reader
 from tests.fakes import FakeTable
 
 KEYS = [b"k%05d" % i for i in range(400)]
@@ -99,3 +101,64 @@ async def test_a_read_nested_in_streaming_reads_still_gets_slots() -> None:
         for stream in outer:
             await stream.aclose()  # type: ignore[attr-defined]
     assert table.limiter.borrowed_tokens == 0
+
+
+async def test_cancel_stream_cancels_past_rows_already_received() -> None:
+    """A stream holding many received rows is still cancelled while it waits, not abandoned."""
+    ended: list[str] = []
+
+    async def stream() -> AsyncGenerator[Row, None]:
+        try:
+            for response in range(3):
+                await asyncio.sleep(0.01)  # the next response arrives
+                for i in range(500):  # its rows come out without waiting
+                    yield Row(b"k%d-%d" % (response, i), [])
+            ended.append("exhausted")
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        except GeneratorExit:
+            ended.append("abandoned")
+            raise
+
+    rows = stream()
+    await anext(rows)
+    with anyio.fail_after(5):
+        await _reader._cancel_stream(rows)
+    assert ended == ["cancelled"]
+
+
+async def test_cancel_stream_of_a_finished_or_failed_stream_just_closes_it() -> None:
+    async def finished() -> AsyncGenerator[Row, None]:
+        yield Row(b"k", [])
+
+    async def failing() -> AsyncGenerator[Row, None]:
+        yield Row(b"k", [])
+        raise ValueError("the stream broke")
+
+    for make in (finished, failing):
+        rows = make()
+        await anext(rows)
+        with anyio.fail_after(5):
+            await _reader._cancel_stream(rows)
+        with pytest.raises(StopAsyncIteration):
+            await anext(rows)
+
+
+async def test_stats_of_a_streamed_read_left_early_count_its_requests() -> None:
+    """Breaking out of a streamed read still records each open request and its time."""
+    fake, table = await filled()
+    fake.latency = 0.001
+    stats = CallStats()
+    stream = await table.read_rows_stream(ReadRowsQuery(), stats=stats)
+    seen = 0
+    async for _ in stream:
+        seen += 1
+        if seen == 20:
+            break
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert stats.rows == 20
+    assert sum(b.rows for b in stats.buckets.values()) >= 20
+    assert all(b.pages == 1 for b in stats.buckets.values())
+    assert all(b.seconds > 0 for b in stats.buckets.values())
+    assert all(b.first_page_seconds is not None for b in stats.buckets.values())

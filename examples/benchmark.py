@@ -75,6 +75,8 @@ from saltedtable import SaltedTableAsync, SaltScheme, prefix_end, testing
 
 POINT_TARGET: Final = 0.95  # salted ops/s >= 0.95 x raw, for read / write / check-and-mutate
 SCAN_VS_SINGLE_TARGET: Final = 1.0  # ordered merge >= raw single unsalted scan
+#: Rows each raw sub-scan of the "holding" variant keeps before dropping them.
+HELD_ROWS: Final = 64
 SCAN_VS_SUBSCANS_TARGET: Final = 0.9  # ordered merge >= 0.9 x raw sub-scans, unordered
 LIMIT_SLACK: Final = 1.5  # rows sent for limit=L over N buckets <= 1.5 L + N
 MEMORY_TOLERANCE_MB: Final = 5.0  # "within a few MB"
@@ -150,7 +152,7 @@ class Config:
 # (full default, --quick) for every size a flag can override.
 DEFAULTS: Final[dict[str, tuple[int, int]]] = {
     "rows": (20_000, 3_000),
-    # 4: the four full-scan variants take turns going first exactly once.
+    # 4: each section's variants take turns going first (the point ops: A-B, then B-A).
     "repeats": (4, 3),
     # Full scans are the noisiest figure: alternate them this many times per repetition.
     "scan_rounds": (3, 1),
@@ -505,9 +507,9 @@ class Bench:
     async def full_scan(self, rep: int) -> None:
         """The whole table: raw single scan, raw sub-scans unordered, salted ordered/unordered.
 
-        Each repetition alternates the four ``scan_rounds`` times (each going
-        first equally often over the run): the full-scan ratios are the
-        noisiest figures on a shared 2-core machine, so they get more samples.
+        Each repetition alternates the variants ``scan_rounds`` times (in an
+        order rotated each time): the full-scan ratios are the noisiest
+        figures on a shared 2-core machine, so they get more samples.
         """
         t, rows = self.t, self.cfg.rows
 
@@ -517,6 +519,23 @@ class Bench:
         async def raw_subscans() -> int:
             async def one(query: ReadRowsQuery) -> int:
                 return await count_rows(await t.physical.read_rows_stream(query))
+
+            return sum(await asyncio.gather(*(one(q) for q in self.subscan_queries)))
+
+        async def raw_subscans_holding() -> int:
+            # The raw sub-scans again, each keeping its rows in a list of
+            # HELD_ROWS before dropping them: what buffering alone costs,
+            # since an ordered merge must keep rows until every bucket caught up.
+            async def one(query: ReadRowsQuery) -> int:
+                held: list[Row] = []
+                n = 0
+                async with aclosing(await t.physical.read_rows_stream(query)) as stream:
+                    async for row in stream:
+                        held.append(row)
+                        if len(held) == HELD_ROWS:
+                            n += len(held)
+                            held = []
+                return n + len(held)
 
             return sum(await asyncio.gather(*(one(q) for q in self.subscan_queries)))
 
@@ -542,6 +561,7 @@ class Bench:
                 {
                     "raw_single": measure("raw_single", raw_single),
                     "raw_subscans_unordered": measure("raw_subscans_unordered", raw_subscans),
+                    "raw_subscans_holding": measure("raw_subscans_holding", raw_subscans_holding),
                     "salted_ordered": measure("salted_ordered", salted_ordered),
                     "salted_unordered": measure("salted_unordered", salted_unordered),
                 },
@@ -652,7 +672,13 @@ class Bench:
             "salted": bulk_salted.summary("rows_per_s"),
             **paired(bulk_salted, bulk_raw),
         }
-        names = ("raw_single", "raw_subscans_unordered", "salted_ordered", "salted_unordered")
+        names = (
+            "raw_single",
+            "raw_subscans_unordered",
+            "raw_subscans_holding",
+            "salted_ordered",
+            "salted_unordered",
+        )
         scans = {n: self.s(f"scan/{n}") for n in names}
         full_scan = {
             "rows": cfg.rows,
@@ -666,6 +692,7 @@ class Bench:
                     ("salted_unordered", "raw_subscans_unordered"),
                     ("salted_unordered", "raw_single"),
                     ("raw_subscans_unordered", "raw_single"),
+                    ("raw_subscans_holding", "raw_subscans_unordered"),
                 )
             },
         }
@@ -1051,6 +1078,12 @@ def render(report: dict[str, Any]) -> str:
         r["salted_unordered/raw_subscans_unordered"],
     )
     row("  raw sub-scans vs raw single scan", single, subs, r["raw_subscans_unordered/raw_single"])
+    row(
+        f"  raw sub-scans keeping {HELD_ROWS} rows each vs raw sub-scans",
+        subs,
+        _num(v["raw_subscans_holding"]["rows_per_s"]),
+        r["raw_subscans_holding/raw_subscans_unordered"],
+    )
     if (r["raw_subscans_unordered/raw_single"] or 0) > 2:
         lines += [
             "  note: one raw stream is much slower than 16 here. The emulator sends one row per",

@@ -66,6 +66,7 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
     assert set(report["full_scan"]["variants"]) == {
         "raw_single",
         "raw_subscans_unordered",
+        "raw_subscans_holding",
         "salted_ordered",
         "salted_unordered",
     }

@@ -1079,7 +1079,7 @@ def render(report: dict[str, Any]) -> str:
     )
     row("  raw sub-scans vs raw single scan", single, subs, r["raw_subscans_unordered/raw_single"])
     row(
-        f"  raw sub-scans keeping {HELD_ROWS} rows each vs raw sub-scans",
+        f"  raw sub-scans holding {HELD_ROWS} rows vs raw sub-scans",
         subs,
         _num(v["raw_subscans_holding"]["rows_per_s"]),
         r["raw_subscans_holding/raw_subscans_unordered"],

@@ -86,8 +86,8 @@ class Source:
         return Page(page, list(page), self.pos < len(self.items))
 
 
-async def drain(fanout: FanOut[int]) -> list[int]:
-    """Every item of a fan-out, batches concatenated."""
+async def drain(fanout: FanOut[int] | Merge[int]) -> list[int]:
+    """Every item of a fan-out or merge, batches concatenated."""
     out: list[int] = []
     async with fanout:
         async for batch in fanout:
@@ -458,16 +458,6 @@ class Pump:
             raise
 
 
-async def drain_merge(merge: Merge[int]) -> list[int]:
-    """Every item of a merge, batches concatenated."""
-    out: list[int] = []
-    async with merge:
-        async for batch in merge:
-            assert batch, "a merge never hands over an empty batch"
-            out.extend(batch)
-    return out
-
-
 @PROPERTY
 @given(
     parts=partitions(),
@@ -482,7 +472,7 @@ def test_merge_ordered_yields_the_sorted_union(
     pumps = [Pump(p, burst=b, linger=w) for p, b, w in zip(parts, bursts, lingers, strict=False)]
 
     async def main() -> list[int]:
-        return await drain_merge(Merge(pumps, capacity=capacity))
+        return await drain(Merge(pumps, capacity=capacity))
 
     got = run(main)
     assert got == sorted(x for p in parts for x in p)
@@ -498,7 +488,7 @@ def test_merge_unordered_yields_every_item_once(
     pumps = [Pump(p, burst=3, linger=linger) for p in parts]
 
     async def main() -> list[int]:
-        return await drain_merge(Merge(pumps, ordered=False, capacity=capacity))
+        return await drain(Merge(pumps, ordered=False, capacity=capacity))
 
     got = run(main)
     assert Counter(got) == Counter(x for p in parts for x in p)
@@ -514,7 +504,7 @@ async def test_merge_pump_failure_is_raised_and_cancels_the_others(ordered: bool
     pumps[1].fail_after = 40
     merge = Merge(pumps, ordered=ordered, capacity=8)
     with pytest.raises(ValueError, match="pump failed after 40 items"):
-        await drain_merge(merge)
+        await drain(merge)
     assert all(p.cancelled or p.finished for p in pumps if p is not pumps[1])
     assert any(p.cancelled for p in pumps if p is not pumps[1])
 
@@ -583,7 +573,7 @@ async def test_merge_hooks_and_emitted() -> None:
         on_close=closed,
     )
     assert calls == []
-    assert await drain_merge(merge) == [1, 2, 3]
+    assert await drain(merge) == [1, 2, 3]
     await merge.aclose()
     assert calls == ["start", "close"]
     assert merge.emitted == 3
@@ -598,7 +588,7 @@ async def test_merge_cancelled_from_outside_is_an_error_not_an_end() -> None:
     """Producers cancelled by someone else: the consumer gets an error, not a short result."""
     pump = Pump(range(10), block_after=0)
     merge = Merge([pump])
-    consumer = asyncio.get_running_loop().create_task(drain_merge(merge))
+    consumer = asyncio.get_running_loop().create_task(drain(merge))
     with anyio.fail_after(5):
         await pump.blocked.wait()
         assert merge._task is not None
@@ -610,7 +600,7 @@ async def test_merge_cancelled_from_outside_is_an_error_not_an_end() -> None:
 async def test_merge_supervisor_cancelled_before_it_runs_does_not_hang() -> None:
     """A supervisor cancelled before its first step still ends the consumer's wait."""
     merge = Merge([Pump(range(10))])
-    consumer = asyncio.get_running_loop().create_task(drain_merge(merge))
+    consumer = asyncio.get_running_loop().create_task(drain(merge))
     await asyncio.sleep(0)  # the consumer has started the supervisor and waits for rows
     assert merge._task is not None
     merge._task.cancel()

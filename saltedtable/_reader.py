@@ -116,7 +116,7 @@ class BucketReader:
             kept = [i for i, key in enumerate(keys) if not self._stray(key)]
             if len(kept) < len(keys):
                 rows, keys = [rows[i] for i in kept], [keys[i] for i in kept]
-        self._account(1, time.monotonic() - started, rows)
+        self._account(time.monotonic() - started, rows)
         return Page(rows, keys, not self._cursor.done)
 
     async def _read_page(self, query: Any, size: int, rows: list[Row], keys: list[bytes]) -> None:
@@ -179,7 +179,7 @@ class BucketReader:
                         if stray is not None and stray(key):
                             continue
                         if stats is not None:
-                            _count_row(stats, row, key, started)
+                            _count_row(stats, row, started)
                         keys.append(key)
                         rows.append(row)
                         if len(keys) >= feed.wake_at:
@@ -224,16 +224,13 @@ class BucketReader:
             query=self.sub,
         )
 
-    def _account(self, requests: int, took: float, rows: list[Row]) -> None:
+    def _account(self, took: float, rows: list[Row]) -> None:
         b = self._bstats
         if b is None:
             return
-        b.pages += requests
-        b.seconds += took
-        if b.first_page_seconds is None:
-            b.first_page_seconds = took
+        _count_request(b, took)
         b.rows += len(rows)
-        b.bytes += sum(len(r.row_key) + sum(len(c.value) for c in r.cells) for r in rows)
+        b.bytes += sum(_row_bytes(row) for row in rows)
 
     def _timeouts(self) -> dict[str, Any]:
         remaining = self._deadline - time.monotonic()
@@ -247,11 +244,16 @@ class BucketReader:
         }
 
 
-def _count_row(stats: BucketStats, row: Row, key: bytes, started: float) -> None:
+def _count_row(stats: BucketStats, row: Row, started: float) -> None:
     if stats.first_page_seconds is None:
         stats.first_page_seconds = time.monotonic() - started  # streamed: to the first row
     stats.rows += 1
-    stats.bytes += len(key) + sum(len(c.value) for c in row.cells)
+    stats.bytes += _row_bytes(row)
+
+
+def _row_bytes(row: Row) -> int:
+    """What a row counts in :attr:`BucketStats.bytes`: its (logical) key and cell values."""
+    return len(row.row_key) + sum(len(c.value) for c in row.cells)
 
 
 def _count_request(stats: BucketStats, took: float) -> None:

@@ -9,8 +9,9 @@ merging them).
 from __future__ import annotations
 
 import logging
+import operator
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, Protocol, final
 
 import anyio
@@ -925,16 +926,19 @@ class _ReadCall:
         """Flatten the batches; closing this generator cancels every sub-scan."""
         error: BaseException | None = None
         fanout = self._begin()
+        rows: Iterator[Row] = iter(())
         try:
             async for batch in fanout:
-                for row in batch:
+                rows = iter(batch)
+                for row in rows:
                     yield row
         except BaseException as exc:
             error = exc
             raise
         finally:
             await fanout.aclose()
-            self._finish(fanout.emitted, error)
+            # Left early: what the caller had not taken of the last batch was not read.
+            self._finish(fanout.emitted - operator.length_hint(rows), error)
 
     def _finish(self, emitted: int, error: BaseException | None) -> None:
         stats = self._stats

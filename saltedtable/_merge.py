@@ -43,7 +43,7 @@ from typing import Any, Final, Generic, NoReturn, TypeVar, final
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["FEED_CAPACITY", "FanOut", "Feed", "Merge", "Page", "Pump"]
+__all__ = ["FEED_CAPACITY", "WAKE_BATCH", "WAKE_DELAY", "FanOut", "Feed", "Merge", "Page", "Pump"]
 
 T = TypeVar("T")
 
@@ -53,6 +53,19 @@ T = TypeVar("T")
 #: row than one that keeps 16 (rows gone cold by the time they are freed).
 #: Between 4 and 64 the merge's own figures were within run-to-run noise.
 FEED_CAPACITY: Final = 64
+
+#: Items a feed the consumer waits for must hold before the pump wakes it (or
+#: its end, or :data:`WAKE_DELAY`). Waking on the first item made batches of
+#: about one item per source (16 rows for 16 buckets), and the consumer's
+#: work per batch, over every feed, cost about as much as a row; at 8 the
+#: batches are several times larger. Measured on the emulator, 16 buckets:
+#: about 1-1.5 us less main-thread CPU per row for an ordered scan.
+WAKE_BATCH: Final = 8
+
+#: Seconds after which a waiting consumer takes whatever its feeds hold, even
+#: short of :data:`WAKE_BATCH`: the most batching adds to a row's latency when
+#: a source is slow or its rows sparse.
+WAKE_DELAY: Final = 0.002
 
 
 @final
@@ -510,7 +523,9 @@ class Merge(_Runner[T]):
     an item, then hands over everything up to the smallest of the feeds' last
     keys (the watermark: nothing smaller can still come), sorted in C. A feed
     holds at most ``capacity`` items before its pump waits, which bounds
-    memory and keeps rows moving. No limit: a limited read pages with
+    memory and keeps rows moving. A waiting consumer is woken in batches
+    (``wake_batch`` items, or ``wake_delay`` seconds), so that its work per
+    wake, which visits every feed, is shared by many items. No limit: a limited read pages with
     :class:`FanOut`, which sizes requests from what is missing.
 
     Args:
@@ -518,6 +533,10 @@ class Merge(_Runner[T]):
             ascending order, and no key may appear in two sources.
         ordered: Merge in ascending key order, or hand over what has arrived.
         capacity: Items a feed holds before its pump waits.
+        wake_batch: Items a feed the consumer waits for must hold before its
+            pump wakes the consumer, unless the feed ends or ``wake_delay``
+            seconds pass first (whatever arrived by then goes out).
+        wake_delay: See ``wake_batch``.
         on_start: Called (synchronously) when iteration starts, before any pump runs.
         on_close: Awaited when the merge closes, after every pump is gone.
     """
@@ -528,17 +547,25 @@ class Merge(_Runner[T]):
         *,
         ordered: bool = True,
         capacity: int = FEED_CAPACITY,
+        wake_batch: int = WAKE_BATCH,
+        wake_delay: float = WAKE_DELAY,
         on_start: Callable[[], None] | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if wake_batch < 1:
+            raise ValueError(f"wake_batch must be >= 1, got {wake_batch}")
+        if not wake_delay >= 0:
+            raise ValueError(f"wake_delay must be >= 0, got {wake_delay}")
         super().__init__(len(pumps), on_start, on_close)
         self._pumps = list(pumps)
         self._ordered = ordered
         self._feeds = [Feed(self, capacity) for _ in self._pumps]
         self._waiter: asyncio.Future[None] | None = None
         self._gone = False  # every pump has returned or failed
+        self._wake_batch = min(wake_batch, capacity)
+        self._wake_delay = wake_delay
 
     def _batches(self) -> AsyncGenerator[list[T], None]:
         return self._ordered_batches() if self._ordered else self._unordered_batches()
@@ -576,26 +603,40 @@ class Merge(_Runner[T]):
             waiter.set_result(None)
 
     async def _wait(self, feeds: Sequence[Feed[T]]) -> None:
-        """Wait until one of ``feeds`` has an item or is done (or the merge stops)."""
-        if self._gone or self._closed:
-            self._stopped()
-        for feed in feeds:
-            feed.wake_at = 1
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await waiter
-        finally:
-            self._waiter = None
+        """Wait until one of ``feeds`` has an item or is done (or the merge stops).
+
+        Batched: a pump wakes the consumer once its feed holds ``wake_batch``
+        items, and a timer after ``wake_delay`` seconds; a wake that finds
+        every feed still empty waits again for a single item, without a timer.
+        """
+        loop = asyncio.get_running_loop()
+        batch = self._wake_batch
+        while True:
+            if self._gone or self._closed:
+                self._stopped()
             for feed in feeds:
-                feed.wake_at = feed._capacity
-        if self._error is not None or self._closed:
-            self._stopped()
+                feed.wake_at = batch
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(self._wake_delay, self._wake) if batch > 1 else None
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+                for feed in feeds:
+                    feed.wake_at = feed._capacity
+            if self._error is not None or self._closed:
+                self._stopped()
+            if any(feed.keys or feed.done for feed in feeds):
+                return
+            batch = 1
 
     async def _ordered_batches(self) -> AsyncGenerator[list[T], None]:
         live = list(self._feeds)
         while live:
             for feed in live:
-                while not feed.keys and not feed.done:
+                if not feed.keys and not feed.done:
                     await self._wait((feed,))
             if self._error is not None:
                 self._stopped()  # a failed pump is done, but not complete

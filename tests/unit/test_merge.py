@@ -464,15 +464,23 @@ class Pump:
     capacity=st.integers(1, 40),
     bursts=st.lists(st.integers(1, 30), min_size=8, max_size=8),
     lingers=st.lists(st.integers(0, 3), min_size=8, max_size=8),
+    wake_batch=st.integers(1, 12),
+    wake_delay=st.sampled_from([0.0, 0.001, 60.0]),
 )
 def test_merge_ordered_yields_the_sorted_union(
-    parts: list[list[int]], capacity: int, bursts: list[int], lingers: list[int]
+    parts: list[list[int]],
+    capacity: int,
+    bursts: list[int],
+    lingers: list[int],
+    wake_batch: int,
+    wake_delay: float,
 ) -> None:
-    """Whatever the arrival pattern and capacity, ordered output is sorted(all items)."""
+    """Whatever the arrival pattern, capacity and batching, ordered output is sorted(all items)."""
     pumps = [Pump(p, burst=b, linger=w) for p, b, w in zip(parts, bursts, lingers, strict=False)]
 
     async def main() -> list[int]:
-        return await drain(Merge(pumps, capacity=capacity))
+        merge = Merge(pumps, capacity=capacity, wake_batch=wake_batch, wake_delay=wake_delay)
+        return await drain(merge)
 
     got = run(main)
     assert got == sorted(x for p in parts for x in p)
@@ -480,15 +488,24 @@ def test_merge_ordered_yields_the_sorted_union(
 
 
 @PROPERTY
-@given(parts=partitions(), capacity=st.integers(1, 40), linger=st.integers(0, 3))
+@given(
+    parts=partitions(),
+    capacity=st.integers(1, 40),
+    linger=st.integers(0, 3),
+    wake_batch=st.integers(1, 12),
+    wake_delay=st.sampled_from([0.0, 0.001, 60.0]),
+)
 def test_merge_unordered_yields_every_item_once(
-    parts: list[list[int]], capacity: int, linger: int
+    parts: list[list[int]], capacity: int, linger: int, wake_batch: int, wake_delay: float
 ) -> None:
     """Unordered output is a permutation of every item, each source's items in its order."""
     pumps = [Pump(p, burst=3, linger=linger) for p in parts]
 
     async def main() -> list[int]:
-        return await drain(Merge(pumps, ordered=False, capacity=capacity))
+        merge = Merge(
+            pumps, ordered=False, capacity=capacity, wake_batch=wake_batch, wake_delay=wake_delay
+        )
+        return await drain(merge)
 
     got = run(main)
     assert Counter(got) == Counter(x for p in parts for x in p)
@@ -582,6 +599,68 @@ async def test_merge_hooks_and_emitted() -> None:
 def test_merge_rejects_a_bad_capacity() -> None:
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         Merge([Pump([1])], capacity=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"wake_batch": 0}, "wake_batch must be >= 1, got 0"),
+        ({"wake_delay": -0.5}, "wake_delay must be >= 0, got -0.5"),
+        ({"wake_delay": math.nan}, "wake_delay must be >= 0, got nan"),
+    ],
+)
+def test_merge_rejects_bad_batching(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Merge([Pump([1])], **kwargs)
+
+
+async def batch_sizes(ordered: bool, wake_batch: int) -> list[int]:
+    """Batch sizes of a merge of 16 pumps that take turns, one item each (rows arriving)."""
+    pumps = [Pump(range(i, 16 * 200, 16)) for i in range(16)]
+    sizes: list[int] = []
+    # No timer can fire within this test: only the batch size wakes the consumer.
+    async with Merge(pumps, ordered=ordered, wake_batch=wake_batch, wake_delay=60) as merge:
+        async for batch in merge:
+            sizes.append(len(batch))
+    assert sum(sizes) == 16 * 200
+    return sizes
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_merge_batches_wakes(ordered: bool) -> None:
+    """A waiting consumer is woken by wake_batch items, not by each one: few, large batches."""
+    single = await batch_sizes(ordered, 1)
+    batched = await batch_sizes(ordered, 8)
+    assert len(batched) * 4 < len(single), (len(batched), len(single))
+    # Every batch but the tail (pumps ending) carries at least a feed's worth.
+    assert min(batched[:-16]) >= 8, batched
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_merge_batching_never_holds_a_row_past_the_delay(ordered: bool) -> None:
+    """A source short of wake_batch items still gets its rows out: the timer wakes the consumer.
+
+    The pump sends one item, then waits until the consumer has it; without the
+    timer the consumer would wait for seven more, and both would hang.
+    """
+    seen = anyio.Event()
+
+    async def one_then_wait(feed: Feed[int]) -> None:
+        feed.items.append(1)
+        feed.keys.append(1)
+        if len(feed.keys) >= feed.wake_at:
+            await feed.pushed()
+        await seen.wait()
+        feed.items.append(2)
+        feed.keys.append(2)
+
+    got: list[int] = []
+    with anyio.fail_after(5):
+        async with Merge([one_then_wait], ordered=ordered, wake_batch=8, wake_delay=0.01) as merge:
+            async for batch in merge:
+                got.extend(batch)
+                seen.set()
+    assert got == [1, 2]
 
 
 async def test_merge_cancelled_from_outside_is_an_error_not_an_end() -> None:

@@ -142,6 +142,7 @@ class Config:
     limit_ops: int
     memory_rows: int  # 0 skips the memory section
     memory_small_rows: int  # the scan the large one is compared with
+    memory_runs: int  # fresh processes per memory scan size (the median counts)
     salt_keys: int
     load_batch: int
     load_concurrency: int
@@ -161,6 +162,8 @@ DEFAULTS: Final[dict[str, tuple[int, int]]] = {
     "prefix_ops": (20, 10),
     "limit_ops": (10, 5),
     "memory_rows": (1_000_000, 100_000),
+    # A single fresh process's peak RSS varies by a few MB: take the median of this many.
+    "memory_runs": (3, 1),
     "salt_keys": (500_000, 200_000),
 }
 
@@ -865,28 +868,46 @@ async def _load_memory_table(target: Target, cfg: Config) -> float:
 
 
 def bench_memory(target: Target, cfg: Config) -> dict[str, Any]:
-    """Peak RSS of a large vs a small salted streaming scan, each in a fresh process."""
+    """Peak RSS of a large vs a small salted streaming scan, each in fresh processes.
+
+    The two sizes alternate, ``cfg.memory_runs`` processes each; the reported
+    run of each size is its median by peak RSS, and every run's peak is kept.
+    """
     large, small = cfg.memory_rows, cfg.memory_small_rows
     _progress(f"memory: loading {large:,} rows into {target.memory} ...")
     seconds = asyncio.run(_load_memory_table(target, cfg))
     _progress(f"memory: loaded in {seconds:.1f} s ({large / seconds:,.0f} rows/s); scanning")
-    big = run_memory_child(target, cfg, large, whole=True)
-    _progress(
-        f"memory: {large:,} rows streamed in {big['seconds']:.1f} s, peak {big['peak_rss_mb']} MB"
-    )
-    little = run_memory_child(target, cfg, small, whole=False)
-    _progress(
-        f"memory: {small:,} rows streamed in {little['seconds']:.1f} s, "
-        f"peak {little['peak_rss_mb']} MB"
-    )
+    bigs: list[dict[str, Any]] = []
+    littles: list[dict[str, Any]] = []
+    for run in range(cfg.memory_runs):
+        # Alternate which size goes first, like every other A/B here.
+        order = [(large, True, bigs), (small, False, littles)]
+        for rows, whole, reports in order if run % 2 == 0 else order[::-1]:
+            report = run_memory_child(target, cfg, rows, whole=whole)
+            reports.append(report)
+            _progress(
+                f"memory: {rows:,} rows streamed in {report['seconds']:.1f} s, "
+                f"peak {report['peak_rss_mb']} MB"
+            )
+    big, little = _median_run(bigs), _median_run(littles)
     return {
         "load": {"rows": large, "seconds": round(seconds, 2), "rows_per_s": round(large / seconds)},
         "large": big,
         "small": little,
+        "peaks_mb": {
+            "large": [r["peak_rss_mb"] for r in bigs],
+            "small": [r["peak_rss_mb"] for r in littles],
+        },
         "difference_mb": round(big["peak_rss_mb"] - little["peak_rss_mb"], 2),
         "growth_difference_mb": round(big["growth_mb"] - little["growth_mb"], 2),
         "tolerance_mb": MEMORY_TOLERANCE_MB,
     }
+
+
+def _median_run(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report with the median peak RSS (the lower middle one of an even count)."""
+    ranked = sorted(reports, key=lambda r: float(r["peak_rss_mb"]))
+    return ranked[(len(ranked) - 1) // 2]
 
 
 # -- the main run ------------------------------------------------------------------------
@@ -1189,6 +1210,7 @@ def _parser() -> argparse.ArgumentParser:
         help="rows of the small memory scan (default a tenth of --memory-rows; --quick a half, "
         "so both scans are past the first, smaller pages)",
     )
+    sized("--memory-runs", "memory_runs", "fresh processes per memory scan size, median counts")
     sized("--salt-keys", "salt_keys", "keys per salt measurement")
     parser.add_argument("--load-batch", type=int, default=10_000, help="entries per load call")
     parser.add_argument("--load-concurrency", type=int, default=4, help="load calls in flight")
@@ -1236,7 +1258,14 @@ def _config(args: argparse.Namespace) -> Config:
         raise ValueError(f"--rows and --memory-rows must be in 1..{MAX_ROWS:,}")
     if cfg.memory_rows and cfg.memory_small_rows > cfg.memory_rows:
         raise ValueError("--memory-small-rows must not exceed --memory-rows")
-    counts = (cfg.repeats, cfg.scan_rounds, cfg.point_ops, cfg.prefix_ops, cfg.limit_ops)
+    counts = (
+        cfg.repeats,
+        cfg.scan_rounds,
+        cfg.point_ops,
+        cfg.prefix_ops,
+        cfg.limit_ops,
+        cfg.memory_runs,
+    )
     if min(*counts, cfg.bulk_rows) < 1:
         raise ValueError("sizes must be >= 1")
     return cfg

@@ -44,6 +44,8 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
         "1",
         "--memory-rows",
         "2000",
+        "--memory-runs",
+        "2",
         "--salt-keys",
         "10000",
         "--json",
@@ -74,6 +76,9 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
     for limit in report["limit_scan"].values():
         assert {"rows_sent", "bound", "naive", "raw", "salted"} <= set(limit)
     assert {"large", "small", "difference_mb"} <= set(report["memory"])
+    peaks = report["memory"]["peaks_mb"]
+    assert len(peaks["large"]) == len(peaks["small"]) == 2
+    assert report["memory"]["large"]["peak_rss_mb"] == min(peaks["large"])  # median of 2: lower
     assert {"keys_per_s", "bare_crc32_keys_per_s"} <= set(report["salt"])
     # One PASS/FAIL verdict per target; which way it goes is not the test's business.
     assert len(report["targets"]) == 6 + 2 + 3 * 2 + 1 + 1

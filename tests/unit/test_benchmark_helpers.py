@@ -92,3 +92,19 @@ def test_keys_sort_in_row_order_and_prefixes_hold_one_user(bench: ModuleType) ->
     inside = [i for i in range(4200, 4400) if prefix <= bench.logical_key(i) < prefix_end(prefix)]
     assert inside == list(range(4200, 4300))
     assert len(bench.value_of(7)) == bench.VALUE_BYTES
+
+
+def test_memory_median_run_is_the_middle_peak(bench: ModuleType) -> None:
+    """The memory figure of a size is the run with the median peak, not the first or the lowest."""
+    runs = [{"peak_rss_mb": p, "id": i} for i, p in enumerate([101.9, 96.3, 99.0])]
+    assert bench._median_run(runs)["id"] == 2
+    assert bench._median_run(runs[:2])["id"] == 1  # even count: the lower middle
+    assert bench._median_run(runs[:1])["id"] == 0
+
+
+def test_memory_runs_must_be_positive(bench: ModuleType) -> None:
+    args = bench._parser().parse_args(["--memory-runs", "0"])
+    with pytest.raises(ValueError, match="sizes must be >= 1"):
+        bench._config(args)
+    assert bench._config(bench._parser().parse_args([])).memory_runs == 3
+    assert bench._config(bench._parser().parse_args(["--quick"])).memory_runs == 1

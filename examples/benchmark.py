@@ -98,6 +98,9 @@ LIMITS: Final = (1, 10, 100, 1000)
 # (at least CHUNK_WAVES waves of the concurrent workers), so both see the same load.
 MIN_CHUNK_OPS: Final = 5
 CHUNK_WAVES: Final = 4
+# Concurrent point ops run this many times --point-ops: 400 ops at 32 concurrent
+# took about 0.1 s a side, so short that the ratio swung 0.83-1.33x from run to run.
+CONCURRENT_OPS_FACTOR: Final = 5
 SALT_KEY_BYTES: Final = 32
 
 
@@ -457,7 +460,8 @@ class Bench:
         for name, (raw_op, salted_op) in ops.items():
             for conc in (1, cfg.concurrency):
                 mode = "sequential" if conc == 1 else f"concurrent_{conc}"
-                keys = [logical_key(self.rng.randrange(cfg.rows)) for _ in range(cfg.point_ops)]
+                n = cfg.point_ops if conc == 1 else cfg.point_ops * CONCURRENT_OPS_FACTOR
+                keys = [logical_key(self.rng.randrange(cfg.rows)) for _ in range(n)]
                 await self.pair_ops(
                     rep, f"point/{name}/{mode}", {"raw": raw_op, "salted": salted_op}, keys, conc
                 )
@@ -1194,7 +1198,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--buckets", type=int, default=16, help="salt buckets (default 16)")
     sized("--repeats", "repeats", "repetitions of every measurement")
     sized("--scan-rounds", "scan_rounds", "full-scan alternations per repetition")
-    sized("--point-ops", "point_ops", "operations per point measurement and repetition")
+    sized(
+        "--point-ops",
+        "point_ops",
+        f"operations per point measurement and repetition (x{CONCURRENT_OPS_FACTOR} concurrent)",
+    )
     parser.add_argument(
         "--concurrency", type=int, default=32, help="workers of the concurrent point ops (32)"
     )

@@ -525,8 +525,9 @@ class Merge(_Runner[T]):
     holds at most ``capacity`` items before its pump waits, which bounds
     memory and keeps rows moving. A waiting consumer is woken in batches
     (``wake_batch`` items, or ``wake_delay`` seconds), so that its work per
-    wake, which visits every feed, is shared by many items. No limit: a limited read pages with
-    :class:`FanOut`, which sizes requests from what is missing.
+    wake, which visits every feed, is shared by many items. No limit: a
+    limited read pages with :class:`FanOut`, which sizes requests from what
+    is missing.
 
     Args:
         pumps: One pump per source. In ordered mode each must push keys in

@@ -76,6 +76,51 @@ def test_paired_ratio_is_the_median_of_per_repetition_ratios(bench: ModuleType) 
     assert bench.paired(a, b)["ratio"] == pytest.approx(2.0)
 
 
+def test_chunk_paired_ignores_stalls_that_a_sum_would_count(bench: ModuleType) -> None:
+    """A few stalled chunks move the ratio of sums, not the median of the chunk-pair ratios."""
+    # salted runs at 0.97x; three of 16 raw chunks and one salted chunk hit a 30 ms stall.
+    raw = [0.030] * 16
+    salted = [0.030 / 0.97] * 16
+    for i in (2, 7, 11):
+        raw[i] += 0.030
+    salted[5] += 0.030
+    pairs = [r / s for r, s in zip(raw, salted, strict=True)]
+    summed = sum(raw) / sum(salted)
+    result = bench.chunk_paired(pairs)
+    assert result["ratio"] == pytest.approx(0.97)
+    assert abs(summed - 0.97) > 0.05  # what the sum-based figure made of it
+    assert result["chunk_pairs"] == 16
+    assert len(result["chunk_ratio_quartiles"]) == 3
+    assert bench.chunk_paired([])["ratio"] is None
+
+
+async def test_pair_ops_records_one_ratio_per_chunk(bench: ModuleType) -> None:
+    """pair_ops keeps the raw/salted time ratio of every chunk, both sides in the same chunk."""
+    runner = bench.Bench.__new__(bench.Bench)
+    runner.series, runner.chunk_ratios = {}, {}
+    calls: list[str] = []
+
+    async def raw(key: bytes) -> None:
+        calls.append("raw")
+
+    async def salted(key: bytes) -> None:
+        calls.append("salted")
+
+    keys = [b"k%d" % i for i in range(12)]
+    await runner.pair_ops(0, "point/x/sequential", {"raw": raw, "salted": salted}, keys, 1)
+    size = max(bench.MIN_CHUNK_OPS, bench.CHUNK_WAVES)
+    sizes = [len(keys[i : i + size]) for i in range(0, len(keys), size)]
+    assert len(runner.chunk_ratios["point/x/sequential"]) == len(sizes) == 3
+    assert all(r > 0 for r in runner.chunk_ratios["point/x/sequential"])
+    # each chunk runs one side then the other, and the side going first alternates
+    expected: list[str] = []
+    for c, n in enumerate(sizes):
+        for side in bench.rotated(["raw", "salted"], c):
+            expected += [side] * n
+    assert calls == expected
+    assert runner.s("point/x/sequential/raw").ops == len(keys)
+
+
 def test_rotation_puts_every_variant_first_equally_often(bench: ModuleType) -> None:
     """Over len(variants) repetitions each variant runs first once (A/B, then B/A)."""
     names = ["a", "b", "c", "d"]

@@ -66,6 +66,7 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
         for result in modes.values():
             assert {"raw", "salted", "ratio", "chunk_pairs", "ratio_of_repeat_sums"} <= set(result)
             assert result["chunk_pairs"] > 0
+    assert report["bulk_write"]["chunk_pairs"] > 0
     assert set(report["full_scan"]["variants"]) == {
         "raw_single",
         "raw_subscans_unordered",

@@ -322,6 +322,23 @@ class Series:
         return out
 
 
+def median_ci95(values: Sequence[float]) -> list[float] | None:
+    """A distribution-free 95% confidence interval of the median, or None for too few values.
+
+    The interval runs between two order statistics whose ranks come from the
+    binomial distribution of "how many values fall below the true median"
+    (normal approximation): it assumes independent samples and nothing about
+    their spread, which on a shared 2-core machine is anything but normal.
+    """
+    n = len(values)
+    half = 1.96 * math.sqrt(n) / 2
+    low, high = math.floor(n / 2 - half), math.ceil(n / 2 + half + 1)  # 1-based ranks
+    if low < 1 or high > n:
+        return None
+    ordered = sorted(values)
+    return [round(ordered[low - 1], 3), round(ordered[high - 1], 3)]
+
+
 def paired(a: Series, b: Series) -> dict[str, Any]:
     """Compare ``a`` with ``b``: the median of the per-repetition ratios ``a / b``.
 
@@ -331,6 +348,7 @@ def paired(a: Series, b: Series) -> dict[str, Any]:
     ratios = [x / y for x, y in zip(a.rates, b.rates, strict=True) if y > 0]
     return {
         "ratio": median(ratios),
+        "ratio_ci95": median_ci95(ratios),
         "ratio_per_repeat": [round(r, 3) for r in ratios],
     }
 
@@ -348,6 +366,7 @@ def chunk_paired(ratios: Sequence[float]) -> dict[str, Any]:
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else list(ratios)
     return {
         "ratio": median(ratios),
+        "ratio_ci95": median_ci95(ratios),
         "chunk_pairs": len(ratios),
         "chunk_ratio_quartiles": [round(q, 3) for q in quartiles],
     }
@@ -724,21 +743,23 @@ class Bench:
             "salted_unordered",
         )
         scans = {n: self.s(f"scan/{n}") for n in names}
+        compared = {
+            f"{a}/{b}": paired(scans[a], scans[b])
+            for a, b in (
+                ("salted_ordered", "raw_single"),
+                ("salted_ordered", "raw_subscans_unordered"),
+                ("salted_unordered", "raw_subscans_unordered"),
+                ("salted_unordered", "raw_single"),
+                ("raw_subscans_unordered", "raw_single"),
+                ("raw_subscans_holding", "raw_subscans_unordered"),
+            )
+        }
         full_scan = {
             "rows": cfg.rows,
             "subscans": cfg.buckets,
             "variants": {n: scans[n].summary("rows_per_s") for n in names},
-            "ratios": {
-                f"{a}/{b}": paired(scans[a], scans[b])["ratio"]
-                for a, b in (
-                    ("salted_ordered", "raw_single"),
-                    ("salted_ordered", "raw_subscans_unordered"),
-                    ("salted_unordered", "raw_subscans_unordered"),
-                    ("salted_unordered", "raw_single"),
-                    ("raw_subscans_unordered", "raw_single"),
-                    ("raw_subscans_holding", "raw_subscans_unordered"),
-                )
-            },
+            "ratios": {name: c["ratio"] for name, c in compared.items()},
+            "ratios_ci95": {name: c["ratio_ci95"] for name, c in compared.items()},
         }
         prefix = {
             "rows_per_prefix": ROWS_PER_USER,
@@ -1133,6 +1154,8 @@ def render(report: dict[str, Any]) -> str:
         r["salted_ordered/raw_subscans_unordered"],
         f"full scan ordered / raw {n} sub-scans unordered",
     )
+    if (ci := f.get("ratios_ci95", {}).get("salted_ordered/raw_subscans_unordered")) is not None:
+        row("    95% confidence interval of that ratio", "", "", f"{ci[0]:.2f}-{ci[1]:.2f}", "-")
     row(
         f"  unordered vs raw {n} sub-scans, unordered",
         subs,

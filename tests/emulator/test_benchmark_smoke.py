@@ -67,6 +67,7 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
             assert {"raw", "salted", "ratio", "chunk_pairs", "ratio_of_repeat_sums"} <= set(result)
             assert result["chunk_pairs"] > 0
     assert report["bulk_write"]["chunk_pairs"] > 0
+    assert set(report["full_scan"]["ratios_ci95"]) == set(report["full_scan"]["ratios"])
     assert set(report["full_scan"]["variants"]) == {
         "raw_single",
         "raw_subscans_unordered",

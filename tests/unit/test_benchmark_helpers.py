@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import math
+import random
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -119,6 +121,20 @@ async def test_pair_ops_records_one_ratio_per_chunk(bench: ModuleType) -> None:
             expected += [side] * n
     assert calls == expected
     assert runner.s("point/x/sequential/raw").ops == len(keys)
+
+
+def test_median_ci95_ranks_and_coverage(bench: ModuleType) -> None:
+    """The interval uses the binomial ranks and covers the true median about 95% of the time."""
+    assert bench.median_ci95([float(v) for v in range(1, 13)]) == [2.0, 11.0]
+    assert bench.median_ci95([1.0, 2.0, 3.0, 4.0]) is None  # too few values for 95%
+    rng = random.Random(11)
+    trials = 2000
+    covered = 0
+    for _ in range(trials):
+        ci = bench.median_ci95([rng.expovariate(1.0) for _ in range(30)])  # skewed, like stalls
+        assert ci is not None
+        covered += ci[0] <= math.log(2) <= ci[1]
+    assert 0.93 <= covered / trials <= 0.99
 
 
 def test_rotation_puts_every_variant_first_equally_often(bench: ModuleType) -> None:

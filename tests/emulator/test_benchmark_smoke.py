@@ -64,7 +64,7 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
     for modes in report["point"].values():
         assert set(modes) == {"sequential", "concurrent_32"}
         for result in modes.values():
-            assert {"raw", "salted", "ratio", "chunk_pairs", "ratio_of_repeat_sums"} <= set(result)
+            assert {"raw", "salted", "ratio", "chunk_pairs", "repeat_sums"} <= set(result)
             assert result["chunk_pairs"] > 0
     assert report["bulk_write"]["chunk_pairs"] > 0
     assert set(report["full_scan"]["ratios_ci95"]) == set(report["full_scan"]["ratios"])

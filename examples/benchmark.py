@@ -168,7 +168,7 @@ DEFAULTS: Final[dict[str, tuple[int, int]]] = {
     "limit_ops": (10, 5),
     "memory_rows": (1_000_000, 100_000),
     # A single fresh process's peak RSS varies by a few MB: take the median of this many.
-    "memory_runs": (3, 1),
+    "memory_runs": (3, 3),
     "salt_keys": (500_000, 200_000),
 }
 

@@ -188,4 +188,4 @@ def test_memory_runs_must_be_positive(bench: ModuleType) -> None:
     with pytest.raises(ValueError, match="sizes must be >= 1"):
         bench._config(args)
     assert bench._config(bench._parser().parse_args([])).memory_runs == 3
-    assert bench._config(bench._parser().parse_args(["--quick"])).memory_runs == 1
+    assert bench._config(bench._parser().parse_args(["--quick"])).memory_runs == 3

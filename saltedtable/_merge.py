@@ -51,7 +51,10 @@ T = TypeVar("T")
 #: measured on the emulator, a raw 16-stream read that keeps its rows in
 #: lists of 256 per stream before dropping them spends about 4.5 us more per
 #: row than one that keeps 16 (rows gone cold by the time they are freed).
-#: Between 4 and 64 the merge's own figures were within run-to-run noise.
+#: Between 4 and 64 the merge's own figures were within run-to-run noise;
+#: a later per-thread profile put 16 at 0.4-1.3 us per row below 64 on the
+#: emulator. Kept at 64: Cloud Bigtable sends many rows of a bucket per
+#: message, and a smaller feed would pause its pump that much more often.
 FEED_CAPACITY: Final = 64
 
 #: Items a feed the consumer waits for must hold before the pump wakes it (or
@@ -59,7 +62,7 @@ FEED_CAPACITY: Final = 64
 #: about one item per source (16 rows for 16 buckets), and the consumer's
 #: work per batch, over every feed, cost about as much as a row; at 8 the
 #: batches are several times larger. Measured on the emulator, 16 buckets:
-#: about 1-1.5 us less main-thread CPU per row for an ordered scan.
+#: about 1.4-1.8 us less main-thread CPU per row for an ordered scan.
 WAKE_BATCH: Final = 8
 
 #: Seconds after which a waiting consumer takes whatever its feeds hold, even

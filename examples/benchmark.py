@@ -382,6 +382,13 @@ def chunk_paired(ratios: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def _add_pair(pairs: list[float], took: dict[str, float]) -> None:
+    """Append one chunk pair's salted/raw rate ratio (both sides ran the same ops)."""
+    raw, salted = took.get("raw"), took.get("salted")
+    if raw is not None and salted:
+        pairs.append(raw / salted)  # same work: the rate ratio is the inverse time ratio
+
+
 def rotated(names: Sequence[str], rep: int) -> list[str]:
     """The order of the variants in repetition ``rep``: each goes first equally often."""
     k = rep % len(names)
@@ -548,9 +555,7 @@ class Bench:
                 took_by_side[side] = took
                 seconds[side] += took
                 latencies[side] += lat
-            if took_by_side.get("salted", 0.0) > 0 and "raw" in took_by_side:
-                # Same ops on both sides: the rate ratio is the inverse time ratio.
-                pairs.append(took_by_side["raw"] / took_by_side["salted"])
+            _add_pair(pairs, took_by_side)
         for side in ops:
             self.s(f"{series}/{side}").add(len(keys), seconds[side], latencies[side])
 
@@ -572,8 +577,7 @@ class Bench:
                 await tables[side].bulk_mutate_rows(batch)
                 took[side] = time.perf_counter() - start
                 seconds[side] += took[side]
-            if took["salted"] > 0:
-                pairs.append(took["raw"] / took["salted"])
+            _add_pair(pairs, took)
         for side in tables:
             self.s(f"bulk/{side}").add(n, seconds[side])
 

@@ -425,13 +425,11 @@ class FanOut(_Runner[T]):
                 self._stopped()
             pending[i] = False
             outstanding -= self._sizes[i]
-            items = page.items
-            if limit is not None:
-                items = items[: limit - self._emitted]
+            items = page.items[: limit - self._emitted]
             if items:
                 self._emitted += len(items)
                 yield items
-            if limit is not None and self._emitted >= limit:
+            if self._emitted >= limit:
                 return
             if page.more:
                 idle.append(i)

@@ -675,7 +675,12 @@ class Merge(_Runner[T]):
         live = list(self._feeds)
         while live:
             if not any(feed.keys for feed in live):
-                await self._wait([feed for feed in live if not feed.done])
+                # Feeds may have ended empty while the consumer was away (it
+                # awaited between rows): wait only for those still running.
+                waiting = [feed for feed in live if not feed.done]
+                if not waiting:
+                    break
+                await self._wait(waiting)
             if self._error is not None:
                 self._stopped()
             out: list[T] = []

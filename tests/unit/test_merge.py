@@ -685,3 +685,59 @@ async def test_merge_supervisor_cancelled_before_it_runs_does_not_hang() -> None
     merge._task.cancel()
     with anyio.fail_after(5), pytest.raises(RuntimeError, match="cancelled from outside"):
         await consumer
+
+
+async def drain_slowly(fanout: FanOut[int] | Merge[int], pauses: Sequence[int]) -> list[int]:
+    """Every item, the consumer yielding to the loop ``pauses[i % len]`` times after item i."""
+    out: list[int] = []
+    async with fanout:
+        async for batch in fanout:
+            for item in batch:
+                out.append(item)
+                for _ in range(pauses[len(out) % len(pauses)]):
+                    await anyio.lowlevel.checkpoint()
+    return out
+
+
+@PROPERTY
+@given(
+    parts=partitions(),
+    ordered=st.booleans(),
+    limit=st.one_of(st.none(), st.integers(1, 200)),
+    pauses=st.lists(st.integers(0, 3), min_size=1, max_size=8),
+    bursts=st.lists(st.integers(1, 30), min_size=8, max_size=8),
+    lingers=st.lists(st.integers(0, 3), min_size=8, max_size=8),
+)
+def test_a_consumer_that_awaits_between_items_gets_every_item(
+    parts: list[list[int]],
+    ordered: bool,
+    limit: int | None,
+    pauses: list[int],
+    bursts: list[int],
+    lingers: list[int],
+) -> None:
+    """Consumer delays between items never end a read early or with an error (any mode)."""
+    expected = sorted(x for p in parts for x in p)
+    if limit is not None:
+        # Only the paged fan-out takes a limit.
+        def fanout() -> FanOut[int] | Merge[int]:
+            return FanOut([Source(p) for p in parts], ordered=ordered, limit=limit)
+    else:
+
+        def fanout() -> FanOut[int] | Merge[int]:
+            pumps = [
+                Pump(p, burst=b, linger=w) for p, b, w in zip(parts, bursts, lingers, strict=False)
+            ]
+            return Merge(pumps, ordered=ordered)
+
+    async def main() -> list[int]:
+        return await drain_slowly(fanout(), pauses)
+
+    got = run(main)
+    if ordered:
+        assert got == expected[:limit]
+    elif limit is None:
+        assert sorted(got) == expected
+    else:
+        assert len(got) == min(limit, len(expected))
+        assert set(got) <= set(expected)

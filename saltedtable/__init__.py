@@ -6,7 +6,6 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ._cutoff import (
     CutoffPolicy,
-    Layout,
     TimestampReader,
     big_endian_int,
     epoch_field,
@@ -25,7 +24,9 @@ from ._exceptions import (
     SaltSchemeError,
 )
 from ._guard import SCHEME_ROW_KEY, SchemeMismatchError, describe_layout
-from ._plan import KeyRange, ReadPlan, SubQuery, plan_reads, rewrite_filter
+from ._layout import Layout
+from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
+from ._ranges import KeyRange
 from ._salt import HASHES, MAX_BUCKETS, KeyPart, SaltScheme, before_last, fields, prefix_end
 from ._stats import BucketStats, CallStats, StatsHook
 from ._table import SaltedMutationsBatcher, SaltedTableAsync, TableLike

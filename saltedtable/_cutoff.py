@@ -1,8 +1,8 @@
 """Forward-only migration: salt only the keys whose timestamp is past a cutoff.
 
 Pure code. A :class:`CutoffPolicy` says when salting starts and how to read
-the timestamp out of a logical key. A :class:`Layout` combines it with a
-:class:`SaltScheme` and decides, for every key, where it lives:
+the timestamp out of a logical key. A :class:`~saltedtable.Layout` combines it
+with a :class:`~saltedtable.SaltScheme` and decides, for every key, where it lives:
 
 * key time >= cutoff: the salted physical key (``scheme.salt_key(key)``);
 * key time <  cutoff: the legacy key, the logical key itself, unsalted.
@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, final, runtime_checkable
 
-from ._exceptions import CutoffError, RowKeyError
-from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
+from ._exceptions import CutoffError
 
 __all__ = [
     "CutoffPolicy",
-    "Layout",
     "TimestampReader",
     "big_endian_int",
     "epoch_field",
@@ -386,48 +384,3 @@ class CutoffPolicy:
         salted = hi is None or hi >= cutoff or self.unreadable == "salted"
         legacy = lo is None or lo < cutoff or self.unreadable != "salted"
         return legacy, salted
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """Where each logical key lives: salted, or (with a cutoff) possibly legacy."""
-
-    scheme: SaltScheme
-    cutoff: CutoffPolicy | None = None
-
-    def locate(self, key: bytes | str) -> tuple[int | None, bytes]:
-        """``(bucket, physical_key)``; bucket None means the legacy, unsalted key.
-
-        Raises:
-            RowKeyError: The key cannot be stored (empty, too long, or a legacy
-                key that would sit inside the salted key space).
-            CutoffError: Its timestamp cannot be read.
-        """
-        key = to_key(key)
-        if not key:
-            raise RowKeyError("row keys must not be empty")
-        if self.cutoff is None or self.cutoff.side_of(key) == "salted":
-            return self.scheme.locate(key)
-        if key.startswith(SCHEME_ROW_KEY):
-            raise RowKeyError(f"{key!r} is saltedtable's reserved layout row")
-        if self.scheme.has_prefix(key):
-            raise RowKeyError(
-                f"legacy (pre-cutoff) key {key!r} starts with a salt prefix of {self.scheme}; "
-                "it would be read back as a salted row. Give the scheme a marker "
-                "(e.g. SaltScheme(..., marker=b'~')) so the two key spaces cannot meet"
-            )
-        return None, key
-
-    def to_logical(self, physical: bytes) -> bytes:
-        """The logical key of a physical key written by this layout."""
-        if self.scheme.has_prefix(physical):
-            return self.scheme.unsalt_key(physical)
-        if self.cutoff is None:
-            raise RowKeyError(f"{physical!r} does not carry a salt prefix of {self.scheme}")
-        return physical
-
-    def salted_holes(self) -> Iterator[tuple[bytes, bytes]]:
-        """The salted key space as sorted ``[prefix, prefix_end)`` ranges (b"" = no end)."""
-        for prefix in sorted(self.scheme.prefixes):
-            yield prefix, prefix_end(prefix)

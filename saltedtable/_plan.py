@@ -14,7 +14,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Final, final
 
-from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
+from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row_filters import (
     ConditionalRowFilter,
     RowFilter,
@@ -23,9 +23,11 @@ from google.cloud.bigtable.data.row_filters import (
     RowKeyRegexFilter,
 )
 
-from ._cutoff import CutoffPolicy, Layout
+from ._cutoff import CutoffPolicy
 from ._exceptions import QueryPlanError, RowKeyError
-from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
+from ._layout import Layout
+from ._ranges import KeyRange
+from ._salt import SaltScheme, prefix_end
 
 __all__ = [
     "KeyRange",
@@ -41,76 +43,6 @@ __all__ = [
 MAX_KEYS_PER_REQUEST: Final = 1000
 #: ... and at most this many bytes of keys.
 MAX_KEY_BYTES_PER_REQUEST: Final = 512 * 1024
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class KeyRange:
-    """A row key range; an empty ``start`` or ``end`` means unbounded on that side."""
-
-    start: bytes = b""
-    start_closed: bool = True
-    end: bytes = b""
-    end_closed: bool = False
-
-    @classmethod
-    def from_row_range(cls, row_range: RowRange) -> KeyRange:
-        """Convert a Bigtable :class:`RowRange`."""
-        return cls(
-            row_range.start_key or b"",
-            row_range.start_is_inclusive,
-            row_range.end_key or b"",
-            row_range.end_is_inclusive,
-        )
-
-    def to_row_range(self) -> RowRange:
-        """Convert to a Bigtable :class:`RowRange`."""
-        return RowRange(
-            self.start or None,
-            self.end or None,
-            start_is_inclusive=self.start_closed,
-            end_is_inclusive=self.end_closed,
-        )
-
-    @property
-    def is_empty(self) -> bool:
-        """True when no key lies in the range."""
-        if not self.start or not self.end:
-            return False
-        if self.start > self.end:
-            return True
-        return self.start == self.end and not (self.start_closed and self.end_closed)
-
-    def clip(self, after: bytes | None, upto: bytes | None) -> KeyRange | None:
-        """Intersect with ``(after, upto]``; None when nothing is left."""
-        start, start_closed = self.start, self.start_closed
-        if after is not None and (not start or start <= after):
-            start, start_closed = after, False
-        end, end_closed = self.end, self.end_closed
-        if upto is not None and (not end or end > upto):
-            end, end_closed = upto, True
-        clipped = KeyRange(start, start_closed, end, end_closed)
-        return None if clipped.is_empty else clipped
-
-    def intersect(self, other: KeyRange) -> KeyRange | None:
-        """The keys in both ranges; None when there are none."""
-        start, start_closed = self.start, self.start_closed
-        if other.start and (not start or other.start > start):
-            start, start_closed = other.start, other.start_closed
-        elif other.start and other.start == start:
-            start_closed = start_closed and other.start_closed
-        end, end_closed = self.end, self.end_closed
-        if other.end and (not end or other.end < end):
-            end, end_closed = other.end, other.end_closed
-        elif other.end and other.end == end:
-            end_closed = end_closed and other.end_closed
-        both = KeyRange(start, start_closed, end, end_closed)
-        return None if both.is_empty else both
-
-    def __str__(self) -> str:
-        lo = "(-inf" if not self.start else ("[" if self.start_closed else "(") + repr(self.start)
-        hi = "+inf)" if not self.end else repr(self.end) + ("]" if self.end_closed else ")")
-        return f"{lo}, {hi}"
 
 
 @final
@@ -217,23 +149,32 @@ def _physical_range(prefix: bytes, rng: KeyRange) -> KeyRange:
 
 
 def plan_reads(
-    query: ReadRowsQuery, scheme: SaltScheme, cutoff: CutoffPolicy | None = None
+    query: ReadRowsQuery, layout: Layout | SaltScheme, cutoff: CutoffPolicy | None = None
 ) -> ReadPlan:
     """Turn a logical query into one physical sub-query per bucket that can match.
 
     A query with neither keys nor ranges reads the whole table, as in Bigtable.
     Point keys go to their bucket only; a range goes to every bucket unless the
     scheme's key part proves it lies in one (see :class:`saltedtable.KeyPart`).
-    With a ``cutoff``, keys before it are read from the legacy (unsalted)
-    layout by one more sub-query (bucket None) that never touches the salted
-    key space, and a side that the range's time bounds rule out is not read.
+    With a cutoff, keys before it are read from the legacy (unsalted) layout by
+    one more sub-query (bucket None) that never touches the salted key space,
+    and a side that the range's time bounds rule out is not read.
+
+    Args:
+        query: The logical read.
+        layout: The table's layout; a bare :class:`SaltScheme` is taken with ``cutoff``.
+        cutoff: Only with a bare scheme.
 
     Raises:
         RowKeyError: A point key cannot be salted (empty, too long, ...).
         CutoffError: A point key's timestamp cannot be read.
         QueryPlanError: The filter cannot be applied to salted keys.
     """
-    layout = Layout(scheme, cutoff)
+    if isinstance(layout, SaltScheme):
+        layout = Layout(layout, cutoff)
+    elif cutoff is not None:
+        raise TypeError("give the cutoff inside the Layout, not beside it")
+    scheme, cutoff = layout.scheme, layout.cutoff
     keys_by_bucket: dict[int | None, list[bytes]] = {}
     ranges_by_bucket: dict[int | None, list[KeyRange]] = {}
     row_keys = query.row_keys
@@ -243,7 +184,7 @@ def plan_reads(
         keys_by_bucket.setdefault(bucket, []).append(physical)
     if not row_keys and not row_ranges:
         row_ranges = [KeyRange()]
-    gaps = _legacy_gaps(scheme) if cutoff is not None else ()
+    gaps = layout.legacy_gaps() if cutoff is not None else ()
     for rng in row_ranges:
         if rng.is_empty:
             continue
@@ -279,23 +220,6 @@ def plan_reads(
             )
         )
     return ReadPlan(tuple(subs), query.limit, query.filter)
-
-
-def _legacy_gaps(scheme: SaltScheme) -> tuple[KeyRange, ...]:
-    """The key space outside every salted prefix range (and the layout row), sorted."""
-    gaps: list[KeyRange] = []
-    start = b""
-    # The reserved layout row is not data: keep it out of legacy scans too.
-    for prefix in sorted({*scheme.prefixes, SCHEME_ROW_KEY}):
-        if prefix < start:
-            continue  # inside the previous hole (it starts with that prefix)
-        if start < prefix:
-            gaps.append(KeyRange(start, True, prefix, False))
-        start = prefix_end(prefix)
-        if not start:
-            return tuple(gaps)
-    gaps.append(KeyRange(start, True, b"", False))
-    return tuple(gaps)
 
 
 # -- paging ------------------------------------------------------------------

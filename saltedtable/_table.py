@@ -38,8 +38,8 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
 )
 
-from ._cutoff import CutoffPolicy, Layout
-from ._exceptions import CutoffError, LayoutError, RowKeyError
+from ._cutoff import CutoffPolicy
+from ._exceptions import LayoutError, RowKeyError
 from ._guard import (
     SCHEME_QUALIFIER,
     SchemeMismatchError,
@@ -48,8 +48,9 @@ from ._guard import (
     encode_layout,
     layout_differences,
 )
+from ._layout import Layout
 from ._merge import FanOut, Merge
-from ._plan import PageCursor, ReadPlan, SubQuery, _legacy_gaps, plan_reads, rewrite_filter
+from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
 from ._reader import BucketReader
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 from ._stats import (
@@ -332,7 +333,7 @@ class SaltedTableAsync:
                 stream = await self._table.read_rows_stream(query)
                 keys = [row.row_key async for row in stream]
             for key in keys:
-                problem = self._misplaced(key)
+                problem = self.layout.misplaced(key)
                 if problem is not None:
                     offenders.append(problem)
 
@@ -340,29 +341,14 @@ class SaltedTableAsync:
             # Rows outside every salt prefix: the legacy side of a cutoff
             # layout, and otherwise rows this scheme never writes (unsalted
             # data, or another bucket count: 16 buckets write "07-", 8 "7-").
-            outside = SubQuery(None, b"", (), _legacy_gaps(self.scheme), key_only)
+            outside = SubQuery(None, b"", (), self.layout.legacy_gaps(), key_only)
             page = PageCursor(outside).next_query(sample_rows)
             if page is None:
                 return
             async with self.limiter:
                 stream = await self._table.read_rows_stream(page)
                 keys = [row.row_key async for row in stream]
-            for key in keys:
-                if self.cutoff is None:
-                    offenders.append(
-                        f"{key!r}: outside every salt prefix of this scheme (written unsalted, "
-                        "or with another bucket count, hash or marker)"
-                    )
-                    continue
-                try:
-                    side = self.cutoff.side_of(key)
-                except CutoffError:
-                    continue
-                if side == "salted":
-                    offenders.append(
-                        f"{key!r}: an unsalted row whose key time is at or after the cutoff "
-                        "(reads look for it on the salted side; choose a later cutoff)"
-                    )
+            offenders.extend(p for key in keys if (p := self.layout.unexpected_outside(key)))
 
         errors: list[Exception] = []
 
@@ -388,21 +374,6 @@ class SaltedTableAsync:
                 "was written with another bucket count or hash, open it with that scheme."
             )
 
-    def _misplaced(self, physical: bytes) -> str | None:
-        try:
-            _, logical = self.scheme.split_key(physical)
-        except RowKeyError as exc:
-            return f"{physical!r}: {exc}"
-        if self.cutoff is None:
-            return None
-        try:
-            side = self.cutoff.side_of(logical)
-        except CutoffError as exc:
-            return f"{physical!r}: {exc}"
-        if side != "salted":
-            return f"{physical!r}: its key time is before the cutoff, so it is a legacy row"
-        return None
-
     def _filter_for(self, bucket: int | None, row_filter: RowFilter | None) -> RowFilter | None:
         """The filter to send for a row in ``bucket`` (legacy rows need no rewrite)."""
         if bucket is None:
@@ -416,7 +387,7 @@ class SaltedTableAsync:
 
     def plan(self, query: ReadRowsQuery) -> ReadPlan:
         """Return the physical sub-queries a logical query turns into (nothing is read)."""
-        return plan_reads(query, self.scheme, self.cutoff)
+        return plan_reads(query, self.layout)
 
     # -- reads -----------------------------------------------------------------
 
@@ -634,28 +605,7 @@ class SaltedTableAsync:
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
         )
-        logical: list[tuple[bytes, int]] = []
-        previous, total = 0, 0
-        for physical, offset in samples:
-            delta, previous = offset - previous, offset
-            total = offset
-            if not physical:
-                continue
-            if physical.startswith(SCHEME_ROW_KEY):
-                continue
-            try:
-                logical.append((self.layout.to_logical(physical), delta))
-            except RowKeyError:
-                continue  # a split point between buckets, or a key this scheme did not write
-        logical.sort()
-        out: list[tuple[bytes, int]] = []
-        running = 0
-        for key, delta in logical:
-            running += delta
-            out.append((key, running))
-        if samples and not samples[-1][0]:
-            out.append((b"", total))
-        return out
+        return self.layout.logical_samples(samples)
 
     def _read_call(
         self,
@@ -726,24 +676,10 @@ class SaltedTableAsync:
         return _ReadCall(begin, stats, self.stats_hook)
 
     def _is_stray_legacy_row(self, key: bytes) -> bool:
-        """True (and logged) for a legacy row whose key time says it lives on the salted side.
-
-        Such a row contradicts the layout (it was written unsalted after the
-        cutoff): point reads look for its key on the salted side, so a scan
-        showing it would show a row that reads cannot find, or show a key
-        twice. Scans leave it out; :meth:`check_layout` reports them.
-        """
-        cutoff = self.cutoff
-        assert cutoff is not None
-        try:
-            if cutoff.key_time(key) < cutoff.cutoff_micros:
-                return False
-            why = f"its key time is at or after the cutoff {cutoff.cutoff.isoformat()}"
-        except ValueError:
-            # No readable time: only unreadable="salted" sends such keys elsewhere.
-            if cutoff.unreadable != "salted":
-                return False
-            why = "its key time is unreadable and the policy sends those to the salted side"
+        """True (and logged) for a legacy row that scans leave out (see ``Layout.stray_reason``)."""
+        why = self.layout.stray_reason(key)
+        if why is None:
+            return False
         _log.warning("skipping legacy row %r: %s", key, why)
         return True
 

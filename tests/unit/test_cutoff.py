@@ -60,7 +60,7 @@ from saltedtable import (
 )
 from saltedtable import _cutoff as cutoff_module
 from saltedtable._cutoff import LONG_MAX, to_micros
-from saltedtable._plan import _legacy_gaps
+from saltedtable._layout import _legacy_gaps
 from saltedtable._salt import SCHEME_ROW_KEY
 from tests.fakes import ABANDONED, FakeTable, in_range
 

@@ -24,7 +24,7 @@ from saltedtable import (
     fields,
 )
 from saltedtable._guard import decode_layout, encode_layout, layout_differences
-from saltedtable._plan import _legacy_gaps
+from saltedtable._layout import _legacy_gaps
 from saltedtable.otel import stats_hook
 from tests.fakes import FakeTable
 

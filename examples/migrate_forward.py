@@ -43,6 +43,7 @@ from google.cloud.bigtable.data import (
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow
 
 from saltedtable import (
+    SCHEME_ROW_KEY,
     CutoffPolicy,
     LayoutError,
     SaltedTableAsync,
@@ -128,7 +129,10 @@ async def main() -> None:
         print("5. physical layout (raw table):")
         for raw_row in await raw.read_rows(ReadRowsQuery()):
             physical = raw_row.row_key
-            side = "salted" if scheme.has_prefix(physical) else "legacy"
+            if physical == SCHEME_ROW_KEY:
+                side = "record"  # the layout record the guard stored with the first write
+            else:
+                side = "salted" if scheme.has_prefix(physical) else "legacy"
             print(f"   {side:<6} {physical!r}")
 
         # 6. The plans: across the boundary both sides are read, merged; before it, one.

@@ -51,7 +51,6 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from saltedtable import (
-    BucketReadError,
     QueryPlanError,
     RowKeyError,
     SaltedTableAsync,
@@ -325,7 +324,6 @@ def create_app(
             _BadRequest: _bad_request,
             RowKeyError: _bad_request,
             QueryPlanError: _bad_request,
-            BucketReadError: _upstream_error,
             GoogleAPICallError: _upstream_error,
         },
         lifespan=lifespan,

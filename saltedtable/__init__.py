@@ -1,8 +1,16 @@
-"""saltedtable: salted row keys for Google Cloud Bigtable behind a drop-in async table."""
+"""saltedtable: salted row keys for Google Cloud Bigtable behind a drop-in table.
+
+The pure parts (schemes, cutoff policies, layouts, budgets, exceptions) are
+imported with the package. Names whose modules import the Bigtable client
+(the tables, the planner, the guard) are imported on first use, so that
+``import saltedtable`` and ``saltedtable key ...`` stay quick.
+"""
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from ._cutoff import (
     CutoffPolicy,
@@ -13,7 +21,6 @@ from ._cutoff import (
     reversed_epoch_field,
 )
 from ._exceptions import (
-    BucketReadError,
     CutoffError,
     EmulatorError,
     EmulatorNotFoundError,
@@ -22,25 +29,67 @@ from ._exceptions import (
     RowKeyError,
     SaltedTableError,
     SaltSchemeError,
+    SchemeMismatchError,
+    UnsaltableKeyError,
 )
-from ._guard import SCHEME_ROW_KEY, SchemeMismatchError, describe_layout
 from ._layout import Layout
-from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
 from ._ranges import KeyRange
-from ._salt import HASHES, MAX_BUCKETS, KeyPart, SaltScheme, before_last, fields, prefix_end
+from ._salt import (
+    HASHES,
+    MAX_BUCKETS,
+    SCHEME_ROW_KEY,
+    KeyPart,
+    SaltScheme,
+    before_last,
+    fields,
+    prefix_end,
+)
 from ._stats import BucketStats, CallStats, StatsHook
-from ._table import SaltedMutationsBatcher, SaltedTableAsync, TableLike
+from ._strategy import ReadBudget
+
+if TYPE_CHECKING:
+    from ._guard import describe_layout
+    from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
+    from ._reader import SubScan
+    from ._table import SaltedTableAsync, TableLike
+    from ._write import SaltedMutationsBatcher
 
 try:
     __version__ = version("saltedtable")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+unknown"
 
+#: Public names whose modules import the Bigtable client, by module.
+_LAZY: dict[str, str] = {
+    "describe_layout": "._guard",
+    "ReadPlan": "._plan",
+    "SubQuery": "._plan",
+    "plan_reads": "._plan",
+    "rewrite_filter": "._plan",
+    "SubScan": "._reader",
+    "SaltedTableAsync": "._table",
+    "TableLike": "._table",
+    "SaltedMutationsBatcher": "._write",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'saltedtable' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
 __all__ = [
     "HASHES",
     "MAX_BUCKETS",
     "SCHEME_ROW_KEY",
-    "BucketReadError",
     "BucketStats",
     "CallStats",
     "CutoffError",
@@ -52,6 +101,7 @@ __all__ = [
     "Layout",
     "LayoutError",
     "QueryPlanError",
+    "ReadBudget",
     "ReadPlan",
     "RowKeyError",
     "SaltScheme",
@@ -62,8 +112,10 @@ __all__ = [
     "SchemeMismatchError",
     "StatsHook",
     "SubQuery",
+    "SubScan",
     "TableLike",
     "TimestampReader",
+    "UnsaltableKeyError",
     "__version__",
     "before_last",
     "big_endian_int",

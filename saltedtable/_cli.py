@@ -32,8 +32,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import IO, Any, Final, NoReturn, final
 
-from google.cloud.bigtable.data import ReadRowsQuery, RowRange
-
 from . import __version__
 from ._advise import (
     DEFAULT_CANDIDATES,
@@ -53,8 +51,7 @@ from ._cutoff import (
     iso8601_field,
     reversed_epoch_field,
 )
-from ._exceptions import CutoffError, SaltedTableError, SaltSchemeError
-from ._plan import plan_reads
+from ._exceptions import CutoffError, DataError, SaltedTableError, SaltSchemeError, UsageError
 from ._salt import (
     HASHES,
     MAX_BUCKETS,
@@ -70,14 +67,6 @@ __all__ = ["format_key", "main"]
 #: Bump when a key of ``advise --json`` changes meaning or disappears.
 ADVISE_JSON_SCHEMA: Final = 1
 DEFAULT_SAMPLE_LIMIT: Final = 100_000
-
-
-class UsageError(Exception):
-    """Bad usage found after parsing (exit 2)."""
-
-
-class DataError(Exception):
-    """Input that cannot be used: unreadable, malformed, or a table that cannot be read (exit 1)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -216,6 +205,10 @@ def _cmd_key(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    from google.cloud.bigtable.data import ReadRowsQuery, RowRange
+
+    from ._plan import plan_reads
+
     scheme = _scheme(args)
     keys: list[str | bytes] = [_parse_key(k, args.hex) for k in args.key or ()]
     ranges: list[RowRange] = []
@@ -528,7 +521,7 @@ async def _sample_table(args: argparse.Namespace) -> list[Access]:
     """Read up to ``--sample-limit`` row keys (and their newest cell's time) from a table."""
     from google.api_core.exceptions import GoogleAPIError
     from google.auth.exceptions import GoogleAuthError
-    from google.cloud.bigtable.data import BigtableDataClientAsync
+    from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowRange
     from google.cloud.bigtable.data.row_filters import (
         CellsRowLimitFilter,
         RowFilterChain,

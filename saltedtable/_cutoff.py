@@ -384,3 +384,15 @@ class CutoffPolicy:
         salted = hi is None or hi >= cutoff or self.unreadable == "salted"
         legacy = lo is None or lo < cutoff or self.unreadable != "salted"
         return legacy, salted
+
+    def only_unreadable_before(self, start: bytes, end: bytes, end_closed: bool = True) -> bool:
+        """True when every readable key time in the range is at or after the cutoff.
+
+        The legacy side of such a range is still read unless unreadable keys
+        go to the salted side: keys with no readable time stay unsalted.
+        """
+        bounds_of = getattr(self.timestamp, "time_bounds", None)
+        if not start or not end or bounds_of is None:
+            return False
+        bounds = bounds_of(start, end, end_closed)
+        return bounds is not None and bounds[0] is not None and bounds[0] >= self.cutoff_micros

@@ -1,25 +1,49 @@
-"""Exceptions raised by saltedtable.
+"""Every exception saltedtable raises itself, in one tree.
 
-Every error saltedtable raises itself derives from :class:`SaltedTableError`.
-Errors that come from Bigtable (``google.api_core.exceptions`` and the data
-client's own exception groups) are passed through untouched, except where a
-sub-scan of a fan-out fails: then the Bigtable error becomes the ``__cause__``
-of a :class:`BucketReadError` that says which bucket and range failed::
+saltedtable raises its own errors only for its own refusals: a bad key or
+scheme, a read it cannot answer correctly, a table that contradicts the
+layout. Everything that comes from Bigtable keeps the client's type
+(``google.api_core.exceptions.DeadlineExceeded``, ``NotFound``, the data
+client's ``MutationsExceptionGroup``, ...), so ``except`` clauses written
+against ``TableAsync`` keep matching. When one sub-scan of a salted read
+fails, its exception is raised as it is, with a note naming the bucket and
+range, and a :class:`~saltedtable.SubScan` in ``exc.saltedtable_subscan``::
 
     SaltedTableError
-    ├── SaltSchemeError (ValueError)    bad scheme configuration
-    ├── RowKeyError (ValueError)        a key the scheme or Bigtable cannot take
-    ├── QueryPlanError (ValueError)     a read that cannot be answered correctly
-    ├── CutoffError (ValueError)        a bad cutoff policy, or a key time it cannot read
-    ├── LayoutError                     the table's rows do not fit the configured layout
-    ├── BucketReadError                 one sub-scan of a fan-out failed
-    └── EmulatorError (RuntimeError)    the local emulator harness (saltedtable.testing)
-        └── EmulatorNotFoundError       cbtemulator is not installed
+    ├── SaltSchemeError (ValueError)        bad scheme configuration
+    ├── RowKeyError (ValueError)            a key the scheme or Bigtable cannot take
+    │   └── UnsaltableKeyError              a key the scheme's hash cannot read
+    ├── QueryPlanError (ValueError)         a read that cannot be answered correctly
+    ├── CutoffError (ValueError)            a bad cutoff policy, or a key time it cannot read
+    ├── LayoutError                         the table's rows or record contradict the layout
+    │   └── SchemeMismatchError             the stored layout record differs
+    ├── EmulatorError (RuntimeError)        the local emulator harness (saltedtable.testing)
+    │   └── EmulatorNotFoundError           cbtemulator is not installed
+    └── CommandError                        the command line refused its input
+        ├── UsageError                      bad arguments (exit status 2)
+        └── DataError                       unreadable input data (exit status 1)
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+__all__ = [
+    "CommandError",
+    "CutoffError",
+    "DataError",
+    "EmulatorError",
+    "EmulatorNotFoundError",
+    "LayoutError",
+    "QueryPlanError",
+    "RowKeyError",
+    "SaltSchemeError",
+    "SaltedTableError",
+    "SchemeMismatchError",
+    "UnsaltableKeyError",
+    "UsageError",
+]
 
 
 class SaltedTableError(Exception):
@@ -34,6 +58,14 @@ class RowKeyError(SaltedTableError, ValueError):
     """A row key cannot be salted, unsalted or sent to Bigtable."""
 
 
+class UnsaltableKeyError(RowKeyError):
+    """The scheme's hash cannot read this key (``hash="java"`` and a key that is not UTF-8).
+
+    No row with such a key was ever written salted: point reads find nothing,
+    and writes are refused.
+    """
+
+
 class QueryPlanError(SaltedTableError, ValueError):
     """A logical read cannot be turned into physical reads that mean the same."""
 
@@ -43,24 +75,35 @@ class CutoffError(SaltedTableError, ValueError):
 
 
 class LayoutError(SaltedTableError):
-    """Rows in the table contradict the configured layout (scheme, cutoff).
+    """The table contradicts the configured layout (scheme, cutoff).
 
-    Raised when a table is opened, before any row could be misread.
+    Raised before any row could be misread: by the guard on a table's first
+    operation, or when a layout check finds rows that do not fit.
     """
 
 
-class BucketReadError(SaltedTableError):
-    """One sub-scan of a salted read failed; the whole read failed with it.
+class SchemeMismatchError(LayoutError):
+    """The table was written with a different layout than the one it is opened with.
 
     Attributes:
-        bucket: The salt bucket whose sub-scan failed (None: the legacy side).
-        query: The physical sub-query that was being read.
+        stored: The layout record found in the table.
+        current: The layout record of the scheme it was opened with.
     """
 
-    def __init__(self, message: str, *, bucket: int | None, query: Any) -> None:
-        super().__init__(message)
-        self.bucket = bucket
-        self.query = query
+    def __init__(self, stored: dict[str, Any], current: dict[str, Any]) -> None:
+        from ._guard import layout_differences
+
+        self.stored = stored
+        self.current = current
+        lines = "\n".join(f"  {d}" for d in layout_differences(stored, current))
+        super().__init__(
+            "this table was written with a different salt layout; reading it with the "
+            f"new one would miss rows:\n{lines}\n"
+            f"  stored:  {json.dumps(stored, sort_keys=True)}\n"
+            f"  current: {json.dumps(current, sort_keys=True)}\n"
+            "Open it with the stored scheme; after rewriting the data, replace the record "
+            "with SaltedTableAsync.open(..., family=..., override_scheme=True)."
+        )
 
 
 class EmulatorError(SaltedTableError, RuntimeError):
@@ -69,3 +112,20 @@ class EmulatorError(SaltedTableError, RuntimeError):
 
 class EmulatorNotFoundError(EmulatorError):
     """The ``cbtemulator`` binary could not be found."""
+
+
+class CommandError(SaltedTableError):
+    """The ``saltedtable`` command refused its input; the message is shown to the user."""
+
+    #: The process exit status.
+    exit_status = 1
+
+
+class UsageError(CommandError):
+    """Bad command-line arguments."""
+
+    exit_status = 2
+
+
+class DataError(CommandError):
+    """Input data that cannot be read (a bad line in a file, an unreachable table)."""

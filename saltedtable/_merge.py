@@ -1,128 +1,246 @@
-"""Paged fan-out and k-way merge of sorted sources.
+"""The merge engine: read sorted sources at once; hand over batches in key order or as they come.
 
-Generic: nothing here knows about Bigtable. A *source* is an async callable
-``fetch(size) -> Page``: it returns the next page of at most ``size`` items
-with their sort keys, and says whether more pages follow. :class:`FanOut`
-runs one producer task per source in an anyio task group and hands the
-consumer batches of items, either merged in key order or as they arrive.
+Generic: nothing here knows about Bigtable. A *source* runs one request at a
+time: called with a size and its :class:`Feed`, it appends at most that many
+items and their sort keys to the feed as they arrive, and returns how many it
+appended and whether more may follow. The engine decides when each source runs
+its next request and how large it is (see :mod:`saltedtable._strategy`):
 
-Why pages: a producer holds a concurrency slot (a shared
-:class:`anyio.CapacityLimiter`) only while it fetches one bounded page, then
-releases it before handing the page over. An ordered merge needs a head item
-from every source before it can emit anything; if producers held their slots
-while waiting for the merge, a limiter smaller than the number of sources (or
-many merges sharing one limiter) would deadlock. Bounded pages also make a
-limit cheap: the first pages ask for about ``limit / sources`` items each and
-later pages for at most what is still missing.
+* every item a request may return has room before the request starts, so a
+  source never waits for the consumer in the middle of a request. It holds no
+  concurrency slot and keeps no stream open while the consumer is behind, so
+  no limiter bound, however small or shared, can deadlock;
+* without a limit each source is topped up to its share of the read's
+  :class:`~saltedtable._strategy.ReadBudget` whenever it falls to half of it;
+* with a limit the consumer grants requests in rounds.
+
+The consumer hands over, in ordered mode, everything at or below the
+*watermark*: the smallest of the last keys the unfinished sources have
+delivered (nothing smaller can still come), sorted in C. A consumer waiting
+for a source is woken in batches (``wake_batch`` items, or ``wake_delay``
+seconds), so that its work per wake, which visits every source, is shared by
+many items.
 
 Why a supervisor task: the producers' task group lives in a task of its own,
 so the consumer side can be a plain async iterator that may be abandoned
 (``break``), closed from another task (asyncio's async-generator finaliser)
 or cancelled, without exiting a cancel scope in the wrong task.
-:meth:`FanOut.aclose` cancels the producers while they wait on their fetch,
-which is what cancels an in-flight gRPC stream, and waits until they are gone.
-
-:class:`Merge` is the push-based variant for sources without a limit: each
-source is a *pump* that appends items and keys to its :class:`Feed` as they
-arrive, and the consumer takes what is below the merge's watermark. There is
-no page hand-over per batch and a feed holds few items, so rows go out soon
-after they arrive: Python's cost per row stays near that of reading the
-sources unmerged (a large backlog of live rows is slow in CPython, measured:
-see :data:`FEED_CAPACITY`).
+:meth:`Merge.aclose` cancels the producers and waits until they are gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import math
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Generic, NoReturn, TypeVar, final
+from collections.abc import AsyncGenerator, Awaitable, Sequence
+from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, final
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["FEED_CAPACITY", "WAKE_BATCH", "WAKE_DELAY", "FanOut", "Feed", "Merge", "Page", "Pump"]
+from ._strategy import (
+    DEFAULT_ROW_BYTES,
+    ReadBudget,
+    allowance,
+    first_round,
+    refills,
+    unordered_shares,
+)
+
+__all__ = ["WAKE_BATCH", "WAKE_DELAY", "Feed", "Merge", "Sent", "Source"]
 
 T = TypeVar("T")
 
-#: Items a :class:`Feed` holds before its pump waits. Small on purpose:
-#: measured on the emulator, a raw 16-stream read that keeps its rows in
-#: lists of 256 per stream before dropping them spends about 4.5 us more per
-#: row than one that keeps 16 (rows gone cold by the time they are freed).
-#: Between 4 and 64 the merge's own figures were within run-to-run noise;
-#: a later per-thread profile put 16 at 0.4-1.3 us per row below 64 on the
-#: emulator. Kept at 64: Cloud Bigtable sends many rows of a bucket per
-#: message, and a smaller feed would pause its pump that much more often.
-FEED_CAPACITY: Final = 64
-
-#: Items a feed the consumer waits for must hold before the pump wakes it (or
-#: its end, or :data:`WAKE_DELAY`). Waking on the first item made batches of
-#: about one item per source (16 rows for 16 buckets), and the consumer's
-#: work per batch, over every feed, cost about as much as a row; at 8 the
-#: batches are several times larger. Measured on the emulator, 16 buckets:
-#: about 1.4-1.8 us less main-thread CPU per row for an ordered scan.
+#: Items a source the consumer waits for must hold before it wakes the
+#: consumer (or its request's end, or :data:`WAKE_DELAY`): the consumer's
+#: work per wake visits every source, so larger batches share it.
 WAKE_BATCH: Final = 8
-
-#: Seconds after which a waiting consumer takes whatever its feeds hold, even
-#: short of :data:`WAKE_BATCH`: the most batching adds to a row's latency when
-#: a source is slow or its rows sparse.
+#: Seconds after which a waiting consumer takes whatever has arrived, even
+#: short of :data:`WAKE_BATCH`: the most batching adds to an item's latency.
 WAKE_DELAY: Final = 0.002
+_NEVER: Final = 1 << 62
+#: Rows measured before the estimate of a row's size replaces the default.
+_SIZED_ENOUGH: Final = 16
 
 
-@final
-@dataclass(slots=True)
-class Page(Generic[T]):
-    """One page from a source: items, their sort keys (same length), and whether more follow."""
+class Sent(NamedTuple):
+    """What one request of a source did."""
 
-    items: list[T]
-    keys: list[Any]
+    #: Items it appended to the feed.
+    pushed: int
+    #: Whether the source may have more items after this request.
     more: bool
 
 
-Fetch = Callable[[int], Awaitable[Page[T]]]
+class Source(Protocol[T]):
+    """Runs one request of at most ``size`` items, appending them to ``feed`` as they arrive."""
+
+    def __call__(self, size: int, feed: Feed[T], /) -> Awaitable[Sent]: ...
 
 
-class _Runner(Generic[T]):
-    """What both fan-outs share: producer tasks in a supervisor, and the consumer's lifecycle.
+@final
+class Feed(Generic[T]):
+    """Where a source puts what it reads, and what the engine knows of that source.
 
-    A subclass provides the consumer's batches (:meth:`_batches`), one
-    producer per source (:meth:`_produce`), and what to set up before the
-    producers start and to release once they are gone.
+    A source appends to :attr:`items` and :attr:`keys` (same length, keys
+    ascending in an ordered merge) and, whenever ``len(keys) >= wake_at``,
+    calls :meth:`wake`. That check is all a source pays per item while the
+    consumer does not wait for it. A source may also add to
+    :attr:`sampled_rows` and :attr:`sampled_bytes` the size of some of its
+    items, which the budget uses to turn bytes into items.
+    """
+
+    __slots__ = (
+        "_merge",
+        "_waiter",
+        "asked",
+        "done",
+        "grant",
+        "index",
+        "items",
+        "keys",
+        "requests",
+        "sampled_bytes",
+        "sampled_rows",
+        "taken_last",
+        "wake_at",
+    )
+
+    def __init__(self, merge: Merge[T], index: int) -> None:
+        self.items: list[T] = []
+        self.keys: list[Any] = []
+        #: The source calls :meth:`wake` once it holds this many items.
+        self.wake_at = _NEVER
+        #: No more items will come (the source finished, failed or stopped).
+        self.done = False
+        #: Size of the request running now (0: none).
+        self.asked = 0
+        #: Items the consumer granted for the next request (limited reads).
+        self.grant = 0
+        #: Requests started so far.
+        self.requests = 0
+        #: The last key the consumer took from this feed.
+        self.taken_last: Any = None
+        self.sampled_rows = 0
+        self.sampled_bytes = 0
+        self.index = index
+        self._merge = merge
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def bound(self) -> Any:
+        """The last key delivered (None: nothing yet): every later key is larger."""
+        return self.keys[-1] if self.keys else self.taken_last
+
+    def wake(self) -> None:
+        """Wake the consumer waiting for this feed."""
+        self.wake_at = _NEVER
+        self._merge._wake()
+
+    def _release(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+@final
+class Merge(Generic[T]):
+    """Run sources concurrently and yield batches of their items, merged by key or unordered.
+
+    Args:
+        sources: One per source. In ordered mode each must deliver keys in
+            ascending order, and no key may appear in two sources.
+        ordered: Merge in ascending key order (True) or hand items over as
+            they arrive (False).
+        limit: Stop after this many items (None: every item).
+        budget: Bounds the items asked of sources and not yet handed over.
+        row_bytes: Bytes per item assumed until sources report sizes.
+        wake_batch: Items a source the consumer waits for must hold before
+            it wakes the consumer, unless its request ends or ``wake_delay``
+            seconds pass first.
+        wake_delay: See ``wake_batch``.
     """
 
     def __init__(
         self,
-        sources: int,
-        on_start: Callable[[], None] | None,
-        on_close: Callable[[], Awaitable[None]] | None,
+        sources: Sequence[Source[T]],
+        *,
+        ordered: bool = True,
+        limit: int | None = None,
+        budget: ReadBudget | None = None,
+        row_bytes: int = DEFAULT_ROW_BYTES,
+        wake_batch: int = WAKE_BATCH,
+        wake_delay: float = WAKE_DELAY,
     ) -> None:
-        self._count = sources
-        self._on_start = on_start
-        self._on_close = on_close
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {limit}")
+        if wake_batch < 1:
+            raise ValueError(f"wake_batch must be >= 1, got {wake_batch}")
+        if not wake_delay >= 0:
+            raise ValueError(f"wake_delay must be >= 0, got {wake_delay}")
+        if row_bytes < 1:
+            raise ValueError(f"row_bytes must be >= 1, got {row_bytes}")
+        self._sources = list(sources)
+        self._ordered = ordered
+        self._limit = limit
+        self._budget = budget if budget is not None else ReadBudget()
+        self._default_row_bytes = row_bytes
+        self._wake_batch = wake_batch
+        self._wake_delay = wake_delay
+        self._feeds = [Feed(self, i) for i in range(len(self._sources))]
+        self._live = len(self._feeds)  # sources not done
+        self._asked = 0  # items asked by requests running now
+        self._held = 0  # items delivered by finished requests and not taken
+        self._peak = 0
+        self._sampled_rows = 0
+        self._sampled_bytes = 0
+        self._room_waiters: list[Feed[T]] = []
         self._emitted = 0
+        self._rounds = 0
+        self._waiter: asyncio.Future[None] | None = None
         self._scope = anyio.CancelScope()
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._stopping = False  # no new requests: the limit is met, or the merge closes
         self._closed = False
+        self._gone = False  # every producer has returned or failed
         self._iter: AsyncGenerator[list[T], None] | None = None
+
+    # -- what callers see --------------------------------------------------------
 
     @property
     def emitted(self) -> int:
         """Items handed to the consumer so far."""
         return self._emitted
 
-    def __aiter__(self) -> _Runner[T]:
+    @property
+    def peak_outstanding(self) -> int:
+        """The most items asked of sources and not yet handed over, at any one time."""
+        return self._peak
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of requests a limited read took (0 for reads without a limit)."""
+        return self._rounds
+
+    @property
+    def requests(self) -> int:
+        """Requests the sources ran."""
+        return sum(feed.requests for feed in self._feeds)
+
+    @property
+    def row_bytes(self) -> float:
+        """The size of an item the budget uses: measured, or the default until measured."""
+        if self._sampled_rows < _SIZED_ENOUGH:
+            return float(self._default_row_bytes)
+        return self._sampled_bytes / self._sampled_rows
+
+    def __aiter__(self) -> Merge[T]:
         return self
 
     async def __anext__(self) -> list[T]:
         if self._iter is None:
             if self._closed:
                 raise StopAsyncIteration
-            if self._on_start is not None:
-                self._on_start()
-            self._prepare()
             self._task = asyncio.get_running_loop().create_task(self._supervise())
             self._task.add_done_callback(self._supervisor_done)
             self._iter = self._batches()
@@ -132,40 +250,39 @@ class _Runner(Generic[T]):
             await self.aclose()
             raise StopAsyncIteration from None
 
-    async def __aenter__(self) -> _Runner[T]:
+    async def __aenter__(self) -> Merge[T]:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Cancel every producer (and so every in-flight read) and wait until they are gone.
+        """Cancel every producer (and so every request running) and wait until they are gone.
 
         Safe to call more than once and from any task; never raises a producer error.
         """
-        self._closed = True
+        self._closed = self._stopping = True
         self._scope.cancel()
         with anyio.CancelScope(shield=True):
             if self._task is not None:
                 await asyncio.wait([self._task])
                 if not self._task.cancelled():
                     self._task.exception()  # retrieved: it is reported through _error
-            if self._on_close is not None:
-                on_close, self._on_close = self._on_close, None
-                await on_close()
             if self._iter is not None and not getattr(self._iter, "ag_running", False):
                 # (A consumer still inside __anext__ in another task finishes
-                # the generator itself when it sees the fan-out closed.)
+                # the generator itself when it sees the merge closed.)
                 it, self._iter = self._iter, None
                 await it.aclose()
-        self._release()
+        self._wake()
+
+    # -- producers ---------------------------------------------------------------
 
     async def _supervise(self) -> None:
         try:
             with self._scope:
                 async with anyio.create_task_group() as tg:
-                    for i in range(self._count):
-                        tg.start_soon(self._run, i)
+                    for i in range(len(self._sources)):
+                        tg.start_soon(self._produce, i)
         except Exception as exc:  # handed to the consumer, which raises it
             if self._error is None:
                 self._error = _first_error(exc)
@@ -177,13 +294,81 @@ class _Runner(Generic[T]):
         finally:
             self._producers_gone()
 
-    async def _run(self, i: int) -> None:
+    async def _produce(self, i: int) -> None:
+        feed = self._feeds[i]
+        source = self._sources[i]
         try:
-            await self._produce(i)
+            while True:
+                size = self._demand(feed)
+                while size is None:
+                    feed._waiter = asyncio.get_running_loop().create_future()
+                    await feed._waiter
+                    size = self._demand(feed)
+                if not size:
+                    return
+                self._start(feed, size)
+                sent = await source(size, feed)
+                self._end(feed, size, sent.pushed)
+                if not sent.more:
+                    return
         except Exception as exc:
             if self._error is None:
                 self._error = exc
             raise
+        except BaseException:
+            # Cancelled, and not by aclose() or another source's failure: the
+            # feed is cut short, which the consumer must not take for its end.
+            if self._error is None and not self._closed:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+            raise
+        finally:
+            feed.done = True
+            self._live -= 1
+            if self._room_waiters:
+                self._release_room()
+            self._wake()
+
+    def _demand(self, feed: Feed[T]) -> int | None:
+        """Size of the feed's next request; 0 to stop; None to wait for the consumer."""
+        if self._stopping:
+            return 0
+        if self._limit is not None:
+            size, feed.grant = feed.grant, 0
+            return size or None
+        held = len(feed.keys)
+        share = allowance(self._budget, self._live, self.row_bytes)
+        if held > share // 2:
+            return None  # woken when the consumer takes from this feed
+        size = min(share - held, self._room())
+        if size >= 1:
+            return size
+        if held == 0:
+            return 1  # the merge needs a head item from every source
+        self._room_waiters.append(feed)
+        return None
+
+    def _start(self, feed: Feed[T], size: int) -> None:
+        feed.asked = size
+        feed.requests += 1
+        self._asked += size
+        self._peak = max(self._peak, self._asked + self._held)
+
+    def _end(self, feed: Feed[T], size: int, pushed: int) -> None:
+        feed.asked = 0
+        self._asked -= size
+        self._held += pushed
+        if feed.sampled_rows:
+            self._sampled_rows += feed.sampled_rows
+            self._sampled_bytes += feed.sampled_bytes
+            feed.sampled_rows = feed.sampled_bytes = 0
+        if self._room_waiters and pushed < size:
+            self._release_room()
+        self._wake()
+
+    def _release_room(self) -> None:
+        waiters, self._room_waiters = self._room_waiters, []
+        for feed in waiters:
+            feed._release()
 
     def _supervisor_done(self, task: asyncio.Task[None]) -> None:
         # Normally _supervise has already reported its end. A supervisor
@@ -192,509 +377,216 @@ class _Runner(Generic[T]):
             self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
         self._producers_gone()
 
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def _stopped(self) -> NoReturn:
-        """The producers stopped early: one failed, or the fan-out was closed."""
-        self._raise_error()
-        if self._closed:
-            raise _Closed
-        raise RuntimeError("a fan-out source stopped without an error")
-
-    # -- what a subclass provides ----------------------------------------------
-
-    def _prepare(self) -> None:
-        """Set up before the producers start (when iteration starts)."""
-
-    def _batches(self) -> AsyncGenerator[list[T], None]:
-        raise NotImplementedError
-
-    async def _produce(self, i: int) -> None:
-        raise NotImplementedError
-
-    def _producers_gone(self) -> None:
-        """Called once every producer is gone (after any error is recorded)."""
-
-    def _release(self) -> None:
-        """Called at the end of :meth:`aclose`."""
-
-
-@final
-class FanOut(_Runner[T]):
-    """Run paged sources concurrently and yield batches, merged by key or unordered.
-
-    Args:
-        sources: One fetch callable per source. In ordered mode every source
-            must return keys in ascending order, and no key may appear in two
-            sources.
-        ordered: Merge in ascending key order (True) or hand batches over as
-            they arrive (False: lowest time to first item).
-        limit: Stop after this many items in total (None: no limit).
-        first_page: Page size of each source's first fetch when there is no limit.
-        max_page: Largest page size (pages double from the first size up to this).
-        limiter: Bounds the fetches in flight, shared by every fan-out that uses it.
-        on_start: Called (synchronously) when iteration starts, before any fetch.
-        on_close: Awaited when the fan-out closes, after every producer is gone.
-    """
-
-    def __init__(
-        self,
-        sources: Sequence[Fetch[T]],
-        *,
-        ordered: bool = True,
-        limit: int | None = None,
-        first_page: int = 100,
-        max_page: int = 1000,
-        limiter: anyio.CapacityLimiter | None = None,
-        on_start: Callable[[], None] | None = None,
-        on_close: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be >= 1 or None, got {limit}")
-        if first_page < 1 or max_page < first_page:
-            raise ValueError(f"need 1 <= first_page <= max_page, got {first_page}, {max_page}")
-        super().__init__(len(sources), on_start, on_close)
-        self._sources = list(sources)
-        self._ordered = ordered
-        self._limit = limit
-        self._max_page = max_page
-        self._limiter = limiter
-        n = max(1, len(self._sources))
-        self._first = min(max_page, math.ceil(limit / n)) if limit is not None else first_page
-        self._sizes = [0] * len(self._sources)
-        self._refills = [0] * len(self._sources)
-        # Streams are made when iteration starts, so a fan-out that is never
-        # iterated (a stream closed before its first row) holds nothing to close.
-        self._requests: list[tuple[MemoryObjectSendStream[int], MemoryObjectReceiveStream[int]]]
-        self._requests = []
-        self._pages: list[
-            tuple[
-                MemoryObjectSendStream[tuple[int, Page[T]]],
-                MemoryObjectReceiveStream[tuple[int, Page[T]]],
-            ]
-        ] = []
-
-    def _prepare(self) -> None:
-        n = len(self._sources)
-        self._requests = [anyio.create_memory_object_stream[int](math.inf) for _ in range(n)]
-        if self._ordered:
-            self._pages = [
-                anyio.create_memory_object_stream[tuple[int, Page[T]]](1) for _ in range(n)
-            ]
-        else:
-            shared = anyio.create_memory_object_stream[tuple[int, Page[T]]](n)
-            self._pages = [(shared[0].clone(), shared[1]) for _ in range(n)]
-            shared[0].close()
-            if not n:
-                shared[1].close()
-        if self._limit is not None:
-            for i in range(n):
-                self._request(i, self._first)
-
-    def _batches(self) -> AsyncGenerator[list[T], None]:
-        return self._ordered_batches() if self._ordered else self._unordered_batches()
-
-    def _producers_gone(self) -> None:
-        for send, _ in self._pages:
-            send.close()
-
-    def _release(self) -> None:
-        for req_send, req_recv in self._requests:
-            req_send.close()
-            req_recv.close()
-        for page_send, page_recv in self._pages:
-            page_send.close()
-            page_recv.close()
-
-    # -- the consumer's side ---------------------------------------------------
-
-    def _request(self, i: int, size: int) -> None:
-        self._sizes[i] = size
-        self._requests[i][0].send_nowait(size)
-
-    def _next_size(self, i: int, outstanding: int = 0) -> int:
-        """Size of source ``i``'s next page under a limit.
-
-        A source asks for its share of the rows still missing, doubling the
-        share each time it runs dry again (a source that holds most of the
-        matching rows reaches big pages quickly, an even spread overshoots the
-        limit little). Without a limit the producers size their own pages.
-        """
-        assert self._limit is not None
-        self._refills[i] += 1
-        missing = self._limit - self._emitted - outstanding
-        share = math.ceil(missing / len(self._sources)) << min(self._refills[i] - 1, 20)
-        return max(1, min(self._max_page, missing, share))
-
-    async def _receive(self, i: int) -> Page[T]:
-        try:
-            _, page = await self._pages[i][1].receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._stopped()
-        return page
-
-    async def _ordered_batches(self) -> AsyncGenerator[list[T], None]:
-        # Merge by watermark: every source that may still send rows has a page
-        # whose last key bounds what it can send next; below the smallest such
-        # key every row is known, so that slice of every page goes out at once,
-        # sorted in C (a timsort of a few sorted runs), not row by row in Python.
-        limit = self._limit
-        n = len(self._sources)
-        items: list[list[T]] = [[] for _ in range(n)]
-        keys: list[list[Any]] = [[] for _ in range(n)]
-        pos = [0] * n
-        more = [True] * n
-        live = set(range(n))  # sources with rows buffered or still to come
-
-        async def refill(i: int) -> None:
-            while True:
-                page = await self._receive(i)
-                more[i] = page.more
-                items[i], keys[i], pos[i] = page.items, page.keys, 0
-                if page.items:
-                    return
-                if not page.more:
-                    live.discard(i)
-                    return
-                if limit is not None:
-                    self._request(i, self._next_size(i))
-
-        for i in range(n):
-            await refill(i)
-        while live:
-            bounds = [keys[i][-1] for i in live if more[i]]
-            mark = min(bounds) if bounds else None
-            out_keys: list[Any] = []
-            out: list[T] = []
-            runs = 0
-            for i in sorted(live):
-                start = pos[i]
-                end = len(keys[i]) if mark is None else bisect.bisect_right(keys[i], mark, start)
-                if end > start:
-                    runs += 1
-                    out_keys.extend(keys[i][start:end])
-                    out.extend(items[i][start:end])
-                    pos[i] = end
-            if runs > 1:
-                out = _in_key_order(out, out_keys)
-            if limit is not None:
-                out = out[: limit - self._emitted]
-            if out:
-                self._emitted += len(out)
-                yield out
-            if limit is not None and self._emitted >= limit:
-                break
-            for i in sorted(live):
-                if pos[i] < len(keys[i]):
-                    continue
-                if not more[i]:
-                    live.discard(i)
-                    continue
-                if limit is not None:
-                    self._request(i, self._next_size(i))
-                await refill(i)
-        self._raise_error()
-
-    async def _unordered_batches(self) -> AsyncGenerator[list[T], None]:
-        limit = self._limit
-        recv = self._pages[0][1] if self._sources else None
-        if limit is None:
-            # The producers read ahead on their own: hand pages over as they come.
-            active = len(self._sources)
-            while active and recv is not None:
-                try:
-                    _, page = await recv.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError):
-                    self._stopped()
-                if page.items:
-                    self._emitted += len(page.items)
-                    yield page.items
-                if not page.more:
-                    active -= 1
-            self._raise_error()
-            return
-        pending = [True] * len(self._sources)  # a page has been asked for and not received
-        idle: list[int] = []  # sources with more rows that nobody has asked for yet
-        outstanding = sum(self._sizes)
-        while recv is not None and (any(pending) or idle):
-            try:
-                i, page = await recv.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                self._stopped()
-            pending[i] = False
-            outstanding -= self._sizes[i]
-            items = page.items[: limit - self._emitted]
-            if items:
-                self._emitted += len(items)
-                yield items
-            if self._emitted >= limit:
-                return
-            if page.more:
-                idle.append(i)
-            # Ask again, but not for more rows than are still missing.
-            while idle and limit - self._emitted - outstanding > 0:
-                j = idle.pop()
-                size = self._next_size(j, outstanding)
-                self._request(j, size)
-                pending[j] = True
-                outstanding += size
-        self._raise_error()
-
-    # -- the producers' side ---------------------------------------------------
-
-    async def _produce(self, i: int) -> None:
-        # The page stream is closed by the supervisor, after any error is
-        # recorded, so a consumer that sees it end also sees the error.
-        send = self._pages[i][0]
-        if self._limit is None:
-            # No limit: fetch ahead on our own, as far as the page stream's
-            # buffer allows, so this source never waits for the merge to
-            # need it before asking for more.
-            size = self._first
-            while True:
-                page = await self._fetch(i, size)
-                await send.send((i, page))
-                if not page.more:
-                    return
-                size = min(self._max_page, size * 2)
-        else:
-            # A limit: the consumer sizes each page from what is still missing.
-            async for size in self._requests[i][1]:
-                page = await self._fetch(i, size)
-                await send.send((i, page))
-                if not page.more:
-                    return
-
-    async def _fetch(self, i: int, size: int) -> Page[T]:
-        if self._limiter is None:
-            return await self._sources[i](size)
-        async with self._limiter:
-            return await self._sources[i](size)
-
-
-@final
-class Feed(Generic[T]):
-    """Where a :class:`Merge` source (a pump) puts its items as they arrive.
-
-    The pump appends to :attr:`items` and :attr:`keys` (same length, keys
-    ascending in an ordered merge) and, whenever ``len(keys) >= wake_at``,
-    awaits :meth:`pushed`. That check is all a pump pays per item while
-    nobody waits for it; :meth:`pushed` wakes a consumer waiting for this
-    feed and holds the pump while the feed is full.
-    """
-
-    __slots__ = ("_capacity", "_merge", "_space", "done", "items", "keys", "wake_at")
-
-    def __init__(self, merge: Merge[T], capacity: int) -> None:
-        self.items: list[T] = []
-        self.keys: list[Any] = []
-        #: The pump calls :meth:`pushed` once it holds this many items.
-        self.wake_at = capacity
-        #: Set when the pump has returned: no more items will come.
-        self.done = False
-        self._capacity = capacity
-        self._merge = merge
-        self._space: asyncio.Future[None] | None = None
-
-    async def pushed(self) -> None:
-        """Wake a consumer waiting for this feed; wait while the feed is full."""
-        self._merge._wake()
-        while len(self.keys) >= self._capacity:
-            space = self._space = asyncio.get_running_loop().create_future()
-            await space
-
-    def _taken(self) -> None:
-        space, self._space = self._space, None
-        if space is not None and not space.done():
-            space.set_result(None)
-
-
-Pump = Callable[[Feed[T]], Awaitable[None]]
-
-
-@final
-class Merge(_Runner[T]):
-    """Run push sources (pumps) concurrently and yield batches, merged by key or unordered.
-
-    Each pump fills its :class:`Feed` as its items arrive and returns when it
-    has no more. The ordered consumer waits until every unfinished feed holds
-    an item, then hands over everything up to the smallest of the feeds' last
-    keys (the watermark: nothing smaller can still come), sorted in C. A feed
-    holds at most ``capacity`` items before its pump waits, which bounds
-    memory and keeps rows moving. A waiting consumer is woken in batches
-    (``wake_batch`` items, or ``wake_delay`` seconds), so that its work per
-    wake, which visits every feed, is shared by many items. No limit: a
-    limited read pages with :class:`FanOut`, which sizes requests from what
-    is missing.
-
-    Args:
-        pumps: One pump per source. In ordered mode each must push keys in
-            ascending order, and no key may appear in two sources.
-        ordered: Merge in ascending key order, or hand over what has arrived.
-        capacity: Items a feed holds before its pump waits.
-        wake_batch: Items a feed the consumer waits for must hold before its
-            pump wakes the consumer, unless the feed ends or ``wake_delay``
-            seconds pass first (whatever arrived by then goes out).
-        wake_delay: See ``wake_batch``.
-        on_start: Called (synchronously) when iteration starts, before any pump runs.
-        on_close: Awaited when the merge closes, after every pump is gone.
-    """
-
-    def __init__(
-        self,
-        pumps: Sequence[Pump[T]],
-        *,
-        ordered: bool = True,
-        capacity: int = FEED_CAPACITY,
-        wake_batch: int = WAKE_BATCH,
-        wake_delay: float = WAKE_DELAY,
-        on_start: Callable[[], None] | None = None,
-        on_close: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if wake_batch < 1:
-            raise ValueError(f"wake_batch must be >= 1, got {wake_batch}")
-        if not wake_delay >= 0:
-            raise ValueError(f"wake_delay must be >= 0, got {wake_delay}")
-        super().__init__(len(pumps), on_start, on_close)
-        self._pumps = list(pumps)
-        self._ordered = ordered
-        self._feeds = [Feed(self, capacity) for _ in self._pumps]
-        self._waiter: asyncio.Future[None] | None = None
-        self._gone = False  # every pump has returned or failed
-        self._wake_batch = min(wake_batch, capacity)
-        self._wake_delay = wake_delay
-
-    def _batches(self) -> AsyncGenerator[list[T], None]:
-        return self._ordered_batches() if self._ordered else self._unordered_batches()
-
-    async def _run(self, i: int) -> None:
-        # Overrides _Runner._run so that the pump runs one frame below the
-        # task: every frame in between costs on every row that arrives.
-        feed = self._feeds[i]
-        try:
-            await self._pumps[i](feed)
-        except Exception as exc:
-            if self._error is None:
-                self._error = exc
-            raise
-        except BaseException:
-            # Cancelled, and not by aclose() or another pump's failure: the
-            # feed is cut short, which the consumer must not take for its end.
-            if self._error is None and not self._closed:
-                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
-            raise
-        finally:
-            feed.done = True
-            self._wake()
-
     def _producers_gone(self) -> None:
         self._gone = True
         self._wake()
 
-    def _release(self) -> None:
-        self._wake()
+    # -- the consumer --------------------------------------------------------------
 
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _wait(self, feeds: Sequence[Feed[T]]) -> None:
-        """Wait until one of ``feeds`` has an item or is done (or the merge stops).
+    def _stopped(self) -> NoReturn:
+        """The producers stopped early: one failed, or the merge was closed."""
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise _Closed
+        raise RuntimeError("a merge source stopped without an error")
 
-        Batched: a pump wakes the consumer once its feed holds ``wake_batch``
-        items, and a timer after ``wake_delay`` seconds; a wake that finds
-        every feed still empty waits again for a single item, without a timer.
+    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None) -> None:
+        """Wait until one of ``feeds`` holds ``batch`` items, a request ends, or the merge stops.
+
+        With ``batch > 1`` a timer ends the wait after ``wake_delay`` seconds;
+        with None only a request's end (or a failure) wakes.
         """
+        if self._error is not None or self._gone or self._closed:
+            self._stopped()
         loop = asyncio.get_running_loop()
-        batch = self._wake_batch
-        while True:
-            if self._gone or self._closed:
-                self._stopped()
+        if batch is not None:
             for feed in feeds:
                 feed.wake_at = batch
-            waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(self._wake_delay, self._wake) if batch > 1 else None
-            try:
-                await waiter
-            finally:
-                self._waiter = None
-                if timer is not None:
-                    timer.cancel()
-                for feed in feeds:
-                    feed.wake_at = feed._capacity
-            if self._error is not None or self._closed:
-                self._stopped()
-            if any(feed.keys or feed.done for feed in feeds):
-                return
-            batch = 1
+        waiter = self._waiter = loop.create_future()
+        timed = batch is not None and batch > 1
+        timer = loop.call_later(self._wake_delay, self._wake) if timed else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+            for feed in feeds:
+                feed.wake_at = _NEVER
+        if self._error is not None or self._closed:
+            self._stopped()
 
-    async def _ordered_batches(self) -> AsyncGenerator[list[T], None]:
+    def _taken(self, feed: Feed[T], count: int) -> None:
+        """Account for ``count`` items the consumer took; let the producer ask again."""
+        self._held -= count
+        if feed._waiter is not None:
+            feed._release()
+        if self._room_waiters:
+            self._release_room()
+
+    async def _batches(self) -> AsyncGenerator[list[T], None]:
+        limit = self._limit
         live = list(self._feeds)
+        if limit is not None and live:
+            self._rounds = 1
+            if self._ordered:
+                size = first_round(limit, len(live), self._cap_per_source())
+                for feed in live:
+                    feed.grant = size
+            else:
+                self._grant_unordered(live)
         while live:
-            for feed in live:
-                if not feed.keys and not feed.done:
-                    await self._wait((feed,))
-            if self._error is not None:
-                self._stopped()  # a failed pump is done, but not complete
-            bounds = [feed.keys[-1] for feed in live if not feed.done]
-            mark = min(bounds) if bounds else None
-            out_keys: list[Any] = []
-            out: list[T] = []
-            runs = 0
-            for feed in live:
-                # Most feeds hand over all their keys or none: one comparison
-                # each, not a bisection (keys compared late are cold).
-                keys = feed.keys
-                if not keys:
-                    continue  # done, and empty
-                if mark is None or keys[-1] <= mark:
-                    end = len(keys)
-                elif keys[0] > mark:
-                    continue
-                else:
-                    end = bisect.bisect_right(keys, mark, 1, len(keys) - 1)
-                runs += 1
-                out_keys += keys[:end]
-                out += feed.items[:end]
-                del keys[:end], feed.items[:end]
-                feed._taken()
-            if runs > 1:
-                out = _in_key_order(out, out_keys)
-            live = [feed for feed in live if feed.keys or not feed.done]
+            out, waits = self._take_ordered(live) if self._ordered else self._take_unordered(live)
             if out:
+                if limit is not None and len(out) > limit - self._emitted:
+                    del out[limit - self._emitted :]
                 self._emitted += len(out)
                 yield out
-        self._raise_error()
-
-    async def _unordered_batches(self) -> AsyncGenerator[list[T], None]:
-        live = list(self._feeds)
-        while live:
-            if not any(feed.keys for feed in live):
-                # Feeds may have ended empty while the consumer was away (it
-                # awaited between rows): wait only for those still running.
-                waiting = [feed for feed in live if not feed.done]
-                if not waiting:
+                if limit is not None and self._emitted >= limit:
+                    self._stopping = True
                     break
-                await self._wait(waiting)
-            if self._error is not None:
-                self._stopped()
-            out: list[T] = []
-            for feed in live:
-                if feed.keys:
-                    out += feed.items
-                    feed.items.clear()
-                    feed.keys.clear()
-                    feed._taken()
+            # Sources that ended and were emptied leave; the consumer may have
+            # been away (awaiting between batches) while they ended.
             live = [feed for feed in live if feed.keys or not feed.done]
+            if not live:
+                break
             if out:
-                self._emitted += len(out)
-                yield out
-        self._raise_error()
+                continue
+            if limit is not None:
+                if self._ordered:
+                    self._grant_ordered(live)
+                else:
+                    self._grant_unordered(live)
+                await self._wait((), None)  # a request's end or a failure wakes it
+            else:
+                await self._wait(waits, self._wake_batch)
+        if self._error is not None:
+            raise self._error
+
+    def _take_ordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
+        """Everything at or below the watermark, sorted; else the feeds to wait for."""
+        mark: Any = None
+        lagging: list[Feed[T]] = []
+        for feed in live:
+            if feed.done:
+                continue
+            bound = feed.bound
+            if bound is None:
+                lagging.append(feed)
+            elif mark is None or bound < mark:
+                mark = bound
+        if lagging:
+            return [], lagging
+        if self._error is not None:
+            self._stopped()  # a failed source is done, but not complete
+        out_keys: list[Any] = []
+        out: list[T] = []
+        runs = 0
+        for feed in live:
+            # Most feeds hand over all their keys or none: one comparison
+            # each, not a bisection (keys compared late are cold).
+            keys = feed.keys
+            if not keys:
+                continue
+            if mark is None or keys[-1] <= mark:
+                end = len(keys)
+            elif keys[0] > mark:
+                continue
+            else:
+                end = bisect.bisect_right(keys, mark, 1, len(keys) - 1)
+            runs += 1
+            feed.taken_last = keys[end - 1]
+            out_keys += keys[:end]
+            out += feed.items[:end]
+            del keys[:end], feed.items[:end]
+            self._taken(feed, end)
+        if runs > 1:
+            out = _in_key_order(out, out_keys)
+        if out:
+            return out, []
+        return [], [feed for feed in live if not feed.done and feed.bound == mark]
+
+    def _take_unordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
+        if self._error is not None:
+            self._stopped()
+        out: list[T] = []
+        for feed in live:
+            if feed.keys:
+                count = len(feed.keys)
+                feed.taken_last = feed.keys[-1]
+                out += feed.items
+                feed.items.clear()
+                feed.keys.clear()
+                self._taken(feed, count)
+        return out, [feed for feed in live if not feed.done]
+
+    def _cap_per_source(self) -> int:
+        return allowance(self._budget, self._live, self.row_bytes)
+
+    def _grant_ordered(self, live: list[Feed[T]]) -> None:
+        """Start the next round of a limited ordered read once no request runs."""
+        assert self._limit is not None
+        if self._asked or any(feed.grant for feed in live):
+            return  # a round is still running
+        held = sorted(key for feed in live for key in feed.keys)
+        feeds = [feed for feed in live if not feed.done]
+        sizes = refills(
+            self._limit,
+            self._emitted,
+            held,
+            [feed.bound for feed in feeds],
+            [True] * len(feeds),
+            self._cap_per_source(),
+        )
+        if not sizes:
+            # Cannot happen with sorted sources (the watermark would have let
+            # the missing items out); ask everyone rather than wait forever.
+            sizes = dict.fromkeys(range(len(feeds)), 1)
+        self._rounds += 1
+        # Within the budget, the sources furthest behind first; one item for
+        # a source that holds nothing is always allowed (the merge needs it).
+        room = self._room()
+        for i in sorted(sizes, key=lambda i: (feeds[i].bound is not None, feeds[i].bound)):
+            size = min(sizes[i], room)
+            if size < 1:
+                if feeds[i].keys:
+                    continue
+                size = 1
+            room -= size
+            feeds[i].grant = size
+            feeds[i]._release()
+
+    def _room(self) -> int:
+        """Items the budget still allows to be asked for."""
+        return self._budget.rows_for(self.row_bytes) - self._asked - self._held
+
+    def _grant_unordered(self, live: list[Feed[T]]) -> None:
+        """Ask idle sources for what a limited unordered read still misses."""
+        assert self._limit is not None
+        missing = self._limit - self._emitted - self._held - self._asked
+        missing -= sum(feed.grant for feed in live)
+        idle = [feed for feed in live if not feed.done and not feed.asked and not feed.grant]
+        if missing <= 0 or not idle:
+            return
+        cap = self._cap_per_source()
+        room = self._room()
+        for feed in idle:
+            if missing <= 0:
+                break
+            size = min(cap, unordered_shares(missing, len(idle), feed.requests + 1))
+            size = max(1, min(size, room)) if not feed.keys else min(size, room)
+            if size < 1:
+                continue
+            room -= size
+            feed.grant = size
+            missing -= size
+            feed._release()
 
 
 def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:
@@ -703,11 +595,11 @@ def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:
     return [items[k] for k in order]
 
 
-_CANCELLED_FROM_OUTSIDE: Final = "the fan-out's producers were cancelled from outside"
+_CANCELLED_FROM_OUTSIDE: Final = "the merge's producers were cancelled from outside"
 
 
 class _Closed(Exception):
-    """The fan-out was closed (from another task) while its consumer waited."""
+    """The merge was closed (from another task) while its consumer waited."""
 
 
 def _first_error(exc: BaseException) -> BaseException:

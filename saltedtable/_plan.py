@@ -24,10 +24,11 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from ._cutoff import CutoffPolicy
-from ._exceptions import QueryPlanError, RowKeyError
+from ._exceptions import QueryPlanError, UnsaltableKeyError
 from ._layout import Layout
 from ._ranges import KeyRange
 from ._salt import SaltScheme, prefix_end
+from ._strategy import DEFAULT_ROW_BYTES, ReadBudget, allowance, first_round
 
 __all__ = [
     "KeyRange",
@@ -65,11 +66,14 @@ class SubQuery:
     keys: tuple[bytes, ...] = ()
     ranges: tuple[KeyRange, ...] = ()
     row_filter: RowFilter | None = field(default=None, compare=False)
+    #: Why the legacy side is read, when that is not plain (see ``describe``).
+    note: str = field(default="", compare=False)
 
     def describe(self) -> str:
         """One line for humans: the bucket, its keys and ranges."""
         if self.bucket is None:
-            parts = ["legacy (unsalted, before the cutoff):"]
+            why = self.note or "before the cutoff"
+            parts = [f"legacy side (unsalted keys, {why}):"]
         else:
             parts = [f"bucket {self.bucket} prefix {self.prefix!r}:"]
         if self.keys:
@@ -94,20 +98,76 @@ class ReadPlan:
     subqueries: tuple[SubQuery, ...]
     limit: int | None = None
     row_filter: RowFilter | None = field(default=None, compare=False)
+    #: How the read runs: the table's budget and ordering, set by ``SaltedTableAsync.plan``.
+    budget: ReadBudget | None = field(default=None, compare=False)
+    ordered: bool = field(default=True, compare=False)
 
     @property
     def buckets(self) -> tuple[int | None, ...]:
         """The buckets this plan reads (None: the legacy side of a cutoff layout)."""
         return tuple(s.bucket for s in self.subqueries)
 
-    def explain(self) -> str:
-        """A human-readable description of the plan, one sub-query a line."""
+    def strategy(self, budget: ReadBudget | None = None, *, ordered: bool | None = None) -> str:
+        """How the read runs, in words: requests per bucket and what it holds at most.
+
+        Args:
+            budget: The read's budget (default: the plan's, else the default budget).
+            ordered: Merged in key order (default: the plan's).
+        """
+        budget = budget or self.budget or ReadBudget()
+        ordered = self.ordered if ordered is None else ordered
+        n = len(self.subqueries)
+        if n == 0:
+            return "nothing to read"
+        merged = "merged in logical key order" if ordered else "unordered"
+        rows = budget.rows_for(DEFAULT_ROW_BYTES)
+        holds = (
+            f"budget {budget.rows} rows / {_size(budget.bytes)}, about {rows} rows at "
+            f"{DEFAULT_ROW_BYTES} B a row until the read measures its rows"
+        )
+        where = "1 sub-query" if n == 1 else f"{n} sub-queries read concurrently, {merged}"
+        if self.limit is None:
+            share = allowance(budget, n, DEFAULT_ROW_BYTES)
+            return (
+                f"{where}; each keeps up to {share} rows asked for and not yet handed over, "
+                f"asking again at half ({holds})"
+            )
+        if not ordered or n == 1:
+            first = -(-self.limit // n)
+            return (
+                f"{where}; limit {self.limit}: {first} rows asked of each, then what is "
+                f"still missing ({holds})"
+            )
+        first = first_round(self.limit, n, allowance(budget, n, DEFAULT_ROW_BYTES))
+        return (
+            f"{where}; limit {self.limit} in rounds: the first asks {first} rows of each "
+            "(evenly salted data needs no more), a second asks each sub-query that may "
+            f"hold more of the first {self.limit} rows at most what it could add ({holds})"
+        )
+
+    def explain(self, max_lines: int = 32) -> str:
+        """A human-readable description: how the read runs, then one sub-query a line.
+
+        Args:
+            max_lines: Show at most this many sub-queries (the rest are counted).
+        """
         head = f"{len(self.subqueries)} sub-quer{'y' if len(self.subqueries) == 1 else 'ies'}"
         if self.limit is not None:
-            head += f", limit {self.limit} (merged in logical key order)"
+            head += f", limit {self.limit}"
         if self.row_filter is not None:
             head += f", filter {type(self.row_filter).__name__}"
-        return "\n".join([head, *("  " + s.describe() for s in self.subqueries)])
+        lines = [head, f"  how: {self.strategy()}"]
+        lines += ["  " + s.describe() for s in self.subqueries[:max_lines]]
+        if len(self.subqueries) > max_lines:
+            lines.append(f"  ... and {len(self.subqueries) - max_lines} more sub-queries")
+        return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
 
 
 def _shared_prefix(rng: KeyRange) -> bytes:
@@ -132,10 +192,8 @@ def _buckets_of_range(scheme: SaltScheme, rng: KeyRange) -> tuple[int, ...]:
                 part = shared_part(_shared_prefix(rng))
                 if isinstance(part, bytes):
                     return (scheme.bucket_of_part(part),)
-        except RowKeyError:
-            # A key the scheme cannot hash (hash="java" and invalid UTF-8) was
-            # never written salted: no bucket holds it.
-            return ()
+        except UnsaltableKeyError:
+            return ()  # never written salted: no bucket holds it
     return scheme.bucket_ids
 
 
@@ -180,11 +238,15 @@ def plan_reads(
     row_keys = query.row_keys
     row_ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
     for key in row_keys:
-        bucket, physical = layout.locate(key)
+        try:
+            bucket, physical = layout.locate(key)
+        except UnsaltableKeyError:
+            continue  # never written salted: no bucket holds it
         keys_by_bucket.setdefault(bucket, []).append(physical)
     if not row_keys and not row_ranges:
         row_ranges = [KeyRange()]
     gaps = layout.legacy_gaps() if cutoff is not None else ()
+    unreadable_only = legacy_ranges_planned = 0
     for rng in row_ranges:
         if rng.is_empty:
             continue
@@ -200,12 +262,25 @@ def plan_reads(
         if legacy:
             pieces = [p for gap in gaps if (p := rng.intersect(gap)) is not None]
             ranges_by_bucket.setdefault(None, []).extend(pieces)
+            assert cutoff is not None
+            unreadable_only += cutoff.only_unreadable_before(rng.start, rng.end, rng.end_closed)
+            legacy_ranges_planned += 1
     subs = []
     legacy_keys = keys_by_bucket.pop(None, [])
     legacy_ranges = ranges_by_bucket.pop(None, [])
     if legacy_keys or legacy_ranges:
+        note = ""
+        if not legacy_keys and legacy_ranges_planned and unreadable_only == legacy_ranges_planned:
+            note = "read only because keys with an unreadable time stay unsalted"
         subs.append(
-            SubQuery(None, b"", tuple(sorted(set(legacy_keys))), tuple(legacy_ranges), query.filter)
+            SubQuery(
+                None,
+                b"",
+                tuple(sorted(set(legacy_keys))),
+                tuple(legacy_ranges),
+                query.filter,
+                note,
+            )
         )
     salted_buckets = {b for b in keys_by_bucket.keys() | ranges_by_bucket.keys() if b is not None}
     for bucket in sorted(salted_buckets):
@@ -307,6 +382,10 @@ def rewrite_filter(row_filter: RowFilter | None, prefix: bytes) -> RowFilter | N
     if row_filter is None:
         return None
     if isinstance(row_filter, RowKeyRegexFilter):
+        if not row_filter.regex:
+            # Bigtable refuses an empty regex (InvalidArgument): send it as it
+            # is, so the call fails the way it fails on a plain table.
+            return row_filter
         return RowKeyRegexFilter(_rewrite_regex(row_filter.regex, prefix))
     if isinstance(row_filter, RowFilterChain | RowFilterUnion):
         kids = [rewrite_filter(f, prefix) for f in row_filter.filters]

@@ -1,73 +1,95 @@
-"""BucketReader: reads one bucket's sub-query for a fan-out.
+"""Reads: one logical read becomes one request series per bucket, merged by the engine.
 
-Two ways to read, chosen per read when it starts (see ``SaltedTableAsync``):
+The I/O seam of reads. :class:`BucketSource` runs one bounded ReadRows request
+of a bucket's sub-query at a time for the merge engine (:mod:`._merge`),
+relabelling every row with its logical key; :class:`ReadCall` ties a plan,
+its sources, the budget and the call's statistics together and hands the
+caller a list or a stream.
 
-* **Pages** (:meth:`BucketReader.fetch`, a :class:`~saltedtable._merge.FanOut`
-  source). Each fetch is one ReadRows request with a row limit; the
-  concurrency slot is taken for that request only. Used for reads with a limit
-  (each page asks for about what is still missing) and whenever the table's
-  slots cannot cover every bucket of the read at once: a slot is never held
-  while the merge waits, so no bound can deadlock.
-* **Streams** (:meth:`BucketReader.pump`, a :class:`~saltedtable._merge.Merge`
-  source). Without a limit, when the read could take a slot for every bucket
-  at once, each bucket is read by long requests (5,000 rows each) whose rows
-  go into the merge's feed as they arrive. Few requests are repeated, which
-  matters to servers that scan the rest of a range before applying a row
-  limit (the emulator does), and the row limit keeps what gRPC buffers ahead
-  of a slow consumer bounded.
+Every request has room reserved for all the rows it may return, so a request
+runs to its end without waiting for the caller: it holds a concurrency slot
+(``max_concurrent_subscans``) only while it runs, and the waiting between
+requests happens outside any RPC.
 
 Leaving a ``read_rows_stream`` early does not cancel its RPC; cancelling a
-read that waits for its next row does. A pump waits inside the stream except
-while its feed is full, so closing the merge cancels it there; a pump that
-stops anywhere else cancels its stream the same way (:func:`_cancel_stream`)
-before it lets go of it.
+read that waits for its next row does. A request cancelled (the caller left,
+or another sub-scan failed) ends its stream that way
+(:func:`_cancel_stream`) before it lets go of it.
+
+Errors keep the client's types: a failing sub-scan raises the client's own
+exception, with a note naming the bucket, its range and where it stopped,
+and a :class:`~saltedtable.SubScan` in its ``saltedtable_subscan`` attribute.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import operator
 import time
-from collections.abc import AsyncGenerator, Callable
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final, final
 
 import anyio
+from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data.row import Row
 
-from ._exceptions import BucketReadError
-from ._merge import Feed, Page
-from ._plan import PageCursor, SubQuery
-from ._stats import BucketStats, current_bucket
+from ._merge import Feed, Merge, Sent
+from ._plan import PageCursor, ReadPlan, SubQuery
+from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
+from ._strategy import ReadBudget
 
-__all__ = ["BucketReader"]
+__all__ = ["BucketSource", "ReadCall", "SubScan", "Timeouts", "deadline_exceeded"]
 
-#: Rows one streamed request asks for. gRPC reads a fast server's messages
-#: ahead of the application, so an unlimited request lets a slow consumer
-#: buffer most of a large scan; a row limit per request bounds that (16
-#: buckets x 5,000 rows of ~150 bytes: about 12 MB at most) whatever the scan's size.
-_STREAM_REQUEST_ROWS: Final = 5000
+_log = logging.getLogger("saltedtable.reader")
 
-
-async def _drain_until_waiting(entered: asyncio.Event, stream: AsyncGenerator[Row, None]) -> None:
-    entered.set()  # wakes the canceller only once this task waits or ends
-    async for _ in stream:
-        pass
+#: One row in this many has its size measured for the budget.
+_SAMPLE_EVERY: Final = 8
 
 
 @final
-class BucketReader:
-    """Fetches the rows of one :class:`SubQuery`, relabelled with logical keys."""
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """A read's resolved time budget and retry policy."""
+
+    #: Seconds for the whole read, every sub-scan included.
+    operation: float
+    #: Seconds for each request, at most.
+    attempt: float
+    #: Errors the client retries within the budget.
+    retryable: Any
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SubScan:
+    """Which sub-scan of a salted read failed (``exc.saltedtable_subscan``).
+
+    Attributes:
+        bucket: The salt bucket (None: the legacy side of a cutoff layout).
+        subquery: What the bucket was asked for (physical keys and ranges).
+        after_key: The last logical key it had read, if any: the failure came after it.
+    """
+
+    bucket: int | None
+    subquery: SubQuery
+    after_key: bytes | None
+
+
+@final
+class BucketSource:
+    """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
 
     __slots__ = (
-        "_attempt_timeout",
         "_bstats",
         "_cursor",
         "_cut",
         "_deadline",
         "_limiter",
         "_read_rows_stream",
-        "_retryable",
         "_stray",
+        "_timeouts",
         "sub",
     )
 
@@ -77,8 +99,7 @@ class BucketReader:
         sub: SubQuery,
         *,
         deadline: float,
-        attempt_timeout: float | None,
-        retryable_errors: Any,
+        timeouts: Timeouts,
         limiter: anyio.CapacityLimiter,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
@@ -88,172 +109,133 @@ class BucketReader:
         self._cursor = PageCursor(sub)
         self._cut = len(sub.prefix)
         self._deadline = deadline
-        self._attempt_timeout = attempt_timeout
-        self._retryable = retryable_errors
+        self._timeouts = timeouts
         self._limiter = limiter
         self._bstats = bstats
         #: Says which (logical) keys to leave out: stray rows of the legacy side.
         self._stray = stray
 
-    # -- pages -----------------------------------------------------------------
+    async def __call__(self, size: int, feed: Feed[Row]) -> Sent:
+        """Run the next request of at most ``size`` rows, pushing each row into ``feed``.
 
-    async def fetch(self, size: int) -> Page[Row]:
-        """The next page: at most ``size`` rows, one request holding one slot."""
-        started = time.monotonic()
-        rows: list[Row] = []
-        keys: list[bytes] = []
-        token = None if self._bstats is None else current_bucket().set(self._bstats)
-        try:
-            query = self._cursor.next_query(size)
-            if query is not None:
-                await self._read_page(query, size, rows, keys)
-        except Exception as exc:
-            raise self._failed(exc) from exc
-        finally:
-            if token is not None:
-                current_bucket().reset(token)
-        if self._stray is not None:
-            kept = [i for i, key in enumerate(keys) if not self._stray(key)]
-            if len(kept) < len(keys):
-                rows, keys = [rows[i] for i in kept], [keys[i] for i in kept]
-        self._account(time.monotonic() - started, rows)
-        return Page(rows, keys, not self._cursor.done)
-
-    async def _read_page(self, query: Any, size: int, rows: list[Row], keys: list[bytes]) -> None:
-        limiter = self._limiter
-        # The slot is held for this one request; waiting for it counts
-        # against the read's operation_timeout like the request itself.
-        with anyio.move_on_after(self._deadline - time.monotonic()) as waiting:
-            await limiter.acquire()
-        if waiting.cancelled_caught:
-            raise TimeoutError(
-                "operation_timeout ran out waiting for a sub-scan slot "
-                f"(max_concurrent_subscans={limiter.total_tokens:g} all busy)"
-            )
-        try:
-            stream = await self._read_rows_stream(query, **self._timeouts())
-            async with aclosing(stream):
-                cut = self._cut
-                async for row in stream:
-                    key = row.row_key[cut:]
-                    row.row_key = key
-                    for cell in row.cells:
-                        cell.row_key = key
-                    rows.append(row)
-                    keys.append(key)
-        finally:
-            limiter.release()
-        last = self.sub.prefix + keys[-1] if keys else None
-        self._cursor.advance(len(rows), size, last)
-
-    # -- streams ---------------------------------------------------------------
-
-    async def pump(self, feed: Feed[Row]) -> None:
-        """Stream every row of the sub-query into ``feed``, request after request.
-
-        The caller holds a concurrency slot for this reader while it pumps.
-        (One flat coroutine on purpose: a task pays for every frame between
+        (One flat coroutine on purpose: the task pays for every frame between
         it and the stream each time a row arrives.)
         """
-        token = None if self._bstats is None else current_bucket().set(self._bstats)
-        cut = self._cut
-        keys, rows = feed.keys, feed.items
-        stray, stats = self._stray, self._bstats
+        query = self._cursor.next_query(size)
+        if query is None:
+            return Sent(0, False)
+        stats = self._bstats
+        token = None if stats is None else current_bucket().set(stats)
+        limiter = self._limiter
         try:
-            while (query := self._cursor.next_query(_STREAM_REQUEST_ROWS)) is not None:
-                started = time.monotonic()
-                held = 0.0  # time a full feed held this request: the consumer's, not the bucket's
-                sent = 0
-                key = None
-                stream = None
-                complete = False
-                try:
-                    stream = await self._read_rows_stream(query, **self._timeouts())
-                    # The hot loop: the bare client loop, the relabelling, a length check.
-                    async for row in stream:
-                        key = row.row_key[cut:]
-                        row.row_key = key
-                        for cell in row.cells:
-                            cell.row_key = key
-                        sent += 1
-                        if stray is not None and stray(key):
-                            continue
-                        if stats is not None:
-                            _count_row(stats, row, started)
-                        keys.append(key)
-                        rows.append(row)
-                        if len(keys) >= feed.wake_at:
-                            if stats is None:
-                                await feed.pushed()
-                            else:
-                                paused = time.monotonic()
-                                await feed.pushed()
-                                held += time.monotonic() - paused
-                    complete = True
-                except Exception as exc:
-                    raise self._failed(exc, key) from exc
-                finally:
-                    if stats is not None:
-                        _count_request(stats, time.monotonic() - started - held)
-                    if stream is not None:
-                        with anyio.CancelScope(shield=True):
-                            if complete:
-                                await stream.aclose()
-                            else:
-                                # A failure or a cancellation: make sure the RPC ends too.
-                                await _cancel_stream(stream)
-                # A full request may have more after its last row; a short one ends its window.
-                self._cursor.advance(
-                    sent, _STREAM_REQUEST_ROWS, None if key is None else self.sub.prefix + key
+            # The slot is held for this one request; waiting for it counts
+            # against the read's operation_timeout like the request itself.
+            with anyio.move_on_after(self._deadline - time.monotonic()) as waiting:
+                await limiter.acquire()
+            if waiting.cancelled_caught:
+                raise self._annotate(
+                    deadline_exceeded(
+                        f"operation_timeout of {self._timeouts.operation:0.1f}s exceeded "
+                        "waiting for a sub-scan slot (max_concurrent_subscans="
+                        f"{limiter.total_tokens:g}, all busy)"
+                    ),
+                    None,
                 )
+            try:
+                return await self._request(query, size, feed, stats)
+            finally:
+                limiter.release()
         finally:
             if token is not None:
                 current_bucket().reset(token)
 
-    # -- shared ----------------------------------------------------------------
+    async def _request(
+        self, query: Any, size: int, feed: Feed[Row], stats: BucketStats | None
+    ) -> Sent:
+        started = time.monotonic()
+        cut = self._cut
+        keys, items = feed.keys, feed.items
+        stray = self._stray
+        received = pushed = 0
+        key: bytes | None = None
+        stream = None
+        complete = False
+        try:
+            stream = await self._read_rows_stream(query, **self._request_timeouts())
+            # The hot loop: the bare client loop, the relabelling, a length check.
+            async for row in stream:
+                key = row.row_key[cut:]
+                row.row_key = key
+                for cell in row.cells:
+                    cell.row_key = key
+                received += 1
+                if stray is not None and stray(key):
+                    continue
+                if received % _SAMPLE_EVERY == 1:
+                    feed.sampled_rows += 1
+                    feed.sampled_bytes += _row_bytes(row)
+                if stats is not None:
+                    _count_row(stats, row, started)
+                keys.append(key)
+                items.append(row)
+                pushed += 1
+                if len(keys) >= feed.wake_at:
+                    feed.wake()
+            complete = True
+        except Exception as exc:
+            raise self._annotate(exc, key) from None
+        finally:
+            if stats is not None:
+                _count_request(stats, time.monotonic() - started)
+            if stream is not None:
+                with anyio.CancelScope(shield=True):
+                    if complete:
+                        await stream.aclose()
+                    else:
+                        # A failure or a cancellation: make sure the RPC ends too.
+                        await _cancel_stream(stream)
+        # A full request may have more after its last row; a short one ends its window.
+        self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
+        return Sent(pushed, not self._cursor.done)
 
-    def _failed(self, exc: Exception, last: bytes | None = None) -> BucketReadError:
-        """The error for a failed request; ``last``: the last logical key it read, if any."""
+    def _annotate(self, exc: BaseException, last: bytes | None) -> BaseException:
+        """The client's error, with a note and an attribute saying which sub-scan failed."""
         if last is None and (where := self._cursor.position) is not None:
             last = where[self._cut :]
-        resume = "" if last is None else f" after logical key {last!r}"
-        return BucketReadError(
-            f"sub-scan of bucket {self.sub.bucket} ({self.sub.describe()}) failed{resume}: "
-            f"{type(exc).__name__}: {exc}",
-            bucket=self.sub.bucket,
-            query=self.sub,
-        )
+        if getattr(exc, "saltedtable_subscan", None) is None:
+            resume = "" if last is None else f", after logical key {last!r}"
+            exc.add_note(f"saltedtable: sub-scan of {self.sub.describe()} failed{resume}")
+            exc.saltedtable_subscan = SubScan(self.sub.bucket, self.sub, last)  # type: ignore[attr-defined]
+        return exc
 
-    def _account(self, took: float, rows: list[Row]) -> None:
-        b = self._bstats
-        if b is None:
-            return
-        _count_request(b, took)
-        b.rows += len(rows)
-        b.bytes += sum(_row_bytes(row) for row in rows)
-
-    def _timeouts(self) -> dict[str, Any]:
+    def _request_timeouts(self) -> dict[str, Any]:
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
-            raise TimeoutError("operation_timeout ran out before the next request")
-        attempt = self._attempt_timeout
+            raise deadline_exceeded(
+                f"operation_timeout of {self._timeouts.operation:0.1f}s exceeded"
+            )
         return {
             "operation_timeout": remaining,
-            "attempt_timeout": remaining if attempt is None else min(attempt, remaining),
-            "retryable_errors": self._retryable,
+            "attempt_timeout": min(self._timeouts.attempt, remaining),
+            "retryable_errors": self._timeouts.retryable,
         }
+
+
+def deadline_exceeded(message: str) -> DeadlineExceeded:
+    """The client's own error for a read that ran out of its operation_timeout."""
+    return DeadlineExceeded(message)  # type: ignore[no-untyped-call]
+
+
+def _row_bytes(row: Row) -> int:
+    """What a row counts in budgets and statistics: its (logical) key and cell values."""
+    return len(row.row_key) + sum(len(c.value) for c in row.cells)
 
 
 def _count_row(stats: BucketStats, row: Row, started: float) -> None:
     if stats.first_page_seconds is None:
-        stats.first_page_seconds = time.monotonic() - started  # streamed: to the first row
+        stats.first_page_seconds = time.monotonic() - started  # to the first row
     stats.rows += 1
     stats.bytes += _row_bytes(row)
-
-
-def _row_bytes(row: Row) -> int:
-    """What a row counts in :attr:`BucketStats.bytes`: its (logical) key and cell values."""
-    return len(row.row_key) + sum(len(c.value) for c in row.cells)
 
 
 def _count_request(stats: BucketStats, took: float) -> None:
@@ -261,6 +243,12 @@ def _count_request(stats: BucketStats, took: float) -> None:
     stats.seconds += took
     if stats.first_page_seconds is None:  # it sent no rows
         stats.first_page_seconds = took
+
+
+async def _drain_until_waiting(entered: asyncio.Event, stream: AsyncGenerator[Row, None]) -> None:
+    entered.set()  # wakes the canceller only once this task waits or ends
+    async for _ in stream:
+        pass
 
 
 async def _cancel_stream(stream: AsyncGenerator[Row, None]) -> None:
@@ -281,3 +269,154 @@ async def _cancel_stream(stream: AsyncGenerator[Row, None]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved: the stream had ended or failed on its own
     await stream.aclose()
+
+
+@final
+class ReadCall:
+    """One logical read: its sources, the merge it runs when iterated, and its statistics.
+
+    Args:
+        read_rows_stream: The physical table's ``read_rows_stream``.
+        plan: What to read.
+        operation: The call's name in statistics (``"read_rows"``, ...).
+        timeouts: The resolved time budget.
+        limiter: The table's concurrency slots, shared by its reads.
+        ordered: Merge in logical key order, or hand rows over as they arrive.
+        budget: What the read may hold at once.
+        stats: Filled in as the read runs (created when a hook needs one).
+        hook: Receives the statistics when the read ends.
+        guard: Awaited before the first request (the table's layout guard).
+        stray: Why a legacy-side key must be left out, or None to keep it
+            (cutoff layouts); counted, and reported once per read.
+    """
+
+    __slots__ = ("_guard", "_hook", "_merge", "_stats", "_stray")
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Any],
+        plan: ReadPlan,
+        *,
+        operation: str,
+        timeouts: Timeouts,
+        limiter: anyio.CapacityLimiter,
+        ordered: bool,
+        budget: ReadBudget,
+        stats: CallStats | None,
+        hook: StatsHook | None,
+        guard: Callable[[], Awaitable[None]] | None = None,
+        stray: Callable[[bytes], str | None] | None = None,
+    ) -> None:
+        if stats is None and hook is not None:
+            stats = CallStats()
+        deadline = time.monotonic() + timeouts.operation
+        self._stray = None if stray is None else _StrayRows(stray)
+        sources = [
+            BucketSource(
+                read_rows_stream,
+                sub,
+                deadline=deadline,
+                timeouts=timeouts,
+                limiter=limiter,
+                bstats=None if stats is None else stats.bucket(sub.bucket),
+                stray=self._stray if sub.bucket is None else None,
+            )
+            for sub in plan.subqueries
+        ]
+        self._merge = Merge(sources, ordered=ordered, limit=plan.limit, budget=budget)
+        if stats is not None:
+            stats.operation = operation
+            stats.strategy = describe_read(plan, budget, ordered)
+        self._stats = stats
+        self._hook = hook
+        self._guard = guard
+
+    async def collect(self) -> list[Row]:
+        """Every row of the read, in a list."""
+        rows: list[Row] = []
+        error: BaseException | None = None
+        merge = self._merge
+        try:
+            if self._guard is not None:
+                await self._guard()
+            async with merge:
+                async for batch in merge:
+                    rows += batch
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._finish(merge.emitted, error)
+        return rows
+
+    async def stream(self) -> AsyncGenerator[Row, None]:
+        """Flatten the batches; closing this generator cancels every sub-scan."""
+        error: BaseException | None = None
+        merge = self._merge
+        rows: Iterator[Row] = iter(())
+        try:
+            if self._guard is not None:
+                await self._guard()
+            async for batch in merge:
+                rows = iter(batch)
+                for row in rows:
+                    yield row
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            await merge.aclose()
+            # Left early: what the caller had not taken of the last batch was not read.
+            self._finish(merge.emitted - operator.length_hint(rows), error)
+
+    def _finish(self, emitted: int, error: BaseException | None) -> None:
+        stray, stats = self._stray, self._stats
+        if stray is not None and stray.count:
+            key, why = stray.first
+            _log.warning(
+                "left out %d legacy row(s) that contradict the layout, e.g. %r: %s "
+                "(check_layout() lists them)",
+                stray.count,
+                key,
+                why,
+            )
+        if stats is None:
+            return
+        stats.stray_rows = 0 if stray is None else stray.count
+        merge = self._merge
+        stats.rows = emitted
+        stats.requests = merge.requests
+        stats.rounds = merge.rounds
+        stats.peak_buffered_rows = merge.peak_outstanding
+        stats.row_bytes = merge.row_bytes
+        if isinstance(error, GeneratorExit | asyncio.CancelledError):
+            # The caller left (break, aclose, cancellation): not a failure.
+            stats.ended_early = True
+            error = None
+        report(stats, error, self._hook)
+
+
+@final
+class _StrayRows:
+    """Tells the legacy side which rows to leave out, counting them for one report per read."""
+
+    __slots__ = ("count", "first", "reason")
+
+    def __init__(self, reason: Callable[[bytes], str | None]) -> None:
+        self.reason = reason
+        self.count = 0
+        self.first: tuple[bytes, str] = (b"", "")
+
+    def __call__(self, key: bytes) -> bool:
+        why = self.reason(key)
+        if why is None:
+            return False
+        if not self.count:
+            self.first = (key, why)
+        self.count += 1
+        return True
+
+
+def describe_read(plan: ReadPlan, budget: ReadBudget, ordered: bool) -> str:
+    """One line saying how a read of ``plan`` runs (for statistics and ``explain()``)."""
+    return plan.strategy(budget, ordered=ordered)

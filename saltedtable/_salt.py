@@ -26,7 +26,7 @@ from typing import Final, Protocol, final, runtime_checkable
 import farmhash
 import google_crc32c
 
-from ._exceptions import RowKeyError, SaltSchemeError
+from ._exceptions import RowKeyError, SaltSchemeError, UnsaltableKeyError
 
 __all__ = [
     "HASHES",
@@ -95,7 +95,9 @@ def java_string_hash(part: bytes) -> int:
     try:
         text = part.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RowKeyError(f"hash='java' needs UTF-8 row keys (Java strings), got {part!r}") from exc
+        raise UnsaltableKeyError(
+            f"hash='java' needs UTF-8 row keys (Java strings), got {part!r}"
+        ) from exc
     units = text.encode("utf-16-be")
     h = 0
     for i in range(0, len(units), 2):

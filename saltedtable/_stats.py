@@ -15,12 +15,15 @@ first are attributed to the bucket whose page was being read.
 from __future__ import annotations
 
 import contextvars
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, final
 
-__all__ = ["BucketStats", "CallStats", "StatsHook"]
+__all__ = ["BucketStats", "CallStats", "StatsHook", "install_retry_counter", "report"]
+
+_log = logging.getLogger("saltedtable.stats")
 
 
 @final
@@ -59,7 +62,18 @@ class CallStats:
         rows: Rows handed to the caller (reads) or entries written.
         started: ``time.monotonic()`` when the call began.
         elapsed: Seconds the call took (set when it ends).
-        error: The exception the call ended with, if any.
+        error: The exception the call ended with, if any. A caller that left a
+            stream early (``break``, ``aclose()``, cancellation) is not an
+            error: see ``ended_early``.
+        ended_early: The caller stopped reading before the read was complete.
+        strategy: How the read ran, in words (the same as ``plan(...).explain()``).
+        requests: ReadRows requests the read sent across every bucket.
+        rounds: Rounds of requests a read with a limit took (0 without a limit).
+        peak_buffered_rows: The most rows the read had asked for and not yet
+            handed over, at any one time (see :class:`~saltedtable.ReadBudget`).
+        row_bytes: The average row size (key and values) the budget used.
+        stray_rows: Legacy-side rows a cutoff read left out because their key
+            says they live on the salted side (see ``check_layout``).
     """
 
     operation: str = ""
@@ -68,6 +82,13 @@ class CallStats:
     started: float = field(default_factory=time.monotonic)
     elapsed: float | None = None
     error: BaseException | None = None
+    ended_early: bool = False
+    strategy: str = ""
+    requests: int = 0
+    rounds: int = 0
+    peak_buffered_rows: int = 0
+    row_bytes: float = 0.0
+    stray_rows: int = 0
 
     def bucket(self, bucket: int | None) -> BucketStats:
         """The (created on first use) statistics of ``bucket``."""
@@ -109,6 +130,13 @@ class CallStats:
             "skew": round(self.skew, 3),
             "retries": self.retries,
             "error": None if self.error is None else repr(self.error),
+            "ended_early": self.ended_early,
+            "strategy": self.strategy,
+            "requests": self.requests,
+            "rounds": self.rounds,
+            "peak_buffered_rows": self.peak_buffered_rows,
+            "row_bytes": round(self.row_bytes, 1),
+            "stray_rows": self.stray_rows,
             "buckets": {
                 ("legacy" if k is None else str(k)): {
                     "rows": b.rows,
@@ -125,6 +153,28 @@ class CallStats:
 
 #: Called with every finished call's statistics.
 StatsHook = Callable[[CallStats], None]
+
+
+def report(stats: CallStats, error: BaseException | None, hook: StatsHook | None) -> None:
+    """End a call's statistics: log a summary and hand them to the hook."""
+    stats.finish(error)
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug(
+            "%s: %d rows over %d bucket(s) in %.3fs, skew %.2f, %d retries%s",
+            stats.operation,
+            stats.rows,
+            len(stats.buckets),
+            stats.elapsed or 0.0,
+            stats.skew,
+            stats.retries,
+            "" if error is None else f", failed: {error!r}",
+        )
+    if hook is not None:
+        try:
+            hook(stats)
+        except Exception:  # a broken exporter must not break the call
+            _log.exception("saltedtable stats_hook raised")
+
 
 #: The bucket statistics of the page being read in this task, for the retry counter.
 _current_bucket: Final = contextvars.ContextVar[BucketStats | None](
@@ -155,14 +205,35 @@ _RETRY_COUNTER: Final = _RetryCounter()
 
 
 def install_retry_counter(table: Any) -> bool:
-    """Subscribe the retry counter to the table's client metrics, once; False if impossible."""
-    controller = getattr(getattr(table, "client", None), "_metrics", None)
+    """Subscribe the retry counter to the table's client metrics, once.
+
+    Called when a call first asks for statistics, not before: the handler
+    hooks into the client's private metrics controller. Where that is not
+    possible (another client version, a fake table) retries are not counted,
+    and a warning says so once.
+
+    Returns:
+        Whether retries are counted.
+    """
+    client = getattr(table, "client", None)
+    controller = getattr(client, "_metrics", None)
     handlers = getattr(controller, "handlers", None)
     if controller is None or not isinstance(handlers, list):
+        kind = type(table).__qualname__
+        if kind not in _CANNOT_COUNT:
+            _CANNOT_COUNT.add(kind)
+            _log.warning(
+                "saltedtable cannot count client retries for %s tables (no client metrics "
+                "handlers to hook into); BucketStats.retries stays 0",
+                kind,
+            )
         return False
     if not any(h is _RETRY_COUNTER for h in handlers):
         controller.add_handler(_RETRY_COUNTER)
     return True
+
+
+_CANNOT_COUNT: Final[set[str]] = set()
 
 
 def current_bucket() -> contextvars.ContextVar[BucketStats | None]:

@@ -58,6 +58,8 @@ from google.cloud.bigtable.data.row_filters import (
     ValueRegexFilter,
 )
 
+from saltedtable import SCHEME_ROW_KEY
+
 __all__ = ["FakeBatcher", "FakeTable", "StreamStats", "in_range", "query_keys"]
 
 #: How ``read_rows_stream`` streams end (see :class:`StreamStats`).
@@ -249,6 +251,10 @@ class FakeTable:
     def row_keys(self) -> list[bytes]:
         """Every row key, in byte order."""
         return list(self._keys)
+
+    def data_keys(self) -> list[bytes]:
+        """Every row key but saltedtable's layout record, in byte order."""
+        return [k for k in self._keys if k != SCHEME_ROW_KEY]
 
     def cells_of(self, key: bytes) -> list[tuple[str, bytes, int, bytes]]:
         """The stored cells of a row as (family, qualifier, timestamp, value), or []."""

@@ -41,8 +41,10 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from saltedtable import (
+    SCHEME_ROW_KEY,
     CutoffPolicy,
     LayoutError,
+    ReadBudget,
     RowKeyError,
     SaltedTableAsync,
     SaltScheme,
@@ -181,7 +183,7 @@ async def migrated(
     legacy = [RowMutationEntry(key, cell(key, b"old")) for key in LEGACY]
     await plain.bulk_mutate_rows(legacy)
     await raw.bulk_mutate_rows(legacy)
-    table = await SaltedTableAsync.open(raw, SCHEME, cutoff=POLICY, first_page=2, max_page=8)
+    table = await SaltedTableAsync.open(raw, SCHEME, cutoff=POLICY, budget=ReadBudget(rows=16))
     rmw_salted = await tell(table)
     rmw_plain = await tell(plain)
     yield Migrated(plain, raw, table, (rmw_salted, rmw_plain))
@@ -288,7 +290,7 @@ async def test_physical_layout_on_both_sides(migrated: Migrated) -> None:
     logical = [row.row_key for row in await m.plain.read_rows(ReadRowsQuery())]
     physical = [row.row_key for row in await m.raw.read_rows(ReadRowsQuery())]
     expected = sorted(key if int(key[-13:]) < C else SCHEME.salt_key(key) for key in logical)
-    assert physical == expected
+    assert physical == [*expected, SCHEME_ROW_KEY]  # and the layout record, stored by the guard
     assert b"s3#%013d" % (C - 1) in physical  # a late old row, unsalted
     assert SCHEME.salt_key(EXACT) in physical  # exactly at the cutoff, salted
     assert EXACT not in physical
@@ -354,7 +356,7 @@ async def test_open_refuses_a_legacy_key_that_looks_salted(
     assert logical == [look_alike, normal, k(1, C)]
     assert await table.read_row(look_alike) is not None
     physical = [r.row_key for r in await raw.read_rows(ReadRowsQuery())]
-    assert physical == [look_alike, normal, marked.salt_key(k(1, C))]
+    assert physical == [look_alike, normal, marked.salt_key(k(1, C)), SCHEME_ROW_KEY]
     await raw.close()
 
 
@@ -406,10 +408,12 @@ def test_migrate_forward_example_runs_on_the_emulator() -> None:
         "point read b'sensor2#1704067260000' -> 31.2",
         "salted b'1-sensor1#1704067200000'",
         "legacy b'sensor2#1704067020000'",
-        "9 sub-queries, limit 5 (merged in logical key order)",
+        "9 sub-queries, limit 5",
+        "how: 9 sub-queries read concurrently, merged in logical key order",
         "1 sub-query",
-        "legacy (unsalted, before the cutoff): range [b'sensor1#1704066900000', "
+        "legacy side (unsalted keys, before the cutoff): range [b'sensor1#1704066900000', "
         "b'sensor1#1704067199999']",
+        "record b'\\xff\\xfe__saltedtable__/scheme'",
         "7. guard: open() refused with LayoutError:",
         "b'3-import#1704067140000'",
     ):

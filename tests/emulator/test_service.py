@@ -422,7 +422,7 @@ async def test_missing_table_is_502_everywhere(served: Served, emulator: Emulato
         await served.http.get("/scan", params={"prefix": "a"}),
     ]
     assert [r.status_code for r in responses] == [502, 502, 502]
-    assert [r.json()["type"] for r in responses] == ["NotFound", "NotFound", "BucketReadError"]
+    assert [r.json()["type"] for r in responses] == ["NotFound", "NotFound", "NotFound"]
     assert all("not found" in r.json()["error"] for r in responses)
 
 
@@ -433,7 +433,7 @@ async def test_subscan_failure_before_first_row_is_502(served: Served) -> None:
     response = await served.http.get("/scan", params={"prefix": ""})
     assert response.status_code == 502
     body = response.json()
-    assert body["type"] == "BucketReadError"
+    assert body["type"] == "ServiceUnavailable"
     assert "injected by ProbeTable" in body["error"]
     assert None not in served.probe.ends()
 
@@ -461,7 +461,7 @@ async def test_subscan_failure_mid_stream_aborts_the_response(
     assert lines, "rows of the first pages came before the failure"
     *rows, last = lines
     assert [row["key"] for row in rows] == [f"ev#{i:05d}" for i in range(len(rows))]
-    assert last["type"] == "BucketReadError"
+    assert last["type"] == "ServiceUnavailable"
     assert "injected by ProbeTable" in last["error"]
     await _eventually(lambda: _assert_idle(served.server.server_state))
     assert None not in served.probe.ends()

@@ -51,10 +51,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from saltedtable import (
-    BucketReadError,
+    SCHEME_ROW_KEY,
     QueryPlanError,
+    ReadBudget,
     SaltedTableAsync,
     SaltScheme,
+    SubScan,
     TableLike,
     fields,
     prefix_end,
@@ -378,7 +380,7 @@ async def test_plain_writes_read_back_salted_and_salted_writes_are_salted_on_dis
             assert row.row_key == key
             assert row.cells[0].row_key == key
 
-        physical = [r.row_key for r in await table.read_rows(ReadRowsQuery())]
+        physical = await data_keys(table)
         assert sorted(physical) == sorted(scheme.salt_key(k) for k in logical)
         for key in physical:
             bucket, logical_key = scheme.split_key(key)
@@ -419,7 +421,7 @@ class Case:
     missing: tuple[bytes, ...]
     prefixes: tuple[bytes, ...]
     picked: tuple[bytes, ...]
-    first_page: int
+    budget: int
 
 
 @st.composite
@@ -460,9 +462,9 @@ def cases(draw: st.DrawFn, tokens: Sequence[bytes], binary: bool) -> Case:
         )
     )
     picked = tuple(draw(st.lists(st.sampled_from(keys), max_size=8)))
-    # Tiny pages make even a few rows span several pages per bucket.
-    first_page = draw(st.sampled_from([1, 2, 100]))
-    return Case(rows, (lo, hi), missing, prefixes, picked, first_page)
+    # Tiny budgets make even a few rows span several requests per bucket.
+    budget = draw(st.sampled_from([1, 8, 20_000]))
+    return Case(rows, (lo, hi), missing, prefixes, picked, budget)
 
 
 def _range_shapes(lo: bytes, hi: bytes) -> list[RowRange]:
@@ -566,9 +568,7 @@ async def _differential(scheme: SaltScheme, case: Case, plain_id: str, salted_id
         client.get_table(INSTANCE, plain_id) as plain,
         client.get_table(INSTANCE, salted_id) as table,
     ):
-        salted = SaltedTableAsync(
-            table, scheme, first_page=case.first_page, max_page=case.first_page * 4
-        )
+        salted = SaltedTableAsync(table, scheme, budget=ReadBudget(rows=case.budget))
         entries = [
             RowMutationEntry(key, [SetCell(f, q, v, ts) for f, q, ts, v in cells])
             for key, cells in case.rows.items()
@@ -672,7 +672,7 @@ async def test_unordered_reads_return_the_same_rows(
 ) -> None:
     """ordered=False returns the same set of rows as ordered reads, and honours limits."""
     table, keys = big_table
-    salted = SaltedTableAsync(table, SCHEME16, first_page=50, max_page=200)
+    salted = SaltedTableAsync(table, SCHEME16, budget=ReadBudget(rows=800))
     ordered = await salted.read_rows(ReadRowsQuery())
     unordered = await salted.read_rows(ReadRowsQuery(), ordered=False)
     assert [r.row_key for r in ordered] == keys
@@ -808,7 +808,7 @@ async def test_deadline_cancelling_caller_leaves_no_stream_open(
     for timeout in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1):
         for collect_all in (False, True):
             proxy = RecordingTable(table)
-            salted = SaltedTableAsync(proxy, SCHEME16, first_page=200)
+            salted = SaltedTableAsync(proxy, SCHEME16, budget=ReadBudget(rows=3200))
             with anyio.fail_after(10):
                 if collect_all:
                     with anyio.move_on_after(timeout):
@@ -837,7 +837,7 @@ async def test_scans_respect_max_concurrent_subscans_below_the_bucket_count(
     table, keys = big_table
     proxy = RecordingTable(table)
     salted = SaltedTableAsync(
-        proxy, SCHEME16, max_concurrent_subscans=2, first_page=40, max_page=160
+        proxy, SCHEME16, max_concurrent_subscans=2, budget=ReadBudget(rows=640)
     )
     results: dict[int, list[bytes]] = {}
 
@@ -858,16 +858,31 @@ async def test_scans_respect_max_concurrent_subscans_below_the_bucket_count(
     await assert_no_tasks_left(before)
 
 
+async def data_keys(table: TableLike) -> list[bytes]:
+    """The physical keys of a raw table but the layout record (which the guard stored)."""
+    keys = [r.row_key async for r in await table.read_rows_stream(ReadRowsQuery())]
+    assert SCHEME_ROW_KEY in keys
+    return [k for k in keys if k != SCHEME_ROW_KEY]
+
+
 # -- a failing bucket -------------------------------------------------------------
 
 
+def subscan_of(error: BaseException) -> SubScan:
+    """Which sub-scan a read error came from (saltedtable tags the client's error)."""
+    subscan = getattr(error, "saltedtable_subscan", None)
+    assert isinstance(subscan, SubScan), f"{error!r} names no sub-scan"
+    assert any("saltedtable: sub-scan of" in note for note in error.__notes__)
+    return subscan
+
+
 @pytest.mark.parametrize("error_type", [ServiceUnavailable, PermissionDenied])
-async def test_failing_bucket_raises_bucket_read_error(
+async def test_failing_bucket_raises_the_bigtable_error_naming_it(
     data_client: BigtableDataClientAsync,
     make_table: MakeTable,
     error_type: type[GoogleAPICallError],
 ) -> None:
-    """A sub-scan that fails after a few rows fails the read with BucketReadError naming it."""
+    """A sub-scan that fails after a few rows fails the read with its own error, noted."""
     keys = numbered_keys(800)
     bucket = SCHEME16.bucket_of(keys[42])
     error = error_type("injected failure")
@@ -877,18 +892,20 @@ async def test_failing_bucket_raises_bucket_read_error(
             proxy = RecordingTable(table, fail_prefix=SCHEME16.prefix(bucket), error=error)
             salted = SaltedTableAsync(proxy, SCHEME16)
             before = asyncio.all_tasks()
-            with anyio.fail_after(10), pytest.raises(BucketReadError) as info:
+            with anyio.fail_after(10), pytest.raises(error_type) as info:
                 await collect(await salted.read_rows_stream(ReadRowsQuery(), ordered=ordered))
-            assert info.value.bucket == bucket
-            assert info.value.__cause__ is error
+            assert info.value is error
+            assert subscan_of(info.value).bucket == bucket
             assert [r.outcome for r in proxy.records].count("failed") == 1
             proxy.assert_clean()
             await assert_no_tasks_left(before)
 
-            with anyio.fail_after(10), pytest.raises(BucketReadError) as info:
+            error.__notes__ = []  # the same instance is raised again
+            del error.saltedtable_subscan  # type: ignore[attr-defined]
+            with anyio.fail_after(10), pytest.raises(error_type) as info:
                 await salted.read_rows(ReadRowsQuery(row_keys=[keys[42], keys[43]]))
-            assert info.value.bucket == bucket
-            assert info.value.__cause__ is error
+            assert info.value is error
+            assert subscan_of(info.value).bucket == bucket
             await assert_no_tasks_left(before)
 
 
@@ -909,7 +926,7 @@ async def test_mutations_batcher_writes_logical_keys(
         rows = await salted.read_rows(ReadRowsQuery())
         assert [r.row_key for r in rows] == keys
         assert [r.cells[0].value for r in rows] == keys
-        physical = sorted(r.row_key for r in await table.read_rows(ReadRowsQuery()))
+        physical = sorted(await data_keys(table))
         assert physical == sorted(SCHEME16.salt_key(k) for k in keys)
 
 
@@ -954,7 +971,7 @@ async def test_read_modify_write_row_returns_logical_row(
         assert row.row_key == b"counter#1"
         assert [c.row_key for c in row.cells] == [b"counter#1"]
         assert int(row.cells[0]) == 7
-        physical = [r.row_key for r in await table.read_rows(ReadRowsQuery())]
+        physical = await data_keys(table)
         assert physical == [SCHEME16.salt_key(b"counter#1")]
 
 
@@ -1001,8 +1018,8 @@ async def test_read_rows_sharded_reports_the_failed_query_and_keeps_the_others(
     (failed,) = info.value.exceptions
     assert isinstance(failed, FailedQueryShardError)
     assert failed.index == 1
-    assert isinstance(failed.__cause__, BucketReadError)
-    assert failed.__cause__.bucket == bucket
+    assert isinstance(failed.__cause__, PermissionDenied)
+    assert subscan_of(failed.__cause__).bucket == bucket
     assert [r.row_key for r in info.value.successful_rows] == list(ok.row_keys)
     proxy.assert_clean()
 

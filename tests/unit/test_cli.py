@@ -596,7 +596,7 @@ def test_explain_shows_the_cutoff_sides(capsys: pytest.CaptureFixture[str]) -> N
         "u#1500000000",
     )
     assert code == 0
-    assert "legacy (unsalted, before the cutoff): keys b'u#1500000000'" in out
+    assert "legacy side (unsalted keys, before the cutoff): keys b'u#1500000000'" in out
     assert "keys b'1-u#1800000000'" in out
     code, out, _ = run(
         capsys,

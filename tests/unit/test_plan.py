@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from saltedtable import (
     KeyRange,
     QueryPlanError,
+    ReadBudget,
     RowKeyError,
     SaltScheme,
     SubQuery,
@@ -307,15 +308,16 @@ def test_phoenix_point_key_in_bucket_255() -> None:
 
 
 def test_explain_mentions_every_bucket() -> None:
-    """ReadPlan.explain() has a head line and one line naming each bucket and its prefix."""
+    """explain() has a head line, how the read runs, and one line naming each bucket."""
     s = scheme(8)
     plan = plan_reads(ReadRowsQuery(limit=3, row_filter=PassAllFilter(True)), s)
-    text = plan.explain()
-    lines = text.splitlines()
-    assert lines[0] == "8 sub-queries, limit 3 (merged in logical key order), filter PassAllFilter"
-    assert len(lines) == 9
+    lines = plan.explain().splitlines()
+    assert lines[0] == "8 sub-queries, limit 3, filter PassAllFilter"
+    assert lines[1].startswith("  how: 8 sub-queries read concurrently, merged in logical key")
+    assert "limit 3 in rounds: the first asks 2 rows of each" in lines[1]
+    assert len(lines) == 10
     for bucket, prefix in zip(s.bucket_ids, s.prefixes, strict=True):
-        assert f"bucket {bucket} prefix {prefix!r}:" in lines[bucket + 1]
+        assert f"bucket {bucket} prefix {prefix!r}:" in lines[bucket + 2]
 
 
 def test_explain_single_subquery_and_many_keys() -> None:
@@ -324,7 +326,19 @@ def test_explain_single_subquery_and_many_keys() -> None:
     plan = plan_reads(ReadRowsQuery(row_keys=[b"a", b"b", b"c", b"d", b"e"]), s)
     lines = plan.explain().splitlines()
     assert lines[0] == "1 sub-query"
-    assert "(+2 more)" in lines[1]
+    assert "(+2 more)" in lines[2]
+
+
+def test_explain_elides_long_plans_and_states_the_budget() -> None:
+    """A 4096-bucket plan lists 32 sub-queries and counts the rest; the budget shows."""
+    plan = plan_reads(ReadRowsQuery(), scheme(4096))
+    lines = plan.explain().splitlines()
+    assert len(lines) == 2 + 32 + 1
+    assert lines[-1] == "  ... and 4064 more sub-queries"
+    assert "each keeps up to 4 rows asked for" in lines[1]
+    unordered = plan.strategy(ReadBudget(rows=100, bytes=1 << 20), ordered=False)
+    assert "unordered" in unordered
+    assert "budget 100 rows / 1 MiB" in unordered
 
 
 # -- PageCursor --------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""BucketReader's two ways to read (long streamed requests, or pages), on the FakeTable."""
+"""Reads on the FakeTable: bounded requests per bucket, slots, errors, stats, leaving early."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ from collections.abc import AsyncGenerator
 
 import anyio
 import pytest
+from google.api_core.exceptions import DeadlineExceeded, ServiceUnavailable
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 
-from saltedtable import CallStats, SaltedTableAsync, SaltScheme, _reader
+from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan, _reader
 from tests.fakes import FakeTable
 
 KEYS = [b"k%05d" % i for i in range(400)]
 
 
 async def filled(**kwargs: object) -> tuple[FakeTable, SaltedTableAsync]:
+    """A fake table of 400 rows over 4 buckets, its query log cleared."""
     fake = FakeTable()
     table = SaltedTableAsync(fake, SaltScheme(4), **kwargs)  # type: ignore[arg-type]
     await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in KEYS])
@@ -25,54 +27,49 @@ async def filled(**kwargs: object) -> tuple[FakeTable, SaltedTableAsync]:
     return fake, table
 
 
-@pytest.fixture
-def small_requests(monkeypatch: pytest.MonkeyPatch) -> int:
-    """Streamed requests of 7 rows, so every bucket needs many of them."""
-    monkeypatch.setattr(_reader, "_STREAM_REQUEST_ROWS", 7)
-    return 7
-
-
 @pytest.mark.parametrize("ordered", [True, False])
-async def test_streamed_requests_resume_without_gaps_or_repeats(
-    small_requests: int, ordered: bool
-) -> None:
-    """Many capped requests per bucket still return every row once (ordered: in order)."""
-    fake, table = await filled()
+async def test_small_budgets_read_in_many_requests_without_gaps_or_repeats(ordered: bool) -> None:
+    """A budget of 28 rows over 4 buckets: requests of at most 7 rows, every row once."""
+    fake, table = await filled(budget=ReadBudget(rows=28))
     rows = await table.read_rows(ReadRowsQuery(), ordered=ordered)
     got = [r.row_key for r in rows]
     assert (got if ordered else sorted(got)) == KEYS
     assert all(c.row_key == r.row_key for r in rows for c in r.cells)
-    assert all(q.limit == small_requests for q in fake.stats.queries)
-    assert len(fake.stats.queries) >= len(KEYS) // small_requests
+    assert all(q.limit is not None and q.limit <= 7 for q in fake.stats.queries)
+    assert len(fake.stats.queries) >= len(KEYS) // 7
     assert set(fake.stats.endings) == {"exhausted"}
 
 
-async def test_unlimited_read_streams_when_slots_cover_every_bucket() -> None:
-    """Four buckets, 64 slots: one long request per bucket, all open together."""
+async def test_a_large_budget_reads_each_bucket_in_one_request() -> None:
+    """Four buckets, a budget far above the table: one request per bucket."""
     fake, table = await filled()
     assert len(await table.read_rows(ReadRowsQuery())) == len(KEYS)
     assert len(fake.stats.queries) == 4
     assert table.limiter.borrowed_tokens == 0
 
 
-async def test_reads_page_when_slots_are_short() -> None:
-    """Two slots for four buckets: pages (a slot per request), never more than two open."""
-    fake, table = await filled(max_concurrent_subscans=2, first_page=5, max_page=20)
+async def test_requests_never_exceed_the_slots() -> None:
+    """Two slots for four buckets: never more than two requests open at once."""
+    fake, table = await filled(max_concurrent_subscans=2, budget=ReadBudget(rows=40))
     assert [r.row_key for r in await table.read_rows(ReadRowsQuery())] == KEYS
     assert fake.stats.max_open <= 2
     assert len(fake.stats.queries) > 4
     assert table.limiter.borrowed_tokens == 0
 
 
-async def test_limited_reads_page() -> None:
-    """A limit is read in pages sized from what is missing, not as streams."""
+async def test_limited_reads_ask_little() -> None:
+    """A limit of 10 over 4 buckets asks each for a few rows, not pages of the table."""
     fake, table = await filled()
-    assert [r.row_key for r in await table.read_rows(ReadRowsQuery(limit=10))] == KEYS[:10]
+    stats = CallStats()
+    rows = await table.read_rows(ReadRowsQuery(limit=10), stats=stats)
+    assert [r.row_key for r in rows] == KEYS[:10]
     assert all(q.limit is not None and q.limit <= 10 for q in fake.stats.queries)
+    assert stats.rounds in (1, 2)
+    assert "limit 10 in rounds" in stats.strategy
 
 
 @pytest.mark.parametrize("ordered", [True, False])
-async def test_leaving_a_streamed_read_cancels_every_request(ordered: bool) -> None:
+async def test_leaving_a_read_cancels_every_request(ordered: bool) -> None:
     """break + aclose: every open request is cancelled while it waits, none abandoned."""
     fake, table = await filled()
     fake.latency = 0.001
@@ -90,9 +87,9 @@ async def test_leaving_a_streamed_read_cancels_every_request(ordered: bool) -> N
     assert table.limiter.borrowed_tokens == 0
 
 
-async def test_a_read_nested_in_streaming_reads_still_gets_slots() -> None:
-    """Streaming reads leave half the free slots: a scan run inside four open scans finishes."""
-    _, table = await filled(max_concurrent_subscans=16)
+async def test_reads_nested_in_open_reads_always_finish() -> None:
+    """Four reads left open mid-stream hold no slot: a fifth read with one slot finishes."""
+    _, table = await filled(max_concurrent_subscans=1, budget=ReadBudget(rows=8))
     outer = [await table.read_rows_stream(ReadRowsQuery()) for _ in range(4)]
     with anyio.fail_after(5):
         for stream in outer:
@@ -101,6 +98,30 @@ async def test_a_read_nested_in_streaming_reads_still_gets_slots() -> None:
         for stream in outer:
             await stream.aclose()  # type: ignore[attr-defined]
     assert table.limiter.borrowed_tokens == 0
+
+
+async def test_a_failing_bucket_raises_the_clients_error_with_a_note() -> None:
+    """The client's exception type is kept; a note and ``saltedtable_subscan`` say where."""
+    fake, table = await filled()
+    fake.fail_when = lambda q: any((r.start_key or b"").startswith(b"2-") for r in q.row_ranges)
+    fake.fail_with = ServiceUnavailable("bucket 2 is down")
+    with anyio.fail_after(5), pytest.raises(ServiceUnavailable, match="bucket 2 is down") as info:
+        await table.read_rows(ReadRowsQuery())
+    where = info.value.saltedtable_subscan  # type: ignore[attr-defined]
+    assert isinstance(where, SubScan)
+    assert where.bucket == 2
+    assert any("saltedtable: sub-scan of bucket 2" in n for n in info.value.__notes__)
+
+
+async def test_waiting_for_a_slot_past_the_deadline_is_deadline_exceeded() -> None:
+    """A read that cannot get a slot within operation_timeout fails like the client does."""
+    _, table = await filled(max_concurrent_subscans=1)
+    await table.limiter.acquire()  # someone else holds the only slot
+    try:
+        with anyio.fail_after(5), pytest.raises(DeadlineExceeded, match="sub-scan slot"):
+            await table.read_rows(ReadRowsQuery(), operation_timeout=0.05)
+    finally:
+        table.limiter.release()
 
 
 async def test_cancel_stream_cancels_past_rows_already_received() -> None:
@@ -129,6 +150,8 @@ async def test_cancel_stream_cancels_past_rows_already_received() -> None:
 
 
 async def test_cancel_stream_of_a_finished_or_failed_stream_just_closes_it() -> None:
+    """A stream that already ended (or failed) is closed without a task left behind."""
+
     async def finished() -> AsyncGenerator[Row, None]:
         yield Row(b"k", [])
 
@@ -145,11 +168,13 @@ async def test_cancel_stream_of_a_finished_or_failed_stream_just_closes_it() -> 
             await anext(rows)
 
 
-async def test_stats_of_a_streamed_read_left_early_count_its_requests() -> None:
-    """Breaking out of a streamed read still records each open request and its time."""
+async def test_stats_of_a_read_left_early() -> None:
+    """Breaking out records each request, says the caller left, and is not an error."""
     fake, table = await filled()
     fake.latency = 0.001
     stats = CallStats()
+    reported: list[CallStats] = []
+    table.stats_hook = reported.append
     stream = await table.read_rows_stream(ReadRowsQuery(), stats=stats)
     seen = 0
     async for _ in stream:
@@ -157,8 +182,13 @@ async def test_stats_of_a_streamed_read_left_early_count_its_requests() -> None:
         if seen == 20:
             break
     await stream.aclose()  # type: ignore[attr-defined]
+    assert reported == [stats]
     assert stats.rows == 20
+    assert stats.ended_early
+    assert stats.error is None
     assert sum(b.rows for b in stats.buckets.values()) >= 20
-    assert all(b.pages == 1 for b in stats.buckets.values())
-    assert all(b.seconds > 0 for b in stats.buckets.values())
+    assert all(b.pages >= 1 for b in stats.buckets.values())
     assert all(b.first_page_seconds is not None for b in stats.buckets.values())
+    assert stats.requests >= 4
+    assert 0 < stats.peak_buffered_rows <= table.budget.rows + 4
+    assert "4 sub-queries" in stats.strategy

@@ -1,0 +1,142 @@
+"""The read strategy: budgets, per-bucket shares, first rounds and refills (pure)."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from saltedtable._strategy import (
+    ReadBudget,
+    allowance,
+    first_round,
+    refills,
+    unordered_shares,
+)
+
+
+@pytest.mark.parametrize("bad", [{"rows": 0}, {"bytes": 0}, {"rows": 1.5}, {"bytes": True}])
+def test_a_budget_refuses_bounds_below_one(bad: dict[str, object]) -> None:
+    """Rows and bytes must be whole numbers of at least one."""
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        ReadBudget(**bad)  # type: ignore[arg-type]
+
+
+def test_the_budget_takes_the_tighter_of_rows_and_bytes() -> None:
+    """rows_for() applies both bounds, and never less than one row."""
+    budget = ReadBudget(rows=1000, bytes=100_000)
+    assert budget.rows_for(50) == 1000
+    assert budget.rows_for(1000) == 100
+    assert budget.rows_for(10**9) == 1
+
+
+@given(rows=st.integers(1, 10**6), live=st.integers(1, 5000), row_bytes=st.floats(1, 10**6))
+def test_shares_never_exceed_the_budget_but_one_row_each(
+    rows: int, live: int, row_bytes: float
+) -> None:
+    """live x allowance stays within the budget, or is one row per bucket."""
+    budget = ReadBudget(rows=rows, bytes=8 << 20)
+    share = allowance(budget, live, row_bytes)
+    assert share >= 1
+    assert share * live <= max(budget.rows_for(row_bytes), live)
+
+
+def one_round_probability(limit: int, n: int, size: int, trials: int = 3000) -> float:
+    """Simulated chance that no bucket holds ``size`` or more of the first ``limit - 1`` keys."""
+    rng = random.Random(limit * 31 + n)
+    ok = 0
+    for _ in range(trials):
+        counts = [0] * n
+        for _ in range(limit - 1):
+            counts[rng.randrange(n)] += 1
+        ok += max(counts, default=0) < size
+    return ok / trials
+
+
+@pytest.mark.parametrize(
+    ("limit", "n"), [(1, 4), (10, 4), (10, 16), (100, 16), (1000, 16), (10, 64), (100, 64)]
+)
+def test_the_first_round_is_the_smallest_that_usually_suffices(limit: int, n: int) -> None:
+    """Asking first_round() rows answers evenly spread data in one round more often than not,
+    and one row less would not (within simulation noise)."""
+    size = first_round(limit, n)
+    assert one_round_probability(limit, n, size) >= 0.5
+    if size > 1:
+        assert one_round_probability(limit, n, size - 1) < 0.62
+
+
+def test_the_first_round_respects_its_caps() -> None:
+    """Never more than the limit, the cap, or less than one."""
+    assert first_round(5, 1) == 5
+    assert first_round(1, 1000) == 1
+    assert first_round(10_000, 4, cap=10) == 10
+    assert first_round(10**9, 16) > 10**9 / 16  # the normal approximation path
+    with pytest.raises(ValueError, match="limit"):
+        first_round(0, 4)
+
+
+@st.composite
+def read_states(draw: st.DrawFn) -> tuple[int, list[list[int]], list[int]]:
+    """A limit, the sorted keys of N buckets, and how many each returned in round one."""
+    n = draw(st.integers(1, 8))
+    keys = draw(st.lists(st.integers(0, 500), unique=True, max_size=120))
+    owners = draw(st.lists(st.integers(0, n - 1), min_size=len(keys), max_size=len(keys)))
+    buckets: list[list[int]] = [[] for _ in range(n)]
+    for key, owner in zip(keys, owners, strict=True):
+        buckets[owner].append(key)
+    for b in buckets:
+        b.sort()
+    limit = draw(st.integers(1, 60))
+    first = draw(st.integers(1, 10))
+    return limit, buckets, [min(first, len(b)) for b in buckets]
+
+
+@settings(max_examples=300)
+@given(state=read_states())
+def test_after_refills_the_first_rows_are_known(
+    state: tuple[int, list[list[int]], list[int]],
+) -> None:
+    """Whatever the data, once every refill is read the smallest ``limit`` keys are final."""
+    limit, buckets, got = state
+    held = sorted(k for b, g in zip(buckets, got, strict=True) for k in b[:g])
+    lasts = [b[g - 1] if g else None for b, g in zip(buckets, got, strict=True)]
+    more = [g < len(b) for b, g in zip(buckets, got, strict=True)]
+    sizes = refills(limit, 0, held, lasts, more)
+    for i, size in sizes.items():
+        assert more[i]
+        assert size >= 1
+        got[i] = min(len(buckets[i]), got[i] + size)
+    # Final: every key at or below the watermark is read; at least `limit` of them
+    # (or all there are).
+    everything = sorted(k for b in buckets for k in b)
+    read = sorted(k for b, g in zip(buckets, got, strict=True) for k in b[:g])
+    open_lasts = [b[g - 1] for b, g in zip(buckets, got, strict=True) if g < len(b) and g]
+    mark = min(open_lasts) if open_lasts else math.inf
+    known = read[: bisect.bisect_right(read, mark)]
+    assert known == everything[: len(known)]
+    assert len(known) >= min(limit, len(everything)) or any(
+        g == 0 and len(b) for b, g in zip(buckets, got, strict=True)
+    )
+
+
+def test_refills_skip_buckets_that_cannot_hold_the_first_rows() -> None:
+    """A bucket whose last key lies past the limit-th key is not asked again."""
+    # Bucket 0 read 1, 2, 3; bucket 1 read 10. The 2 smallest are known: none ask.
+    assert refills(2, 0, [1, 2, 3, 10], [3, 10], [True, True]) == {}
+    # limit 4: bucket 0 (last 3 < the 4th key, 10) may hold more; it can add 4 - 3 = 1.
+    assert refills(4, 0, [1, 2, 3, 10], [3, 10], [True, True]) == {0: 1}
+    # A bucket that read nothing yet may hold them all.
+    assert refills(3, 0, [5], [None, 5], [True, False]) == {0: 3}
+    assert refills(3, 3, [], [1], [True]) == {}
+
+
+def test_unordered_shares_double_on_each_refill() -> None:
+    """A bucket asked again asks for twice its share, never more than is missing."""
+    assert unordered_shares(100, 4, 1) == 25
+    assert unordered_shares(100, 4, 2) == 50
+    assert unordered_shares(100, 4, 9) == 100
+    assert unordered_shares(1, 8, 1) == 1

@@ -32,11 +32,11 @@ lint: $(STAMP)
 
 ## make demo: start the emulator, create the table, run the quickstart, stop the emulator
 demo: $(STAMP)
-	$(BIN)/python -m saltedtable.testing --table quickstart:cf -- $(BIN)/python examples/quickstart.py
+	$(BIN)/saltedtable emulator --table quickstart:cf -- $(BIN)/python examples/quickstart.py
 
 ## make emulator: run the emulator in the foreground on 127.0.0.1 (Ctrl-C stops it)
 emulator: $(STAMP)
-	$(BIN)/python -m saltedtable.testing --port $${PORT:-8086} --table quickstart:cf
+	$(BIN)/saltedtable emulator --port $${PORT:-8086} --table quickstart:cf
 
 ## make bench: saltedtable vs the raw client on the emulator, alternating A/B
 ## (ARGS=--quick for a ~30 s run; results also written as JSON under bench-results/)

@@ -1,23 +1,25 @@
 # Every target that needs Python creates .venv and installs the package with its
-# dev extra first, so `make test` or `make demo` works as the first command on a
-# fresh machine. Override the interpreter with `make PYTHON=python3.12 test`.
+# development tools (the `dev` dependency group in pyproject.toml) first, so `make test`
+# or `make demo` works as the first command on a fresh machine. Override the
+# interpreter with `make PYTHON=python3.12 test`.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.saltedtable-installed
 
-.PHONY: install test unit lint demo emulator bench clean
+.PHONY: install test unit lint docs docs-serve demo emulator bench clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# --group (PEP 735 dependency groups) needs pip 25.1 or later.
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(BIN)/python -m pip install --quiet -e . --group dev
 	touch $(STAMP)
 
-## make test: lint, then the whole suite (starts and stops the official emulator)
-test: lint
+## make test: lint, the docs build, then the whole suite (starts and stops the official emulator)
+test: lint docs
 	$(BIN)/python -m pytest
 
 ## make unit: only the tests that need no emulator
@@ -29,6 +31,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+## make docs: build the documentation site into site/, failing on any warning (works offline)
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
+
+## make docs-serve: preview the documentation site on http://127.0.0.1:8000
+docs-serve: $(STAMP)
+	$(BIN)/mkdocs serve
 
 ## make demo: start the emulator, create the table, run the quickstart, stop the emulator
 demo: $(STAMP)
@@ -44,4 +54,4 @@ bench: $(STAMP)
 	$(BIN)/python examples/benchmark.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Final, final
@@ -46,6 +47,8 @@ __all__ = [
     "INSTANCE",
     "PROJECT",
     "Emulator",
+    "ExternalEmulator",
+    "connect_emulator",
     "create_table",
     "delete_table",
     "emulator_env",
@@ -452,7 +455,59 @@ def start_emulator(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def emulator_env(emulator: Emulator | str) -> dict[str, str]:
+@final
+@dataclass(frozen=True, slots=True)
+class ExternalEmulator:
+    """An emulator that something else runs (Docker, another shell), reached at ``host:port``.
+
+    Obtain one from :func:`connect_emulator`, which checks that it answers. Nothing
+    here starts or stops it.
+    """
+
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        """``host:port``, the value for ``BIGTABLE_EMULATOR_HOST``."""
+        return f"{self.host}:{self.port}"
+
+
+def connect_emulator(address: str, *, timeout: float = 10.0) -> ExternalEmulator:
+    """Check that a Bigtable emulator answers at ``address`` and return it.
+
+    Args:
+        address: ``host:port`` of a running emulator, as in ``BIGTABLE_EMULATOR_HOST``.
+        timeout: Seconds to wait for it to answer an admin ``ListTables`` call.
+
+    Returns:
+        The emulator at ``address``.
+
+    Raises:
+        EmulatorError: ``address`` is not ``host:port``, or nothing there answers
+            like a Bigtable emulator within ``timeout``.
+    """
+    host, _, port_text = address.strip().rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = 0
+    if not host or not 0 < port < 65536:
+        raise EmulatorError(f"expected the emulator's address as HOST:PORT, got {address!r}")
+    emulator = ExternalEmulator(host, port)
+    try:
+        list_tables(emulator.address, timeout=timeout)
+    except api_exceptions.GoogleAPIError as error:
+        raise EmulatorError(
+            f"no Bigtable emulator answers at {emulator.address}: {error}\n"
+            "Start one there (for example `saltedtable emulator --port "
+            f"{port}` or the Docker image in emulator/docker-compose.yml), or leave the "
+            "address out to have a fresh emulator started."
+        ) from error
+    return emulator
+
+
+def emulator_env(emulator: Emulator | ExternalEmulator | str) -> dict[str, str]:
     """Environment variables that point Bigtable clients at ``emulator``.
 
     Args:

@@ -33,13 +33,6 @@ class _Terminated(BaseException):
     """Raised by the SIGTERM handler so ``finally`` blocks stop the emulator."""
 
 
-def _tail(text: str) -> str:
-    text = text.strip()
-    if not text:
-        return "(no output)"
-    return text if len(text) <= _OUTPUT_TAIL else "..." + text[-_OUTPUT_TAIL:]
-
-
 def _finish(child: subprocess.Popen[bytes], signum: signal.Signals) -> None:
     """Pass ``signum`` on to ``child`` and reap it, killing it if it does not exit."""
     if child.poll() is None:
@@ -76,9 +69,9 @@ def _run_foreground(emulator: Emulator) -> int:
     except (KeyboardInterrupt, _Terminated):
         print("stopping the Bigtable emulator", file=sys.stderr)
         return 0
+    output = emulator.output().strip()[-_OUTPUT_TAIL:] or "(no output)"
     print(
-        f"saltedtable emulator: error: the Bigtable emulator exited with code {code}:\n"
-        f"{_tail(emulator.output())}",
+        f"saltedtable emulator: error: the Bigtable emulator exited with code {code}:\n{output}",
         file=sys.stderr,
     )
     return 1

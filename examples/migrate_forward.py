@@ -16,7 +16,7 @@ A walk-through on an existing table whose keys end with a timestamp
 
 Run it against the local emulator (starts it, creates the table, stops it)::
 
-    python -m saltedtable.testing --table legacy_events:cf -- python examples/migrate_forward.py
+    saltedtable emulator --table legacy_events:cf -- python examples/migrate_forward.py
 
 or against Cloud Bigtable (an existing, empty table with the column family ``cf``)::
 

@@ -17,7 +17,7 @@ mid-scan cancels every sub-scan at once.
 
 Run it against the local emulator (started and stopped around the service)::
 
-    python -m saltedtable.testing --table quickstart:cf -- python examples/service.py
+    saltedtable emulator --table quickstart:cf -- python examples/service.py
 
 or against Cloud Bigtable with the settings of ``examples/quickstart.py``::
 

@@ -266,15 +266,28 @@ def _cutoff_policy(args: argparse.Namespace) -> CutoffPolicy | None:
     return CutoffPolicy(when, reader, unreadable=args.unreadable)
 
 
-def _cmd_emulator(args: argparse.Namespace) -> int:
-    from . import testing
+def _table_spec(spec: str) -> tuple[str, tuple[str, ...]]:
+    """Parse ``ID`` or ``ID:FAMILY[,FAMILY...]`` (default family ``cf``)."""
+    table_id, _, families = spec.partition(":")
+    names = tuple(name for name in families.split(",") if name) if families else ("cf",)
+    if not table_id or not names:
+        raise argparse.ArgumentTypeError(f"expected ID or ID:FAMILY[,FAMILY...], got {spec!r}")
+    return table_id, names
 
-    argv: list[str] = []
-    if args.port:
-        argv += ["--port", str(args.port)]
-    for table in args.table or ():
-        argv += ["--table", table]
-    return testing.main(argv)
+
+def _cmd_emulator(args: argparse.Namespace) -> int:
+    # Imported here: it loads the Bigtable admin client, which no other command needs.
+    from ._emulator_cmd import run_emulator
+
+    return run_emulator(
+        port=args.port,
+        tables=args.table,
+        command=args.command,
+        project=args.project,
+        instance=args.instance,
+        binary=args.binary,
+        startup_timeout=args.startup_timeout,
+    )
 
 
 # -- advise: progress ------------------------------------------------------------------
@@ -968,13 +981,42 @@ def _parser() -> argparse.ArgumentParser:
 
     emu = sub.add_parser(
         "emulator",
-        help="run the Bigtable emulator in the foreground",
-        description="Run the official Bigtable emulator in the foreground (Ctrl-C stops it).",
+        help="run the Bigtable emulator, in the foreground or around a command",
+        description="Run the official Bigtable emulator (cbtemulator) on 127.0.0.1. Without "
+        "COMMAND it runs in the foreground until Ctrl-C and prints the export line for "
+        "BIGTABLE_EMULATOR_HOST; with `-- COMMAND ARGS...` it runs COMMAND with "
+        "BIGTABLE_EMULATOR_HOST set, then stops and exits with COMMAND's exit code.",
+        usage="%(prog)s [--port N] [--table ID[:FAM1,FAM2]]... [-- COMMAND ARGS...]",
     )
     emu.add_argument(
-        "--port", type=_int_at_least(1, 65535), help="port on 127.0.0.1 (default: a free one)"
+        "--port",
+        type=_int_at_least(1, 65535),
+        metavar="N",
+        help="port on 127.0.0.1 (default: a free one)",
     )
-    emu.add_argument("--table", action="append", help="create ID[:fam1,fam2] (repeatable)")
+    emu.add_argument(
+        "--table",
+        action="append",
+        type=_table_spec,
+        default=[],
+        metavar="ID[:FAM1,FAM2]",
+        help="create this table (default family: cf); repeatable",
+    )
+    emu.add_argument("--project", default="test-project", help="default: test-project")
+    emu.add_argument("--instance", default="test-instance", help="default: test-instance")
+    emu.add_argument(
+        "--binary",
+        metavar="PATH",
+        help="cbtemulator to run (default: $SALTEDTABLE_CBTEMULATOR, the Cloud SDK, PATH)",
+    )
+    emu.add_argument(
+        "--startup-timeout",
+        type=_float_above(0),
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds to wait for the emulator (default 30)",
+    )
+    emu.add_argument("command", nargs="*", metavar="-- COMMAND", help="run this, then stop")
     emu.set_defaults(func=_cmd_emulator)
     return parser
 

@@ -11,18 +11,12 @@ make sure the process never outlives the Python process that started it::
         os.environ.update(emulator_env(emulator))
         ...  # BigtableDataClientAsync(project=PROJECT) now talks to the emulator
 
-The module is also a small command-line tool::
-
-    python -m saltedtable.testing [--port N] [--table ID[:FAM1,FAM2]]... [-- COMMAND ARGS...]
-
-Without a command it runs the emulator in the foreground until Ctrl-C or SIGTERM.
-With a command it starts the emulator, creates the tables, runs the command with
-``BIGTABLE_EMULATOR_HOST`` set, stops the emulator and returns the command's exit code.
+From the shell, ``saltedtable emulator`` runs it; in a pytest suite, the fixtures of
+``saltedtable.pytest_plugin`` (installed with the package) start it for the session.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
 import os
@@ -30,12 +24,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import IO, Final, final
 
 import grpc  # type: ignore[import-untyped,unused-ignore]
@@ -53,12 +47,13 @@ __all__ = [
     "INSTANCE",
     "PROJECT",
     "Emulator",
+    "ExternalEmulator",
+    "connect_emulator",
     "create_table",
     "delete_table",
     "emulator_env",
     "find_emulator",
     "list_tables",
-    "main",
     "start_emulator",
 ]
 
@@ -460,7 +455,59 @@ def start_emulator(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def emulator_env(emulator: Emulator | str) -> dict[str, str]:
+@final
+@dataclass(frozen=True, slots=True)
+class ExternalEmulator:
+    """An emulator that something else runs (Docker, another shell), reached at ``host:port``.
+
+    Obtain one from :func:`connect_emulator`, which checks that it answers. Nothing
+    here starts or stops it.
+    """
+
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        """``host:port``, the value for ``BIGTABLE_EMULATOR_HOST``."""
+        return f"{self.host}:{self.port}"
+
+
+def connect_emulator(address: str, *, timeout: float = 10.0) -> ExternalEmulator:
+    """Check that a Bigtable emulator answers at ``address`` and return it.
+
+    Args:
+        address: ``host:port`` of a running emulator, as in ``BIGTABLE_EMULATOR_HOST``.
+        timeout: Seconds to wait for it to answer an admin ``ListTables`` call.
+
+    Returns:
+        The emulator at ``address``.
+
+    Raises:
+        EmulatorError: ``address`` is not ``host:port``, or nothing there answers
+            like a Bigtable emulator within ``timeout``.
+    """
+    host, _, port_text = address.strip().rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = 0
+    if not host or not 0 < port < 65536:
+        raise EmulatorError(f"expected the emulator's address as HOST:PORT, got {address!r}")
+    emulator = ExternalEmulator(host, port)
+    try:
+        list_tables(emulator.address, timeout=timeout)
+    except api_exceptions.GoogleAPIError as error:
+        raise EmulatorError(
+            f"no Bigtable emulator answers at {emulator.address}: {error}\n"
+            "Start one there (for example `saltedtable emulator --port "
+            f"{port}` or the Docker image in emulator/docker-compose.yml), or leave the "
+            "address out to have a fresh emulator started."
+        ) from error
+    return emulator
+
+
+def emulator_env(emulator: Emulator | ExternalEmulator | str) -> dict[str, str]:
     """Environment variables that point Bigtable clients at ``emulator``.
 
     Args:
@@ -588,187 +635,3 @@ def delete_table(
         except api_exceptions.NotFound:
             if not missing_ok:
                 raise
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-class _Terminated(BaseException):
-    """Raised by the SIGTERM handler so ``finally`` blocks stop the emulator."""
-
-
-def _table_spec(spec: str) -> tuple[str, tuple[str, ...]]:
-    table_id, _, families = spec.partition(":")
-    names = tuple(name for name in families.split(",") if name) if families else ("cf",)
-    if not table_id or not names:
-        raise argparse.ArgumentTypeError(f"expected ID or ID:FAMILY[,FAMILY...], got {spec!r}")
-    return table_id, names
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m saltedtable.testing",
-        description=(
-            "Run the official Bigtable emulator. Without COMMAND it runs in the foreground "
-            "until Ctrl-C; with `-- COMMAND ARGS...` it runs COMMAND with "
-            f"{EMULATOR_HOST_ENV} set, then stops and returns COMMAND's exit code."
-        ),
-        usage="%(prog)s [--port N] [--table ID[:FAM1,FAM2]]... [-- COMMAND ARGS...]",
-    )
-    parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
-    parser.add_argument(
-        "--table",
-        dest="tables",
-        action="append",
-        type=_table_spec,
-        default=[],
-        metavar="ID[:FAM1,FAM2]",
-        help="create this table (default family: cf); repeatable",
-    )
-    parser.add_argument("--project", default=PROJECT, help=f"default: {PROJECT}")
-    parser.add_argument("--instance", default=INSTANCE, help=f"default: {INSTANCE}")
-    parser.add_argument(
-        "--binary", default=None, help=f"cbtemulator to run (default: ${ENV_VAR}, SDK, PATH)"
-    )
-    parser.add_argument("--startup-timeout", type=float, default=30.0, help="seconds (default: 30)")
-    return parser
-
-
-def _finish(child: subprocess.Popen[bytes], signum: signal.Signals) -> None:
-    """Pass ``signum`` on to ``child`` and reap it, killing it if it does not exit."""
-    if child.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
-        try:
-            child.wait(_STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
-def _run_command(emulator: Emulator, command: Sequence[str]) -> int:
-    env = {**os.environ, **emulator_env(emulator)}
-    try:
-        child = subprocess.Popen(list(command), env=env)
-    except OSError as error:
-        print(f"error: cannot run {command[0]!r}: {error}", file=sys.stderr)
-        return 127
-    try:
-        return child.wait()
-    except KeyboardInterrupt:
-        # The terminal sent SIGINT to the child as well; give it time to exit cleanly.
-        _finish(child, signal.SIGINT)
-        return 128 + signal.SIGINT
-    except _Terminated:
-        _finish(child, signal.SIGTERM)
-        return 128 + signal.SIGTERM
-
-
-def _run_foreground(emulator: Emulator) -> int:
-    try:
-        code = emulator.wait()
-    except (KeyboardInterrupt, _Terminated):
-        print("stopping the Bigtable emulator", file=sys.stderr)
-        return 0
-    print(
-        f"error: the Bigtable emulator exited with code {code}:\n{_tail(emulator.output())}",
-        file=sys.stderr,
-    )
-    return 1
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Turn SIGTERM (docker stop, CI cancellation) into an exception, so cleanup runs."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        # Once is enough: a second SIGTERM must not interrupt the cleanup it started.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise _Terminated(signum)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: signal handling is the caller's business
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _serve(args: argparse.Namespace, command: Sequence[str]) -> int:
-    try:
-        emulator = start_emulator(
-            binary=args.binary, port=args.port, startup_timeout=args.startup_timeout
-        )
-    except EmulatorNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except EmulatorError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    with emulator:
-        try:
-            for table_id, families in args.tables:
-                create_table(
-                    emulator.address,
-                    table_id,
-                    families,
-                    project=args.project,
-                    instance=args.instance,
-                    exist_ok=True,
-                )
-        except api_exceptions.GoogleAPIError as error:
-            print(f"error: creating tables failed: {error}", file=sys.stderr)
-            return 1
-        if command:
-            return _run_command(emulator, command)
-        print(f"export {EMULATOR_HOST_ENV}={emulator.address}")
-        for table_id, families in args.tables:
-            name = f"{_instance_name(args.project, args.instance)}/tables/{table_id}"
-            print(f"# created table {name} (families: {', '.join(families)})")
-        print("# Bigtable emulator running; press Ctrl-C to stop.", flush=True)
-        return _run_foreground(emulator)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the emulator from the command line.
-
-    ``python -m saltedtable.testing [--port N] [--table ID[:FAM1,FAM2]]... [-- COMMAND ARGS...]``
-
-    Args:
-        argv: Arguments without the program name; ``sys.argv[1:]`` when ``None``.
-            Everything after the first ``--`` is the command to run.
-
-    Returns:
-        With a command, the command's exit code. Without one, 0 after Ctrl-C or
-        SIGTERM. 2 if the emulator is not installed or the arguments are wrong;
-        1 if the emulator failed; 130/143 if interrupted during startup.
-    """
-    options = list(sys.argv[1:] if argv is None else argv)
-    command: list[str] = []
-    separated = "--" in options
-    if separated:
-        split = options.index("--")
-        options, command = options[:split], options[split + 1 :]
-    parser = _parser()
-    try:
-        args = parser.parse_args(options)
-    except SystemExit as exit_:  # --help or a usage error; argparse already printed why
-        return exit_.code if isinstance(exit_.code, int) else 2
-    if separated and not command:
-        parser.print_usage(sys.stderr)
-        print("error: expected a COMMAND after --", file=sys.stderr)
-        return 2
-    with _sigterm_unwinds():
-        try:
-            return _serve(args, command)
-        except KeyboardInterrupt:
-            return 128 + signal.SIGINT
-        except _Terminated:
-            return 128 + signal.SIGTERM
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -387,9 +388,11 @@ async def test_from_client_accepts_a_cutoff(
 
 
 def test_migrate_forward_example_runs_on_the_emulator() -> None:
-    """examples/migrate_forward.py runs under ``python -m saltedtable.testing`` and says so."""
+    """examples/migrate_forward.py runs under ``saltedtable emulator`` and says so."""
     env = {k: v for k, v in os.environ.items() if k != EMULATOR_HOST_ENV}
-    harness = [sys.executable, "-m", "saltedtable.testing", "--table", "legacy_events:cf"]
+    script = shutil.which("saltedtable", path=str(Path(sys.executable).parent))
+    assert script is not None, "the saltedtable console script is not installed (make install)"
+    harness = [script, "emulator", "--table", "legacy_events:cf"]
     command = [*harness, "--", sys.executable, "examples/migrate_forward.py"]
     done = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=90, check=False

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from saltedtable import _cli, testing
+from saltedtable import _cli, _emulator_cmd
 from saltedtable._cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -174,27 +174,50 @@ def test_explain_bad_limit_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 # -- emulator ----------------------------------------------------------------------------
 
 
-def test_emulator_passes_port_and_tables(
+def test_emulator_passes_every_option_and_the_command(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """emulator forwards --port and every --table to saltedtable.testing.main."""
-    seen: list[list[str]] = []
+    """emulator parses --port, every --table and the command after -- for run_emulator."""
+    seen: list[dict[str, Any]] = []
 
-    def fake_main(argv: list[str]) -> int:
-        seen.append(argv)
-        return 0
+    def fake_run(**options: Any) -> int:
+        seen.append(options)
+        return 7
 
-    monkeypatch.setattr(testing, "main", fake_main)
-    code, _, _ = run(capsys, "emulator", "--port", "8086", "--table", "t1:cf", "--table", "t2")
-    assert code == 0
-    assert seen == [["--port", "8086", "--table", "t1:cf", "--table", "t2"]]
+    monkeypatch.setattr(_emulator_cmd, "run_emulator", fake_run)
+    argv = ["emulator", "--port", "8086", "--table", "t1:cf,meta", "--table", "t2"]
+    code, _, _ = run(capsys, *argv, "--", "python", "-c", "pass", "--table", "x")
+    assert code == 7
+    assert seen == [
+        {
+            "port": 8086,
+            "tables": [("t1", ("cf", "meta")), ("t2", ("cf",))],
+            "command": ["python", "-c", "pass", "--table", "x"],
+            "project": "test-project",
+            "instance": "test-instance",
+            "binary": None,
+            "startup_timeout": 30.0,
+        }
+    ]
 
 
-def test_emulator_bad_port_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    """A port outside 1..65535 is a usage error."""
-    code, _, err = run(capsys, "emulator", "--port", "70000")
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--port", "70000"], "--port"),
+        (["--port", "not-a-number"], "--port"),
+        (["--table", ":cf"], "--table"),
+        (["--table", "t:,"], "--table"),
+        (["--startup-timeout", "0"], "--startup-timeout"),
+    ],
+)
+def test_emulator_bad_arguments_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    """A bad port, table spec or timeout is a one-line usage error, before anything starts."""
+    code, _, err = run(capsys, "emulator", *argv)
     assert code == 2
-    assert_one_line_error(err, "--port")
+    assert_one_line_error(err, needle)
 
 
 # -- advise: the report --------------------------------------------------------------------

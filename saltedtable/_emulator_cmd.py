@@ -1,0 +1,182 @@
+"""``saltedtable emulator``: run the official Bigtable emulator from the shell.
+
+Without a command the emulator runs in the foreground until Ctrl-C or SIGTERM,
+after printing the ``export BIGTABLE_EMULATOR_HOST=...`` line for another shell.
+With a command it starts the emulator, creates the tables, runs the command with
+``BIGTABLE_EMULATOR_HOST`` set, stops the emulator and returns the command's exit
+code. ``_cli.py`` parses the arguments; this module does the running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from types import FrameType
+from typing import Final
+
+from google.api_core import exceptions as api_exceptions
+
+from ._exceptions import EmulatorError, EmulatorNotFoundError
+from .testing import EMULATOR_HOST_ENV, Emulator, create_table, emulator_env, start_emulator
+
+__all__ = ["run_emulator"]
+
+_CHILD_STOP_TIMEOUT: Final = 5.0
+_OUTPUT_TAIL: Final = 4000
+
+
+class _Terminated(BaseException):
+    """Raised by the SIGTERM handler so ``finally`` blocks stop the emulator."""
+
+
+def _finish(child: subprocess.Popen[bytes], signum: signal.Signals) -> None:
+    """Pass ``signum`` on to ``child`` and reap it, killing it if it does not exit."""
+    if child.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+        try:
+            child.wait(_CHILD_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _run_command(emulator: Emulator, command: Sequence[str]) -> int:
+    env = {**os.environ, **emulator_env(emulator)}
+    try:
+        child = subprocess.Popen(list(command), env=env)
+    except OSError as error:
+        print(f"saltedtable emulator: error: cannot run {command[0]!r}: {error}", file=sys.stderr)
+        return 127
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        # The terminal sent SIGINT to the child as well; give it time to exit cleanly.
+        _finish(child, signal.SIGINT)
+        return 128 + signal.SIGINT
+    except _Terminated:
+        _finish(child, signal.SIGTERM)
+        return 128 + signal.SIGTERM
+
+
+def _run_foreground(emulator: Emulator) -> int:
+    try:
+        code = emulator.wait()
+    except (KeyboardInterrupt, _Terminated):
+        print("stopping the Bigtable emulator", file=sys.stderr)
+        return 0
+    output = emulator.output().strip()[-_OUTPUT_TAIL:] or "(no output)"
+    print(
+        f"saltedtable emulator: error: the Bigtable emulator exited with code {code}:\n{output}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Turn SIGTERM (docker stop, CI cancellation) into an exception, so cleanup runs."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        # Once is enough: a second SIGTERM must not interrupt the cleanup it started.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated(signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signal handling is the caller's business
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(
+    *,
+    port: int | None,
+    tables: Sequence[tuple[str, Sequence[str]]],
+    command: Sequence[str],
+    project: str,
+    instance: str,
+    binary: str | None,
+    startup_timeout: float,
+) -> int:
+    try:
+        emulator = start_emulator(binary=binary, port=port, startup_timeout=startup_timeout)
+    except EmulatorNotFoundError as error:
+        print(f"saltedtable emulator: error: {error}", file=sys.stderr)
+        return 2
+    except EmulatorError as error:
+        print(f"saltedtable emulator: error: {error}", file=sys.stderr)
+        return 1
+    with emulator:
+        try:
+            for table_id, families in tables:
+                create_table(
+                    emulator.address,
+                    table_id,
+                    families,
+                    project=project,
+                    instance=instance,
+                    exist_ok=True,
+                )
+        except api_exceptions.GoogleAPIError as error:
+            print(f"saltedtable emulator: error: creating tables failed: {error}", file=sys.stderr)
+            return 1
+        if command:
+            return _run_command(emulator, command)
+        print(f"export {EMULATOR_HOST_ENV}={emulator.address}")
+        for table_id, families in tables:
+            name = f"projects/{project}/instances/{instance}/tables/{table_id}"
+            print(f"# created table {name} (families: {', '.join(families)})")
+        print("# Bigtable emulator running; press Ctrl-C to stop.", flush=True)
+        return _run_foreground(emulator)
+
+
+def run_emulator(
+    *,
+    port: int | None = None,
+    tables: Sequence[tuple[str, Sequence[str]]] = (),
+    command: Sequence[str] = (),
+    project: str,
+    instance: str,
+    binary: str | None = None,
+    startup_timeout: float = 30.0,
+) -> int:
+    """Run the emulator in the foreground, or around ``command``.
+
+    Args:
+        port: Port on 127.0.0.1; a free one when ``None``.
+        tables: ``(table_id, families)`` to create before anything runs.
+        command: The program and its arguments; empty runs in the foreground.
+        project: Project id the tables are created in.
+        instance: Instance id the tables are created in.
+        binary: The ``cbtemulator`` to run (see ``saltedtable.testing.find_emulator``).
+        startup_timeout: Seconds to wait for the emulator to serve.
+
+    Returns:
+        With a command, the command's exit code (127 if it cannot be run). Without
+        one, 0 after Ctrl-C or SIGTERM. 2 if the emulator is not installed, 1 if it
+        failed; 130/143 if interrupted during startup.
+    """
+    with _sigterm_unwinds():
+        try:
+            return _serve(
+                port=port,
+                tables=tables,
+                command=command,
+                project=project,
+                instance=instance,
+                binary=binary,
+                startup_timeout=startup_timeout,
+            )
+        except KeyboardInterrupt:
+            return 128 + signal.SIGINT
+        except _Terminated:
+            return 128 + signal.SIGTERM

@@ -92,11 +92,13 @@ class Layout:
         except TypeError:  # a key part that cannot be hashed: compute it again
             return _legacy_gaps(self.scheme)
 
-    def misplaced(self, physical: bytes) -> str | None:
+    def misplaced(self, physical: bytes, *, copies: bool = False) -> str | None:
         """Why a row found inside a salt prefix range does not belong there, or None.
 
         A row there must carry the bucket the scheme computes for the rest of
-        its key and, with a cutoff, a key time at or after the cutoff.
+        its key and, with a cutoff, a key time at or after the cutoff, unless
+        ``copies``: while a migration backfills the legacy rows, their copies
+        (right bucket, key time before the cutoff) are expected there.
         """
         try:
             _, logical = self.scheme.split_key(physical)
@@ -108,7 +110,7 @@ class Layout:
             side = self.cutoff.side_of(logical)
         except CutoffError as exc:
             return f"{physical!r}: {exc}"
-        if side != "salted":
+        if side != "salted" and not copies:
             return f"{physical!r}: its key time is before the cutoff, so it is a legacy row"
         return None
 
@@ -155,6 +157,26 @@ class Layout:
             if cutoff.unreadable != "salted":
                 return None
             return "its key time is unreadable and the policy sends those to the salted side"
+
+    def salted_stray_reason(self, key: bytes) -> str | None:
+        """Why a row in a salt bucket must be left out of scans, or None to keep it.
+
+        The mirror of :meth:`stray_reason`. With a cutoff, a bucket row whose
+        key time puts it on the legacy side is not where point reads look for
+        it (they read the legacy key), so a scan that showed it would show a
+        row reads cannot find, or a key twice. Such rows are the copies a
+        backfill writes before the cut-over (``saltedtable.beam.BackfillLegacy``).
+        """
+        cutoff = self.cutoff
+        if cutoff is None:
+            return None
+        try:
+            side = cutoff.side_of(key)
+        except CutoffError:
+            return None  # no layout writes it here or there; check_layout reports it
+        if side == "legacy":
+            return f"its key time is before the cutoff {cutoff.cutoff.isoformat()} (a legacy row)"
+        return None
 
     def logical_samples(self, samples: Iterable[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
         """Map ``sample_row_keys`` results of the physical table to logical keys.

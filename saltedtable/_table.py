@@ -46,10 +46,10 @@ from ._guard import (
     decode_layout,
     describe_layout,
     encode_layout,
-    layout_differences,
 )
 from ._layout import Layout
 from ._merge import FanOut, Merge
+from ._migration import open_differences, tolerates_copies, tolerates_legacy_rows
 from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
 from ._reader import BucketReader
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
@@ -186,6 +186,8 @@ class SaltedTableAsync:
         self._first_page = first_page
         self._max_page = max_page
         self.stats_hook = stats_hook
+        #: The layout record found by :meth:`guard_scheme` (None: not read, or absent).
+        self.stored_layout: dict[str, Any] | None = None
         install_retry_counter(table)
 
     @classmethod
@@ -284,7 +286,8 @@ class SaltedTableAsync:
             stored = await self._stored_layout()
             if stored is None:
                 raise LayoutError(f"the layout record {SCHEME_ROW_KEY!r} did not persist")
-        if not layout_differences(stored, record):
+        self.stored_layout = stored
+        if not open_differences(stored, record):
             return
         if not override:
             raise SchemeMismatchError(stored, record)
@@ -332,8 +335,9 @@ class SaltedTableAsync:
                 # the end leaves no RPC behind.
                 stream = await self._table.read_rows_stream(query)
                 keys = [row.row_key async for row in stream]
+            copies = tolerates_copies(self.stored_layout)
             for key in keys:
-                problem = self.layout.misplaced(key)
+                problem = self.layout.misplaced(key, copies=copies)
                 if problem is not None:
                     offenders.append(problem)
 
@@ -341,6 +345,8 @@ class SaltedTableAsync:
             # Rows outside every salt prefix: the legacy side of a cutoff
             # layout, and otherwise rows this scheme never writes (unsalted
             # data, or another bucket count: 16 buckets write "07-", 8 "7-").
+            if self.cutoff is None and tolerates_legacy_rows(self.stored_layout):
+                return  # the legacy rows of a migration's cut-over, still being retired
             outside = SubQuery(None, b"", (), self.layout.legacy_gaps(), key_only)
             page = PageCursor(outside).next_query(sample_rows)
             if page is None:
@@ -633,6 +639,7 @@ class SaltedTableAsync:
         if stats is not None:
             stats.operation = operation
         stray = self._is_stray_legacy_row if self.cutoff is not None else None
+        salted_stray = self._is_stray_salted_row if self.cutoff is not None else None
         readers = [
             BucketReader(
                 self._table.read_rows_stream,
@@ -642,7 +649,7 @@ class SaltedTableAsync:
                 retryable_errors=retryable_errors,
                 limiter=self.limiter,
                 bstats=None if stats is None else stats.bucket(sub.bucket),
-                stray=stray if sub.bucket is None else None,
+                stray=stray if sub.bucket is None else salted_stray,
             )
             for sub in plan.subqueries
         ]
@@ -682,6 +689,10 @@ class SaltedTableAsync:
             return False
         _log.warning("skipping legacy row %r: %s", key, why)
         return True
+
+    def _is_stray_salted_row(self, key: bytes) -> bool:
+        """True for a bucket row that scans leave out (see ``Layout.salted_stray_reason``)."""
+        return self.layout.salted_stray_reason(key) is not None
 
     # -- writes ----------------------------------------------------------------
 

@@ -106,11 +106,13 @@ class Layout:
             return f"{physical!r}: {exc}"
         if self.cutoff is None:
             return None
+        if copies and self.salted_stray_reason(logical) is not None:
+            return None  # a backfilled copy of a legacy row
         try:
             side = self.cutoff.side_of(logical)
         except CutoffError as exc:
             return f"{physical!r}: {exc}"
-        if side != "salted" and not copies:
+        if side != "salted":
             return f"{physical!r}: its key time is before the cutoff, so it is a legacy row"
         return None
 
@@ -161,22 +163,21 @@ class Layout:
     def salted_stray_reason(self, key: bytes) -> str | None:
         """Why a row in a salt bucket must be left out of scans, or None to keep it.
 
-        The mirror of :meth:`stray_reason`. With a cutoff, a bucket row whose
-        key time puts it on the legacy side is not where point reads look for
-        it (they read the legacy key), so a scan that showed it would show a
-        row reads cannot find, or a key twice. Such rows are the copies a
-        backfill writes before the cut-over (``saltedtable.beam.BackfillLegacy``).
+        The exact complement of :meth:`stray_reason`, so that every key is
+        shown on one side only. With a cutoff, a bucket row whose key time
+        (or unreadable time) puts it on the legacy side is not where point
+        reads look for it, so a scan that showed it would show a row reads
+        cannot find, or a key twice. Such rows are the copies a backfill
+        writes before the cut-over (``saltedtable.beam.BackfillLegacy``).
         """
         cutoff = self.cutoff
-        if cutoff is None:
+        if cutoff is None or self.stray_reason(key) is not None:
             return None
         try:
-            side = cutoff.side_of(key)
-        except CutoffError:
-            return None  # no layout writes it here or there; check_layout reports it
-        if side == "legacy":
-            return f"its key time is before the cutoff {cutoff.cutoff.isoformat()} (a legacy row)"
-        return None
+            cutoff.key_time(key)
+        except ValueError:
+            return "its key time is unreadable and the policy reads such keys on the legacy side"
+        return f"its key time is before the cutoff {cutoff.cutoff.isoformat()} (a legacy row)"
 
     def logical_samples(self, samples: Iterable[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
         """Map ``sample_row_keys`` results of the physical table to logical keys.

@@ -70,7 +70,17 @@ def test_salted_stray_reason_mirrors_the_legacy_rule() -> None:
     layout = Layout(SCHEME, POLICY)
     assert layout.salted_stray_reason(OLD[0]) is not None
     assert layout.salted_stray_reason(NEW[0]) is None
-    assert layout.salted_stray_reason(b"no-time") is None  # unreadable: check_layout's job
+    # Every key is shown on exactly one side, unreadable times included.
+    for policy in (
+        POLICY,
+        *(
+            CutoffPolicy(POLICY.cutoff, POLICY.timestamp, unreadable=u)
+            for u in ("legacy", "salted")
+        ),
+    ):
+        both = Layout(SCHEME, policy)
+        for key in (*OLD, *NEW, b"no-time", b"u#x"):
+            assert (both.stray_reason(key) is None) != (both.salted_stray_reason(key) is None)
     assert Layout(SCHEME).salted_stray_reason(OLD[0]) is None
     assert layout.misplaced(SCHEME.salt_key(OLD[0])) is not None
     assert layout.misplaced(SCHEME.salt_key(OLD[0]), copies=True) is None

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, final
 
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics
+from apache_beam.pvalue import PBegin, PCollection
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 from google.cloud.bigtable.data import (
@@ -97,7 +98,7 @@ def _bucket_name(bucket: int | None) -> str:
     return "legacy" if bucket is None else f"bucket_{bucket}"
 
 
-class _TableDoFn(beam.DoFn):  # type: ignore[misc]
+class _TableDoFn(beam.DoFn):
     """A DoFn holding a client for one table, opened in ``setup`` on the worker."""
 
     def __init__(self, target: BigtableTarget) -> None:
@@ -205,7 +206,12 @@ class _PlanSplits(_TableDoFn):
         self._splits.inc(len(splits))
         with PROGRESS.lock:
             PROGRESS.splits_total += len(splits)
-        _log.info("%s: %d split(s) over %d sub-quer(ies)", self.target.table, len(splits), len(self.subqueries))
+        _log.info(
+            "%s: %d split(s) over %d sub-quer(ies)",
+            self.target.table,
+            len(splits),
+            len(self.subqueries),
+        )
         yield from splits
 
 
@@ -273,7 +279,7 @@ def read_split(
             yield row
 
 
-class _ReadRows(beam.PTransform):  # type: ignore[misc]
+class _ReadRows(beam.PTransform[PBegin, PCollection[Row]]):
     """Plan -> splits -> reshuffle -> rows; the core of every read here."""
 
     def __init__(
@@ -301,11 +307,11 @@ class _ReadRows(beam.PTransform):  # type: ignore[misc]
         self.rows = rows
         self.check_layout = check_layout
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[Row]:
+    def expand(self, pbegin: PBegin) -> PCollection[Row]:
         plan = _PlanSplits(
             self.target, self.layout, self.subqueries, self.split_bytes, self.check_layout
         )
-        return (
+        out: PCollection[Row] = (
             pbegin
             | "Start" >> beam.Impulse()
             | "Plan splits" >> beam.ParDo(plan)
@@ -313,9 +319,10 @@ class _ReadRows(beam.PTransform):  # type: ignore[misc]
             | "Read splits"
             >> beam.ParDo(_ReadSplits(self.target, self.layout, self.rows_per_request, self.rows))
         )
+        return out
 
 
-class ReadSaltedRows(beam.PTransform):  # type: ignore[misc]
+class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
     """Read a salted table in parallel: rows with logical keys, in no particular order.
 
     The logical query is planned like ``SaltedTableAsync.read_rows`` (one
@@ -374,8 +381,9 @@ class ReadSaltedRows(beam.PTransform):  # type: ignore[misc]
             check_layout=check_layout,
         )
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[Row]:
-        return pbegin | "Read" >> self._read
+    def expand(self, pbegin: PBegin) -> PCollection[Row]:
+        out: PCollection[Row] = pbegin | "Read" >> self._read
+        return out
 
 
 # -- writing -------------------------------------------------------------------
@@ -483,13 +491,15 @@ class _WriteEntries(_TableDoFn):
                 except RowKeyError:
                     key = physical
                 cause = exc.__cause__ if exc.__cause__ is not None else exc
-                out.append(FailedWrite(key, f"{type(cause).__name__}: {cause}", tuple(exc.entry.mutations)))
+                out.append(
+                    FailedWrite(key, f"{type(cause).__name__}: {cause}", tuple(exc.entry.mutations))
+                )
             else:
                 out.append(FailedWrite(b"", f"{type(exc).__name__}: {exc}"))
         return out
 
 
-class WriteSaltedRows(beam.PTransform):  # type: ignore[misc]
+class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection[FailedWrite]]):
     """Write ``RowMutationEntry`` elements with logical keys to a salted table.
 
     Each key is salted (or, with a cutoff, routed to its side) by the same
@@ -544,8 +554,9 @@ class WriteSaltedRows(beam.PTransform):  # type: ignore[misc]
             check_layout=check_layout,
         )
 
-    def expand(self, entries: beam.PCollection[RowMutationEntry]) -> beam.PCollection[FailedWrite]:
-        return entries | "Write salted" >> beam.ParDo(self._write)
+    def expand(self, entries: PCollection[RowMutationEntry]) -> PCollection[FailedWrite]:
+        out: PCollection[FailedWrite] = entries | "Write salted" >> beam.ParDo(self._write)
+        return out
 
 
 # -- copies and digests ---------------------------------------------------------
@@ -559,9 +570,7 @@ def copy_entry(row: Row) -> RowMutationEntry:
     source since an earlier copy do not survive.
     """
     mutations: list[Mutation] = [DeleteAllFromRow()]
-    mutations += [
-        SetCell(c.family, c.qualifier, c.value, c.timestamp_micros) for c in row.cells
-    ]
+    mutations += [SetCell(c.family, c.qualifier, c.value, c.timestamp_micros) for c in row.cells]
     return RowMutationEntry(row.row_key, mutations)
 
 

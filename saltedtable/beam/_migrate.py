@@ -34,7 +34,8 @@ from typing import IO, Any, Final, final
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.pvalue import PBegin, PCollection
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineResult
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow
@@ -149,7 +150,7 @@ def counters(result: PipelineResult, namespace: str = METRICS_NAMESPACE) -> dict
 # -- checksums -----------------------------------------------------------------
 
 
-class _Checksum(beam.DoFn):  # type: ignore[misc]
+class _Checksum(beam.DoFn):
     """Counts rows and sums their digests per bucket of ``scheme``, as Beam counters."""
 
     def __init__(self, side: str, scheme: SaltScheme) -> None:
@@ -218,7 +219,9 @@ class Checksums:
         """A table for humans, differing buckets marked."""
         a, b = self.sides
         out = [f"{'bucket':>10} {a + ' rows':>14} {b + ' rows':>14}  checksums"]
-        for bucket in sorted(self.buckets, key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s)):
+        for bucket in sorted(
+            self.buckets, key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s)
+        ):
             ra, sa, rb, sb = self.buckets[bucket]
             same = "equal" if (ra, sa) == (rb, sb) else f"DIFFER {sa:016x} {sb:016x}"
             out.append(f"{bucket:>10} {ra:>14,} {rb:>14,}  {same}")
@@ -279,7 +282,7 @@ def _salted_subqueries(layout: Layout) -> tuple[SubQuery, ...]:
     return tuple(s for s in plan.subqueries if s.bucket is not None)
 
 
-class BackfillLegacy(beam.PTransform):  # type: ignore[misc]
+class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
     """Copy every legacy row of a cutoff table to its salted key, cells and versions included.
 
     Reads the legacy (pre-cutoff) side as cutoff readers see it, and writes
@@ -325,13 +328,14 @@ class BackfillLegacy(beam.PTransform):  # type: ignore[misc]
             counter_prefix="rows_copied",
         )
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[FailedWrite]:
-        return (
+    def expand(self, pbegin: PBegin) -> PCollection[FailedWrite]:
+        out: PCollection[FailedWrite] = (
             pbegin
             | "Read legacy rows" >> self._read
             | "As copies" >> beam.Map(copy_entry)
             | "Write copies" >> self._write
         )
+        return out
 
 
 def _start_backfill(stored: StoredRecord | None, layout: Layout) -> dict[str, Any]:
@@ -466,9 +470,12 @@ def cut_over(
             target, scheme, cutoff, options=options, split_bytes=split_bytes, progress=progress
         )
         if not report.ok:
-            return MigrationReport("cut-over refused", report.counters, report.checksums, notes=(
-                "the copies differ from the legacy rows: run the backfill again",
-            ))
+            return MigrationReport(
+                "cut-over refused",
+                report.counters,
+                report.checksums,
+                notes=("the copies differ from the legacy rows: run the backfill again",),
+            )
         wanted = migration_record(scheme, cutoff, CUTOVER)
         swap_record(table, stored, wanted)
     finally:
@@ -547,8 +554,11 @@ class _DeleteVerified(_TableDoFn):
             if copy is not None and row_digest(copy) == row_digest(row):
                 doomed.append(RowMutationEntry(row.row_key, [DeleteAllFromRow()]))
             else:
-                _log.warning("legacy row %r kept: its salted copy is %s", row.row_key,
-                             "missing" if copy is None else "different")
+                _log.warning(
+                    "legacy row %r kept: its salted copy is %s",
+                    row.row_key,
+                    "missing" if copy is None else "different",
+                )
                 self._kept.inc()
         if doomed:
             self.bigtable().bulk_mutate_rows(doomed)
@@ -556,7 +566,7 @@ class _DeleteVerified(_TableDoFn):
             PROGRESS.add("legacy rows deleted", len(doomed))
 
 
-class DeleteLegacy(beam.PTransform):  # type: ignore[misc]
+class DeleteLegacy(beam.PTransform[PBegin, PCollection[None]]):
     """Delete every legacy row whose salted copy holds exactly the same cells.
 
     A row whose copy is missing or differs is kept and counted
@@ -579,13 +589,13 @@ class DeleteLegacy(beam.PTransform):  # type: ignore[misc]
         self.split_bytes = split_bytes
         self.rows_per_request = rows_per_request
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[None]:
+    def expand(self, pbegin: PBegin) -> PCollection[None]:
         from ._io import _PlanSplits
 
         plan = _PlanSplits(
             self.target, self.layout, _legacy_subqueries(self.layout), self.split_bytes, False
         )
-        return (
+        out: PCollection[None] = (
             pbegin
             | "Start" >> beam.Impulse()
             | "Plan splits" >> beam.ParDo(plan)
@@ -593,6 +603,7 @@ class DeleteLegacy(beam.PTransform):  # type: ignore[misc]
             | "Delete verified"
             >> beam.ParDo(_DeleteVerified(self.target, self.layout, self.rows_per_request))
         )
+        return out
 
 
 def delete_legacy(
@@ -615,7 +626,9 @@ def delete_legacy(
     layout = Layout(scheme, cutoff)
     client, table = target.open()
     try:
-        stored = _expect_state(read_record(table), scheme, cutoff, CUTOVER, "delete the legacy rows")
+        stored = _expect_state(
+            read_record(table), scheme, cutoff, CUTOVER, "delete the legacy rows"
+        )
         transform = DeleteLegacy(target, scheme, cutoff, split_bytes=split_bytes)
         result = run_pipeline(lambda p: p | "Delete" >> transform, options, progress=progress)
         found = counters(result)
@@ -729,8 +742,14 @@ def resalt(
 
     copied = counters(run_pipeline(build, options, progress=progress))
     report = verify_resalt(
-        source, scheme, destination, new_scheme, cutoff=cutoff, options=options,
-        split_bytes=split_bytes, progress=progress,
+        source,
+        scheme,
+        destination,
+        new_scheme,
+        cutoff=cutoff,
+        options=options,
+        split_bytes=split_bytes,
+        progress=progress,
     )
     if not report.ok:
         return MigrationReport("resalt (NOT verified)", copied, report.checksums)
@@ -776,8 +795,10 @@ def verify_resalt(
 
     def build(p: beam.Pipeline) -> None:
         _ = p | "Source" >> src | "Sum source" >> beam.ParDo(_Checksum("source", new_scheme))
-        _ = p | "Destination" >> dst | "Sum destination" >> beam.ParDo(
-            _Checksum("destination", new_scheme)
+        _ = (
+            p
+            | "Destination" >> dst
+            | "Sum destination" >> beam.ParDo(_Checksum("destination", new_scheme))
         )
 
     result = run_pipeline(build, options, progress=progress)

@@ -107,7 +107,7 @@ def run_pipeline(
     apply); with one (e.g. ``DataflowRunner``), on that runner. ``progress``
     shows what this process's workers did, redrawn on one line.
     """
-    options = PipelineOptions() if options is None else options
+    options = PipelineOptions([]) if options is None else options
     if options.view_as(StandardOptions).runner is None:
         pipeline = beam.Pipeline(runner=FnApiRunner(), options=options)
     else:

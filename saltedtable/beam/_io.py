@@ -12,6 +12,7 @@ with the same paging and layout rules as the async reader.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
@@ -440,6 +441,14 @@ class _WriteEntries(_TableDoFn):
         super().setup()
         if self.check_layout:
             check_record(self.bigtable(), self.layout)
+
+    def teardown(self) -> None:
+        # After a failed bundle: send what was queued (every entry is idempotent
+        # to a re-run) rather than leave the batcher open.
+        if self._batcher is not None and not self._batcher.closed:
+            with contextlib.suppress(Exception):
+                self._batcher.close()
+        super().teardown()
 
     def _counter(self, bucket: int | None) -> Any:
         counter = self._counters.get(bucket)

@@ -42,6 +42,8 @@ def snapshot(rows: Iterable[Row]) -> Snapshot:
     out = []
     for row in rows:
         assert all(c.row_key == row.row_key for c in row.cells), row.row_key
-        cells = tuple(sorted((c.family, c.qualifier, c.timestamp_micros, c.value) for c in row.cells))
+        cells = tuple(
+            sorted((c.family, c.qualifier, c.timestamp_micros, c.value) for c in row.cells)
+        )
         out.append((row.row_key, cells))
     return sorted(out)

@@ -33,7 +33,7 @@ from saltedtable import (
     plan_reads,
 )
 from saltedtable.beam import FailedWrite, ReadSaltedRows, WriteSaltedRows
-from saltedtable.beam._io import _ReadSplits, _WriteEntries, BigtableTarget
+from saltedtable.beam._io import BigtableTarget, _ReadSplits, _WriteEntries
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import run_collect, snapshot
 from tests.conftest import MakeTable
@@ -90,8 +90,10 @@ async def test_read_equals_the_async_reader(
     for name, query in queries.items():
         expected = snapshot(await table.read_rows(query))
         rows, found = run_collect(
-            lambda p, q=query: p
-            | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, q, POLICY, split_bytes=8_000)
+            lambda p, q=query: (
+                p
+                | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, q, POLICY, split_bytes=8_000)
+            )
         )
         assert snapshot(rows) == expected, name
         assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == len(expected)
@@ -110,16 +112,18 @@ async def test_a_limit_is_refused() -> None:
 async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
     data_client: BigtableDataClientAsync, make_table: MakeTable
 ) -> None:
-    """Keys before the cutoff stay unsalted, later ones are salted; a bad entry comes back by key."""
+    """Keys before the cutoff stay unsalted, later ones salted; a bad entry comes back by key."""
     table_id = make_table(("cf", "cg"))
     raw = data_client.get_table(INSTANCE, table_id)
     keys = [k(s, C + d) for s in range(4) for d in (-2 * MIN, -1, 0, MIN)]
     entries = [RowMutationEntry(key, cells(key)) for key in keys]
     bad = RowMutationEntry(k(7, C + MIN), [SetCell("no-such-family", b"q", b"v", 1000)])
     failed, found = run_collect(
-        lambda p: p
-        | beam.Create([*entries, bad])
-        | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output")
+        lambda p: (
+            p
+            | beam.Create([*entries, bad])
+            | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output")
+        )
     )
     assert [f.row_key for f in failed] == [bad.row_key]
     assert isinstance(failed[0], FailedWrite)
@@ -132,9 +136,11 @@ async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
     )
     with pytest.raises(Exception, match=re.escape(repr(bad.row_key))):
         run_collect(
-            lambda p: p
-            | beam.Create([bad])
-            | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, POLICY)
+            lambda p: (
+                p
+                | beam.Create([bad])
+                | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, POLICY)
+            )
         )
 
 
@@ -162,11 +168,16 @@ def test_schemes_policies_plans_and_transforms_pickle() -> None:
     for dofn in (
         _ReadSplits(target, layout, 100, "visible"),
         _WriteEntries(
-            target, layout, on_failure="raise", flush_mutations=10, counter_prefix="w",
+            target,
+            layout,
+            on_failure="raise",
+            flush_mutations=10,
+            counter_prefix="w",
             check_layout=False,
         ),
     ):
         dofn._client, dofn._table = object(), object()  # as if set up on a worker
         again = pickler.loads(pickler.dumps(dofn))
-        assert again._client is None and again._table is None
+        assert again._client is None
+        assert again._table is None
         assert again.layout == layout

@@ -344,8 +344,11 @@ async def test_resalt_16_to_24_verifies_equal_and_writes_the_record(
         "--to-buckets",
         "24",
     ]
-    assert cli_main(argv) == 0
-    assert "verified: equal" in capsys.readouterr().out
+    assert cli_main([*argv, "--progress"]) == 0
+    shown = capsys.readouterr()
+    assert "verified: equal" in shown.out
+    assert "splits" in shown.err
+    assert "rows read 2,400" in shown.err.splitlines()[-1]  # both tables, read in this process
     tampered = keys[5]
     await dest.mutate_row(tampered, SetCell("cf", b"temp", b"tampered", 2_000_000))
     assert cli_main(argv) == 1

@@ -9,6 +9,7 @@ import re
 import apache_beam as beam
 import pytest
 from apache_beam.internal import pickler
+from apache_beam.options.pipeline_options import PipelineOptions
 from google.cloud.bigtable.data import (
     BigtableDataClientAsync,
     ReadRowsQuery,
@@ -32,8 +33,9 @@ from saltedtable import (
     fields,
     plan_reads,
 )
-from saltedtable.beam import FailedWrite, ReadSaltedRows, WriteSaltedRows
+from saltedtable.beam import FailedWrite, ReadSaltedRows, WriteSaltedRows, row_digest, run_pipeline
 from saltedtable.beam._io import BigtableTarget, _ReadSplits, _WriteEntries
+from saltedtable.beam._migrate import counters
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import run_collect, snapshot
 from tests.conftest import MakeTable
@@ -181,3 +183,19 @@ def test_schemes_policies_plans_and_transforms_pickle() -> None:
         assert again._client is None
         assert again._table is None
         assert again.layout == layout
+
+
+async def test_read_on_two_worker_processes(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """With two local worker processes (each opens its own client) every row is read once."""
+    table_id = make_table(("cf", "cg"))
+    await _cutoff_table(data_client, table_id)
+    options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, cutoff=POLICY, split_bytes=8_000)
+    result = run_pipeline(
+        lambda p: p | read | beam.Map(row_digest) | beam.combiners.Count.Globally(), options
+    )
+    found = counters(result)
+    assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 2000
+    assert found["rows_read.legacy"] == 400

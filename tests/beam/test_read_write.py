@@ -17,6 +17,7 @@ from google.cloud.bigtable.data import (
     RowRange,
     SetCell,
 )
+from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
     FamilyNameRegexFilter,
     RowFilterChain,
@@ -148,7 +149,7 @@ async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
 
 async def _plain_rows(
     data_client: BigtableDataClientAsync, make_table: MakeTable, entries: list[RowMutationEntry]
-) -> list:  # type: ignore[type-arg]
+) -> list[Row]:
     plain = data_client.get_table(INSTANCE, make_table(("cf", "cg")))
     await plain.bulk_mutate_rows(entries)
     return await plain.read_rows(ReadRowsQuery())

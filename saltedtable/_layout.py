@@ -171,11 +171,14 @@ class Layout:
         writes before the cut-over (``saltedtable.beam.BackfillLegacy``).
         """
         cutoff = self.cutoff
-        if cutoff is None or self.stray_reason(key) is not None:
+        if cutoff is None:
             return None
         try:
-            cutoff.key_time(key)
+            if cutoff.key_time(key) >= cutoff.cutoff_micros:
+                return None
         except ValueError:
+            if cutoff.unreadable == "salted":
+                return None
             return "its key time is unreadable and the policy reads such keys on the legacy side"
         return f"its key time is before the cutoff {cutoff.cutoff.isoformat()} (a legacy row)"
 

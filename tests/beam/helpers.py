@@ -19,6 +19,15 @@ _SINKS: dict[str, list[Any]] = {}
 Snapshot = list[tuple[bytes, tuple[tuple[str, bytes, int, bytes], ...]]]
 
 
+_COUNTS: dict[str, int] = {}
+
+
+def count_element(name: str) -> int:
+    """Count one more element under ``name`` (in this process); return the new count."""
+    _COUNTS[name] = _COUNTS.get(name, 0) + 1
+    return _COUNTS[name]
+
+
 def _append(element: Any, sink: str) -> None:
     _SINKS[sink].append(element)
 

@@ -51,7 +51,7 @@ from saltedtable.beam._io import _ReadRows
 from saltedtable.beam._migrate import _legacy_subqueries
 from saltedtable.beam._record import read_record, swap_record
 from saltedtable.testing import INSTANCE, PROJECT
-from tests.beam.helpers import run_collect, snapshot
+from tests.beam.helpers import count_element, run_collect, snapshot
 from tests.conftest import MakeTable
 from tests.emulator.test_cutoff_emulator import MIN, POLICY, PREFIXES, QUERIES, SCHEME, C, k
 
@@ -234,11 +234,10 @@ class _Crash(beam.DoFn):
     def __init__(self, after: int) -> None:
         super().__init__()
         self.after = after
-        self.seen = 0
 
     def process(self, element: Any) -> Any:
-        self.seen += 1
-        if self.seen == self.after:
+        # Counted in an importable module: shared by every instance of this in-process run.
+        if count_element("crash") == self.after:
             raise RuntimeError("injected crash")
         yield element
 

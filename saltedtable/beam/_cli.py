@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import IO, NoReturn, TypedDict
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--split-mb", type=float, default=64.0, help="about how much one split reads (MB, 64)"
     )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="backfill: also delete copies whose legacy row is gone (reads every bucket)",
+    )
     p.add_argument("--progress", action="store_true", help="show progress even if not a terminal")
     return p
 
@@ -128,7 +133,7 @@ def main(argv: Sequence[str]) -> int:
         cutoff = _cutoff_policy(args)
         target = BigtableTarget(args.bigtable_project, args.instance, args.table, args.app_profile)
         options = PipelineOptions(beam_args)
-        common = {
+        common: _Common = {
             "options": options,
             "split_bytes": max(1, int(args.split_mb * 1024 * 1024)),
             "progress": progress_stream(args.progress),
@@ -151,7 +156,7 @@ def main(argv: Sequence[str]) -> int:
                     new_scheme,
                     cutoff=cutoff,
                     family=args.family,
-                    **common,  # type: ignore[arg-type]
+                    **common,
                 )
             else:
                 report = verify_resalt(
@@ -160,19 +165,21 @@ def main(argv: Sequence[str]) -> int:
                     destination,
                     new_scheme,
                     cutoff=cutoff,
-                    **common,  # type: ignore[arg-type]
+                    **common,
                 )
         else:
             if cutoff is None:
                 raise _Usage(f"{args.step} finishes a forward-only migration: give --cutoff")
             if args.step == "backfill":
-                report = backfill(target, scheme, cutoff, family=args.family, **common)  # type: ignore[arg-type]
+                report = backfill(
+                    target, scheme, cutoff, family=args.family, prune_orphans=args.prune, **common
+                )
             elif args.step == "verify":
-                report = verify_backfill(target, scheme, cutoff, **common)  # type: ignore[arg-type]
+                report = verify_backfill(target, scheme, cutoff, **common)
             elif args.step == "cutover":
-                report = cut_over(target, scheme, cutoff, **common)  # type: ignore[arg-type]
+                report = cut_over(target, scheme, cutoff, **common)
             else:
-                report = delete_legacy(target, scheme, cutoff, **common)  # type: ignore[arg-type]
+                report = delete_legacy(target, scheme, cutoff, **common)
     except _Usage as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -180,6 +187,12 @@ def main(argv: Sequence[str]) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     return _print(report)
+
+
+class _Common(TypedDict):
+    options: PipelineOptions
+    split_bytes: int
+    progress: IO[str] | None
 
 
 class _Usage(Exception):

@@ -40,6 +40,11 @@ from apache_beam.runners.runner import PipelineResult
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow
 from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import (
+    CellsRowLimitFilter,
+    RowFilterChain,
+    StripValueTransformerFilter,
+)
 
 from .._cutoff import CutoffPolicy
 from .._exceptions import LayoutError, RowKeyError
@@ -62,6 +67,7 @@ from ._io import (
     BigtableTarget,
     FailedWrite,
     WriteSaltedRows,
+    _PlanSplits,
     _ReadRows,
     _TableDoFn,
     copy_entry,
@@ -75,6 +81,7 @@ __all__ = [
     "Checksums",
     "DeleteLegacy",
     "MigrationReport",
+    "PruneOrphanCopies",
     "backfill",
     "cut_over",
     "delete_legacy",
@@ -365,6 +372,7 @@ def backfill(
     options: PipelineOptions | None = None,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
+    prune_orphans: bool = False,
 ) -> MigrationReport:
     """Step 1: move the record to ``backfill`` (once) and copy every legacy row.
 
@@ -376,6 +384,8 @@ def backfill(
         options: Beam pipeline options (None: run locally).
         split_bytes: About how much data one split reads.
         progress: Where to show progress of a local run.
+        prune_orphans: Also delete copies whose legacy row no longer exists
+            (deleted after an earlier run copied it). This reads every bucket.
 
     Raises:
         SchemeMismatchError: The stored record names another layout.
@@ -400,8 +410,93 @@ def backfill(
         split_bytes=split_bytes,
         app_profile_id=target.app_profile_id,
     )
-    result = run_pipeline(lambda p: p | "Backfill" >> transform, options, progress=progress)
+    prune = (
+        PruneOrphanCopies(target, scheme, cutoff, split_bytes=split_bytes)
+        if prune_orphans
+        else None
+    )
+
+    def build(p: beam.Pipeline) -> None:
+        _ = p | "Backfill" >> transform
+        if prune is not None:
+            # Safe next to the copying: a copy written now has its legacy row.
+            _ = p | "Prune orphans" >> prune
+
+    result = run_pipeline(build, options, progress=progress)
     return MigrationReport("backfill", counters(result), record=wanted)
+
+
+class _PruneOrphans(_TableDoFn):
+    """Deletes the copies of a split whose legacy row is gone."""
+
+    def __init__(self, target: BigtableTarget, layout: Layout, rows_per_request: int) -> None:
+        super().__init__(target)
+        self.layout = layout
+        self.rows_per_request = rows_per_request
+        self._pruned = Metrics.counter(METRICS_NAMESPACE, "orphan_copies_deleted")
+
+    def process(self, split: Any) -> Iterator[None]:
+        page: list[bytes] = []
+        rows = read_split(self.bigtable(), split.sub, self.layout, self.rows_per_request, "copies")
+        for row in rows:
+            page.append(row.row_key)
+            if len(page) >= 500:
+                self._prune(page)
+                page = []
+        if page:
+            self._prune(page)
+        return iter(())
+
+    def _prune(self, keys: list[bytes]) -> None:
+        only_keys = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
+        query = ReadRowsQuery(row_keys=list[str | bytes](keys), row_filter=only_keys)
+        legacy = self.bigtable().read_rows(query)
+        present = {row.row_key for row in legacy}
+        scheme = self.layout.scheme
+        doomed = [
+            RowMutationEntry(scheme.salt_key(key), [DeleteAllFromRow()])
+            for key in keys
+            if key not in present
+        ]
+        if doomed:
+            self.bigtable().bulk_mutate_rows(doomed)
+            self._pruned.inc(len(doomed))
+
+
+class PruneOrphanCopies(beam.PTransform[PBegin, PCollection[None]]):
+    """Delete the bucket copies of legacy rows that no longer exist.
+
+    A legacy row deleted after a backfill copied it leaves its copy behind,
+    which a fully salted reader would show. This reads every bucket.
+    """
+
+    def __init__(
+        self,
+        target: BigtableTarget,
+        scheme: SaltScheme,
+        cutoff: CutoffPolicy,
+        *,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        rows_per_request: int = DEFAULT_ROWS_PER_REQUEST,
+    ) -> None:
+        super().__init__()
+        self.target = target
+        self.layout = Layout(scheme, cutoff)
+        self.split_bytes = split_bytes
+        self.rows_per_request = rows_per_request
+
+    def expand(self, pbegin: PBegin) -> PCollection[None]:
+        plan = _PlanSplits(
+            self.target, self.layout, _salted_subqueries(self.layout), self.split_bytes, False
+        )
+        out: PCollection[None] = (
+            pbegin
+            | "Start" >> beam.Impulse()
+            | "Plan splits" >> beam.ParDo(plan)
+            | "Spread splits" >> beam.Reshuffle()
+            | "Prune" >> beam.ParDo(_PruneOrphans(self.target, self.layout, self.rows_per_request))
+        )
+        return out
 
 
 # -- verifying -------------------------------------------------------------------
@@ -590,8 +685,6 @@ class DeleteLegacy(beam.PTransform[PBegin, PCollection[None]]):
         self.rows_per_request = rows_per_request
 
     def expand(self, pbegin: PBegin) -> PCollection[None]:
-        from ._io import _PlanSplits
-
         plan = _PlanSplits(
             self.target, self.layout, _legacy_subqueries(self.layout), self.split_bytes, False
         )

@@ -267,9 +267,17 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
         changed, [SetCell("cf", b"temp", b"late", 5_000_000), DeleteRangeFromColumn("cg", b"x")]
     )
     await t.raw.mutate_row(SCHEME.salt_key(stale), SetCell("cf", b"junk", b"stale", 1_000))
+    # ... and a copy whose legacy row was deleted after it was copied.
+    orphan = k(0, C - 500 * MIN)
+    await t.raw.mutate_row(SCHEME.salt_key(orphan), cells(orphan))
     assert not verify_backfill(target, SCHEME, POLICY, split_bytes=2000).ok
 
     backfill(target, SCHEME, POLICY, split_bytes=2000)
+    report = verify_backfill(target, SCHEME, POLICY, split_bytes=2000)
+    assert report.checksums is not None
+    assert report.checksums.rows == (len(LEGACY), len(LEGACY) + 1)  # the orphan is still there
+    pruned = backfill(target, SCHEME, POLICY, split_bytes=2000, prune_orphans=True)
+    assert pruned.counters["orphan_copies_deleted"] == 1
     report = verify_backfill(target, SCHEME, POLICY, split_bytes=2000)
     assert report.ok, "\n".join(report.lines())
     legacy = snapshot(await t.raw.read_rows(ReadRowsQuery(row_keys=LEGACY)))

@@ -1,4 +1,4 @@
-"""The runnable Beam example works as the docs say, on a fresh emulator."""
+"""The runnable Beam example works as the docs say; the core never imports Beam."""
 
 from __future__ import annotations
 
@@ -31,3 +31,15 @@ def test_beam_migrate_example_runs_on_the_emulator() -> None:
     ):
         assert line in done.stdout.splitlines(), done.stdout
     assert "3. ReadSaltedRows: 1500 rows in " in done.stdout
+
+
+def test_the_core_never_imports_beam() -> None:
+    """With Beam installed, importing saltedtable and running its CLI loads no apache_beam."""
+    code = (
+        "import sys, saltedtable, saltedtable._cli as cli; cli.main(['key', '-n', '4', 'k']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('apache_beam', 'saltedtable.beam'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "[]"

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import binascii
 import csv
+import importlib
 import io
 import json
 import math
@@ -273,6 +274,19 @@ def _table_spec(spec: str) -> tuple[str, tuple[str, ...]]:
     if not table_id or not names:
         raise argparse.ArgumentTypeError(f"expected ID or ID:FAMILY[,FAMILY...], got {spec!r}")
     return table_id, names
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    try:
+        beam_cli = importlib.import_module("saltedtable.beam._cli")
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "apache_beam":
+            raise
+        raise UsageError(
+            "migrate runs on Apache Beam, which is not installed: pip install 'saltedtable[beam]'"
+        ) from None
+    code: int = beam_cli.main(args.argv)
+    return code
 
 
 def _cmd_emulator(args: argparse.Namespace) -> int:
@@ -979,6 +993,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     adv.set_defaults(func=_cmd_advise)
 
+    # Apache Beam pipelines: parsed and run by saltedtable.beam, imported only here.
+    migrate = sub.add_parser(
+        "migrate",
+        help="backfill, verify, cut over or resalt a table on Apache Beam (saltedtable[beam])",
+        add_help=False,
+    )
+    migrate.add_argument("argv", nargs=argparse.REMAINDER)
+    migrate.set_defaults(func=_cmd_migrate)
+
     emu = sub.add_parser(
         "emulator",
         help="run the Bigtable emulator, in the foreground or around a command",
@@ -1024,8 +1047,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 ok, 1 data problem, 2 usage)."""
     parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = parser.parse_args(argv)
+        if argv[:1] == ["migrate"]:  # everything after it, --help included, is the step's
+            args = argparse.Namespace(command="migrate", func=_cmd_migrate, argv=argv[1:])
+        else:
+            args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else 0
     prog = f"saltedtable {args.command}"

@@ -91,7 +91,7 @@ class SchemeMismatchError(LayoutError):
     """
 
     def __init__(self, stored: dict[str, Any], current: dict[str, Any]) -> None:
-        from ._guard import layout_differences
+        from ._record import layout_differences
 
         self.stored = stored
         self.current = current

@@ -1,54 +1,57 @@
-"""The scheme guard: the layout a table was written with, stored in the table.
+"""The scheme guard: check a table's stored layout record, store it, sample the rows.
 
-The bucket count, hash, key part, separator, marker and cutoff are part of
-the data's meaning: reading with another scheme silently misses rows.
-:func:`describe_layout` turns a layout into a small JSON record, stored in one
-reserved row (:data:`SCHEME_ROW_KEY`) of the table's first column family that
-a write names.
+:class:`TableGuard` does the I/O for one async table object around the pure
+rules of ``_record``: it reads the record on the object's first operation
+(one request per object lifetime; concurrent first operations share it),
+refuses a different layout with :class:`~saltedtable.SchemeMismatchError`,
+and, when the table has no record yet, stores one with the first write that
+names a column family. The record is created only if the row is still empty
+(a conditional mutation), so two services starting on a new table at once
+agree on one record. The sync table does the same I/O in ``_sync``.
 
-:class:`TableGuard` does the I/O for one table object: it reads the record on
-the object's first operation (one request per object lifetime; concurrent
-first operations share it), refuses a different layout with
-:class:`~saltedtable.SchemeMismatchError`, and, when the table has no record
-yet, stores one with the first write that names a column family. The record
-is created only if the row is still empty (a conditional mutation), so two
-services starting on a new table at once agree on one record. The decisions
-are pure (:func:`guard_action`); the I/O around them is here for async tables
-and in ``_sync`` for sync ones.
-
-The reserved row starts with ``0xff 0xfe``: outside every salted prefix range
-(decimal prefixes start with a digit, ``-`` or the marker) and excluded from
-the legacy side of a cutoff layout, so no read ever returns it.
+:meth:`TableGuard.check_layout` samples the key space and refuses rows that
+do not fit the layout (a migration's copies and legacy rows are expected in
+the states ``_migration`` describes).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal
+from collections.abc import Sequence
+from typing import Any, Final
 
 import anyio
-from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
+from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
-from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
     CellsRowLimitFilter,
     RowFilterChain,
     StripValueTransformerFilter,
 )
 
-from ._cutoff import CutoffPolicy
 from ._exceptions import LayoutError, SchemeMismatchError
 from ._layout import Layout
+from ._migration import tolerates_copies, tolerates_legacy_rows
 from ._plan import PageCursor, SubQuery
-from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
+from ._record import (
+    SCHEME_QUALIFIER,
+    SCHEME_ROW_KEY,
+    decode_layout,
+    describe_layout,
+    encode_layout,
+    family_of,
+    guard_action,
+    layout_differences,
+    open_differences,
+    record_of_row,
+)
+from ._salt import prefix_end
 
 __all__ = [
     "SCHEME_QUALIFIER",
     "SCHEME_ROW_KEY",
+    "SchemeMismatchError",
     "TableGuard",
     "decode_layout",
     "describe_layout",
@@ -57,143 +60,11 @@ __all__ = [
     "guard_action",
     "layout_differences",
     "layout_offenders",
+    "open_differences",
     "record_of_row",
 ]
 
 _log = logging.getLogger("saltedtable.guard")
-
-#: The column qualifier of the record.
-SCHEME_QUALIFIER: Final = b"scheme"
-_VERSION: Final = 1
-
-#: What the guard does next (see :func:`guard_action`).
-Action = Literal["ok", "create", "replace", "skip"]
-
-
-def _callable_name(func: Callable[..., Any] | None) -> str | None:
-    if func is None:
-        return None
-    if dataclasses.is_dataclass(func):
-        return repr(func)  # the ready-made key parts and readers: a stable repr
-    module = getattr(func, "__module__", None) or type(func).__module__
-    name = getattr(func, "__qualname__", None) or type(func).__qualname__
-    return f"{module}.{name}"
-
-
-def describe_layout(scheme: SaltScheme, cutoff: CutoffPolicy | None = None) -> dict[str, Any]:
-    """The JSON-friendly record of a layout (what a reader must agree on)."""
-    record: dict[str, Any] = {
-        "version": _VERSION,
-        "buckets": scheme.buckets,
-        "hash": scheme.hash,
-        "key_part": _callable_name(scheme.key_part),
-        "separator": scheme.separator.hex(),
-        "marker": scheme.marker.hex(),
-        "cutoff": None,
-    }
-    if cutoff is not None:
-        record["cutoff"] = {
-            "at": cutoff.cutoff.isoformat(),
-            "at_micros": cutoff.cutoff_micros,
-            "timestamp": _callable_name(cutoff.timestamp),
-            "unreadable": cutoff.unreadable,
-        }
-    return record
-
-
-def encode_layout(record: dict[str, Any]) -> bytes:
-    """The stored form of a record."""
-    return json.dumps(record, sort_keys=True).encode()
-
-
-def decode_layout(value: bytes) -> dict[str, Any]:
-    """Parse a stored record.
-
-    Raises:
-        LayoutError: The reserved row holds something that is not a record.
-    """
-    try:
-        record = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LayoutError(
-            f"the reserved row {SCHEME_ROW_KEY!r} holds {value[:80]!r}, not a layout record"
-        ) from exc
-    if not isinstance(record, dict) or "buckets" not in record:
-        raise LayoutError(f"the reserved row {SCHEME_ROW_KEY!r} holds {record!r}")
-    return record
-
-
-def layout_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Human-readable differences between two records (empty when they agree).
-
-    The cutoff's ``at`` text is not compared, only the instant it names.
-    """
-    diffs = []
-    for name in sorted(stored.keys() | current.keys()):
-        if name == "version":
-            continue
-        a, b = stored.get(name), current.get(name)
-        if isinstance(a, dict) and isinstance(b, dict):
-            a = {k: v for k, v in a.items() if k != "at"}
-            b = {k: v for k, v in b.items() if k != "at"}
-        if a != b:
-            diffs.append(f"{name}: stored {a!r}, now {b!r}")
-    return diffs
-
-
-def record_of_row(row: Row | None) -> dict[str, Any] | None:
-    """The layout record stored in the reserved row, or None if there is none."""
-    if row is None:
-        return None
-    cells = [c for c in row.cells if c.qualifier == SCHEME_QUALIFIER]
-    if not cells:
-        return None
-    newest = max(cells, key=lambda c: c.timestamp_micros)
-    return decode_layout(newest.value)
-
-
-def guard_action(
-    stored: dict[str, Any] | None,
-    current: dict[str, Any],
-    *,
-    family: str | None,
-    override: bool = False,
-) -> Action:
-    """What the guard must do about a table's stored record.
-
-    Args:
-        stored: The record found in the table (None: none yet).
-        current: The record of the layout the table object was made with.
-        family: A column family to store a record in (None: none known yet).
-        override: Replace a different stored record instead of refusing.
-
-    Returns:
-        ``"ok"`` (the records agree), ``"create"`` (store the record: there is
-        none and a family is known), ``"skip"`` (none stored and no family to
-        store it in yet) or ``"replace"`` (override a different record).
-
-    Raises:
-        SchemeMismatchError: The records differ and ``override`` is False.
-        LayoutError: ``override`` without a family to store the new record in.
-    """
-    if stored is None:
-        return "create" if family is not None else "skip"
-    if not layout_differences(stored, current):
-        return "ok"
-    if not override:
-        raise SchemeMismatchError(stored, current)
-    if family is None:
-        raise LayoutError("override_scheme=True needs family= to store the new layout record")
-    return "replace"
-
-
-def family_of(mutations: Mutation | Sequence[Mutation]) -> str | None:
-    """The first column family a mutation (or list of mutations) names, if any."""
-    for mutation in mutations if isinstance(mutations, Sequence) else (mutations,):
-        family = getattr(mutation, "family", None)
-        if isinstance(family, str) and family:
-            return family
-    return None
 
 
 def _record_cell(family: str, record: dict[str, Any]) -> SetCell:
@@ -204,7 +75,9 @@ def _record_cell(family: str, record: dict[str, Any]) -> SetCell:
 KEYS_ONLY: Final = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
 
 
-def sample_queries(layout: Layout, sample_rows: int) -> list[ReadRowsQuery]:
+def sample_queries(
+    layout: Layout, sample_rows: int, stored: dict[str, Any] | None = None
+) -> list[ReadRowsQuery]:
     """The reads :func:`layout_offenders` judges: the first rows of each salt prefix, and beyond."""
     queries = [
         ReadRowsQuery(
@@ -214,6 +87,8 @@ def sample_queries(layout: Layout, sample_rows: int) -> list[ReadRowsQuery]:
         )
         for prefix in layout.scheme.prefixes
     ]
+    if layout.cutoff is None and tolerates_legacy_rows(stored):
+        return queries  # a migration's cut-over: the legacy rows are still being retired
     # Rows outside every salt prefix: the legacy side of a cutoff layout, and
     # otherwise rows this scheme never writes (unsalted data, or another bucket
     # count: 16 buckets write "07-", 8 write "7-").
@@ -224,16 +99,26 @@ def sample_queries(layout: Layout, sample_rows: int) -> list[ReadRowsQuery]:
     return queries
 
 
-def layout_offenders(layout: Layout, samples: Sequence[Sequence[bytes]]) -> list[str]:
+def layout_offenders(
+    layout: Layout, samples: Sequence[Sequence[bytes]], stored: dict[str, Any] | None = None
+) -> list[str]:
     """Why sampled keys do not fit the layout (empty: they all fit).
 
-    ``samples`` holds the keys each query of :func:`sample_queries` returned, in order.
+    ``samples`` holds the keys each query of :func:`sample_queries` returned,
+    in order; ``stored`` is the table's record (a migration in progress
+    expects copies of legacy rows in the buckets).
     """
     offenders: list[str] = []
     prefixes = len(layout.scheme.prefixes)
+    copies = tolerates_copies(stored)
     for i, keys in enumerate(samples):
-        check = layout.misplaced if i < prefixes else layout.unexpected_outside
-        offenders.extend(p for key in keys if (p := check(key)) is not None)
+        for key in keys:
+            if i < prefixes:
+                problem = layout.misplaced(key, copies=copies)
+            else:
+                problem = layout.unexpected_outside(key)
+            if problem is not None:
+                offenders.append(problem)
     return offenders
 
 
@@ -276,6 +161,11 @@ class TableGuard:
     def record(self) -> dict[str, Any]:
         """The record of this table object's layout."""
         return self._record
+
+    @property
+    def stored(self) -> dict[str, Any] | None:
+        """The record found in the table by the last check (None: none, or not read yet)."""
+        return self._stored
 
     async def check(self) -> None:
         """Before any operation: read the stored record once and refuse a different one."""
@@ -359,7 +249,8 @@ class TableGuard:
         Raises:
             LayoutError: With up to five offending keys and the way out.
         """
-        queries = sample_queries(self._layout, sample_rows)
+        stored = self._stored if self._checked else await self._stored_record()
+        queries = sample_queries(self._layout, sample_rows, stored)
         samples: list[list[bytes]] = [[] for _ in queries]
         errors: list[Exception] = []
 
@@ -378,6 +269,6 @@ class TableGuard:
                 tg.start_soon(sample, i)
         if errors:
             raise errors[0]
-        offenders = layout_offenders(self._layout, samples)
+        offenders = layout_offenders(self._layout, samples, stored)
         if offenders:
             raise layout_error(self._layout, offenders)

@@ -92,11 +92,13 @@ class Layout:
         except TypeError:  # a key part that cannot be hashed: compute it again
             return _legacy_gaps(self.scheme)
 
-    def misplaced(self, physical: bytes) -> str | None:
+    def misplaced(self, physical: bytes, *, copies: bool = False) -> str | None:
         """Why a row found inside a salt prefix range does not belong there, or None.
 
         A row there must carry the bucket the scheme computes for the rest of
-        its key and, with a cutoff, a key time at or after the cutoff.
+        its key and, with a cutoff, a key time at or after the cutoff, unless
+        ``copies``: while a migration backfills the legacy rows, their copies
+        (right bucket, key time before the cutoff) are expected there.
         """
         try:
             _, logical = self.scheme.split_key(physical)
@@ -104,6 +106,8 @@ class Layout:
             return f"{physical!r}: {exc}"
         if self.cutoff is None:
             return None
+        if copies and self.salted_stray_reason(logical) is not None:
+            return None  # a backfilled copy of a legacy row
         try:
             side = self.cutoff.side_of(logical)
         except CutoffError as exc:
@@ -155,6 +159,28 @@ class Layout:
             if cutoff.unreadable != "salted":
                 return None
             return "its key time is unreadable and the policy sends those to the salted side"
+
+    def salted_stray_reason(self, key: bytes) -> str | None:
+        """Why a row in a salt bucket must be left out of scans, or None to keep it.
+
+        The exact complement of :meth:`stray_reason`, so that every key is
+        shown on one side only. With a cutoff, a bucket row whose key time
+        (or unreadable time) puts it on the legacy side is not where point
+        reads look for it, so a scan that showed it would show a row reads
+        cannot find, or a key twice. Such rows are the copies a backfill
+        writes before the cut-over (``saltedtable.beam.BackfillLegacy``).
+        """
+        cutoff = self.cutoff
+        if cutoff is None:
+            return None
+        try:
+            if cutoff.key_time(key) >= cutoff.cutoff_micros:
+                return None
+        except ValueError:
+            if cutoff.unreadable == "salted":
+                return None
+            return "its key time is unreadable and the policy reads such keys on the legacy side"
+        return f"its key time is before the cutoff {cutoff.cutoff.isoformat()} (a legacy row)"
 
     def logical_samples(self, samples: Iterable[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
         """Map ``sample_row_keys`` results of the physical table to logical keys.

@@ -112,7 +112,7 @@ class BucketSource:
         self._timeouts = timeouts
         self._limiter = limiter
         self._bstats = bstats
-        #: Says which (logical) keys to leave out: stray rows of the legacy side.
+        #: Says which (logical) keys to leave out (cutoff layouts).
         self._stray = stray
 
     async def __call__(self, size: int, feed: Feed[Row]) -> Sent:
@@ -288,6 +288,8 @@ class ReadCall:
         guard: Awaited before the first request (the table's layout guard).
         stray: Why a legacy-side key must be left out, or None to keep it
             (cutoff layouts); counted, and reported once per read.
+        salted_stray: The same for bucket rows (cutoff layouts: a row whose
+            key time puts it on the legacy side, such as a backfilled copy).
     """
 
     __slots__ = ("_guard", "_hook", "_merge", "_stats", "_stray")
@@ -306,11 +308,14 @@ class ReadCall:
         hook: StatsHook | None,
         guard: Callable[[], Awaitable[None]] | None = None,
         stray: Callable[[bytes], str | None] | None = None,
+        salted_stray: Callable[[bytes], str | None] | None = None,
     ) -> None:
         if stats is None and hook is not None:
             stats = CallStats()
         deadline = time.monotonic() + timeouts.operation
         self._stray = None if stray is None else _StrayRows(stray)
+        # Bucket rows on the legacy side are a migration's copies: left out, not reported.
+        in_buckets = None if salted_stray is None else _StrayRows(salted_stray)
         sources = [
             BucketSource(
                 read_rows_stream,
@@ -319,7 +324,7 @@ class ReadCall:
                 timeouts=timeouts,
                 limiter=limiter,
                 bstats=None if stats is None else stats.bucket(sub.bucket),
-                stray=self._stray if sub.bucket is None else None,
+                stray=self._stray if sub.bucket is None else in_buckets,
             )
             for sub in plan.subqueries
         ]

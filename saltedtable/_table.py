@@ -311,6 +311,11 @@ class SaltedTableAsync:
         return self._layout
 
     @property
+    def stored_layout(self) -> dict[str, Any] | None:
+        """The layout record the guard found in the table (None: none, or not read yet)."""
+        return self._guard.stored
+
+    @property
     def budget(self) -> ReadBudget:
         """What one read may hold at once."""
         return self._budget
@@ -605,6 +610,7 @@ class SaltedTableAsync:
     ) -> ReadCall:
         if stats is not None or self.stats_hook is not None:
             install_retry_counter(self._table)
+        cutoff = self._layout.cutoff is not None
         return ReadCall(
             self._table.read_rows_stream,
             plan,
@@ -616,7 +622,8 @@ class SaltedTableAsync:
             stats=stats,
             hook=self.stats_hook,
             guard=self._guard.check,
-            stray=self._layout.stray_reason if self._layout.cutoff is not None else None,
+            stray=self._layout.stray_reason if cutoff else None,
+            salted_stray=self._layout.salted_stray_reason if cutoff else None,
         )
 
     def _resolve(

@@ -1,0 +1,72 @@
+"""Migration states of the layout record: finishing a forward-only migration safely.
+
+Pure code. A table written with a time cutoff holds its older rows unsalted
+(the legacy side). Finishing the migration copies them into the salted layout
+(a backfill), moves every reader and writer to the fully salted layout, then
+deletes the legacy rows. Readers of both layouts run side by side while
+services are redeployed, so the stored layout record (see ``_guard``) says
+which layouts may open the table at each step::
+
+    cutoff      the record of (scheme, cutoff); only cutoff readers open
+    backfill    + "migration": "backfill": copies of legacy rows may exist in
+                the buckets; only cutoff readers open, and their scans leave the
+                copies out (``Layout.salted_stray_reason``)
+    cutover     + "migration": "cutover": every copy was verified; cutoff
+                readers (reading the legacy rows) and fully salted readers
+                (reading the copies) both open and see the same rows
+    salted      the record of (scheme, no cutoff), written once the legacy rows
+                are deleted; cutoff readers are refused from then on
+
+Each step is a compare-and-swap of the record, so it happens once, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from ._cutoff import CutoffPolicy
+from ._record import MIGRATION_KEY, describe_layout, open_differences
+from ._salt import SaltScheme
+
+__all__ = [
+    "BACKFILL",
+    "CUTOVER",
+    "MIGRATION_KEY",
+    "MigrationState",
+    "migration_record",
+    "migration_state",
+    "open_differences",
+    "tolerates_copies",
+    "tolerates_legacy_rows",
+]
+
+MigrationState = Literal["backfill", "cutover"]
+BACKFILL: Final = "backfill"
+CUTOVER: Final = "cutover"
+
+
+def migration_record(
+    scheme: SaltScheme, cutoff: CutoffPolicy, state: MigrationState
+) -> dict[str, Any]:
+    """The record of a cutoff layout whose legacy rows are being moved."""
+    if state not in (BACKFILL, CUTOVER):
+        raise ValueError(f"a migration state is 'backfill' or 'cutover', got {state!r}")
+    return {**describe_layout(scheme, cutoff), MIGRATION_KEY: state}
+
+
+def migration_state(record: dict[str, Any] | None) -> MigrationState | None:
+    """The migration state a stored record is in (None: no migration in progress)."""
+    if record is None:
+        return None
+    state = record.get(MIGRATION_KEY)
+    return state if state in (BACKFILL, CUTOVER) else None
+
+
+def tolerates_copies(stored: dict[str, Any] | None) -> bool:
+    """True when bucket rows from before the cutoff are expected (backfilled copies)."""
+    return migration_state(stored) is not None
+
+
+def tolerates_legacy_rows(stored: dict[str, Any] | None) -> bool:
+    """True when rows outside every salt prefix are expected by a fully salted reader."""
+    return migration_state(stored) == CUTOVER

@@ -1,0 +1,193 @@
+"""The layout record: what a table was written with, as a small JSON value (pure).
+
+The bucket count, hash, key part, separator, marker and cutoff are part of
+the data's meaning: reading with another scheme silently misses rows.
+:func:`describe_layout` turns a layout into a record; the guard (``_guard``)
+stores it in the reserved row :data:`SCHEME_ROW_KEY` and compares it with
+every table object's own (:func:`guard_action`); a migration in progress
+marks it (``_migration``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from ._cutoff import CutoffPolicy
+from ._exceptions import LayoutError, SchemeMismatchError
+from ._salt import SCHEME_ROW_KEY, SaltScheme
+
+if TYPE_CHECKING:
+    from google.cloud.bigtable.data.mutations import Mutation
+    from google.cloud.bigtable.data.row import Row
+
+__all__ = [
+    "SCHEME_QUALIFIER",
+    "SCHEME_ROW_KEY",
+    "Action",
+    "decode_layout",
+    "describe_layout",
+    "encode_layout",
+    "family_of",
+    "guard_action",
+    "layout_differences",
+    "open_differences",
+    "record_of_row",
+]
+
+#: The column qualifier of the record.
+SCHEME_QUALIFIER: Final = b"scheme"
+_VERSION: Final = 1
+#: The record's key for the state of a migration in progress (see ``_migration``).
+MIGRATION_KEY: Final = "migration"
+_MIGRATION_STATES: Final = ("backfill", "cutover")
+
+#: What the guard does next (see :func:`guard_action`).
+Action = Literal["ok", "create", "replace", "skip"]
+
+
+def _callable_name(func: Callable[..., Any] | None) -> str | None:
+    if func is None:
+        return None
+    if dataclasses.is_dataclass(func):
+        return repr(func)  # the ready-made key parts and readers: a stable repr
+    module = getattr(func, "__module__", None) or type(func).__module__
+    name = getattr(func, "__qualname__", None) or type(func).__qualname__
+    return f"{module}.{name}"
+
+
+def describe_layout(scheme: SaltScheme, cutoff: CutoffPolicy | None = None) -> dict[str, Any]:
+    """The JSON-friendly record of a layout (what a reader must agree on)."""
+    record: dict[str, Any] = {
+        "version": _VERSION,
+        "buckets": scheme.buckets,
+        "hash": scheme.hash,
+        "key_part": _callable_name(scheme.key_part),
+        "separator": scheme.separator.hex(),
+        "marker": scheme.marker.hex(),
+        "cutoff": None,
+    }
+    if cutoff is not None:
+        record["cutoff"] = {
+            "at": cutoff.cutoff.isoformat(),
+            "at_micros": cutoff.cutoff_micros,
+            "timestamp": _callable_name(cutoff.timestamp),
+            "unreadable": cutoff.unreadable,
+        }
+    return record
+
+
+def encode_layout(record: dict[str, Any]) -> bytes:
+    """The stored form of a record."""
+    return json.dumps(record, sort_keys=True).encode()
+
+
+def decode_layout(value: bytes) -> dict[str, Any]:
+    """Parse a stored record.
+
+    Raises:
+        LayoutError: The reserved row holds something that is not a record.
+    """
+    try:
+        record = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LayoutError(
+            f"the reserved row {SCHEME_ROW_KEY!r} holds {value[:80]!r}, not a layout record"
+        ) from exc
+    if not isinstance(record, dict) or "buckets" not in record:
+        raise LayoutError(f"the reserved row {SCHEME_ROW_KEY!r} holds {record!r}")
+    return record
+
+
+def layout_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two records (empty when they agree).
+
+    The cutoff's ``at`` text is not compared, only the instant it names.
+    """
+    diffs = []
+    for name in sorted(stored.keys() | current.keys()):
+        if name == "version":
+            continue
+        a, b = stored.get(name), current.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            a = {k: v for k, v in a.items() if k != "at"}
+            b = {k: v for k, v in b.items() if k != "at"}
+        if a != b:
+            diffs.append(f"{name}: stored {a!r}, now {b!r}")
+    return diffs
+
+
+def record_of_row(row: Row | None) -> dict[str, Any] | None:
+    """The layout record stored in the reserved row, or None if there is none."""
+    if row is None:
+        return None
+    cells = [c for c in row.cells if c.qualifier == SCHEME_QUALIFIER]
+    if not cells:
+        return None
+    newest = max(cells, key=lambda c: c.timestamp_micros)
+    return decode_layout(newest.value)
+
+
+def guard_action(
+    stored: dict[str, Any] | None,
+    current: dict[str, Any],
+    *,
+    family: str | None,
+    override: bool = False,
+) -> Action:
+    """What the guard must do about a table's stored record.
+
+    Args:
+        stored: The record found in the table (None: none yet).
+        current: The record of the layout the table object was made with.
+        family: A column family to store a record in (None: none known yet).
+        override: Replace a different stored record instead of refusing.
+
+    Returns:
+        ``"ok"`` (the records agree), ``"create"`` (store the record: there is
+        none and a family is known), ``"skip"`` (none stored and no family to
+        store it in yet) or ``"replace"`` (override a different record).
+
+    Raises:
+        SchemeMismatchError: The records differ and ``override`` is False.
+        LayoutError: ``override`` without a family to store the new record in.
+    """
+    if stored is None:
+        return "create" if family is not None else "skip"
+    if not open_differences(stored, current):
+        return "ok"
+    if not override:
+        raise SchemeMismatchError(stored, current)
+    if family is None:
+        raise LayoutError("override_scheme=True needs family= to store the new layout record")
+    return "replace"
+
+
+def family_of(mutations: Mutation | Sequence[Mutation]) -> str | None:
+    """The first column family a mutation (or list of mutations) names, if any."""
+    for mutation in mutations if isinstance(mutations, Sequence) else (mutations,):
+        family = getattr(mutation, "family", None)
+        if isinstance(family, str) and family:
+            return family
+    return None
+
+
+def open_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Why a table whose record is ``stored`` may not be opened with ``current`` (empty: it may).
+
+    Outside a migration this is :func:`layout_differences`. During one
+    (``saltedtable migrate``) the record describes the cutoff layout, which
+    keeps opening; in the cut-over state the fully salted layout of the same
+    scheme opens too.
+    """
+    state = stored.get(MIGRATION_KEY)
+    base = {k: v for k, v in stored.items() if k != MIGRATION_KEY}
+    diffs = layout_differences(base, current)
+    salted_reader = state == "cutover" and current.get("cutoff") is None
+    if diffs and salted_reader and not layout_differences({**base, "cutoff": None}, current):
+        return []
+    if state is not None and state not in _MIGRATION_STATES:
+        diffs.append(f"{MIGRATION_KEY}: unknown state {state!r} (a newer saltedtable wrote it)")
+    return diffs

@@ -1,0 +1,65 @@
+"""Apache Beam transforms for salted tables: parallel reads and writes, backfill and resalt.
+
+Install with ``pip install saltedtable[beam]``. The core package never imports
+Beam; this one does on import.
+
+* :class:`ReadSaltedRows`: rows with logical keys, read in parallel splits.
+* :class:`WriteSaltedRows`: logical-key mutations, salted (or routed by a cutoff).
+* :class:`BackfillLegacy`, :class:`DeleteLegacy` and the steps :func:`backfill`,
+  :func:`verify_backfill`, :func:`cut_over`, :func:`delete_legacy`: finishing a
+  forward-only migration.
+* :func:`resalt`, :func:`verify_resalt`: another bucket count, hash or key part,
+  into a new table.
+
+See ``docs/scaling-out.md``.
+"""
+
+from __future__ import annotations
+
+from ._io import (
+    METRICS_NAMESPACE,
+    BigtableTarget,
+    FailedWrite,
+    ReadSaltedRows,
+    WriteFailedError,
+    WriteSaltedRows,
+    copy_entry,
+    row_digest,
+)
+from ._migrate import (
+    BackfillLegacy,
+    Checksums,
+    DeleteLegacy,
+    MigrationReport,
+    PruneOrphanCopies,
+    backfill,
+    cut_over,
+    delete_legacy,
+    resalt,
+    run_pipeline,
+    verify_backfill,
+    verify_resalt,
+)
+
+__all__ = [
+    "METRICS_NAMESPACE",
+    "BackfillLegacy",
+    "BigtableTarget",
+    "Checksums",
+    "DeleteLegacy",
+    "FailedWrite",
+    "MigrationReport",
+    "PruneOrphanCopies",
+    "ReadSaltedRows",
+    "WriteFailedError",
+    "WriteSaltedRows",
+    "backfill",
+    "copy_entry",
+    "cut_over",
+    "delete_legacy",
+    "resalt",
+    "row_digest",
+    "run_pipeline",
+    "verify_backfill",
+    "verify_resalt",
+]

@@ -1,0 +1,202 @@
+"""ReadSaltedRows and WriteSaltedRows on the emulator, run by Beam's in-process runner."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+import re
+
+import apache_beam as beam
+import pytest
+from apache_beam.internal import pickler
+from apache_beam.options.pipeline_options import PipelineOptions
+from google.cloud.bigtable.data import (
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+    RowRange,
+    SetCell,
+)
+from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import (
+    FamilyNameRegexFilter,
+    RowFilterChain,
+    RowKeyRegexFilter,
+)
+
+from saltedtable import (
+    CutoffPolicy,
+    Layout,
+    QueryPlanError,
+    SaltedTableAsync,
+    SaltScheme,
+    epoch_field,
+    fields,
+    plan_reads,
+)
+from saltedtable.beam import FailedWrite, ReadSaltedRows, WriteSaltedRows, row_digest, run_pipeline
+from saltedtable.beam._io import BigtableTarget, _ReadSplits, _WriteEntries
+from saltedtable.beam._migrate import counters
+from saltedtable.testing import INSTANCE, PROJECT
+from tests.beam.helpers import run_collect, snapshot
+from tests.conftest import MakeTable
+
+SCHEME = SaltScheme(16)
+C = 1_704_067_200_000  # 2024-01-01 in epoch milliseconds
+POLICY = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field("ms", index=1, digits=13))
+MIN = 60_000
+
+
+def k(sensor: int, ms: int) -> bytes:
+    """``s<n>#<13-digit epoch millis>``."""
+    return b"s%d#%013d" % (sensor, ms)
+
+
+def cells(key: bytes) -> list[SetCell]:
+    """Two families, two versions of one column."""
+    return [
+        SetCell("cf", b"temp", b"old" + key, 1_000_000),
+        SetCell("cf", b"temp", b"new" + key, 2_000_000),
+        SetCell("cg", b"x", key[-4:], 3_000_000),
+    ]
+
+
+async def _cutoff_table(data_client: BigtableDataClientAsync, table_id: str) -> SaltedTableAsync:
+    """400 legacy rows loaded unsalted, then 1,600 rows after the cutoff, salted."""
+    raw = data_client.get_table(INSTANCE, table_id)
+    legacy = [k(s, C - m * MIN) for s in range(8) for m in range(1, 51)]
+    await raw.bulk_mutate_rows([RowMutationEntry(key, cells(key)) for key in legacy])
+    table = await SaltedTableAsync.open(raw, SCHEME, cutoff=POLICY, family="cf")
+    new = [k(s, C + m * MIN) for s in range(8) for m in range(200)]
+    await table.bulk_mutate_rows([RowMutationEntry(key, cells(key)) for key in new])
+    return table
+
+
+async def test_read_equals_the_async_reader(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """Every query shape: ReadSaltedRows' rows and cells == SaltedTableAsync.read_rows, as sets."""
+    table_id = make_table(("cf", "cg"))
+    table = await _cutoff_table(data_client, table_id)
+    queries = {
+        "full": ReadRowsQuery(),
+        "across the cutoff": ReadRowsQuery(row_ranges=RowRange(k(2, C - 20 * MIN), k(5, C))),
+        "points": ReadRowsQuery(row_keys=[k(1, C - MIN), k(3, C + MIN), k(9, C)]),
+        "regex and family": ReadRowsQuery(
+            row_filter=RowFilterChain([RowKeyRegexFilter(b"s[37]#.*"), FamilyNameRegexFilter("cg")])
+        ),
+        "ranges and keys": ReadRowsQuery(
+            row_keys=[k(0, C - 2 * MIN), k(6, C + 3 * MIN)],
+            row_ranges=[RowRange(b"s1", b"s2"), RowRange(k(4, C), k(4, C + 50 * MIN))],
+        ),
+    }
+    for name, query in queries.items():
+        expected = snapshot(await table.read_rows(query))
+        rows, found = run_collect(
+            lambda p, q=query: (
+                p
+                | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, q, POLICY, split_bytes=8_000)
+            )
+        )
+        assert snapshot(rows) == expected, name
+        assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == len(expected)
+        if name == "full":
+            assert len(expected) == 2000
+            assert found["splits"] >= 2 * 17  # more than one a bucket (and the legacy side)
+            assert found["rows_read.legacy"] == 400
+
+
+async def test_a_limit_is_refused() -> None:
+    """A row limit has no meaning for an unordered parallel read: QueryPlanError, before any I/O."""
+    with pytest.raises(QueryPlanError, match="limit=5"):
+        ReadSaltedRows(PROJECT, INSTANCE, "t", SCHEME, ReadRowsQuery(limit=5))
+
+
+async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """Keys before the cutoff stay unsalted, later ones salted; a bad entry comes back by key."""
+    table_id = make_table(("cf", "cg"))
+    raw = data_client.get_table(INSTANCE, table_id)
+    keys = [k(s, C + d) for s in range(4) for d in (-2 * MIN, -1, 0, MIN)]
+    entries = [RowMutationEntry(key, cells(key)) for key in keys]
+    bad = RowMutationEntry(k(7, C + MIN), [SetCell("no-such-family", b"q", b"v", 1000)])
+    failed, found = run_collect(
+        lambda p: (
+            p
+            | beam.Create([*entries, bad])
+            | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output")
+        )
+    )
+    assert [f.row_key for f in failed] == [bad.row_key]
+    assert isinstance(failed[0], FailedWrite)
+    physical = {row.row_key for row in await raw.read_rows(ReadRowsQuery())}
+    assert physical == {key if int(key[-13:]) < C else SCHEME.salt_key(key) for key in keys}
+    assert found["rows_written.legacy"] == 8
+    salted = SaltedTableAsync(raw, SCHEME, cutoff=POLICY)
+    assert snapshot(await salted.read_rows(ReadRowsQuery())) == snapshot(
+        await _plain_rows(data_client, make_table, entries)
+    )
+    with pytest.raises(Exception, match=re.escape(repr(bad.row_key))):
+        run_collect(
+            lambda p: (
+                p
+                | beam.Create([bad])
+                | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, POLICY)
+            )
+        )
+
+
+async def _plain_rows(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, entries: list[RowMutationEntry]
+) -> list[Row]:
+    plain = data_client.get_table(INSTANCE, make_table(("cf", "cg")))
+    await plain.bulk_mutate_rows(entries)
+    return await plain.read_rows(ReadRowsQuery())
+
+
+def test_schemes_policies_plans_and_transforms_pickle() -> None:
+    """What Beam ships to workers pickles; a set-up DoFn leaves its client behind."""
+    scheme = SaltScheme(24, key_part=fields(1), marker=b"~")
+    layout = Layout(scheme, POLICY)
+    plan = plan_reads(ReadRowsQuery(row_ranges=RowRange(b"a", b"z")), layout)
+    for value in (scheme, POLICY, layout, plan):
+        assert pickle.loads(pickle.dumps(value)) == value
+    assert pickle.loads(pickle.dumps(scheme)).salt_key(b"u1#x") == scheme.salt_key(b"u1#x")
+    read = ReadSaltedRows(PROJECT, INSTANCE, "t", scheme, cutoff=POLICY)
+    write = WriteSaltedRows(PROJECT, INSTANCE, "t", scheme, POLICY)
+    for transform in (read, write):
+        assert pickler.loads(pickler.dumps(transform)) is not None
+    target = BigtableTarget(PROJECT, INSTANCE, "t")
+    for dofn in (
+        _ReadSplits(target, layout, 100, "visible"),
+        _WriteEntries(
+            target,
+            layout,
+            on_failure="raise",
+            flush_mutations=10,
+            counter_prefix="w",
+            check_layout=False,
+        ),
+    ):
+        dofn._client, dofn._table = object(), object()  # as if set up on a worker
+        again = pickler.loads(pickler.dumps(dofn))
+        assert again._client is None
+        assert again._table is None
+        assert again.layout == layout
+
+
+async def test_read_on_two_worker_processes(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """With two local worker processes (each opens its own client) every row is read once."""
+    table_id = make_table(("cf", "cg"))
+    await _cutoff_table(data_client, table_id)
+    options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, cutoff=POLICY, split_bytes=8_000)
+    result = run_pipeline(
+        lambda p: p | read | beam.Map(row_digest) | beam.combiners.Count.Globally(), options
+    )
+    found = counters(result)
+    assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 2000
+    assert found["rows_read.legacy"] == 400

@@ -1,0 +1,20 @@
+"""The `saltedtable migrate` hook: Beam is imported only when it runs, with an install hint."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from saltedtable._cli import main
+
+
+def test_migrate_without_beam_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without Apache Beam, migrate exits 2 and says which extra to install."""
+    monkeypatch.setitem(sys.modules, "apache_beam", None)  # makes `import apache_beam` fail
+    for name in [m for m in sys.modules if m.startswith("saltedtable.beam")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert main(["migrate", "backfill", "--help"]) == 2
+    assert "pip install 'saltedtable[beam]'" in capsys.readouterr().err

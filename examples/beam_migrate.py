@@ -2,7 +2,7 @@
 
 Run it under the emulator harness (it creates the two tables)::
 
-    python -m saltedtable.testing --table events:cf --table events24:cf -- \\
+    saltedtable emulator --table events:cf --table events24:cf -- \\
         python examples/beam_migrate.py
 
 1. ``events`` holds unsalted rows from before 2024 and salted rows after the

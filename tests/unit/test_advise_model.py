@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saltedtable import SaltScheme, SaltSchemeError, fields
-from saltedtable._advise import (
+from saltedtable.advise import (
     DEFAULT_TARGET,
     Access,
     Advice,

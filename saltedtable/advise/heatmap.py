@@ -1,4 +1,4 @@
-"""Key Visualizer-style heat maps of an :class:`~saltedtable._advise.Advice`.
+"""Key Visualizer-style heat maps of an :class:`~saltedtable.advise.Advice`.
 
 matplotlib is optional (``pip install 'saltedtable[plot]'``) and imported only
 when a heat map is drawn. The figure is rendered with the Agg canvas directly,
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from ._advise import Advice, Simulation, format_key
+from .model import Advice, Simulation, format_key
 
 __all__ = ["render_heatmap"]
 
@@ -63,7 +63,7 @@ def render_heatmap(
     mean tablet in that window, on one scale for both panels: 1 is a fair share.
 
     Args:
-        advice: What :func:`~saltedtable._advise.advise` returned.
+        advice: What :func:`~saltedtable.advise.advise` returned.
         buckets: The salted layout to show (must have been simulated).
         path: Where to write the PNG.
         show_key: How tick labels show a key.

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
 
-from ._salt import SaltScheme
+from .._salt import SaltScheme, format_key
 
 __all__ = [
     "DEFAULT_CANDIDATES",
@@ -79,14 +79,6 @@ class _Ordered(Protocol):
 
 
 _T = TypeVar("_T", bound=_Ordered)
-
-
-def format_key(key: bytes) -> str:
-    """Show a key as text, escaping anything that is not printable ASCII (``\\xNN``)."""
-    return "".join(
-        chr(b) if 0x20 <= b < 0x7F and b != 0x5C else ("\\\\" if b == 0x5C else f"\\x{b:02x}")
-        for b in key
-    )
 
 
 @final

@@ -28,7 +28,6 @@ from .model import (
     TimeAxis,
     advise,
     format_key,
-    plan_sample,
 )
 
 __all__ = [
@@ -44,5 +43,4 @@ __all__ = [
     "TimeAxis",
     "advise",
     "format_key",
-    "plan_sample",
 ]

@@ -14,12 +14,12 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import IO, Literal, final
 
 from .._salt import MAX_ROW_KEY_BYTES
-from .model import Access, plan_sample
+from .model import Access
 
 __all__ = [
     "InputError",
@@ -27,6 +27,7 @@ __all__ = [
     "Progress",
     "parse_count",
     "parse_time",
+    "plan_sample",
     "progress_stream",
     "read_file",
     "sample_table",
@@ -310,6 +311,53 @@ def read_file(
 # -- a live table ---------------------------------------------------------------------
 
 
+def plan_sample(
+    samples: Sequence[tuple[bytes, int]], limit: int
+) -> list[tuple[bytes | None, bytes | None, int]]:
+    """Split a sample of ``limit`` rows over a table's tablets, in proportion to their size.
+
+    Args:
+        samples: What ``TableAsync.sample_row_keys()`` returns: ``(key, offset)``
+            in key order, ``offset`` the bytes stored before ``key``; a last
+            entry with an empty key gives the table's size.
+        limit: Rows to read in all.
+
+    Returns:
+        ``(start, end, rows)``: contiguous ranges (start inclusive, end
+        exclusive, None for unbounded) that cover the whole table, each with
+        the rows to read from it; they add up to ``limit``. Ranges too small
+        for one row are merged into the next.
+    """
+    bounds = [(key, offset) for key, offset in samples if key]
+    total = next((offset for key, offset in samples if not key), None)
+    sizes, previous = [], 0
+    for _, offset in bounds:
+        sizes.append(max(0, offset - previous))
+        previous = offset
+    if total is not None and total >= previous:
+        last = float(total - previous)
+    else:  # no end marker: assume the last range is an average one
+        last = previous / len(bounds) if bounds else 0.0
+    grand = sum(sizes) + last
+    if grand <= 0:
+        return [(None, None, limit)]
+    out: list[tuple[bytes | None, bytes | None, int]] = []
+    start: bytes | None = None
+    cumulative, given = 0.0, 0
+    for (key, _), size in zip(bounds, sizes, strict=True):
+        cumulative += size
+        rows = round(limit * cumulative / grand) - given
+        if rows > 0:
+            out.append((start, key, rows))
+            start, given = key, given + rows
+    if limit > given:
+        out.append((start, None, limit - given))
+    elif out:
+        first, _, rows = out[-1]
+        out[-1] = (first, None, rows)
+    return out
+
+
 async def sample_table(
     *,
     project: str,
@@ -323,7 +371,7 @@ async def sample_table(
 
     Key-only reads: no values cross the wire, one cell per row for its
     timestamp. The rows are spread over the table's tablets in proportion to
-    their size (:func:`~saltedtable.advise.plan_sample`), because the first
+    their size (:func:`plan_sample`), because the first
     ``limit`` rows would only show the start of the key space.
 
     Args:

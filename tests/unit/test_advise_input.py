@@ -15,6 +15,7 @@ from saltedtable.advise.input import (
     Progress,
     parse_count,
     parse_time,
+    plan_sample,
     read_file,
 )
 from tests.cli_helpers import set_stdin
@@ -138,3 +139,22 @@ def test_progress_bar_draws_only_when_asked() -> None:
     bar.close(10)
     assert stream.getvalue().endswith("[" + "#" * 30 + "] 100%\n")
     Progress("quiet", 10, None).close(10)  # no stream: nothing to write, no error
+
+
+def test_plan_sample_splits_in_proportion_to_size() -> None:
+    """Rows follow the bytes per tablet, the ranges tile the table, and they add up."""
+    plan = plan_sample([(b"b", 10), (b"c", 20), (b"", 40)], 8)
+    assert plan == [(None, b"b", 2), (b"b", b"c", 2), (b"c", None, 4)]
+
+
+def test_plan_sample_merges_tiny_ranges_and_handles_no_samples() -> None:
+    """Ranges too small for one row merge into the next; no samples means one range."""
+    assert plan_sample([(b"b", 10), (b"c", 11), (b"", 40)], 8) == [
+        (None, b"b", 2),
+        (b"b", None, 6),
+    ]
+    assert plan_sample([], 5) == [(None, None, 5)]
+    many = plan_sample([(b"a%03d" % i, i) for i in range(1, 100)] + [(b"", 100)], 3)
+    assert sum(rows for _, _, rows in many) == 3
+    assert many[0][0] is None
+    assert many[-1][1] is None

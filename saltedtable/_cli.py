@@ -338,6 +338,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
             scan_limit=args.limit or model.DEFAULT_SCAN_LIMIT,
             scheme_for=scheme_for,
             ordered=args.ordered,
+            resamples=args.resamples or model.DEFAULT_RESAMPLES,
+            seed=args.seed,
             show_key=show_key,
             progress=lambda done, _total: simulate.update(done),
         )
@@ -403,16 +405,20 @@ def _cmd_advise(args: argparse.Namespace) -> int:
 _ADVISE_EPILOG: Final = """\
 input: CSV with columns key[,count][,time] (a header line "key,count,time" is
 optional and may reorder them) or NDJSON lines {"key": ..., "count": ..., "time": ...}.
-count is the load of the line (default 1); time is a number (e.g. epoch seconds)
-or an ISO 8601 date. Without times the line order is the time axis, unless the
-keys are sorted (a key dump: one window).
+count is the load of the line (default 1), read as count/u accesses, u the 5th
+percentile of the counts; time is a number (e.g. epoch seconds) or an ISO 8601
+date. Without times the line order is the time axis, unless the keys are
+sorted (a key dump: one window).
 
 model: the distinct keys, in their unsalted or salted order, are cut into
 --tablets tablets of equal key count (Bigtable splits tablets by size); each
 line adds its count to its tablet in its time window. max/mean is the hottest
-tablet's load over the mean tablet's, per window, weighted by load. The
-recommendation is the smallest candidate N with max/mean <= --target: every
-scan of a salted table costs N sub-scans.
+tablet's load over the mean tablet's, per window, weighted by load. Chance
+alone raises it: each max/mean is shown corrected, with a 95% interval, next
+to the noise floor (what a perfectly uniform workload sampled the same way
+shows). The recommendation is the smallest candidate N whose interval is at or
+below --target, or whose max/mean is within the noise floor: every scan of a
+salted table costs N sub-scans. Details: docs/advise.md.
 
 examples:
   saltedtable advise access-log.csv
@@ -519,7 +525,8 @@ def _parser() -> argparse.ArgumentParser:
         "--windows",
         type=_int_at_least(1, 10_000),
         metavar="W",
-        help="time windows (default: about 64 lines per tablet per window, at most 60)",
+        help="time windows (default: chosen from the data, the coarsest of 1, 2, 4 .. 64 "
+        "that still show the unsalted hot spot, at least 32 accesses per tablet per window)",
     )
     adv.add_argument(
         "--ordered",
@@ -530,6 +537,15 @@ def _parser() -> argparse.ArgumentParser:
         "--limit",
         type=_int_at_least(1),
         help="row limit of the scan whose read cost is shown (default 100)",
+    )
+    adv.add_argument(
+        "--resamples",
+        type=_int_at_least(20, 100_000),
+        metavar="R",
+        help="resamples behind each 95%% interval (default 200)",
+    )
+    adv.add_argument(
+        "--seed", type=int, default=0, help="random seed of the resampling (default 0)"
     )
     adv.add_argument(
         "-n",

@@ -95,7 +95,9 @@ def render_heatmap(
     for ax, sim, matrix in zip(axes, panels, matrices, strict=True):
         image = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="inferno", norm=norm)
         name = "unsalted" if sim.buckets == 1 else f"salted, N = {sim.buckets}"
-        ax.set_title(f"{name}: max/mean {sim.max_mean:.2f}", fontsize=12)
+        ax.set_title(
+            f"{name}: max/mean {sim.max_mean:.2f} ({sim.corrected:.2f} corrected)", fontsize=12
+        )
         y_ticks = _ticks(t_count, _Y_TICKS)
         ax.set_yticks(y_ticks, [_clip(show_key(sim.tablet_first_keys[t])) for t in y_ticks])
         ax.tick_params(axis="y", labelsize=8)

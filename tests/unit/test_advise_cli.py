@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -45,31 +46,49 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_advise_skewed_workload_report(capsys: pytest.CaptureFixture[str], skewed: Path) -> None:
-    """The text report names the hot tenant's range and recommends an N under the target."""
+    """The text report shows the noise floor, corrected values with intervals and verdicts,
+    names the hot tenant's range and recommends an N that meets the target."""
     code, out, err = run(capsys, "advise", str(skewed))
     assert code == 0
     assert err == ""  # stderr is not a terminal: no progress bar
     assert "20,000 lines" in out
-    assert "hottest range, unsalted: tenant007#" in out
+    assert "(chosen from the data)" in out
+    assert "noise: a perfectly uniform workload sampled like this shows max/mean" in out
+    assert "corrected  95% interval  verdict" in out
+    assert "hottest tablet, unsalted: tenant007#" in out
+    assert "rule of thumb: N ~ " in out
+    assert "corrected) rounded up" in out
     assert "recommended: N = " in out
     assert "<- recommended" in out
     assert "note [monotonic-within-prefix]" in out
 
 
+def test_advise_seed_and_resamples(capsys: pytest.CaptureFixture[str], small: Path) -> None:
+    """--seed and --resamples reach the model and the report; the same seed repeats itself."""
+    argv = ("advise", "--json", "--candidates", "4", "--resamples", "50", "--seed", "3")
+    _, first, _ = run(capsys, *argv, str(small))
+    _, again, _ = run(capsys, *argv, str(small))
+    assert first == again
+    assert json.loads(first)["model"]["resamples"] == 50
+    assert json.loads(first)["model"]["seed"] == 3
+
+
 def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) -> None:
-    """--json prints one JSON document with the documented keys and types."""
+    """--json prints one JSON document with the documented keys and types (schema 2)."""
     code, out, _ = run(capsys, "advise", "--json", "--candidates", "1,4,16,32", str(skewed))
     assert code == 0
     report = json.loads(out)
-    assert report["schema"] == 1
+    assert report["schema"] == 2
     assert set(report) == {
         "schema",
         "input",
         "model",
+        "noise",
         "layouts",
         "rule_of_thumb",
+        "rule_of_thumb_ratio",
         "recommended",
-        "floor",
+        "hot_key_floor",
         "top_keys",
         "findings",
         "plot",
@@ -77,6 +96,8 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
     assert report["input"]["lines"] == 20_000
     assert report["input"]["format"] == "csv"
     assert report["input"]["time_axis"] == "time"
+    assert report["input"]["count_unit"] == 1.0
+    assert report["input"]["events"] == 20_000
     assert len(report["input"]["window_edges"]) == report["input"]["windows"] + 1
     assert report["model"] == {
         "tablets": 32,
@@ -84,12 +105,21 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
         "scan_limit": 100,
         "hash": "crc32",
         "key_part": None,
+        "windows": "auto",
+        "resamples": 200,
+        "seed": 0,
+        "confidence": 0.95,
     }
+    assert set(report["noise"]) == {"floor", "floor_high"}
+    assert 1.0 <= report["noise"]["floor"] <= report["noise"]["floor_high"]
     assert [layout["buckets"] for layout in report["layouts"]] == [1, 4, 16, 32]
     for layout in report["layouts"]:
         assert set(layout) == {
             "buckets",
             "max_mean",
+            "corrected",
+            "interval",
+            "verdict",
             "meets_target",
             "sub_scans",
             "naive_limit_rows",
@@ -104,11 +134,15 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
             "ratio",
             "share",
         }
-        assert layout["meets_target"] == (layout["max_mean"] <= 1.5)
+        low, high = layout["interval"]
+        assert 1.0 <= low <= layout["corrected"] <= high
+        assert layout["verdict"] in ("uniform", "meets", "above", "unclear")
+        assert layout["meets_target"] == (layout["verdict"] in ("uniform", "meets"))
     unsalted = report["layouts"][0]
     assert unsalted["hottest"]["first_key"].startswith("tenant007#")
+    assert report["rule_of_thumb"] == math.ceil(report["rule_of_thumb_ratio"])
     best = next(x for x in report["layouts"] if x["buckets"] == report["recommended"])
-    assert best["max_mean"] <= 1.5
+    assert best["meets_target"]
     assert all(set(f) == {"code", "severity", "message"} for f in report["findings"])
     assert report["plot"] is None
 
@@ -176,7 +210,7 @@ def test_advise_hot_key_warning(
     code, out, _ = run(capsys, "advise", "-")
     assert code == 0
     assert "warning [hot-key]: one key, celebrity, carries 33% of the load" in out
-    assert "recommended: none of the candidates" in out
+    assert "recommended: none of the candidates meets" in out
 
 
 def test_advise_stdin_ndjson_hex_and_iso_times(
@@ -368,3 +402,6 @@ def test_help_states_the_models_defaults(capsys: pytest.CaptureFixture[str]) -> 
     assert f"(default {model.DEFAULT_TABLETS})" in text
     assert f"(default {model.DEFAULT_TARGET})" in text
     assert f"(default {model.DEFAULT_SCAN_LIMIT})" in text
+    assert f"(default {model.DEFAULT_RESAMPLES})" in text
+    assert f"at least {model.MIN_CELL_EVENTS} accesses" in text
+    assert f"1, 2, 4 .. {model.MAX_WINDOWS}" in text

@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
@@ -87,6 +88,9 @@ MAX_WINDOWS: Final = 64
 _KEEP_SIGNAL: Final = 0.9
 #: ... give or take this much, so that noise between window counts does not decide.
 _SIGNAL_SLACK: Final = 0.05
+#: Each window is cut in this many parts, to measure max/mean with windows shifted by a part.
+_PHASES: Final = 4
+_Z95: Final = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
 #: Keys are "monotonic" when this much of each time slice lies above the slice before.
 _MONOTONIC_SHARE: Final = 0.8
 #: Keys led by a number are checked on their own when they are this share of the lines.
@@ -320,25 +324,26 @@ def advise(
 
     if axis == "none" or max(positions) == min(positions):
         choice: WindowChoice = "single"
-        edges, window_of = _windows(positions, 1)
+        w_count = 1
     elif windows is not None:
         choice = "given"
-        edges, window_of = _windows(positions, windows)
+        w_count = windows
     else:
         choice = "auto"
-        edges, window_of = _choose_windows(
-            accesses, positions, key_of, len(keys), t_count, total, unit
-        )
-    w_count = len(edges) - 1
+        w_count = _choose_windows(accesses, positions, key_of, len(keys), t_count, total, unit)
+    edges = _windows(positions, w_count)[0]
+    # Each window in _PHASES parts, so that windows shifted by a part can be summed too.
+    phases = _PHASES if w_count > 1 else 1
+    part_of = _windows(positions, w_count * phases)[1]
 
-    # Aggregate once: load per (key, window); every layout re-buckets these cells.
+    # Aggregate once: load per (key, window part); every layout re-buckets these cells.
     cells: dict[tuple[int, int], float] = {}
     key_load = [0.0] * len(keys)
     window_load = [0.0] * w_count
-    for a, i, w in zip(accesses, key_of, window_of, strict=True):
-        cells[i, w] = cells.get((i, w), 0.0) + a.count
+    for a, i, part in zip(accesses, key_of, part_of, strict=True):
+        cells[i, part] = cells.get((i, part), 0.0) + a.count
         key_load[i] += a.count
-        window_load[w] += a.count
+        window_load[part // phases] += a.count
     floor = uniform_floor([_settled(load / unit) for load in window_load], t_count)
 
     todo = sorted(set(candidates) | {1})
@@ -358,6 +363,7 @@ def advise(
                 physical,
                 cells,
                 w_count,
+                phases,
                 t_count,
                 total,
                 scan_limit,
@@ -371,8 +377,11 @@ def advise(
         if progress is not None:
             progress(done, len(todo))
 
+    key_window: dict[tuple[int, int], float] = {}
+    for (i, part), load in cells.items():
+        key_window[i, part // phases] = key_window.get((i, part // phases), 0.0) + load
     window_max: dict[int, float] = {}
-    for (_, w), load in cells.items():
+    for (_, w), load in key_window.items():
         window_max[w] = max(window_max.get(w, 0.0), load)
     hot_key_floor = t_count * math.fsum(window_max.values()) / total
     top = sorted(range(len(keys)), key=lambda i: -key_load[i])[:3]
@@ -456,6 +465,7 @@ def _simulate(
     physical: Sequence[bytes],
     cells: dict[tuple[int, int], float],
     w_count: int,
+    phases: int,
     t_count: int,
     total: float,
     scan_limit: int,
@@ -471,9 +481,10 @@ def _simulate(
     tablet_of = [0] * d
     for rank, i in enumerate(order):
         tablet_of[i] = rank * t_count // d
-    loads = [[0.0] * t_count for _ in range(w_count)]
-    for (i, w), load in cells.items():
-        loads[w][tablet_of[i]] += load
+    parts = [[0.0] * t_count for _ in range(w_count * phases)]
+    for (i, part), load in cells.items():
+        parts[part][tablet_of[i]] += load
+    loads = [_sum_rows(parts[w * phases : (w + 1) * phases], t_count) for w in range(w_count)]
     max_sum = 0.0
     hot_w, hot_t, hot_load = 0, 0, -1.0
     for w, row in enumerate(loads):
@@ -500,7 +511,11 @@ def _simulate(
         resamples,
         seed * 1_000_003 + buckets,
     )
-    low, high = est.low, est.high
+    # A moving hot spot crosses tablets at moments that fall differently into windows
+    # shifted by a part: that spread is uncertainty too (about 0 for a standing one).
+    spread = _Z95 * _shifted_spread(parts, phases, t_count)
+    low = max(1.0, est.corrected - math.hypot(est.corrected - est.low, spread))
+    high = est.corrected + math.hypot(est.high - est.corrected, spread)
     verdict: Verdict
     if _at_most(max_mean, floor_high):
         verdict = "uniform"
@@ -567,7 +582,7 @@ def _choose_windows(
     t_count: int,
     total: float,
     unit: float,
-) -> tuple[tuple[float, ...], list[int]]:
+) -> int:
     """The coarsest of 1, 2, 4, ... windows that still show the unsalted hot spot.
 
     Finer windows resolve a hot spot that moves (the end of a ``tenant#time``
@@ -581,9 +596,9 @@ def _choose_windows(
     finest = 1
     while finest * 2 <= MAX_WINDOWS and _at_most(MIN_CELL_EVENTS, per_tablet / (finest * 2)):
         finest *= 2
-    edges, fine_of = _windows(positions, finest)
     if finest == 1:
-        return edges, fine_of
+        return 1
+    fine_of = _windows(positions, finest)[1]
     fine = [[0.0] * t_count for _ in range(finest)]
     for a, i, w in zip(accesses, key_of, fine_of, strict=True):
         fine[w][i * t_count // distinct] += a.count
@@ -602,9 +617,30 @@ def _choose_windows(
         w_count //= 2
     best = max(signals.values())
     enough = best - (1.0 - _KEEP_SIGNAL) * (best - 1.0) - _SIGNAL_SLACK
-    chosen = min(w for w, signal in signals.items() if _at_most(enough, signal))
-    step = finest // chosen
-    return _windows(positions, chosen)[0], [w // step for w in fine_of]
+    return min(w for w, signal in signals.items() if _at_most(enough, signal))
+
+
+def _sum_rows(rows: Sequence[Sequence[float]], width: int) -> list[float]:
+    return [math.fsum(row[t] for row in rows) for t in range(width)]
+
+
+def _shifted_spread(parts: Sequence[Sequence[float]], phases: int, t_count: int) -> float:
+    """Standard deviation of max/mean over windows shifted by 0, 1, ... phases-1 parts.
+
+    Shifted windows leave a part of a window at each end; only the whole windows count.
+    """
+    if phases == 1:
+        return 0.0
+    values = []
+    for shift in range(phases):
+        top = load = 0.0
+        for start in range(shift, len(parts) - phases + 1, phases):
+            row = _sum_rows(parts[start : start + phases], t_count)
+            top += max(row)
+            load += math.fsum(row)
+        if load > 0:
+            values.append(t_count * top / load)
+    return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
 def _settled(value: float) -> float:

@@ -405,7 +405,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
 _ADVISE_EPILOG: Final = """\
 input: CSV with columns key[,count][,time] (a header line "key,count,time" is
 optional and may reorder them) or NDJSON lines {"key": ..., "count": ..., "time": ...}.
-count is the load of the line (default 1), read as count/u accesses, u the 5th
+count is the load of the line (default 1), read as count/u accesses, u the 1st
 percentile of the counts; time is a number (e.g. epoch seconds) or an ISO 8601
 date. Without times the line order is the time axis, unless the keys are
 sorted (a key dump: one window).

@@ -64,14 +64,15 @@ _Z_HIGH: Final = NormalDist().inv_cdf(CONFIDENCE)
 
 
 def count_unit(counts: Sequence[float]) -> float:
-    """The load one access stands for: the 5th percentile of the positive counts.
+    """The load one access stands for: the 1st percentile of the positive counts.
 
     A sample of single accesses has unit 1; counts exported per key (``key,42``)
     read as that many accesses; a 1-in-100 sample whose lines all carry 100
     reads as one access a line. A low percentile rather than the minimum keeps
-    a few stray tiny counts from making every other line look like thousands
-    of accesses. Scaling every count by a constant scales the unit with it, so
-    the events, and every figure computed from them, stay the same.
+    one stray tiny count in a hundred lines from making every other line look
+    like thousands of accesses. Scaling every count by a constant scales the
+    unit with it, so the events, and every figure computed from them, stay the
+    same.
 
     Raises:
         ValueError: No positive count.
@@ -79,7 +80,7 @@ def count_unit(counts: Sequence[float]) -> float:
     positive = sorted(c for c in counts if c > 0)
     if not positive:
         raise ValueError("no positive count")
-    return positive[(len(positive) - 1) // 20]
+    return positive[(len(positive) - 1) // 100]
 
 
 @cache

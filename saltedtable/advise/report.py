@@ -112,7 +112,7 @@ def text_report(
     )
     units = (
         f"{advice.events:,.0f} accesses (counts in units of {advice.count_unit:g}); "
-        if advice.count_unit != 1.0
+        if advice.total_load != advice.lines
         else ""
     )
     out.append(

@@ -85,7 +85,7 @@ def test_count_unit_is_a_low_percentile_of_positive_counts() -> None:
     """Single accesses: 1; a 1-in-100 sample: 100; zeros ignored; stray tiny counts ignored."""
     assert count_unit([1.0] * 10) == 1.0
     assert count_unit([100.0] * 10 + [0.0]) == 100.0
-    assert count_unit([0.001] + [5.0] * 99) == 5.0
+    assert count_unit([0.001] + [5.0] * 199) == 5.0
     with pytest.raises(ValueError, match="no positive count"):
         count_unit([0.0])
 

@@ -8,7 +8,8 @@
     advice.recommended
 
 Modules: :mod:`~saltedtable.advise.model` (the pure simulation and
-recommendation), :mod:`~saltedtable.advise.input` (CSV/NDJSON readers, table
+recommendation), :mod:`~saltedtable.advise.noise` (the noise floor, corrections
+and intervals), :mod:`~saltedtable.advise.input` (CSV/NDJSON readers, table
 sampling, progress), :mod:`~saltedtable.advise.report` (text and JSON reports),
 :mod:`~saltedtable.advise.heatmap` (the heat map; needs matplotlib).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from .model import (
     DEFAULT_CANDIDATES,
+    DEFAULT_RESAMPLES,
     DEFAULT_SCAN_LIMIT,
     DEFAULT_TABLETS,
     DEFAULT_TARGET,
@@ -26,12 +28,15 @@ from .model import (
     HotSpot,
     Simulation,
     TimeAxis,
+    Verdict,
+    WindowChoice,
     advise,
     format_key,
 )
 
 __all__ = [
     "DEFAULT_CANDIDATES",
+    "DEFAULT_RESAMPLES",
     "DEFAULT_SCAN_LIMIT",
     "DEFAULT_TABLETS",
     "DEFAULT_TARGET",
@@ -41,6 +46,8 @@ __all__ = [
     "HotSpot",
     "Simulation",
     "TimeAxis",
+    "Verdict",
+    "WindowChoice",
     "advise",
     "format_key",
 ]

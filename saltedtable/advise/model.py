@@ -414,7 +414,7 @@ def advise(
     _find_inconclusive(sims, recommended, target, len(accesses), findings)
     if recommended is None:
         best = min(sims, key=lambda s: s.corrected)
-        if hot_key_floor > target:
+        if not _at_most(hot_key_floor, target):
             why = f"single keys alone keep max/mean >= {hot_key_floor:.2f} (see hot-key)"
         elif not _at_most(floor.high, target):
             why = "the sample is too small to tell (see small-sample)"
@@ -716,7 +716,7 @@ def _find_hot_key(
     findings: list[Finding],
 ) -> None:
     key, share = top_keys[0]
-    if share * t_count <= target:
+    if _at_most(share * t_count, target):
         return
     findings.append(
         Finding(

@@ -23,6 +23,7 @@ from saltedtable.advise import (
     advise,
     format_key,
 )
+from saltedtable.advise.input import read_file
 
 HOT_TENANT = b"tenant007"
 START_MS = 1_700_000_000_000
@@ -507,3 +508,19 @@ def test_scaling_every_count_changes_nothing(
         assert x.verdict == y.verdict
         assert x.corrected == pytest.approx(y.corrected)
         assert (x.low, x.high) == pytest.approx((y.low, y.high))
+
+
+def test_demo_files_are_what_the_command_reads(demo: ModuleType, tmp_path: Path) -> None:
+    """advise_demo.py writes key,count,time lines (or key,count per key) that read back whole."""
+    path = tmp_path / "demo.csv"
+    with path.open("w") as out:
+        demo.write_log(out, 500)
+    accesses, fmt = read_file(str(path))
+    assert fmt == "csv"
+    assert len(accesses) == 500
+    assert all(a.time is not None and a.key.startswith(b"tenant") for a in accesses)
+    with path.open("w") as out:
+        demo.write_rows(out, demo.article_lines(2_000), weighted=True)
+    per_key, _ = read_file(str(path))
+    assert sum(a.count for a in per_key) == 2_000
+    assert all(a.time is None for a in per_key)

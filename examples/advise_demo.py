@@ -1,12 +1,29 @@
-"""Write a skewed access log for ``saltedtable advise`` to chew on.
+"""Write sample workloads for ``saltedtable advise`` to chew on.
 
-One hour of writes from 50 tenants, keyed ``tenant#epoch-ms`` (the tenant, then
-the write time): tenant007 writes 40 times as often as each of the others. In
+The default, ``tenants``, is the worked example of docs/advise.md: one hour of
+writes from 50 tenants, keyed ``tenant#epoch-ms`` (the tenant, then the write
+time), where tenant007 writes 40 times as often as each of the others. In
 storage the keys spread evenly, but every write of a tenant lands at the end of
 its own range, so tenant007's end is one very hot tablet.
 
+The other workloads are the ones the advisor's tests and docs measure:
+
+* ``busy-tenant``: the same, with tenant007 writing 5 times as often.
+* ``article``: five key ranges A..E of 1,000 keys each, read and written at
+  5,000, 200,000, 5,000, 5,000 and 5,000 accesses a minute (the hottest range
+  at about 4.5x the mean, so "about 5 shards"); model it with ``--tablets 5``,
+  one tablet per range, as the ranges were measured.
+* ``uniform``: random keys from a million users, evenly over the hour.
+* ``hot-key``: 10,000 users evenly, plus one key, ``celebrity``, with a tenth of
+  all accesses.
+
+``--weighted`` writes one ``key,count`` line per distinct key instead (the
+accesses summed per key, no time): a weighted sample, as a counter export gives.
+
     python examples/advise_demo.py skewed.csv          # 60,000 lines (or: --lines N)
     saltedtable advise skewed.csv --plot heatmap.png
+    python examples/advise_demo.py --workload article article.csv
+    saltedtable advise article.csv --tablets 5
 """
 
 from __future__ import annotations
@@ -14,35 +31,110 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 START_MS = 1_700_000_000_000
 HOUR_MS = 3_600_000
+#: Accesses a minute of the article's five key ranges A..E.
+ARTICLE_RATES = (5_000, 200_000, 5_000, 5_000, 5_000)
+ARTICLE_KEYS_PER_RANGE = 1_000
+
+Line = tuple[str, int, float]
+"""One access: key, count, time in epoch seconds."""
+
+
+def tenant_lines(
+    lines: int, *, tenants: int = 50, factor: float = 40, seed: int = 7
+) -> Iterator[Line]:
+    """``tenant#epoch-ms`` writes in time order; tenant007 writes ``factor`` x as often."""
+    rnd = random.Random(seed)
+    weights = [factor if t == 7 else 1 for t in range(tenants)]
+    for ms in sorted(rnd.randrange(HOUR_MS) for _ in range(lines)):
+        tenant = rnd.choices(range(tenants), weights)[0]
+        yield f"tenant{tenant:03d}#{START_MS + ms}", 1, (START_MS + ms) / 1000
+
+
+def article_lines(lines: int, *, seed: int = 4) -> Iterator[Line]:
+    """Accesses to five ranges of equal size at the article's rates, evenly over an hour."""
+    rnd = random.Random(seed)
+    groups = "ABCDE"
+    for ms in sorted(rnd.randrange(HOUR_MS) for _ in range(lines)):
+        group = rnd.choices(groups, ARTICLE_RATES)[0]
+        user = rnd.randrange(ARTICLE_KEYS_PER_RANGE)
+        yield f"{group}#user{user:04d}", 1, (START_MS + ms) / 1000
+
+
+def uniform_lines(lines: int, *, seed: int = 9) -> Iterator[Line]:
+    """Accesses to random users out of a million, evenly over an hour."""
+    rnd = random.Random(seed)
+    for ms in sorted(rnd.randrange(HOUR_MS) for _ in range(lines)):
+        yield f"user{rnd.randrange(1_000_000):06d}", 1, (START_MS + ms) / 1000
+
+
+def hot_key_lines(lines: int, *, seed: int = 5) -> Iterator[Line]:
+    """10,000 users evenly, and ``celebrity`` taking a tenth of the accesses."""
+    rnd = random.Random(seed)
+    for ms in sorted(rnd.randrange(HOUR_MS) for _ in range(lines)):
+        key = "celebrity" if rnd.random() < 0.1 else f"user{rnd.randrange(10_000):05d}"
+        yield key, 1, (START_MS + ms) / 1000
+
+
+WORKLOADS: dict[str, tuple[Callable[[int], Iterator[Line]], int]] = {
+    "tenants": (tenant_lines, 60_000),
+    "busy-tenant": (lambda n: tenant_lines(n, factor=5), 60_000),
+    "article": (article_lines, 20_000),
+    "uniform": (uniform_lines, 20_000),
+    "hot-key": (hot_key_lines, 20_000),
+}
+
+
+def per_key(rows: Iterator[Line]) -> list[tuple[str, int]]:
+    """Sum the counts per key, in key order (a weighted sample without times)."""
+    totals: dict[str, int] = {}
+    for key, count, _ in rows:
+        totals[key] = totals.get(key, 0) + count
+    return sorted(totals.items())
+
+
+def write_rows(out: TextIO, rows: Iterator[Line], *, weighted: bool = False) -> None:
+    """Write ``key,count,time`` lines (time in epoch seconds), or ``key,count`` per key."""
+    if weighted:
+        out.write("key,count\n")
+        for key, count in per_key(rows):
+            out.write(f"{key},{count}\n")
+        return
+    out.write("key,count,time\n")
+    for key, count, moment in rows:
+        out.write(f"{key},{count},{moment:.3f}\n")
 
 
 def write_log(
-    out: TextIO, lines: int, *, tenants: int = 50, factor: int = 40, seed: int = 7
+    out: TextIO, lines: int, *, tenants: int = 50, factor: float = 40, seed: int = 7
 ) -> None:
-    """Write ``lines`` CSV rows ``key,count,time`` in time order (time in epoch seconds)."""
-    rnd = random.Random(seed)
-    weights = [factor if t == 7 else 1 for t in range(tenants)]
-    out.write("key,count,time\n")
-    for ms in sorted(rnd.randrange(HOUR_MS) for _ in range(lines)):
-        tenant = rnd.choices(range(tenants), weights)[0]
-        out.write(f"tenant{tenant:03d}#{START_MS + ms},1,{(START_MS + ms) / 1000:.3f}\n")
+    """Write the tenants workload: ``lines`` CSV rows ``key,count,time`` in time order."""
+    write_rows(out, tenant_lines(lines, tenants=tenants, factor=factor, seed=seed))
 
 
 def main() -> None:
-    """Parse the arguments and write the log to a file or stdout."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Parse the arguments and write the workload to a file or stdout."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("path", nargs="?", default="-", help="output CSV (default: stdout)")
-    parser.add_argument("--lines", type=int, default=60_000, help="rows to write")
+    parser.add_argument(
+        "--workload", choices=sorted(WORKLOADS), default="tenants", help="which workload"
+    )
+    parser.add_argument("--lines", type=int, help="accesses to write (default: per workload)")
+    parser.add_argument(
+        "--weighted", action="store_true", help="one key,count line per distinct key"
+    )
     args = parser.parse_args()
+    make, default_lines = WORKLOADS[args.workload]
+    rows = make(args.lines or default_lines)
     if args.path == "-":
-        write_log(sys.stdout, args.lines)
+        write_rows(sys.stdout, rows, weighted=args.weighted)
     else:
         with open(args.path, "w") as out:
-            write_log(out, args.lines)
+            write_rows(out, rows, weighted=args.weighted)
 
 
 if __name__ == "__main__":

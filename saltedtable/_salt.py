@@ -36,6 +36,7 @@ __all__ = [
     "SaltScheme",
     "before_last",
     "fields",
+    "format_key",
     "prefix_end",
     "to_key",
 ]
@@ -63,6 +64,14 @@ def to_key(key: bytes | str) -> bytes:
         except UnicodeEncodeError as exc:
             raise RowKeyError(f"row key {key!r} cannot be encoded as UTF-8: {exc}") from exc
     raise RowKeyError(f"row keys are bytes or str, got {type(key).__name__}: {key!r}")
+
+
+def format_key(key: bytes) -> str:
+    """Show a key as text, escaping anything that is not printable ASCII (``\\xNN``)."""
+    return "".join(
+        chr(b) if 0x20 <= b < 0x7F and b != 0x5C else ("\\\\" if b == 0x5C else f"\\x{b:02x}")
+        for b in key
+    )
 
 
 def prefix_end(prefix: bytes) -> bytes:

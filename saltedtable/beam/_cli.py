@@ -16,9 +16,9 @@ from typing import IO, NoReturn, TypedDict
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from .._cli import _cutoff_policy, _key_part
 from .._exceptions import SaltedTableError
 from .._salt import HASHES, SaltScheme
+from .._specs import cutoff_policy_from_args, key_part_from_spec
 from ._io import BigtableTarget
 from ._migrate import (
     MigrationReport,
@@ -118,7 +118,7 @@ def _scheme(args: argparse.Namespace, prefix: str = "") -> SaltScheme:
     return SaltScheme(
         buckets,
         hash=pick("hash") or "crc32",
-        key_part=_key_part(part),
+        key_part=key_part_from_spec(part),
         separator=(pick("separator") or "-").encode(),
         marker=(pick("marker") or "").encode(),
     )
@@ -130,7 +130,7 @@ def main(argv: Sequence[str]) -> int:
     prog = f"saltedtable migrate {args.step}"
     try:
         scheme = _scheme(args)
-        cutoff = _cutoff_policy(args)
+        cutoff = cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable)
         target = BigtableTarget(args.bigtable_project, args.instance, args.table, args.app_profile)
         options = PipelineOptions(beam_args)
         common: _Common = {

@@ -19,13 +19,21 @@ The model, for the unsalted layout and for each candidate bucket count N:
   (``T * sum(max of each window) / total load``). 1.0 is a perfect spread; a
   hot tablet at 9x the mean is a node doing 9x its share of the work.
 
+A sample is noisy, and the hottest of T noisy tablets is hot partly by chance:
+:mod:`~saltedtable.advise.noise` gives each layout's max/mean a correction and
+a 95% interval, and the max/mean a perfectly uniform workload sampled the same
+way would show (the noise floor). A layout *meets* the target when its whole
+interval is at or below it, or when its measured max/mean is within the noise
+floor (indistinguishable from uniform). The recommendation is the smallest
+candidate that meets the target, because each bucket costs every scan one more
+sub-scan.
+
 Time matters: keys such as ``tenant#timestamp`` are spread evenly over the
 tablets in storage, but at any moment every write of a tenant goes to the end
-of its range. Salting splits that end into N ends. The recommendation starts
-from the unsalted hottest-tablet ratio (the shard-count rule of thumb: a range
-at 4.5x the mean wants about 5 shards) and then takes the smallest simulated
-candidate that meets the target, because each bucket costs every scan one
-more sub-scan.
+of its range. Salting splits that end into N ends. Windows are chosen from the
+data: the coarsest that still show the unsalted hot spot, so that each cell
+holds as many accesses as possible (less noise) without averaging a moving hot
+spot away.
 """
 
 from __future__ import annotations
@@ -33,26 +41,32 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
 
-from ._salt import SaltScheme
+from .._salt import SaltScheme, format_key
+from .noise import CONFIDENCE, count_unit, estimate, uniform_floor
 
 __all__ = [
     "DEFAULT_CANDIDATES",
+    "DEFAULT_RESAMPLES",
     "DEFAULT_SCAN_LIMIT",
     "DEFAULT_TABLETS",
     "DEFAULT_TARGET",
+    "MAX_WINDOWS",
+    "MIN_CELL_EVENTS",
     "Access",
     "Advice",
     "Finding",
     "HotSpot",
     "Simulation",
     "TimeAxis",
+    "Verdict",
+    "WindowChoice",
     "advise",
     "format_key",
-    "plan_sample",
 ]
 
 DEFAULT_CANDIDATES: Final = (1, 2, 4, 8, 16, 32, 64)
@@ -60,10 +74,23 @@ DEFAULT_CANDIDATES: Final = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_TABLETS: Final = 32
 DEFAULT_TARGET: Final = 1.5
 DEFAULT_SCAN_LIMIT: Final = 100
-#: Automatic windows aim at this many lines per tablet per window: with fewer,
-#: chance alone makes some tablet look hot (Poisson noise ~ 1 + sqrt(2 ln T / lines)).
-LINES_PER_CELL: Final = 64
-MAX_WINDOWS: Final = 60
+#: Resamples behind each interval: the interval's ends move by about 0.01 with the seed.
+DEFAULT_RESAMPLES: Final = 200
+#: Automatic windows keep at least this many accesses per tablet per window: below
+#: that, a single tablet a little above the rest is hard to tell from chance (see
+#: docs/advise.md, "How far the correction can be trusted").
+MIN_CELL_EVENTS: Final = 32
+#: Automatic windows are 1, 2, 4, ... up to this many equal spans of time.
+MAX_WINDOWS: Final = 64
+#: The coarsest windows whose unsalted max/mean (less its noise floor) reaches this
+#: share of the best window count's are chosen: coarser windows would average a
+#: moving hot spot away, finer ones only add noise.
+_KEEP_SIGNAL: Final = 0.9
+#: ... give or take this much, so that noise between window counts does not decide.
+_SIGNAL_SLACK: Final = 0.05
+#: Each window is cut in this many parts, to measure max/mean with windows shifted by a part.
+_PHASES: Final = 4
+_Z95: Final = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
 #: Keys are "monotonic" when this much of each time slice lies above the slice before.
 _MONOTONIC_SHARE: Final = 0.8
 #: Keys led by a number are checked on their own when they are this share of the lines.
@@ -72,6 +99,12 @@ _MONOTONIC_CHUNKS: Final = 20
 
 TimeAxis = Literal["time", "order", "none"]
 Severity = Literal["warning", "note"]
+#: How a layout compares with the target: ``uniform`` (measured within the noise
+#: floor), ``meets`` (whole interval at or below the target), ``above`` (whole
+#: interval above), ``unclear`` (the interval straddles the target).
+Verdict = Literal["uniform", "meets", "above", "unclear"]
+#: ``auto``: chosen from the data; ``given``: the caller's; ``single``: no time axis.
+WindowChoice = Literal["auto", "given", "single"]
 
 
 class _Ordered(Protocol):
@@ -79,14 +112,6 @@ class _Ordered(Protocol):
 
 
 _T = TypeVar("_T", bound=_Ordered)
-
-
-def format_key(key: bytes) -> str:
-    """Show a key as text, escaping anything that is not printable ASCII (``\\xNN``)."""
-    return "".join(
-        chr(b) if 0x20 <= b < 0x7F and b != 0x5C else ("\\\\" if b == 0x5C else f"\\x{b:02x}")
-        for b in key
-    )
 
 
 @final
@@ -118,7 +143,14 @@ class Simulation:
     """One simulated layout: unsalted (``buckets == 1``) or salted with N buckets."""
 
     buckets: int
+    #: max/mean as measured on the sample.
     max_mean: float
+    #: max/mean less the estimated sampling noise (never below 1).
+    corrected: float
+    #: 95% interval of the true max/mean, around ``corrected``.
+    low: float
+    high: float
+    verdict: Verdict
     hottest: HotSpot
     #: ``loads[window][tablet]``
     loads: tuple[tuple[float, ...], ...]
@@ -127,6 +159,11 @@ class Simulation:
     sub_scans: int
     naive_limit_rows: int
     paged_limit_rows: int
+
+    @property
+    def meets_target(self) -> bool:
+        """True when the layout meets the target (verdict ``uniform`` or ``meets``)."""
+        return self.verdict in ("uniform", "meets")
 
 
 @final
@@ -150,14 +187,29 @@ class Advice:
     time_axis: TimeAxis
     #: W + 1 window edges, in time units (or line positions for ``time_axis="order"``).
     window_edges: tuple[float, ...]
+    window_choice: WindowChoice
     tablets: int
     target: float
     scan_limit: int
     simulations: tuple[Simulation, ...]
     recommended: int | None
+    #: ceil(:attr:`rule_of_thumb_ratio`): the shard count the unsalted skew suggests.
     rule_of_thumb: int
+    #: The unsalted layout's corrected max/mean to one decimal; 1.0 when it is
+    #: indistinguishable from uniform.
+    rule_of_thumb_ratio: float
+    #: The load one access stands for (see :func:`~saltedtable.advise.noise.count_unit`).
+    count_unit: float
+    #: total_load / count_unit: how many accesses the sample counts as.
+    events: float
+    #: Expected max/mean of a perfectly uniform workload sampled like this one.
+    noise_floor: float
+    #: Its 95th percentile: layouts measured at or below are indistinguishable from uniform.
+    noise_floor_high: float
+    resamples: int
+    seed: int
     #: The max/mean no salt can go below: the hottest single key's load per window.
-    floor: float
+    hot_key_floor: float
     #: The keys with the largest share of the load, largest first.
     top_keys: tuple[tuple[bytes, float], ...]
     findings: tuple[Finding, ...]
@@ -189,6 +241,8 @@ def advise(
     scan_limit: int = DEFAULT_SCAN_LIMIT,
     scheme_for: Callable[[int], SaltScheme] = SaltScheme,
     ordered: bool = False,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
     show_key: Callable[[bytes], str] = format_key,
     progress: Callable[[int, int], None] | None = None,
 ) -> Advice:
@@ -201,18 +255,23 @@ def advise(
         candidates: Bucket counts to try; 1 (unsalted) is always simulated.
         tablets: T, the number of equal-size tablets the key space is cut into.
         target: The max/mean to reach (> 1).
-        windows: Time windows W; None picks about :data:`LINES_PER_CELL` lines
-            per tablet per window, at most :data:`MAX_WINDOWS`.
+        windows: Time windows W; None chooses them from the data: the coarsest
+            of 1, 2, 4, ... :data:`MAX_WINDOWS` equal spans that still show the
+            unsalted hot spot, with at least :data:`MIN_CELL_EVENTS` accesses
+            per tablet per window.
         scan_limit: Row limit of the scan whose read cost is reported.
         scheme_for: Builds the scheme for N buckets (hash and key part).
         ordered: Without times, use the sample order as the time axis even if
             the keys are sorted.
+        resamples: Resamples behind each interval (>= 20).
+        seed: Random seed of the resampling: the same sample, arguments and
+            seed always give the same advice.
         show_key: How messages show a key.
         progress: Called as ``progress(done, total)`` after each layout.
 
     Returns:
         The simulations in ascending N, the recommended N (None when no
-        candidate reaches the target) and the findings.
+        candidate meets the target) and the findings.
 
     Raises:
         ValueError: Bad arguments, an empty sample, or times on some accesses only.
@@ -229,6 +288,8 @@ def advise(
         raise ValueError(f"windows must be >= 1, got {windows}")
     if scan_limit < 1:
         raise ValueError(f"scan_limit must be >= 1, got {scan_limit}")
+    if resamples < 20:
+        raise ValueError(f"resamples must be >= 20, got {resamples}")
     if any(n < 1 for n in candidates):
         raise ValueError(f"candidates must be >= 1, got {list(candidates)}")
     for a in accesses:
@@ -256,17 +317,34 @@ def advise(
                 f"{tablets}; a sample this small says little about a real table",
             )
         )
-    w_count = _window_count(windows, axis, positions, len(accesses), t_count)
-    edges, window_of = _windows(positions, w_count)
-
-    # Aggregate once: load per (key, window); every layout re-buckets these cells.
     index = {k: i for i, k in enumerate(keys)}
+    key_of = [index[a.key] for a in accesses]
+    unit = count_unit([a.count for a in accesses])
+    events = total / unit
+
+    if axis == "none" or max(positions) == min(positions):
+        choice: WindowChoice = "single"
+        w_count = 1
+    elif windows is not None:
+        choice = "given"
+        w_count = windows
+    else:
+        choice = "auto"
+        w_count = _choose_windows(accesses, positions, key_of, len(keys), t_count, total, unit)
+    edges = _windows(positions, w_count)[0]
+    # Each window in _PHASES parts, so that windows shifted by a part can be summed too.
+    phases = _PHASES if w_count > 1 else 1
+    part_of = _windows(positions, w_count * phases)[1]
+
+    # Aggregate once: load per (key, window part); every layout re-buckets these cells.
     cells: dict[tuple[int, int], float] = {}
     key_load = [0.0] * len(keys)
-    for a, w in zip(accesses, window_of, strict=True):
-        i = index[a.key]
-        cells[i, w] = cells.get((i, w), 0.0) + a.count
+    window_load = [0.0] * w_count
+    for a, i, part in zip(accesses, key_of, part_of, strict=True):
+        cells[i, part] = cells.get((i, part), 0.0) + a.count
         key_load[i] += a.count
+        window_load[part // phases] += a.count
+    floor = uniform_floor([_settled(load / unit) for load in window_load], t_count)
 
     todo = sorted(set(candidates) | {1})
     sims: list[Simulation] = []
@@ -278,42 +356,67 @@ def advise(
             physical = [scheme.salt_key(k) for k in keys]
             # hash="java" has 2N-1 prefixes, and a scan reads every one of them.
             sub_scans = len(scheme.prefixes)
-        sims.append(_simulate(n, sub_scans, physical, cells, w_count, t_count, total, scan_limit))
+        sims.append(
+            _simulate(
+                n,
+                sub_scans,
+                physical,
+                cells,
+                w_count,
+                phases,
+                t_count,
+                total,
+                scan_limit,
+                unit=unit,
+                target=target,
+                floor_high=floor.high,
+                resamples=resamples,
+                seed=seed,
+            )
+        )
         if progress is not None:
             progress(done, len(todo))
 
+    key_window: dict[tuple[int, int], float] = {}
+    for (i, part), load in cells.items():
+        key_window[i, part // phases] = key_window.get((i, part // phases), 0.0) + load
     window_max: dict[int, float] = {}
-    for (_, w), load in cells.items():
+    for (_, w), load in key_window.items():
         window_max[w] = max(window_max.get(w, 0.0), load)
-    floor = t_count * math.fsum(window_max.values()) / total
+    hot_key_floor = t_count * math.fsum(window_max.values()) / total
     top = sorted(range(len(keys)), key=lambda i: -key_load[i])[:3]
     top_keys = tuple((keys[i], key_load[i] / total) for i in top)
 
     unsalted = sims[0]
-    rule = max(1, math.ceil(unsalted.max_mean - 1e-9))
-    recommended = next((s.buckets for s in sims if s.max_mean <= target), None)
+    ratio = 1.0 if unsalted.verdict == "uniform" else round(_settled(unsalted.corrected), 1)
+    rule = max(1, math.ceil(ratio))
+    recommended = next((s.buckets for s in sims if s.meets_target), None)
 
     _find_hot_key(top_keys, t_count, target, show_key, findings)
     _find_monotonic(accesses, axis, positions, show_key, findings)
-    all_ones = all(a.count == 1 for a in accesses)
-    # One window of distinct keys is split exactly evenly; noise comes from
-    # lines falling into windows (and onto repeated keys) by chance.
-    noise = _noise(len(accesses), w_count, t_count) if all_ones and w_count > 1 else 1.0
-    if noise > target:
+    per_cell = events / (w_count * t_count)
+    if not _at_most(floor.high, target):
+        # Noise shrinks as 1/sqrt(events): how many lines bring the floor to the target.
+        needed = len(accesses) * ((floor.high - 1.0) / (target - 1.0)) ** 2
+        weighted = f" (counts read in units of {unit:g})" if unit != 1.0 else ""
         findings.append(
             Finding(
                 "small-sample",
                 "warning",
-                f"{len(accesses)} lines over {t_count} tablets x {w_count} windows are about "
-                f"{len(accesses) / (t_count * w_count):.0f} per cell: chance alone gives "
-                f"max/mean ~{noise:.1f}; use a bigger sample, fewer --tablets or --windows",
+                f"the sample counts as {events:,.0f} accesses{weighted}, about {per_cell:,.0f} "
+                f"per tablet per window ({t_count} tablets x {w_count} window"
+                f"{'s' * (w_count != 1)}): a perfectly uniform workload sampled like this "
+                f"shows max/mean up to {floor.high:.2f} by chance, above the target "
+                f"{target:g}, so the sample cannot show which N meets it; use about "
+                f"{_round_up(needed):,} lines, or fewer --tablets or --windows",
             )
         )
+    _find_inconclusive(sims, recommended, target, len(accesses), findings)
     if recommended is None:
-        best = min(sims, key=lambda s: s.max_mean)
-        if floor > target:
-            why = f"single keys alone keep max/mean >= {floor:.2f} (see hot-key)"
-        elif noise > target:
+        best = min(sims, key=lambda s: s.corrected)
+        if not _at_most(hot_key_floor, target):
+            why = f"single keys alone keep max/mean >= {hot_key_floor:.2f} (see hot-key)"
+        elif not _at_most(floor.high, target):
             why = "the sample is too small to tell (see small-sample)"
         else:
             why = "try larger --candidates or a key part that spreads the load"
@@ -322,7 +425,8 @@ def advise(
                 "target-unreachable",
                 "warning",
                 f"no candidate brings max/mean to {target:g} or below (best: N={best.buckets} "
-                f"at {best.max_mean:.2f}); {why}",
+                f"at {best.corrected:.2f}, {_percent(CONFIDENCE)} interval {best.low:.2f}-"
+                f"{best.high:.2f}); {why}",
             )
         )
 
@@ -332,63 +436,24 @@ def advise(
         total_load=total,
         time_axis=axis,
         window_edges=edges,
+        window_choice=choice,
         tablets=t_count,
         target=target,
         scan_limit=scan_limit,
         simulations=tuple(sims),
         recommended=recommended,
         rule_of_thumb=rule,
-        floor=floor,
+        rule_of_thumb_ratio=ratio,
+        count_unit=unit,
+        events=events,
+        noise_floor=floor.mean,
+        noise_floor_high=floor.high,
+        resamples=resamples,
+        seed=seed,
+        hot_key_floor=hot_key_floor,
         top_keys=top_keys,
         findings=tuple(findings),
     )
-
-
-def plan_sample(
-    samples: Sequence[tuple[bytes, int]], limit: int
-) -> list[tuple[bytes | None, bytes | None, int]]:
-    """Split a sample of ``limit`` rows over a table's tablets, in proportion to their size.
-
-    Args:
-        samples: What ``TableAsync.sample_row_keys()`` returns: ``(key, offset)``
-            in key order, ``offset`` the bytes stored before ``key``; a last
-            entry with an empty key gives the table's size.
-        limit: Rows to read in all.
-
-    Returns:
-        ``(start, end, rows)``: contiguous ranges (start inclusive, end
-        exclusive, None for unbounded) that cover the whole table, each with
-        the rows to read from it; they add up to ``limit``. Ranges too small
-        for one row are merged into the next.
-    """
-    bounds = [(key, offset) for key, offset in samples if key]
-    total = next((offset for key, offset in samples if not key), None)
-    sizes, previous = [], 0
-    for _, offset in bounds:
-        sizes.append(max(0, offset - previous))
-        previous = offset
-    if total is not None and total >= previous:
-        last = float(total - previous)
-    else:  # no end marker: assume the last range is an average one
-        last = previous / len(bounds) if bounds else 0.0
-    grand = sum(sizes) + last
-    if grand <= 0:
-        return [(None, None, limit)]
-    out: list[tuple[bytes | None, bytes | None, int]] = []
-    start: bytes | None = None
-    cumulative, given = 0.0, 0
-    for (key, _), size in zip(bounds, sizes, strict=True):
-        cumulative += size
-        rows = round(limit * cumulative / grand) - given
-        if rows > 0:
-            out.append((start, key, rows))
-            start, given = key, given + rows
-    if limit > given:
-        out.append((start, None, limit - given))
-    elif out:
-        first, _, rows = out[-1]
-        out[-1] = (first, None, rows)
-    return out
 
 
 # -- simulation ----------------------------------------------------------------
@@ -400,18 +465,26 @@ def _simulate(
     physical: Sequence[bytes],
     cells: dict[tuple[int, int], float],
     w_count: int,
+    phases: int,
     t_count: int,
     total: float,
     scan_limit: int,
+    *,
+    unit: float,
+    target: float,
+    floor_high: float,
+    resamples: int,
+    seed: int,
 ) -> Simulation:
     d = len(physical)
     order = sorted(range(d), key=physical.__getitem__)
     tablet_of = [0] * d
     for rank, i in enumerate(order):
         tablet_of[i] = rank * t_count // d
-    loads = [[0.0] * t_count for _ in range(w_count)]
-    for (i, w), load in cells.items():
-        loads[w][tablet_of[i]] += load
+    parts = [[0.0] * t_count for _ in range(w_count * phases)]
+    for (i, part), load in cells.items():
+        parts[part][tablet_of[i]] += load
+    loads = [_sum_rows(parts[w * phases : (w + 1) * phases], t_count) for w in range(w_count)]
     max_sum = 0.0
     hot_w, hot_t, hot_load = 0, 0, -1.0
     for w, row in enumerate(loads):
@@ -430,9 +503,35 @@ def _simulate(
         ratio=hot_load * t_count / window_total if window_total else 0.0,
         share=hot_load / window_total if window_total else 0.0,
     )
+    max_mean = t_count * max_sum / total
+    # The seed depends on N only, so adding a candidate does not move the others.
+    est = estimate(
+        [[_settled(load / unit) for load in row] for row in loads if any(row)],
+        t_count,
+        resamples,
+        seed * 1_000_003 + buckets,
+    )
+    # A moving hot spot crosses tablets at moments that fall differently into windows
+    # shifted by a part: that spread is uncertainty too (about 0 for a standing one).
+    spread = _Z95 * _shifted_spread(parts, phases, t_count)
+    low = max(1.0, est.corrected - math.hypot(est.corrected - est.low, spread))
+    high = est.corrected + math.hypot(est.high - est.corrected, spread)
+    verdict: Verdict
+    if _at_most(max_mean, floor_high):
+        verdict = "uniform"
+    elif _at_most(high, target):
+        verdict = "meets"
+    elif not _at_most(low, target):
+        verdict = "above"
+    else:
+        verdict = "unclear"
     return Simulation(
         buckets=buckets,
-        max_mean=t_count * max_sum / total,
+        max_mean=max_mean,
+        corrected=est.corrected,
+        low=low,
+        high=high,
+        verdict=verdict,
         hottest=hottest,
         loads=tuple(tuple(row) for row in loads),
         tablet_first_keys=tuple(physical[order[r]] for r in first_rank),
@@ -465,16 +564,6 @@ def _time_axis(
     return "order", positions
 
 
-def _window_count(
-    windows: int | None, axis: TimeAxis, positions: Sequence[float], lines: int, t_count: int
-) -> int:
-    if axis == "none" or max(positions) == min(positions):
-        return 1
-    if windows is not None:
-        return windows
-    return max(1, min(MAX_WINDOWS, lines // (t_count * LINES_PER_CELL)))
-
-
 def _windows(positions: Sequence[float], w_count: int) -> tuple[tuple[float, ...], list[int]]:
     """Equal spans of time (Key Visualizer's columns); return the edges and each line's window."""
     lo, hi = min(positions), max(positions)
@@ -485,13 +574,138 @@ def _windows(positions: Sequence[float], w_count: int) -> tuple[tuple[float, ...
     return edges, [min(w_count - 1, int((p - lo) / span)) for p in positions]
 
 
-def _noise(lines: int, w_count: int, t_count: int) -> float:
-    """max/mean that chance alone gives uniform single accesses (a Poisson maximum)."""
-    per_cell = lines / (w_count * t_count)
-    return 1.0 + math.sqrt(2.0 * math.log(max(t_count, 2)) / per_cell)
+def _choose_windows(
+    accesses: Sequence[Access],
+    positions: Sequence[float],
+    key_of: Sequence[int],
+    distinct: int,
+    t_count: int,
+    total: float,
+    unit: float,
+) -> int:
+    """The coarsest of 1, 2, 4, ... windows that still show the unsalted hot spot.
+
+    Finer windows resolve a hot spot that moves (the end of a ``tenant#time``
+    range) but put fewer accesses in each cell, so chance adds more to every
+    max/mean. For each window count the unsalted max/mean less its noise floor
+    is the signal; the coarsest count within reach of the best signal wins. The
+    counts nest (each window of W is two of 2W), so one pass at the finest
+    count gives them all.
+    """
+    per_tablet = total / unit / t_count
+    finest = 1
+    while finest * 2 <= MAX_WINDOWS and _at_most(MIN_CELL_EVENTS, per_tablet / (finest * 2)):
+        finest *= 2
+    if finest == 1:
+        return 1
+    fine_of = _windows(positions, finest)[1]
+    fine = [[0.0] * t_count for _ in range(finest)]
+    for a, i, w in zip(accesses, key_of, fine_of, strict=True):
+        fine[w][i * t_count // distinct] += a.count
+    signals: dict[int, float] = {}
+    w_count = finest
+    while w_count >= 1:
+        step = finest // w_count
+        rows = [
+            [math.fsum(fine[f][t] for f in range(w * step, (w + 1) * step)) for t in range(t_count)]
+            for w in range(w_count)
+        ]
+        floor = uniform_floor([_settled(math.fsum(row) / unit) for row in rows], t_count)
+        measured = t_count * math.fsum(max(row) for row in rows) / total
+        # A key dump of distinct keys splits evenly, below the floor: count it as 1.
+        signals[w_count] = max(1.0, measured - (floor.mean - 1.0))
+        w_count //= 2
+    best = max(signals.values())
+    enough = best - (1.0 - _KEEP_SIGNAL) * (best - 1.0) - _SIGNAL_SLACK
+    return min(w for w, signal in signals.items() if _at_most(enough, signal))
+
+
+def _sum_rows(rows: Sequence[Sequence[float]], width: int) -> list[float]:
+    return [math.fsum(row[t] for row in rows) for t in range(width)]
+
+
+def _shifted_spread(parts: Sequence[Sequence[float]], phases: int, t_count: int) -> float:
+    """Standard deviation of max/mean over windows shifted by 0, 1, ... phases-1 parts.
+
+    Shifted windows leave a part of a window at each end; only the whole windows count.
+    """
+    if phases == 1:
+        return 0.0
+    values = []
+    for shift in range(phases):
+        top = load = 0.0
+        for start in range(shift, len(parts) - phases + 1, phases):
+            row = _sum_rows(parts[start : start + phases], t_count)
+            top += max(row)
+            load += math.fsum(row)
+        if load > 0:
+            values.append(t_count * top / load)
+    return statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def _settled(value: float) -> float:
+    """``value`` to 9 decimals: the last bits of float arithmetic never decide anything.
+
+    Scaling every count by a constant changes sums in their last bits; comparing
+    settled values keeps every verdict the same.
+    """
+    return round(value, 9)
+
+
+def _at_most(a: float, b: float) -> bool:
+    """``a <= b``, compared at 9 decimals (see :func:`_settled`)."""
+    return _settled(a) <= _settled(b)
+
+
+def _round_up(value: float) -> int:
+    """``value`` rounded up to two significant digits (a sample size to suggest)."""
+    if value <= 0 or not math.isfinite(value):
+        return 0
+    magnitude = 10 ** max(0, math.floor(math.log10(value)) - 1)
+    return int(math.ceil(value / magnitude) * magnitude)
+
+
+def _percent(share: float) -> str:
+    return f"{share:.0%}"
 
 
 # -- findings --------------------------------------------------------------------
+
+
+def _find_inconclusive(
+    sims: Sequence[Simulation],
+    recommended: int | None,
+    target: float,
+    lines: int,
+    findings: list[Finding],
+) -> None:
+    """Say when the sample cannot tell whether a candidate below the recommendation would do."""
+    below = [s for s in sims if recommended is None or s.buckets < recommended]
+    unclear = [s for s in below if s.verdict == "unclear"]
+    if not unclear:
+        return
+    closest = unclear[-1]
+    after = (
+        f"N={recommended}"
+        if recommended is not None
+        else "the larger candidates (none of which meets it either)"
+    )
+    half = max(closest.high - closest.corrected, closest.corrected - closest.low)
+    gap = abs(closest.corrected - target)
+    if gap > 1e-9:
+        more = f"about {_round_up(lines * (half / gap) ** 2):,} lines would tell"
+    else:
+        more = "its max/mean sits on the target, so only a much larger sample would tell"
+    findings.append(
+        Finding(
+            "inconclusive",
+            "note",
+            f"N={closest.buckets} might also meet the target: its max/mean, "
+            f"{closest.corrected:.2f} ({_percent(CONFIDENCE)} interval {closest.low:.2f}-"
+            f"{closest.high:.2f}), straddles {target:g}. The sample is too small to separate "
+            f"N={closest.buckets} from {after}; {more}",
+        )
+    )
 
 
 def _find_hot_key(
@@ -502,7 +716,7 @@ def _find_hot_key(
     findings: list[Finding],
 ) -> None:
     key, share = top_keys[0]
-    if share * t_count <= target:
+    if _at_most(share * t_count, target):
         return
     findings.append(
         Finding(

@@ -77,7 +77,8 @@ def test_advise_table_samples_keys_and_cell_times(
     assert unsalted["max_mean"] > 2
     assert report["recommended"] is not None
     best = next(x for x in report["layouts"] if x["buckets"] == report["recommended"])
-    assert best["max_mean"] <= 1.5
+    assert best["meets_target"]
+    assert best["interval"][1] <= 1.5 or best["verdict"] == "uniform"
 
 
 def test_advise_table_text_report_with_progress(

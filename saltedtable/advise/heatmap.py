@@ -1,4 +1,4 @@
-"""Key Visualizer-style heat maps of an :class:`~saltedtable._advise.Advice`.
+"""Key Visualizer-style heat maps of an :class:`~saltedtable.advise.Advice`.
 
 matplotlib is optional (``pip install 'saltedtable[plot]'``) and imported only
 when a heat map is drawn. The figure is rendered with the Agg canvas directly,
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from ._advise import Advice, Simulation, format_key
+from .model import Advice, Simulation, format_key
 
 __all__ = ["render_heatmap"]
 
@@ -63,7 +63,7 @@ def render_heatmap(
     mean tablet in that window, on one scale for both panels: 1 is a fair share.
 
     Args:
-        advice: What :func:`~saltedtable._advise.advise` returned.
+        advice: What :func:`~saltedtable.advise.advise` returned.
         buckets: The salted layout to show (must have been simulated).
         path: Where to write the PNG.
         show_key: How tick labels show a key.
@@ -95,7 +95,9 @@ def render_heatmap(
     for ax, sim, matrix in zip(axes, panels, matrices, strict=True):
         image = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="inferno", norm=norm)
         name = "unsalted" if sim.buckets == 1 else f"salted, N = {sim.buckets}"
-        ax.set_title(f"{name}: max/mean {sim.max_mean:.2f}", fontsize=12)
+        ax.set_title(
+            f"{name}: max/mean {sim.max_mean:.2f} ({sim.corrected:.2f} corrected)", fontsize=12
+        )
         y_ticks = _ticks(t_count, _Y_TICKS)
         ax.set_yticks(y_ticks, [_clip(show_key(sim.tablet_first_keys[t])) for t in y_ticks])
         ax.tick_params(axis="y", labelsize=8)

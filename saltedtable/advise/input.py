@@ -1,0 +1,434 @@
+"""The advisor's input: CSV and NDJSON samples, a live table's keys, and progress on stderr.
+
+Everything here turns outside data into :class:`~saltedtable.advise.Access`
+values, or says in one line which line of which input is wrong.
+"""
+
+from __future__ import annotations
+
+import binascii
+import csv
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import IO, Literal, final
+
+from .._salt import MAX_ROW_KEY_BYTES
+from .model import Access
+
+__all__ = [
+    "InputError",
+    "MissingInputError",
+    "Progress",
+    "parse_count",
+    "parse_time",
+    "plan_sample",
+    "progress_stream",
+    "read_file",
+    "sample_table",
+]
+
+Format = Literal["auto", "csv", "ndjson"]
+
+
+class InputError(Exception):
+    """A sample that cannot be used: unreadable, malformed, or a table that cannot be read."""
+
+
+class MissingInputError(InputError):
+    """The sample file does not exist (a usage problem rather than a data one)."""
+
+
+@final
+class Progress:
+    """A one-line progress bar on a stream, redrawn at most ten times a second."""
+
+    def __init__(self, label: str, total: int | None, stream: IO[str] | None) -> None:
+        self.label = label
+        self.total = total
+        self.stream = stream
+        self._last = 0.0
+        self._shown = False
+
+    def update(self, done: int, *, force: bool = False) -> None:
+        """Show ``done`` units (of ``total``, when known)."""
+        if self.stream is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1:
+            return
+        self._last = now
+        if self.total:
+            frac = min(1.0, done / self.total)
+            bar = "#" * int(frac * 30)
+            text = f"{self.label} [{bar:<30}] {frac:4.0%}"
+        else:
+            text = f"{self.label} {done:,}"
+        self.stream.write(f"\r{text}")
+        self.stream.flush()
+        self._shown = True
+
+    def close(self, done: int) -> None:
+        """Draw the final state and end the line."""
+        if self.stream is None:
+            return
+        self.update(done, force=True)
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def progress_stream(force: bool) -> IO[str] | None:
+    """Where progress goes: stderr when it is a terminal or ``force`` is set, else nowhere."""
+    if force or sys.stderr.isatty():
+        return sys.stderr
+    return None
+
+
+# -- parsing fields --------------------------------------------------------------------
+
+
+def parse_time(text: str) -> float:
+    """A number, or an ISO 8601 date (naive dates are UTC) as epoch seconds.
+
+    Raises:
+        ValueError: Neither, or not finite.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"time {text!r} is neither a number nor an ISO 8601 date") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.timestamp()
+    if not math.isfinite(value):
+        raise ValueError(f"time {text!r} is not finite")
+    return value
+
+
+def parse_count(text: str) -> float:
+    """A finite count >= 0.
+
+    Raises:
+        ValueError: Not a number, negative or not finite.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"count {text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"count {text!r} must be a finite number >= 0")
+    return value
+
+
+@final
+class _Sample:
+    """Accesses read so far, with the checks that need more than one line."""
+
+    def __init__(self, as_hex: bool) -> None:
+        self.as_hex = as_hex
+        self.accesses: list[Access] = []
+        self._first_timed: tuple[int, bool] | None = None
+
+    def add(self, line: int, key_text: str, count: float, moment: float | None) -> None:
+        if not key_text:
+            raise ValueError("empty key")
+        if self.as_hex:
+            try:
+                key = binascii.unhexlify(key_text)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"key {key_text!r} is not hex") from None
+            if not key:
+                raise ValueError("empty key")
+        else:
+            key = key_text.encode("utf-8", "surrogateescape")
+        if len(key) > MAX_ROW_KEY_BYTES:
+            raise ValueError(f"key is {len(key)} bytes; Bigtable allows {MAX_ROW_KEY_BYTES}")
+        timed = moment is not None
+        if self._first_timed is None:
+            self._first_timed = (line, timed)
+        elif self._first_timed[1] != timed:
+            first_line, first_timed = self._first_timed
+            raise ValueError(
+                f"{'has a time' if timed else 'has no time'}, but line {first_line} "
+                f"{'has one' if first_timed else 'has none'}: give every line a time or none"
+            )
+        self.accesses.append(Access(key, count, moment))
+
+
+# -- files ---------------------------------------------------------------------------
+
+
+def _csv_rows(sample: _Sample, lines: Iterable[str]) -> None:
+    # strict: an unbalanced quote is an error, not a key that swallows the file.
+    reader = csv.reader(lines, strict=True)
+    columns: dict[str, int] | None = None
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputError(f"line {reader.line_num}: malformed CSV: {exc}") from None
+        line = reader.line_num
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        try:
+            if columns is None:
+                names = [c.strip().lower() for c in row]
+                if "key" in names:
+                    unknown = [c for c in names if c not in ("key", "count", "time")]
+                    if unknown or len(set(names)) != len(names):
+                        raise ValueError(
+                            f"header {','.join(row)!r}: columns are key, count and time"
+                        )
+                    columns = {name: i for i, name in enumerate(names)}
+                    continue
+                columns = {"key": 0, "count": 1, "time": 2}
+            if len(row) > max(columns.values()) + 1:
+                expected = ",".join(sorted(columns, key=columns.__getitem__))
+                raise ValueError(f"{len(row)} fields; expected {expected}")
+            cells = {name: row[i].strip() if i < len(row) else "" for name, i in columns.items()}
+            count = parse_count(cells["count"]) if cells.get("count") else 1.0
+            moment = parse_time(cells["time"]) if cells.get("time") else None
+            sample.add(line, row[columns["key"]], count, moment)
+        except ValueError as exc:
+            raise InputError(f"line {line}: {exc}") from None
+
+
+def _ndjson_rows(sample: _Sample, lines: Iterable[str]) -> None:
+    for line, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f'expected an object like {{"key": "..."}}, got {text.strip()!r}')
+            key = record.get("key")
+            if not isinstance(key, str):
+                raise ValueError(f'"key" must be a string, got {key!r}')
+            count = record.get("count", 1)
+            if count is None:
+                count = 1
+            if isinstance(count, bool) or not isinstance(count, int | float):
+                raise ValueError(f'"count" must be a number, got {count!r}')
+            moment = record.get("time")
+            if moment is not None:
+                if isinstance(moment, bool) or not isinstance(moment, int | float | str):
+                    raise ValueError(f'"time" must be a number or an ISO 8601 date, got {moment!r}')
+                moment = parse_time(str(moment))
+            sample.add(line, key, parse_count(str(count)), moment)
+        except ValueError as exc:
+            raise InputError(f"line {line}: {exc}") from None
+
+
+def _decoded_lines(stream: IO[bytes], progress: Progress) -> Iterator[str]:
+    done = 0
+    for raw in stream:
+        done += len(raw)
+        progress.update(done)
+        # surrogateescape: any byte string survives as a key, UTF-8 or not.
+        yield raw.decode("utf-8", "surrogateescape")
+    progress.close(done)
+
+
+def _chain(head: list[str], rest: Iterator[str]) -> Iterator[str]:
+    yield from head
+    yield from rest
+
+
+def read_file(
+    path: str, *, fmt: Format = "auto", as_hex: bool = False, progress: IO[str] | None = None
+) -> tuple[list[Access], str]:
+    """Read a sample from a CSV or NDJSON file (``-``: stdin).
+
+    Args:
+        path: The file, or ``-`` for stdin.
+        fmt: ``csv``, ``ndjson`` or ``auto`` (NDJSON when the first line that
+            is not blank starts with ``{``).
+        as_hex: Keys are hex.
+        progress: Where to draw a progress bar (None: nowhere).
+
+    Returns:
+        The accesses in file order, and the format read (``csv`` or ``ndjson``).
+
+    Raises:
+        MissingInputError: The file does not exist.
+        InputError: It cannot be read, a line is malformed, or it holds no keys;
+            the message names the input and the line.
+    """
+    name = "stdin" if path == "-" else path
+    try:
+        if path == "-":
+            stream: IO[bytes] = sys.stdin.buffer
+            total = None
+        else:
+            stream = open(path, "rb")  # noqa: SIM115 - closed below
+            total = os.fstat(stream.fileno()).st_size
+    except FileNotFoundError:
+        raise MissingInputError(f"no such file: {path}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    bar = Progress(f"reading {name}", total, progress)
+    sample = _Sample(as_hex)
+    try:
+        lines = _decoded_lines(stream, bar)
+        head: list[str] = []
+        if fmt == "auto":
+            for text in lines:
+                head.append(text)
+                if text.strip():
+                    break
+            fmt = "ndjson" if head and head[-1].lstrip().startswith("{") else "csv"
+        rows = _chain(head, lines)
+        if fmt == "csv":
+            _csv_rows(sample, rows)
+        else:
+            _ndjson_rows(sample, rows)
+    except InputError as exc:
+        raise InputError(f"{name}: {exc}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    if not sample.accesses:
+        raise InputError(f"{name}: no keys in the input")
+    return sample.accesses, fmt
+
+
+# -- a live table ---------------------------------------------------------------------
+
+
+def plan_sample(
+    samples: Sequence[tuple[bytes, int]], limit: int
+) -> list[tuple[bytes | None, bytes | None, int]]:
+    """Split a sample of ``limit`` rows over a table's tablets, in proportion to their size.
+
+    Args:
+        samples: What ``TableAsync.sample_row_keys()`` returns: ``(key, offset)``
+            in key order, ``offset`` the bytes stored before ``key``; a last
+            entry with an empty key gives the table's size.
+        limit: Rows to read in all.
+
+    Returns:
+        ``(start, end, rows)``: contiguous ranges (start inclusive, end
+        exclusive, None for unbounded) that cover the whole table, each with
+        the rows to read from it; they add up to ``limit``. Ranges too small
+        for one row are merged into the next.
+    """
+    bounds = [(key, offset) for key, offset in samples if key]
+    total = next((offset for key, offset in samples if not key), None)
+    sizes, previous = [], 0
+    for _, offset in bounds:
+        sizes.append(max(0, offset - previous))
+        previous = offset
+    if total is not None and total >= previous:
+        last = float(total - previous)
+    else:  # no end marker: assume the last range is an average one
+        last = previous / len(bounds) if bounds else 0.0
+    grand = sum(sizes) + last
+    if grand <= 0:
+        return [(None, None, limit)]
+    out: list[tuple[bytes | None, bytes | None, int]] = []
+    start: bytes | None = None
+    cumulative, given = 0.0, 0
+    for (key, _), size in zip(bounds, sizes, strict=True):
+        cumulative += size
+        rows = round(limit * cumulative / grand) - given
+        if rows > 0:
+            out.append((start, key, rows))
+            start, given = key, given + rows
+    if limit > given:
+        out.append((start, None, limit - given))
+    elif out:
+        first, _, rows = out[-1]
+        out[-1] = (first, None, rows)
+    return out
+
+
+async def sample_table(
+    *,
+    project: str,
+    instance: str,
+    table: str,
+    limit: int,
+    operation_timeout: float,
+    progress: IO[str] | None = None,
+) -> list[Access]:
+    """Read up to ``limit`` row keys, and their newest cell's time, spread over a table.
+
+    Key-only reads: no values cross the wire, one cell per row for its
+    timestamp. The rows are spread over the table's tablets in proportion to
+    their size (:func:`plan_sample`), because the first
+    ``limit`` rows would only show the start of the key space.
+
+    Args:
+        project: Google Cloud project.
+        instance: Bigtable instance.
+        table: Table ID.
+        limit: Rows to read in all.
+        operation_timeout: Timeout of each Bigtable call, in seconds.
+        progress: Where to draw a progress bar (None: nowhere).
+
+    Returns:
+        One access per row (count 1; time in epoch seconds, or None for every
+        row when some row has no cell).
+
+    Raises:
+        InputError: The table cannot be read, or has no rows.
+    """
+    from google.api_core.exceptions import GoogleAPIError
+    from google.auth.exceptions import GoogleAuthError
+    from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowRange
+    from google.cloud.bigtable.data.row_filters import (
+        CellsRowLimitFilter,
+        RowFilterChain,
+        StripValueTransformerFilter,
+    )
+
+    key_only = RowFilterChain([StripValueTransformerFilter(True), CellsRowLimitFilter(1)])
+    bar = Progress(f"sampling {table}", limit, progress)
+    accesses: list[Access] = []
+    where = f"table {table!r} (project {project!r}, instance {instance!r})"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
+            client = BigtableDataClientAsync(project=project)
+        async with client, client.get_table(instance, table) as handle:
+            samples = await handle.sample_row_keys(operation_timeout=operation_timeout)
+            for start, end, rows in plan_sample(samples, limit):
+                query = ReadRowsQuery(
+                    row_ranges=RowRange(start, end), limit=rows, row_filter=key_only
+                )
+                stream = await handle.read_rows_stream(query, operation_timeout=operation_timeout)
+                async for row in stream:
+                    stamps = [cell.timestamp_micros for cell in row.cells]
+                    moment = max(stamps) / 1e6 if stamps else None
+                    accesses.append(Access(row.row_key, 1.0, moment))
+                    bar.update(len(accesses))
+    except (GoogleAPIError, GoogleAuthError) as exc:
+        raise InputError(f"cannot sample {where}: {_one_line(exc)}") from None
+    finally:
+        bar.close(len(accesses))
+    if not accesses:
+        raise InputError(f"{where} has no rows")
+    if any(a.time is None for a in accesses):
+        accesses = [Access(a.key, a.count) for a in accesses]
+    return accesses
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."

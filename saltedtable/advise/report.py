@@ -1,0 +1,271 @@
+"""The advisor's reports: text for people, JSON (versioned) for machines.
+
+Both are pure: they take an :class:`~saltedtable.advise.Advice` and what the
+command knows about its input, and return text or a JSON-ready ``dict``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from .model import Advice, Simulation, format_key
+from .noise import CONFIDENCE
+
+__all__ = ["JSON_SCHEMA", "epoch_scale", "json_report", "text_report"]
+
+#: Bump when a key of ``advise --json`` changes meaning or disappears (history in
+#: docs/advise.md).
+JSON_SCHEMA: Final = 2
+_LEVEL: Final = f"{CONFIDENCE:.0%}"
+
+_EPOCH_UNITS: Final = ((1e9, 1e10, 1.0), (1e12, 1e13, 1e3), (1e15, 1e16, 1e6), (1e18, 1e19, 1e9))
+
+
+def epoch_scale(values: Sequence[float]) -> float | None:
+    """Divisor to epoch seconds when every value looks like an epoch time, else None.
+
+    Epoch seconds, milliseconds, microseconds and nanoseconds of the years
+    2001-2286 are recognised by their magnitude.
+    """
+    lo, hi = min(values), max(values)
+    for low, high, scale in _EPOCH_UNITS:
+        if low <= lo and hi < high:
+            return scale
+    return None
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{seconds / 86400:.3g} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:.3g} s"
+
+
+def _axis_text(advice: Advice, time_source: str) -> str:
+    w = advice.windows
+    chosen = " (chosen from the data)" if advice.window_choice == "auto" else ""
+    if advice.time_axis == "none":
+        return "no time axis (one window)"
+    if advice.time_axis == "order":
+        return f"sample order in {w} window{'s' * (w != 1)}{chosen}"
+    edges = advice.window_edges
+    scale = epoch_scale(edges)
+    span = (edges[-1] - edges[0]) / w
+    each = _duration(span / scale) if scale else f"{span:.4g}"
+    return f"time from the {time_source} in {w} window{'s' * (w != 1)} of {each}{chosen}"
+
+
+def _interval(sim: Simulation) -> str:
+    return f"{sim.low:.2f}-{sim.high:.2f}"
+
+
+def _why_it_meets(sim: Simulation, advice: Advice) -> str:
+    if sim.verdict == "uniform":
+        return (
+            f"indistinguishable from uniform (max/mean {sim.max_mean:.2f}, within the noise "
+            f"floor's {advice.noise_floor_high:.2f})"
+        )
+    return f"max/mean {sim.corrected:.2f}, {_LEVEL} interval {_interval(sim)}"
+
+
+def text_report(
+    advice: Advice,
+    *,
+    source: str,
+    time_source: str,
+    hash_name: str,
+    key_part: str | None,
+    show_key: Callable[[bytes], str] = format_key,
+) -> str:
+    """The report for people, as printed by ``saltedtable advise``.
+
+    Args:
+        advice: What :func:`~saltedtable.advise.advise` returned.
+        source: The input, as the first line names it.
+        time_source: Where the times came from (``time column``, ``cell timestamps``).
+        hash_name: The hash the layouts were salted with.
+        key_part: The ``--key-part`` spec, if any.
+        show_key: How keys are shown.
+
+    Returns:
+        The report, lines separated by ``\\n``, ending with a newline.
+    """
+    out: list[str] = []
+    limit = advice.scan_limit
+    out.append(
+        f"sample: {source}: {advice.lines:,} lines, {advice.distinct_keys:,} distinct keys, "
+        f"load {advice.total_load:,.6g}; {_axis_text(advice, time_source)}"
+    )
+    part = f", key part {key_part}" if key_part else ""
+    out.append(
+        f"model: {advice.tablets} tablets of equal key count; hash {hash_name}{part}; "
+        f"target max/mean <= {advice.target:g}"
+    )
+    units = (
+        f"{advice.events:,.0f} accesses (counts in units of {advice.count_unit:g}); "
+        if advice.total_load != advice.lines
+        else ""
+    )
+    out.append(
+        f"noise: {units}a perfectly uniform workload sampled like this shows max/mean "
+        f"{advice.noise_floor:.2f} (up to {advice.noise_floor_high:.2f}); corrected values "
+        f"and {_LEVEL} intervals from {advice.resamples} resamples (seed {advice.seed})"
+    )
+    out.append("")
+    out.append(
+        f"{'N':>5}  {'max/mean':>8}  {'corrected':>9}  {_LEVEL + ' interval':>12}  "
+        f"{'verdict':<8}  {'sub-scans':>9}  rows read by a limit-{limit} scan"
+    )
+    out.append(f"{'':>5}  {'':>8}  {'':>9}  {'':>12}  {'':<8}  {'':>9}  {'naive':>8}  saltedtable")
+    for sim in advice.simulations:
+        mark = "  <- recommended" if sim.buckets == advice.recommended else ""
+        out.append(
+            f"{sim.buckets:>5}  {sim.max_mean:>8.2f}  {sim.corrected:>9.2f}  "
+            f"{_interval(sim):>12}  {sim.verdict:<8}  {sim.sub_scans:>9}  "
+            f"{sim.naive_limit_rows:>8,}  {sim.paged_limit_rows:>11,}{mark}"
+        )
+    out.append("")
+    unsalted = advice.simulations[0]
+    hot = unsalted.hottest
+    out.append(
+        f"hottest tablet, unsalted: {_clip(show_key(hot.first_key), 40)} .. "
+        f"{_clip(show_key(hot.last_key), 40)}"
+    )
+    out.append(
+        f"  at its peak {hot.ratio:.1f}x the mean tablet, in window {hot.window + 1} of "
+        f"{advice.windows} ({hot.share:.0%} of that window's load)"
+    )
+    if unsalted.verdict == "uniform":
+        out.append(
+            f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout is "
+            "indistinguishable from uniform"
+        )
+    else:
+        out.append(
+            f"rule of thumb: N ~ {advice.rule_of_thumb}, the unsalted max/mean "
+            f"({advice.rule_of_thumb_ratio:.1f}, corrected) rounded up"
+        )
+    if advice.recommended is None:
+        out.append(f"recommended: none of the candidates meets max/mean <= {advice.target:g}")
+    else:
+        best = advice.simulation(advice.recommended)
+        if best.buckets == 1:
+            out.append(f"recommended: N = 1, no salting: {_why_it_meets(best, advice)}")
+        else:
+            out.append(
+                f"recommended: N = {best.buckets}, the smallest candidate that meets "
+                f"max/mean <= {advice.target:g}: {_why_it_meets(best, advice)}"
+            )
+            out.append(
+                f"  cost: every scan becomes {best.sub_scans} sub-scans; a limit-{limit} read "
+                f"fetches about {best.paged_limit_rows:,} rows"
+            )
+            out.append(f"  ({best.naive_limit_rows:,} if each bucket were read to the limit)")
+    for finding in advice.findings:
+        out.append("")
+        out.append(
+            textwrap.fill(
+                finding.message,
+                width=100,
+                initial_indent=f"{finding.severity} [{finding.code}]: ",
+                subsequent_indent="  ",
+            )
+        )
+    return "\n".join(out) + "\n"
+
+
+def json_report(
+    advice: Advice,
+    *,
+    source: str,
+    fmt: str,
+    hash_name: str,
+    key_part: str | None,
+    keys_as_hex: bool = False,
+    plot: str | None = None,
+) -> dict[str, Any]:
+    """The report for machines: a JSON-ready ``dict`` with ``"schema": JSON_SCHEMA``.
+
+    The keys and their history are documented in docs/advise.md.
+
+    Args:
+        advice: What :func:`~saltedtable.advise.advise` returned.
+        source: The input (a path, ``stdin`` or ``table ID``).
+        fmt: How it was read: ``csv``, ``ndjson`` or ``table``.
+        hash_name: The hash the layouts were salted with.
+        key_part: The ``--key-part`` spec, if any.
+        keys_as_hex: Show keys as hex instead of escaped text.
+        plot: The heat map written, if any.
+    """
+    show = bytes.hex if keys_as_hex else format_key
+    return {
+        "schema": JSON_SCHEMA,
+        "input": {
+            "source": source,
+            "format": fmt,
+            "lines": advice.lines,
+            "distinct_keys": advice.distinct_keys,
+            "total_load": advice.total_load,
+            "count_unit": advice.count_unit,
+            "events": round(advice.events, 6),
+            "time_axis": advice.time_axis,
+            "windows": advice.windows,
+            "window_edges": [round(edge, 6) for edge in advice.window_edges],
+            "keys_as": "hex" if keys_as_hex else "text",
+        },
+        "model": {
+            "tablets": advice.tablets,
+            "target": advice.target,
+            "scan_limit": advice.scan_limit,
+            "hash": hash_name,
+            "key_part": key_part,
+            "windows": advice.window_choice,
+            "resamples": advice.resamples,
+            "seed": advice.seed,
+            "confidence": CONFIDENCE,
+        },
+        "noise": {
+            "floor": round(advice.noise_floor, 4),
+            "floor_high": round(advice.noise_floor_high, 4),
+        },
+        "layouts": [
+            {
+                "buckets": sim.buckets,
+                "max_mean": round(sim.max_mean, 4),
+                "corrected": round(sim.corrected, 4),
+                "interval": [round(sim.low, 4), round(sim.high, 4)],
+                "verdict": sim.verdict,
+                "meets_target": sim.meets_target,
+                "sub_scans": sim.sub_scans,
+                "naive_limit_rows": sim.naive_limit_rows,
+                "paged_limit_rows": sim.paged_limit_rows,
+                "hottest": {
+                    "tablet": sim.hottest.tablet,
+                    "window": sim.hottest.window,
+                    "first_key": show(sim.hottest.first_key),
+                    "last_key": show(sim.hottest.last_key),
+                    "ratio": round(sim.hottest.ratio, 4),
+                    "share": round(sim.hottest.share, 4),
+                },
+            }
+            for sim in advice.simulations
+        ],
+        "rule_of_thumb": advice.rule_of_thumb,
+        "rule_of_thumb_ratio": advice.rule_of_thumb_ratio,
+        "recommended": advice.recommended,
+        "hot_key_floor": round(advice.hot_key_floor, 4),
+        "top_keys": [{"key": show(k), "share": round(s, 6)} for k, s in advice.top_keys],
+        "findings": [
+            {"code": f.code, "severity": f.severity, "message": f.message} for f in advice.findings
+        ],
+        "plot": plot,
+    }

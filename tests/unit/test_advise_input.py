@@ -1,0 +1,160 @@
+"""The advisor's input readers: CSV and NDJSON files, stdin, and their one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from saltedtable.advise import Access
+from saltedtable.advise.input import (
+    InputError,
+    MissingInputError,
+    Progress,
+    parse_count,
+    parse_time,
+    plan_sample,
+    read_file,
+)
+from tests.cli_helpers import set_stdin
+
+
+def read_text(tmp_path: Path, text: str, **kwargs: object) -> tuple[list[Access], str]:
+    """Write ``text`` to a file and read it with read_file."""
+    path = tmp_path / "sample.txt"
+    path.write_text(text)
+    return read_file(str(path), **kwargs)  # type: ignore[arg-type]
+
+
+CSV_ERRORS = [
+    ("key,count\na,1\nb,x\n", "line 3: count 'x' is not a number"),
+    ("a,-1\n", "line 1: count '-1' must be a finite number >= 0"),
+    ("a,inf\n", "line 1: count 'inf'"),
+    ("a,1,5,6\n", "line 1: 4 fields; expected key,count,time"),
+    ("a,1,5\nb,1\n", "line 2: has no time, but line 1 has one"),
+    ("a,1\nb,1,7\n", "line 2: has a time, but line 1 has none"),
+    ("a,1,yesterday\n", "line 1: time 'yesterday' is neither a number nor an ISO 8601 date"),
+    ("key,cnt\na,1\n", "line 1: header 'key,cnt'"),
+    (",1\n", "line 1: empty key"),
+    ("", "no keys in the input"),
+    ('"a,1\n', "line 1: malformed CSV: unexpected end of data"),
+    ('"a"b,1\n', "line 1: malformed CSV"),
+    ("short\n" + "k" * 5000 + "\n", "line 2: key is 5000 bytes"),
+]
+
+
+@pytest.mark.parametrize(("text", "needle"), CSV_ERRORS)
+def test_malformed_csv_names_the_file_and_line(tmp_path: Path, text: str, needle: str) -> None:
+    """A malformed CSV row raises InputError naming the file and the line."""
+    with pytest.raises(InputError) as caught:
+        read_text(tmp_path, text)
+    message = str(caught.value)
+    assert message.startswith(str(tmp_path / "sample.txt") + ": ")
+    assert needle in message
+
+
+NDJSON_ERRORS = [
+    ('{"key": "a"}\nnot json\n', "line 2: not JSON"),
+    ('{"key": "a"}\n[1, 2]\n', "line 2: expected an object"),
+    ('{"key": "a"}\n{"key": 1}\n', 'line 2: "key" must be a string'),
+    ('{"key": "a"}\n{"count": 1}\n', 'line 2: "key" must be a string, got None'),
+    ('{"key": "a", "count": "3"}\n', 'line 1: "count" must be a number'),
+    ('{"key": "a", "count": true}\n', '"count" must be a number'),
+    ('{"key": "a", "time": [1]}\n', '"time" must be a number or an ISO 8601 date'),
+    ('{"key": "a", "time": "soon"}\n', "time 'soon' is neither"),
+    ('{"key": ""}\n', "line 1: empty key"),
+]
+
+
+@pytest.mark.parametrize(("text", "needle"), NDJSON_ERRORS)
+def test_malformed_ndjson_on_stdin_names_stdin_and_line(
+    monkeypatch: pytest.MonkeyPatch, text: str, needle: str
+) -> None:
+    """A malformed NDJSON line on stdin raises InputError naming stdin and the line."""
+    set_stdin(monkeypatch, text.encode())
+    with pytest.raises(InputError, match=r"^stdin: ") as caught:
+        read_file("-")
+    assert needle in str(caught.value)
+
+
+def test_bad_hex_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With as_hex, a key that is not hex is an error on its line."""
+    set_stdin(monkeypatch, b"6162\nxyz\n")
+    with pytest.raises(InputError, match="line 2: key 'xyz' is not hex"):
+        read_file("-", as_hex=True)
+
+
+def test_missing_and_unreadable_files(tmp_path: Path) -> None:
+    """A missing file is MissingInputError; a directory is InputError 'cannot read'."""
+    with pytest.raises(MissingInputError, match=r"no such file: .*nope\.csv"):
+        read_file(str(tmp_path / "nope.csv"))
+    with pytest.raises(InputError, match="cannot read"):
+        read_file(str(tmp_path))
+
+
+def test_csv_header_may_reorder_columns_and_blank_lines_are_skipped(tmp_path: Path) -> None:
+    """A header names the columns in any order; blank lines are skipped."""
+    accesses, fmt = read_text(tmp_path, "time,key,count\n\n1,a,2\n2,b,1\n3,c,5\n")
+    assert fmt == "csv"
+    assert accesses == [Access(b"a", 2.0, 1.0), Access(b"b", 1.0, 2.0), Access(b"c", 5.0, 3.0)]
+
+
+def test_plain_key_list_and_non_utf8_bytes(tmp_path: Path) -> None:
+    """One key per line, count 1 and no time; bytes that are not UTF-8 survive as keys."""
+    path = tmp_path / "keys.txt"
+    path.write_bytes(b"k1\nk\xff2\n")
+    accesses, _ = read_file(str(path))
+    assert accesses == [Access(b"k1"), Access(b"k\xff2")]
+
+
+def test_ndjson_hex_keys_and_iso_times(tmp_path: Path) -> None:
+    """NDJSON is detected by its first line; hex keys decode and ISO dates become epoch seconds."""
+    lines = [
+        json.dumps({"key": b"u1".hex(), "time": "2024-05-01T10:00:00Z", "count": 3}),
+        json.dumps({"key": b"u2".hex(), "time": "2024-05-01T10:00:01"}),
+    ]
+    accesses, fmt = read_text(tmp_path, "\n".join(lines) + "\n", as_hex=True)
+    assert fmt == "ndjson"
+    assert accesses == [Access(b"u1", 3.0, 1714557600.0), Access(b"u2", 1.0, 1714557601.0)]
+
+
+def test_parse_time_and_count() -> None:
+    """Times are numbers or ISO dates (naive = UTC); counts are finite and >= 0."""
+    assert parse_time("12.5") == 12.5
+    assert parse_time("1970-01-01T00:01:00") == 60.0
+    assert parse_count("3") == 3.0
+    with pytest.raises(ValueError, match="not finite"):
+        parse_time("nan")
+    with pytest.raises(ValueError, match=">= 0"):
+        parse_count("-2")
+
+
+def test_progress_bar_draws_only_when_asked() -> None:
+    """Progress writes a bar ending in 100% and a newline to its stream; None writes nothing."""
+    stream = io.StringIO()
+    bar = Progress("reading x", 10, stream)
+    bar.update(5, force=True)
+    bar.close(10)
+    assert stream.getvalue().endswith("[" + "#" * 30 + "] 100%\n")
+    Progress("quiet", 10, None).close(10)  # no stream: nothing to write, no error
+
+
+def test_plan_sample_splits_in_proportion_to_size() -> None:
+    """Rows follow the bytes per tablet, the ranges tile the table, and they add up."""
+    plan = plan_sample([(b"b", 10), (b"c", 20), (b"", 40)], 8)
+    assert plan == [(None, b"b", 2), (b"b", b"c", 2), (b"c", None, 4)]
+
+
+def test_plan_sample_merges_tiny_ranges_and_handles_no_samples() -> None:
+    """Ranges too small for one row merge into the next; no samples means one range."""
+    assert plan_sample([(b"b", 10), (b"c", 11), (b"", 40)], 8) == [
+        (None, b"b", 2),
+        (b"b", None, 6),
+    ]
+    assert plan_sample([], 5) == [(None, None, 5)]
+    many = plan_sample([(b"a%03d" % i, i) for i in range(1, 100)] + [(b"", 100)], 3)
+    assert sum(rows for _, _, rows in many) == 3
+    assert many[0][0] is None
+    assert many[-1][1] is None

@@ -1,0 +1,100 @@
+"""The advisor's reports: the text for people and the versioned JSON for machines."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from saltedtable.advise import Access, Advice, advise
+from saltedtable.advise.report import JSON_SCHEMA, epoch_scale, json_report, text_report
+
+FAST = {"candidates": (1, 2, 4), "resamples": 50}
+
+
+def report(advice: Advice) -> str:
+    """The text report of ``advice`` read from a file called sample.csv."""
+    return text_report(
+        advice, source="sample.csv", time_source="time column", hash_name="crc32", key_part=None
+    )
+
+
+def uniform(lines: int = 3_000) -> Advice:
+    """Advice on random keys evenly over time."""
+    rnd = random.Random(1)
+    return advise(
+        [Access(b"u%06d" % rnd.randrange(10**6), 1.0, float(i)) for i in range(lines)], **FAST
+    )
+
+
+def test_uniform_report_says_no_salting_and_why() -> None:
+    """A uniform sample: rule of thumb 1 because the layout is like uniform, and N = 1."""
+    text = report(uniform())
+    assert "rule of thumb: N ~ 1: the unsalted layout is indistinguishable from uniform" in text
+    assert "recommended: N = 1, no salting: indistinguishable from uniform" in text
+    assert "noise: a perfectly uniform workload" in text
+    assert "counts in units" not in text
+    assert text.endswith("\n")
+
+
+def test_each_layout_row_shows_measured_corrected_interval_and_verdict() -> None:
+    """One row per N: N, measured, corrected, interval, verdict, sub-scans and rows read."""
+    advice = uniform()
+    rows = [line.split() for line in report(advice).splitlines() if line[:5].strip().isdigit()]
+    assert [int(row[0]) for row in rows] == [1, 2, 4]
+    for row, sim in zip(rows, advice.simulations, strict=True):
+        assert row[1:5] == [
+            f"{sim.max_mean:.2f}",
+            f"{sim.corrected:.2f}",
+            f"{sim.low:.2f}-{sim.high:.2f}",
+            sim.verdict,
+        ]
+
+
+def test_weighted_sample_names_its_count_unit() -> None:
+    """Counts in units other than 1 are named on the noise line, with the accesses they make."""
+    accesses = [Access(b"k%04d" % i, 50.0) for i in range(500)]
+    text = report(advise(accesses, **FAST))
+    assert "noise: 500 accesses (counts in units of 50);" in text
+
+
+def test_hot_key_report_recommends_nothing() -> None:
+    """No candidate meets the target: the report says so and the warnings follow."""
+    accesses = [Access(b"user%04d" % i) for i in range(2_000)] + [Access(b"celebrity", 1000.0)]
+    text = report(advise(accesses, **FAST))
+    assert "recommended: none of the candidates meets max/mean <= 1.5" in text
+    assert "warning [hot-key]: one key, celebrity," in text
+    assert "warning [target-unreachable]" in text
+
+
+def test_json_report_mirrors_the_advice() -> None:
+    """The JSON carries the schema version and each layout's figures, keys as hex on request."""
+    advice = uniform()
+    doc = json_report(
+        advice, source="s", fmt="csv", hash_name="crc32", key_part=None, keys_as_hex=True
+    )
+    assert doc["schema"] == JSON_SCHEMA == 2
+    assert doc["recommended"] == advice.recommended
+    assert doc["noise"] == {
+        "floor": round(advice.noise_floor, 4),
+        "floor_high": round(advice.noise_floor_high, 4),
+    }
+    first = doc["layouts"][0]
+    sim = advice.simulations[0]
+    assert first["interval"] == [round(sim.low, 4), round(sim.high, 4)]
+    assert bytes.fromhex(first["hottest"]["first_key"]) == sim.hottest.first_key
+
+
+@pytest.mark.parametrize(
+    ("values", "scale"),
+    [
+        ([1.7e9, 1.7e9 + 3600], 1.0),
+        ([1.7e12, 1.7e12 + 1], 1e3),
+        ([1.7e15], 1e6),
+        ([1.7e18], 1e9),
+        ([0.0, 100.0], None),
+    ],
+)
+def test_epoch_scale_recognises_epoch_units(values: list[float], scale: float | None) -> None:
+    """Epoch seconds, ms, us and ns are recognised by magnitude; other numbers are not."""
+    assert epoch_scale(values) == scale

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Iterator, Sequence
 from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, final
 
 import anyio
@@ -46,7 +46,7 @@ from ._strategy import (
     unordered_shares,
 )
 
-__all__ = ["WAKE_BATCH", "WAKE_DELAY", "Feed", "Merge", "Sent", "Source"]
+__all__ = ["WAKE_BATCH", "WAKE_DELAY", "Feed", "Merge", "MergeCore", "Sent", "Source", "Wait"]
 
 T = TypeVar("T")
 
@@ -105,7 +105,7 @@ class Feed(Generic[T]):
         "wake_at",
     )
 
-    def __init__(self, merge: Merge[T], index: int) -> None:
+    def __init__(self, merge: MergeCore[T], index: int) -> None:
         self.items: list[T] = []
         self.keys: list[Any] = []
         #: The source calls :meth:`wake` once it holds this many items.
@@ -136,19 +136,28 @@ class Feed(Generic[T]):
         self.wake_at = _NEVER
         self._merge._wake()
 
-    def _release(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+
+class Wait(NamedTuple):
+    """A step of the consumer loop: wait for one of ``feeds`` (see ``MergeCore._wait_for``)."""
+
+    #: The feeds whose progress matters (empty: any request's end).
+    feeds: Sequence[Feed[Any]]
+    #: Items one of them must hold to wake the consumer early (None: only a request's end).
+    batch: int | None
 
 
-@final
-class Merge(Generic[T]):
-    """Run sources concurrently and yield batches of their items, merged by key or unordered.
+class MergeCore(Generic[T]):
+    """Everything a merge decides, shared by the async driver and the sync one (``_sync``).
+
+    A driver runs one producer per source, calling :meth:`_demand` for the
+    size of each request (0: stop, None: wait until :meth:`_release` says the
+    feed may ask again), then :meth:`_start`, the source, :meth:`_end`, and
+    :meth:`_source_done` when the source stops. The consumer iterates
+    :meth:`_steps`: batches to hand over, or a :class:`Wait` for the driver
+    to wait on. :meth:`_wake` and :meth:`_release` are the driver's own.
 
     Args:
-        sources: One per source. In ordered mode each must deliver keys in
-            ascending order, and no key may appear in two sources.
+        sources: How many sources there are.
         ordered: Merge in ascending key order (True) or hand items over as
             they arrive (False).
         limit: Stop after this many items (None: every item).
@@ -162,7 +171,7 @@ class Merge(Generic[T]):
 
     def __init__(
         self,
-        sources: Sequence[Source[T]],
+        sources: int,
         *,
         ordered: bool = True,
         limit: int | None = None,
@@ -179,15 +188,14 @@ class Merge(Generic[T]):
             raise ValueError(f"wake_delay must be >= 0, got {wake_delay}")
         if row_bytes < 1:
             raise ValueError(f"row_bytes must be >= 1, got {row_bytes}")
-        self._sources = list(sources)
         self._ordered = ordered
         self._limit = limit
         self._budget = budget if budget is not None else ReadBudget()
         self._default_row_bytes = row_bytes
         self._wake_batch = wake_batch
         self._wake_delay = wake_delay
-        self._feeds = [Feed(self, i) for i in range(len(self._sources))]
-        self._live = len(self._feeds)  # sources not done
+        self._feeds = [Feed(self, i) for i in range(sources)]
+        self._live = sources  # sources not done
         self._asked = 0  # items asked by requests running now
         self._held = 0  # items delivered by finished requests and not taken
         self._peak = 0
@@ -196,14 +204,10 @@ class Merge(Generic[T]):
         self._room_waiters: list[Feed[T]] = []
         self._emitted = 0
         self._rounds = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self._scope = anyio.CancelScope()
-        self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._stopping = False  # no new requests: the limit is met, or the merge closes
         self._closed = False
         self._gone = False  # every producer has returned or failed
-        self._iter: AsyncGenerator[list[T], None] | None = None
 
     # -- what callers see --------------------------------------------------------
 
@@ -234,99 +238,17 @@ class Merge(Generic[T]):
             return float(self._default_row_bytes)
         return self._sampled_bytes / self._sampled_rows
 
-    def __aiter__(self) -> Merge[T]:
-        return self
+    # -- what a driver provides ----------------------------------------------------
 
-    async def __anext__(self) -> list[T]:
-        if self._iter is None:
-            if self._closed:
-                raise StopAsyncIteration
-            self._task = asyncio.get_running_loop().create_task(self._supervise())
-            self._task.add_done_callback(self._supervisor_done)
-            self._iter = self._batches()
-        try:
-            return await self._iter.__anext__()
-        except (StopAsyncIteration, _Closed):
-            await self.aclose()
-            raise StopAsyncIteration from None
+    def _wake(self) -> None:
+        """Wake the consumer if it waits."""
+        raise NotImplementedError
 
-    async def __aenter__(self) -> Merge[T]:
-        return self
+    def _release(self, feed: Feed[T]) -> None:
+        """Let the producer of ``feed`` ask :meth:`_demand` again, if it waits."""
+        raise NotImplementedError
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Cancel every producer (and so every request running) and wait until they are gone.
-
-        Safe to call more than once and from any task; never raises a producer error.
-        """
-        self._closed = self._stopping = True
-        self._scope.cancel()
-        with anyio.CancelScope(shield=True):
-            if self._task is not None:
-                await asyncio.wait([self._task])
-                if not self._task.cancelled():
-                    self._task.exception()  # retrieved: it is reported through _error
-            if self._iter is not None and not getattr(self._iter, "ag_running", False):
-                # (A consumer still inside __anext__ in another task finishes
-                # the generator itself when it sees the merge closed.)
-                it, self._iter = self._iter, None
-                await it.aclose()
-        self._wake()
-
-    # -- producers ---------------------------------------------------------------
-
-    async def _supervise(self) -> None:
-        try:
-            with self._scope:
-                async with anyio.create_task_group() as tg:
-                    for i in range(len(self._sources)):
-                        tg.start_soon(self._produce, i)
-        except Exception as exc:  # handed to the consumer, which raises it
-            if self._error is None:
-                self._error = _first_error(exc)
-        except BaseException:
-            # Cancelled from outside (not by aclose, whose scope absorbs it).
-            if self._error is None:
-                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
-            raise
-        finally:
-            self._producers_gone()
-
-    async def _produce(self, i: int) -> None:
-        feed = self._feeds[i]
-        source = self._sources[i]
-        try:
-            while True:
-                size = self._demand(feed)
-                while size is None:
-                    feed._waiter = asyncio.get_running_loop().create_future()
-                    await feed._waiter
-                    size = self._demand(feed)
-                if not size:
-                    return
-                self._start(feed, size)
-                sent = await source(size, feed)
-                self._end(feed, size, sent.pushed)
-                if not sent.more:
-                    return
-        except Exception as exc:
-            if self._error is None:
-                self._error = exc
-            raise
-        except BaseException:
-            # Cancelled, and not by aclose() or another source's failure: the
-            # feed is cut short, which the consumer must not take for its end.
-            if self._error is None and not self._closed:
-                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
-            raise
-        finally:
-            feed.done = True
-            self._live -= 1
-            if self._room_waiters:
-                self._release_room()
-            self._wake()
+    # -- producers -------------------------------------------------------------
 
     def _demand(self, feed: Feed[T]) -> int | None:
         """Size of the feed's next request; 0 to stop; None to wait for the consumer."""
@@ -368,25 +290,17 @@ class Merge(Generic[T]):
     def _release_room(self) -> None:
         waiters, self._room_waiters = self._room_waiters, []
         for feed in waiters:
-            feed._release()
+            self._release(feed)
 
-    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
-        # Normally _supervise has already reported its end. A supervisor
-        # cancelled before it ever ran has not: tell the consumer now.
-        if task.cancelled() and self._error is None and not self._closed:
-            self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
-        self._producers_gone()
-
-    def _producers_gone(self) -> None:
-        self._gone = True
+    def _source_done(self, feed: Feed[T]) -> None:
+        """The source of ``feed`` stopped: finished, failed or cancelled."""
+        feed.done = True
+        self._live -= 1
+        if self._room_waiters:
+            self._release_room()
         self._wake()
 
-    # -- the consumer --------------------------------------------------------------
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    # -- the consumer -----------------------------------------------------------
 
     def _stopped(self) -> NoReturn:
         """The producers stopped early: one failed, or the merge was closed."""
@@ -396,51 +310,30 @@ class Merge(Generic[T]):
             raise _Closed
         raise RuntimeError("a merge source stopped without an error")
 
-    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None) -> None:
-        """Wait until one of ``feeds`` holds ``batch`` items, a request ends, or the merge stops.
-
-        With ``batch > 1`` a timer ends the wait after ``wake_delay`` seconds;
-        with None only a request's end (or a failure) wakes.
-        """
-        if self._error is not None or self._gone or self._closed:
-            self._stopped()
-        loop = asyncio.get_running_loop()
-        if batch is not None:
-            for feed in feeds:
-                feed.wake_at = batch
-        waiter = self._waiter = loop.create_future()
-        timed = batch is not None and batch > 1
-        timer = loop.call_later(self._wake_delay, self._wake) if timed else None
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            if timer is not None:
-                timer.cancel()
-            for feed in feeds:
-                feed.wake_at = _NEVER
-        if self._error is not None or self._closed:
-            self._stopped()
-
     def _taken(self, feed: Feed[T], count: int) -> None:
         """Account for ``count`` items the consumer took; let the producer ask again."""
         self._held -= count
-        if feed._waiter is not None:
-            feed._release()
+        self._release(feed)
         if self._room_waiters:
             self._release_room()
 
-    async def _batches(self) -> AsyncGenerator[list[T], None]:
+    def _first_round(self) -> None:
+        """Grant a limited read's first requests; called once, before any producer runs."""
+        live = self._feeds
+        if self._limit is None or not live:
+            return
+        self._rounds = 1
+        if self._ordered:
+            size = first_round(self._limit, len(live), self._cap_per_source())
+            for feed in live:
+                feed.grant = size
+        else:
+            self._grant_unordered(live)
+
+    def _steps(self) -> Iterator[list[T] | Wait]:
+        """The consumer loop: batches to hand over, and the waits in between."""
         limit = self._limit
         live = list(self._feeds)
-        if limit is not None and live:
-            self._rounds = 1
-            if self._ordered:
-                size = first_round(limit, len(live), self._cap_per_source())
-                for feed in live:
-                    feed.grant = size
-            else:
-                self._grant_unordered(live)
         while live:
             out, waits = self._take_ordered(live) if self._ordered else self._take_unordered(live)
             if out:
@@ -463,9 +356,9 @@ class Merge(Generic[T]):
                     self._grant_ordered(live)
                 else:
                     self._grant_unordered(live)
-                await self._wait((), None)  # a request's end or a failure wakes it
+                yield Wait((), None)  # a request's end or a failure wakes it
             else:
-                await self._wait(waits, self._wake_batch)
+                yield Wait(waits, self._wake_batch)
         if self._error is not None:
             raise self._error
 
@@ -560,7 +453,7 @@ class Merge(Generic[T]):
                 size = 1
             room -= size
             feeds[i].grant = size
-            feeds[i]._release()
+            self._release(feeds[i])
 
     def _room(self) -> int:
         """Items the budget still allows to be asked for."""
@@ -586,7 +479,199 @@ class Merge(Generic[T]):
             room -= size
             feed.grant = size
             missing -= size
-            feed._release()
+            self._release(feed)
+
+
+@final
+class Merge(MergeCore[T]):
+    """Run sources concurrently on asyncio and yield batches, merged by key or unordered.
+
+    Args:
+        sources: One per source. In ordered mode each must deliver keys in
+            ascending order, and no key may appear in two sources.
+        ordered: Merge in ascending key order (True) or hand items over as
+            they arrive (False).
+        limit: Stop after this many items (None: every item).
+        budget: Bounds the items asked of sources and not yet handed over.
+        row_bytes: Bytes per item assumed until sources report sizes.
+        wake_batch: Items a source the consumer waits for must hold before
+            it wakes the consumer, unless its request ends or ``wake_delay``
+            seconds pass first.
+        wake_delay: See ``wake_batch``.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Source[T]],
+        *,
+        ordered: bool = True,
+        limit: int | None = None,
+        budget: ReadBudget | None = None,
+        row_bytes: int = DEFAULT_ROW_BYTES,
+        wake_batch: int = WAKE_BATCH,
+        wake_delay: float = WAKE_DELAY,
+    ) -> None:
+        super().__init__(
+            len(sources),
+            ordered=ordered,
+            limit=limit,
+            budget=budget,
+            row_bytes=row_bytes,
+            wake_batch=wake_batch,
+            wake_delay=wake_delay,
+        )
+        self._sources = list(sources)
+        self._waiter: asyncio.Future[None] | None = None
+        self._scope = anyio.CancelScope()
+        self._task: asyncio.Task[None] | None = None
+        self._iter: AsyncGenerator[list[T], None] | None = None
+
+    def __aiter__(self) -> Merge[T]:
+        return self
+
+    async def __anext__(self) -> list[T]:
+        if self._iter is None:
+            if self._closed:
+                raise StopAsyncIteration
+            self._first_round()
+            self._task = asyncio.get_running_loop().create_task(self._supervise())
+            self._task.add_done_callback(self._supervisor_done)
+            self._iter = self._batches()
+        try:
+            return await self._iter.__anext__()
+        except (StopAsyncIteration, _Closed):
+            await self.aclose()
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Merge[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel every producer (and so every request running) and wait until they are gone.
+
+        Safe to call more than once and from any task; never raises a producer error.
+        """
+        self._closed = self._stopping = True
+        self._scope.cancel()
+        with anyio.CancelScope(shield=True):
+            if self._task is not None:
+                await asyncio.wait([self._task])
+                if not self._task.cancelled():
+                    self._task.exception()  # retrieved: it is reported through _error
+            if self._iter is not None and not getattr(self._iter, "ag_running", False):
+                # (A consumer still inside __anext__ in another task finishes
+                # the generator itself when it sees the merge closed.)
+                it, self._iter = self._iter, None
+                await it.aclose()
+        self._wake()
+
+    # -- producers ---------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        try:
+            with self._scope:
+                async with anyio.create_task_group() as tg:
+                    for i in range(len(self._sources)):
+                        tg.start_soon(self._produce, i)
+        except Exception as exc:  # handed to the consumer, which raises it
+            if self._error is None:
+                self._error = _first_error(exc)
+        except BaseException:
+            # Cancelled from outside (not by aclose, whose scope absorbs it).
+            if self._error is None:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+            raise
+        finally:
+            self._producers_gone()
+
+    async def _produce(self, i: int) -> None:
+        feed = self._feeds[i]
+        source = self._sources[i]
+        try:
+            while True:
+                size = self._demand(feed)
+                while size is None:
+                    waiter = feed._waiter = asyncio.get_running_loop().create_future()
+                    await waiter
+                    size = self._demand(feed)
+                if not size:
+                    return
+                self._start(feed, size)
+                sent = await source(size, feed)
+                self._end(feed, size, sent.pushed)
+                if not sent.more:
+                    return
+        except Exception as exc:
+            if self._error is None:
+                self._error = exc
+            raise
+        except BaseException:
+            # Cancelled, and not by aclose() or another source's failure: the
+            # feed is cut short, which the consumer must not take for its end.
+            if self._error is None and not self._closed:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+            raise
+        finally:
+            self._source_done(feed)
+
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        # Normally _supervise has already reported its end. A supervisor
+        # cancelled before it ever ran has not: tell the consumer now.
+        if task.cancelled() and self._error is None and not self._closed:
+            self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+        self._producers_gone()
+
+    def _producers_gone(self) -> None:
+        self._gone = True
+        self._wake()
+
+    # -- the consumer --------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _release(self, feed: Feed[T]) -> None:
+        waiter, feed._waiter = feed._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _batches(self) -> AsyncGenerator[list[T], None]:
+        for step in self._steps():
+            if isinstance(step, Wait):
+                await self._wait(step.feeds, step.batch)
+            else:
+                yield step
+
+    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None) -> None:
+        """Wait until one of ``feeds`` holds ``batch`` items, a request ends, or the merge stops.
+
+        With ``batch > 1`` a timer ends the wait after ``wake_delay`` seconds;
+        with None only a request's end (or a failure) wakes.
+        """
+        if self._error is not None or self._gone or self._closed:
+            self._stopped()
+        loop = asyncio.get_running_loop()
+        if batch is not None:
+            for feed in feeds:
+                feed.wake_at = batch
+        waiter = self._waiter = loop.create_future()
+        timed = batch is not None and batch > 1
+        timer = loop.call_later(self._wake_delay, self._wake) if timed else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+            for feed in feeds:
+                feed.wake_at = _NEVER
+        if self._error is not None or self._closed:
+            self._stopped()
 
 
 def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:

@@ -33,19 +33,37 @@ from typing import Any, Final, final
 
 import anyio
 from google.api_core.exceptions import DeadlineExceeded
+from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.row import Row
 
-from ._merge import Feed, Merge, Sent
+from ._merge import Feed, Merge, MergeCore, Sent
 from ._plan import PageCursor, ReadPlan, SubQuery
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
 from ._strategy import ReadBudget
 
-__all__ = ["BucketSource", "ReadCall", "SubScan", "Timeouts", "deadline_exceeded"]
+__all__ = [
+    "SAMPLE_EVERY",
+    "BucketSource",
+    "ReadCall",
+    "StrayRows",
+    "SubScan",
+    "Timeouts",
+    "annotate",
+    "count_request",
+    "count_row",
+    "deadline_exceeded",
+    "describe_read",
+    "finish_read",
+    "request_timeouts",
+    "resolve_timeouts",
+    "row_bytes",
+    "slot_timeout",
+]
 
 _log = logging.getLogger("saltedtable.reader")
 
 #: One row in this many has its size measured for the budget.
-_SAMPLE_EVERY: Final = 8
+SAMPLE_EVERY: Final = 8
 
 
 @final
@@ -133,14 +151,7 @@ class BucketSource:
             with anyio.move_on_after(self._deadline - time.monotonic()) as waiting:
                 await limiter.acquire()
             if waiting.cancelled_caught:
-                raise self._annotate(
-                    deadline_exceeded(
-                        f"operation_timeout of {self._timeouts.operation:0.1f}s exceeded "
-                        "waiting for a sub-scan slot (max_concurrent_subscans="
-                        f"{limiter.total_tokens:g}, all busy)"
-                    ),
-                    None,
-                )
+                raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
             try:
                 return await self._request(query, size, feed, stats)
             finally:
@@ -161,7 +172,9 @@ class BucketSource:
         stream = None
         complete = False
         try:
-            stream = await self._read_rows_stream(query, **self._request_timeouts())
+            stream = await self._read_rows_stream(
+                query, **request_timeouts(self._deadline, self._timeouts)
+            )
             # The hot loop: the bare client loop, the relabelling, a length check.
             async for row in stream:
                 key = row.row_key[cut:]
@@ -171,11 +184,11 @@ class BucketSource:
                 received += 1
                 if stray is not None and stray(key):
                     continue
-                if received % _SAMPLE_EVERY == 1:
+                if received % SAMPLE_EVERY == 1:
                     feed.sampled_rows += 1
-                    feed.sampled_bytes += _row_bytes(row)
+                    feed.sampled_bytes += row_bytes(row)
                 if stats is not None:
-                    _count_row(stats, row, started)
+                    count_row(stats, row, started)
                 keys.append(key)
                 items.append(row)
                 pushed += 1
@@ -186,7 +199,7 @@ class BucketSource:
             raise self._annotate(exc, key) from None
         finally:
             if stats is not None:
-                _count_request(stats, time.monotonic() - started)
+                count_request(stats, time.monotonic() - started)
             if stream is not None:
                 with anyio.CancelScope(shield=True):
                     if complete:
@@ -199,26 +212,50 @@ class BucketSource:
         return Sent(pushed, not self._cursor.done)
 
     def _annotate(self, exc: BaseException, last: bytes | None) -> BaseException:
-        """The client's error, with a note and an attribute saying which sub-scan failed."""
         if last is None and (where := self._cursor.position) is not None:
             last = where[self._cut :]
-        if getattr(exc, "saltedtable_subscan", None) is None:
-            resume = "" if last is None else f", after logical key {last!r}"
-            exc.add_note(f"saltedtable: sub-scan of {self.sub.describe()} failed{resume}")
-            exc.saltedtable_subscan = SubScan(self.sub.bucket, self.sub, last)  # type: ignore[attr-defined]
-        return exc
+        return annotate(exc, self.sub, last)
 
-    def _request_timeouts(self) -> dict[str, Any]:
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise deadline_exceeded(
-                f"operation_timeout of {self._timeouts.operation:0.1f}s exceeded"
-            )
-        return {
-            "operation_timeout": remaining,
-            "attempt_timeout": min(self._timeouts.attempt, remaining),
-            "retryable_errors": self._timeouts.retryable,
-        }
+
+def resolve_timeouts(
+    table: Any,
+    operation: float | TABLE_DEFAULT | None,
+    attempt: float | TABLE_DEFAULT | None,
+    kind: str,
+) -> tuple[float, float]:
+    """Timeouts as the client resolves them: the table's defaults, attempt capped, validated.
+
+    Args:
+        table: The wrapped table (its ``default_*`` attributes).
+        operation: ``operation_timeout`` as the caller gave it.
+        attempt: ``attempt_timeout`` as the caller gave it.
+        kind: ``"read_rows"``, ``"mutate_rows"`` or ``"default"``: which defaults.
+
+    Raises:
+        ValueError: With the client's messages, for a timeout that is None or not positive.
+    """
+    prefix = "" if kind == "default" else f"{kind}_"
+    op: float | None = (
+        getattr(table, f"default_{prefix}operation_timeout")
+        if isinstance(operation, TABLE_DEFAULT)
+        else operation
+    )
+    at: float | None = (
+        getattr(table, f"default_{prefix}attempt_timeout")
+        if isinstance(attempt, TABLE_DEFAULT)
+        else attempt
+    )
+    if op is None:
+        raise ValueError("operation_timeout cannot be None")
+    if at is None:
+        at = op
+    elif op:
+        at = min(at, op)
+    if op <= 0:
+        raise ValueError("operation_timeout must be greater than 0")
+    if at <= 0:
+        raise ValueError("attempt_timeout must be greater than 0")
+    return op, at
 
 
 def deadline_exceeded(message: str) -> DeadlineExceeded:
@@ -226,19 +263,54 @@ def deadline_exceeded(message: str) -> DeadlineExceeded:
     return DeadlineExceeded(message)  # type: ignore[no-untyped-call]
 
 
-def _row_bytes(row: Row) -> int:
+def slot_timeout(timeouts: Timeouts, slots: float) -> DeadlineExceeded:
+    """The error of a request that waited for a concurrency slot past the deadline."""
+    return deadline_exceeded(
+        f"operation_timeout of {timeouts.operation:0.1f}s exceeded waiting for a sub-scan slot "
+        f"(max_concurrent_subscans={slots:g}, all busy)"
+    )
+
+
+def request_timeouts(deadline: float, timeouts: Timeouts) -> dict[str, Any]:
+    """The timeouts of the next request: what is left of the read's budget.
+
+    Raises:
+        DeadlineExceeded: Nothing is left.
+    """
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise deadline_exceeded(f"operation_timeout of {timeouts.operation:0.1f}s exceeded")
+    return {
+        "operation_timeout": remaining,
+        "attempt_timeout": min(timeouts.attempt, remaining),
+        "retryable_errors": timeouts.retryable,
+    }
+
+
+def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
+    """The client's error, with a note and an attribute saying which sub-scan failed."""
+    if getattr(exc, "saltedtable_subscan", None) is None:
+        resume = "" if last is None else f", after logical key {last!r}"
+        exc.add_note(f"saltedtable: sub-scan of {sub.describe()} failed{resume}")
+        exc.saltedtable_subscan = SubScan(sub.bucket, sub, last)  # type: ignore[attr-defined]
+    return exc
+
+
+def row_bytes(row: Row) -> int:
     """What a row counts in budgets and statistics: its (logical) key and cell values."""
     return len(row.row_key) + sum(len(c.value) for c in row.cells)
 
 
-def _count_row(stats: BucketStats, row: Row, started: float) -> None:
+def count_row(stats: BucketStats, row: Row, started: float) -> None:
+    """Count a row a bucket sent (and, for its first, the latency to it)."""
     if stats.first_page_seconds is None:
         stats.first_page_seconds = time.monotonic() - started  # to the first row
     stats.rows += 1
-    stats.bytes += _row_bytes(row)
+    stats.bytes += row_bytes(row)
 
 
-def _count_request(stats: BucketStats, took: float) -> None:
+def count_request(stats: BucketStats, took: float) -> None:
+    """Count a request a bucket ran."""
     stats.pages += 1
     stats.seconds += took
     if stats.first_page_seconds is None:  # it sent no rows
@@ -313,9 +385,9 @@ class ReadCall:
         if stats is None and hook is not None:
             stats = CallStats()
         deadline = time.monotonic() + timeouts.operation
-        self._stray = None if stray is None else _StrayRows(stray)
+        self._stray = None if stray is None else StrayRows(stray)
         # Bucket rows on the legacy side are a migration's copies: left out, not reported.
-        in_buckets = None if salted_stray is None else _StrayRows(salted_stray)
+        in_buckets = None if salted_stray is None else StrayRows(salted_stray)
         sources = [
             BucketSource(
                 read_rows_stream,
@@ -375,34 +447,44 @@ class ReadCall:
             self._finish(merge.emitted - operator.length_hint(rows), error)
 
     def _finish(self, emitted: int, error: BaseException | None) -> None:
-        stray, stats = self._stray, self._stats
-        if stray is not None and stray.count:
-            key, why = stray.first
-            _log.warning(
-                "left out %d legacy row(s) that contradict the layout, e.g. %r: %s "
-                "(check_layout() lists them)",
-                stray.count,
-                key,
-                why,
-            )
-        if stats is None:
-            return
-        stats.stray_rows = 0 if stray is None else stray.count
-        merge = self._merge
-        stats.rows = emitted
-        stats.requests = merge.requests
-        stats.rounds = merge.rounds
-        stats.peak_buffered_rows = merge.peak_outstanding
-        stats.row_bytes = merge.row_bytes
-        if isinstance(error, GeneratorExit | asyncio.CancelledError):
-            # The caller left (break, aclose, cancellation): not a failure.
-            stats.ended_early = True
-            error = None
-        report(stats, error, self._hook)
+        finish_read(self._merge, self._stats, self._hook, self._stray, emitted, error)
+
+
+def finish_read(
+    merge: MergeCore[Row],
+    stats: CallStats | None,
+    hook: StatsHook | None,
+    stray: StrayRows | None,
+    emitted: int,
+    error: BaseException | None,
+) -> None:
+    """End a read: warn once about stray rows, fill in and report its statistics."""
+    if stray is not None and stray.count:
+        key, why = stray.first
+        _log.warning(
+            "left out %d legacy row(s) that contradict the layout, e.g. %r: %s "
+            "(check_layout() lists them)",
+            stray.count,
+            key,
+            why,
+        )
+    if stats is None:
+        return
+    stats.stray_rows = 0 if stray is None else stray.count
+    stats.rows = emitted
+    stats.requests = merge.requests
+    stats.rounds = merge.rounds
+    stats.peak_buffered_rows = merge.peak_outstanding
+    stats.row_bytes = merge.row_bytes
+    if isinstance(error, GeneratorExit | asyncio.CancelledError):
+        # The caller left (break, aclose, cancellation): not a failure.
+        stats.ended_early = True
+        error = None
+    report(stats, error, hook)
 
 
 @final
-class _StrayRows:
+class StrayRows:
     """Tells the legacy side which rows to leave out, counting them for one report per read."""
 
     __slots__ = ("count", "first", "reason")

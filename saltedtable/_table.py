@@ -33,7 +33,7 @@ from ._guard import TableGuard, family_of
 from ._layout import Layout
 from ._plan import ReadPlan, plan_reads, rewrite_filter
 from ._query import as_query, check_filter
-from ._reader import ReadCall, Timeouts, deadline_exceeded
+from ._reader import ReadCall, Timeouts, deadline_exceeded, resolve_timeouts
 from ._salt import SaltScheme, prefix_end, to_key
 from ._stats import CallStats, StatsHook, install_retry_counter, report
 from ._strategy import ReadBudget
@@ -522,7 +522,9 @@ class SaltedTableAsync:
         """
         if not sharded_query:
             raise ValueError("empty sharded_query")
-        operation, attempt = self._resolve(operation_timeout, attempt_timeout, "read_rows")
+        operation, attempt = resolve_timeouts(
+            self._table, operation_timeout, attempt_timeout, "read_rows"
+        )
         queries = [as_query(q) for q in sharded_query]
         plans = [self.plan(q) for q in queries]  # bad input fails before any request
         deadline = time.monotonic() + operation
@@ -593,7 +595,7 @@ class SaltedTableAsync:
         ordered: bool,
         stats: CallStats | None,
     ) -> ReadCall:
-        op, attempt = self._resolve(operation_timeout, attempt_timeout, "read_rows")
+        op, attempt = resolve_timeouts(self._table, operation_timeout, attempt_timeout, "read_rows")
         plan = self.plan(query, ordered=ordered)
         return self._call(
             operation, plan, Timeouts(op, attempt, retryable_errors), ordered=ordered, stats=stats
@@ -625,34 +627,6 @@ class SaltedTableAsync:
             stray=self._layout.stray_reason if cutoff else None,
             salted_stray=self._layout.salted_stray_reason if cutoff else None,
         )
-
-    def _resolve(
-        self, operation: _Timeout, attempt: _AttemptTimeout, kind: str
-    ) -> tuple[float, float]:
-        """Timeouts as the client resolves them: table defaults, attempt capped, validated."""
-        table = self._table
-        prefix = "" if kind == "default" else f"{kind}_"
-        op: float | None = (
-            getattr(table, f"default_{prefix}operation_timeout")
-            if isinstance(operation, TABLE_DEFAULT)
-            else operation
-        )
-        at: float | None = (
-            getattr(table, f"default_{prefix}attempt_timeout")
-            if isinstance(attempt, TABLE_DEFAULT)
-            else attempt
-        )
-        if op is None:
-            raise ValueError("operation_timeout cannot be None")
-        if at is None:
-            at = op
-        elif op:
-            at = min(at, op)
-        if op <= 0:
-            raise ValueError("operation_timeout must be greater than 0")
-        if at <= 0:
-            raise ValueError("attempt_timeout must be greater than 0")
-        return op, at
 
     # -- writes ----------------------------------------------------------------
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ._guard import describe_layout
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
+    from ._sync import SaltedMutationsBatcherSync, SaltedTable, SyncTableLike
     from ._table import SaltedTableAsync, TableLike
     from ._write import SaltedMutationsBatcher
 
@@ -67,6 +68,9 @@ _LAZY: dict[str, str] = {
     "plan_reads": "._plan",
     "rewrite_filter": "._plan",
     "SubScan": "._reader",
+    "SaltedTable": "._sync",
+    "SaltedMutationsBatcherSync": "._sync",
+    "SyncTableLike": "._sync",
     "SaltedTableAsync": "._table",
     "TableLike": "._table",
     "SaltedMutationsBatcher": "._write",
@@ -107,12 +111,15 @@ __all__ = [
     "SaltScheme",
     "SaltSchemeError",
     "SaltedMutationsBatcher",
+    "SaltedMutationsBatcherSync",
+    "SaltedTable",
     "SaltedTableAsync",
     "SaltedTableError",
     "SchemeMismatchError",
     "StatsHook",
     "SubQuery",
     "SubScan",
+    "SyncTableLike",
     "TableLike",
     "TimestampReader",
     "UnsaltableKeyError",

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, Final
 
 import anyio
-from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
+from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
 from google.cloud.bigtable.data.row_filters import (
     CellsRowLimitFilter,
@@ -51,6 +51,7 @@ from ._salt import prefix_end
 __all__ = [
     "SCHEME_QUALIFIER",
     "SCHEME_ROW_KEY",
+    "GuardCore",
     "SchemeMismatchError",
     "TableGuard",
     "decode_layout",
@@ -65,10 +66,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("saltedtable.guard")
-
-
-def _record_cell(family: str, record: dict[str, Any]) -> SetCell:
-    return SetCell(family, SCHEME_QUALIFIER, encode_layout(record))
 
 
 #: Keys only: what the layout sampling needs of each row.
@@ -134,17 +131,20 @@ def layout_error(layout: Layout, offenders: Sequence[str]) -> LayoutError:
     )
 
 
-class TableGuard:
-    """The guard of one async table object: check once, store the record on the first write.
+class GuardCore:
+    """The guard's state and decisions for one table object, without I/O.
+
+    The drivers (:class:`TableGuard` here, ``SyncTableGuard`` in ``_sync``)
+    run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
+    for the stored record (sent back in), ``("create", family)`` for a
+    conditional write of the record, ``("replace", family)`` for overwriting it.
 
     Args:
-        table: The physical table.
         layout: The layout the table object uses.
         enabled: False switches the guard off (nothing is read or written).
     """
 
-    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True) -> None:
-        self._table = table
+    def __init__(self, layout: Layout, *, enabled: bool = True) -> None:
         self._layout = layout
         self._record = describe_layout(layout.scheme, layout.cutoff)
         # The reserved row lies inside a salt prefix range for some schemes
@@ -155,7 +155,6 @@ class TableGuard:
         self._checked = False
         self._settled = not self._enabled  # a record is known to agree (or the guard is off)
         self._error: BaseException | None = None
-        self._lock: asyncio.Lock | None = None
 
     @property
     def record(self) -> dict[str, Any]:
@@ -167,42 +166,95 @@ class TableGuard:
         """The record found in the table by the last check (None: none, or not read yet)."""
         return self._stored
 
-    async def check(self) -> None:
-        """Before any operation: read the stored record once and refuse a different one."""
+    def _needs_check(self) -> bool:
+        """Whether an operation must read the record first (raises a refusal already made)."""
         if self._settled:
-            return
+            return False
         if self._error is not None:
             raise self._error
-        if self._checked:
-            return
-        async with self._locked():
-            if not self._checked:
-                await self._read_and_judge(family=None)
+        return not self._checked
+
+    def _needs_store(self, family: str | None) -> bool:
+        """Whether a write naming ``family`` must store the record first."""
+        return not self._settled and family is not None and self._error is None
+
+    def _refuse_unstorable(self, family: str | None, override: bool) -> bool:
+        """For the explicit guard: False when nothing can be stored (and nothing was asked)."""
+        if self._storable:
+            return True
+        if family is not None or override:
+            raise LayoutError(
+                f"{self._layout.scheme} has a prefix covering the reserved row "
+                f"{SCHEME_ROW_KEY!r}, so the layout cannot be stored; give the scheme a "
+                "marker or open without family="
+            )
+        return False
+
+    def _judging(
+        self, family: str | None, override: bool = False
+    ) -> Generator[tuple[str, str | None], dict[str, Any] | None, None]:
+        try:
+            stored = yield ("read", None)
+            action = guard_action(stored, self._record, family=family, override=override)
+            if action == "create":
+                # Only if the row is still empty: two writers agree on one record.
+                yield ("create", family)
+                stored = yield ("read", None)
+                if stored is None:
+                    raise LayoutError(f"the layout record {SCHEME_ROW_KEY!r} did not persist")
+                guard_action(stored, self._record, family=family)  # the other writer's?
+            elif action == "replace":
+                _log.warning("replacing the stored salt layout %s with %s", stored, self._record)
+                yield ("replace", family)
+                stored = self._record
+        except LayoutError as exc:
+            self._error = exc
+            self._checked = True
+            raise
+        self._checked = True
+        self._stored = stored
+        self._settled = stored is not None or not self._enabled
+
+    def _record_mutations(self, kind: str, family: str) -> list[Mutation]:
+        cell = SetCell(family, SCHEME_QUALIFIER, encode_layout(self._record))
+        return [cell] if kind == "create" else [DeleteAllFromRow(), cell]
+
+
+class TableGuard(GuardCore):
+    """The guard of one async table object: check once, store the record on the first write.
+
+    Args:
+        table: The physical table.
+        layout: The layout the table object uses.
+        enabled: False switches the guard off (nothing is read or written).
+    """
+
+    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True) -> None:
+        super().__init__(layout, enabled=enabled)
+        self._table = table
+        self._lock: asyncio.Lock | None = None
+
+    async def check(self) -> None:
+        """Before any operation: read the stored record once and refuse a different one."""
+        if self._needs_check():
+            async with self._locked():
+                if not self._checked:
+                    await self._run(self._judging(None))
 
     async def before_write(self, family: str | None) -> None:
         """Before a write: check, and store the record if the table has none yet."""
-        if self._settled:
-            return
         await self.check()
-        if self._settled or family is None:
-            return
-        async with self._locked():
-            if not self._settled:
-                await self._read_and_judge(family=family)
+        if self._needs_store(family):
+            async with self._locked():
+                if not self._settled:
+                    await self._run(self._judging(family))
 
     async def ensure(self, *, family: str | None, override: bool = False) -> None:
         """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
-        if not self._storable:
-            if family is not None or override:
-                raise LayoutError(
-                    f"{self._layout.scheme} has a prefix covering the reserved row "
-                    f"{SCHEME_ROW_KEY!r}, so the layout cannot be stored; give the scheme a "
-                    "marker or open without family="
-                )
-            return
-        async with self._locked():
-            self._error = None
-            await self._read_and_judge(family=family, override=override)
+        if self._refuse_unstorable(family, override):
+            async with self._locked():
+                self._error = None
+                await self._run(self._judging(family, override))
 
     def _locked(self) -> asyncio.Lock:
         if self._lock is None:
@@ -212,36 +264,30 @@ class TableGuard:
     async def _stored_record(self) -> dict[str, Any] | None:
         return record_of_row(await self._table.read_row(SCHEME_ROW_KEY))
 
-    async def _read_and_judge(self, *, family: str | None, override: bool = False) -> None:
+    async def _run(
+        self, steps: Generator[tuple[str, str | None], dict[str, Any] | None, None]
+    ) -> None:
+        answer: dict[str, Any] | None = None
         try:
-            stored = await self._stored_record()
-            action = guard_action(stored, self._record, family=family, override=override)
-            if action == "create":
-                # Only if the row is still empty: two writers agree on one record.
-                assert family is not None
-                await self._table.check_and_mutate_row(
-                    SCHEME_ROW_KEY,
-                    None,
-                    false_case_mutations=[_record_cell(family, self._record)],
-                )
-                stored = await self._stored_record()
-                if stored is None:
-                    raise LayoutError(f"the layout record {SCHEME_ROW_KEY!r} did not persist")
-                guard_action(stored, self._record, family=family)  # the other writer's?
-            elif action == "replace":
-                assert family is not None
-                _log.warning("replacing the stored salt layout %s with %s", stored, self._record)
-                await self._table.mutate_row(
-                    SCHEME_ROW_KEY, [DeleteAllFromRow(), _record_cell(family, self._record)]
-                )
-                stored = self._record
-        except LayoutError as exc:
-            self._error = exc
-            self._checked = True
-            raise
-        self._checked = True
-        self._stored = stored
-        self._settled = stored is not None or not self._enabled
+            while True:
+                kind, family = steps.send(answer)
+                answer = None
+                if kind == "read":
+                    answer = await self._stored_record()
+                elif kind == "create":
+                    assert family is not None
+                    await self._table.check_and_mutate_row(
+                        SCHEME_ROW_KEY,
+                        None,
+                        false_case_mutations=self._record_mutations(kind, family),
+                    )
+                else:
+                    assert family is not None
+                    await self._table.mutate_row(
+                        SCHEME_ROW_KEY, self._record_mutations(kind, family)
+                    )
+        except StopIteration:
+            pass
 
     async def check_layout(self, *, sample_rows: int, limiter: anyio.CapacityLimiter) -> None:
         """Sample the key space and refuse rows that do not fit the layout.

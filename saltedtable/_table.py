@@ -29,6 +29,7 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
+from ._facade import TableAttributes, relabel
 from ._guard import TableGuard, family_of
 from ._layout import Layout
 from ._plan import ReadPlan, plan_reads, rewrite_filter
@@ -109,28 +110,8 @@ class TableLike(Protocol):
         ...
 
 
-def _relabel(row: Row, key: bytes) -> Row:
-    """Give a row and every cell in it the logical key (cells carry the key too)."""
-    row.row_key = key
-    for cell in row.cells:
-        cell.row_key = key
-    return row
-
-
-def _passthrough(name: str, doc: str) -> Any:
-    """A property that reads and writes the wrapped table's attribute of the same name."""
-
-    def get(self: SaltedTableAsync) -> Any:
-        return getattr(self._table, name)
-
-    def set_(self: SaltedTableAsync, value: Any) -> None:
-        setattr(self._table, name, value)
-
-    return property(get, set_, doc=doc)
-
-
 @final
-class SaltedTableAsync:
+class SaltedTableAsync(TableAttributes):
     """An async Bigtable table whose row keys are salted transparently.
 
     Offers the data methods and attributes of ``google.cloud.bigtable.data.
@@ -255,40 +236,6 @@ class SaltedTableAsync:
         return salted
 
     # -- what TableAsync exposes ---------------------------------------------------
-
-    client = _passthrough("client", "The data client of the wrapped table.")
-    instance_id = _passthrough("instance_id", "The instance id.")
-    table_id = _passthrough("table_id", "The table id.")
-    instance_name = _passthrough("instance_name", "The instance's full resource name.")
-    table_name = _passthrough("table_name", "The table's full resource name.")
-    app_profile_id = _passthrough("app_profile_id", "The app profile requests use, or None.")
-    default_operation_timeout = _passthrough(
-        "default_operation_timeout", "Default operation timeout of point operations (s)."
-    )
-    default_attempt_timeout = _passthrough(
-        "default_attempt_timeout", "Default attempt timeout of point operations (s)."
-    )
-    default_read_rows_operation_timeout = _passthrough(
-        "default_read_rows_operation_timeout", "Default operation timeout of reads (s)."
-    )
-    default_read_rows_attempt_timeout = _passthrough(
-        "default_read_rows_attempt_timeout", "Default attempt timeout of read requests (s)."
-    )
-    default_mutate_rows_operation_timeout = _passthrough(
-        "default_mutate_rows_operation_timeout", "Default operation timeout of bulk writes (s)."
-    )
-    default_mutate_rows_attempt_timeout = _passthrough(
-        "default_mutate_rows_attempt_timeout", "Default attempt timeout of bulk writes (s)."
-    )
-    default_read_rows_retryable_errors = _passthrough(
-        "default_read_rows_retryable_errors", "Errors reads retry by default."
-    )
-    default_mutate_rows_retryable_errors = _passthrough(
-        "default_mutate_rows_retryable_errors", "Errors bulk writes retry by default."
-    )
-    default_retryable_errors = _passthrough(
-        "default_retryable_errors", "Errors point operations retry by default."
-    )
 
     @property
     def table(self) -> TableLike:
@@ -477,7 +424,7 @@ class SaltedTableAsync:
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
         )
-        return None if row is None else _relabel(row, key)
+        return None if row is None else relabel(row, key)
 
     async def row_exists(
         self,
@@ -734,7 +681,7 @@ class SaltedTableAsync:
         row = await self._table.read_modify_write_row(
             physical, rules, operation_timeout=operation_timeout
         )
-        return _relabel(row, key)
+        return relabel(row, key)
 
     def mutations_batcher(
         self,

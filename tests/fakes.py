@@ -13,9 +13,10 @@ so tests can prove that nothing was left open.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +61,15 @@ from google.cloud.bigtable.data.row_filters import (
 
 from saltedtable import SCHEME_ROW_KEY
 
-__all__ = ["FakeBatcher", "FakeTable", "StreamStats", "in_range", "query_keys"]
+__all__ = [
+    "FakeBatcher",
+    "FakeTable",
+    "StreamStats",
+    "SyncFakeBatcher",
+    "SyncFakeTable",
+    "in_range",
+    "query_keys",
+]
 
 #: How ``read_rows_stream`` streams end (see :class:`StreamStats`).
 EXHAUSTED, CANCELLED, ABANDONED, FAILED = "exhausted", "cancelled", "abandoned", "failed"
@@ -540,3 +549,76 @@ class FakeBatcher:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+class SyncFakeTable:
+    """A sync ``Table`` over a :class:`FakeTable` (same rows, same stats), for ``SaltedTable``.
+
+    Each call drives the fake's coroutine on an event loop of its own thread;
+    a stream pulls one row at a time, so leaving it early leaves the rest unread.
+    """
+
+    def __init__(self, fake: FakeTable) -> None:
+        self.fake = fake
+        self.default_read_rows_operation_timeout = fake.default_read_rows_operation_timeout
+        self.default_read_rows_attempt_timeout = fake.default_read_rows_attempt_timeout
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.fake, name)
+        if name == "mutations_batcher":
+            return lambda **kwargs: SyncFakeBatcher(attr(**kwargs))
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return asyncio.run(attr(*args, **kwargs))
+
+        return call
+
+    def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Iterator[Row]:
+        """The fake's stream, pulled row by row on a loop of its own."""
+        loop = asyncio.new_event_loop()
+        try:
+            stream = loop.run_until_complete(self.fake.read_rows_stream(query, **kwargs))
+        except BaseException:
+            loop.close()
+            raise
+        return _pull(loop, stream)
+
+
+def _pull(loop: asyncio.AbstractEventLoop, stream: Any) -> Iterator[Row]:
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(stream.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(stream.aclose())
+        loop.close()
+
+
+class SyncFakeBatcher:
+    """The fake batcher, sync."""
+
+    def __init__(self, inner: FakeBatcher) -> None:
+        self.inner = inner
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self.inner.closed
+
+    def append(self, mutation_entry: RowMutationEntry) -> None:
+        """Queue an entry."""
+        asyncio.run(self.inner.append(mutation_entry))
+
+    def close(self) -> None:
+        """Flush and close."""
+        asyncio.run(self.inner.close())
+
+    def __enter__(self) -> SyncFakeBatcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -26,6 +26,7 @@ import anyio
 import pytest
 from google.api_core.exceptions import GoogleAPICallError, PermissionDenied, ServiceUnavailable
 from google.cloud.bigtable.data import (
+    BigtableDataClient,
     BigtableDataClientAsync,
     ReadRowsQuery,
     Row,
@@ -54,6 +55,7 @@ from saltedtable import (
     SCHEME_ROW_KEY,
     QueryPlanError,
     ReadBudget,
+    SaltedTable,
     SaltedTableAsync,
     SaltScheme,
     SubScan,
@@ -64,6 +66,7 @@ from saltedtable import (
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
 from saltedtable.testing import create_table as admin_create_table
 from saltedtable.testing import delete_table as admin_delete_table
+from tests.sync_view import AsyncView
 
 MakeTable = Callable[..., str]
 Snapshot = list[tuple[bytes, list[tuple[str, bytes, bytes, int]]]]
@@ -562,44 +565,60 @@ async def _compare_unordered(
     assert sorted(snapshot(got)) == snapshot(expected), f"unordered {label}"
 
 
-async def _differential(scheme: SaltScheme, case: Case, plain_id: str, salted_id: str) -> None:
+async def _differential(
+    scheme: SaltScheme, case: Case, plain_id: str, salted_id: str, flavour: str
+) -> None:
     async with (
         BigtableDataClientAsync(project=PROJECT) as client,
         client.get_table(INSTANCE, plain_id) as plain,
         client.get_table(INSTANCE, salted_id) as table,
     ):
-        salted = SaltedTableAsync(table, scheme, budget=ReadBudget(rows=case.budget))
-        entries = [
-            RowMutationEntry(key, [SetCell(f, q, v, ts) for f, q, ts, v in cells])
-            for key, cells in case.rows.items()
-        ]
-        await plain.bulk_mutate_rows(entries)
-        await salted.bulk_mutate_rows(entries)
+        budget = ReadBudget(rows=case.budget)
+        if flavour == "sync":
+            sync_client = BigtableDataClient(project=PROJECT)
+            sync_table = sync_client.get_table(INSTANCE, salted_id)
+            salted: Any = AsyncView(SaltedTable(sync_table, scheme, budget=budget))
+        else:
+            salted = SaltedTableAsync(table, scheme, budget=budget)
+        try:
+            await _compare_everything(plain, salted, scheme, case)
+        finally:
+            if flavour == "sync":
+                sync_client.close()
 
-        for label, query in _queries(case):
+
+async def _compare_everything(
+    plain: TableAsync, salted: SaltedTableAsync, scheme: SaltScheme, case: Case
+) -> None:
+    entries = [
+        RowMutationEntry(key, [SetCell(f, q, v, ts) for f, q, ts, v in cells])
+        for key, cells in case.rows.items()
+    ]
+    await plain.bulk_mutate_rows(entries)
+    await salted.bulk_mutate_rows(entries)
+
+    for label, query in _queries(case):
+        await _compare(plain, salted, label, query)
+    for prefix in case.prefixes:
+        await _compare_prefix(plain, salted, prefix)
+    await _compare_unordered(plain, salted, "all", ReadRowsQuery())
+    await _compare_unordered(
+        plain, salted, "points", ReadRowsQuery(row_keys=[*case.picked, *case.missing])
+    )
+    await _compare_unordered(
+        plain, salted, "range", ReadRowsQuery(row_ranges=[RowRange(*case.bounds)])
+    )
+    # Across families the first cell is the table's choice: compare keys and counts only.
+    query = ReadRowsQuery(row_filter=CellsRowLimitFilter(1), limit=len(case.rows) - 1 or 1)
+    got = await salted.read_rows(query)
+    expected = await plain.read_rows(query)
+    assert [(r.row_key, len(r.cells)) for r in got] == [(r.row_key, len(r.cells)) for r in expected]
+    for label, query in _regex_queries(case):
+        if _regex_ok(scheme):
             await _compare(plain, salted, label, query)
-        for prefix in case.prefixes:
-            await _compare_prefix(plain, salted, prefix)
-        await _compare_unordered(plain, salted, "all", ReadRowsQuery())
-        await _compare_unordered(
-            plain, salted, "points", ReadRowsQuery(row_keys=[*case.picked, *case.missing])
-        )
-        await _compare_unordered(
-            plain, salted, "range", ReadRowsQuery(row_ranges=[RowRange(*case.bounds)])
-        )
-        # Across families the first cell is the table's choice: compare keys and counts only.
-        query = ReadRowsQuery(row_filter=CellsRowLimitFilter(1), limit=len(case.rows) - 1 or 1)
-        got = await salted.read_rows(query)
-        expected = await plain.read_rows(query)
-        assert [(r.row_key, len(r.cells)) for r in got] == [
-            (r.row_key, len(r.cells)) for r in expected
-        ]
-        for label, query in _regex_queries(case):
-            if _regex_ok(scheme):
-                await _compare(plain, salted, label, query)
-            else:
-                with pytest.raises(QueryPlanError):
-                    await salted.read_rows(query)
+        else:
+            with pytest.raises(QueryPlanError):
+                await salted.read_rows(query)
 
 
 DIFFERENTIAL_SCHEMES = [
@@ -610,6 +629,7 @@ DIFFERENTIAL_SCHEMES = [
 ]
 
 
+@pytest.mark.parametrize("flavour", ["async", "sync"])
 @pytest.mark.parametrize(("scheme", "tokens", "binary"), DIFFERENTIAL_SCHEMES)
 @settings(
     max_examples=10,
@@ -626,9 +646,13 @@ def test_salted_table_answers_every_query_like_a_plain_table(
     scheme: SaltScheme,
     tokens: Sequence[bytes],
     binary: bool,
+    flavour: str,
     data: st.DataObject,
 ) -> None:
-    """Keys, ranges, prefixes, limits and filters read alike from salted and plain tables."""
+    """Keys, ranges, prefixes, limits and filters read alike from salted and plain tables.
+
+    Both flavours: ``SaltedTableAsync``, and ``SaltedTable`` over the sync client.
+    """
     case = data.draw(cases(tokens, binary), label="case")
     assert os.environ.get(EMULATOR_HOST_ENV) == emulator.address
     suffix = uuid.uuid4().hex[:12]
@@ -636,7 +660,7 @@ def test_salted_table_answers_every_query_like_a_plain_table(
     for table_id in (plain_id, salted_id):
         admin_create_table(emulator.address, table_id, FAMILIES)
     try:
-        asyncio.run(_differential(scheme, case, plain_id, salted_id))
+        asyncio.run(_differential(scheme, case, plain_id, salted_id, flavour))
     finally:
         for table_id in (plain_id, salted_id):
             admin_delete_table(emulator.address, table_id, missing_ok=True)

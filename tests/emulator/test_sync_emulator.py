@@ -1,0 +1,122 @@
+"""SaltedTable over the sync client, on the emulator: leaving early, errors, writes, the guard."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import closing
+
+import grpc
+import pytest
+from google.api_core.exceptions import NotFound
+from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data.mutations import SetCell
+
+from saltedtable import SCHEME_ROW_KEY, SaltedTable, SaltScheme, SchemeMismatchError, SubScan
+from saltedtable.testing import INSTANCE, PROJECT, Emulator
+from tests.conftest import MakeTable
+
+SCHEME = SaltScheme(16)
+KEYS = [b"user%05d" % i for i in range(6000)]
+
+
+@pytest.fixture
+def client(emulator: Emulator) -> Iterator[BigtableDataClient]:
+    """A sync data client on the session's emulator."""
+    with BigtableDataClient(project=PROJECT) as data_client:
+        yield data_client
+
+
+@pytest.fixture
+def loaded(client: BigtableDataClient, make_table: MakeTable) -> SaltedTable:
+    """A 16-bucket table of 6,000 rows, written through the sync salted table."""
+    table = SaltedTable.from_client(client, INSTANCE, make_table(), SCHEME)
+    for start in range(0, len(KEYS), 2000):
+        table.bulk_mutate_rows(
+            [
+                RowMutationEntry(k, SetCell("cf", b"q", b"v" * 50))
+                for k in KEYS[start : start + 2000]
+            ]
+        )
+    return table
+
+
+def open_calls() -> list[object]:
+    """gRPC calls of the sync client that are still running."""
+    gc.collect()
+    calls = [o for o in gc.get_objects() if isinstance(o, grpc.Call)]
+    return [c for c in calls if getattr(c, "is_active", lambda: False)()]
+
+
+def subscan_threads() -> list[threading.Thread]:
+    """saltedtable's worker threads alive now."""
+    return [t for t in threading.enumerate() if t.name.startswith("saltedtable-subscan")]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_sync_scan_reads_every_row_in_order(loaded: SaltedTable, ordered: bool) -> None:
+    """A full scan returns every logical row, in key order when ordered."""
+    keys = [r.row_key for r in loaded.read_rows(ReadRowsQuery(), ordered=ordered)]
+    assert (keys if ordered else sorted(keys)) == KEYS
+    assert [r.row_key for r in loaded.read_rows(ReadRowsQuery(limit=10))] == KEYS[:10]
+
+
+@pytest.mark.parametrize("leave", ["break-close", "drop"])
+def test_leaving_a_sync_scan_early_leaves_no_thread_and_no_rpc(
+    loaded: SaltedTable, leave: str
+) -> None:
+    """break + close(), or dropping the iterator: no worker and no gRPC call outlive the scan."""
+    assert not open_calls()
+    rows = loaded.read_rows_stream(ReadRowsQuery())
+    for n, _ in enumerate(rows):
+        if n == 50:
+            break
+    if leave == "break-close":
+        rows.close()  # type: ignore[attr-defined]
+    del rows
+    assert not subscan_threads()
+    assert not open_calls(), "a sub-scan's RPC is still running"
+
+
+def test_a_sync_prefix_read_left_early_with_closing(loaded: SaltedTable) -> None:
+    """contextlib.closing around read_prefix: the documented way out, clean."""
+    with closing(loaded.read_prefix(b"user0")) as rows:
+        first = next(iter(rows))
+    assert first.row_key == b"user00000"
+    assert not subscan_threads()
+    assert not open_calls()
+
+
+def test_errors_keep_the_clients_types(client: BigtableDataClient) -> None:
+    """A missing table: the client's NotFound, from point reads and scans alike."""
+    table = SaltedTable.from_client(client, INSTANCE, "no-such-table", SCHEME, guard=False)
+    with pytest.raises(NotFound):
+        table.read_row(b"k")
+    with pytest.raises(NotFound) as info:
+        table.read_rows(ReadRowsQuery())
+    assert isinstance(info.value.saltedtable_subscan, SubScan)  # type: ignore[attr-defined]
+    assert not subscan_threads()
+
+
+def test_writes_land_salted_and_the_guard_keeps_the_layout(
+    client: BigtableDataClient, make_table: MakeTable
+) -> None:
+    """Point writes, read-modify-write and the batcher store salted keys plus the layout record."""
+    table_id = make_table()
+    table = SaltedTable.from_client(client, INSTANCE, table_id, SCHEME)
+    table.mutate_row(b"a", SetCell("cf", b"q", b"1"))
+    with table.mutations_batcher(flush_limit_mutation_count=2) as batcher:
+        for key in (b"b", b"c", b"d"):
+            batcher.append(RowMutationEntry(key, SetCell("cf", b"q", key)))
+    assert table.check_and_mutate_row(b"a", None, true_case_mutations=SetCell("cf", b"r", b"x"))
+    row = table.read_row(b"a")
+    assert row is not None
+    assert row.row_key == b"a"
+    raw = client.get_table(INSTANCE, table_id)
+    physical = [r.row_key for r in raw.read_rows(ReadRowsQuery())]
+    assert physical == sorted(
+        [*(SCHEME.salt_key(k) for k in (b"a", b"b", b"c", b"d")), SCHEME_ROW_KEY]
+    )
+    with pytest.raises(SchemeMismatchError):
+        SaltedTable.from_client(client, INSTANCE, table_id, SaltScheme(8)).read_row(b"a")

@@ -61,9 +61,10 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-## make demo: start the emulator, create the table, run the quickstart, stop the emulator
+## make demo: start the emulator, create the table, run both quickstarts, stop the emulator
 demo: $(STAMP)
-	$(BIN)/saltedtable emulator --table quickstart:cf -- $(BIN)/python examples/quickstart.py
+	$(BIN)/saltedtable emulator --table quickstart:cf -- \
+		sh -c '$(BIN)/python examples/quickstart.py && $(BIN)/python examples/quickstart_sync.py'
 
 ## make emulator: run the emulator in the foreground on 127.0.0.1 (Ctrl-C stops it)
 emulator: $(STAMP)

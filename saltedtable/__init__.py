@@ -9,7 +9,6 @@ imported with the package. Names whose modules import the Bigtable client
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from ._cutoff import (
@@ -55,11 +54,7 @@ if TYPE_CHECKING:
     from ._table import SaltedTableAsync, TableLike
     from ._write import SaltedMutationsBatcher
 
-try:
-    __version__ = version("saltedtable")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0+unknown"
-
+__version__: str
 #: Public names whose modules import the Bigtable client, by module.
 _LAZY: dict[str, str] = {
     "describe_layout": "._guard",
@@ -78,12 +73,26 @@ _LAZY: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return _version()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'saltedtable' has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
+
+
+def _version() -> str:
+    # importlib.metadata costs more to import than the rest of the package.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("saltedtable")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        found = "0.0.0+unknown"
+    globals()["__version__"] = found
+    return found
 
 
 def __dir__() -> list[str]:

@@ -28,7 +28,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Final, NoReturn
 
-from . import __version__
 from ._cutoff import (
     CutoffPolicy,
 )
@@ -45,6 +44,16 @@ from ._specs import cutoff_policy_from_args, key_part_from_spec
 __all__ = ["format_key", "main"]
 
 DEFAULT_SAMPLE_LIMIT: Final = 100_000
+
+
+class _Version(argparse.Action):
+    """``--version``, reading the installed version only when asked (it costs an import)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from . import __version__
+
+        print(f"saltedtable {__version__}")
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -386,7 +395,7 @@ examples:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="saltedtable", description="Salted row keys for Google Cloud Bigtable.")
-    parser.add_argument("--version", action="version", version=f"saltedtable {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     key = sub.add_parser(

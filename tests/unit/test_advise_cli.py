@@ -380,15 +380,28 @@ def test_advise_plot_unwritable_exits_1(
 # -- the command's cost and defaults ----------------------------------------------------------
 
 
-def test_key_command_imports_neither_the_advisor_nor_matplotlib() -> None:
-    """`saltedtable key` runs without importing saltedtable.advise or matplotlib."""
+def test_key_command_imports_neither_the_advisor_nor_the_client() -> None:
+    """`saltedtable key` imports neither the advisor, matplotlib nor the Bigtable client."""
     code = (
         "import sys\n"
         "from saltedtable._cli import main\n"
         "assert main(['key', '-n', '4', 'user1']) == 0\n"
-        "prefixes = ('saltedtable.advise', 'matplotlib')\n"
+        "prefixes = ('saltedtable.advise', 'matplotlib', 'google.cloud.bigtable', 'grpc',\n"
+        "            'importlib.metadata')\n"
         "heavy = sorted(m for m in sys.modules if m.startswith(prefixes))\n"
         "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_importing_the_package_does_not_import_the_client() -> None:
+    """`import saltedtable` stays cheap; the tables load the client on first use."""
+    code = (
+        "import sys, saltedtable\n"
+        "assert not [m for m in sys.modules if m.startswith(('google.cloud.bigtable', 'grpc'))]\n"
+        "saltedtable.SaltedTableAsync\n"
+        "assert 'google.cloud.bigtable.data' in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

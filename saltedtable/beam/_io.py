@@ -99,7 +99,7 @@ def _bucket_name(bucket: int | None) -> str:
     return "legacy" if bucket is None else f"bucket_{bucket}"
 
 
-class _TableDoFn(beam.DoFn):
+class TableDoFn(beam.DoFn):
     """A DoFn holding a client for one table, opened in ``setup`` on the worker."""
 
     def __init__(self, target: BigtableTarget) -> None:
@@ -181,7 +181,7 @@ class LocalProgress:
 PROGRESS: Final = LocalProgress()
 
 
-class _PlanSplits(_TableDoFn):
+class PlanSplits(TableDoFn):
     """Samples the table once and cuts the plan into splits (runs on one worker)."""
 
     def __init__(
@@ -216,7 +216,7 @@ class _PlanSplits(_TableDoFn):
         yield from splits
 
 
-class _ReadSplits(_TableDoFn):
+class _ReadSplits(TableDoFn):
     """Reads each split, page by page, and yields rows with logical keys."""
 
     def __init__(
@@ -280,7 +280,7 @@ def read_split(
             yield row
 
 
-class _ReadRows(beam.PTransform[PBegin, PCollection[Row]]):
+class ReadSplitRows(beam.PTransform[PBegin, PCollection[Row]]):
     """Plan -> splits -> reshuffle -> rows; the core of every read here."""
 
     def __init__(
@@ -309,7 +309,7 @@ class _ReadRows(beam.PTransform[PBegin, PCollection[Row]]):
         self.check_layout = check_layout
 
     def expand(self, pbegin: PBegin) -> PCollection[Row]:
-        plan = _PlanSplits(
+        plan = PlanSplits(
             self.target, self.layout, self.subqueries, self.split_bytes, self.check_layout
         )
         out: PCollection[Row] = (
@@ -373,7 +373,7 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
             )
         self.layout = Layout(scheme, cutoff)
         self.plan: ReadPlan = plan_reads(query, self.layout)
-        self._read = _ReadRows(
+        self._read = ReadSplitRows(
             BigtableTarget(project, instance, table, app_profile_id),
             self.layout,
             self.plan.subqueries,
@@ -414,7 +414,7 @@ class WriteFailedError(SaltedTableError):
         super().__init__(f"{len(failures)} salted write(s) failed:\n  {shown}{more}")
 
 
-class _WriteEntries(_TableDoFn):
+class _WriteEntries(TableDoFn):
     """Salts each logical entry and hands it to the client's batcher (one per bundle)."""
 
     def __init__(

@@ -66,10 +66,10 @@ from ._io import (
     PROGRESS,
     BigtableTarget,
     FailedWrite,
+    PlanSplits,
+    ReadSplitRows,
+    TableDoFn,
     WriteSaltedRows,
-    _PlanSplits,
-    _ReadRows,
-    _TableDoFn,
     copy_entry,
     read_split,
     row_digest,
@@ -318,7 +318,7 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
         super().__init__()
         self.target = BigtableTarget(project, instance, table, app_profile_id)
         self.layout = Layout(scheme, cutoff)
-        self._read = _ReadRows(
+        self._read = ReadSplitRows(
             self.target,
             self.layout,
             _legacy_subqueries(self.layout),
@@ -426,7 +426,7 @@ def backfill(
     return MigrationReport("backfill", counters(result), record=wanted)
 
 
-class _PruneOrphans(_TableDoFn):
+class _PruneOrphans(TableDoFn):
     """Deletes the copies of a split whose legacy row is gone."""
 
     def __init__(self, target: BigtableTarget, layout: Layout, rows_per_request: int) -> None:
@@ -486,7 +486,7 @@ class PruneOrphanCopies(beam.PTransform[PBegin, PCollection[None]]):
         self.rows_per_request = rows_per_request
 
     def expand(self, pbegin: PBegin) -> PCollection[None]:
-        plan = _PlanSplits(
+        plan = PlanSplits(
             self.target, self.layout, _salted_subqueries(self.layout), self.split_bytes, False
         )
         out: PCollection[None] = (
@@ -513,7 +513,7 @@ def verify_backfill(
 ) -> MigrationReport:
     """Step 2: compare legacy rows with their copies, per bucket (counts and checksums)."""
     layout = Layout(scheme, cutoff)
-    legacy = _ReadRows(
+    legacy = ReadSplitRows(
         target,
         layout,
         _legacy_subqueries(layout),
@@ -521,7 +521,7 @@ def verify_backfill(
         rows_per_request=DEFAULT_ROWS_PER_REQUEST,
         check_layout=False,
     )
-    copies = _ReadRows(
+    copies = ReadSplitRows(
         target,
         layout,
         _salted_subqueries(layout),
@@ -608,7 +608,7 @@ def _expect_state(
 # -- deleting the legacy rows --------------------------------------------------
 
 
-class _DeleteVerified(_TableDoFn):
+class _DeleteVerified(TableDoFn):
     """Deletes each legacy row of a split whose salted copy is identical."""
 
     def __init__(self, target: BigtableTarget, layout: Layout, rows_per_request: int) -> None:
@@ -685,7 +685,7 @@ class DeleteLegacy(beam.PTransform[PBegin, PCollection[None]]):
         self.rows_per_request = rows_per_request
 
     def expand(self, pbegin: PBegin) -> PCollection[None]:
-        plan = _PlanSplits(
+        plan = PlanSplits(
             self.target, self.layout, _legacy_subqueries(self.layout), self.split_bytes, False
         )
         out: PCollection[None] = (
@@ -857,7 +857,7 @@ def resalt(
     return MigrationReport("resalt", copied, report.checksums, record=new_record)
 
 
-class ReadSource(_ReadRows):
+class ReadSource(ReadSplitRows):
     """Every row a reader of ``layout`` sees (the whole table)."""
 
     def __init__(self, target: BigtableTarget, layout: Layout, split_bytes: int) -> None:

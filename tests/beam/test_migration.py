@@ -47,7 +47,7 @@ from saltedtable.beam import (
     resalt,
     verify_backfill,
 )
-from saltedtable.beam._io import _ReadRows
+from saltedtable.beam._io import ReadSplitRows
 from saltedtable.beam._migrate import _legacy_subqueries
 from saltedtable.beam._record import read_record, swap_record
 from saltedtable.testing import INSTANCE, PROJECT
@@ -249,7 +249,7 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
     with contextlib.closing(_SyncTable(target)) as sync:
         swap_record(sync.table, read_record(sync.table), migration_record(SCHEME, POLICY, BACKFILL))
     layout = t.cutoff.layout
-    read = _ReadRows(
+    read = ReadSplitRows(
         target, layout, _legacy_subqueries(layout), split_bytes=2000, rows_per_request=40
     )
     write = WriteSaltedRows(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
+from typing import Any
 
+import anyio
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
@@ -286,3 +289,95 @@ async def test_otel_hook_records_instruments() -> None:
     read_rows = sum(p.value for p in points if p.attributes["saltedtable.operation"] == "read_rows")
     assert read_rows == 40
     provider.shutdown()
+
+
+# -- the guard by default ------------------------------------------------------------
+
+
+class CountingFake(FakeTable):
+    """A fake that counts the guard's reads of the reserved row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.record_reads = 0
+
+    async def read_row(self, row_key: bytes | str, **kwargs: Any) -> Any:
+        if row_key == SCHEME_ROW_KEY:
+            self.record_reads += 1
+            await anyio.sleep(0.01)  # so concurrent first operations overlap
+        return await super().read_row(row_key, **kwargs)
+
+
+async def test_the_first_operation_reads_the_record_once_for_the_object() -> None:
+    """Concurrent first operations share one read of the record; later ones read none."""
+    fake = CountingFake()
+    await SaltedTableAsync(fake, SaltScheme(8)).bulk_mutate_rows(entries(20))
+    table = SaltedTableAsync(fake, SaltScheme(8))
+    fake.record_reads = 0
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(table.read_row, b"k%04d" % i)
+    await table.read_rows(ReadRowsQuery(limit=3))
+    assert fake.record_reads == 1
+    assert table.stored_layout == describe_layout(SaltScheme(8))
+
+
+async def test_the_first_write_stores_the_record_in_its_family() -> None:
+    """No record yet: reads pass; the first write naming a family stores it there."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(8))
+    assert await table.read_row(b"a") is None
+    assert SCHEME_ROW_KEY not in fake.row_keys()
+    await table.mutate_row(b"a", SetCell("f2", b"q", b"v"))
+    assert [c[0] for c in fake.cells_of(SCHEME_ROW_KEY)] == ["f2"]
+    with pytest.raises(SchemeMismatchError, match="buckets: stored 8, now 4"):
+        await SaltedTableAsync(fake, SaltScheme(4)).read_row(b"a")
+
+
+async def test_a_mismatch_is_refused_for_every_operation_without_asking_again() -> None:
+    """After a refusal, reads and writes keep raising it; nothing is written."""
+    fake = CountingFake()
+    await SaltedTableAsync(fake, SaltScheme(8)).mutate_row(b"a", SetCell("f1", b"q", b"v"))
+    wrong = SaltedTableAsync(fake, SaltScheme(16))
+    fake.record_reads = 0
+    for call in (
+        lambda: wrong.read_row(b"a"),
+        lambda: wrong.read_rows(ReadRowsQuery()),
+        lambda: wrong.mutate_row(b"b", SetCell("f1", b"q", b"v")),
+        lambda: wrong.bulk_mutate_rows(entries(2)),
+    ):
+        with pytest.raises(SchemeMismatchError):
+            await call()
+    assert fake.record_reads == 1
+    assert fake.data_keys() == [SaltScheme(8).salt_key(b"a")]
+
+
+@pytest.mark.parametrize("same", [True, False])
+async def test_two_writers_on_a_new_table_agree_on_one_record(same: bool) -> None:
+    """Two objects racing to store the first record: one record; a different scheme loses."""
+    fake = CountingFake()
+    first = SaltedTableAsync(fake, SaltScheme(8))
+    second = SaltedTableAsync(fake, SaltScheme(8 if same else 4))
+    results = await asyncio.gather(
+        first.mutate_row(b"a", SetCell("f1", b"q", b"1")),
+        second.mutate_row(b"b", SetCell("f1", b"q", b"2")),
+        return_exceptions=True,
+    )
+    stored = decode_layout(fake.cells_of(SCHEME_ROW_KEY)[0][3])
+    assert len(fake.cells_of(SCHEME_ROW_KEY)) == 1
+    if same:
+        assert results == [None, None]
+    else:
+        winner = 8 if results[0] is None else 4
+        assert stored["buckets"] == winner
+        assert sum(isinstance(r, SchemeMismatchError) for r in results) == 1
+
+
+async def test_guard_off_reads_and_writes_nothing_of_its_own() -> None:
+    """guard=False: no record read, none stored."""
+    fake = CountingFake()
+    table = SaltedTableAsync(fake, SaltScheme(8), guard=False)
+    await table.mutate_row(b"a", SetCell("f1", b"q", b"v"))
+    await table.read_rows(ReadRowsQuery())
+    assert fake.record_reads == 0
+    assert SCHEME_ROW_KEY not in fake.row_keys()

@@ -128,8 +128,9 @@ class ReadPlan:
         where = "1 sub-query" if n == 1 else f"{n} sub-queries read concurrently, {merged}"
         if self.limit is None:
             share = allowance(budget, n, DEFAULT_ROW_BYTES)
+            each = "it keeps" if n == 1 else "each keeps"
             return (
-                f"{where}; each keeps up to {share} rows asked for and not yet handed over, "
+                f"{where}; {each} up to {share} rows asked for and not yet handed over, "
                 f"asking again at half ({holds})"
             )
         if not ordered or n == 1:

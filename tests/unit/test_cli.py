@@ -228,3 +228,18 @@ def test_explain_cutoff_usage_errors(
     assert out == ""
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_explain_says_why_a_range_after_the_cutoff_reads_the_legacy_side(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A range wholly after the cutoff reads the legacy side only for unreadable keys; says so."""
+    args = ["explain", "-n", "4", "--cutoff", "2024-01-01T00:00:00+00:00"]
+    args += ["--time", "epoch:ms:1:13", "--start", "s1#1704067200000", "--end", "s1#1704068000000"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0
+    assert "legacy side (unsalted keys, read only because keys with an unreadable time" in out
+    code, out, _ = run(capsys, *args, "--unreadable", "salted")
+    assert code == 0
+    assert "legacy" not in out
+    assert out.splitlines()[0] == "4 sub-queries"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, final
 
+from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
@@ -23,7 +24,24 @@ from ._layout import Layout
 from ._salt import to_key
 from ._stats import CallStats
 
-__all__ = ["SaltedMutationsBatcher", "logical_group", "physical_entries"]
+__all__ = [
+    "SaltedMutationsBatcher",
+    "every_entry_failed",
+    "logical_group",
+    "physical_entries",
+]
+
+
+class _PhysicalEntry(RowMutationEntry):
+    """An entry under its physical key that remembers the caller's own entry.
+
+    The client reports a failed entry by handing back the object it was
+    given; this lets failures name the caller's object, not a copy.
+    """
+
+    def __init__(self, row_key: bytes, logical: RowMutationEntry) -> None:
+        super().__init__(row_key, list(logical.mutations))
+        self.logical = logical
 
 
 def physical_entries(
@@ -68,6 +86,8 @@ def logical_group(
             continue
         if originals is not None and exc.index is not None and exc.index < len(originals):
             entry = originals[exc.index]
+        elif isinstance(exc.entry, _PhysicalEntry):
+            entry = exc.entry.logical
         else:
             try:
                 key = layout.to_logical(to_key(exc.entry.row_key))
@@ -81,22 +101,41 @@ def logical_group(
     )
 
 
+def every_entry_failed(
+    entries: Sequence[RowMutationEntry], cause: Exception, *, indexed: bool = True
+) -> MutationsExceptionGroup:
+    """The client's report of a bulk write whose every entry failed with ``cause``."""
+    return MutationsExceptionGroup(
+        [
+            FailedMutationEntryError(i if indexed else None, entry, cause)
+            for i, entry in enumerate(entries)
+        ],
+        len(entries),
+    )
+
+
 @final
 class SaltedMutationsBatcher:
     """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
 
     It wraps the client's batcher, so flushing by count, bytes and timer, flow
     control, ``closed`` and the context manager behave as the client's do.
-    Failures raised by ``append()`` or ``close()`` (or on leaving ``async
-    with``) name the logical keys of the failed entries.
+    As with the client's, the entries that failed are raised by ``close()``
+    (or on leaving ``async with``), each the caller's own entry object. An
+    entry the layout guard could not clear because Bigtable failed (a missing
+    table, say) is never sent, and is reported there the same way.
     """
 
-    __slots__ = ("_guard", "_inner", "_layout")
+    __slots__ = ("_appended", "_guard", "_held", "_inner", "_layout")
 
     def __init__(self, inner: Any, layout: Layout, guard: TableGuard | None = None) -> None:
         self._inner = inner
         self._layout = layout
         self._guard = guard
+        #: Entries held back because the guard failed, reported on close.
+        self._held: list[FailedMutationEntryError] = []
+        #: Entries appended since failures were last raised.
+        self._appended = 0
 
     @property
     def closed(self) -> bool:
@@ -114,22 +153,32 @@ class SaltedMutationsBatcher:
         if not isinstance(mutation_entry, RowMutationEntry) or self.closed:
             await self._inner.append(mutation_entry)  # refused as the client refuses it
             return
-        physical = RowMutationEntry(
-            self._layout.locate(mutation_entry.row_key)[1], list(mutation_entry.mutations)
-        )
+        physical = _PhysicalEntry(self._layout.locate(mutation_entry.row_key)[1], mutation_entry)
+        self._appended += 1
         if self._guard is not None:
-            await self._guard.before_write(family_of(mutation_entry.mutations))
+            try:
+                await self._guard.before_write(family_of(mutation_entry.mutations))
+            except GoogleAPICallError as exc:
+                # The client's append never fails for Bigtable: its flush does.
+                self._held.append(FailedMutationEntryError(None, mutation_entry, exc))
+                return
         try:
             await self._inner.append(physical)
         except MutationsExceptionGroup as group:
             raise logical_group(group, self._layout) from None
 
     async def close(self) -> None:
-        """Flush what is queued and close; raise failures with logical keys."""
+        """Flush what is queued and close; raise the failures, naming the caller's entries."""
+        failures, self._held = self._held, []
+        appended, self._appended = self._appended, 0
         try:
             await self._inner.close()
         except MutationsExceptionGroup as group:
-            raise logical_group(group, self._layout) from None
+            if not failures:
+                raise logical_group(group, self._layout) from None
+            failures += logical_group(group, self._layout).exceptions
+        if failures:
+            raise MutationsExceptionGroup(failures, appended)
 
     async def __aenter__(self) -> SaltedMutationsBatcher:
         await self._inner.__aenter__()

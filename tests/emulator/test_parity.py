@@ -20,7 +20,7 @@ from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, T
 
 from saltedtable import SCHEME_ROW_KEY, SaltedTableAsync, SaltScheme
 from saltedtable.testing import INSTANCE, Emulator
-from tests.parity.drivers import AsyncDriver, Context, Driver, observe_row, reconcile
+from tests.parity.drivers import Context, Driver, drivers, observe_row, reconcile
 from tests.parity.model import Scenario
 from tests.parity.scenarios import ATTRIBUTES, SCENARIOS
 from tests.unit.test_faultproxy import load_faultproxy
@@ -29,7 +29,8 @@ fp = load_faultproxy()
 
 MakeTable = Callable[..., str]
 
-DRIVERS: tuple[Driver, ...] = (AsyncDriver(),)
+#: One driver per flavour (async; sync where the package has ``SaltedTable``).
+DRIVERS: tuple[Driver, ...] = drivers()
 
 
 async def physical_rows(client: BigtableDataClientAsync, table_id: str) -> list[Any]:

@@ -3,8 +3,9 @@
 The step semantics live once, in :class:`Runner`, written against five primitives
 (:class:`Primitives`): invoke a method, take the next item of a stream, close a stream,
 enter and leave a context manager. :class:`AsyncPrimitives` awaits them;
-a sync flavour supplies primitives that run the sync client's calls in a worker thread,
-plus a :class:`Driver` that opens its sync tables.
+:class:`SyncPrimitives` runs the sync client's calls in a worker thread. A
+:class:`Driver` per flavour opens its two tables: :class:`AsyncDriver`, and
+:class:`SyncDriver` where the package has ``SaltedTable``.
 
 Observations are plain data (tuples, lists, strings, bytes), so two runs compare with
 ``==`` and pytest shows the difference.
@@ -12,6 +13,7 @@ Observations are plain data (tuples, lists, strings, bytes), so two runs compare
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import warnings
@@ -264,6 +266,31 @@ class AsyncPrimitives:
         await manager.__aexit__(None, None, None)
 
 
+class SyncPrimitives:
+    """The primitives of the sync flavour (``Table``, ``SaltedTable``): each call runs in
+    a worker thread, so the event loop (and the proxy on it) keeps running meanwhile."""
+
+    async def invoke(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(...)`` in a worker thread."""
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+    async def next(self, stream: Any) -> Any:
+        """``next(stream)`` in a worker thread."""
+        return await anyio.to_thread.run_sync(next, stream, END)
+
+    async def close_stream(self, stream: Any) -> None:
+        """``stream.close()`` (a generator's) in a worker thread."""
+        await anyio.to_thread.run_sync(stream.close)
+
+    async def enter(self, manager: Any) -> Any:
+        """``manager.__enter__()`` in a worker thread."""
+        return await anyio.to_thread.run_sync(manager.__enter__)
+
+    async def exit(self, manager: Any) -> None:
+        """``manager.__exit__(None, None, None)`` in a worker thread."""
+        await anyio.to_thread.run_sync(manager.__exit__, None, None, None)
+
+
 class Runner:
     """Runs scenario steps on one table through a flavour's primitives."""
 
@@ -472,3 +499,48 @@ class AsyncDriver:
             await plain.close()
             await salted.close()
             await client.close()
+
+
+class SyncDriver:
+    """``Table`` against ``SaltedTable``, both from ``BigtableDataClient`` (the sync client).
+
+    Only where the package has the sync table (``saltedtable.SaltedTable``).
+    """
+
+    name = "sync"
+
+    def __init__(self, salted_table: Callable[..., Any]) -> None:
+        self.runner = Runner(SyncPrimitives())
+        self._salted_table = salted_table
+
+    @asynccontextmanager
+    async def targets(
+        self, address: str, scenario: Scenario, plain_id: str, salted_id: str
+    ) -> AsyncIterator[tuple[Any, Any, Any]]:
+        """Both tables from ``client.get_table`` (the salted one wrapped)."""
+        from google.cloud.bigtable.data import BigtableDataClient
+
+        with emulator_host(address):
+            client = await anyio.to_thread.run_sync(
+                functools.partial(BigtableDataClient, project=PROJECT)
+            )
+        kwargs = dict(scenario.table_kwargs)
+        plain = client.get_table(INSTANCE, plain_id, **kwargs)
+        salted = self._salted_table(
+            client.get_table(INSTANCE, salted_id, **kwargs), scenario.scheme
+        )
+        try:
+            yield client, plain, salted
+        finally:
+            for close in (plain.close, salted.close, client.close):
+                await anyio.to_thread.run_sync(close)
+
+
+def drivers() -> tuple[Driver, ...]:
+    """A driver per flavour the package has: async, and sync where ``SaltedTable`` exists."""
+    import saltedtable
+
+    found: list[Driver] = [AsyncDriver()]
+    if "SaltedTable" in dir(saltedtable):  # the lazy names the package exports
+        found.append(SyncDriver(saltedtable.SaltedTable))
+    return tuple(found)

@@ -178,3 +178,9 @@ def test_scenarios_cover_every_public_method_of_table_async() -> None:
     } | {name for name in ATTRIBUTES if name.startswith("default_")}
     assert (public | instance_attributes) - used == set()
     assert len({s.id for s in SCENARIOS}) == len(SCENARIOS), "scenario ids must be unique"
+
+
+def test_a_salted_table_needs_a_table() -> None:
+    """``SaltedTableAsync(None, scheme)`` is refused at once, naming what is missing."""
+    with pytest.raises(TypeError, match="got None"):
+        SaltedTableAsync(None, SaltScheme(4))  # type: ignore[arg-type]

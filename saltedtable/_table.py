@@ -59,6 +59,22 @@ _Retryable = Sequence[type[Exception]] | TABLE_DEFAULT
 Query = ReadRowsQuery | Mapping[str, Any]
 
 
+def check_timeouts(operation: _Timeout, attempt: _AttemptTimeout) -> None:
+    """Refuse timeouts given explicitly that the client would refuse, as it would.
+
+    The client checks them before it sends anything; so does every method here,
+    before the layout guard sends its request. (The table's defaults are the
+    wrapped table's to check.)
+    """
+    if not isinstance(operation, TABLE_DEFAULT):
+        if operation is None:
+            raise ValueError("operation_timeout cannot be None")
+        if operation <= 0:
+            raise ValueError("operation_timeout must be greater than 0")
+    if not isinstance(attempt, TABLE_DEFAULT) and attempt is not None and attempt <= 0:
+        raise ValueError("attempt_timeout must be greater than 0")
+
+
 class TableLike(Protocol):
     """The part of ``google.cloud.bigtable.data.TableAsync`` that saltedtable calls.
 
@@ -114,22 +130,6 @@ class TableLike(Protocol):
     async def close(self) -> None:
         """Release the table's resources."""
         ...
-
-
-def check_timeouts(operation: _Timeout, attempt: _AttemptTimeout) -> None:
-    """Refuse timeouts given explicitly that the client would refuse, as it would.
-
-    The client checks them before it sends anything; so does every method here,
-    before the layout guard sends its request. (The table's defaults are the
-    wrapped table's to check.)
-    """
-    if not isinstance(operation, TABLE_DEFAULT):
-        if operation is None:
-            raise ValueError("operation_timeout cannot be None")
-        if operation <= 0:
-            raise ValueError("operation_timeout must be greater than 0")
-    if not isinstance(attempt, TABLE_DEFAULT) and attempt is not None and attempt <= 0:
-        raise ValueError("attempt_timeout must be greater than 0")
 
 
 def _relabel(row: Row, key: bytes) -> Row:

@@ -12,6 +12,7 @@ range, and a :class:`~saltedtable.SubScan` in ``exc.saltedtable_subscan``::
     SaltedTableError
     ├── SaltSchemeError (ValueError)        bad scheme configuration
     ├── RowKeyError (ValueError)            a key the scheme or Bigtable cannot take
+    │   ├── RowKeyTypeError (TypeError)     a key that is neither bytes nor str
     │   └── UnsaltableKeyError              a key the scheme's hash cannot read
     ├── QueryPlanError (ValueError)         a read that cannot be answered correctly
     ├── CutoffError (ValueError)            a bad cutoff policy, or a key time it cannot read
@@ -38,6 +39,7 @@ __all__ = [
     "LayoutError",
     "QueryPlanError",
     "RowKeyError",
+    "RowKeyTypeError",
     "SaltSchemeError",
     "SaltedTableError",
     "SchemeMismatchError",
@@ -56,6 +58,10 @@ class SaltSchemeError(SaltedTableError, ValueError):
 
 class RowKeyError(SaltedTableError, ValueError):
     """A row key cannot be salted, unsalted or sent to Bigtable."""
+
+
+class RowKeyTypeError(RowKeyError, TypeError):
+    """A row key that is neither ``bytes`` nor ``str`` (the client raises ``TypeError``)."""
 
 
 class UnsaltableKeyError(RowKeyError):

@@ -24,7 +24,7 @@ from ._exceptions import CutoffError, RowKeyError
 from ._ranges import KeyRange
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 
-__all__ = ["Layout"]
+__all__ = ["Layout", "samples_in_range"]
 
 
 @final
@@ -213,6 +213,41 @@ class Layout:
         if last_key is not None and not last_key:
             out.append((b"", total))
         return out
+
+
+def samples_in_range(
+    samples: Iterable[tuple[bytes, int]], start: bytes | None, end: bytes | None
+) -> list[tuple[bytes, int]]:
+    """The part of :meth:`Layout.logical_samples` a row range asks for.
+
+    What ``sample_row_keys(row_range=...)`` answers: the samples strictly inside
+    ``(start, end)``, then one at ``end`` (``b""`` without an end: the table's
+    end). Offsets count from ``start``; the last one is the estimate up to the
+    first sample at or after ``end``.
+
+    Args:
+        samples: Logical samples in key order, offsets increasing; a final
+            ``b""`` sample is the table's end.
+        start: The range's start key (None or empty: the table's start).
+        end: The range's end key (None or empty: the table's end).
+    """
+    base = 0
+    inside: list[tuple[bytes, int]] = []
+    end_offset: int | None = None
+    last = 0
+    for key, offset in samples:
+        last = offset
+        if not key:
+            break  # the table's end
+        if start and key <= start:
+            base = offset
+        elif end and key >= end:
+            end_offset = offset
+            break
+        else:
+            inside.append((key, offset - base))
+    tail = last if end_offset is None else end_offset
+    return [*inside, (end or b"", max(tail - base, 0))]
 
 
 def _legacy_gaps(scheme: SaltScheme) -> tuple[KeyRange, ...]:

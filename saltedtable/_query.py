@@ -45,6 +45,8 @@ from ._exceptions import QueryPlanError
 __all__ = ["as_query", "check_filter", "filter_from_pb"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: Request fields a table adds to every request it sends.
+_SET_BY_THE_TABLE = ("table_name", "app_profile_id")
 
 
 def as_query(query: ReadRowsQuery | Mapping[str, Any]) -> ReadRowsQuery:
@@ -53,6 +55,7 @@ def as_query(query: ReadRowsQuery | Mapping[str, Any]) -> ReadRowsQuery:
     Raises:
         AttributeError: Neither a query nor a dict (as the client raises), or
             a ``row_filter`` that is not a filter.
+        TypeError: A dict query names a field the table sets (as the client raises).
         QueryPlanError: A dict query asks for something salted tables cannot
             do (a reversed scan, another table).
     """
@@ -64,13 +67,20 @@ def as_query(query: ReadRowsQuery | Mapping[str, Any]) -> ReadRowsQuery:
             f"a read takes a ReadRowsQuery or a dict of ReadRowsRequest fields, "
             f"got {type(query).__name__}: {query!r}"
         )
+    for name in _SET_BY_THE_TABLE:
+        if name in query:
+            # The client adds these to the request itself, so it cannot build one.
+            raise TypeError(
+                f"ReadRowsRequest() got multiple values for keyword argument {name!r}: "
+                "the table sets it"
+            )
     request = ReadRowsRequest(**query)
     if request.reversed:
         raise QueryPlanError(
             "reversed scans are not supported on salted tables: every bucket would have "
             "to be merged in descending order; read forwards and reverse the rows"
         )
-    for name in ("table_name", "authorized_view_name", "materialized_view_name"):
+    for name in ("authorized_view_name", "materialized_view_name"):
         if getattr(request, name):
             raise QueryPlanError(
                 f"a dict query must not name {name}: the salted table reads its own table"

@@ -49,6 +49,7 @@ __all__ = [
     "SubScan",
     "Timeouts",
     "annotate",
+    "check_timeouts",
     "count_request",
     "count_row",
     "deadline_exceeded",
@@ -215,6 +216,24 @@ class BucketSource:
         if last is None and (where := self._cursor.position) is not None:
             last = where[self._cut :]
         return annotate(exc, self.sub, last)
+
+
+def check_timeouts(
+    operation: float | TABLE_DEFAULT | None, attempt: float | TABLE_DEFAULT | None
+) -> None:
+    """Refuse timeouts given explicitly that the client would refuse, as it would.
+
+    The client checks them before it sends anything; so does every method here,
+    before the layout guard sends its request. (The table's defaults are the
+    wrapped table's to check.)
+    """
+    if not isinstance(operation, TABLE_DEFAULT):
+        if operation is None:
+            raise ValueError("operation_timeout cannot be None")
+        if operation <= 0:
+            raise ValueError("operation_timeout must be greater than 0")
+    if not isinstance(attempt, TABLE_DEFAULT) and attempt is not None and attempt <= 0:
+        raise ValueError("attempt_timeout must be greater than 0")
 
 
 def resolve_timeouts(

@@ -26,7 +26,7 @@ from typing import Final, Protocol, final, runtime_checkable
 import farmhash
 import google_crc32c
 
-from ._exceptions import RowKeyError, SaltSchemeError, UnsaltableKeyError
+from ._exceptions import RowKeyError, RowKeyTypeError, SaltSchemeError, UnsaltableKeyError
 
 __all__ = [
     "HASHES",
@@ -63,7 +63,9 @@ def to_key(key: bytes | str) -> bytes:
             return key.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise RowKeyError(f"row key {key!r} cannot be encoded as UTF-8: {exc}") from exc
-    raise RowKeyError(f"row keys are bytes or str, got {type(key).__name__}: {key!r}")
+    if key is None:
+        raise RowKeyError("row keys must not be empty (got None)")
+    raise RowKeyTypeError(f"row keys are bytes or str, got {type(key).__name__}: {key!r}")
 
 
 def format_key(key: bytes) -> str:

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol, TypeVar, final
 
+from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import (
@@ -56,7 +57,7 @@ from ._guard import (
     record_of_row,
     sample_queries,
 )
-from ._layout import Layout
+from ._layout import Layout, samples_in_range
 from ._merge import Feed, MergeCore, Sent, Wait
 from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
 from ._query import as_query, check_filter
@@ -65,6 +66,7 @@ from ._reader import (
     StrayRows,
     Timeouts,
     annotate,
+    check_timeouts,
     count_request,
     count_row,
     deadline_exceeded,
@@ -78,7 +80,13 @@ from ._reader import (
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, install_retry_counter, report
 from ._strategy import DEFAULT_ROW_BYTES, ReadBudget
-from ._write import first_family, logical_group, physical_entries
+from ._write import (
+    SaltedMutationsBatcherSync,
+    every_entry_failed,
+    first_family,
+    logical_group,
+    physical_entries,
+)
 
 __all__ = ["SaltedMutationsBatcherSync", "SaltedTable", "SyncTableLike", "ThreadMerge"]
 
@@ -125,7 +133,7 @@ class SyncTableLike(Protocol):
         """Make a mutations batcher."""
         ...
 
-    def mutate_row(self, row_key: bytes, mutations: Any, **kwargs: Any) -> None:
+    def mutate_row(self, row_key: bytes, mutations: Any, **kwargs: Any) -> Any:
         """Apply mutations to one row."""
         ...
 
@@ -607,60 +615,6 @@ class SyncTableGuard(GuardCore):
             raise layout_error(self._layout, offenders)
 
 
-# -- the batcher ---------------------------------------------------------------------------
-
-
-@final
-class SaltedMutationsBatcherSync:
-    """A sync ``MutationsBatcher`` that salts each entry's key as it is appended.
-
-    It wraps the client's batcher, so flushing by count, bytes and timer, flow
-    control, ``closed`` and the context manager behave as the client's do.
-    Failures raised by ``append()`` or ``close()`` name logical keys.
-    """
-
-    __slots__ = ("_guard", "_inner", "_layout")
-
-    def __init__(self, inner: Any, layout: Layout, guard: SyncTableGuard | None = None) -> None:
-        self._inner = inner
-        self._layout = layout
-        self._guard = guard
-
-    @property
-    def closed(self) -> bool:
-        """True once the batcher was closed."""
-        return bool(self._inner.closed)
-
-    def append(self, mutation_entry: RowMutationEntry) -> None:
-        """Queue a logical entry; it is flushed with others under its physical key."""
-        if not isinstance(mutation_entry, RowMutationEntry) or self.closed:
-            self._inner.append(mutation_entry)  # refused as the client refuses it
-            return
-        physical = RowMutationEntry(
-            self._layout.locate(mutation_entry.row_key)[1], list(mutation_entry.mutations)
-        )
-        if self._guard is not None:
-            self._guard.before_write(family_of(mutation_entry.mutations))
-        try:
-            self._inner.append(physical)
-        except MutationsExceptionGroup as group:
-            raise logical_group(group, self._layout) from None
-
-    def close(self) -> None:
-        """Flush what is queued and close; raise failures with logical keys."""
-        try:
-            self._inner.close()
-        except MutationsExceptionGroup as group:
-            raise logical_group(group, self._layout) from None
-
-    def __enter__(self) -> SaltedMutationsBatcherSync:
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
 # -- the table ---------------------------------------------------------------------------
 
 
@@ -891,6 +845,7 @@ class SaltedTable(TableAttributes):
         """Read one row by its logical key; None if it does not exist."""
         if row_key is None:
             raise ValueError("row_key must be string or bytes")
+        check_timeouts(operation_timeout, attempt_timeout)
         self._guard.check()
         key = to_key(row_key)
         try:
@@ -917,6 +872,7 @@ class SaltedTable(TableAttributes):
         """Tell whether a row with this logical key exists."""
         if row_key is None:
             raise ValueError("row_key must be string or bytes")
+        check_timeouts(operation_timeout, attempt_timeout)
         self._guard.check()
         try:
             physical = self._layout.locate(row_key)[1]
@@ -950,8 +906,6 @@ class SaltedTable(TableAttributes):
         operation, attempt = resolve_timeouts(
             self._table, operation_timeout, attempt_timeout, "read_rows"
         )
-        queries = [as_query(q) for q in sharded_query]
-        plans = [self.plan(q) for q in queries]  # bad input fails before any request
         deadline = time.monotonic() + operation
 
         def run(i: int) -> list[Row] | Exception:
@@ -959,9 +913,10 @@ class SaltedTable(TableAttributes):
             try:
                 if left <= 0:
                     raise deadline_exceeded("Operation timeout exceeded before starting query")
+                # A query that cannot be read fails its own shard, as in the client.
                 call = self._call(
                     "read_rows_sharded",
-                    plans[i],
+                    self.plan(sharded_query[i]),
                     Timeouts(left, min(attempt, left), retryable_errors),
                     ordered=True,
                     stats=None,
@@ -971,9 +926,9 @@ class SaltedTable(TableAttributes):
                 return exc
 
         with concurrent.futures.ThreadPoolExecutor(_SHARDED_CONCURRENCY) as pool:
-            results = list(pool.map(run, range(len(plans))))
+            results = list(pool.map(run, range(len(sharded_query))))
         failed = [
-            FailedQueryShardError(i, queries[i], r)
+            FailedQueryShardError(i, sharded_query[i], r)  # type: ignore[arg-type]
             for i, r in enumerate(results)
             if isinstance(r, Exception)
         ]
@@ -985,18 +940,28 @@ class SaltedTable(TableAttributes):
     def sample_row_keys(
         self,
         *,
+        row_range: RowRange | None = None,
         operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
         attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
         retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
     ) -> list[tuple[bytes, int]]:
-        """Sample the table's split points, as logical keys in logical order (estimates)."""
+        """Sample the table's split points, as logical keys in logical order (estimates).
+
+        Args:
+            row_range: Only the samples inside this logical range, the last
+                one at its end (the whole table is sampled).
+        """
+        check_timeouts(operation_timeout, attempt_timeout)
         self._guard.check()
         samples = self._table.sample_row_keys(
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
         )
-        return self._layout.logical_samples(samples)
+        logical = self._layout.logical_samples(samples)
+        if row_range is None:
+            return logical
+        return samples_in_range(logical, row_range.start_key, row_range.end_key)
 
     def _read_call(
         self,
@@ -1053,11 +1018,12 @@ class SaltedTable(TableAttributes):
         operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
         attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
         retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
-    ) -> None:
-        """Apply mutations to the row with this logical key."""
+    ) -> Any:
+        """Apply mutations to the row with this logical key (returns the client's response)."""
+        check_timeouts(operation_timeout, attempt_timeout)
         physical = self._layout.locate(row_key)[1]
         self._guard.before_write(family_of(mutations))
-        self._table.mutate_row(
+        return self._table.mutate_row(
             physical,
             mutations,
             operation_timeout=operation_timeout,
@@ -1077,10 +1043,15 @@ class SaltedTable(TableAttributes):
         """Apply many logical entries in one ``bulk_mutate_rows`` call across buckets."""
         if stats is None and self.stats_hook is not None:
             stats = CallStats()
+        check_timeouts(operation_timeout, attempt_timeout)
         physical = physical_entries(self._layout, mutation_entries, stats)
         error: BaseException | None = None
         try:
-            self._guard.before_write(first_family(mutation_entries))
+            try:
+                self._guard.before_write(first_family(mutation_entries))
+            except GoogleAPICallError as exc:
+                # Reported as the client reports a call that failed as a whole.
+                raise every_entry_failed(mutation_entries, exc) from None
             self._table.bulk_mutate_rows(
                 physical,
                 operation_timeout=operation_timeout,
@@ -1109,6 +1080,7 @@ class SaltedTable(TableAttributes):
         operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> bool:
         """Mutate the row with this logical key depending on ``predicate``."""
+        check_timeouts(operation_timeout, None)
         check_filter(predicate)
         bucket, physical = self._layout.locate(row_key)
         family = family_of(true_case_mutations or ()) or family_of(false_case_mutations or ())
@@ -1131,6 +1103,7 @@ class SaltedTable(TableAttributes):
         operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
         """Atomically read-modify-write the row with this logical key."""
+        check_timeouts(operation_timeout, None)
         key = to_key(row_key)
         physical = self._layout.locate(key)[1]
         self._guard.before_write(family_of(rules))  # type: ignore[arg-type]
@@ -1177,6 +1150,9 @@ class SaltedTable(TableAttributes):
         self._table.close()
 
     def __enter__(self) -> SaltedTable:
+        enter = getattr(self._table, "__enter__", None)
+        if enter is not None:
+            enter()
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Mapping, Sequence
 from typing import Any, Final, Protocol, final
 
 import anyio
+from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import (
@@ -31,14 +32,20 @@ from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import TableAttributes, relabel
 from ._guard import TableGuard, family_of
-from ._layout import Layout
+from ._layout import Layout, samples_in_range
 from ._plan import ReadPlan, plan_reads, rewrite_filter
 from ._query import as_query, check_filter
-from ._reader import ReadCall, Timeouts, deadline_exceeded, resolve_timeouts
+from ._reader import ReadCall, Timeouts, check_timeouts, deadline_exceeded, resolve_timeouts
 from ._salt import SaltScheme, prefix_end, to_key
 from ._stats import CallStats, StatsHook, install_retry_counter, report
 from ._strategy import ReadBudget
-from ._write import SaltedMutationsBatcher, first_family, logical_group, physical_entries
+from ._write import (
+    SaltedMutationsBatcher,
+    every_entry_failed,
+    first_family,
+    logical_group,
+    physical_entries,
+)
 
 __all__ = ["SaltedTableAsync", "TableLike"]
 
@@ -87,7 +94,7 @@ class TableLike(Protocol):
         """Make a mutations batcher."""
         ...
 
-    async def mutate_row(self, row_key: bytes, mutations: Any, **kwargs: Any) -> None:
+    async def mutate_row(self, row_key: bytes, mutations: Any, **kwargs: Any) -> Any:
         """Apply mutations to one row."""
         ...
 
@@ -411,6 +418,7 @@ class SaltedTableAsync(TableAttributes):
         """Read one row by its logical key; None if it does not exist."""
         if row_key is None:
             raise ValueError("row_key must be string or bytes")
+        check_timeouts(operation_timeout, attempt_timeout)
         await self._guard.check()
         key = to_key(row_key)
         try:
@@ -437,6 +445,7 @@ class SaltedTableAsync(TableAttributes):
         """Tell whether a row with this logical key exists."""
         if row_key is None:
             raise ValueError("row_key must be string or bytes")
+        check_timeouts(operation_timeout, attempt_timeout)
         await self._guard.check()
         try:
             physical = self._layout.locate(row_key)[1]
@@ -463,19 +472,17 @@ class SaltedTableAsync(TableAttributes):
 
         As in the client: at most 10 queries run at once, ``operation_timeout``
         is the budget of the whole call (a query that starts late gets what is
-        left), and if any query fails a ``ShardedReadRowsExceptionGroup``
-        carries one ``FailedQueryShardError`` per failed query plus the rows of
-        the queries that succeeded.
+        left), and if any query fails (one that cannot be read included) a
+        ``ShardedReadRowsExceptionGroup`` carries one ``FailedQueryShardError``
+        per failed query plus the rows of the queries that succeeded.
         """
         if not sharded_query:
             raise ValueError("empty sharded_query")
         operation, attempt = resolve_timeouts(
             self._table, operation_timeout, attempt_timeout, "read_rows"
         )
-        queries = [as_query(q) for q in sharded_query]
-        plans = [self.plan(q) for q in queries]  # bad input fails before any request
         deadline = time.monotonic() + operation
-        results: list[list[Row] | Exception] = [[] for _ in plans]
+        results: list[list[Row] | Exception] = [[] for _ in sharded_query]
         gate = anyio.Semaphore(_SHARDED_CONCURRENCY)
 
         async def run(i: int) -> None:
@@ -484,9 +491,10 @@ class SaltedTableAsync(TableAttributes):
                 try:
                     if left <= 0:
                         raise deadline_exceeded("Operation timeout exceeded before starting query")
+                    # A query that cannot be read fails its own shard, as in the client.
                     call = self._call(
                         "read_rows_sharded",
-                        plans[i],
+                        self.plan(sharded_query[i]),
                         Timeouts(left, min(attempt, left), retryable_errors),
                         ordered=True,
                         stats=None,
@@ -496,10 +504,10 @@ class SaltedTableAsync(TableAttributes):
                     results[i] = exc
 
         async with anyio.create_task_group() as tg:
-            for i in range(len(plans)):
+            for i in range(len(results)):
                 tg.start_soon(run, i)
         failed = [
-            FailedQueryShardError(i, queries[i], r)
+            FailedQueryShardError(i, sharded_query[i], r)  # type: ignore[arg-type]
             for i, r in enumerate(results)
             if isinstance(r, Exception)
         ]
@@ -511,6 +519,7 @@ class SaltedTableAsync(TableAttributes):
     async def sample_row_keys(
         self,
         *,
+        row_range: RowRange | None = None,
         operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
         attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
         retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
@@ -522,14 +531,23 @@ class SaltedTableAsync(TableAttributes):
         logical key; offsets are the running total in logical order, so they
         stay increasing and usable with ``ReadRowsQuery.shard``. They are an
         estimate: a bucket's data is spread across the whole logical range.
+
+        Args:
+            row_range: Only the samples inside this logical range, the last
+                one at its end (the whole table is sampled: a logical range
+                spans every bucket).
         """
+        check_timeouts(operation_timeout, attempt_timeout)
         await self._guard.check()
         samples = await self._table.sample_row_keys(
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
         )
-        return self._layout.logical_samples(samples)
+        logical = self._layout.logical_samples(samples)
+        if row_range is None:
+            return logical
+        return samples_in_range(logical, row_range.start_key, row_range.end_key)
 
     def _read_call(
         self,
@@ -585,11 +603,15 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
         attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
         retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
-    ) -> None:
-        """Apply mutations to the row with this logical key."""
+    ) -> Any:
+        """Apply mutations to the row with this logical key.
+
+        Returns what the client's ``mutate_row`` returns (the RPC's response).
+        """
+        check_timeouts(operation_timeout, attempt_timeout)
         physical = self._layout.locate(row_key)[1]
         await self._guard.before_write(family_of(mutations))
-        await self._table.mutate_row(
+        return await self._table.mutate_row(
             physical,
             mutations,
             operation_timeout=operation_timeout,
@@ -618,10 +640,15 @@ class SaltedTableAsync(TableAttributes):
         """
         if stats is None and self.stats_hook is not None:
             stats = CallStats()
+        check_timeouts(operation_timeout, attempt_timeout)
         physical = physical_entries(self._layout, mutation_entries, stats)
         error: BaseException | None = None
         try:
-            await self._guard.before_write(first_family(mutation_entries))
+            try:
+                await self._guard.before_write(first_family(mutation_entries))
+            except GoogleAPICallError as exc:
+                # Reported as the client reports a call that failed as a whole.
+                raise every_entry_failed(mutation_entries, exc) from None
             await self._table.bulk_mutate_rows(
                 physical,
                 operation_timeout=operation_timeout,
@@ -653,6 +680,7 @@ class SaltedTableAsync(TableAttributes):
 
         Row-key regexes in the predicate are matched against the logical key.
         """
+        check_timeouts(operation_timeout, None)
         check_filter(predicate)
         bucket, physical = self._layout.locate(row_key)
         family = family_of(true_case_mutations or ()) or family_of(false_case_mutations or ())
@@ -675,6 +703,7 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
         """Atomically read-modify-write the row with this logical key."""
+        check_timeouts(operation_timeout, None)
         key = to_key(row_key)
         physical = self._layout.locate(key)[1]
         await self._guard.before_write(family_of(rules))  # type: ignore[arg-type]
@@ -724,6 +753,10 @@ class SaltedTableAsync(TableAttributes):
         await self._table.close()
 
     async def __aenter__(self) -> SaltedTableAsync:
+        # The client's table warms its channels for the instance here.
+        enter = getattr(self._table, "__aenter__", None)
+        if enter is not None:
+            await enter()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

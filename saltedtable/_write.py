@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, final
 
+from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
@@ -23,7 +24,25 @@ from ._layout import Layout
 from ._salt import to_key
 from ._stats import CallStats
 
-__all__ = ["SaltedMutationsBatcher", "logical_group", "physical_entries"]
+__all__ = [
+    "SaltedMutationsBatcher",
+    "SaltedMutationsBatcherSync",
+    "every_entry_failed",
+    "logical_group",
+    "physical_entries",
+]
+
+
+class _PhysicalEntry(RowMutationEntry):
+    """An entry under its physical key that remembers the caller's own entry.
+
+    The client reports a failed entry by handing back the object it was
+    given; this lets failures name the caller's object, not a copy.
+    """
+
+    def __init__(self, row_key: bytes, logical: RowMutationEntry) -> None:
+        super().__init__(row_key, list(logical.mutations))
+        self.logical = logical
 
 
 def physical_entries(
@@ -68,6 +87,8 @@ def logical_group(
             continue
         if originals is not None and exc.index is not None and exc.index < len(originals):
             entry = originals[exc.index]
+        elif isinstance(exc.entry, _PhysicalEntry):
+            entry = exc.entry.logical
         else:
             try:
                 key = layout.to_logical(to_key(exc.entry.row_key))
@@ -81,27 +102,86 @@ def logical_group(
     )
 
 
-@final
-class SaltedMutationsBatcher:
-    """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
+def every_entry_failed(
+    entries: Sequence[RowMutationEntry], cause: Exception, *, indexed: bool = True
+) -> MutationsExceptionGroup:
+    """The client's report of a bulk write whose every entry failed with ``cause``."""
+    return MutationsExceptionGroup(
+        [
+            FailedMutationEntryError(i if indexed else None, entry, cause)
+            for i, entry in enumerate(entries)
+        ],
+        len(entries),
+    )
 
-    It wraps the client's batcher, so flushing by count, bytes and timer, flow
-    control, ``closed`` and the context manager behave as the client's do.
-    Failures raised by ``append()`` or ``close()`` (or on leaving ``async
-    with``) name the logical keys of the failed entries.
-    """
 
-    __slots__ = ("_guard", "_inner", "_layout")
+class _BatcherCore:
+    """What the async and the sync batcher share: placing entries, holding back failures."""
 
-    def __init__(self, inner: Any, layout: Layout, guard: TableGuard | None = None) -> None:
+    __slots__ = ("_appended", "_held", "_inner", "_layout")
+
+    def __init__(self, inner: Any, layout: Layout) -> None:
         self._inner = inner
         self._layout = layout
-        self._guard = guard
+        #: Entries held back because the guard failed, reported on close.
+        self._held: list[FailedMutationEntryError] = []
+        #: Entries appended since failures were last raised.
+        self._appended = 0
 
     @property
     def closed(self) -> bool:
         """True once the batcher was closed."""
         return bool(self._inner.closed)
+
+    def _passes_through(self, entry: Any) -> bool:
+        # Not an entry, or a closed batcher: refused as the client refuses it.
+        return not isinstance(entry, RowMutationEntry) or self.closed
+
+    def _placed(self, entry: RowMutationEntry) -> _PhysicalEntry:
+        physical = _PhysicalEntry(self._layout.locate(entry.row_key)[1], entry)
+        self._appended += 1
+        return physical
+
+    def _hold(self, entry: RowMutationEntry, cause: Exception) -> None:
+        # The client's append never fails for Bigtable: its flush does.
+        self._held.append(FailedMutationEntryError(None, entry, cause))
+
+    def _take_failures(self) -> tuple[list[FailedMutationEntryError], int]:
+        failures, self._held = self._held, []
+        appended, self._appended = self._appended, 0
+        return failures, appended
+
+    def _combined(
+        self,
+        failures: list[FailedMutationEntryError],
+        appended: int,
+        group: MutationsExceptionGroup | None,
+    ) -> MutationsExceptionGroup | None:
+        """Every failure to raise on close, naming the caller's entries (None: none)."""
+        if group is not None:
+            if not failures:
+                return logical_group(group, self._layout)
+            failures = [*failures, *logical_group(group, self._layout).exceptions]
+        return MutationsExceptionGroup(failures, appended) if failures else None
+
+
+@final
+class SaltedMutationsBatcher(_BatcherCore):
+    """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
+
+    It wraps the client's batcher, so flushing by count, bytes and timer, flow
+    control, ``closed`` and the context manager behave as the client's do.
+    As with the client's, the entries that failed are raised by ``close()``
+    (or on leaving ``async with``), each the caller's own entry object. An
+    entry the layout guard could not clear because Bigtable failed (a missing
+    table, say) is never sent, and is reported there the same way.
+    """
+
+    __slots__ = ("_guard",)
+
+    def __init__(self, inner: Any, layout: Layout, guard: TableGuard | None = None) -> None:
+        super().__init__(inner, layout)
+        self._guard = guard
 
     async def append(self, mutation_entry: RowMutationEntry) -> None:
         """Queue a logical entry; it is flushed with others under its physical key.
@@ -111,25 +191,32 @@ class SaltedMutationsBatcher:
             ValueError: ``mutation_entry`` is a mutation, not an entry.
             RowKeyError: The key cannot be placed.
         """
-        if not isinstance(mutation_entry, RowMutationEntry) or self.closed:
-            await self._inner.append(mutation_entry)  # refused as the client refuses it
+        if self._passes_through(mutation_entry):
+            await self._inner.append(mutation_entry)
             return
-        physical = RowMutationEntry(
-            self._layout.locate(mutation_entry.row_key)[1], list(mutation_entry.mutations)
-        )
+        physical = self._placed(mutation_entry)
         if self._guard is not None:
-            await self._guard.before_write(family_of(mutation_entry.mutations))
+            try:
+                await self._guard.before_write(family_of(mutation_entry.mutations))
+            except GoogleAPICallError as exc:
+                self._hold(mutation_entry, exc)
+                return
         try:
             await self._inner.append(physical)
         except MutationsExceptionGroup as group:
             raise logical_group(group, self._layout) from None
 
     async def close(self) -> None:
-        """Flush what is queued and close; raise failures with logical keys."""
+        """Flush what is queued and close; raise the failures, naming the caller's entries."""
+        failures, appended = self._take_failures()
+        group: MutationsExceptionGroup | None = None
         try:
             await self._inner.close()
-        except MutationsExceptionGroup as group:
-            raise logical_group(group, self._layout) from None
+        except MutationsExceptionGroup as failed:
+            group = failed
+        error = self._combined(failures, appended, group)
+        if error is not None:
+            raise error from None
 
     async def __aenter__(self) -> SaltedMutationsBatcher:
         await self._inner.__aenter__()
@@ -137,3 +224,50 @@ class SaltedMutationsBatcher:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+@final
+class SaltedMutationsBatcherSync(_BatcherCore):
+    """The sync ``MutationsBatcher`` counterpart of :class:`SaltedMutationsBatcher`."""
+
+    __slots__ = ("_guard",)
+
+    def __init__(self, inner: Any, layout: Layout, guard: Any = None) -> None:
+        super().__init__(inner, layout)
+        self._guard = guard
+
+    def append(self, mutation_entry: RowMutationEntry) -> None:
+        """Queue a logical entry; it is flushed with others under its physical key."""
+        if self._passes_through(mutation_entry):
+            self._inner.append(mutation_entry)
+            return
+        physical = self._placed(mutation_entry)
+        if self._guard is not None:
+            try:
+                self._guard.before_write(family_of(mutation_entry.mutations))
+            except GoogleAPICallError as exc:
+                self._hold(mutation_entry, exc)
+                return
+        try:
+            self._inner.append(physical)
+        except MutationsExceptionGroup as group:
+            raise logical_group(group, self._layout) from None
+
+    def close(self) -> None:
+        """Flush what is queued and close; raise the failures, naming the caller's entries."""
+        failures, appended = self._take_failures()
+        group: MutationsExceptionGroup | None = None
+        try:
+            self._inner.close()
+        except MutationsExceptionGroup as failed:
+            group = failed
+        error = self._combined(failures, appended, group)
+        if error is not None:
+            raise error from None
+
+    def __enter__(self) -> SaltedMutationsBatcherSync:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

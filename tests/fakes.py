@@ -229,8 +229,13 @@ class FakeTable:
         sample_every: ``sample_row_keys`` reports every n-th row key.
     """
 
+    # TableAsync's defaults (the salted table resolves timeouts from them).
     default_read_rows_operation_timeout: float = 600
     default_read_rows_attempt_timeout: float | None = 20
+    default_mutate_rows_operation_timeout: float = 600
+    default_mutate_rows_attempt_timeout: float | None = 60
+    default_operation_timeout: float = 60
+    default_attempt_timeout: float | None = 20
 
     def __init__(
         self,

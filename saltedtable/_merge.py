@@ -58,6 +58,8 @@ WAKE_BATCH: Final = 8
 #: short of :data:`WAKE_BATCH`: the most batching adds to an item's latency.
 WAKE_DELAY: Final = 0.002
 _NEVER: Final = 1 << 62
+#: Seconds a limited read that is complete waits for its last requests to end by themselves.
+DRAIN_SECONDS: Final = 1.0
 #: Rows measured before the estimate of a row's size replaces the default.
 _SIZED_ENOUGH: Final = 16
 
@@ -540,8 +542,27 @@ class Merge(MergeCore[T]):
         try:
             return await self._iter.__anext__()
         except (StopAsyncIteration, _Closed):
+            if self._stopping and not self._closed:
+                await self._let_requests_end()
             await self.aclose()
             raise StopAsyncIteration from None
+
+    async def _let_requests_end(self) -> None:
+        """A limited read is complete: let the requests still running end on their own.
+
+        They are small (sized by the rounds) and their rows are not needed, but
+        ending them by cancelling costs more than reading them to their end: a
+        cancelled stream is an error on the server, and cancelling a task while it
+        waits for a message leaks memory in grpc.aio (grpc/grpc#43360). Bounded by
+        :data:`DRAIN_SECONDS`; what is left then is cancelled.
+        """
+        task = self._task
+        if task is None or task.done():
+            return
+        for feed in self._feeds:
+            self._release(feed)  # a producer waiting for a grant now sees the read stop
+        with anyio.move_on_after(DRAIN_SECONDS):
+            await asyncio.wait([task])
 
     async def __aenter__(self) -> Merge[T]:
         return self

@@ -545,3 +545,17 @@ def test_unordered_output_keeps_every_item_once() -> None:
 
     got = run(main)
     assert Counter(got) == Counter(x for p in parts for x in p)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_a_complete_limited_read_lets_its_last_requests_end(
+    ordered: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the limit, running requests end on their own (not cancelled) and idle ones stop."""
+    monkeypatch.setattr("saltedtable._merge.DRAIN_SECONDS", 60.0)
+    sources = [Source(range(s, 4000, 8), burst=3) for s in range(8)]
+    with anyio.fail_after(10):  # a producer left waiting for a grant would hang here
+        got = await drain(Merge(sources, ordered=ordered, limit=10))
+    assert len(got) == 10
+    assert all(s.cancelled == 0 for s in sources)
+    assert all(s.running == 0 for s in sources)

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
 
 from .._salt import SaltScheme, format_key
-from .noise import CONFIDENCE, count_unit, estimate, uniform_floor
+from .noise import CONFIDENCE, estimate, uniform_floor
+from .noise import count_unit as _count_unit
 
 __all__ = [
     "DEFAULT_CANDIDATES",
@@ -59,6 +60,7 @@ __all__ = [
     "MIN_CELL_EVENTS",
     "Access",
     "Advice",
+    "CountUnitChoice",
     "Finding",
     "HotSpot",
     "Simulation",
@@ -105,6 +107,8 @@ Severity = Literal["warning", "note"]
 Verdict = Literal["uniform", "meets", "above", "unclear"]
 #: ``auto``: chosen from the data; ``given``: the caller's; ``single``: no time axis.
 WindowChoice = Literal["auto", "given", "single"]
+#: ``auto``: from the counts (see :func:`~saltedtable.advise.noise.count_unit`); ``given``.
+CountUnitChoice = Literal["auto", "given"]
 
 
 class _Ordered(Protocol):
@@ -200,6 +204,8 @@ class Advice:
     rule_of_thumb_ratio: float
     #: The load one access stands for (see :func:`~saltedtable.advise.noise.count_unit`).
     count_unit: float
+    #: Whether :attr:`count_unit` was given or read from the counts.
+    count_unit_choice: CountUnitChoice
     #: total_load / count_unit: how many accesses the sample counts as.
     events: float
     #: Expected max/mean of a perfectly uniform workload sampled like this one.
@@ -243,6 +249,7 @@ def advise(
     ordered: bool = False,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    count_unit: float | None = None,
     show_key: Callable[[bytes], str] = format_key,
     progress: Callable[[int, int], None] | None = None,
 ) -> Advice:
@@ -266,6 +273,10 @@ def advise(
         resamples: Resamples behind each interval (>= 20).
         seed: Random seed of the resampling: the same sample, arguments and
             seed always give the same advice.
+        count_unit: The load of one access: a line of count ``c`` is ``c /
+            count_unit`` accesses, which sets the sampling noise. None: the
+            common count when every positive count is the same (a 1-in-U
+            sample), else 1 (counts are numbers of accesses).
         show_key: How messages show a key.
         progress: Called as ``progress(done, total)`` after each layout.
 
@@ -288,6 +299,8 @@ def advise(
         raise ValueError(f"windows must be >= 1, got {windows}")
     if scan_limit < 1:
         raise ValueError(f"scan_limit must be >= 1, got {scan_limit}")
+    if count_unit is not None and not (count_unit > 0 and math.isfinite(count_unit)):
+        raise ValueError(f"count_unit must be a finite number > 0, got {count_unit}")
     if resamples < 20:
         raise ValueError(f"resamples must be >= 20, got {resamples}")
     if any(n < 1 for n in candidates):
@@ -319,7 +332,7 @@ def advise(
         )
     index = {k: i for i, k in enumerate(keys)}
     key_of = [index[a.key] for a in accesses]
-    unit = count_unit([a.count for a in accesses])
+    unit = count_unit if count_unit is not None else _count_unit([a.count for a in accesses])
     events = total / unit
 
     if axis == "none" or max(positions) == min(positions):
@@ -445,6 +458,7 @@ def advise(
         rule_of_thumb=rule,
         rule_of_thumb_ratio=ratio,
         count_unit=unit,
+        count_unit_choice="auto" if count_unit is None else "given",
         events=events,
         noise_floor=floor.mean,
         noise_floor_high=floor.high,

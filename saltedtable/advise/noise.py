@@ -2,7 +2,7 @@
 
 Pure code. A sample is read as *events*: a line of count ``c`` stands for
 ``c / u`` accesses, ``u`` being the sample's count unit (see
-:func:`count_unit`), so a heat-map cell holding ``m`` events varies by about
+:func:`count_unit`; the caller may give it), so a heat-map cell holding ``m`` events varies by about
 ``sqrt(m)`` from sample to sample (Poisson). Two consequences:
 
 * **The noise floor.** Even a perfectly uniform workload shows a max/mean above
@@ -64,23 +64,22 @@ _Z_HIGH: Final = NormalDist().inv_cdf(CONFIDENCE)
 
 
 def count_unit(counts: Sequence[float]) -> float:
-    """The load one access stands for: the 1st percentile of the positive counts.
+    """The load one access stands for: the common count when every positive count is equal, else 1.
 
-    A sample of single accesses has unit 1; counts exported per key (``key,42``)
-    read as that many accesses; a 1-in-100 sample whose lines all carry 100
-    reads as one access a line. A low percentile rather than the minimum keeps
-    one stray tiny count in a hundred lines from making every other line look
-    like thousands of accesses. Scaling every count by a constant scales the
-    unit with it, so the events, and every figure computed from them, stay the
-    same.
+    A line whose count is ``c`` reads as ``c / unit`` accesses. Counts that
+    differ are numbers of accesses (a per-key export: ``key,42`` is 42
+    accesses, however large or small the counts run). Counts that are all the
+    same value ``U`` are a 1-in-U sample whose lines each carry ``U``: one
+    access a line. Zeros (keys listed for storage only) are ignored. When the
+    counts are something else (bytes, costs), the caller gives the unit.
 
     Raises:
         ValueError: No positive count.
     """
-    positive = sorted(c for c in counts if c > 0)
+    positive = {c for c in counts if c > 0}
     if not positive:
         raise ValueError("no positive count")
-    return positive[(len(positive) - 1) // 100]
+    return positive.pop() if len(positive) == 1 else 1.0
 
 
 @cache

@@ -68,6 +68,28 @@ def _interval(sim: Simulation) -> str:
     return f"{sim.low:.2f}-{sim.high:.2f}"
 
 
+def _counts_text(advice: Advice) -> str:
+    """How the counts were read as accesses (nothing when every line is one access of 1)."""
+    unit = advice.count_unit
+    if advice.count_unit_choice == "given":
+        how = f"count unit {unit:g}, as given"
+    elif unit != 1.0:
+        how = f"every count is {unit:g}: read as one access a line"
+    elif advice.total_load != advice.lines:
+        how = "each count is that many accesses"
+    else:
+        return ""
+    return f"{advice.events:,.0f} accesses ({how}); "
+
+
+def _noise_text(advice: Advice) -> str:
+    return (
+        f"a perfectly uniform workload sampled like this shows max/mean "
+        f"{advice.noise_floor:.2f} (up to {advice.noise_floor_high:.2f}); corrected values "
+        f"and {_LEVEL} intervals from {advice.resamples} resamples (seed {advice.seed})"
+    )
+
+
 def _why_it_meets(sim: Simulation, advice: Advice) -> str:
     if sim.verdict == "uniform":
         return (
@@ -110,16 +132,7 @@ def text_report(
         f"model: {advice.tablets} tablets of equal key count; hash {hash_name}{part}; "
         f"target max/mean <= {advice.target:g}"
     )
-    units = (
-        f"{advice.events:,.0f} accesses (counts in units of {advice.count_unit:g}); "
-        if advice.total_load != advice.lines
-        else ""
-    )
-    out.append(
-        f"noise: {units}a perfectly uniform workload sampled like this shows max/mean "
-        f"{advice.noise_floor:.2f} (up to {advice.noise_floor_high:.2f}); corrected values "
-        f"and {_LEVEL} intervals from {advice.resamples} resamples (seed {advice.seed})"
-    )
+    out.append(f"noise: {_counts_text(advice)}{_noise_text(advice)}")
     out.append("")
     out.append(
         f"{'N':>5}  {'max/mean':>8}  {'corrected':>9}  {_LEVEL + ' interval':>12}  "
@@ -229,6 +242,7 @@ def json_report(
             "hash": hash_name,
             "key_part": key_part,
             "windows": advice.window_choice,
+            "count_unit": advice.count_unit_choice,
             "resamples": advice.resamples,
             "seed": advice.seed,
             "confidence": CONFIDENCE,

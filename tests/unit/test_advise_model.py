@@ -429,13 +429,59 @@ def test_small_sample_warns_for_weighted_samples_too() -> None:
 
 
 def test_large_counts_are_many_accesses() -> None:
-    """A per-key export with counts in the thousands is precise: no small-sample warning."""
+    """A per-key export with counts in the thousands is precise: each count is that many
+    accesses (unit 1), so there is no small-sample warning."""
     rnd = random.Random(3)
     accesses = [Access(b"user%04d" % i, float(rnd.randrange(900, 1100))) for i in range(2_000)]
     advice = advise(accesses, **FAST)
-    assert advice.count_unit >= 900
+    assert advice.count_unit == 1.0
+    assert advice.events == sum(a.count for a in accesses)
     assert "small-sample" not in codes(advice)
     assert advice.recommended == 1
+
+
+def article_counts(keys_per_range: int, *, cold: int = 0) -> list[Access]:
+    """The article's minute as exact per-key counts (5k/200k/5k/5k/5k over equal ranges), in
+    key order, plus ``cold`` keys with one access each."""
+    out = []
+    for group, rate in zip("ABCDE", (5_000, 200_000, 5_000, 5_000, 5_000), strict=True):
+        out += [
+            Access(b"%s#%06d" % (group.encode(), i), rate / keys_per_range)
+            for i in range(keys_per_range)
+        ]
+    out += [Access(b"Z#cold%03d" % i, 1.0) for i in range(cold)]
+    return sorted(out, key=lambda a: a.key)
+
+
+def test_exact_per_key_counts_are_not_divided_down() -> None:
+    """Counts of 500 and 20,000 (10 keys a range) are 220,000 accesses, not 440 in units of
+    500: no small-sample, and one tablet per range recommends 4 (rule of thumb 5)."""
+    advice = advise(article_counts(10), tablets=5, **FAST)
+    assert advice.count_unit == 1.0
+    assert advice.events == 220_000
+    assert advice.count_unit_choice == "auto"
+    assert not {"small-sample", "target-unreachable"} & codes(advice)
+    assert advice.rule_of_thumb == 5
+    assert advice.recommended == 4
+
+
+def test_cold_keys_with_count_1_add_only_their_own_accesses() -> None:
+    """60 keys with one access each add 60 accesses to a 220,000-access export, not five
+    times the total."""
+    plain = advise(article_counts(1_000), tablets=5, **FAST)
+    with_cold = advise(article_counts(1_000, cold=60), tablets=5, **FAST)
+    assert with_cold.events - plain.events == 60
+    assert plain.recommended == with_cold.recommended == 4
+
+
+def test_given_count_unit_overrides_the_default() -> None:
+    """count_unit=U reads each count as count / U accesses, whatever the counts are."""
+    advice = advise(article_counts(10), tablets=5, count_unit=500.0, **FAST)
+    assert advice.count_unit == 500.0
+    assert advice.count_unit_choice == "given"
+    assert advice.events == 440
+    with pytest.raises(ValueError, match="count_unit"):
+        advise(article_counts(10), count_unit=0.0)
 
 
 def test_same_seed_same_advice_other_seed_close() -> None:
@@ -490,15 +536,15 @@ def test_uniform_samples_large_enough_to_judge_never_get_more_than_1(
     ),
     st.sampled_from([0.001, 0.37, 3.0, 1000.0]),
 )
-def test_scaling_every_count_changes_nothing(
+def test_scaling_counts_and_unit_together_changes_nothing(
     rows: list[tuple[int, int, int]], factor: float
 ) -> None:
-    """Multiplying every count by a constant keeps the windows, the noise figures, every
-    verdict and the recommendation."""
+    """Multiplying every count and the count unit by a constant keeps the windows, the noise
+    figures, every verdict and the recommendation."""
     plain = [Access(b"k%02d" % k, float(c), float(t)) for k, c, t in rows]
     scaled = [Access(a.key, a.count * factor, a.time) for a in plain]
-    a = advise(plain, tablets=8, candidates=(1, 2, 4), resamples=40)
-    b = advise(scaled, tablets=8, candidates=(1, 2, 4), resamples=40)
+    a = advise(plain, tablets=8, candidates=(1, 2, 4), resamples=40, count_unit=1.0)
+    b = advise(scaled, tablets=8, candidates=(1, 2, 4), resamples=40, count_unit=factor)
     assert a.recommended == b.recommended
     assert a.rule_of_thumb == b.rule_of_thumb
     assert a.windows == b.windows

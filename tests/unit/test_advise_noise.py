@@ -81,20 +81,26 @@ def test_poisson_max_matches_enumeration_and_normal_limit() -> None:
     assert big_var == pytest.approx(v32 * 10_000)
 
 
-def test_count_unit_is_a_low_percentile_of_positive_counts() -> None:
-    """Single accesses: 1; a 1-in-100 sample: 100; zeros ignored; stray tiny counts ignored."""
+def test_count_unit_is_the_common_count_or_1() -> None:
+    """Every line carrying the same count U (a 1-in-U sample): U; any other counts are
+    accesses (unit 1), however large or small; zeros (storage lines) are ignored."""
     assert count_unit([1.0] * 10) == 1.0
     assert count_unit([100.0] * 10 + [0.0]) == 100.0
-    assert count_unit([0.001] + [5.0] * 199) == 5.0
+    assert count_unit([0.001] + [5.0] * 199) == 1.0
+    assert count_unit([500.0, 20_000.0] * 5) == 1.0
     with pytest.raises(ValueError, match="no positive count"):
         count_unit([0.0])
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.floats(0.01, 1e6), min_size=1, max_size=50), st.floats(1e-3, 1e3))
-def test_count_unit_scales_with_the_counts(counts: list[float], factor: float) -> None:
-    """Scaling every count scales the unit by the same factor."""
-    assert count_unit([c * factor for c in counts]) == pytest.approx(count_unit(counts) * factor)
+@given(st.floats(0.01, 1e6), st.integers(1, 50), st.lists(st.floats(0.01, 1e6), min_size=1))
+def test_count_unit_is_1_unless_every_count_is_equal(
+    count: float, lines: int, others: list[float]
+) -> None:
+    """``lines`` equal counts give that count; add any different count and the unit is 1."""
+    assert count_unit([count] * lines) == count
+    if any(other != count for other in others):
+        assert count_unit([count] * lines + others) == 1.0
 
 
 def heat_map(means: list[list[float]], seed: int) -> list[list[float]]:

@@ -52,10 +52,16 @@ def test_each_layout_row_shows_measured_corrected_interval_and_verdict() -> None
 
 
 def test_weighted_sample_names_its_count_unit() -> None:
-    """Counts in units other than 1 are named on the noise line, with the accesses they make."""
-    accesses = [Access(b"k%04d" % i, 50.0) for i in range(500)]
-    text = report(advise(accesses, **FAST))
-    assert "noise: 500 accesses (counts in units of 50);" in text
+    """The noise line says how counts were read: a 1-in-U sample (every line carries U), per-key
+    counts that are accesses, or the unit given."""
+    sampled = [Access(b"k%04d" % i, 50.0) for i in range(500)]
+    text = report(advise(sampled, **FAST))
+    assert "noise: 500 accesses (every count is 50: read as one access a line);" in text
+    counted = [Access(b"k%04d" % i, float(1 + i % 7)) for i in range(500)]
+    text = report(advise(counted, **FAST))
+    assert "noise: 1,994 accesses (each count is that many accesses);" in text
+    text = report(advise(counted, count_unit=0.5, **FAST))
+    assert "noise: 3,988 accesses (count unit 0.5, as given);" in text
 
 
 def test_hot_key_report_recommends_nothing() -> None:

@@ -345,6 +345,16 @@ def advise(
         choice = "auto"
         w_count = _choose_windows(accesses, positions, key_of, len(keys), t_count, total, unit)
     edges = _windows(positions, w_count)[0]
+    if axis == "order" and not ordered and w_count > 1:
+        findings.append(
+            Finding(
+                "order-as-time",
+                "note",
+                f"no time column: the line order is the time axis, cut into {w_count} windows "
+                f"of about {len(accesses) / w_count:,.0f} lines; if the lines are not in "
+                "arrival order, pass --windows 1 (or --ordered to confirm that they are)",
+            )
+        )
     # Each window in _PHASES parts, so that windows shifted by a part can be summed too.
     phases = _PHASES if w_count > 1 else 1
     part_of = _windows(positions, w_count * phases)[1]
@@ -565,17 +575,23 @@ def _time_axis(
     positions = [float(i) for i in range(len(accesses))]
     if ordered:
         return "order", positions
-    if all(accesses[i].key <= accesses[i + 1].key for i in range(len(accesses) - 1)):
-        findings.append(
-            Finding(
-                "no-time",
-                "note",
-                "no time column and the lines are sorted by key: read as a key dump (one time "
-                "window); if they are in arrival order, pass --ordered",
-            )
+    # One line per key with counts that differ: totals (an export sorted by count, say),
+    # whose line order says nothing about time.
+    if len({a.key for a in accesses}) == len(accesses) and len({a.count for a in accesses}) > 1:
+        why, what = "each key has one line, with counts that differ", "per-key totals"
+    elif all(accesses[i].key <= accesses[i + 1].key for i in range(len(accesses) - 1)):
+        why, what = "the lines are sorted by key", "a key dump"
+    else:
+        return "order", positions
+    findings.append(
+        Finding(
+            "no-time",
+            "note",
+            f"no time column and {why}: read as {what} (one time window); if the lines are in "
+            "arrival order, pass --ordered",
         )
-        return "none", positions
-    return "order", positions
+    )
+    return "none", positions
 
 
 def _windows(positions: Sequence[float], w_count: int) -> tuple[tuple[float, ...], list[int]]:

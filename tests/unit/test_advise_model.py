@@ -474,6 +474,53 @@ def test_cold_keys_with_count_1_add_only_their_own_accesses() -> None:
     assert plain.recommended == with_cold.recommended == 4
 
 
+@pytest.mark.parametrize("order", ["busiest first", "shuffled"])
+def test_per_key_totals_in_any_order_are_one_window(order: str) -> None:
+    """One line per key with counts that differ and no time are per-key totals, whatever
+    their order: one window and the same advice as the same totals sorted by key."""
+    by_key = article_counts(200)
+    if order == "busiest first":
+        lines = sorted(by_key, key=lambda a: -a.count)
+    else:
+        lines = random.Random(1).sample(by_key, len(by_key))
+    for tablets in (5, 32):
+        expected = advise(by_key, tablets=tablets, **FAST)
+        advice = advise(lines, tablets=tablets, **FAST)
+        assert (advice.time_axis, advice.windows) == ("none", 1)
+        assert advice.simulations == expected.simulations
+        assert advice.recommended == expected.recommended
+    assert advise(lines, tablets=5, **FAST).recommended == 4
+    note = next(f for f in advice.findings if f.code == "no-time")
+    assert "per-key totals" in note.message
+
+
+def test_uniform_per_key_export_out_of_key_order_needs_no_salt() -> None:
+    """A uniform per-key export (counts drawn around 50, keys not in order) gets N = 1."""
+    rnd = random.Random(1)
+    lines = [
+        Access(b"obj/%07d" % (i * 7919 % 1_000_003), float(max(1, round(rnd.expovariate(1 / 50)))))
+        for i in range(2_000)
+    ]
+    advice = advise(lines, **FAST)
+    assert advice.windows == 1
+    assert advice.recommended == 1
+    assert "target-unreachable" not in codes(advice)
+
+
+def test_line_order_used_as_time_is_noted(demo: ModuleType) -> None:
+    """Without times, a log not sorted by key is cut into windows of lines: a note says so and
+    how to read it as one window; with ordered=True (the caller's word) there is no note."""
+    rows = [Access(a.key) for a in timed(demo.tenant_lines(20_000))]
+    advice = advise(rows, **FAST)
+    assert (advice.time_axis, advice.window_choice) == ("order", "auto")
+    assert advice.windows > 1
+    note = next(f for f in advice.findings if f.code == "order-as-time")
+    assert note.severity == "note"
+    assert f"{advice.windows} windows" in note.message
+    assert "--windows 1" in note.message
+    assert "order-as-time" not in codes(advise(rows, ordered=True, **FAST))
+
+
 def test_given_count_unit_overrides_the_default() -> None:
     """count_unit=U reads each count as count / U accesses, whatever the counts are."""
     advice = advise(article_counts(10), tablets=5, count_unit=500.0, **FAST)

@@ -197,10 +197,10 @@ class Advice:
     scan_limit: int
     simulations: tuple[Simulation, ...]
     recommended: int | None
-    #: ceil(:attr:`rule_of_thumb_ratio`): the shard count the unsalted skew suggests.
+    #: The shard count the unsalted skew suggests: ceil(:attr:`rule_of_thumb_ratio`),
+    #: or 1 when the unsalted layout meets the target.
     rule_of_thumb: int
-    #: The unsalted layout's corrected max/mean to one decimal; 1.0 when it is
-    #: indistinguishable from uniform.
+    #: The unsalted layout's corrected max/mean to one decimal.
     rule_of_thumb_ratio: float
     #: The load one access stands for (see :func:`~saltedtable.advise.noise.count_unit`).
     count_unit: float
@@ -321,15 +321,8 @@ def advise(
     axis, positions = _time_axis(accesses, ordered, findings)
     keys = sorted({a.key for a in accesses})
     t_count = min(tablets, len(keys))
-    if t_count < tablets:
-        findings.append(
-            Finding(
-                "few-keys",
-                "warning",
-                f"only {len(keys)} distinct keys: simulated {t_count} tablets instead of "
-                f"{tablets}; a sample this small says little about a real table",
-            )
-        )
+    sizes = _tablet_sizes(len(keys), t_count)
+    _find_few_keys(len(keys), tablets, sizes, target, findings)
     index = {k: i for i, k in enumerate(keys)}
     key_of = [index[a.key] for a in accesses]
     unit = count_unit if count_unit is not None else _count_unit([a.count for a in accesses])
@@ -343,7 +336,7 @@ def advise(
         w_count = windows
     else:
         choice = "auto"
-        w_count = _choose_windows(accesses, positions, key_of, len(keys), t_count, total, unit)
+        w_count = _choose_windows(accesses, positions, key_of, sizes, total, unit)
     edges = _windows(positions, w_count)[0]
     if axis == "order" and not ordered and w_count > 1:
         findings.append(
@@ -367,7 +360,7 @@ def advise(
         cells[i, part] = cells.get((i, part), 0.0) + a.count
         key_load[i] += a.count
         window_load[part // phases] += a.count
-    floor = uniform_floor([_settled(load / unit) for load in window_load], t_count)
+    floor = uniform_floor([_settled(load / unit) for load in window_load], t_count, sizes)
 
     todo = sorted(set(candidates) | {1})
     sims: list[Simulation] = []
@@ -411,16 +404,20 @@ def advise(
     top_keys = tuple((keys[i], key_load[i] / total) for i in top)
 
     unsalted = sims[0]
-    ratio = 1.0 if unsalted.verdict == "uniform" else round(_settled(unsalted.corrected), 1)
-    rule = max(1, math.ceil(ratio))
+    ratio = round(_settled(unsalted.corrected), 1)
+    # No shards when the unsalted layout already meets the target (or is like uniform).
+    rule = 1 if unsalted.meets_target else max(1, math.ceil(ratio))
     recommended = next((s.buckets for s in sims if s.meets_target), None)
 
     _find_hot_key(top_keys, t_count, target, show_key, findings)
     _find_monotonic(accesses, axis, positions, show_key, findings)
     per_cell = events / (w_count * t_count)
-    if not _at_most(floor.high, target):
+    # Chance alone, without the rounding of whole keys into tablets (few-keys says that):
+    # only this part shrinks with a larger sample.
+    chance = uniform_floor([_settled(load / unit) for load in window_load], t_count)
+    if not _at_most(chance.high, target):
         # Noise shrinks as 1/sqrt(events): how many lines bring the floor to the target.
-        needed = len(accesses) * ((floor.high - 1.0) / (target - 1.0)) ** 2
+        needed = len(accesses) * ((chance.high - 1.0) / (target - 1.0)) ** 2
         weighted = f" (counts read in units of {unit:g})" if unit != 1.0 else ""
         findings.append(
             Finding(
@@ -429,7 +426,7 @@ def advise(
                 f"the sample counts as {events:,.0f} accesses{weighted}, about {per_cell:,.0f} "
                 f"per tablet per window ({t_count} tablets x {w_count} window"
                 f"{'s' * (w_count != 1)}): a perfectly uniform workload sampled like this "
-                f"shows max/mean up to {floor.high:.2f} by chance, above the target "
+                f"shows max/mean up to {chance.high:.2f} by chance, above the target "
                 f"{target:g}, so the sample cannot show which N meets it; use about "
                 f"{_round_up(needed):,} lines, or fewer --tablets or --windows",
             )
@@ -439,7 +436,7 @@ def advise(
         best = min(sims, key=lambda s: s.corrected)
         if not _at_most(hot_key_floor, target):
             why = f"single keys alone keep max/mean >= {hot_key_floor:.2f} (see hot-key)"
-        elif not _at_most(floor.high, target):
+        elif not _at_most(chance.high, target):
             why = "the sample is too small to tell (see small-sample)"
         else:
             why = "try larger --candidates or a key part that spreads the load"
@@ -608,8 +605,7 @@ def _choose_windows(
     accesses: Sequence[Access],
     positions: Sequence[float],
     key_of: Sequence[int],
-    distinct: int,
-    t_count: int,
+    sizes: Sequence[int],
     total: float,
     unit: float,
 ) -> int:
@@ -622,6 +618,7 @@ def _choose_windows(
     counts nest (each window of W is two of 2W), so one pass at the finest
     count gives them all.
     """
+    t_count, distinct = len(sizes), sum(sizes)
     per_tablet = total / unit / t_count
     finest = 1
     while finest * 2 <= MAX_WINDOWS and _at_most(MIN_CELL_EVENTS, per_tablet / (finest * 2)):
@@ -640,7 +637,7 @@ def _choose_windows(
             [math.fsum(fine[f][t] for f in range(w * step, (w + 1) * step)) for t in range(t_count)]
             for w in range(w_count)
         ]
-        floor = uniform_floor([_settled(math.fsum(row) / unit) for row in rows], t_count)
+        floor = uniform_floor([_settled(math.fsum(row) / unit) for row in rows], t_count, sizes)
         measured = t_count * math.fsum(max(row) for row in rows) / total
         # A key dump of distinct keys splits evenly, below the floor: count it as 1.
         signals[w_count] = max(1.0, measured - (floor.mean - 1.0))
@@ -648,6 +645,12 @@ def _choose_windows(
     best = max(signals.values())
     enough = best - (1.0 - _KEEP_SIGNAL) * (best - 1.0) - _SIGNAL_SLACK
     return min(w for w, signal in signals.items() if _at_most(enough, signal))
+
+
+def _tablet_sizes(distinct: int, t_count: int) -> list[int]:
+    """Keys in each tablet when ``distinct`` sorted keys are cut into ``t_count`` equal ones."""
+    edges = [-(-t * distinct // t_count) for t in range(t_count + 1)]  # ceil(t * D / T)
+    return [b - a for a, b in itertools.pairwise(edges)]
 
 
 def _sum_rows(rows: Sequence[Sequence[float]], width: int) -> list[float]:
@@ -700,6 +703,36 @@ def _percent(share: float) -> str:
 
 
 # -- findings --------------------------------------------------------------------
+
+
+def _find_few_keys(
+    distinct: int, tablets: int, sizes: Sequence[int], target: float, findings: list[Finding]
+) -> None:
+    """Warn when whole keys are too coarse for the tablets: fewer keys, or uneven tablets."""
+    if len(sizes) < tablets:
+        findings.append(
+            Finding(
+                "few-keys",
+                "warning",
+                f"only {distinct} distinct keys: simulated {len(sizes)} tablets instead of "
+                f"{tablets}; a sample this small says little about a real table",
+            )
+        )
+        return
+    rounding = max(sizes) * len(sizes) / distinct
+    # Whole keys alone take half the way to the target: worth saying why.
+    if _at_most(rounding, 1.0 + (target - 1.0) / 2):
+        return
+    findings.append(
+        Finding(
+            "few-keys",
+            "warning",
+            f"only {distinct} distinct keys on {tablets} tablets: tablets hold {min(sizes)} or "
+            f"{max(sizes)} keys, so a load spread evenly over the keys shows max/mean "
+            f"{rounding:.2f} from that rounding alone (the noise floor includes it), and no N "
+            "changes it; a sample this small says little about a real table",
+        )
+    )
 
 
 def _find_inconclusive(

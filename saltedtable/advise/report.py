@@ -162,6 +162,11 @@ def text_report(
             f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout is "
             "indistinguishable from uniform"
         )
+    elif unsalted.meets_target:
+        out.append(
+            f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout already meets "
+            f"max/mean <= {advice.target:g} ({unsalted.corrected:.2f}, corrected)"
+        )
     else:
         out.append(
             f"rule of thumb: N ~ {advice.rule_of_thumb}, the unsalted max/mean "

@@ -205,6 +205,34 @@ def test_uniform_load_needs_no_salt() -> None:
     assert advice.findings == ()
 
 
+def test_rule_of_thumb_is_1_when_the_unsalted_layout_meets_the_target() -> None:
+    """Uniform over 1,000 keys (31 or 32 a tablet), 50,000 accesses: N = 1 and rule of thumb 1,
+    never "N ~ 2" next to a recommended N = 1."""
+    rnd = random.Random(1)
+    advice = advise([Access(b"acct%08d" % rnd.randrange(1_000)) for _ in range(50_000)], **FAST)
+    assert advice.recommended == 1
+    assert advice.simulation(1).meets_target
+    assert advice.rule_of_thumb == 1
+    assert advice.rule_of_thumb_ratio == round(advice.simulation(1).corrected, 1)
+
+
+def test_few_keys_count_their_rounding_into_tablets() -> None:
+    """40 equally busy keys on 32 tablets (tablets of 1 or 2 keys) measure about 1.6 by
+    rounding alone: that is in the noise floor, N = 1 is recommended as uniform, and few-keys
+    says why instead of target-unreachable blaming the candidates or small-sample the size."""
+    rnd = random.Random(1)
+    advice = advise([Access(b"acct%04d" % rnd.randrange(40)) for _ in range(20_000)], **FAST)
+    assert advice.tablets == 32
+    assert advice.simulation(1).max_mean > 1.5
+    assert advice.simulation(1).verdict == "uniform"
+    assert advice.recommended == 1
+    assert advice.rule_of_thumb == 1
+    assert not {"target-unreachable", "small-sample"} & codes(advice)  # more lines won't help
+    warning = next(f for f in advice.findings if f.code == "few-keys")
+    assert "1 or 2 keys" in warning.message
+    assert "1.60" in warning.message
+
+
 def test_sorted_key_dump_is_one_window() -> None:
     """A sorted key list without times is a dump: one window, a note, no monotonic warning."""
     accesses = [Access(b"key%05d" % i) for i in range(5_000)]

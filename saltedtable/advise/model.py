@@ -98,6 +98,8 @@ _MONOTONIC_SHARE: Final = 0.8
 #: Keys led by a number are checked on their own when they are this share of the lines.
 _MONOTONIC_MIN_SHARE: Final = 0.2
 _MONOTONIC_CHUNKS: Final = 20
+#: A hot spot whose load is this much in one bucket is one no N can split.
+_ONE_BUCKET: Final = 0.9
 
 TimeAxis = Literal["time", "order", "none"]
 Severity = Literal["warning", "note"]
@@ -214,7 +216,9 @@ class Advice:
     noise_floor_high: float
     resamples: int
     seed: int
-    #: The max/mean no salt can go below: the hottest single key's load per window.
+    #: The max/mean salting converges to at best: per window, the tablet of the
+    #: hottest single key holds that key and a fair share of the rest,
+    #: ``1 + (T - 1) * key share`` (weighted over the windows by their load).
     hot_key_floor: float
     #: The keys with the largest share of the load, largest first.
     top_keys: tuple[tuple[bytes, float], ...]
@@ -364,11 +368,13 @@ def advise(
 
     todo = sorted(set(candidates) | {1})
     sims: list[Simulation] = []
+    # The scheme of the largest candidate: which keys salting can split at all.
+    widest: SaltScheme | None = None
     for done, n in enumerate(todo, 1):
         if n == 1:
             physical, sub_scans = keys, 1
         else:
-            scheme = scheme_for(n)
+            scheme = widest = scheme_for(n)
             physical = [scheme.salt_key(k) for k in keys]
             # hash="java" has 2N-1 prefixes, and a scan reads every one of them.
             sub_scans = len(scheme.prefixes)
@@ -399,7 +405,9 @@ def advise(
     window_max: dict[int, float] = {}
     for (_, w), load in key_window.items():
         window_max[w] = max(window_max.get(w, 0.0), load)
-    hot_key_floor = t_count * math.fsum(window_max.values()) / total
+    # The tablet of each window's hottest key holds that key and, at best, a fair share
+    # of the rest: salting cannot take max/mean below that.
+    hot_key_floor = 1.0 + (t_count - 1) * math.fsum(window_max.values()) / total
     top = sorted(range(len(keys)), key=lambda i: -key_load[i])[:3]
     top_keys = tuple((keys[i], key_load[i] / total) for i in top)
 
@@ -410,7 +418,7 @@ def advise(
     recommended = next((s.buckets for s in sims if s.meets_target), None)
 
     _find_hot_key(top_keys, t_count, target, show_key, findings)
-    _find_monotonic(accesses, axis, positions, show_key, findings)
+    _find_monotonic(accesses, axis, positions, widest, show_key, findings)
     per_cell = events / (w_count * t_count)
     # Chance alone, without the rounding of whole keys into tablets (few-keys says that):
     # only this part shrinks with a larger sample.
@@ -435,9 +443,11 @@ def advise(
     if recommended is None:
         best = min(sims, key=lambda s: s.corrected)
         if not _at_most(hot_key_floor, target):
-            why = f"single keys alone keep max/mean >= {hot_key_floor:.2f} (see hot-key)"
+            why = f"single keys keep max/mean near {hot_key_floor:.2f} whatever N is (see hot-key)"
         elif not _at_most(chance.high, target):
             why = "the sample is too small to tell (see small-sample)"
+        elif stuck := _one_bucket_share(sims[0], keys, key_window, widest, show_key):
+            why = stuck
         else:
             why = "try larger --candidates or a key part that spreads the load"
         findings.append(
@@ -779,18 +789,59 @@ def _find_hot_key(
     findings: list[Finding],
 ) -> None:
     key, share = top_keys[0]
-    if _at_most(share * t_count, target):
+    # The key's tablet also holds its fair share of everything else.
+    level = 1.0 + (t_count - 1) * share
+    if _at_most(level, target):
         return
     findings.append(
         Finding(
             "hot-key",
             "warning",
             f"one key, {show_key(key)}, carries {share:.0%} of the load: the tablet holding "
-            f"it gets at least {share * t_count:.1f}x the mean for every N, because salting "
-            "puts a whole key (or key part) in one bucket. Spread that key in the "
+            f"it gets about {level:.1f}x the mean (the key and a fair share of the rest) for "
+            "every N, because salting puts a whole key (or key part) in one bucket. Spread "
+            "that key in the "
             "application: write-shard it (KEY#0..KEY#k, combined on read), batch or "
             "aggregate its writes, or keep it in a table of its own",
         )
+    )
+
+
+def _one_bucket_share(
+    unsalted: Simulation,
+    keys: Sequence[bytes],
+    key_window: dict[tuple[int, int], float],
+    scheme: SaltScheme | None,
+    show_key: Callable[[bytes], str],
+) -> str | None:
+    """Why no N helps when the hottest unsalted tablet's load all hashes to one bucket, or None.
+
+    A key part (a tenant's rows under ``fields(1)``) sends every key of one part
+    to one bucket: a hot spot made of one part stays whole whatever N is.
+    """
+    if scheme is None:
+        return None
+    hot = unsalted.hottest
+    d, t_count = len(keys), len(unsalted.tablet_first_keys)
+    ranks = range(-(-hot.tablet * d // t_count), -(-(hot.tablet + 1) * d // t_count))
+    loads = {i: key_window.get((i, hot.window), 0.0) for i in ranks}
+    cell = math.fsum(loads.values())
+    if cell <= 0:
+        return None
+    per_bucket: dict[int, float] = {}
+    for i, load in loads.items():
+        bucket = scheme.bucket_of(keys[i])
+        per_bucket[bucket] = per_bucket.get(bucket, 0.0) + load
+    bucket, load = max(per_bucket.items(), key=lambda item: item[1])
+    if load < _ONE_BUCKET * cell:
+        return None
+    busiest = max((i for i in loads if scheme.bucket_of(keys[i]) == bucket), key=loads.__getitem__)
+    part = scheme.hashed_part(keys[busiest])
+    what = "key" if part == keys[busiest] else "key part"
+    return (
+        f"{load / cell:.0%} of the hottest unsalted tablet's load hashes to one bucket "
+        f"({what} {show_key(part)}), so no N splits it: hash a part of the key that varies "
+        "within that load"
     )
 
 
@@ -842,6 +893,7 @@ def _find_monotonic(
     accesses: Sequence[Access],
     axis: TimeAxis,
     positions: Sequence[float],
+    scheme: SaltScheme | None,
     show_key: Callable[[bytes], str],
     findings: list[Finding],
 ) -> None:
@@ -898,12 +950,21 @@ def _find_monotonic(
             if not example or len(keys) > len(groups[example]):
                 example = field
     if rising_lines >= 0.5 * len(by_time):
+        shown = show_key(example)
+        if scheme is not None and len({scheme.bucket_of(k) for k in groups[example]}) == 1:
+            # A key part that is the field itself keeps a field's rows in one bucket.
+            salting = (
+                f"with this key part, {shown}'s rows hash to one bucket, so salting does not "
+                "split that end: hash a part that includes what follows the field"
+            )
+        else:
+            salting = "salting splits each end into N"
         findings.append(
             Finding(
                 "monotonic-within-prefix",
                 "note",
-                f"within each leading field (e.g. {show_key(example)}) keys rise with time: "
-                "each field's new rows land at the end of its own range, so the busiest "
-                "field's end is a hot tablet; salting splits each end into N",
+                f"within each leading field (e.g. {shown}) keys rise with time: each field's "
+                "new rows land at the end of its own range, so the busiest field's end is a "
+                f"hot tablet; {salting}",
             )
         )

@@ -184,13 +184,70 @@ def test_single_hot_key_warns_that_no_salt_can_split_it() -> None:
     assert advice.top_keys[0][0] == b"celebrity"
     assert advice.hot_key_floor > advice.target
     assert advice.recommended is None
-    assert all(s.max_mean >= advice.hot_key_floor - 1e-9 for s in advice.simulations)
+    # Every layout sits at the key's tablet level: the key plus a fair share of the rest.
+    assert all(s.low <= advice.hot_key_floor <= s.high for s in advice.simulations)
+
+
+def test_hot_key_counts_the_rest_of_its_tablet() -> None:
+    """A key with 3% of the load: its tablet holds it and a fair share of the rest, about
+    1 + 31 x 0.03 = 1.93 times the mean for every N, so hot-key warns, and target-unreachable
+    blames it rather than asking for larger candidates."""
+    rnd = random.Random(1)
+    accesses = [
+        Access(b"config/global" if rnd.random() < 0.03 else b"doc/%06d" % rnd.randrange(10**6))
+        for _ in range(10_000)
+    ]
+    advice = advise(accesses, candidates=(1, 8, 64, 256), resamples=100)
+    share = advice.top_keys[0][1]
+    assert advice.top_keys[0][0] == b"config/global"
+    assert advice.hot_key_floor == pytest.approx(1 + 31 * share)
+    assert advice.recommended is None
+    for sim in advice.simulations:
+        assert sim.low <= advice.hot_key_floor <= sim.high + 0.05
+    warning = next(f for f in advice.findings if f.code == "hot-key")
+    assert "config/global" in warning.message
+    unreachable = next(f for f in advice.findings if f.code == "target-unreachable")
+    assert "see hot-key" in unreachable.message
+    assert "--candidates" not in unreachable.message
+
+
+def test_key_part_that_keeps_the_busy_tenant_in_one_bucket_is_named() -> None:
+    """With key part fields(1), a tenant's rows share one bucket: target-unreachable says the
+    hottest tablet's load hashes to one bucket (not "try larger --candidates"), and the
+    within-prefix note does not claim that salting splits the tenant's end."""
+    advice = advise(
+        skewed_workload(10_000),
+        candidates=(1, 4, 16, 64),
+        resamples=100,
+        scheme_for=lambda n: SaltScheme(n, key_part=fields(1, b"#")),
+    )
+    assert advice.recommended is None
+    unreachable = next(f for f in advice.findings if f.code == "target-unreachable")
+    assert "--candidates" not in unreachable.message
+    assert "one bucket" in unreachable.message
+    assert "tenant007" in unreachable.message
+    note = next(f for f in advice.findings if f.code == "monotonic-within-prefix")
+    assert "splits each end" not in note.message
+    assert "tenant007's rows hash to one bucket" in note.message
+    plain = next(f for f in skewed_advice().findings if f.code == "monotonic-within-prefix")
+    assert "salting splits each end into N" in plain.message
+
+
+def test_a_wide_hot_range_still_asks_for_larger_candidates() -> None:
+    """Whole keys hashed, hot range wider than the largest candidate: salting would split it
+    with more buckets, and target-unreachable says so."""
+    advice = advise(article_counts(200), candidates=(1, 2, 4), **{"resamples": 100})
+    assert advice.recommended is None
+    unreachable = next(f for f in advice.findings if f.code == "target-unreachable")
+    assert "try larger --candidates" in unreachable.message
 
 
 def test_hot_key_with_counts() -> None:
-    """A count column weighs the keys: a key below target/T of the load is no warning."""
+    """A count column weighs the keys: a key whose tablet stays within the target (1% of the
+    load: 1 + 31 x 0.01 = 1.3) is no warning; one with 2% (1.6) or 17% is."""
     accesses = [Access(b"k%04d" % i, 1.0) for i in range(1_000)]
-    quiet = advise([*accesses, Access(b"k0500x", 20.0)], tablets=32)
+    quiet = advise([*accesses, Access(b"k0500x", 10.0)], tablets=32)
+    assert "hot-key" in codes(advise([*accesses, Access(b"k0500x", 20.0)], tablets=32))
     loud = advise([*accesses, Access(b"k0500x", 200.0)], tablets=32)
     assert "hot-key" not in codes(quiet)
     assert "hot-key" in codes(loud)

@@ -42,6 +42,7 @@ import bisect
 import itertools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
@@ -98,6 +99,11 @@ _MONOTONIC_SHARE: Final = 0.8
 #: Keys led by a number are checked on their own when they are this share of the lines.
 _MONOTONIC_MIN_SHARE: Final = 0.2
 _MONOTONIC_CHUNKS: Final = 20
+_MONOTONIC_CODES: Final = frozenset({"monotonic-keys", "monotonic-within-prefix"})
+#: Keys with the most common load: at this share the load per tablet is the key count.
+_SAME_LOAD: Final = 0.99
+#: Warn when the keys never seen may be this share of the keys seen.
+_UNSEEN_SHARE: Final = 0.25
 #: A hot spot whose load is this much in one bucket is one no N can split.
 _ONE_BUCKET: Final = 0.9
 
@@ -314,9 +320,11 @@ def advise(
             raise ValueError("row keys must not be empty")
         if not (a.count >= 0 and math.isfinite(a.count)):
             raise ValueError(f"counts must be finite and >= 0, got {a.count} for {a.key!r}")
-    timed = sum(a.time is not None for a in accesses)
-    if 0 < timed < len(accesses):
-        raise ValueError("either every access has a time or none has")
+    # Count-0 lines list keys for storage only; they need no time.
+    loaded = [a for a in accesses if a.count > 0]
+    timed = sum(a.time is not None for a in loaded)
+    if 0 < timed < len(loaded):
+        raise ValueError("either every access has a time or none has (count-0 lines may omit it)")
     total = math.fsum(a.count for a in accesses)
     if total <= 0:
         raise ValueError("the sample carries no load (every count is 0)")
@@ -419,6 +427,24 @@ def advise(
 
     _find_hot_key(top_keys, t_count, target, show_key, findings)
     _find_monotonic(accesses, axis, positions, widest, show_key, findings)
+    if w_count == 1:
+        _find_no_load(
+            key_load, unit, storage=any(a.count == 0 for a in accesses), findings=findings
+        )
+    if choice == "auto" and w_count == 1 and {f.code for f in findings} & _MONOTONIC_CODES:
+        # Enough accesses for 8 windows of MIN_CELL_EVENTS a tablet.
+        needed = 8 * MIN_CELL_EVENTS * t_count * len(accesses) / events
+        findings.append(
+            Finding(
+                "one-window",
+                "warning",
+                f"the keys rise with time, so the hot spot moves, but at about "
+                f"{events / t_count:,.0f} accesses a tablet the sample is too small to cut into "
+                f"windows of {MIN_CELL_EVENTS} a tablet: one window averages the moving end "
+                "away, and every max/mean above understates it. Try --windows 4 (noisier), or "
+                f"a sample of about {_round_up(needed):,} lines",
+            )
+        )
     per_cell = events / (w_count * t_count)
     # Chance alone, without the rounding of whole keys into tablets (few-keys says that):
     # only this part shrinks with a larger sample.
@@ -576,17 +602,26 @@ def _simulate(
 def _time_axis(
     accesses: Sequence[Access], ordered: bool, findings: list[Finding]
 ) -> tuple[TimeAxis, list[float]]:
-    """Pick the time axis and return each access's position on it."""
-    if accesses[0].time is not None:
-        return "time", [a.time for a in accesses if a.time is not None]
-    positions = [float(i) for i in range(len(accesses))]
+    """Pick the time axis and return each access's position on it.
+
+    Count-0 lines (storage only) carry no load: they take the first position of
+    the axis, so they neither stretch it nor count as lines of a log.
+    """
+    loaded = [a for a in accesses if a.count > 0]
+    if loaded[0].time is not None:
+        start = min(a.time for a in loaded if a.time is not None)
+        return "time", [a.time if a.count > 0 and a.time is not None else start for a in accesses]
+    positions, seen = [], 0
+    for a in accesses:
+        positions.append(float(seen if a.count > 0 else 0))
+        seen += a.count > 0
     if ordered:
         return "order", positions
     # One line per key with counts that differ: totals (an export sorted by count, say),
     # whose line order says nothing about time.
-    if len({a.key for a in accesses}) == len(accesses) and len({a.count for a in accesses}) > 1:
+    if len({a.key for a in loaded}) == len(loaded) and len({a.count for a in loaded}) > 1:
         why, what = "each key has one line, with counts that differ", "per-key totals"
-    elif all(accesses[i].key <= accesses[i + 1].key for i in range(len(accesses) - 1)):
+    elif all(loaded[i].key <= loaded[i + 1].key for i in range(len(loaded) - 1)):
         why, what = "the lines are sorted by key", "a key dump"
     else:
         return "order", positions
@@ -781,6 +816,54 @@ def _find_inconclusive(
     )
 
 
+def _find_no_load(
+    key_load: Sequence[float], unit: float, *, storage: bool, findings: list[Finding]
+) -> None:
+    """In one window, say when the tablets' loads can only follow their key counts.
+
+    Tablets are cut from the sample's keys, to hold equal numbers of them. When
+    every key carries the same load (a key dump, a log of keys seen once) the
+    tablets' loads are equal by construction. When most keys were seen once or
+    twice, many more were never seen, and tablets cut from the keys seen follow
+    the sampled load: a hot range looks as wide in storage as its share of the
+    accesses.
+    """
+    loads = Counter(_settled(load / unit) for load in key_load)
+    distinct = len(key_load)
+    common, count = loads.most_common(1)[0]
+    if count >= _SAME_LOAD * distinct:
+        findings.append(
+            Finding(
+                "no-load-info",
+                "warning",
+                f"every key carries the same load ({common:g} access{'es' * (common != 1)}) in "
+                "one time window: tablets are cut to hold equal numbers of keys, so every "
+                "layout measures max/mean near 1 by construction. The sample shows storage, "
+                "not where the load falls; give accesses with times (or --windows W for a log "
+                "in arrival order) or per-key access counts",
+            )
+        )
+        return
+    if storage:
+        return  # count-0 lines list the keys the sample did not see
+    once, twice = loads.get(1.0, 0), loads.get(2.0, 0)
+    # Chao1: a lower-bound estimate of the keys never seen, from those seen once and twice.
+    unseen = once * (once - 1) / (2 * (twice + 1))
+    if unseen < _UNSEEN_SHARE * distinct:
+        return
+    findings.append(
+        Finding(
+            "unseen-keys",
+            "warning",
+            f"{once:,} of the {distinct:,} keys appear once and {twice:,} twice: by the Chao1 "
+            f"estimate about {unseen:,.0f} or more keys exist that the sample never saw. "
+            "Tablets are cut from the keys seen, so keys too cold to be sampled are missing "
+            "from storage, and the layout may look more even than the table's. List every key "
+            "as a key,0 line next to the accesses, or give per-key counts of all keys",
+        )
+    )
+
+
 def _find_hot_key(
     top_keys: Sequence[tuple[bytes, float]],
     t_count: int,
@@ -898,9 +981,11 @@ def _find_monotonic(
     findings: list[Finding],
 ) -> None:
     """Warn when keys rise with time, as a whole or within each leading field."""
-    if axis == "none" or len(accesses) < 4 * _MONOTONIC_CHUNKS:
+    # Count-0 lines are storage, not writes: they say nothing about time.
+    lines = [i for i, a in enumerate(accesses) if a.count > 0]
+    if axis == "none" or len(lines) < 4 * _MONOTONIC_CHUNKS:
         return
-    by_time = [accesses[i].key for i in sorted(range(len(accesses)), key=positions.__getitem__)]
+    by_time = [accesses[i].key for i in sorted(lines, key=positions.__getitem__)]
     # Slices of time, not neighbours: concurrent lines in one second come in any
     # order, but the keys of later seconds are still larger.
     rising = _overtaking_share(by_time, _MONOTONIC_CHUNKS)

@@ -254,12 +254,16 @@ def test_hot_key_with_counts() -> None:
 
 
 def test_uniform_load_needs_no_salt() -> None:
-    """Random keys spread evenly already: N=1 is recommended and nothing is flagged."""
+    """Random keys spread evenly already: N=1 is recommended; 5,000 accesses over a million keys
+    see almost every key once, so a warning says this sample cannot show load at all."""
     rnd = random.Random(9)
     accesses = [Access(b"user%06d" % rnd.randrange(1_000_000)) for _ in range(5_000)]
     advice = advise(accesses)
     assert advice.recommended == 1
-    assert advice.findings == ()
+    assert codes(advice) == {"no-load-info"}
+    denser = advise([Access(b"user%03d" % rnd.randrange(1_000)) for _ in range(20_000)])
+    assert denser.recommended == 1
+    assert denser.findings == ()
 
 
 def test_rule_of_thumb_is_1_when_the_unsalted_layout_meets_the_target() -> None:
@@ -291,13 +295,87 @@ def test_few_keys_count_their_rounding_into_tablets() -> None:
 
 
 def test_sorted_key_dump_is_one_window() -> None:
-    """A sorted key list without times is a dump: one window, a note, no monotonic warning."""
+    """A sorted key list without times is a dump: one window, a note, no monotonic warning,
+    and a warning that it shows storage, not load."""
     accesses = [Access(b"key%05d" % i) for i in range(5_000)]
     advice = advise(accesses)
     assert advice.time_axis == "none"
     assert advice.windows == 1
-    assert codes(advice) == {"no-time"}
+    assert codes(advice) == {"no-time", "no-load-info"}
     assert advice.simulation(1).max_mean == pytest.approx(1.0, abs=0.01)  # 5000 keys / 32
+
+
+def test_key_dump_of_a_tenant_time_table_says_it_shows_no_load() -> None:
+    """A sorted dump of tenant#timestamp keys (each key once, no time) cannot show where writes
+    land: N = 1 comes with a no-load-info warning saying why."""
+    dump = sorted((Access(a.key) for a in skewed_workload(5_000)), key=lambda a: a.key)
+    advice = advise(dump, **FAST)
+    assert advice.recommended == 1
+    warning = next(f for f in advice.findings if f.code == "no-load-info")
+    assert warning.severity == "warning"
+    assert "by construction" in warning.message
+    assert "storage, not" in warning.message
+
+
+def test_each_key_once_in_one_auto_window_warns(demo: ModuleType) -> None:
+    """A busy tenant writing 5x as often, 2,000 lines: too few for more than one window, so
+    every key appears once in it and max/mean is 1 by construction; no-load-info and
+    one-window say so (one-window suggests --windows), and 4 windows show the tenant's end."""
+    rows = timed(demo.tenant_lines(2_000, factor=5))
+    advice = advise(rows, **FAST)
+    assert (advice.windows, advice.window_choice) == (1, "auto")
+    assert {"no-load-info", "one-window", "monotonic-within-prefix"} <= codes(advice)
+    warning = next(f for f in advice.findings if f.code == "one-window")
+    assert "--windows 4" in warning.message
+    finer = advise(rows, windows=4, **FAST)
+    assert finer.simulation(1).corrected > 2.5
+    assert finer.rule_of_thumb >= 3
+    assert "no-load-info" not in codes(finer)
+
+
+def test_access_sample_that_misses_cold_keys_warns_and_storage_lines_fix_it(
+    demo: ModuleType,
+) -> None:
+    """2,000 accesses of the article's workload, one window, see few cold keys: tablets cut from
+    the keys seen make it look even (unseen-keys warns). Listing every key as a count-0 line
+    gives the table's storage back: rule of thumb 5, N = 4 on one tablet per range."""
+    log = [Access(a.key) for a in timed(demo.article_lines(2_000))]
+    advice = advise(log, tablets=5, **FAST)
+    assert advice.windows == 1
+    assert advice.rule_of_thumb < 3
+    warning = next(f for f in advice.findings if f.code == "unseen-keys")
+    assert "key,0" in warning.message
+    storage = [
+        Access(b"%s#user%04d" % (group, user), 0.0)
+        for group in (b"A", b"B", b"C", b"D", b"E")
+        for user in range(demo.ARTICLE_KEYS_PER_RANGE)
+    ]
+    full = advise(storage + log, tablets=5, **FAST)
+    assert full.distinct_keys == 5_000
+    assert "unseen-keys" not in codes(full)
+    assert full.rule_of_thumb == 5
+    assert full.recommended == 4
+
+
+@pytest.mark.parametrize("with_times", [False, True])
+def test_storage_lines_change_storage_only(demo: ModuleType, with_times: bool) -> None:
+    """Count-0 lines (every key listed for storage, before the accesses, without a time) add
+    keys to the tablets but no load: they stretch no time axis and raise no monotonic finding;
+    the accesses alone decide the windows."""
+    rows = list(demo.article_lines(4_000))
+    log = [Access(k.encode(), 1.0, t if with_times else None) for k, _, t in rows]
+    storage = [
+        Access(b"%s#user%04d" % (group, user), 0.0)
+        for group in (b"A", b"B", b"C", b"D", b"E")
+        for user in range(demo.ARTICLE_KEYS_PER_RANGE)
+    ]
+    advice = advise(storage + log, tablets=5, **FAST)
+    alone = advise(log, tablets=5, windows=advice.windows, **FAST)
+    assert advice.time_axis == ("time" if with_times else "order")
+    assert advice.window_edges == alone.window_edges
+    assert advice.distinct_keys == 5_000
+    assert not codes(advice) & {"monotonic-within-prefix", "monotonic-keys", "one-window"}
+    assert advice.rule_of_thumb == 5
 
 
 def test_few_keys_and_small_sample_warnings() -> None:
@@ -336,6 +414,7 @@ def test_explicit_windows_are_equal_time_spans() -> None:
         ([Access(b"a", -1.0)], {}, "counts"),
         ([Access(b"a", 0.0)], {}, "no load"),
         ([Access(b"a", 1.0, 1.0), Access(b"b")], {}, "every access"),
+        ([Access(b"a", 1.0, 1.0), Access(b"b", 0.0), Access(b"c")], {}, "every access"),
     ],
 )
 def test_bad_arguments_raise_value_error(
@@ -510,7 +589,9 @@ def test_small_sample_warns_for_weighted_samples_too() -> None:
     for advice in (single, weighted_sample):
         warning = next(f for f in advice.findings if f.code == "small-sample")
         assert "lines" in warning.message
-    assert "units of 100" in next(f.message for f in weighted_sample.findings)
+    assert "units of 100" in next(
+        f.message for f in weighted_sample.findings if f.code == "small-sample"
+    )
 
 
 def test_large_counts_are_many_accesses() -> None:

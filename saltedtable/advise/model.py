@@ -466,6 +466,7 @@ def advise(
             )
         )
     _find_inconclusive(sims, recommended, target, len(accesses), findings)
+    _find_wide_hot_range(sims[0], keys, rule, recommended, show_key, findings)
     if recommended is None:
         best = min(sims, key=lambda s: s.corrected)
         if not _at_most(hot_key_floor, target):
@@ -550,7 +551,8 @@ def _simulate(
         if row[t] > hot_load:
             hot_w, hot_t, hot_load = w, t, row[t]
     window_total = math.fsum(loads[hot_w])
-    first_rank = [t * d // t_count for t in range(t_count)]
+    # Tablet t holds the ranks r with r * T // d == t: from ceil(t * d / T).
+    first_rank = [-(-t * d // t_count) for t in range(t_count)]
     last_rank = (first_rank[hot_t + 1] if hot_t + 1 < t_count else d) - 1
     hottest = HotSpot(
         tablet=hot_t,
@@ -860,6 +862,50 @@ def _find_no_load(
             "Tablets are cut from the keys seen, so keys too cold to be sampled are missing "
             "from storage, and the layout may look more even than the table's. List every key "
             "as a key,0 line next to the accesses, or give per-key counts of all keys",
+        )
+    )
+
+
+def _find_wide_hot_range(
+    unsalted: Simulation,
+    keys: Sequence[bytes],
+    rule: int,
+    recommended: int | None,
+    show_key: Callable[[bytes], str],
+    findings: list[Finding],
+) -> None:
+    """Explain a recommendation far above the rule of thumb by a hot range wider than a tablet.
+
+    Salting with N hands each bucket a 1/N slice of every range, in key order, so
+    a hot range k tablets wide still fills whole tablets in each bucket until N
+    nears k: the load per tablet falls only then. The rule of thumb assumes k = 1.
+    """
+    if recommended is None or rule < 2 or recommended < 2 * rule:
+        return
+    hot = unsalted.hottest
+    row = unsalted.loads[hot.window]
+    first = last = hot.tablet
+    # The hot range: the tablets around the hottest that carry at least half its load.
+    while first > 0 and row[first - 1] >= row[hot.tablet] / 2:
+        first -= 1
+    while last + 1 < len(row) and row[last + 1] >= row[hot.tablet] / 2:
+        last += 1
+    span = last - first + 1
+    if span < 2:
+        return
+    d, t_count = len(keys), len(row)
+    start = keys[-(-first * d // t_count)]  # ceil: the first key of tablet ``first``
+    end = keys[-(-(last + 1) * d // t_count) - 1]  # the last key of tablet ``last``
+    findings.append(
+        Finding(
+            "wide-hot-range",
+            "note",
+            f"N = {recommended} is far above the rule of thumb (N ~ {rule}) because the hot "
+            f"range spans about {span} of the {t_count} tablets (from {show_key(start)} to "
+            f"{show_key(end)}): salting gives each bucket a slice of that range that "
+            f"still fills whole tablets until N is near {span}, and only then does the load "
+            "per tablet fall. The rule of thumb assumes the hot range is one tablet; if your "
+            "table has fewer, larger tablets, pass --tablets to match",
         )
     )
 

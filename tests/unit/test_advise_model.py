@@ -233,6 +233,21 @@ def test_key_part_that_keeps_the_busy_tenant_in_one_bucket_is_named() -> None:
     assert "salting splits each end into N" in plain.message
 
 
+def test_recommendation_far_above_the_rule_of_thumb_is_explained() -> None:
+    """The article's per-key counts on 32 tablets: rule of thumb 5 but N = 32, because range B
+    spans about 7 tablets; a note says so and points at --tablets. On one tablet per range the
+    two agree and there is no note."""
+    wide = advise(article_counts(200), **FAST | {"candidates": (1, 2, 4, 8, 16, 32)})
+    assert (wide.rule_of_thumb, wide.recommended) == (5, 32)
+    note = next(f for f in wide.findings if f.code == "wide-hot-range")
+    assert note.severity == "note"
+    assert "spans about 7 of the 32 tablets (from A#" in note.message
+    assert "--tablets" in note.message
+    narrow = advise(article_counts(200), tablets=5, **FAST)
+    assert narrow.recommended == 4
+    assert "wide-hot-range" not in codes(narrow)
+
+
 def test_a_wide_hot_range_still_asks_for_larger_candidates() -> None:
     """Whole keys hashed, hot range wider than the largest candidate: salting would split it
     with more buckets, and target-unreachable says so."""
@@ -388,6 +403,16 @@ def test_few_keys_and_small_sample_warnings() -> None:
         [Access(b"u%d" % rnd.randrange(100), 1.0, float(i)) for i in range(300)], windows=10
     )
     assert "small-sample" in codes(small)
+
+
+def test_tablet_key_ranges_match_the_tablets_loads() -> None:
+    """40 keys on 32 tablets: tablet 0 holds k00 and k01, so a load on k01 is tablet 0's, and
+    the hottest cell and the tablets' first keys say so."""
+    accesses = [Access(b"k%02d" % i) for i in range(40)] + [Access(b"k01", 100.0)]
+    unsalted = advise(accesses, candidates=(1,), resamples=20).simulation(1)
+    assert unsalted.hottest.tablet == 0
+    assert (unsalted.hottest.first_key, unsalted.hottest.last_key) == (b"k00", b"k01")
+    assert unsalted.tablet_first_keys[:3] == (b"k00", b"k02", b"k03")
 
 
 def test_explicit_windows_are_equal_time_spans() -> None:

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from saltedtable.advise import Access, Advice, advise
+from saltedtable.advise.heatmap import _x_ticks
 from saltedtable.advise.report import JSON_SCHEMA, epoch_scale, json_report, text_report
 
 FAST = {"candidates": (1, 2, 4), "resamples": 50}
@@ -104,3 +105,18 @@ def test_json_report_mirrors_the_advice() -> None:
 def test_epoch_scale_recognises_epoch_units(values: list[float], scale: float | None) -> None:
     """Epoch seconds, ms, us and ns are recognised by magnitude; other numbers are not."""
     assert epoch_scale(values) == scale
+
+
+def test_heat_map_time_labels_are_rounded_to_the_window() -> None:
+    """Windows run from the first to the last timestamp (16:00:00.0 to 16:59:58.4 in four):
+    the ticks read 16:00, 16:15, 16:30, 16:45, not 16:14:59; short windows keep seconds."""
+    start = 1_710_000_000.0  # 2024-03-09 16:00:00 UTC
+    quarters = [start + i * 3_598.4 / 4 for i in range(5)]
+    assert _x_ticks("time", quarters, 4, 1.0) == (
+        [0, 1, 2, 3],
+        ["16:00", "16:15", "16:30", "16:45"],
+    )
+    minutes = [start + i * 59.6 for i in range(5)]
+    assert _x_ticks("time", minutes, 4, 1.0)[1] == ["16:00:00", "16:01:00", "16:01:59", "16:02:59"]
+    in_ms = [edge * 1_000 for edge in quarters]
+    assert _x_ticks("time", in_ms, 4, 1_000.0)[1][1] == "16:15"

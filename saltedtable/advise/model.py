@@ -194,6 +194,8 @@ class Advice:
     """What :func:`advise` found: the simulations, the recommendation and the findings."""
 
     lines: int
+    #: Lines of count 0: keys listed for storage only.
+    storage_lines: int
     distinct_keys: int
     total_load: float
     time_axis: TimeAxis
@@ -489,6 +491,7 @@ def advise(
 
     return Advice(
         lines=len(accesses),
+        storage_lines=len(accesses) - len(loaded),
         distinct_keys=len(keys),
         total_load=total,
         time_axis=axis,

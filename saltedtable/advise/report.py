@@ -17,7 +17,7 @@ __all__ = ["JSON_SCHEMA", "epoch_scale", "json_report", "text_report"]
 
 #: Bump when a key of ``advise --json`` changes meaning or disappears (history in
 #: docs/advise.md).
-JSON_SCHEMA: Final = 2
+JSON_SCHEMA: Final = 3
 _LEVEL: Final = f"{CONFIDENCE:.0%}"
 
 _EPOCH_UNITS: Final = ((1e9, 1e10, 1.0), (1e12, 1e13, 1e3), (1e15, 1e16, 1e6), (1e18, 1e19, 1e9))
@@ -75,7 +75,7 @@ def _counts_text(advice: Advice) -> str:
         how = f"count unit {unit:g}, as given"
     elif unit != 1.0:
         how = f"every count is {unit:g}: read as one access a line"
-    elif advice.total_load != advice.lines:
+    elif advice.total_load != advice.lines - advice.storage_lines:
         how = "each count is that many accesses"
     else:
         return ""
@@ -123,9 +123,13 @@ def text_report(
     """
     out: list[str] = []
     limit = advice.scan_limit
+    storage = (
+        f" ({advice.storage_lines:,} of count 0: storage only)" if advice.storage_lines else ""
+    )
     out.append(
-        f"sample: {source}: {advice.lines:,} lines, {advice.distinct_keys:,} distinct keys, "
-        f"load {advice.total_load:,.6g}; {_axis_text(advice, time_source)}"
+        f"sample: {source}: {advice.lines:,} lines{storage}, "
+        f"{advice.distinct_keys:,} distinct keys, load {advice.total_load:,.6g}; "
+        f"{_axis_text(advice, time_source)}"
     )
     part = f", key part {key_part}" if key_part else ""
     out.append(
@@ -231,6 +235,7 @@ def json_report(
             "source": source,
             "format": fmt,
             "lines": advice.lines,
+            "storage_lines": advice.storage_lines,
             "distinct_keys": advice.distinct_keys,
             "total_load": advice.total_load,
             "count_unit": advice.count_unit,

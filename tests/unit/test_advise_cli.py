@@ -74,11 +74,11 @@ def test_advise_seed_and_resamples(capsys: pytest.CaptureFixture[str], small: Pa
 
 
 def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) -> None:
-    """--json prints one JSON document with the documented keys and types (schema 2)."""
+    """--json prints one JSON document with the documented keys and types (schema 3)."""
     code, out, _ = run(capsys, "advise", "--json", "--candidates", "1,4,16,32", str(skewed))
     assert code == 0
     report = json.loads(out)
-    assert report["schema"] == 2
+    assert report["schema"] == 3
     assert set(report) == {
         "schema",
         "input",
@@ -93,7 +93,22 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
         "findings",
         "plot",
     }
+    assert set(report["input"]) == {
+        "source",
+        "format",
+        "lines",
+        "storage_lines",
+        "distinct_keys",
+        "total_load",
+        "count_unit",
+        "events",
+        "time_axis",
+        "windows",
+        "window_edges",
+        "keys_as",
+    }
     assert report["input"]["lines"] == 20_000
+    assert report["input"]["storage_lines"] == 0
     assert report["input"]["format"] == "csv"
     assert report["input"]["time_axis"] == "time"
     assert report["input"]["count_unit"] == 1.0

@@ -795,7 +795,8 @@ def test_scaling_counts_and_unit_together_changes_nothing(
 
 
 def test_demo_files_are_what_the_command_reads(demo: ModuleType, tmp_path: Path) -> None:
-    """advise_demo.py writes key,count,time lines (or key,count per key) that read back whole."""
+    """advise_demo.py writes key,count,time lines (or key,count per key, with or without
+    key,0 storage lines) that read back whole."""
     path = tmp_path / "demo.csv"
     with path.open("w") as out:
         demo.write_log(out, 500)
@@ -808,3 +809,12 @@ def test_demo_files_are_what_the_command_reads(demo: ModuleType, tmp_path: Path)
     per_key, _ = read_file(str(path))
     assert sum(a.count for a in per_key) == 2_000
     assert all(a.time is None for a in per_key)
+    with path.open("w") as out:
+        demo.write_rows(out, demo.article_lines(2_000), storage=demo.article_keys())
+    with_storage, _ = read_file(str(path))
+    assert len(with_storage) == 7_000
+    assert {a.key for a in with_storage if a.count == 0} == {
+        k.encode() for k in demo.article_keys()
+    }
+    assert all(a.time is None for a in with_storage[:5_000])
+    assert all(a.time is not None for a in with_storage[5_000:])

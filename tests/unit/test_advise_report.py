@@ -63,6 +63,10 @@ def test_weighted_sample_names_its_count_unit() -> None:
     assert "noise: 1,994 accesses (each count is that many accesses);" in text
     text = report(advise(counted, count_unit=0.5, **FAST))
     assert "noise: 3,988 accesses (count unit 0.5, as given);" in text
+    storage = [Access(b"k%04d" % i, 0.0) for i in range(500)]
+    text = report(advise([*storage, Access(b"k0001"), Access(b"k0400")], **FAST))
+    assert "sample: sample.csv: 502 lines (500 of count 0: storage only), 500 distinct keys" in text
+    assert "accesses (" not in text  # two accesses of count 1: nothing to say about counts
 
 
 def test_hot_key_report_recommends_nothing() -> None:
@@ -80,7 +84,7 @@ def test_json_report_mirrors_the_advice() -> None:
     doc = json_report(
         advice, source="s", fmt="csv", hash_name="crc32", key_part=None, keys_as_hex=True
     )
-    assert doc["schema"] == JSON_SCHEMA == 2
+    assert doc["schema"] == JSON_SCHEMA == 3
     assert doc["recommended"] == advice.recommended
     assert doc["noise"] == {
         "floor": round(advice.noise_floor, 4),

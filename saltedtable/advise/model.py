@@ -102,7 +102,7 @@ _MONOTONIC_CHUNKS: Final = 20
 _MONOTONIC_CODES: Final = frozenset({"monotonic-keys", "monotonic-within-prefix"})
 #: Keys with the most common load: at this share the load per tablet is the key count.
 _SAME_LOAD: Final = 0.99
-#: Warn when the keys never seen may be this share of the keys seen.
+#: Warn when this share of the keys were seen once and the keys never seen may be as many.
 _UNSEEN_SHARE: Final = 0.25
 #: A hot spot whose load is this much in one bucket is one no N can split.
 _ONE_BUCKET: Final = 0.9
@@ -416,8 +416,9 @@ def advise(
     for (_, w), load in key_window.items():
         window_max[w] = max(window_max.get(w, 0.0), load)
     # The tablet of each window's hottest key holds that key and, at best, a fair share
-    # of the rest: salting cannot take max/mean below that.
-    hot_key_floor = 1.0 + (t_count - 1) * math.fsum(window_max.values()) / total
+    # of the rest: salting cannot take max/mean below that (linear in the share, so the
+    # windows' weighted mean is the level of their summed shares).
+    hot_key_floor = _key_tablet_level(math.fsum(window_max.values()) / total, len(keys), t_count)
     top = sorted(range(len(keys)), key=lambda i: -key_load[i])[:3]
     top_keys = tuple((keys[i], key_load[i] / total) for i in top)
 
@@ -427,7 +428,7 @@ def advise(
     rule = 1 if unsalted.meets_target else max(1, math.ceil(ratio))
     recommended = next((s.buckets for s in sims if s.meets_target), None)
 
-    _find_hot_key(top_keys, t_count, target, show_key, findings)
+    _find_hot_key(top_keys, len(keys), t_count, target, show_key, findings)
     _find_monotonic(accesses, axis, positions, widest, show_key, findings)
     if w_count == 1:
         _find_no_load(
@@ -853,8 +854,9 @@ def _find_no_load(
         return  # count-0 lines list the keys the sample did not see
     once, twice = loads.get(1.0, 0), loads.get(2.0, 0)
     # Chao1: a lower-bound estimate of the keys never seen, from those seen once and twice.
+    # It assumes many rarely seen keys, so a few stray ones in an export do not count.
     unseen = once * (once - 1) / (2 * (twice + 1))
-    if unseen < _UNSEEN_SHARE * distinct:
+    if min(once, unseen) < _UNSEEN_SHARE * distinct:
         return
     findings.append(
         Finding(
@@ -913,16 +915,29 @@ def _find_wide_hot_range(
     )
 
 
+def _key_tablet_level(share: float, distinct: int, t_count: int) -> float:
+    """max/mean of the tablet holding a key with ``share`` of the load, the rest spread evenly.
+
+    The tablet holds the key and D/T - 1 of the other D - 1 keys, each with an
+    equal part of the rest: ``T * share + (D - T) / (D - 1) * (1 - share)``. That
+    is 1 for a key with its fair share 1/D, and about ``1 + (T - 1) * share``
+    when keys far outnumber tablets.
+    """
+    if distinct <= 1 or t_count <= 1:
+        return 1.0
+    return t_count * share + (distinct - t_count) / (distinct - 1) * (1.0 - share)
+
+
 def _find_hot_key(
     top_keys: Sequence[tuple[bytes, float]],
+    distinct: int,
     t_count: int,
     target: float,
     show_key: Callable[[bytes], str],
     findings: list[Finding],
 ) -> None:
     key, share = top_keys[0]
-    # The key's tablet also holds its fair share of everything else.
-    level = 1.0 + (t_count - 1) * share
+    level = _key_tablet_level(share, distinct, t_count)
     if _at_most(level, target):
         return
     findings.append(

@@ -372,11 +372,12 @@ def _cmd_advise(args: argparse.Namespace) -> int:
 _ADVISE_EPILOG: Final = """\
 input: CSV with columns key[,count][,time] (a header line "key,count,time" is
 optional and may reorder them) or NDJSON lines {"key": ..., "count": ..., "time": ...}.
-count is the load of the line (default 1): that many accesses, or one access
-a line when every line has the same count (a 1-in-U sample; --count-unit sets
-U); a count of 0 lists a key for storage only. time is a number (e.g. epoch seconds) or an ISO 8601
-date. Without times the line order is the time axis, unless the keys are
-sorted (a key dump: one window).
+count is the load of the line (default 1): that many accesses, or one access a
+line when every line has the same count (a 1-in-U sample; --count-unit sets U).
+A count of 0 lists a key for storage only (no time needed). time is a number
+(e.g. epoch seconds) or an ISO 8601 date. Without times the line order is the
+time axis, unless the lines are sorted by key (a key dump) or give each key
+once with counts that differ (per-key totals): one window.
 
 model: the distinct keys, in their unsalted or salted order, are cut into
 --tablets tablets of equal key count (Bigtable splits tablets by size); each

@@ -358,7 +358,7 @@ def advise(
                 "order-as-time",
                 "note",
                 f"no time column: the line order is the time axis, cut into {w_count} windows "
-                f"of about {len(accesses) / w_count:,.0f} lines; if the lines are not in "
+                f"of about {len(loaded) / w_count:,.0f} lines; if the lines are not in "
                 "arrival order, pass --windows 1 (or --ordered to confirm that they are)",
             )
         )
@@ -434,44 +434,15 @@ def advise(
         _find_no_load(
             key_load, unit, storage=any(a.count == 0 for a in accesses), findings=findings
         )
-    if choice == "auto" and w_count == 1 and {f.code for f in findings} & _MONOTONIC_CODES:
-        # Enough accesses for 8 windows of MIN_CELL_EVENTS a tablet.
-        needed = 8 * MIN_CELL_EVENTS * t_count * len(accesses) / events
-        findings.append(
-            Finding(
-                "one-window",
-                "warning",
-                f"the keys rise with time, so the hot spot moves, but at about "
-                f"{events / t_count:,.0f} accesses a tablet the sample is too small to cut into "
-                f"windows of {MIN_CELL_EVENTS} a tablet: one window averages the moving end "
-                "away, and every max/mean above understates it. Try --windows 4 (noisier), or "
-                f"a sample of about {_round_up(needed):,} lines",
-            )
-        )
-    per_cell = events / (w_count * t_count)
+    if choice == "auto" and w_count == 1:
+        _find_one_window(len(loaded), events, t_count, findings)
     # Chance alone, without the rounding of whole keys into tablets (few-keys says that):
     # only this part shrinks with a larger sample.
     chance = uniform_floor([_settled(load / unit) for load in window_load], t_count)
-    if not _at_most(chance.high, target):
-        # Noise shrinks as 1/sqrt(events): how many lines bring the floor to the target.
-        needed = len(accesses) * ((chance.high - 1.0) / (target - 1.0)) ** 2
-        weighted = f" (counts read in units of {unit:g})" if unit != 1.0 else ""
-        findings.append(
-            Finding(
-                "small-sample",
-                "warning",
-                f"the sample counts as {events:,.0f} accesses{weighted}, about {per_cell:,.0f} "
-                f"per tablet per window ({t_count} tablets x {w_count} window"
-                f"{'s' * (w_count != 1)}): a perfectly uniform workload sampled like this "
-                f"shows max/mean up to {chance.high:.2f} by chance, above the target "
-                f"{target:g}, so the sample cannot show which N meets it; use about "
-                f"{_round_up(needed):,} lines, or fewer --tablets or --windows",
-            )
-        )
-    _find_inconclusive(sims, recommended, target, len(accesses), findings)
+    _find_small_sample(chance.high, len(loaded), events, unit, w_count, t_count, target, findings)
+    _find_inconclusive(sims, recommended, target, len(loaded), findings)
     _find_wide_hot_range(sims[0], keys, rule, recommended, show_key, findings)
     if recommended is None:
-        best = min(sims, key=lambda s: s.corrected)
         if not _at_most(hot_key_floor, target):
             why = f"single keys keep max/mean near {hot_key_floor:.2f} whatever N is (see hot-key)"
         elif not _at_most(chance.high, target):
@@ -480,6 +451,7 @@ def advise(
             why = stuck
         else:
             why = "try larger --candidates or a key part that spreads the load"
+        best = min(sims, key=lambda s: s.corrected)
         findings.append(
             Finding(
                 "target-unreachable",
@@ -782,6 +754,55 @@ def _find_few_keys(
             f"{max(sizes)} keys, so a load spread evenly over the keys shows max/mean "
             f"{rounding:.2f} from that rounding alone (the noise floor includes it), and no N "
             "changes it; a sample this small says little about a real table",
+        )
+    )
+
+
+def _find_one_window(lines: int, events: float, t_count: int, findings: list[Finding]) -> None:
+    """Warn when keys rise with time but the sample allowed only one automatic window."""
+    if not {f.code for f in findings} & _MONOTONIC_CODES:
+        return
+    # Enough accesses for 8 windows of MIN_CELL_EVENTS a tablet.
+    needed = 8 * MIN_CELL_EVENTS * t_count * lines / events
+    findings.append(
+        Finding(
+            "one-window",
+            "warning",
+            f"the keys rise with time, so the hot spot moves, but at about "
+            f"{events / t_count:,.0f} accesses a tablet the sample is too small to cut into "
+            f"windows of {MIN_CELL_EVENTS} a tablet: one window averages the moving end "
+            "away, and every max/mean above understates it. Try --windows 4 (noisier), or "
+            f"a sample of about {_round_up(needed):,} lines",
+        )
+    )
+
+
+def _find_small_sample(
+    chance_high: float,
+    lines: int,
+    events: float,
+    unit: float,
+    w_count: int,
+    t_count: int,
+    target: float,
+    findings: list[Finding],
+) -> None:
+    """Warn when chance alone could take a uniform workload's max/mean above the target."""
+    if _at_most(chance_high, target):
+        return
+    # Noise shrinks as 1/sqrt(events): how many lines bring the floor to the target.
+    needed = lines * ((chance_high - 1.0) / (target - 1.0)) ** 2
+    weighted = f" (counts read in units of {unit:g})" if unit != 1.0 else ""
+    findings.append(
+        Finding(
+            "small-sample",
+            "warning",
+            f"the sample counts as {events:,.0f} accesses{weighted}, about "
+            f"{events / (w_count * t_count):,.0f} per tablet per window ({t_count} tablets x "
+            f"{w_count} window{'s' * (w_count != 1)}): a perfectly uniform workload sampled "
+            f"like this shows max/mean up to {chance_high:.2f} by chance, above the target "
+            f"{target:g}, so the sample cannot show which N meets it; use about "
+            f"{_round_up(needed):,} lines, or fewer --tablets or --windows",
         )
     )
 

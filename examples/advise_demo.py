@@ -19,11 +19,15 @@ The other workloads are the ones the advisor's tests and docs measure:
 
 ``--weighted`` writes one ``key,count`` line per distinct key instead (the
 accesses summed per key, no time): a weighted sample, as a counter export gives.
+``--storage`` (``article`` only) first lists every key of the five ranges as a
+``key,0`` line: storage without load, so that the tablets are cut from the
+table's keys rather than from the keys the accesses happened to touch.
 
     python examples/advise_demo.py skewed.csv          # 60,000 lines (or: --lines N)
     saltedtable advise skewed.csv --plot heatmap.png
     python examples/advise_demo.py --workload article article.csv
     saltedtable advise article.csv --tablets 5
+    python examples/advise_demo.py --workload article --storage --lines 2000 log.csv
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
 START_MS = 1_700_000_000_000
@@ -89,6 +93,13 @@ WORKLOADS: dict[str, tuple[Callable[[int], Iterator[Line]], int]] = {
 }
 
 
+def article_keys() -> list[str]:
+    """Every key of the article's five ranges, in key order: the table's storage."""
+    return [
+        f"{group}#user{user:04d}" for group in "ABCDE" for user in range(ARTICLE_KEYS_PER_RANGE)
+    ]
+
+
 def per_key(rows: Iterator[Line]) -> list[tuple[str, int]]:
     """Sum the counts per key, in key order (a weighted sample without times)."""
     totals: dict[str, int] = {}
@@ -97,14 +108,23 @@ def per_key(rows: Iterator[Line]) -> list[tuple[str, int]]:
     return sorted(totals.items())
 
 
-def write_rows(out: TextIO, rows: Iterator[Line], *, weighted: bool = False) -> None:
-    """Write ``key,count,time`` lines (time in epoch seconds), or ``key,count`` per key."""
+def write_rows(
+    out: TextIO, rows: Iterator[Line], *, weighted: bool = False, storage: Sequence[str] = ()
+) -> None:
+    """Write ``key,count,time`` lines (time in epoch seconds), or ``key,count`` per key.
+
+    ``storage`` keys come first as ``key,0`` lines: listed for storage, no load, no time.
+    """
     if weighted:
         out.write("key,count\n")
+        for key in storage:
+            out.write(f"{key},0\n")
         for key, count in per_key(rows):
             out.write(f"{key},{count}\n")
         return
     out.write("key,count,time\n")
+    for key in storage:
+        out.write(f"{key},0,\n")
     for key, count, moment in rows:
         out.write(f"{key},{count},{moment:.3f}\n")
 
@@ -127,14 +147,20 @@ def main() -> None:
     parser.add_argument(
         "--weighted", action="store_true", help="one key,count line per distinct key"
     )
+    parser.add_argument(
+        "--storage", action="store_true", help="list every key as a key,0 line first (article)"
+    )
     args = parser.parse_args()
+    if args.storage and args.workload != "article":
+        parser.error("--storage needs --workload article (the other key spaces have no list)")
     make, default_lines = WORKLOADS[args.workload]
     rows = make(args.lines or default_lines)
+    storage = article_keys() if args.storage else []
     if args.path == "-":
-        write_rows(sys.stdout, rows, weighted=args.weighted)
+        write_rows(sys.stdout, rows, weighted=args.weighted, storage=storage)
     else:
         with open(args.path, "w") as out:
-            write_rows(out, rows, weighted=args.weighted)
+            write_rows(out, rows, weighted=args.weighted, storage=storage)
 
 
 if __name__ == "__main__":

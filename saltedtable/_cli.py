@@ -306,6 +306,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
             ordered=args.ordered,
             resamples=args.resamples or model.DEFAULT_RESAMPLES,
             seed=args.seed,
+            count_unit=args.count_unit,
             show_key=show_key,
             progress=lambda done, _total: simulate.update(done),
         )
@@ -371,10 +372,12 @@ def _cmd_advise(args: argparse.Namespace) -> int:
 _ADVISE_EPILOG: Final = """\
 input: CSV with columns key[,count][,time] (a header line "key,count,time" is
 optional and may reorder them) or NDJSON lines {"key": ..., "count": ..., "time": ...}.
-count is the load of the line (default 1), read as count/u accesses, u the 1st
-percentile of the counts; time is a number (e.g. epoch seconds) or an ISO 8601
-date. Without times the line order is the time axis, unless the keys are
-sorted (a key dump: one window).
+count is the load of the line (default 1): that many accesses, or one access a
+line when every line has the same count (a 1-in-U sample; --count-unit sets U).
+A count of 0 lists a key for storage only (no time needed). time is a number
+(e.g. epoch seconds) or an ISO 8601 date. Without times the line order is the
+time axis, unless the lines are sorted by key (a key dump) or give each key
+once with counts that differ (per-key totals): one window.
 
 model: the distinct keys, in their unsalted or salted order, are cut into
 --tablets tablets of equal key count (Bigtable splits tablets by size); each
@@ -493,6 +496,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="W",
         help="time windows (default: chosen from the data, the coarsest of 1, 2, 4 .. 64 "
         "that still show the unsalted hot spot, at least 32 accesses per tablet per window)",
+    )
+    adv.add_argument(
+        "--count-unit",
+        type=_float_above(0),
+        metavar="U",
+        help="the count of one access: a line of count c is c/U accesses (default: the "
+        "count when every line has the same one, a 1-in-U sample; else 1)",
     )
     adv.add_argument(
         "--ordered",

@@ -40,11 +40,22 @@ def _ticks(count: int, wanted: int) -> list[int]:
     return sorted({round(i * step) for i in range(wanted)})
 
 
-def _time_label(value: float, scale: float | None, span: float) -> str:
+def _time_label(value: float, scale: float | None, span: float, width: float) -> str:
+    """A window's start as a clock time, rounded to a unit that is small next to ``width``.
+
+    Windows run from the first timestamp to the last, so their edges fall
+    between round times (a log of one hour from 16:00:00.0 to 16:59:58.4 has
+    its second quarter start at 16:14:59.6): rounding shows 16:15, not 16:14:59.
+    """
     if scale is None:
         return f"{value:.6g}"
-    moment = datetime.fromtimestamp(value / scale, tz=UTC)
-    return moment.strftime("%H:%M:%S" if span / scale < 86400 else "%Y-%m-%d\n%H:%M")
+    seconds = value / scale
+    # Minutes once a window is 5 minutes or more (rounding moves a label a tenth of it).
+    unit, form = (60.0, "%H:%M") if width / scale >= 300 else (1.0, "%H:%M:%S")
+    if span / scale >= 86400:
+        unit, form = 60.0, "%Y-%m-%d\n%H:%M"
+    moment = datetime.fromtimestamp(round(seconds / unit) * unit, tz=UTC)
+    return moment.strftime(form)
 
 
 def render_heatmap(
@@ -123,7 +134,7 @@ def _x_ticks(
     starts = [edges[w] for w in ticks]
     if axis == "order":
         return ticks, [f"{int(s) + 1:,}" for s in starts]
-    return ticks, [_time_label(s, time_scale, span) for s in starts]
+    return ticks, [_time_label(s, time_scale, span, span / w_count) for s in starts]
 
 
 def _x_label(axis: str, time_scale: float | None) -> str:

@@ -153,7 +153,9 @@ class _Sample:
         if len(key) > MAX_ROW_KEY_BYTES:
             raise ValueError(f"key is {len(key)} bytes; Bigtable allows {MAX_ROW_KEY_BYTES}")
         timed = moment is not None
-        if self._first_timed is None:
+        if count == 0 and not timed:
+            pass  # a key listed for storage only needs no time
+        elif self._first_timed is None:
             self._first_timed = (line, timed)
         elif self._first_timed[1] != timed:
             first_line, first_timed = self._first_timed

@@ -42,12 +42,14 @@ import bisect
 import itertools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
 
 from .._salt import SaltScheme, format_key
-from .noise import CONFIDENCE, count_unit, estimate, uniform_floor
+from .noise import CONFIDENCE, estimate, uniform_floor
+from .noise import count_unit as _count_unit
 
 __all__ = [
     "DEFAULT_CANDIDATES",
@@ -59,6 +61,7 @@ __all__ = [
     "MIN_CELL_EVENTS",
     "Access",
     "Advice",
+    "CountUnitChoice",
     "Finding",
     "HotSpot",
     "Simulation",
@@ -96,6 +99,13 @@ _MONOTONIC_SHARE: Final = 0.8
 #: Keys led by a number are checked on their own when they are this share of the lines.
 _MONOTONIC_MIN_SHARE: Final = 0.2
 _MONOTONIC_CHUNKS: Final = 20
+_MONOTONIC_CODES: Final = frozenset({"monotonic-keys", "monotonic-within-prefix"})
+#: Keys with the most common load: at this share the load per tablet is the key count.
+_SAME_LOAD: Final = 0.99
+#: Warn when this share of the keys were seen once and the keys never seen may be as many.
+_UNSEEN_SHARE: Final = 0.25
+#: A hot spot whose load is this much in one bucket is one no N can split.
+_ONE_BUCKET: Final = 0.9
 
 TimeAxis = Literal["time", "order", "none"]
 Severity = Literal["warning", "note"]
@@ -105,6 +115,8 @@ Severity = Literal["warning", "note"]
 Verdict = Literal["uniform", "meets", "above", "unclear"]
 #: ``auto``: chosen from the data; ``given``: the caller's; ``single``: no time axis.
 WindowChoice = Literal["auto", "given", "single"]
+#: ``auto``: from the counts (see :func:`~saltedtable.advise.noise.count_unit`); ``given``.
+CountUnitChoice = Literal["auto", "given"]
 
 
 class _Ordered(Protocol):
@@ -182,6 +194,8 @@ class Advice:
     """What :func:`advise` found: the simulations, the recommendation and the findings."""
 
     lines: int
+    #: Lines of count 0: keys listed for storage only.
+    storage_lines: int
     distinct_keys: int
     total_load: float
     time_axis: TimeAxis
@@ -193,13 +207,15 @@ class Advice:
     scan_limit: int
     simulations: tuple[Simulation, ...]
     recommended: int | None
-    #: ceil(:attr:`rule_of_thumb_ratio`): the shard count the unsalted skew suggests.
+    #: The shard count the unsalted skew suggests: ceil(:attr:`rule_of_thumb_ratio`),
+    #: or 1 when the unsalted layout meets the target.
     rule_of_thumb: int
-    #: The unsalted layout's corrected max/mean to one decimal; 1.0 when it is
-    #: indistinguishable from uniform.
+    #: The unsalted layout's corrected max/mean to one decimal.
     rule_of_thumb_ratio: float
     #: The load one access stands for (see :func:`~saltedtable.advise.noise.count_unit`).
     count_unit: float
+    #: Whether :attr:`count_unit` was given or read from the counts.
+    count_unit_choice: CountUnitChoice
     #: total_load / count_unit: how many accesses the sample counts as.
     events: float
     #: Expected max/mean of a perfectly uniform workload sampled like this one.
@@ -208,7 +224,9 @@ class Advice:
     noise_floor_high: float
     resamples: int
     seed: int
-    #: The max/mean no salt can go below: the hottest single key's load per window.
+    #: The max/mean salting converges to at best: per window, the tablet of the
+    #: hottest single key holds that key and a fair share of the rest,
+    #: ``1 + (T - 1) * key share`` (weighted over the windows by their load).
     hot_key_floor: float
     #: The keys with the largest share of the load, largest first.
     top_keys: tuple[tuple[bytes, float], ...]
@@ -243,6 +261,7 @@ def advise(
     ordered: bool = False,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    count_unit: float | None = None,
     show_key: Callable[[bytes], str] = format_key,
     progress: Callable[[int, int], None] | None = None,
 ) -> Advice:
@@ -266,6 +285,10 @@ def advise(
         resamples: Resamples behind each interval (>= 20).
         seed: Random seed of the resampling: the same sample, arguments and
             seed always give the same advice.
+        count_unit: The load of one access: a line of count ``c`` is ``c /
+            count_unit`` accesses, which sets the sampling noise. None: the
+            common count when every positive count is the same (a 1-in-U
+            sample), else 1 (counts are numbers of accesses).
         show_key: How messages show a key.
         progress: Called as ``progress(done, total)`` after each layout.
 
@@ -288,6 +311,8 @@ def advise(
         raise ValueError(f"windows must be >= 1, got {windows}")
     if scan_limit < 1:
         raise ValueError(f"scan_limit must be >= 1, got {scan_limit}")
+    if count_unit is not None and not (count_unit > 0 and math.isfinite(count_unit)):
+        raise ValueError(f"count_unit must be a finite number > 0, got {count_unit}")
     if resamples < 20:
         raise ValueError(f"resamples must be >= 20, got {resamples}")
     if any(n < 1 for n in candidates):
@@ -297,9 +322,11 @@ def advise(
             raise ValueError("row keys must not be empty")
         if not (a.count >= 0 and math.isfinite(a.count)):
             raise ValueError(f"counts must be finite and >= 0, got {a.count} for {a.key!r}")
-    timed = sum(a.time is not None for a in accesses)
-    if 0 < timed < len(accesses):
-        raise ValueError("either every access has a time or none has")
+    # Count-0 lines list keys for storage only; they need no time.
+    loaded = [a for a in accesses if a.count > 0]
+    timed = sum(a.time is not None for a in loaded)
+    if 0 < timed < len(loaded):
+        raise ValueError("either every access has a time or none has (count-0 lines may omit it)")
     total = math.fsum(a.count for a in accesses)
     if total <= 0:
         raise ValueError("the sample carries no load (every count is 0)")
@@ -308,18 +335,11 @@ def advise(
     axis, positions = _time_axis(accesses, ordered, findings)
     keys = sorted({a.key for a in accesses})
     t_count = min(tablets, len(keys))
-    if t_count < tablets:
-        findings.append(
-            Finding(
-                "few-keys",
-                "warning",
-                f"only {len(keys)} distinct keys: simulated {t_count} tablets instead of "
-                f"{tablets}; a sample this small says little about a real table",
-            )
-        )
+    sizes = _tablet_sizes(len(keys), t_count)
+    _find_few_keys(len(keys), tablets, sizes, target, findings)
     index = {k: i for i, k in enumerate(keys)}
     key_of = [index[a.key] for a in accesses]
-    unit = count_unit([a.count for a in accesses])
+    unit = count_unit if count_unit is not None else _count_unit([a.count for a in accesses])
     events = total / unit
 
     if axis == "none" or max(positions) == min(positions):
@@ -330,8 +350,18 @@ def advise(
         w_count = windows
     else:
         choice = "auto"
-        w_count = _choose_windows(accesses, positions, key_of, len(keys), t_count, total, unit)
+        w_count = _choose_windows(accesses, positions, key_of, sizes, total, unit)
     edges = _windows(positions, w_count)[0]
+    if axis == "order" and not ordered and w_count > 1:
+        findings.append(
+            Finding(
+                "order-as-time",
+                "note",
+                f"no time column: the line order is the time axis, cut into {w_count} windows "
+                f"of about {len(loaded) / w_count:,.0f} lines; if the lines are not in "
+                "arrival order, pass --windows 1 (or --ordered to confirm that they are)",
+            )
+        )
     # Each window in _PHASES parts, so that windows shifted by a part can be summed too.
     phases = _PHASES if w_count > 1 else 1
     part_of = _windows(positions, w_count * phases)[1]
@@ -344,15 +374,17 @@ def advise(
         cells[i, part] = cells.get((i, part), 0.0) + a.count
         key_load[i] += a.count
         window_load[part // phases] += a.count
-    floor = uniform_floor([_settled(load / unit) for load in window_load], t_count)
+    floor = uniform_floor([_settled(load / unit) for load in window_load], t_count, sizes)
 
     todo = sorted(set(candidates) | {1})
     sims: list[Simulation] = []
+    # The scheme of the largest candidate: which keys salting can split at all.
+    widest: SaltScheme | None = None
     for done, n in enumerate(todo, 1):
         if n == 1:
             physical, sub_scans = keys, 1
         else:
-            scheme = scheme_for(n)
+            scheme = widest = scheme_for(n)
             physical = [scheme.salt_key(k) for k in keys]
             # hash="java" has 2N-1 prefixes, and a scan reads every one of them.
             sub_scans = len(scheme.prefixes)
@@ -383,43 +415,43 @@ def advise(
     window_max: dict[int, float] = {}
     for (_, w), load in key_window.items():
         window_max[w] = max(window_max.get(w, 0.0), load)
-    hot_key_floor = t_count * math.fsum(window_max.values()) / total
+    # The tablet of each window's hottest key holds that key and, at best, a fair share
+    # of the rest: salting cannot take max/mean below that (linear in the share, so the
+    # windows' weighted mean is the level of their summed shares).
+    hot_key_floor = _key_tablet_level(math.fsum(window_max.values()) / total, len(keys), t_count)
     top = sorted(range(len(keys)), key=lambda i: -key_load[i])[:3]
     top_keys = tuple((keys[i], key_load[i] / total) for i in top)
 
     unsalted = sims[0]
-    ratio = 1.0 if unsalted.verdict == "uniform" else round(_settled(unsalted.corrected), 1)
-    rule = max(1, math.ceil(ratio))
+    ratio = round(_settled(unsalted.corrected), 1)
+    # No shards when the unsalted layout already meets the target (or is like uniform).
+    rule = 1 if unsalted.meets_target else max(1, math.ceil(ratio))
     recommended = next((s.buckets for s in sims if s.meets_target), None)
 
-    _find_hot_key(top_keys, t_count, target, show_key, findings)
-    _find_monotonic(accesses, axis, positions, show_key, findings)
-    per_cell = events / (w_count * t_count)
-    if not _at_most(floor.high, target):
-        # Noise shrinks as 1/sqrt(events): how many lines bring the floor to the target.
-        needed = len(accesses) * ((floor.high - 1.0) / (target - 1.0)) ** 2
-        weighted = f" (counts read in units of {unit:g})" if unit != 1.0 else ""
-        findings.append(
-            Finding(
-                "small-sample",
-                "warning",
-                f"the sample counts as {events:,.0f} accesses{weighted}, about {per_cell:,.0f} "
-                f"per tablet per window ({t_count} tablets x {w_count} window"
-                f"{'s' * (w_count != 1)}): a perfectly uniform workload sampled like this "
-                f"shows max/mean up to {floor.high:.2f} by chance, above the target "
-                f"{target:g}, so the sample cannot show which N meets it; use about "
-                f"{_round_up(needed):,} lines, or fewer --tablets or --windows",
-            )
+    _find_hot_key(top_keys, len(keys), t_count, target, show_key, findings)
+    _find_monotonic(accesses, axis, positions, widest, show_key, findings)
+    if w_count == 1:
+        _find_no_load(
+            key_load, unit, storage=any(a.count == 0 for a in accesses), findings=findings
         )
-    _find_inconclusive(sims, recommended, target, len(accesses), findings)
+    if choice == "auto" and w_count == 1:
+        _find_one_window(len(loaded), events, t_count, findings)
+    # Chance alone, without the rounding of whole keys into tablets (few-keys says that):
+    # only this part shrinks with a larger sample.
+    chance = uniform_floor([_settled(load / unit) for load in window_load], t_count)
+    _find_small_sample(chance.high, len(loaded), events, unit, w_count, t_count, target, findings)
+    _find_inconclusive(sims, recommended, target, len(loaded), findings)
+    _find_wide_hot_range(sims[0], keys, rule, recommended, show_key, findings)
     if recommended is None:
-        best = min(sims, key=lambda s: s.corrected)
         if not _at_most(hot_key_floor, target):
-            why = f"single keys alone keep max/mean >= {hot_key_floor:.2f} (see hot-key)"
-        elif not _at_most(floor.high, target):
+            why = f"single keys keep max/mean near {hot_key_floor:.2f} whatever N is (see hot-key)"
+        elif not _at_most(chance.high, target):
             why = "the sample is too small to tell (see small-sample)"
+        elif stuck := _one_bucket_share(sims[0], keys, key_window, widest, show_key):
+            why = stuck
         else:
             why = "try larger --candidates or a key part that spreads the load"
+        best = min(sims, key=lambda s: s.corrected)
         findings.append(
             Finding(
                 "target-unreachable",
@@ -432,6 +464,7 @@ def advise(
 
     return Advice(
         lines=len(accesses),
+        storage_lines=len(accesses) - len(loaded),
         distinct_keys=len(keys),
         total_load=total,
         time_axis=axis,
@@ -445,6 +478,7 @@ def advise(
         rule_of_thumb=rule,
         rule_of_thumb_ratio=ratio,
         count_unit=unit,
+        count_unit_choice="auto" if count_unit is None else "given",
         events=events,
         noise_floor=floor.mean,
         noise_floor_high=floor.high,
@@ -493,7 +527,8 @@ def _simulate(
         if row[t] > hot_load:
             hot_w, hot_t, hot_load = w, t, row[t]
     window_total = math.fsum(loads[hot_w])
-    first_rank = [t * d // t_count for t in range(t_count)]
+    # Tablet t holds the ranks r with r * T // d == t: from ceil(t * d / T).
+    first_rank = [-(-t * d // t_count) for t in range(t_count)]
     last_rank = (first_rank[hot_t + 1] if hot_t + 1 < t_count else d) - 1
     hottest = HotSpot(
         tablet=hot_t,
@@ -545,23 +580,38 @@ def _simulate(
 def _time_axis(
     accesses: Sequence[Access], ordered: bool, findings: list[Finding]
 ) -> tuple[TimeAxis, list[float]]:
-    """Pick the time axis and return each access's position on it."""
-    if accesses[0].time is not None:
-        return "time", [a.time for a in accesses if a.time is not None]
-    positions = [float(i) for i in range(len(accesses))]
+    """Pick the time axis and return each access's position on it.
+
+    Count-0 lines (storage only) carry no load: they take the first position of
+    the axis, so they neither stretch it nor count as lines of a log.
+    """
+    loaded = [a for a in accesses if a.count > 0]
+    if loaded[0].time is not None:
+        start = min(a.time for a in loaded if a.time is not None)
+        return "time", [a.time if a.count > 0 and a.time is not None else start for a in accesses]
+    positions, seen = [], 0
+    for a in accesses:
+        positions.append(float(seen if a.count > 0 else 0))
+        seen += a.count > 0
     if ordered:
         return "order", positions
-    if all(accesses[i].key <= accesses[i + 1].key for i in range(len(accesses) - 1)):
-        findings.append(
-            Finding(
-                "no-time",
-                "note",
-                "no time column and the lines are sorted by key: read as a key dump (one time "
-                "window); if they are in arrival order, pass --ordered",
-            )
+    # One line per key with counts that differ: totals (an export sorted by count, say),
+    # whose line order says nothing about time.
+    if len({a.key for a in loaded}) == len(loaded) and len({a.count for a in loaded}) > 1:
+        why, what = "each key has one line, with counts that differ", "per-key totals"
+    elif all(loaded[i].key <= loaded[i + 1].key for i in range(len(loaded) - 1)):
+        why, what = "the lines are sorted by key", "a key dump"
+    else:
+        return "order", positions
+    findings.append(
+        Finding(
+            "no-time",
+            "note",
+            f"no time column and {why}: read as {what} (one time window); if the lines are in "
+            "arrival order, pass --ordered",
         )
-        return "none", positions
-    return "order", positions
+    )
+    return "none", positions
 
 
 def _windows(positions: Sequence[float], w_count: int) -> tuple[tuple[float, ...], list[int]]:
@@ -578,8 +628,7 @@ def _choose_windows(
     accesses: Sequence[Access],
     positions: Sequence[float],
     key_of: Sequence[int],
-    distinct: int,
-    t_count: int,
+    sizes: Sequence[int],
     total: float,
     unit: float,
 ) -> int:
@@ -592,6 +641,7 @@ def _choose_windows(
     counts nest (each window of W is two of 2W), so one pass at the finest
     count gives them all.
     """
+    t_count, distinct = len(sizes), sum(sizes)
     per_tablet = total / unit / t_count
     finest = 1
     while finest * 2 <= MAX_WINDOWS and _at_most(MIN_CELL_EVENTS, per_tablet / (finest * 2)):
@@ -610,7 +660,7 @@ def _choose_windows(
             [math.fsum(fine[f][t] for f in range(w * step, (w + 1) * step)) for t in range(t_count)]
             for w in range(w_count)
         ]
-        floor = uniform_floor([_settled(math.fsum(row) / unit) for row in rows], t_count)
+        floor = uniform_floor([_settled(math.fsum(row) / unit) for row in rows], t_count, sizes)
         measured = t_count * math.fsum(max(row) for row in rows) / total
         # A key dump of distinct keys splits evenly, below the floor: count it as 1.
         signals[w_count] = max(1.0, measured - (floor.mean - 1.0))
@@ -618,6 +668,12 @@ def _choose_windows(
     best = max(signals.values())
     enough = best - (1.0 - _KEEP_SIGNAL) * (best - 1.0) - _SIGNAL_SLACK
     return min(w for w, signal in signals.items() if _at_most(enough, signal))
+
+
+def _tablet_sizes(distinct: int, t_count: int) -> list[int]:
+    """Keys in each tablet when ``distinct`` sorted keys are cut into ``t_count`` equal ones."""
+    edges = [-(-t * distinct // t_count) for t in range(t_count + 1)]  # ceil(t * D / T)
+    return [b - a for a, b in itertools.pairwise(edges)]
 
 
 def _sum_rows(rows: Sequence[Sequence[float]], width: int) -> list[float]:
@@ -672,6 +728,85 @@ def _percent(share: float) -> str:
 # -- findings --------------------------------------------------------------------
 
 
+def _find_few_keys(
+    distinct: int, tablets: int, sizes: Sequence[int], target: float, findings: list[Finding]
+) -> None:
+    """Warn when whole keys are too coarse for the tablets: fewer keys, or uneven tablets."""
+    if len(sizes) < tablets:
+        findings.append(
+            Finding(
+                "few-keys",
+                "warning",
+                f"only {distinct} distinct keys: simulated {len(sizes)} tablets instead of "
+                f"{tablets}; a sample this small says little about a real table",
+            )
+        )
+        return
+    rounding = max(sizes) * len(sizes) / distinct
+    # Whole keys alone take half the way to the target: worth saying why.
+    if _at_most(rounding, 1.0 + (target - 1.0) / 2):
+        return
+    findings.append(
+        Finding(
+            "few-keys",
+            "warning",
+            f"only {distinct} distinct keys on {tablets} tablets: tablets hold {min(sizes)} or "
+            f"{max(sizes)} keys, so a load spread evenly over the keys shows max/mean "
+            f"{rounding:.2f} from that rounding alone (the noise floor includes it), and no N "
+            "changes it; a sample this small says little about a real table",
+        )
+    )
+
+
+def _find_one_window(lines: int, events: float, t_count: int, findings: list[Finding]) -> None:
+    """Warn when keys rise with time but the sample allowed only one automatic window."""
+    if not {f.code for f in findings} & _MONOTONIC_CODES:
+        return
+    # Enough accesses for 8 windows of MIN_CELL_EVENTS a tablet.
+    needed = 8 * MIN_CELL_EVENTS * t_count * lines / events
+    findings.append(
+        Finding(
+            "one-window",
+            "warning",
+            f"the keys rise with time, so the hot spot moves, but at about "
+            f"{events / t_count:,.0f} accesses a tablet the sample is too small to cut into "
+            f"windows of {MIN_CELL_EVENTS} a tablet: one window averages the moving end "
+            "away, and every max/mean above understates it. Try --windows 4 (noisier), or "
+            f"a sample of about {_round_up(needed):,} lines",
+        )
+    )
+
+
+def _find_small_sample(
+    chance_high: float,
+    lines: int,
+    events: float,
+    unit: float,
+    w_count: int,
+    t_count: int,
+    target: float,
+    findings: list[Finding],
+) -> None:
+    """Warn when chance alone could take a uniform workload's max/mean above the target."""
+    if _at_most(chance_high, target):
+        return
+    # Noise shrinks as 1/sqrt(events): how many lines bring the floor to the target.
+    needed = lines * ((chance_high - 1.0) / (target - 1.0)) ** 2
+    weighted = f" (counts read in units of {unit:g})" if unit != 1.0 else ""
+    findings.append(
+        Finding(
+            "small-sample",
+            "warning",
+            f"the sample counts as {events:,.0f} accesses{weighted}, about "
+            f"{events / (w_count * t_count):,.0f} per tablet per window ({t_count} tablets x "
+            f"{w_count} window{'s' * (w_count != 1)}): a perfectly uniform workload sampled "
+            f"like this shows max/mean up to {chance_high:.2f} by chance, above the target "
+            f"{target:g}, so the sample cannot show which N meets it; use about "
+            f"{_round_up(needed):,} lines, or fewer --tablets or --windows",
+        )
+    )
+
+
 def _find_inconclusive(
     sims: Sequence[Simulation],
     recommended: int | None,
@@ -708,26 +843,173 @@ def _find_inconclusive(
     )
 
 
+def _find_no_load(
+    key_load: Sequence[float], unit: float, *, storage: bool, findings: list[Finding]
+) -> None:
+    """In one window, say when the tablets' loads can only follow their key counts.
+
+    Tablets are cut from the sample's keys, to hold equal numbers of them. When
+    every key carries the same load (a key dump, a log of keys seen once) the
+    tablets' loads are equal by construction. When most keys were seen once or
+    twice, many more were never seen, and tablets cut from the keys seen follow
+    the sampled load: a hot range looks as wide in storage as its share of the
+    accesses.
+    """
+    loads = Counter(_settled(load / unit) for load in key_load)
+    distinct = len(key_load)
+    common, count = loads.most_common(1)[0]
+    if count >= _SAME_LOAD * distinct:
+        findings.append(
+            Finding(
+                "no-load-info",
+                "warning",
+                f"every key carries the same load ({common:g} access{'es' * (common != 1)}) in "
+                "one time window: tablets are cut to hold equal numbers of keys, so every "
+                "layout measures max/mean near 1 by construction. The sample shows storage, "
+                "not where the load falls; give accesses with times (or --windows W for a log "
+                "in arrival order) or per-key access counts",
+            )
+        )
+        return
+    if storage:
+        return  # count-0 lines list the keys the sample did not see
+    once, twice = loads.get(1.0, 0), loads.get(2.0, 0)
+    # Chao1: a lower-bound estimate of the keys never seen, from those seen once and twice.
+    # It assumes many rarely seen keys, so a few stray ones in an export do not count.
+    unseen = once * (once - 1) / (2 * (twice + 1))
+    if min(once, unseen) < _UNSEEN_SHARE * distinct:
+        return
+    findings.append(
+        Finding(
+            "unseen-keys",
+            "warning",
+            f"{once:,} of the {distinct:,} keys appear once and {twice:,} twice: by the Chao1 "
+            f"estimate about {unseen:,.0f} or more keys exist that the sample never saw. "
+            "Tablets are cut from the keys seen, so keys too cold to be sampled are missing "
+            "from storage, and the layout may look more even than the table's. List every key "
+            "as a key,0 line next to the accesses, or give per-key counts of all keys",
+        )
+    )
+
+
+def _find_wide_hot_range(
+    unsalted: Simulation,
+    keys: Sequence[bytes],
+    rule: int,
+    recommended: int | None,
+    show_key: Callable[[bytes], str],
+    findings: list[Finding],
+) -> None:
+    """Explain a recommendation far above the rule of thumb by a hot range wider than a tablet.
+
+    Salting with N hands each bucket a 1/N slice of every range, in key order, so
+    a hot range k tablets wide still fills whole tablets in each bucket until N
+    nears k: the load per tablet falls only then. The rule of thumb assumes k = 1.
+    """
+    if recommended is None or rule < 2 or recommended < 2 * rule:
+        return
+    hot = unsalted.hottest
+    row = unsalted.loads[hot.window]
+    first = last = hot.tablet
+    # The hot range: the tablets around the hottest that carry at least half its load.
+    while first > 0 and row[first - 1] >= row[hot.tablet] / 2:
+        first -= 1
+    while last + 1 < len(row) and row[last + 1] >= row[hot.tablet] / 2:
+        last += 1
+    span = last - first + 1
+    if span < 2:
+        return
+    d, t_count = len(keys), len(row)
+    start = keys[-(-first * d // t_count)]  # ceil: the first key of tablet ``first``
+    end = keys[-(-(last + 1) * d // t_count) - 1]  # the last key of tablet ``last``
+    findings.append(
+        Finding(
+            "wide-hot-range",
+            "note",
+            f"N = {recommended} is far above the rule of thumb (N ~ {rule}) because the hot "
+            f"range spans about {span} of the {t_count} tablets (from {show_key(start)} to "
+            f"{show_key(end)}): salting gives each bucket a slice of that range that "
+            f"still fills whole tablets until N is near {span}, and only then does the load "
+            "per tablet fall. The rule of thumb assumes the hot range is one tablet; if your "
+            "table has fewer, larger tablets, pass --tablets to match",
+        )
+    )
+
+
+def _key_tablet_level(share: float, distinct: int, t_count: int) -> float:
+    """max/mean of the tablet holding a key with ``share`` of the load, the rest spread evenly.
+
+    The tablet holds the key and D/T - 1 of the other D - 1 keys, each with an
+    equal part of the rest: ``T * share + (D - T) / (D - 1) * (1 - share)``. That
+    is 1 for a key with its fair share 1/D, and about ``1 + (T - 1) * share``
+    when keys far outnumber tablets.
+    """
+    if distinct <= 1 or t_count <= 1:
+        return 1.0
+    return t_count * share + (distinct - t_count) / (distinct - 1) * (1.0 - share)
+
+
 def _find_hot_key(
     top_keys: Sequence[tuple[bytes, float]],
+    distinct: int,
     t_count: int,
     target: float,
     show_key: Callable[[bytes], str],
     findings: list[Finding],
 ) -> None:
     key, share = top_keys[0]
-    if _at_most(share * t_count, target):
+    level = _key_tablet_level(share, distinct, t_count)
+    if _at_most(level, target):
         return
     findings.append(
         Finding(
             "hot-key",
             "warning",
             f"one key, {show_key(key)}, carries {share:.0%} of the load: the tablet holding "
-            f"it gets at least {share * t_count:.1f}x the mean for every N, because salting "
-            "puts a whole key (or key part) in one bucket. Spread that key in the "
+            f"it gets about {level:.1f}x the mean (the key and a fair share of the rest) for "
+            "every N, because salting puts a whole key (or key part) in one bucket. Spread "
+            "that key in the "
             "application: write-shard it (KEY#0..KEY#k, combined on read), batch or "
             "aggregate its writes, or keep it in a table of its own",
         )
+    )
+
+
+def _one_bucket_share(
+    unsalted: Simulation,
+    keys: Sequence[bytes],
+    key_window: dict[tuple[int, int], float],
+    scheme: SaltScheme | None,
+    show_key: Callable[[bytes], str],
+) -> str | None:
+    """Why no N helps when the hottest unsalted tablet's load all hashes to one bucket, or None.
+
+    A key part (a tenant's rows under ``fields(1)``) sends every key of one part
+    to one bucket: a hot spot made of one part stays whole whatever N is.
+    """
+    if scheme is None:
+        return None
+    hot = unsalted.hottest
+    d, t_count = len(keys), len(unsalted.tablet_first_keys)
+    ranks = range(-(-hot.tablet * d // t_count), -(-(hot.tablet + 1) * d // t_count))
+    loads = {i: key_window.get((i, hot.window), 0.0) for i in ranks}
+    cell = math.fsum(loads.values())
+    if cell <= 0:
+        return None
+    per_bucket: dict[int, float] = {}
+    for i, load in loads.items():
+        bucket = scheme.bucket_of(keys[i])
+        per_bucket[bucket] = per_bucket.get(bucket, 0.0) + load
+    bucket, load = max(per_bucket.items(), key=lambda item: item[1])
+    if load < _ONE_BUCKET * cell:
+        return None
+    busiest = max((i for i in loads if scheme.bucket_of(keys[i]) == bucket), key=loads.__getitem__)
+    part = scheme.hashed_part(keys[busiest])
+    what = "key" if part == keys[busiest] else "key part"
+    return (
+        f"{load / cell:.0%} of the hottest unsalted tablet's load hashes to one bucket "
+        f"({what} {show_key(part)}), so no N splits it: hash a part of the key that varies "
+        "within that load"
     )
 
 
@@ -779,13 +1061,16 @@ def _find_monotonic(
     accesses: Sequence[Access],
     axis: TimeAxis,
     positions: Sequence[float],
+    scheme: SaltScheme | None,
     show_key: Callable[[bytes], str],
     findings: list[Finding],
 ) -> None:
     """Warn when keys rise with time, as a whole or within each leading field."""
-    if axis == "none" or len(accesses) < 4 * _MONOTONIC_CHUNKS:
+    # Count-0 lines are storage, not writes: they say nothing about time.
+    lines = [i for i, a in enumerate(accesses) if a.count > 0]
+    if axis == "none" or len(lines) < 4 * _MONOTONIC_CHUNKS:
         return
-    by_time = [accesses[i].key for i in sorted(range(len(accesses)), key=positions.__getitem__)]
+    by_time = [accesses[i].key for i in sorted(lines, key=positions.__getitem__)]
     # Slices of time, not neighbours: concurrent lines in one second come in any
     # order, but the keys of later seconds are still larger.
     rising = _overtaking_share(by_time, _MONOTONIC_CHUNKS)
@@ -835,12 +1120,21 @@ def _find_monotonic(
             if not example or len(keys) > len(groups[example]):
                 example = field
     if rising_lines >= 0.5 * len(by_time):
+        shown = show_key(example)
+        if scheme is not None and len({scheme.bucket_of(k) for k in groups[example]}) == 1:
+            # A key part that is the field itself keeps a field's rows in one bucket.
+            salting = (
+                f"with this key part, {shown}'s rows hash to one bucket, so salting does not "
+                "split that end: hash a part that includes what follows the field"
+            )
+        else:
+            salting = "salting splits each end into N"
         findings.append(
             Finding(
                 "monotonic-within-prefix",
                 "note",
-                f"within each leading field (e.g. {show_key(example)}) keys rise with time: "
-                "each field's new rows land at the end of its own range, so the busiest "
-                "field's end is a hot tablet; salting splits each end into N",
+                f"within each leading field (e.g. {shown}) keys rise with time: each field's "
+                "new rows land at the end of its own range, so the busiest field's end is a "
+                f"hot tablet; {salting}",
             )
         )

@@ -2,7 +2,7 @@
 
 Pure code. A sample is read as *events*: a line of count ``c`` stands for
 ``c / u`` accesses, ``u`` being the sample's count unit (see
-:func:`count_unit`), so a heat-map cell holding ``m`` events varies by about
+:func:`count_unit`; the caller may give it), so a heat-map cell holding ``m`` events varies by about
 ``sqrt(m)`` from sample to sample (Poisson). Two consequences:
 
 * **The noise floor.** Even a perfectly uniform workload shows a max/mean above
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -39,6 +40,7 @@ __all__ = [
     "NoiseFloor",
     "count_unit",
     "estimate",
+    "grouped_max_moments",
     "normal_max_moments",
     "poisson_max_moments",
     "uniform_floor",
@@ -64,23 +66,22 @@ _Z_HIGH: Final = NormalDist().inv_cdf(CONFIDENCE)
 
 
 def count_unit(counts: Sequence[float]) -> float:
-    """The load one access stands for: the 1st percentile of the positive counts.
+    """The load one access stands for: the common count when every positive count is equal, else 1.
 
-    A sample of single accesses has unit 1; counts exported per key (``key,42``)
-    read as that many accesses; a 1-in-100 sample whose lines all carry 100
-    reads as one access a line. A low percentile rather than the minimum keeps
-    one stray tiny count in a hundred lines from making every other line look
-    like thousands of accesses. Scaling every count by a constant scales the
-    unit with it, so the events, and every figure computed from them, stay the
-    same.
+    A line whose count is ``c`` reads as ``c / unit`` accesses. Counts that
+    differ are numbers of accesses (a per-key export: ``key,42`` is 42
+    accesses, however large or small the counts run). Counts that are all the
+    same value ``U`` are a 1-in-U sample whose lines each carry ``U``: one
+    access a line. Zeros (keys listed for storage only) are ignored. When the
+    counts are something else (bytes, costs), the caller gives the unit.
 
     Raises:
         ValueError: No positive count.
     """
-    positive = sorted(c for c in counts if c > 0)
+    positive = {c for c in counts if c > 0}
     if not positive:
         raise ValueError("no positive count")
-    return positive[(len(positive) - 1) // 100]
+    return positive.pop() if len(positive) == 1 else 1.0
 
 
 @cache
@@ -105,26 +106,67 @@ def poisson_max_moments(mean: float, tablets: int) -> tuple[float, float, float]
 
     Exact for small means; from the normal approximation above a few hundred.
     """
-    if mean <= 0:
+    return grouped_max_moments([(mean, tablets)])
+
+
+def grouped_max_moments(groups: Sequence[tuple[float, int]]) -> tuple[float, float, float]:
+    """Mean, variance and 95th percentile of the maximum of independent Poisson counts.
+
+    Args:
+        groups: ``(mean, how many)``: that many counts of that mean each.
+
+    Exact for small means; from the normal approximation when every mean is
+    above a few hundred.
+    """
+    groups = [(m, n) for m, n in groups if m > 0 and n > 0]
+    if not groups:
         return 0.0, 0.0, 0.0
-    if mean > _NORMAL_FROM:
-        e, v = normal_max_moments(tablets)
-        sd = math.sqrt(mean)
-        z = NormalDist().inv_cdf(CONFIDENCE ** (1.0 / tablets))
-        return mean + e * sd, v * mean, mean + z * sd
-    top = math.ceil(mean + 14.0 * math.sqrt(mean) + 20.0)
-    log_mean = math.log(mean)
-    cdf = 0.0
+    if min(m for m, _ in groups) > _NORMAL_FROM:
+        return _normal_max_moments(groups)
+    high = max(m for m, _ in groups)
+    top = math.ceil(high + 14.0 * math.sqrt(high) + 20.0)
+    logs = [(math.log(m), m, n) for m, n in groups]
+    cdfs = [0.0] * len(groups)
     first = square = 0.0
     q95: float | None = None
     for k in range(top + 1):
-        cdf += math.exp(k * log_mean - mean - math.lgamma(k + 1))
-        below = min(1.0, cdf) ** tablets  # P(max <= k)
+        below = 1.0  # P(max <= k)
+        for g, (log_mean, mean, count) in enumerate(logs):
+            cdfs[g] += math.exp(k * log_mean - mean - math.lgamma(k + 1))
+            below *= min(1.0, cdfs[g]) ** count
         first += 1.0 - below
         square += (2 * k + 1) * (1.0 - below)
         if q95 is None and below >= CONFIDENCE:
             q95 = float(k)
     return first, square - first * first, float(top) if q95 is None else q95
+
+
+def _normal_max_moments(groups: Sequence[tuple[float, int]]) -> tuple[float, float, float]:
+    """:func:`grouped_max_moments` for large means, each count normal with its Poisson variance."""
+    if len(groups) == 1:
+        mean, tablets = groups[0]
+        e, v = normal_max_moments(tablets)
+        sd = math.sqrt(mean)
+        z = NormalDist().inv_cdf(CONFIDENCE ** (1.0 / tablets))
+        return mean + e * sd, v * mean, mean + z * sd
+    # The group of the largest mean holds the maximum within 8 of its standard deviations.
+    high = max(m for m, _ in groups)
+    sd = math.sqrt(high)
+    start, steps = high - 8.0 * sd, 1600
+    step = 16.0 * sd / steps
+    normal = NormalDist()
+    above = second = 0.0  # integrals of P(max > x) and 2 (x - start) P(max > x)
+    q95: float | None = None
+    for i in range(steps):
+        x = start + (i + 0.5) * step
+        below = 1.0
+        for mean, count in groups:
+            below *= normal.cdf((x - mean) / math.sqrt(mean)) ** count
+        above += (1.0 - below) * step
+        second += 2.0 * (x - start) * (1.0 - below) * step
+        if q95 is None and below >= CONFIDENCE:
+            q95 = x
+    return start + above, second - above * above, start + 16.0 * sd if q95 is None else q95
 
 
 @final
@@ -139,23 +181,37 @@ class NoiseFloor:
     high: float
 
 
-def uniform_floor(window_events: Sequence[float], tablets: int) -> NoiseFloor:
+def uniform_floor(
+    window_events: Sequence[float], tablets: int, tablet_keys: Sequence[int] | None = None
+) -> NoiseFloor:
     """The noise floor of max/mean for these events per window over ``tablets`` tablets.
 
-    Each window's events fall on the tablets at random (Poisson with mean
-    events / T each); max/mean is ``T * sum(max per window) / events``.
+    A uniform workload loads every key equally, so each tablet gets a share of
+    each window's events in proportion to the keys it holds, and the events
+    fall on the tablets at random (Poisson); max/mean is ``T * sum(max per
+    window) / events``. Tablets of equal key count hold the same share; when the
+    keys do not divide evenly (40 keys on 32 tablets: 8 hold 2, 24 hold 1), the
+    larger tablets carry more by that rounding alone, and the floor includes it.
 
     Args:
         window_events: Events (load / count unit) in each time window.
         tablets: T.
+        tablet_keys: Keys in each of the T tablets (None: equal).
     """
     total = math.fsum(window_events)
     if total <= 0 or tablets <= 1:
         return NoiseFloor(1.0, 1.0)
+    if tablet_keys is None:
+        shares = [(1.0 / tablets, tablets)]
+    else:
+        if len(tablet_keys) != tablets or min(tablet_keys) < 1:
+            raise ValueError(f"tablet_keys must be {tablets} counts >= 1, got {tablet_keys!r}")
+        keys = sum(tablet_keys)
+        shares = [(k / keys, n) for k, n in sorted(Counter(tablet_keys).items())]
     means, variances, highs = [], [], []
     for events in window_events:
         if events > 0:
-            mean, variance, high = poisson_max_moments(events / tablets, tablets)
+            mean, variance, high = grouped_max_moments([(events * s, n) for s, n in shares])
             means.append(mean)
             variances.append(variance)
             highs.append(high)

@@ -17,7 +17,7 @@ __all__ = ["JSON_SCHEMA", "epoch_scale", "json_report", "text_report"]
 
 #: Bump when a key of ``advise --json`` changes meaning or disappears (history in
 #: docs/advise.md).
-JSON_SCHEMA: Final = 2
+JSON_SCHEMA: Final = 3
 _LEVEL: Final = f"{CONFIDENCE:.0%}"
 
 _EPOCH_UNITS: Final = ((1e9, 1e10, 1.0), (1e12, 1e13, 1e3), (1e15, 1e16, 1e6), (1e18, 1e19, 1e9))
@@ -68,6 +68,28 @@ def _interval(sim: Simulation) -> str:
     return f"{sim.low:.2f}-{sim.high:.2f}"
 
 
+def _counts_text(advice: Advice) -> str:
+    """How the counts were read as accesses (nothing when every line is one access of 1)."""
+    unit = advice.count_unit
+    if advice.count_unit_choice == "given":
+        how = f"count unit {unit:g}, as given"
+    elif unit != 1.0:
+        how = f"every count is {unit:g}: read as one access a line"
+    elif advice.total_load != advice.lines - advice.storage_lines:
+        how = "each count is that many accesses"
+    else:
+        return ""
+    return f"{advice.events:,.0f} accesses ({how}); "
+
+
+def _noise_text(advice: Advice) -> str:
+    return (
+        f"a perfectly uniform workload sampled like this shows max/mean "
+        f"{advice.noise_floor:.2f} (up to {advice.noise_floor_high:.2f}); corrected values "
+        f"and {_LEVEL} intervals from {advice.resamples} resamples (seed {advice.seed})"
+    )
+
+
 def _why_it_meets(sim: Simulation, advice: Advice) -> str:
     if sim.verdict == "uniform":
         return (
@@ -101,25 +123,20 @@ def text_report(
     """
     out: list[str] = []
     limit = advice.scan_limit
+    storage = (
+        f" ({advice.storage_lines:,} of count 0: storage only)" if advice.storage_lines else ""
+    )
     out.append(
-        f"sample: {source}: {advice.lines:,} lines, {advice.distinct_keys:,} distinct keys, "
-        f"load {advice.total_load:,.6g}; {_axis_text(advice, time_source)}"
+        f"sample: {source}: {advice.lines:,} lines{storage}, "
+        f"{advice.distinct_keys:,} distinct keys, load {advice.total_load:,.6g}; "
+        f"{_axis_text(advice, time_source)}"
     )
     part = f", key part {key_part}" if key_part else ""
     out.append(
         f"model: {advice.tablets} tablets of equal key count; hash {hash_name}{part}; "
         f"target max/mean <= {advice.target:g}"
     )
-    units = (
-        f"{advice.events:,.0f} accesses (counts in units of {advice.count_unit:g}); "
-        if advice.total_load != advice.lines
-        else ""
-    )
-    out.append(
-        f"noise: {units}a perfectly uniform workload sampled like this shows max/mean "
-        f"{advice.noise_floor:.2f} (up to {advice.noise_floor_high:.2f}); corrected values "
-        f"and {_LEVEL} intervals from {advice.resamples} resamples (seed {advice.seed})"
-    )
+    out.append(f"noise: {_counts_text(advice)}{_noise_text(advice)}")
     out.append("")
     out.append(
         f"{'N':>5}  {'max/mean':>8}  {'corrected':>9}  {_LEVEL + ' interval':>12}  "
@@ -148,6 +165,11 @@ def text_report(
         out.append(
             f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout is "
             "indistinguishable from uniform"
+        )
+    elif unsalted.meets_target:
+        out.append(
+            f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout already meets "
+            f"max/mean <= {advice.target:g} ({unsalted.corrected:.2f}, corrected)"
         )
     else:
         out.append(
@@ -213,6 +235,7 @@ def json_report(
             "source": source,
             "format": fmt,
             "lines": advice.lines,
+            "storage_lines": advice.storage_lines,
             "distinct_keys": advice.distinct_keys,
             "total_load": advice.total_load,
             "count_unit": advice.count_unit,
@@ -229,6 +252,7 @@ def json_report(
             "hash": hash_name,
             "key_part": key_part,
             "windows": advice.window_choice,
+            "count_unit": advice.count_unit_choice,
             "resamples": advice.resamples,
             "seed": advice.seed,
             "confidence": CONFIDENCE,

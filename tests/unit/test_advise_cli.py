@@ -74,11 +74,11 @@ def test_advise_seed_and_resamples(capsys: pytest.CaptureFixture[str], small: Pa
 
 
 def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) -> None:
-    """--json prints one JSON document with the documented keys and types (schema 2)."""
+    """--json prints one JSON document with the documented keys and types (schema 3)."""
     code, out, _ = run(capsys, "advise", "--json", "--candidates", "1,4,16,32", str(skewed))
     assert code == 0
     report = json.loads(out)
-    assert report["schema"] == 2
+    assert report["schema"] == 3
     assert set(report) == {
         "schema",
         "input",
@@ -93,7 +93,22 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
         "findings",
         "plot",
     }
+    assert set(report["input"]) == {
+        "source",
+        "format",
+        "lines",
+        "storage_lines",
+        "distinct_keys",
+        "total_load",
+        "count_unit",
+        "events",
+        "time_axis",
+        "windows",
+        "window_edges",
+        "keys_as",
+    }
     assert report["input"]["lines"] == 20_000
+    assert report["input"]["storage_lines"] == 0
     assert report["input"]["format"] == "csv"
     assert report["input"]["time_axis"] == "time"
     assert report["input"]["count_unit"] == 1.0
@@ -106,6 +121,7 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
         "hash": "crc32",
         "key_part": None,
         "windows": "auto",
+        "count_unit": "auto",
         "resamples": 200,
         "seed": 0,
         "confidence": 0.95,
@@ -256,6 +272,20 @@ def test_advise_unsorted_plain_key_list_uses_sample_order(
     assert json.loads(out)["input"]["time_axis"] == "order"
 
 
+def test_advise_count_unit_option(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--count-unit U reads each count as count / U accesses, and the JSON says it was given."""
+    rows = [f"user{i:04d},{100 + i % 3}" for i in range(1_000)]
+    set_stdin(monkeypatch, "\n".join(rows).encode())
+    code, out, _ = run(capsys, "advise", "--json", "--candidates", "2", "--count-unit", "100", "-")
+    assert code == 0
+    report = json.loads(out)
+    assert report["input"]["count_unit"] == 100.0
+    assert report["input"]["events"] == pytest.approx(1_009.99, abs=0.01)
+    assert report["model"]["count_unit"] == "given"
+
+
 # -- advise: errors -------------------------------------------------------------------------
 
 
@@ -273,6 +303,7 @@ def test_advise_unsorted_plain_key_list_uses_sample_order(
         (["advise", "-", "--candidates", ","], "at least one bucket count"),
         (["advise", "-", "--candidates", "8000"], "--candidates"),
         (["advise", "-", "--windows", "0"], "--windows"),
+        (["advise", "-", "--count-unit", "0"], "--count-unit: must be a number > 0"),
         (["advise", "-", "--limit", "-5"], "--limit"),
         (["advise", "-", "--sample-limit", "0"], "--sample-limit"),
         (["advise", "-", "--format", "xml"], "--format"),

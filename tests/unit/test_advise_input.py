@@ -35,6 +35,7 @@ CSV_ERRORS = [
     ("a,1,5,6\n", "line 1: 4 fields; expected key,count,time"),
     ("a,1,5\nb,1\n", "line 2: has no time, but line 1 has one"),
     ("a,1\nb,1,7\n", "line 2: has a time, but line 1 has none"),
+    ("a,0\nb,1,7\nc,1\n", "line 3: has no time, but line 2 has one"),
     ("a,1,yesterday\n", "line 1: time 'yesterday' is neither a number nor an ISO 8601 date"),
     ("key,cnt\na,1\n", "line 1: header 'key,cnt'"),
     (",1\n", "line 1: empty key"),
@@ -53,6 +54,17 @@ def test_malformed_csv_names_the_file_and_line(tmp_path: Path, text: str, needle
     message = str(caught.value)
     assert message.startswith(str(tmp_path / "sample.txt") + ": ")
     assert needle in message
+
+
+def test_storage_lines_may_leave_the_time_out(tmp_path: Path) -> None:
+    """Count-0 lines list keys for storage only: they may leave out the time the accesses have."""
+    accesses, _ = read_text(tmp_path, "key,count,time\na,0\nb,0\nb,1,7\nc,2,8\n")
+    assert [(a.key, a.count, a.time) for a in accesses] == [
+        (b"a", 0.0, None),
+        (b"b", 0.0, None),
+        (b"b", 1.0, 7.0),
+        (b"c", 2.0, 8.0),
+    ]
 
 
 NDJSON_ERRORS = [

@@ -184,35 +184,214 @@ def test_single_hot_key_warns_that_no_salt_can_split_it() -> None:
     assert advice.top_keys[0][0] == b"celebrity"
     assert advice.hot_key_floor > advice.target
     assert advice.recommended is None
-    assert all(s.max_mean >= advice.hot_key_floor - 1e-9 for s in advice.simulations)
+    # Every layout sits at the key's tablet level: the key plus a fair share of the rest.
+    assert all(s.low <= advice.hot_key_floor <= s.high for s in advice.simulations)
+
+
+def test_hot_key_counts_the_rest_of_its_tablet() -> None:
+    """A key with 3% of the load: its tablet holds it and a fair share of the rest, about
+    1 + 31 x 0.03 = 1.93 times the mean for every N, so hot-key warns, and target-unreachable
+    blames it rather than asking for larger candidates."""
+    rnd = random.Random(1)
+    accesses = [
+        Access(b"config/global" if rnd.random() < 0.03 else b"doc/%06d" % rnd.randrange(10**6))
+        for _ in range(10_000)
+    ]
+    advice = advise(accesses, candidates=(1, 8, 64, 256), resamples=100)
+    share = advice.top_keys[0][1]
+    assert advice.top_keys[0][0] == b"config/global"
+    assert advice.hot_key_floor == pytest.approx(1 + 31 * share, abs=0.01)
+    assert advice.recommended is None
+    for sim in advice.simulations:
+        assert sim.low <= advice.hot_key_floor <= sim.high + 0.05
+    warning = next(f for f in advice.findings if f.code == "hot-key")
+    assert "config/global" in warning.message
+    unreachable = next(f for f in advice.findings if f.code == "target-unreachable")
+    assert "see hot-key" in unreachable.message
+    assert "--candidates" not in unreachable.message
+
+
+def test_key_part_that_keeps_the_busy_tenant_in_one_bucket_is_named() -> None:
+    """With key part fields(1), a tenant's rows share one bucket: target-unreachable says the
+    hottest tablet's load hashes to one bucket (not "try larger --candidates"), and the
+    within-prefix note does not claim that salting splits the tenant's end."""
+    advice = advise(
+        skewed_workload(10_000),
+        candidates=(1, 4, 16, 64),
+        resamples=100,
+        scheme_for=lambda n: SaltScheme(n, key_part=fields(1, b"#")),
+    )
+    assert advice.recommended is None
+    unreachable = next(f for f in advice.findings if f.code == "target-unreachable")
+    assert "--candidates" not in unreachable.message
+    assert "one bucket" in unreachable.message
+    assert "tenant007" in unreachable.message
+    note = next(f for f in advice.findings if f.code == "monotonic-within-prefix")
+    assert "splits each end" not in note.message
+    assert "tenant007's rows hash to one bucket" in note.message
+    plain = next(f for f in skewed_advice().findings if f.code == "monotonic-within-prefix")
+    assert "salting splits each end into N" in plain.message
+
+
+def test_recommendation_far_above_the_rule_of_thumb_is_explained() -> None:
+    """The article's per-key counts on 32 tablets: rule of thumb 5 but N = 32, because range B
+    spans about 7 tablets; a note says so and points at --tablets. On one tablet per range the
+    two agree and there is no note."""
+    wide = advise(article_counts(200), **FAST | {"candidates": (1, 2, 4, 8, 16, 32)})
+    assert (wide.rule_of_thumb, wide.recommended) == (5, 32)
+    note = next(f for f in wide.findings if f.code == "wide-hot-range")
+    assert note.severity == "note"
+    assert "spans about 7 of the 32 tablets (from A#" in note.message
+    assert "--tablets" in note.message
+    narrow = advise(article_counts(200), tablets=5, **FAST)
+    assert narrow.recommended == 4
+    assert "wide-hot-range" not in codes(narrow)
+
+
+def test_a_wide_hot_range_still_asks_for_larger_candidates() -> None:
+    """Whole keys hashed, hot range wider than the largest candidate: salting would split it
+    with more buckets, and target-unreachable says so."""
+    advice = advise(article_counts(200), candidates=(1, 2, 4), **{"resamples": 100})
+    assert advice.recommended is None
+    unreachable = next(f for f in advice.findings if f.code == "target-unreachable")
+    assert "try larger --candidates" in unreachable.message
 
 
 def test_hot_key_with_counts() -> None:
-    """A count column weighs the keys: a key below target/T of the load is no warning."""
+    """A count column weighs the keys: a key whose tablet stays within the target (1% of the
+    load: 1 + 31 x 0.01 = 1.3) is no warning; one with 2% (1.6) or 17% is."""
     accesses = [Access(b"k%04d" % i, 1.0) for i in range(1_000)]
-    quiet = advise([*accesses, Access(b"k0500x", 20.0)], tablets=32)
+    quiet = advise([*accesses, Access(b"k0500x", 10.0)], tablets=32)
+    assert "hot-key" in codes(advise([*accesses, Access(b"k0500x", 20.0)], tablets=32))
     loud = advise([*accesses, Access(b"k0500x", 200.0)], tablets=32)
     assert "hot-key" not in codes(quiet)
     assert "hot-key" in codes(loud)
 
 
 def test_uniform_load_needs_no_salt() -> None:
-    """Random keys spread evenly already: N=1 is recommended and nothing is flagged."""
+    """Random keys spread evenly already: N=1 is recommended; 5,000 accesses over a million keys
+    see almost every key once, so a warning says this sample cannot show load at all."""
     rnd = random.Random(9)
     accesses = [Access(b"user%06d" % rnd.randrange(1_000_000)) for _ in range(5_000)]
     advice = advise(accesses)
     assert advice.recommended == 1
-    assert advice.findings == ()
+    assert codes(advice) == {"no-load-info"}
+    denser = advise([Access(b"user%03d" % rnd.randrange(1_000)) for _ in range(20_000)])
+    assert denser.recommended == 1
+    assert denser.findings == ()
+
+
+def test_rule_of_thumb_is_1_when_the_unsalted_layout_meets_the_target() -> None:
+    """Uniform over 1,000 keys (31 or 32 a tablet), 50,000 accesses: N = 1 and rule of thumb 1,
+    never "N ~ 2" next to a recommended N = 1."""
+    rnd = random.Random(1)
+    advice = advise([Access(b"acct%08d" % rnd.randrange(1_000)) for _ in range(50_000)], **FAST)
+    assert advice.recommended == 1
+    assert advice.simulation(1).meets_target
+    assert advice.rule_of_thumb == 1
+    assert advice.rule_of_thumb_ratio == round(advice.simulation(1).corrected, 1)
+
+
+def test_few_keys_count_their_rounding_into_tablets() -> None:
+    """40 equally busy keys on 32 tablets (tablets of 1 or 2 keys) measure about 1.6 by
+    rounding alone: that is in the noise floor, N = 1 is recommended as uniform, and few-keys
+    says why instead of target-unreachable blaming the candidates or small-sample the size."""
+    rnd = random.Random(1)
+    advice = advise([Access(b"acct%04d" % rnd.randrange(40)) for _ in range(20_000)], **FAST)
+    assert advice.tablets == 32
+    assert advice.simulation(1).max_mean > 1.5
+    assert advice.simulation(1).verdict == "uniform"
+    assert advice.recommended == 1
+    assert advice.rule_of_thumb == 1
+    # More lines won't help, and a key with its fair share (1/40) is no hot key.
+    assert not {"target-unreachable", "small-sample", "hot-key"} & codes(advice)
+    warning = next(f for f in advice.findings if f.code == "few-keys")
+    assert "1 or 2 keys" in warning.message
+    assert "1.60" in warning.message
 
 
 def test_sorted_key_dump_is_one_window() -> None:
-    """A sorted key list without times is a dump: one window, a note, no monotonic warning."""
+    """A sorted key list without times is a dump: one window, a note, no monotonic warning,
+    and a warning that it shows storage, not load."""
     accesses = [Access(b"key%05d" % i) for i in range(5_000)]
     advice = advise(accesses)
     assert advice.time_axis == "none"
     assert advice.windows == 1
-    assert codes(advice) == {"no-time"}
+    assert codes(advice) == {"no-time", "no-load-info"}
     assert advice.simulation(1).max_mean == pytest.approx(1.0, abs=0.01)  # 5000 keys / 32
+
+
+def test_key_dump_of_a_tenant_time_table_says_it_shows_no_load() -> None:
+    """A sorted dump of tenant#timestamp keys (each key once, no time) cannot show where writes
+    land: N = 1 comes with a no-load-info warning saying why."""
+    dump = sorted((Access(a.key) for a in skewed_workload(5_000)), key=lambda a: a.key)
+    advice = advise(dump, **FAST)
+    assert advice.recommended == 1
+    warning = next(f for f in advice.findings if f.code == "no-load-info")
+    assert warning.severity == "warning"
+    assert "by construction" in warning.message
+    assert "storage, not" in warning.message
+
+
+def test_each_key_once_in_one_auto_window_warns(demo: ModuleType) -> None:
+    """A busy tenant writing 5x as often, 2,000 lines: too few for more than one window, so
+    every key appears once in it and max/mean is 1 by construction; no-load-info and
+    one-window say so (one-window suggests --windows), and 4 windows show the tenant's end."""
+    rows = timed(demo.tenant_lines(2_000, factor=5))
+    advice = advise(rows, **FAST)
+    assert (advice.windows, advice.window_choice) == (1, "auto")
+    assert {"no-load-info", "one-window", "monotonic-within-prefix"} <= codes(advice)
+    warning = next(f for f in advice.findings if f.code == "one-window")
+    assert "--windows 4" in warning.message
+    finer = advise(rows, windows=4, **FAST)
+    assert finer.simulation(1).corrected > 2.5
+    assert finer.rule_of_thumb >= 3
+    assert "no-load-info" not in codes(finer)
+
+
+def test_access_sample_that_misses_cold_keys_warns_and_storage_lines_fix_it(
+    demo: ModuleType,
+) -> None:
+    """2,000 accesses of the article's workload, one window, see few cold keys: tablets cut from
+    the keys seen make it look even (unseen-keys warns). Listing every key as a count-0 line
+    gives the table's storage back: rule of thumb 5, N = 4 on one tablet per range."""
+    log = [Access(a.key) for a in timed(demo.article_lines(2_000))]
+    advice = advise(log, tablets=5, **FAST)
+    assert advice.windows == 1
+    assert advice.rule_of_thumb < 3
+    warning = next(f for f in advice.findings if f.code == "unseen-keys")
+    assert "key,0" in warning.message
+    storage = [
+        Access(b"%s#user%04d" % (group, user), 0.0)
+        for group in (b"A", b"B", b"C", b"D", b"E")
+        for user in range(demo.ARTICLE_KEYS_PER_RANGE)
+    ]
+    full = advise(storage + log, tablets=5, **FAST)
+    assert full.distinct_keys == 5_000
+    assert "unseen-keys" not in codes(full)
+    assert full.rule_of_thumb == 5
+    assert full.recommended == 4
+
+
+@pytest.mark.parametrize("with_times", [False, True])
+def test_storage_lines_change_storage_only(demo: ModuleType, with_times: bool) -> None:
+    """Count-0 lines (every key listed for storage, before the accesses, without a time) add
+    keys to the tablets but no load: they stretch no time axis and raise no monotonic finding;
+    the accesses alone decide the windows."""
+    rows = list(demo.article_lines(4_000))
+    log = [Access(k.encode(), 1.0, t if with_times else None) for k, _, t in rows]
+    storage = [
+        Access(b"%s#user%04d" % (group, user), 0.0)
+        for group in (b"A", b"B", b"C", b"D", b"E")
+        for user in range(demo.ARTICLE_KEYS_PER_RANGE)
+    ]
+    advice = advise(storage + log, tablets=5, **FAST)
+    alone = advise(log, tablets=5, windows=advice.windows, **FAST)
+    assert advice.time_axis == ("time" if with_times else "order")
+    assert advice.window_edges == alone.window_edges
+    assert advice.distinct_keys == 5_000
+    assert not codes(advice) & {"monotonic-within-prefix", "monotonic-keys", "one-window"}
+    assert advice.rule_of_thumb == 5
 
 
 def test_few_keys_and_small_sample_warnings() -> None:
@@ -225,6 +404,16 @@ def test_few_keys_and_small_sample_warnings() -> None:
         [Access(b"u%d" % rnd.randrange(100), 1.0, float(i)) for i in range(300)], windows=10
     )
     assert "small-sample" in codes(small)
+
+
+def test_tablet_key_ranges_match_the_tablets_loads() -> None:
+    """40 keys on 32 tablets: tablet 0 holds k00 and k01, so a load on k01 is tablet 0's, and
+    the hottest cell and the tablets' first keys say so."""
+    accesses = [Access(b"k%02d" % i) for i in range(40)] + [Access(b"k01", 100.0)]
+    unsalted = advise(accesses, candidates=(1,), resamples=20).simulation(1)
+    assert unsalted.hottest.tablet == 0
+    assert (unsalted.hottest.first_key, unsalted.hottest.last_key) == (b"k00", b"k01")
+    assert unsalted.tablet_first_keys[:3] == (b"k00", b"k02", b"k03")
 
 
 def test_explicit_windows_are_equal_time_spans() -> None:
@@ -251,6 +440,7 @@ def test_explicit_windows_are_equal_time_spans() -> None:
         ([Access(b"a", -1.0)], {}, "counts"),
         ([Access(b"a", 0.0)], {}, "no load"),
         ([Access(b"a", 1.0, 1.0), Access(b"b")], {}, "every access"),
+        ([Access(b"a", 1.0, 1.0), Access(b"b", 0.0), Access(b"c")], {}, "every access"),
     ],
 )
 def test_bad_arguments_raise_value_error(
@@ -425,17 +615,113 @@ def test_small_sample_warns_for_weighted_samples_too() -> None:
     for advice in (single, weighted_sample):
         warning = next(f for f in advice.findings if f.code == "small-sample")
         assert "lines" in warning.message
-    assert "units of 100" in next(f.message for f in weighted_sample.findings)
+    assert "units of 100" in next(
+        f.message for f in weighted_sample.findings if f.code == "small-sample"
+    )
 
 
 def test_large_counts_are_many_accesses() -> None:
-    """A per-key export with counts in the thousands is precise: no small-sample warning."""
+    """A per-key export with counts in the thousands is precise: each count is that many
+    accesses (unit 1), so there is no small-sample warning."""
     rnd = random.Random(3)
     accesses = [Access(b"user%04d" % i, float(rnd.randrange(900, 1100))) for i in range(2_000)]
     advice = advise(accesses, **FAST)
-    assert advice.count_unit >= 900
+    assert advice.count_unit == 1.0
+    assert advice.events == sum(a.count for a in accesses)
     assert "small-sample" not in codes(advice)
     assert advice.recommended == 1
+
+
+def article_counts(keys_per_range: int, *, cold: int = 0) -> list[Access]:
+    """The article's minute as exact per-key counts (5k/200k/5k/5k/5k over equal ranges), in
+    key order, plus ``cold`` keys with one access each."""
+    out = []
+    for group, rate in zip("ABCDE", (5_000, 200_000, 5_000, 5_000, 5_000), strict=True):
+        out += [
+            Access(b"%s#%06d" % (group.encode(), i), rate / keys_per_range)
+            for i in range(keys_per_range)
+        ]
+    out += [Access(b"Z#cold%03d" % i, 1.0) for i in range(cold)]
+    return sorted(out, key=lambda a: a.key)
+
+
+def test_exact_per_key_counts_are_not_divided_down() -> None:
+    """Counts of 500 and 20,000 (10 keys a range) are 220,000 accesses, not 440 in units of
+    500: no small-sample, and one tablet per range recommends 4 (rule of thumb 5)."""
+    advice = advise(article_counts(10), tablets=5, **FAST)
+    assert advice.count_unit == 1.0
+    assert advice.events == 220_000
+    assert advice.count_unit_choice == "auto"
+    assert not {"small-sample", "target-unreachable"} & codes(advice)
+    assert advice.rule_of_thumb == 5
+    assert advice.recommended == 4
+
+
+def test_cold_keys_with_count_1_add_only_their_own_accesses() -> None:
+    """60 keys with one access each add 60 accesses to a 220,000-access export, not five
+    times the total, and are too few to suggest unseen keys."""
+    plain = advise(article_counts(1_000), tablets=5, **FAST)
+    with_cold = advise(article_counts(1_000, cold=60), tablets=5, **FAST)
+    assert with_cold.events - plain.events == 60
+    assert "unseen-keys" not in codes(with_cold)  # 60 stray count-1 keys in 5,060
+    assert plain.recommended == with_cold.recommended == 4
+
+
+@pytest.mark.parametrize("order", ["busiest first", "shuffled"])
+def test_per_key_totals_in_any_order_are_one_window(order: str) -> None:
+    """One line per key with counts that differ and no time are per-key totals, whatever
+    their order: one window and the same advice as the same totals sorted by key."""
+    by_key = article_counts(200)
+    if order == "busiest first":
+        lines = sorted(by_key, key=lambda a: -a.count)
+    else:
+        lines = random.Random(1).sample(by_key, len(by_key))
+    for tablets in (5, 32):
+        expected = advise(by_key, tablets=tablets, **FAST)
+        advice = advise(lines, tablets=tablets, **FAST)
+        assert (advice.time_axis, advice.windows) == ("none", 1)
+        assert advice.simulations == expected.simulations
+        assert advice.recommended == expected.recommended
+    assert advise(lines, tablets=5, **FAST).recommended == 4
+    note = next(f for f in advice.findings if f.code == "no-time")
+    assert "per-key totals" in note.message
+
+
+def test_uniform_per_key_export_out_of_key_order_needs_no_salt() -> None:
+    """A uniform per-key export (counts drawn around 50, keys not in order) gets N = 1."""
+    rnd = random.Random(1)
+    lines = [
+        Access(b"obj/%07d" % (i * 7919 % 1_000_003), float(max(1, round(rnd.expovariate(1 / 50)))))
+        for i in range(2_000)
+    ]
+    advice = advise(lines, **FAST)
+    assert advice.windows == 1
+    assert advice.recommended == 1
+    assert "target-unreachable" not in codes(advice)
+
+
+def test_line_order_used_as_time_is_noted(demo: ModuleType) -> None:
+    """Without times, a log not sorted by key is cut into windows of lines: a note says so and
+    how to read it as one window; with ordered=True (the caller's word) there is no note."""
+    rows = [Access(a.key) for a in timed(demo.tenant_lines(20_000))]
+    advice = advise(rows, **FAST)
+    assert (advice.time_axis, advice.window_choice) == ("order", "auto")
+    assert advice.windows > 1
+    note = next(f for f in advice.findings if f.code == "order-as-time")
+    assert note.severity == "note"
+    assert f"{advice.windows} windows" in note.message
+    assert "--windows 1" in note.message
+    assert "order-as-time" not in codes(advise(rows, ordered=True, **FAST))
+
+
+def test_given_count_unit_overrides_the_default() -> None:
+    """count_unit=U reads each count as count / U accesses, whatever the counts are."""
+    advice = advise(article_counts(10), tablets=5, count_unit=500.0, **FAST)
+    assert advice.count_unit == 500.0
+    assert advice.count_unit_choice == "given"
+    assert advice.events == 440
+    with pytest.raises(ValueError, match="count_unit"):
+        advise(article_counts(10), count_unit=0.0)
 
 
 def test_same_seed_same_advice_other_seed_close() -> None:
@@ -490,15 +776,15 @@ def test_uniform_samples_large_enough_to_judge_never_get_more_than_1(
     ),
     st.sampled_from([0.001, 0.37, 3.0, 1000.0]),
 )
-def test_scaling_every_count_changes_nothing(
+def test_scaling_counts_and_unit_together_changes_nothing(
     rows: list[tuple[int, int, int]], factor: float
 ) -> None:
-    """Multiplying every count by a constant keeps the windows, the noise figures, every
-    verdict and the recommendation."""
+    """Multiplying every count and the count unit by a constant keeps the windows, the noise
+    figures, every verdict and the recommendation."""
     plain = [Access(b"k%02d" % k, float(c), float(t)) for k, c, t in rows]
     scaled = [Access(a.key, a.count * factor, a.time) for a in plain]
-    a = advise(plain, tablets=8, candidates=(1, 2, 4), resamples=40)
-    b = advise(scaled, tablets=8, candidates=(1, 2, 4), resamples=40)
+    a = advise(plain, tablets=8, candidates=(1, 2, 4), resamples=40, count_unit=1.0)
+    b = advise(scaled, tablets=8, candidates=(1, 2, 4), resamples=40, count_unit=factor)
     assert a.recommended == b.recommended
     assert a.rule_of_thumb == b.rule_of_thumb
     assert a.windows == b.windows
@@ -511,7 +797,8 @@ def test_scaling_every_count_changes_nothing(
 
 
 def test_demo_files_are_what_the_command_reads(demo: ModuleType, tmp_path: Path) -> None:
-    """advise_demo.py writes key,count,time lines (or key,count per key) that read back whole."""
+    """advise_demo.py writes key,count,time lines (or key,count per key, with or without
+    key,0 storage lines) that read back whole."""
     path = tmp_path / "demo.csv"
     with path.open("w") as out:
         demo.write_log(out, 500)
@@ -524,3 +811,12 @@ def test_demo_files_are_what_the_command_reads(demo: ModuleType, tmp_path: Path)
     per_key, _ = read_file(str(path))
     assert sum(a.count for a in per_key) == 2_000
     assert all(a.time is None for a in per_key)
+    with path.open("w") as out:
+        demo.write_rows(out, demo.article_lines(2_000), storage=demo.article_keys())
+    with_storage, _ = read_file(str(path))
+    assert len(with_storage) == 7_000
+    assert {a.key for a in with_storage if a.count == 0} == {
+        k.encode() for k in demo.article_keys()
+    }
+    assert all(a.time is None for a in with_storage[:5_000])
+    assert all(a.time is not None for a in with_storage[5_000:])

@@ -58,6 +58,53 @@ def test_uniform_floor_matches_simulated_uniform_workloads(
     assert q95 - 0.01 <= floor.high <= q95 + 0.1 * (q95 - 1.0) + 0.01
 
 
+def tablet_sizes(keys: int, tablets: int) -> list[int]:
+    """Keys per tablet when ``keys`` sorted keys are cut into ``tablets`` of equal key count."""
+    return [sum(1 for r in range(keys) if r * tablets // keys == t) for t in range(tablets)]
+
+
+def uniform_key_max_means(
+    per_window: int, windows: int, keys: int, tablets: int, runs: int
+) -> list[float]:
+    """max/mean of ``runs`` seeded workloads spread evenly over ``keys`` keys (not tablets)."""
+    rng = random.Random(1_000)
+    tablet_of = [r * tablets // keys for r in range(keys)]
+    out = []
+    for _ in range(runs):
+        top = 0
+        for _ in range(windows):
+            cells = [0] * tablets
+            for _ in range(per_window):
+                cells[tablet_of[rng.randrange(keys)]] += 1
+            top += max(cells)
+        out.append(tablets * top / (per_window * windows))
+    return sorted(out)
+
+
+@pytest.mark.parametrize(
+    ("per_window", "windows", "keys", "tablets", "runs"),
+    [
+        (2_000, 1, 40, 32, 200),  # Poisson means of 62 and 125
+        (500, 4, 100, 32, 400),  # 15 and 20
+        (8_000, 1, 1_000, 32, 100),  # 248 and 256: the normal approximation
+        (300, 2, 9, 4, 400),
+    ],
+)
+def test_uniform_floor_counts_the_key_count_rounding(
+    per_window: int, windows: int, keys: int, tablets: int, runs: int
+) -> None:
+    """Keys that do not divide evenly into tablets (40 keys: 8 tablets of 2, 24 of 1) load the
+    larger tablets more even when every key is equally busy: the floor given the tablets' key
+    counts matches simulated workloads spread evenly over the keys."""
+    simulated = uniform_key_max_means(per_window, windows, keys, tablets, runs)
+    floor = uniform_floor([float(per_window)] * windows, tablets, tablet_sizes(keys, tablets))
+    assert floor.mean == pytest.approx(sum(simulated) / len(simulated), abs=0.012)
+    # The high end is a 95th percentile: between the simulations' 92nd and 98th.
+    count = len(simulated)
+    assert simulated[int(0.92 * count)] - 0.01 <= floor.high <= simulated[int(0.98 * count)] + 0.01
+    assert floor.mean > uniform_floor([float(per_window)] * windows, tablets).mean
+
+
 def test_uniform_floor_shrinks_with_more_accesses() -> None:
     """Four times the accesses halve the floor's distance from 1 (noise ~ 1/sqrt(n))."""
     small = uniform_floor([1_000.0] * 4, 16)
@@ -81,20 +128,26 @@ def test_poisson_max_matches_enumeration_and_normal_limit() -> None:
     assert big_var == pytest.approx(v32 * 10_000)
 
 
-def test_count_unit_is_a_low_percentile_of_positive_counts() -> None:
-    """Single accesses: 1; a 1-in-100 sample: 100; zeros ignored; stray tiny counts ignored."""
+def test_count_unit_is_the_common_count_or_1() -> None:
+    """Every line carrying the same count U (a 1-in-U sample): U; any other counts are
+    accesses (unit 1), however large or small; zeros (storage lines) are ignored."""
     assert count_unit([1.0] * 10) == 1.0
     assert count_unit([100.0] * 10 + [0.0]) == 100.0
-    assert count_unit([0.001] + [5.0] * 199) == 5.0
+    assert count_unit([0.001] + [5.0] * 199) == 1.0
+    assert count_unit([500.0, 20_000.0] * 5) == 1.0
     with pytest.raises(ValueError, match="no positive count"):
         count_unit([0.0])
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.floats(0.01, 1e6), min_size=1, max_size=50), st.floats(1e-3, 1e3))
-def test_count_unit_scales_with_the_counts(counts: list[float], factor: float) -> None:
-    """Scaling every count scales the unit by the same factor."""
-    assert count_unit([c * factor for c in counts]) == pytest.approx(count_unit(counts) * factor)
+@given(st.floats(0.01, 1e6), st.integers(1, 50), st.lists(st.floats(0.01, 1e6), min_size=1))
+def test_count_unit_is_1_unless_every_count_is_equal(
+    count: float, lines: int, others: list[float]
+) -> None:
+    """``lines`` equal counts give that count; add any different count and the unit is 1."""
+    assert count_unit([count] * lines) == count
+    if any(other != count for other in others):
+        assert count_unit([count] * lines + others) == 1.0
 
 
 def heat_map(means: list[list[float]], seed: int) -> list[list[float]]:

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from saltedtable.advise import Access, Advice, advise
+from saltedtable.advise.heatmap import _x_ticks
 from saltedtable.advise.report import JSON_SCHEMA, epoch_scale, json_report, text_report
 
 FAST = {"candidates": (1, 2, 4), "resamples": 50}
@@ -52,10 +53,20 @@ def test_each_layout_row_shows_measured_corrected_interval_and_verdict() -> None
 
 
 def test_weighted_sample_names_its_count_unit() -> None:
-    """Counts in units other than 1 are named on the noise line, with the accesses they make."""
-    accesses = [Access(b"k%04d" % i, 50.0) for i in range(500)]
-    text = report(advise(accesses, **FAST))
-    assert "noise: 500 accesses (counts in units of 50);" in text
+    """The noise line says how counts were read: a 1-in-U sample (every line carries U), per-key
+    counts that are accesses, or the unit given."""
+    sampled = [Access(b"k%04d" % i, 50.0) for i in range(500)]
+    text = report(advise(sampled, **FAST))
+    assert "noise: 500 accesses (every count is 50: read as one access a line);" in text
+    counted = [Access(b"k%04d" % i, float(1 + i % 7)) for i in range(500)]
+    text = report(advise(counted, **FAST))
+    assert "noise: 1,994 accesses (each count is that many accesses);" in text
+    text = report(advise(counted, count_unit=0.5, **FAST))
+    assert "noise: 3,988 accesses (count unit 0.5, as given);" in text
+    storage = [Access(b"k%04d" % i, 0.0) for i in range(500)]
+    text = report(advise([*storage, Access(b"k0001"), Access(b"k0400")], **FAST))
+    assert "sample: sample.csv: 502 lines (500 of count 0: storage only), 500 distinct keys" in text
+    assert "accesses (" not in text  # two accesses of count 1: nothing to say about counts
 
 
 def test_hot_key_report_recommends_nothing() -> None:
@@ -73,7 +84,7 @@ def test_json_report_mirrors_the_advice() -> None:
     doc = json_report(
         advice, source="s", fmt="csv", hash_name="crc32", key_part=None, keys_as_hex=True
     )
-    assert doc["schema"] == JSON_SCHEMA == 2
+    assert doc["schema"] == JSON_SCHEMA == 3
     assert doc["recommended"] == advice.recommended
     assert doc["noise"] == {
         "floor": round(advice.noise_floor, 4),
@@ -98,3 +109,18 @@ def test_json_report_mirrors_the_advice() -> None:
 def test_epoch_scale_recognises_epoch_units(values: list[float], scale: float | None) -> None:
     """Epoch seconds, ms, us and ns are recognised by magnitude; other numbers are not."""
     assert epoch_scale(values) == scale
+
+
+def test_heat_map_time_labels_are_rounded_to_the_window() -> None:
+    """Windows run from the first to the last timestamp (16:00:00.0 to 16:59:58.4 in four):
+    the ticks read 16:00, 16:15, 16:30, 16:45, not 16:14:59; short windows keep seconds."""
+    start = 1_710_000_000.0  # 2024-03-09 16:00:00 UTC
+    quarters = [start + i * 3_598.4 / 4 for i in range(5)]
+    assert _x_ticks("time", quarters, 4, 1.0) == (
+        [0, 1, 2, 3],
+        ["16:00", "16:15", "16:30", "16:45"],
+    )
+    minutes = [start + i * 59.6 for i in range(5)]
+    assert _x_ticks("time", minutes, 4, 1.0)[1] == ["16:00:00", "16:01:00", "16:01:59", "16:02:59"]
+    in_ms = [edge * 1_000 for edge in quarters]
+    assert _x_ticks("time", in_ms, 4, 1_000.0)[1][1] == "16:15"

@@ -24,7 +24,7 @@ from google.cloud.bigtable.data import (
     SetCell,
     TableAsync,
 )
-from google.cloud.bigtable.data.mutations import DeleteRangeFromColumn
+from google.cloud.bigtable.data.mutations import DeleteAllFromRow, DeleteRangeFromColumn
 
 from saltedtable import (
     LayoutError,
@@ -367,3 +367,27 @@ async def test_resalt_16_to_24_verifies_equal_and_writes_the_record(
     assert cli_main([*argv[:1], "backfill", *argv[2:8], "-n", "16"]) == 2  # no --cutoff
     with pytest.raises(LayoutError, match="another table"):
         resalt(src, old, src, new, family="cf")
+
+
+async def test_delete_legacy_finishes_after_fully_salted_writes_to_old_keys(
+    tables: Tables,
+) -> None:
+    """Once services are fully salted, updates and deletes of old keys do not block delete-legacy."""
+    t = tables
+    backfill(t.target, SCHEME, POLICY, split_bytes=2000)
+    cut_over(t.target, SCHEME, POLICY, split_bytes=2000)
+    salted = await SaltedTableAsync.open(t.raw, SCHEME)
+    updated, deleted = LEGACY[0], LEGACY[1]
+    await salted.mutate_row(updated, SetCell("cf", b"temp", b"after the cut-over", 9_000_000))
+    await salted.mutate_row(deleted, DeleteAllFromRow())
+    await t.plain.mutate_row(updated, SetCell("cf", b"temp", b"after the cut-over", 9_000_000))
+    await t.plain.mutate_row(deleted, DeleteAllFromRow())
+
+    report = delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000)
+    assert report.record == describe_layout(SCHEME), "\n".join(report.lines())
+    assert report.counters["legacy_rows_deleted"] == len(LEGACY)
+    assert all(SCHEME.has_prefix(key) for key in await physical(t.raw))
+    reader = await SaltedTableAsync.open(t.raw, SCHEME)
+    assert snapshot(await reader.read_rows(ReadRowsQuery())) == snapshot(
+        await t.plain.read_rows(ReadRowsQuery())
+    )

@@ -200,3 +200,44 @@ async def test_read_on_two_worker_processes(
     found = counters(result)
     assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 2000
     assert found["rows_read.legacy"] == 400
+
+
+async def test_every_failure_comes_back_by_logical_key_and_only_successes_count(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key the layout cannot place, 30 bad entries and an oversized bad entry: all output."""
+    table_id = make_table(("cf",))
+    good = [RowMutationEntry(k(s, C + MIN), SetCell("cf", b"q", b"v", 1000)) for s in range(5)]
+    unplaceable = RowMutationEntry(b"x#notatime", SetCell("cf", b"q", b"v", 1000))
+    bad = [
+        RowMutationEntry(k(s, C + 2 * MIN), SetCell("no-such-family", b"q", b"v", 1000))
+        for s in range(30)
+    ]
+    # An entry too big for one request is written in parts (the limit made small here).
+    monkeypatch.setattr("saltedtable.beam._io.MAX_MUTATIONS_PER_ENTRY", 4)
+    big = RowMutationEntry(
+        k(99, C + MIN),
+        [SetCell("cf", b"q%d" % i, b"v", 1000) for i in range(5)]
+        + [SetCell("no-such-family", b"q", b"v", 1000)],
+    )
+    big_good = RowMutationEntry(k(98, C + MIN), [SetCell("cf", b"q%d" % i, b"v") for i in range(9)])
+    failed, found = run_collect(
+        lambda p: (
+            p
+            | beam.Create([*good, unplaceable, *bad, big, big_good])
+            | WriteSaltedRows(
+                PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output", flush_mutations=7
+            )
+        )
+    )
+    assert sorted(f.row_key for f in failed) == sorted(
+        [unplaceable.row_key, big.row_key] + [e.row_key for e in bad]
+    )
+    by_key = {f.row_key: f for f in failed}
+    assert "CutoffError" in by_key[unplaceable.row_key].error
+    assert len(by_key[big.row_key].mutations) == 6
+    written = sum(v for n, v in found.items() if n.startswith("rows_written."))
+    assert written == len(good) + 1
+    salted = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SCHEME, cutoff=POLICY)
+    keys = {row.row_key for row in await salted.read_rows(ReadRowsQuery())}
+    assert keys == {e.row_key for e in good} | {big_good.row_key}

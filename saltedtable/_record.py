@@ -201,9 +201,9 @@ def open_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[st
     state = stored.get(MIGRATION_KEY)
     base = {k: v for k, v in stored.items() if k != MIGRATION_KEY}
     diffs = layout_differences(base, current)
-    if state in (CUTOVER, DELETING) and current.get("cutoff") is None:
-        if not layout_differences({**base, "cutoff": None}, current):
-            return []
+    salted_reader = state in (CUTOVER, DELETING) and current.get("cutoff") is None
+    if salted_reader and not layout_differences({**base, "cutoff": None}, current):
+        return []
     if state == DELETING and not diffs:
         # A reader with the cutoff would miss the rows being deleted.
         diffs.append(

@@ -17,6 +17,7 @@ from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable
 
 REPO = Path(__file__).resolve().parents[2]
+EMULATOR_WARNING = "Connecting to Bigtable emulator:RuntimeWarning"
 CUTOFF = ["--cutoff", "2024-01-01T00:00:00+00:00", "--time", "epoch:ms:1:13"]
 
 # Runs several `saltedtable migrate` command lines in one process (one Beam import) and
@@ -55,10 +56,11 @@ def base(table: str, buckets: int = 8) -> list[str]:
 
 
 def run_cli(emulator: Emulator, argvs: list[list[str]]) -> list[dict[str, object]]:
-    """Run each command line in a fresh interpreter against the emulator; collect code and stderr."""
+    """Run each command line in one fresh interpreter on the emulator; collect code and stderr."""
     env = {**os.environ, EMULATOR_HOST_ENV: emulator.address}
     done = subprocess.run(
-        [sys.executable, "-c", _RUNNER, json.dumps(argvs)],
+        # The client's own warning about the emulator is not the command's output.
+        [sys.executable, "-W", f"ignore:{EMULATOR_WARNING}", "-c", _RUNNER, json.dumps(argvs)],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -27,7 +27,9 @@ from google.cloud.bigtable.data import (
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, DeleteRangeFromColumn
 
 from saltedtable import (
+    Layout,
     LayoutError,
+    ReadBudget,
     SaltedTableAsync,
     SaltScheme,
     SchemeMismatchError,
@@ -35,7 +37,7 @@ from saltedtable import (
     prefix_end,
 )
 from saltedtable._cli import main as cli_main
-from saltedtable._migration import BACKFILL, CUTOVER, migration_record
+from saltedtable._migration import BACKFILL, CUTOVER, DELETING, migration_record
 from saltedtable.beam import (
     BigtableTarget,
     ReadSaltedRows,
@@ -47,8 +49,6 @@ from saltedtable.beam import (
     resalt,
     verify_backfill,
 )
-from saltedtable.beam._io import ReadSplitRows
-from saltedtable.beam._migrate import _legacy_subqueries
 from saltedtable.beam._record import read_record, swap_record
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import count_element, run_collect, snapshot
@@ -248,19 +248,26 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
     target = t.target
     with contextlib.closing(_SyncTable(target)) as sync:
         swap_record(sync.table, read_record(sync.table), migration_record(SCHEME, POLICY, BACKFILL))
-    layout = t.cutoff.layout
-    read = ReadSplitRows(
-        target, layout, _legacy_subqueries(layout), split_bytes=2000, rows_per_request=40
+    layout = Layout(SCHEME, POLICY)
+    read = ReadSaltedRows(
+        PROJECT, INSTANCE, t.table_id, SCHEME, cutoff=POLICY, budget=ReadBudget(rows=40)
     )
     write = WriteSaltedRows(
         PROJECT, INSTANCE, t.table_id, SCHEME, check_layout=False, flush_mutations=40
     )
     with pytest.raises(Exception, match="injected crash"):
         run_collect(
-            lambda p: p | read | beam.Map(copy_entry) | beam.ParDo(_Crash(len(LEGACY) // 2)) | write
+            lambda p: (
+                p
+                | read
+                | beam.Filter(lambda row: layout.locate(row.row_key)[0] is None)  # legacy rows
+                | beam.Map(copy_entry)
+                | beam.ParDo(_Crash(len(LEGACY) // 2))
+                | write
+            )
         )
     copies = len(await physical(t.raw)) - len(LEGACY) - len(NEW)
-    assert copies < len(LEGACY) // 2
+    assert 0 < copies < len(LEGACY) // 2
     # Meanwhile legacy rows change (a late write), and a stale copy of another sits in its bucket.
     changed, stale = LEGACY[3], LEGACY[-3]
     await t.raw.mutate_row(
@@ -291,7 +298,7 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
     assert all(family == "cf" for family, *_ in dict(legacy)[changed])
     # A cut-over table refuses another backfill: fully salted writers own the copies now.
     cut_over(target, SCHEME, POLICY, split_bytes=2000)
-    with pytest.raises(LayoutError, match="already cut over"):
+    with pytest.raises(LayoutError, match="already past the backfill"):
         backfill(target, SCHEME, POLICY)
 
 
@@ -372,7 +379,7 @@ async def test_resalt_16_to_24_verifies_equal_and_writes_the_record(
 async def test_delete_legacy_finishes_after_fully_salted_writes_to_old_keys(
     tables: Tables,
 ) -> None:
-    """Once services are fully salted, updates and deletes of old keys do not block delete-legacy."""
+    """Once services are fully salted, updates and deletes of old keys do not stop delete-legacy."""
     t = tables
     backfill(t.target, SCHEME, POLICY, split_bytes=2000)
     cut_over(t.target, SCHEME, POLICY, split_bytes=2000)
@@ -391,3 +398,34 @@ async def test_delete_legacy_finishes_after_fully_salted_writes_to_old_keys(
     assert snapshot(await reader.read_rows(ReadRowsQuery())) == snapshot(
         await t.plain.read_rows(ReadRowsQuery())
     )
+
+
+async def test_delete_legacy_refuses_cutoff_readers_first_and_resumes_after_a_crash(
+    tables: Tables,
+) -> None:
+    """While deleting, cutoff readers are refused and salted ones see every row; a re-run ends."""
+    t = tables
+    expected = snapshot(await t.plain.read_rows(ReadRowsQuery()))
+    backfill(t.target, SCHEME, POLICY, split_bytes=2000)
+    with pytest.raises(LayoutError, match="cutover or deleting"):
+        delete_legacy(t.target, SCHEME, POLICY)
+    cut_over(t.target, SCHEME, POLICY, split_bytes=2000)
+    # A delete-legacy that died half-way: the record moved, half the legacy rows are gone.
+    with contextlib.closing(_SyncTable(t.target)) as sync:
+        swap_record(sync.table, read_record(sync.table), migration_record(SCHEME, POLICY, DELETING))
+    await t.raw.bulk_mutate_rows([RowMutationEntry(key, DeleteAllFromRow()) for key in LEGACY[::2]])
+    with pytest.raises(SchemeMismatchError, match="deleting"):
+        await SaltedTableAsync.open(t.raw, SCHEME, cutoff=POLICY)
+    salted = await SaltedTableAsync.open(t.raw, SCHEME)
+    assert snapshot(await salted.read_rows(ReadRowsQuery())) == expected
+    with pytest.raises(LayoutError, match="past the backfill"):
+        backfill(t.target, SCHEME, POLICY)
+
+    said: list[str] = []
+    report = delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000, notify=said.append)
+    assert report.ok
+    assert report.counters["legacy_rows_deleted"] == len(LEGACY) - len(LEGACY[::2])
+    assert report.record == describe_layout(SCHEME)
+    assert len(said) == 1
+    assert "cutoff readers are refused" in said[0]
+    assert snapshot(await salted.read_rows(ReadRowsQuery())) == expected

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import pickle
 import re
 
 import apache_beam as beam
 import pytest
 from apache_beam.internal import pickler
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from google.cloud.bigtable.data import (
     BigtableDataClientAsync,
@@ -28,15 +30,23 @@ from saltedtable import (
     CutoffPolicy,
     Layout,
     QueryPlanError,
+    ReadBudget,
     SaltedTableAsync,
     SaltScheme,
     epoch_field,
     fields,
     plan_reads,
 )
-from saltedtable.beam import FailedWrite, ReadSaltedRows, WriteSaltedRows, row_digest, run_pipeline
-from saltedtable.beam._io import BigtableTarget, _ReadSplits, _WriteEntries
-from saltedtable.beam._migrate import counters
+from saltedtable.beam import (
+    BigtableTarget,
+    FailedWrite,
+    ReadSaltedRows,
+    WriteSaltedRows,
+    counters,
+    row_digest,
+    run_pipeline,
+)
+from saltedtable.beam._io import ReadSplits, WriteEntries
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import run_collect, snapshot
 from tests.conftest import MakeTable
@@ -165,12 +175,14 @@ def test_schemes_policies_plans_and_transforms_pickle() -> None:
     assert pickle.loads(pickle.dumps(scheme)).salt_key(b"u1#x") == scheme.salt_key(b"u1#x")
     read = ReadSaltedRows(PROJECT, INSTANCE, "t", scheme, cutoff=POLICY)
     write = WriteSaltedRows(PROJECT, INSTANCE, "t", scheme, POLICY)
-    for transform in (read, write):
-        assert pickler.loads(pickler.dumps(transform)) is not None
     target = BigtableTarget(PROJECT, INSTANCE, "t")
+    again_read = pickler.loads(pickler.dumps(read))
+    assert (again_read.layout, again_read.plan) == (layout, read.plan)
+    again_write = pickler.loads(pickler.dumps(write))
+    assert (again_write.layout, again_write.target) == (layout, target)
     for dofn in (
-        _ReadSplits(target, layout, 100, "visible"),
-        _WriteEntries(
+        ReadSplits(target, layout, ReadBudget(), "visible"),
+        WriteEntries(
             target,
             layout,
             on_failure="raise",
@@ -217,8 +229,8 @@ async def test_every_failure_comes_back_by_logical_key_and_only_successes_count(
     monkeypatch.setattr("saltedtable.beam._io.MAX_MUTATIONS_PER_ENTRY", 4)
     big = RowMutationEntry(
         k(99, C + MIN),
-        [SetCell("cf", b"q%d" % i, b"v", 1000) for i in range(5)]
-        + [SetCell("no-such-family", b"q", b"v", 1000)],
+        [SetCell("no-such-family", b"q", b"v", 1000)]
+        + [SetCell("cf", b"q%d" % i, b"v", 1000) for i in range(5)],
     )
     big_good = RowMutationEntry(k(98, C + MIN), [SetCell("cf", b"q%d" % i, b"v") for i in range(9)])
     failed, found = run_collect(
@@ -226,7 +238,7 @@ async def test_every_failure_comes_back_by_logical_key_and_only_successes_count(
             p
             | beam.Create([*good, unplaceable, *bad, big, big_good])
             | WriteSaltedRows(
-                PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output", flush_mutations=7
+                PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output", flush_mutations=3
             )
         )
     )
@@ -241,3 +253,56 @@ async def test_every_failure_comes_back_by_logical_key_and_only_successes_count(
     salted = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SCHEME, cutoff=POLICY)
     keys = {row.row_key for row in await salted.read_rows(ReadRowsQuery())}
     assert keys == {e.row_key for e in good} | {big_good.row_key}
+
+
+async def test_pages_stay_within_the_byte_budget(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """Wide rows: no page holds more than the budget's bytes; every row is still read once."""
+    table_id = make_table(("cf",))
+    table = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SaltScheme(2))
+    wide = b"w" * 20_000
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(b"row%03d" % i, SetCell("cf", b"q", wide, 1000)) for i in range(60)]
+    )
+    budget = ReadBudget(bytes=64 * 1024)
+    read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SaltScheme(2), budget=budget)
+    result = run_pipeline(lambda p: p | read | beam.Map(row_digest))
+    found = counters(result)
+    assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 60
+    assert found["read_requests"] >= 60 // 3  # about three 20 KB rows fit in 64 KiB
+    pages = result.metrics().query(MetricsFilter().with_name("page_bytes"))["distributions"]
+    largest = max(p.committed.max for p in pages)
+    assert 20_000 < largest <= budget.bytes
+
+
+async def test_dict_queries_read_like_read_rows_query(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """A dict of ReadRowsRequest fields is read as TableAsync reads it."""
+    table_id = make_table(("cf", "cg"))
+    table = await _cutoff_table(data_client, table_id)
+    query = {"rows": {"row_keys": [k(1, C - MIN), k(3, C + MIN)]}}
+    rows, _ = run_collect(
+        lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, query, POLICY)
+    )
+    assert snapshot(rows) == snapshot(await table.read_rows(query))
+    assert len(rows) == 2
+
+
+async def test_stray_legacy_rows_are_left_out_counted_and_logged(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unsalted row from after the cutoff is skipped as the async reader skips it; reported."""
+    table_id = make_table(("cf", "cg"))
+    table = await _cutoff_table(data_client, table_id)
+    stray = k(3, C + 500 * MIN)  # no salted row has this key
+    await data_client.get_table(INSTANCE, table_id).mutate_row(stray, cells(stray))
+    with caplog.at_level(logging.WARNING, logger="saltedtable.beam"):
+        rows, found = run_collect(
+            lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, cutoff=POLICY)
+        )
+    assert snapshot(rows) == snapshot(await table.read_rows(ReadRowsQuery()))
+    assert stray not in {row.row_key for row in rows}
+    assert found["stray_rows.legacy"] == 1
+    assert any(repr(stray) in r.getMessage() for r in caplog.records), caplog.text

@@ -32,6 +32,7 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.combiners import Count
 from google.cloud.bigtable.data import (
     BigtableDataClientAsync,
     ReadRowsQuery,
@@ -40,8 +41,7 @@ from google.cloud.bigtable.data import (
 )
 
 from saltedtable import SaltedTableAsync, SaltScheme
-from saltedtable.beam import ReadSaltedRows, run_pipeline
-from saltedtable.beam._migrate import counters
+from saltedtable.beam import ReadSaltedRows, counters, run_pipeline
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, create_table, start_emulator
 
 warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
@@ -77,7 +77,7 @@ def beam_scan(workers: int) -> int:
         ]
     )
     read = ReadSaltedRows(PROJECT, INSTANCE, TABLE, SCHEME, split_bytes=1024 * 1024)
-    result = run_pipeline(lambda p: p | read | beam.combiners.Count.Globally(), options)
+    result = run_pipeline(lambda p: p | read | Count.Globally(), options)
     return sum(v for name, v in counters(result).items() if name.startswith("rows_read."))
 
 

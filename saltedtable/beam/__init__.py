@@ -20,7 +20,7 @@ from __future__ import annotations
 
 try:
     import apache_beam  # noqa: F401  (every module here needs it)
-except ModuleNotFoundError as exc:  # pragma: no cover - exercised without Beam installed
+except ModuleNotFoundError as exc:
     if (exc.name or "").partition(".")[0] != "apache_beam":
         raise
     raise ModuleNotFoundError(

@@ -9,7 +9,7 @@ and must see every row exactly once, whatever step is running.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,11 @@ from google.cloud.bigtable.data import (
     SetCell,
     TableAsync,
 )
-from google.cloud.bigtable.data.mutations import DeleteAllFromRow, DeleteRangeFromColumn
+from google.cloud.bigtable.data.mutations import (
+    DeleteAllFromRow,
+    DeleteRangeFromColumn,
+    Mutation,
+)
 
 from saltedtable import (
     Layout,
@@ -60,7 +64,7 @@ LEGACY = [k(s, C - m * MIN) for s in range(6) for m in range(1, 41)]
 NEW = [k(s, C + m * MIN) for s in range(6) for m in range(31)]
 
 
-def cells(key: bytes) -> list[SetCell]:
+def cells(key: bytes) -> list[Mutation]:
     """Two families, two versions of one column, fixed timestamps."""
     return [
         SetCell("cf", b"temp", b"old" + key, 1_000_000),
@@ -85,9 +89,7 @@ class Tables:
 
 
 @pytest.fixture
-async def tables(
-    data_client: BigtableDataClientAsync, make_table: MakeTable
-) -> AsyncIterator[Tables]:
+async def tables(data_client: BigtableDataClientAsync, make_table: MakeTable) -> Tables:
     """Legacy rows loaded unsalted, the cutoff turned on (record stored), newer rows salted."""
     plain = data_client.get_table(INSTANCE, make_table(FAMILIES))
     table_id = make_table(FAMILIES)
@@ -287,7 +289,7 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
     assert pruned.counters["orphan_copies_deleted"] == 1
     report = verify_backfill(target, SCHEME, POLICY, split_bytes=2000)
     assert report.ok, "\n".join(report.lines())
-    legacy = snapshot(await t.raw.read_rows(ReadRowsQuery(row_keys=LEGACY)))
+    legacy = snapshot(await t.raw.read_rows(ReadRowsQuery(row_keys=list[str | bytes](LEGACY))))
     copied = await t.raw.read_rows(ReadRowsQuery(row_keys=[SCHEME.salt_key(key) for key in LEGACY]))
     for row in copied:
         row.row_key = SCHEME.unsalt_key(row.row_key)

@@ -12,6 +12,8 @@ import pytest
 from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pvalue import PCollection
+from apache_beam.transforms.combiners import Count
 from google.cloud.bigtable.data import (
     BigtableDataClientAsync,
     ReadRowsQuery,
@@ -19,6 +21,7 @@ from google.cloud.bigtable.data import (
     RowRange,
     SetCell,
 )
+from google.cloud.bigtable.data.mutations import Mutation
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
     FamilyNameRegexFilter,
@@ -62,7 +65,7 @@ def k(sensor: int, ms: int) -> bytes:
     return b"s%d#%013d" % (sensor, ms)
 
 
-def cells(key: bytes) -> list[SetCell]:
+def cells(key: bytes) -> list[Mutation]:
     """Two families, two versions of one column."""
     return [
         SetCell("cf", b"temp", b"old" + key, 1_000_000),
@@ -102,12 +105,13 @@ async def test_read_equals_the_async_reader(
     }
     for name, query in queries.items():
         expected = snapshot(await table.read_rows(query))
-        rows, found = run_collect(
-            lambda p, q=query: (
-                p
-                | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, q, POLICY, split_bytes=8_000)
-            )
-        )
+        read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, query, POLICY, split_bytes=8_000)
+
+        def build(p: beam.Pipeline, read: ReadSaltedRows = read) -> PCollection[Row]:
+            out: PCollection[Row] = p | read
+            return out
+
+        rows, found = run_collect(build)
         assert snapshot(rows) == expected, name
         assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == len(expected)
         if name == "full":
@@ -162,7 +166,8 @@ async def _plain_rows(
 ) -> list[Row]:
     plain = data_client.get_table(INSTANCE, make_table(("cf", "cg")))
     await plain.bulk_mutate_rows(entries)
-    return await plain.read_rows(ReadRowsQuery())
+    rows: list[Row] = await plain.read_rows(ReadRowsQuery())
+    return rows
 
 
 def test_schemes_policies_plans_and_transforms_pickle() -> None:
@@ -191,7 +196,7 @@ def test_schemes_policies_plans_and_transforms_pickle() -> None:
             check_layout=False,
         ),
     ):
-        dofn._client, dofn._table = object(), object()  # as if set up on a worker
+        dofn.__dict__.update(_client=object(), _table=object())  # as if set up on a worker
         again = pickler.loads(pickler.dumps(dofn))
         assert again._client is None
         assert again._table is None
@@ -206,9 +211,7 @@ async def test_read_on_two_worker_processes(
     await _cutoff_table(data_client, table_id)
     options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, cutoff=POLICY, split_bytes=8_000)
-    result = run_pipeline(
-        lambda p: p | read | beam.Map(row_digest) | beam.combiners.Count.Globally(), options
-    )
+    result = run_pipeline(lambda p: p | read | beam.Map(row_digest) | Count.Globally(), options)
     found = counters(result)
     assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 2000
     assert found["rows_read.legacy"] == 400
@@ -227,11 +230,9 @@ async def test_every_failure_comes_back_by_logical_key_and_only_successes_count(
     ]
     # An entry too big for one request is written in parts (the limit made small here).
     monkeypatch.setattr("saltedtable.beam._io.MAX_MUTATIONS_PER_ENTRY", 4)
-    big = RowMutationEntry(
-        k(99, C + MIN),
-        [SetCell("no-such-family", b"q", b"v", 1000)]
-        + [SetCell("cf", b"q%d" % i, b"v", 1000) for i in range(5)],
-    )
+    big_mutations: list[Mutation] = [SetCell("no-such-family", b"q", b"v", 1000)]
+    big_mutations += [SetCell("cf", b"q%d" % i, b"v", 1000) for i in range(5)]
+    big = RowMutationEntry(k(99, C + MIN), big_mutations)
     big_good = RowMutationEntry(k(98, C + MIN), [SetCell("cf", b"q%d" % i, b"v") for i in range(9)])
     failed, found = run_collect(
         lambda p: (

@@ -247,8 +247,8 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
     unknown = _unknown_to_beam(beam_args)
     if unknown:
         raise UsageError(
-            f"unrecognized arguments: {' '.join(unknown)} (neither an option of this step "
-            "nor one of Apache Beam's)"
+            f"unrecognized arguments: {' '.join(unknown)}: neither this step nor Apache Beam "
+            "knows them"
         )
     scheme = _scheme(args)
     cutoff = cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable)

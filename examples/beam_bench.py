@@ -118,7 +118,8 @@ def main() -> None:
             order = variants[round_ % len(variants) :] + variants[: round_ % len(variants)]
             for variant in order:
                 seconds[variant].append(measure(variant, args.rows))
-                print(f"  round {round_ + 1} {variant:>15}: {seconds[variant][-1]:.2f}s", flush=True)
+                took = seconds[variant][-1]
+                print(f"  round {round_ + 1} {variant:>15}: {took:.2f}s", flush=True)
     finally:
         emulator.stop()
     base = statistics.median(seconds["async"])

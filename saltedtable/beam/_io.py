@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, final
@@ -39,6 +39,7 @@ from google.cloud.bigtable.data.exceptions import (
 )
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._cutoff import CutoffPolicy
 from .._exceptions import QueryPlanError, SaltedTableError
@@ -246,6 +247,15 @@ def scan_pages(table: Table, sub: SubQuery, sizer: PageSizer) -> Iterator[list[R
         cursor.advance(len(page), size, page[-1].row_key if page else None)
         sizer.measure(page)
         yield page
+
+
+def read_keys(
+    table: Table, keys: Iterable[bytes], sizer: PageSizer, row_filter: RowFilter | None = None
+) -> Iterator[Row]:
+    """The rows of ``keys`` that exist (physical keys), read in requests of bounded size."""
+    sub = SubQuery(None, b"", tuple(sorted(set(keys))), (), row_filter)
+    for page in scan_pages(table, sub, sizer):
+        yield from page
 
 
 def relabel(row: Row, key: bytes) -> Row:

@@ -71,6 +71,7 @@ from ._io import (
     TableDoFn,
     WriteSaltedRows,
     copy_entry,
+    read_keys,
     read_split_pages,
     relabel,
     row_digest,
@@ -482,6 +483,7 @@ class _PruneOrphans(TableDoFn):
         super().__init__(target)
         self.layout = layout
         self.sizer = PageSizer(budget)
+        self.legacy = PageSizer(budget)  # the legacy rows' keys, read by key
         self._pruned = Metrics.counter(METRICS_NAMESPACE, "orphan_copies_deleted")
 
     def process(self, split: Split) -> Iterator[None]:
@@ -490,8 +492,7 @@ class _PruneOrphans(TableDoFn):
             if not page:
                 continue
             keys = [row.row_key for row in page]
-            query = ReadRowsQuery(row_keys=list[str | bytes](keys), row_filter=KEYS_ONLY)
-            present = {row.row_key for row in table.read_rows(query)}
+            present = {row.row_key for row in read_keys(table, keys, self.legacy, KEYS_ONLY)}
             doomed = [
                 RowMutationEntry(self.layout.scheme.salt_key(key), [DeleteAllFromRow()])
                 for key in keys
@@ -550,6 +551,7 @@ class _CompareCopies(TableDoFn):
         super().__init__(target)
         self.layout = layout
         self.sizer = PageSizer(budget)
+        self.copies_sizer = PageSizer(budget)
         self.legacy = _Sums("legacy", layout.scheme)
         self.copies = _Sums("copies", layout.scheme)
 
@@ -562,8 +564,8 @@ class _CompareCopies(TableDoFn):
                 continue
             for row in page:
                 self.legacy.add(row)
-            keys = list[str | bytes](scheme.salt_key(row.row_key) for row in page)
-            for copy in table.read_rows(ReadRowsQuery(row_keys=keys)):
+            keys = [scheme.salt_key(row.row_key) for row in page]
+            for copy in read_keys(table, keys, self.copies_sizer):
                 # Counted by the keys-only scan of the buckets, which also finds orphans.
                 self.copies.add(relabel(copy, scheme.unsalt_key(copy.row_key)), count=False)
             read += len(page)

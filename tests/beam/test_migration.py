@@ -364,7 +364,9 @@ async def test_resalt_16_to_24_verifies_equal_and_writes_the_record(
     shown = capsys.readouterr()
     assert "verified: equal" in shown.out
     assert "splits" in shown.err
-    assert "rows read 2,400" in shown.err.splitlines()[-1]  # both tables, read in this process
+    last = shown.err.splitlines()[-1]
+    assert last.startswith("verify: splits ")  # the phase, then what this process did
+    assert "rows read 2,400" in last  # both tables, read in this process
     tampered = keys[5]
     await dest.mutate_row(tampered, SetCell("cf", b"temp", b"tampered", 2_000_000))
     assert cli_main(argv) == 1

@@ -118,6 +118,14 @@ def test_usage_errors_exit_2_with_one_line(
         "option of another step": ["migrate", "verify", *base(source), *CUTOFF, "--prune"],
         "resalt without a destination": ["migrate", "resalt", *base(source), "--family", "cf"],
         "no step": ["migrate", *base(source)],
+        "new scheme without a copy": [
+            "migrate",
+            "verify",
+            *base(source),
+            *CUTOFF,
+            "--to-buckets",
+            "24",
+        ],
     }
     for name, argv in cases.items():
         assert cli_main(argv) == 2, name

@@ -378,6 +378,8 @@ async def test_resalt_16_to_24_verifies_equal_and_writes_the_record(
     assert cli_main([*argv[:1], "backfill", *argv[2:8], "-n", "16"]) == 2  # no --cutoff
     with pytest.raises(LayoutError, match="another table"):
         resalt(src, old, src, new, family="cf")
+    with pytest.raises(LayoutError, match="changes nothing"):
+        resalt(src, old, dst, old, family="cf")
 
 
 async def test_delete_legacy_finishes_after_fully_salted_writes_to_old_keys(

@@ -21,7 +21,7 @@ import asyncio
 import datetime as dt
 import warnings
 
-import apache_beam as beam
+from apache_beam.transforms.combiners import Count
 from google.cloud.bigtable.data import (
     BigtableDataClientAsync,
     ReadRowsQuery,
@@ -35,13 +35,13 @@ from saltedtable.beam import (
     MigrationReport,
     ReadSaltedRows,
     backfill,
+    counters,
     cut_over,
     delete_legacy,
     resalt,
     run_pipeline,
     verify_backfill,
 )
-from saltedtable.beam._migrate import counters
 from saltedtable.testing import INSTANCE, PROJECT
 
 warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
@@ -110,7 +110,7 @@ def main() -> None:
         f"the table is fully salted ({asyncio.run(count(None))} rows)"
     )
     read = ReadSaltedRows(PROJECT, INSTANCE, "events", SCHEME, split_bytes=4_000)
-    result = run_pipeline(lambda p: p | read | beam.combiners.Count.Globally())
+    result = run_pipeline(lambda p: p | read | Count.Globally())
     found = counters(result)
     rows = sum(v for n, v in found.items() if n.startswith("rows_read."))
     print(

@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import binascii
+import contextlib
 import importlib
 import io
 import json
+import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final, NoReturn
 
 from ._cutoff import (
@@ -208,9 +210,22 @@ def _table_spec(spec: str) -> tuple[str, tuple[str, ...]]:
     return table_id, names
 
 
+@contextlib.contextmanager
+def _quiet_import_logs() -> Iterator[None]:
+    """Say nothing of what Apache Beam logs while it is imported (optional packages it lacks)."""
+    logging.basicConfig()  # the handler Beam sets up anyway, made before its import logs
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(before)
+
+
 def _cmd_migrate(args: argparse.Namespace) -> int:
     try:
-        beam_cli = importlib.import_module("saltedtable.beam._cli")
+        with _quiet_import_logs():
+            beam_cli = importlib.import_module("saltedtable.beam._cli")
     except ImportError as exc:
         if (exc.name or "").partition(".")[0] != "apache_beam":
             raise

@@ -14,24 +14,39 @@ which layouts may open the table at each step::
     cutover     + "migration": "cutover": every copy was verified; cutoff
                 readers (reading the legacy rows) and fully salted readers
                 (reading the copies) both open and see the same rows
+    deleting    + "migration": "deleting": every service runs fully salted and
+                the copies are the rows; the legacy rows are being deleted, so
+                only fully salted readers open
     salted      the record of (scheme, no cutoff), written once the legacy rows
                 are deleted; cutoff readers are refused from then on
 
 Each step is a compare-and-swap of the record, so it happens once, in order.
+The state names are defined once, in ``_record``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any
 
 from ._cutoff import CutoffPolicy
-from ._record import MIGRATION_KEY, describe_layout, open_differences
+from ._record import (
+    BACKFILL,
+    CUTOVER,
+    DELETING,
+    MIGRATION_KEY,
+    MIGRATION_STATES,
+    MigrationState,
+    describe_layout,
+    open_differences,
+)
 from ._salt import SaltScheme
 
 __all__ = [
     "BACKFILL",
     "CUTOVER",
+    "DELETING",
     "MIGRATION_KEY",
+    "MIGRATION_STATES",
     "MigrationState",
     "migration_record",
     "migration_state",
@@ -40,17 +55,14 @@ __all__ = [
     "tolerates_legacy_rows",
 ]
 
-MigrationState = Literal["backfill", "cutover"]
-BACKFILL: Final = "backfill"
-CUTOVER: Final = "cutover"
-
 
 def migration_record(
     scheme: SaltScheme, cutoff: CutoffPolicy, state: MigrationState
 ) -> dict[str, Any]:
     """The record of a cutoff layout whose legacy rows are being moved."""
-    if state not in (BACKFILL, CUTOVER):
-        raise ValueError(f"a migration state is 'backfill' or 'cutover', got {state!r}")
+    if state not in MIGRATION_STATES:
+        names = ", ".join(repr(s) for s in MIGRATION_STATES)
+        raise ValueError(f"a migration state is one of {names}, got {state!r}")
     return {**describe_layout(scheme, cutoff), MIGRATION_KEY: state}
 
 
@@ -59,7 +71,10 @@ def migration_state(record: dict[str, Any] | None) -> MigrationState | None:
     if record is None:
         return None
     state = record.get(MIGRATION_KEY)
-    return state if state in (BACKFILL, CUTOVER) else None
+    for known in MIGRATION_STATES:
+        if state == known:
+            return known
+    return None
 
 
 def tolerates_copies(stored: dict[str, Any] | None) -> bool:
@@ -69,4 +84,4 @@ def tolerates_copies(stored: dict[str, Any] | None) -> bool:
 
 def tolerates_legacy_rows(stored: dict[str, Any] | None) -> bool:
     """True when rows outside every salt prefix are expected by a fully salted reader."""
-    return migration_state(stored) == CUTOVER
+    return migration_state(stored) in (CUTOVER, DELETING)

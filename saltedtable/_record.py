@@ -21,18 +21,25 @@ from ._salt import SCHEME_ROW_KEY, SaltScheme
 
 if TYPE_CHECKING:
     from google.cloud.bigtable.data.mutations import Mutation
-    from google.cloud.bigtable.data.row import Row
+    from google.cloud.bigtable.data.row import Cell, Row
 
 __all__ = [
+    "BACKFILL",
+    "CUTOVER",
+    "DELETING",
+    "MIGRATION_KEY",
+    "MIGRATION_STATES",
     "SCHEME_QUALIFIER",
     "SCHEME_ROW_KEY",
     "Action",
+    "MigrationState",
     "decode_layout",
     "describe_layout",
     "encode_layout",
     "family_of",
     "guard_action",
     "layout_differences",
+    "newest_record_cell",
     "open_differences",
     "record_of_row",
 ]
@@ -42,7 +49,12 @@ SCHEME_QUALIFIER: Final = b"scheme"
 _VERSION: Final = 1
 #: The record's key for the state of a migration in progress (see ``_migration``).
 MIGRATION_KEY: Final = "migration"
-_MIGRATION_STATES: Final = ("backfill", "cutover")
+#: The states of a migration in progress, in order (see ``_migration``).
+MigrationState = Literal["backfill", "cutover", "deleting"]
+BACKFILL: Final = "backfill"
+CUTOVER: Final = "cutover"
+DELETING: Final = "deleting"
+MIGRATION_STATES: Final[tuple[MigrationState, ...]] = (BACKFILL, CUTOVER, DELETING)
 
 #: What the guard does next (see :func:`guard_action`).
 Action = Literal["ok", "create", "replace", "skip"]
@@ -119,15 +131,18 @@ def layout_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
     return diffs
 
 
-def record_of_row(row: Row | None) -> dict[str, Any] | None:
-    """The layout record stored in the reserved row, or None if there is none."""
+def newest_record_cell(row: Row | None) -> Cell | None:
+    """The cell holding the current layout record in the reserved row, or None."""
     if row is None:
         return None
     cells = [c for c in row.cells if c.qualifier == SCHEME_QUALIFIER]
-    if not cells:
-        return None
-    newest = max(cells, key=lambda c: c.timestamp_micros)
-    return decode_layout(newest.value)
+    return max(cells, key=lambda c: c.timestamp_micros) if cells else None
+
+
+def record_of_row(row: Row | None) -> dict[str, Any] | None:
+    """The layout record stored in the reserved row, or None if there is none."""
+    cell = newest_record_cell(row)
+    return None if cell is None else decode_layout(cell.value)
 
 
 def guard_action(
@@ -179,15 +194,21 @@ def open_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[st
 
     Outside a migration this is :func:`layout_differences`. During one
     (``saltedtable migrate``) the record describes the cutoff layout, which
-    keeps opening; in the cut-over state the fully salted layout of the same
-    scheme opens too.
+    keeps opening through the backfill and the cut-over; from the cut-over on
+    the fully salted layout of the same scheme opens too, and while the legacy
+    rows are deleted only that one does.
     """
     state = stored.get(MIGRATION_KEY)
     base = {k: v for k, v in stored.items() if k != MIGRATION_KEY}
     diffs = layout_differences(base, current)
-    salted_reader = state == "cutover" and current.get("cutoff") is None
-    if diffs and salted_reader and not layout_differences({**base, "cutoff": None}, current):
+    salted_reader = state in (CUTOVER, DELETING) and current.get("cutoff") is None
+    if salted_reader and not layout_differences({**base, "cutoff": None}, current):
         return []
-    if state is not None and state not in _MIGRATION_STATES:
+    if state == DELETING and not diffs:
+        # A reader with the cutoff would miss the rows being deleted.
+        diffs.append(
+            f"{MIGRATION_KEY}: the legacy rows are being deleted; open the table without the cutoff"
+        )
+    if state is not None and state not in MIGRATION_STATES:
         diffs.append(f"{MIGRATION_KEY}: unknown state {state!r} (a newer saltedtable wrote it)")
     return diffs

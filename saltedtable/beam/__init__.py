@@ -10,11 +10,24 @@ Beam; this one does on import.
   forward-only migration.
 * :func:`resalt`, :func:`verify_resalt`: another bucket count, hash or key part,
   into a new table.
+* :func:`run_pipeline`, :func:`counters`: run a pipeline here or on Dataflow, and
+  read its counters.
 
 See ``docs/scaling-out.md``.
 """
 
 from __future__ import annotations
+
+try:
+    import apache_beam  # noqa: F401  (every module here needs it)
+except ModuleNotFoundError as exc:
+    if (exc.name or "").partition(".")[0] != "apache_beam":
+        raise
+    raise ModuleNotFoundError(
+        "saltedtable.beam needs Apache Beam, which is not installed: "
+        "pip install 'saltedtable[beam]'",
+        name=exc.name,
+    ) from exc
 
 from ._io import (
     METRICS_NAMESPACE,
@@ -33,6 +46,7 @@ from ._migrate import (
     MigrationReport,
     PruneOrphanCopies,
     backfill,
+    counters,
     cut_over,
     delete_legacy,
     resalt,
@@ -55,6 +69,7 @@ __all__ = [
     "WriteSaltedRows",
     "backfill",
     "copy_entry",
+    "counters",
     "cut_over",
     "delete_legacy",
     "resalt",

@@ -1,22 +1,28 @@
 """``saltedtable migrate``: the migration steps from the command line.
 
-Runs locally by default (Beam's in-process portable runner); every option it
-does not know is handed to Beam's ``PipelineOptions``, so ``--runner
+Runs locally by default (Beam's in-process portable runner); options that
+Apache Beam knows are handed to its ``PipelineOptions``, so ``--runner
 DataflowRunner --project ... --region ... --temp_location gs://...`` runs the
-same step on Dataflow. Exit codes: 0 done (and verified), 1 a verification
-found differences or a step was refused, 2 bad usage.
+same step on Dataflow. Any other unknown option is refused. Exit codes: 0
+done (and verified); 1 a verification found differences, a step was
+refused, or Bigtable or the pipeline failed; 2 bad usage. Errors are one
+line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, NoReturn, TypedDict
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from google.api_core.exceptions import GoogleAPICallError, NotFound
 
-from .._exceptions import SaltedTableError
+from .._exceptions import CutoffError, DataError, SaltedTableError, SaltSchemeError, UsageError
+from .._record import describe_layout, layout_differences
 from .._salt import HASHES, SaltScheme
 from .._specs import cutoff_policy_from_args, key_part_from_spec
 from ._io import BigtableTarget
@@ -30,26 +36,31 @@ from ._migrate import (
     verify_backfill,
     verify_resalt,
 )
+from ._record import read_record
 
 __all__ = ["main"]
 
-_STEPS = ("backfill", "verify", "cutover", "delete-legacy", "resalt")
+_PROG = "saltedtable migrate"
 
 _EPILOG = """\
-steps of finishing a forward-only migration (a table with --cutoff), in order:
+finishing a forward-only migration (a table with --cutoff), in order:
   backfill        copy every legacy row to its salted key (re-runnable)
   verify          compare legacy rows and copies per bucket (rows, checksum)
   cutover         verify, then let fully salted readers open the table too
-  delete-legacy   after every service runs without the cutoff: delete the
-                  verified legacy rows and write the fully salted record
+  delete-legacy   once every service runs without the cutoff: refuse cutoff
+                  readers, delete the legacy rows, write the fully salted record
 changing the scheme:
   resalt          copy into --to-table with --to-buckets/--to-hash/...,
                   verify, write the new layout record there
   verify --to-table ...   compare a table and its resalted copy again
 
-Other options go to Apache Beam, e.g. --runner DataflowRunner --region
-us-central1 --temp_location gs://bucket/tmp --setup_file ./setup.py.
+Options Apache Beam knows go to Beam, e.g. --runner DataflowRunner --project P
+--region us-central1 --temp_location gs://bucket/tmp --requirements_file req.txt.
+`saltedtable migrate STEP --help` lists a step's own options.
 """
+
+_RESALT_HELP = "the resalted table (with the same column families)"
+_NEW = ("buckets", "hash", "key_part", "separator", "marker")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,136 +68,156 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="saltedtable migrate",
-        description="Backfill, verify, cut over or resalt a salted table with Apache Beam.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def _common_options() -> _Parser:
+    p = _Parser(add_help=False, allow_abbrev=False)
+    table = p.add_argument_group("the table")
+    table.add_argument("--bigtable-project", required=True, help="the table's Google Cloud project")
+    table.add_argument("--instance", required=True, help="Bigtable instance id")
+    table.add_argument("--table", required=True, help="table id")
+    table.add_argument("--app-profile", help="Bigtable app profile id")
+    scheme = p.add_argument_group("its layout")
+    scheme.add_argument(
+        "-n", "--buckets", type=_int_at_least(1), required=True, help="the table's bucket count"
     )
-    p.add_argument("step", choices=_STEPS)
-    p.add_argument("--bigtable-project", required=True, help="the table's Google Cloud project")
-    p.add_argument("--instance", required=True, help="Bigtable instance id")
-    p.add_argument("--table", required=True, help="table id")
-    p.add_argument("--app-profile", help="Bigtable app profile id")
-    p.add_argument("-n", "--buckets", type=int, required=True, help="the table's bucket count")
-    p.add_argument("--hash", default="crc32", help=f"one of {', '.join(HASHES)}")
-    p.add_argument("--key-part", metavar="SPEC", help="fields:K[:SEP] or before-last[:SEP]")
-    p.add_argument("--separator", default="-", help="separator after a decimal prefix")
-    p.add_argument("--marker", default="", help="bytes before every prefix (text)")
-    p.add_argument("--cutoff", metavar="ISO", help="the table's cutoff (forward-only migration)")
-    p.add_argument(
+    scheme.add_argument("--hash", default="crc32", help=f"one of {', '.join(HASHES)}")
+    scheme.add_argument("--key-part", metavar="SPEC", help="fields:K[:SEP] or before-last[:SEP]")
+    scheme.add_argument("--separator", default="-", help="separator after a decimal prefix")
+    scheme.add_argument("--marker", default="", help="bytes before every prefix (text)")
+    scheme.add_argument("--cutoff", metavar="ISO", help="its cutoff, e.g. 2024-01-01T00:00:00Z")
+    scheme.add_argument(
         "--time",
         metavar="READER",
         help="where a key's time is: epoch:UNIT[:INDEX[:DIGITS]] (default epoch:s), "
         "reversed:UNIT[:INDEX[:DIGITS]], iso[:INDEX] or be:OFFSET:WIDTH:UNIT",
     )
-    p.add_argument("--time-sep", default="#", help="field separator for --time (#)")
-    p.add_argument(
+    scheme.add_argument("--time-sep", default="#", help="field separator for --time (#)")
+    scheme.add_argument(
         "--unreadable",
         choices=("error", "legacy", "salted"),
         default="error",
         help="where keys without a readable time go",
     )
-    p.add_argument("--family", help="column family for a layout record that does not exist yet")
-    p.add_argument("--to-table", help="resalt: the destination table (same families)")
-    p.add_argument("--to-buckets", type=int, help="resalt: the new bucket count")
-    p.add_argument("--to-hash", help="resalt: the new hash (default: unchanged)")
-    p.add_argument("--to-key-part", metavar="SPEC", help="resalt: the new key part")
-    p.add_argument("--to-separator", help="resalt: the new separator")
-    p.add_argument("--to-marker", help="resalt: the new marker")
-    p.add_argument(
-        "--split-mb", type=float, default=64.0, help="about how much one split reads (MB, 64)"
+    run = p.add_argument_group("running")
+    run.add_argument(
+        "--split-mb",
+        type=_positive_number,
+        default=64.0,
+        help="about how much one split reads (MB, 64)",
     )
-    p.add_argument(
-        "--prune",
-        action="store_true",
-        help="backfill: also delete copies whose legacy row is gone (reads every bucket)",
+    run.add_argument("--progress", action="store_true", help="show progress even if not a terminal")
+    run.add_argument(
+        "-v", "--verbose", action="store_true", help="show Apache Beam's own log (INFO and up)"
     )
-    p.add_argument("--progress", action="store_true", help="show progress even if not a terminal")
     return p
 
 
-def _scheme(args: argparse.Namespace, prefix: str = "") -> SaltScheme:
-    def pick(name: str) -> str | None:
-        value: str | None = getattr(args, f"to_{name}") if prefix else None
-        fallback: str | None = getattr(args, name)
-        return value if value is not None else fallback
+def _add_new_scheme(p: argparse.ArgumentParser, *, required: bool) -> None:
+    new = p.add_argument_group("the resalted copy")
+    new.add_argument("--to-table", required=required, help=_RESALT_HELP)
+    new.add_argument("--to-buckets", type=_int_at_least(1), help="the new bucket count")
+    new.add_argument("--to-hash", help="the new hash (default: unchanged)")
+    new.add_argument("--to-key-part", metavar="SPEC", help="the new key part")
+    new.add_argument("--to-separator", help="the new separator")
+    new.add_argument("--to-marker", help="the new marker")
 
-    buckets = args.to_buckets if prefix and args.to_buckets else args.buckets
-    part = args.to_key_part if prefix and args.to_key_part else args.key_part
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=_PROG,
+        description="Backfill, verify, cut over or resalt a salted table with Apache Beam.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    steps = p.add_subparsers(dest="step", required=True, metavar="STEP", parser_class=_Parser)
+    common = _common_options()
+
+    def step(name: str, summary: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = steps.add_parser(
+            name,
+            parents=[common],
+            help=summary,
+            description=summary,
+            allow_abbrev=False,
+            epilog="Options Apache Beam knows (--runner, --region, ...) go to Beam.",
+        )
+        return sub
+
+    back = step("backfill", "Copy every legacy row to its salted key (needs --cutoff).")
+    back.add_argument("--family", help="column family for the layout record, if there is none")
+    back.add_argument(
+        "--prune",
+        action="store_true",
+        help="also delete copies whose legacy row is gone (reads the keys of every bucket)",
+    )
+    verify = step(
+        "verify",
+        "Compare legacy rows with their copies (with --cutoff), or a table with its "
+        "resalted copy (with --to-table).",
+    )
+    _add_new_scheme(verify, required=False)
+    step("cutover", "Verify the copies, then let fully salted readers open (needs --cutoff).")
+    step(
+        "delete-legacy",
+        "Once every service runs without the cutoff: delete the legacy rows and write the "
+        "fully salted record (needs --cutoff).",
+    )
+    copy = step("resalt", "Copy the table under a new scheme into --to-table and verify it.")
+    _add_new_scheme(copy, required=True)
+    copy.add_argument("--family", required=True, help="column family for the new layout record")
+    return p
+
+
+def _scheme(args: argparse.Namespace, new: bool = False) -> SaltScheme:
+    def pick(name: str) -> str | None:
+        value: str | None = getattr(args, f"to_{name}", None) if new else None
+        return value if value is not None else getattr(args, name)
+
+    buckets = args.to_buckets if new and args.to_buckets is not None else args.buckets
     return SaltScheme(
         buckets,
         hash=pick("hash") or "crc32",
-        key_part=key_part_from_spec(part),
+        key_part=key_part_from_spec(pick("key_part")),
         separator=(pick("separator") or "-").encode(),
         marker=(pick("marker") or "").encode(),
     )
 
 
-def main(argv: Sequence[str]) -> int:
-    """Run one step; return the exit code."""
-    args, beam_args = _parser().parse_known_args(argv)
-    prog = f"saltedtable migrate {args.step}"
-    try:
-        scheme = _scheme(args)
-        cutoff = cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable)
-        target = BigtableTarget(args.bigtable_project, args.instance, args.table, args.app_profile)
-        options = PipelineOptions(beam_args)
-        common: _Common = {
-            "options": options,
-            "split_bytes": max(1, int(args.split_mb * 1024 * 1024)),
-            "progress": progress_stream(args.progress),
-        }
-        resalting = args.step == "resalt" or (args.step == "verify" and args.to_table)
-        if resalting:
-            if not args.to_table:
-                raise _Usage("resalt needs --to-table (and --to-buckets or another --to-* option)")
-            destination = BigtableTarget(
-                args.bigtable_project, args.instance, args.to_table, args.app_profile
-            )
-            new_scheme = _scheme(args, "to")
-            if args.step == "resalt":
-                if not args.family:
-                    raise _Usage("resalt needs --family for the new table's layout record")
-                report = resalt(
-                    target,
-                    scheme,
-                    destination,
-                    new_scheme,
-                    cutoff=cutoff,
-                    family=args.family,
-                    **common,
-                )
-            else:
-                report = verify_resalt(
-                    target,
-                    scheme,
-                    destination,
-                    new_scheme,
-                    cutoff=cutoff,
-                    **common,
-                )
-        else:
-            if cutoff is None:
-                raise _Usage(f"{args.step} finishes a forward-only migration: give --cutoff")
-            if args.step == "backfill":
-                report = backfill(
-                    target, scheme, cutoff, family=args.family, prune_orphans=args.prune, **common
-                )
-            elif args.step == "verify":
-                report = verify_backfill(target, scheme, cutoff, **common)
-            elif args.step == "cutover":
-                report = cut_over(target, scheme, cutoff, **common)
-            else:
-                report = delete_legacy(target, scheme, cutoff, **common)
-    except _Usage as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except SaltedTableError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    return _print(report)
+def _unknown_to_beam(beam_args: list[str]) -> list[str]:
+    """The arguments that Apache Beam's option parser does not know either."""
+    leftovers: list[str] = []
+
+    def collect(parser: argparse.ArgumentParser) -> None:
+        # Called once every option class has added its options, before Beam parses.
+        leftovers.extend(parser.parse_known_args(beam_args)[1])
+
+    PipelineOptions(beam_args).get_all_options(
+        add_extra_args_fn=collect, retain_unknown_options=True
+    )
+    return leftovers
 
 
 class _Common(TypedDict):
@@ -195,11 +226,129 @@ class _Common(TypedDict):
     progress: IO[str] | None
 
 
-class _Usage(Exception):
-    """Bad usage found after parsing."""
+def _check_tables(*targets: BigtableTarget) -> None:
+    """Fail with one clear line when a table does not exist (before any pipeline starts)."""
+    for target in targets:
+        client, table = target.open()
+        try:
+            read_record(table)
+        except NotFound:
+            raise DataError(
+                f"table {target.table!r} not found in instance {target.instance!r} of project "
+                f"{target.project!r}"
+            ) from None
+        finally:
+            table.close()
+            client.close()
 
 
-def _print(report: MigrationReport) -> int:
+def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
+    """Check the arguments, then run the step."""
+    unknown = _unknown_to_beam(beam_args)
+    if unknown:
+        raise UsageError(
+            f"unrecognized arguments: {' '.join(unknown)}: neither this step nor Apache Beam "
+            "knows them"
+        )
+    scheme = _scheme(args)
+    cutoff = cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable)
+    target = BigtableTarget(args.bigtable_project, args.instance, args.table, args.app_profile)
+    common: _Common = {
+        "options": PipelineOptions(beam_args),
+        "split_bytes": max(1, int(args.split_mb * 1024 * 1024)),
+        "progress": progress_stream(args.progress),
+    }
+    if args.step == "resalt" or (args.step == "verify" and args.to_table):
+        destination = BigtableTarget(
+            args.bigtable_project, args.instance, args.to_table, args.app_profile
+        )
+        new_scheme = _scheme(args, new=True)
+        if not layout_differences(describe_layout(scheme, cutoff), describe_layout(new_scheme)):
+            raise UsageError(
+                "the copy would have the same layout: give --to-buckets, --to-hash, "
+                "--to-key-part, --to-separator or --to-marker"
+            )
+        _check_tables(target, destination)
+        if args.step == "resalt":
+            return resalt(
+                target, scheme, destination, new_scheme, cutoff=cutoff, family=args.family, **common
+            )
+        return verify_resalt(target, scheme, destination, new_scheme, cutoff=cutoff, **common)
+    given = [name for name in _NEW if getattr(args, f"to_{name}", None) is not None]
+    new_options = ["--to-" + name.replace("_", "-") for name in given]
+    if new_options:
+        raise UsageError(f"{' '.join(new_options)} describe a resalted copy: give --to-table too")
+    if cutoff is None:
+        more = " (or --to-table to compare a resalted copy)" if args.step == "verify" else ""
+        raise UsageError(f"{args.step} finishes a forward-only migration: give --cutoff{more}")
+    _check_tables(target)
+    if args.step == "backfill":
+        return backfill(
+            target, scheme, cutoff, family=args.family, prune_orphans=args.prune, **common
+        )
+    if args.step == "verify":
+        return verify_backfill(target, scheme, cutoff, **common)
+    if args.step == "cutover":
+        return cut_over(target, scheme, cutoff, **common)
+    return delete_legacy(target, scheme, cutoff, notify=_say, **common)
+
+
+def _say(line: str) -> None:
+    print(f"{_PROG}: {line}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run one step; return the exit code."""
+    try:
+        args, beam_args = _parser().parse_known_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 0
+    prog = f"{_PROG} {args.step}"
+    _quiet_beam(args.verbose)
+    try:
+        report = _run(args, beam_args)
+    except (UsageError, SaltSchemeError, CutoffError) as exc:
+        print(f"{prog}: error: {_one_line(str(exc))} (see {prog} --help)", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a command prints one line, never a traceback
+        print(f"{prog}: error: {_describe(exc)}", file=sys.stderr)
+        return 1
     print("\n".join(report.lines()))
-    done = report.ok and "(" not in report.step
-    return 0 if done else 1
+    return 0 if report.ok else 1
+
+
+def _quiet_beam(verbose: bool) -> None:
+    """Beam logs a failing worker's traceback before re-raising it; the command says it once."""
+    if verbose:
+        logging.getLogger().setLevel(logging.INFO)
+    else:
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error, from the error that caused it where one is known."""
+    found: BaseException | None = exc
+    seen: set[int] = set()
+    while found is not None and id(found) not in seen:
+        # Beam re-raises a worker's error as a RuntimeError carrying its text,
+        # and, in this process, with the original as its context.
+        if isinstance(found, (SaltedTableError, GoogleAPICallError)):
+            break
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    cause = exc if found is None or id(found) in seen else found
+    if isinstance(cause, SaltedTableError):
+        return _one_line(str(cause))
+    text = _one_line(str(cause))
+    if isinstance(cause, RuntimeError) and " [while running " in text:
+        text = text[: text.rindex(" [while running ")]
+        # "package.module.SomeError: message" -> "SomeError: message"
+        head, sep, rest = text.partition(": ")
+        if sep and " " not in head and "." in head:
+            return f"{head.rpartition('.')[2]}: {rest}"
+        return text
+    return f"{type(cause).__name__}: {text}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())

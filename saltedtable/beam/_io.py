@@ -7,16 +7,17 @@ values: a :class:`BigtableTarget`, a :class:`~saltedtable.Layout`, a
 
 A read is planned in the driver (pure), split on a worker once the table's
 ``sample_row_keys`` are known, spread by a reshuffle, and read split by split
-with the same paging and layout rules as the async reader.
+in pages sized by a :class:`~saltedtable.ReadBudget`, with the layout rules of
+the async reader.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, final
 
@@ -25,6 +26,7 @@ from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PBegin, PCollection
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
+from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import (
     BigtableDataClient,
     ReadRowsQuery,
@@ -37,15 +39,19 @@ from google.cloud.bigtable.data.exceptions import (
 )
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._cutoff import CutoffPolicy
-from .._exceptions import QueryPlanError, RowKeyError, SaltedTableError
+from .._exceptions import QueryPlanError, SaltedTableError
 from .._guard import SchemeMismatchError, describe_layout
 from .._layout import Layout
 from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
+from .._query import as_query
+from .._reader import row_bytes
 from .._record import open_differences
-from .._salt import SaltScheme
+from .._salt import SaltScheme, to_key
 from .._split import DEFAULT_SPLIT_BYTES, Split, split_plan
+from .._strategy import ReadBudget
 from ._record import read_record
 
 __all__ = [
@@ -63,12 +69,15 @@ _log = logging.getLogger("saltedtable.beam")
 
 #: The namespace of every Beam metric saltedtable reports.
 METRICS_NAMESPACE: Final = "saltedtable"
-#: Rows one ReadRows request of a split asks for; a page is held in memory.
-DEFAULT_ROWS_PER_REQUEST: Final = 2000
 #: Bigtable applies at most this many mutations to one row in one request.
 MAX_MUTATIONS_PER_ENTRY: Final = 100_000
+#: A write batch is sent once its entries hold this many bytes (Bigtable takes 256 MB a request).
+FLUSH_BYTES: Final = 20 * 1024 * 1024
+#: Write batches one DoFn has in flight at once.
+FLUSHES_IN_FLIGHT: Final = 4
 
-Rows = Literal["visible", "copies"]
+#: Which rows of a split a read keeps (see :func:`read_split`).
+Rows = Literal["visible", "copies", "all"]
 
 
 @final
@@ -145,7 +154,7 @@ def check_record(table: Table, layout: Layout) -> None:
         raise SchemeMismatchError(stored.record, current)
 
 
-# -- reading -------------------------------------------------------------------
+# -- progress -------------------------------------------------------------------
 
 
 @final
@@ -154,13 +163,15 @@ class LocalProgress:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.phase = ""
         self.splits_total = 0
         self.splits_done = 0
         self.rows: dict[str, int] = {}
 
-    def reset(self) -> None:
-        """Forget an earlier run."""
+    def reset(self, phase: str = "") -> None:
+        """Forget an earlier run; ``phase`` names the one starting (``copy``, ``verify``, ...)."""
         with self.lock:
+            self.phase = phase
             self.splits_total = self.splits_done = 0
             self.rows = {}
 
@@ -169,16 +180,143 @@ class LocalProgress:
         with self.lock:
             self.rows[what] = self.rows.get(what, 0) + rows
 
+    def planned(self, splits: int) -> None:
+        """``splits`` more splits are to be read."""
+        with self.lock:
+            self.splits_total += splits
+
+    def split_done(self) -> None:
+        """One more split was read."""
+        with self.lock:
+            self.splits_done += 1
+
     def line(self) -> str:
         """One line for humans."""
         with self.lock:
             parts = [f"splits {self.splits_done:,}/{self.splits_total:,}"]
             parts += [f"{what} {n:,}" for what, n in sorted(self.rows.items())]
-        return ", ".join(parts)
+            phase = f"{self.phase}: " if self.phase else ""
+        return phase + ", ".join(parts)
 
 
 #: Shared by every DoFn running in this process (the local runner's default).
 PROGRESS: Final = LocalProgress()
+
+
+# -- reading -------------------------------------------------------------------
+
+
+@final
+class PageSizer:
+    """Rows to ask for in the next page of a split: the budget over the measured row size.
+
+    A page is read whole before its rows are handed on, so the budget bounds
+    what one page holds. The size grows by doubling from one row, so a reader
+    that has not measured any row yet never asks for many rows that turn out
+    to be wide.
+    """
+
+    __slots__ = ("_cap", "_row_bytes", "budget", "last_page_bytes")
+
+    def __init__(self, budget: ReadBudget) -> None:
+        self.budget = budget
+        self._cap = 1
+        self._row_bytes = 1.0
+        #: What the last page held (keys and values), for metrics.
+        self.last_page_bytes = 0
+
+    def rows(self) -> int:
+        """Rows the next page may hold."""
+        return min(self._cap, self.budget.rows_for(self._row_bytes))
+
+    def measure(self, page: Sequence[Row]) -> None:
+        """Learn from a page that came back: its mean row size sizes the next one."""
+        self.last_page_bytes = sum(row_bytes(row) for row in page)
+        if page:
+            self._row_bytes = self.last_page_bytes / len(page)
+            self._cap = min(self._cap * 2, self.budget.rows)
+
+
+def scan_pages(table: Table, sub: SubQuery, sizer: PageSizer) -> Iterator[list[Row]]:
+    """Every row of ``sub`` with physical keys, page by page (each page read whole)."""
+    cursor = PageCursor(sub)
+    while (query := cursor.next_query(size := sizer.rows())) is not None:
+        # A whole page is read before any row is handed on, so no RPC stays
+        # open while the rest of the pipeline works.
+        page = table.read_rows(query)
+        cursor.advance(len(page), size, page[-1].row_key if page else None)
+        sizer.measure(page)
+        yield page
+
+
+def read_keys(
+    table: Table, keys: Iterable[bytes], sizer: PageSizer, row_filter: RowFilter | None = None
+) -> Iterator[Row]:
+    """The rows of ``keys`` that exist (physical keys), read in requests of bounded size."""
+    sub = SubQuery(None, b"", tuple(sorted(set(keys))), (), row_filter)
+    for page in scan_pages(table, sub, sizer):
+        yield from page
+
+
+def relabel(row: Row, key: bytes) -> Row:
+    """``row`` (and its cells) under ``key``."""
+    row.row_key = key
+    for cell in row.cells:
+        cell.row_key = key
+    return row
+
+
+def read_split(
+    table: Table,
+    sub: SubQuery,
+    layout: Layout,
+    sizer: PageSizer,
+    rows: Rows = "visible",
+    *,
+    on_stray: Callable[[bytes, str], None] | None = None,
+) -> Iterator[Row]:
+    """Every row of one split, relabelled with its logical key.
+
+    ``rows="visible"`` keeps what a reader of ``layout`` sees (the layout's
+    stray rules, on both sides), calling ``on_stray`` with the key and the
+    reason of each row left out of the legacy side; ``"copies"`` keeps only
+    the bucket rows those rules hide (the backfilled copies of legacy rows);
+    ``"all"`` keeps every row.
+    """
+    for page in read_split_pages(table, sub, layout, sizer, rows, on_stray=on_stray):
+        yield from page
+
+
+def read_split_pages(
+    table: Table,
+    sub: SubQuery,
+    layout: Layout,
+    sizer: PageSizer,
+    rows: Rows = "visible",
+    *,
+    on_stray: Callable[[bytes, str], None] | None = None,
+) -> Iterator[list[Row]]:
+    """:func:`read_split`, a page at a time."""
+    cut = len(sub.prefix)
+    if layout.cutoff is None or rows == "all":
+        hidden: Callable[[bytes], str | None] | None = None
+    elif sub.bucket is None:
+        hidden = layout.stray_reason
+    else:
+        hidden = layout.salted_stray_reason
+    want_hidden = rows == "copies"
+    report = on_stray if sub.bucket is None and rows == "visible" else None
+    for page in scan_pages(table, sub, sizer):
+        kept = []
+        for row in page:
+            key = row.row_key[cut:]
+            why = None if hidden is None else hidden(key)
+            if (why is not None) != want_hidden:
+                if why is not None and report is not None:
+                    report(key, why)
+                continue
+            kept.append(relabel(row, key))
+        yield kept
 
 
 class PlanSplits(TableDoFn):
@@ -205,8 +343,7 @@ class PlanSplits(TableDoFn):
         samples = self.bigtable().sample_row_keys()
         splits = split_plan(self.subqueries, samples, target_bytes=self.split_bytes)
         self._splits.inc(len(splits))
-        with PROGRESS.lock:
-            PROGRESS.splits_total += len(splits)
+        PROGRESS.planned(len(splits))
         _log.info(
             "%s: %d split(s) over %d sub-quer(ies)",
             self.target.table,
@@ -216,68 +353,86 @@ class PlanSplits(TableDoFn):
         yield from splits
 
 
-class _ReadSplits(TableDoFn):
+class PlannedSplits(beam.PTransform[PBegin, PCollection[Split]]):
+    """The splits of ``subqueries``, spread by a reshuffle: how every read here starts."""
+
+    def __init__(
+        self,
+        target: BigtableTarget,
+        layout: Layout,
+        subqueries: tuple[SubQuery, ...],
+        split_bytes: int,
+        *,
+        check_layout: bool = False,
+    ) -> None:
+        super().__init__()
+        if split_bytes < 1:
+            raise ValueError(f"split_bytes must be >= 1, got {split_bytes}")
+        self.plan = PlanSplits(target, layout, subqueries, split_bytes, check_layout)
+
+    def expand(self, pbegin: PBegin) -> PCollection[Split]:
+        out: PCollection[Split] = (
+            pbegin
+            | "Start" >> beam.Impulse()
+            | "Plan splits" >> beam.ParDo(self.plan)
+            | "Spread splits" >> beam.Reshuffle()
+        )
+        return out
+
+
+class ReadSplits(TableDoFn):
     """Reads each split, page by page, and yields rows with logical keys."""
 
     def __init__(
-        self, target: BigtableTarget, layout: Layout, rows_per_request: int, rows: Rows
+        self, target: BigtableTarget, layout: Layout, budget: ReadBudget, rows: Rows
     ) -> None:
         super().__init__(target)
         self.layout = layout
-        self.rows_per_request = rows_per_request
+        self.budget = budget
         self.rows = rows
-        self._counters: dict[int | None, Any] = {}
+        self._counters: dict[str, Any] = {}
+        self._sizer = PageSizer(budget)
+        self._page_bytes = Metrics.distribution(METRICS_NAMESPACE, "page_bytes")
 
-    def _counter(self, bucket: int | None) -> Any:
-        counter = self._counters.get(bucket)
+    def _counter(self, name: str) -> Any:
+        counter = self._counters.get(name)
         if counter is None:
-            name = f"rows_read.{_bucket_name(bucket)}"
-            counter = self._counters[bucket] = Metrics.counter(METRICS_NAMESPACE, name)
+            counter = self._counters[name] = Metrics.counter(METRICS_NAMESPACE, name)
         return counter
 
     def process(self, split: Split) -> Iterator[Row]:
         sub = split.sub
         read = 0
-        for row in read_split(self.bigtable(), sub, self.layout, self.rows_per_request, self.rows):
-            read += 1
-            yield row
-        self._counter(sub.bucket).inc(read)
+        strays: list[tuple[bytes, str]] = []
+
+        def stray(key: bytes, why: str) -> None:
+            strays.append((key, why))
+
+        pages = read_split_pages(
+            self.bigtable(), sub, self.layout, self._sizer, self.rows, on_stray=stray
+        )
+        requests = 0
+        for page in pages:
+            requests += 1
+            self._page_bytes.update(self._sizer.last_page_bytes)
+            read += len(page)
+            yield from page
+        self._counter("read_requests").inc(requests)
+        self._counter(f"rows_read.{_bucket_name(sub.bucket)}").inc(read)
+        if strays:
+            # As the async reader does: stray rows are left out, counted and reported once.
+            self._counter("stray_rows.legacy").inc(len(strays))
+            key, why = strays[0]
+            _log.warning(
+                "%s: %d stray row(s) left out of the legacy side of %s, e.g. %r: %s",
+                self.target.table,
+                len(strays),
+                sub.describe(),
+                key,
+                why,
+            )
         PROGRESS.add("rows read", read)
-        with PROGRESS.lock:
-            PROGRESS.splits_done += 1
-
-
-def read_split(
-    table: Table, sub: SubQuery, layout: Layout, rows_per_request: int, rows: Rows = "visible"
-) -> Iterator[Row]:
-    """Every row of one split, relabelled with its logical key.
-
-    ``rows="visible"`` keeps what a reader of ``layout`` sees (the layout's
-    stray rules, on both sides); ``"copies"`` keeps only the bucket rows those
-    rules hide: the backfilled copies of legacy rows.
-    """
-    cursor = PageCursor(sub)
-    cut = len(sub.prefix)
-    if layout.cutoff is None:
-        hidden: Callable[[bytes], str | None] | None = None
-    elif sub.bucket is None:
-        hidden = layout.stray_reason
-    else:
-        hidden = layout.salted_stray_reason
-    want_hidden = rows == "copies"
-    while (query := cursor.next_query(rows_per_request)) is not None:
-        # A whole page is read before any row is handed on, so no RPC stays
-        # open while the rest of the pipeline works.
-        page = table.read_rows(query)
-        cursor.advance(len(page), rows_per_request, page[-1].row_key if page else None)
-        for row in page:
-            key = row.row_key[cut:]
-            if (hidden is not None and hidden(key) is not None) != want_hidden:
-                continue
-            row.row_key = key
-            for cell in row.cells:
-                cell.row_key = key
-            yield row
+        PROGRESS.split_done()
 
 
 class ReadSplitRows(beam.PTransform[PBegin, PCollection[Row]]):
@@ -290,35 +445,19 @@ class ReadSplitRows(beam.PTransform[PBegin, PCollection[Row]]):
         subqueries: tuple[SubQuery, ...],
         *,
         split_bytes: int,
-        rows_per_request: int,
+        budget: ReadBudget,
         rows: Rows = "visible",
         check_layout: bool = True,
     ) -> None:
         super().__init__()
-        if split_bytes < 1 or rows_per_request < 1:
-            raise ValueError(
-                f"split_bytes and rows_per_request must be >= 1, got {split_bytes}, "
-                f"{rows_per_request}"
-            )
-        self.target = target
-        self.layout = layout
-        self.subqueries = subqueries
-        self.split_bytes = split_bytes
-        self.rows_per_request = rows_per_request
-        self.rows = rows
-        self.check_layout = check_layout
+        self.splits = PlannedSplits(
+            target, layout, subqueries, split_bytes, check_layout=check_layout
+        )
+        self.read = ReadSplits(target, layout, budget, rows)
 
     def expand(self, pbegin: PBegin) -> PCollection[Row]:
-        plan = PlanSplits(
-            self.target, self.layout, self.subqueries, self.split_bytes, self.check_layout
-        )
         out: PCollection[Row] = (
-            pbegin
-            | "Start" >> beam.Impulse()
-            | "Plan splits" >> beam.ParDo(plan)
-            | "Spread splits" >> beam.Reshuffle()
-            | "Read splits"
-            >> beam.ParDo(_ReadSplits(self.target, self.layout, self.rows_per_request, self.rows))
+            pbegin | "Splits" >> self.splits | "Read splits" >> beam.ParDo(self.read)
         )
         return out
 
@@ -338,11 +477,14 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
         instance: The Bigtable instance id.
         table: The table id.
         scheme: The table's salt scheme.
-        query: The logical read (None: the whole table). A row limit is
-            refused: a parallel read has no order to cut it at.
+        query: The logical read, a ``ReadRowsQuery`` or a dict of
+            ``ReadRowsRequest`` fields as ``TableAsync`` takes (None: the
+            whole table). A row limit is refused: a parallel read has no order
+            to cut it at.
         cutoff: The forward-only migration policy, if the table has one.
         split_bytes: About how much data one split reads.
-        rows_per_request: Rows per ReadRows request within a split.
+        budget: What one ReadRows request of a split may return, in rows and
+            bytes: a worker holds one such page at a time.
         app_profile_id: The app profile to send requests with.
         check_layout: Refuse a table whose stored layout record names another layout.
 
@@ -356,16 +498,16 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
         instance: str,
         table: str,
         scheme: SaltScheme,
-        query: ReadRowsQuery | None = None,
+        query: ReadRowsQuery | Mapping[str, Any] | None = None,
         cutoff: CutoffPolicy | None = None,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
-        rows_per_request: int = DEFAULT_ROWS_PER_REQUEST,
+        budget: ReadBudget | None = None,
         app_profile_id: str | None = None,
         check_layout: bool = True,
     ) -> None:
         super().__init__()
-        query = ReadRowsQuery() if query is None else query
+        query = ReadRowsQuery() if query is None else as_query(query)
         if query.limit:
             raise QueryPlanError(
                 f"ReadSaltedRows reads in parallel and in no order, so limit={query.limit} "
@@ -378,7 +520,7 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
             self.layout,
             self.plan.subqueries,
             split_bytes=split_bytes,
-            rows_per_request=rows_per_request,
+            budget=ReadBudget() if budget is None else budget,
             check_layout=check_layout,
         )
 
@@ -414,8 +556,28 @@ class WriteFailedError(SaltedTableError):
         super().__init__(f"{len(failures)} salted write(s) failed:\n  {shown}{more}")
 
 
-class _WriteEntries(TableDoFn):
-    """Salts each logical entry and hands it to the client's batcher (one per bundle)."""
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@final
+@dataclass(slots=True)
+class _Batch:
+    """Salted entries sent in one ``bulk_mutate_rows``, with their logical keys and buckets."""
+
+    entries: list[RowMutationEntry] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
+    buckets: list[int | None] = field(default_factory=list)
+    mutations: int = 0
+    bytes: int = 0
+
+
+class WriteEntries(TableDoFn):
+    """Salts each logical entry and writes it in batches; every failure by its logical key.
+
+    Batches go through ``bulk_mutate_rows`` (a few in flight), which reports
+    every failed entry; the client's mutations batcher keeps only a few of them.
+    """
 
     def __init__(
         self,
@@ -433,89 +595,136 @@ class _WriteEntries(TableDoFn):
         self.flush_mutations = flush_mutations
         self.counter_prefix = counter_prefix
         self.check_layout = check_layout
-        self._batcher: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._batch = _Batch()
+        self._in_flight: list[tuple[Future[None], _Batch]] = []
         self._failures: list[FailedWrite] = []
         self._counters: dict[int | None, Any] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update(_pool=None, _batch=_Batch(), _in_flight=[], _failures=[], _counters={})
+        return state
+
     def setup(self) -> None:
         super().setup()
+        self._pool = ThreadPoolExecutor(FLUSHES_IN_FLIGHT, thread_name_prefix="saltedtable-write")
         if self.check_layout:
             check_record(self.bigtable(), self.layout)
 
     def teardown(self) -> None:
-        # After a failed bundle: send what was queued (every entry is idempotent
-        # to a re-run) rather than leave the batcher open.
-        if self._batcher is not None and not self._batcher.closed:
-            with contextlib.suppress(Exception):
-                self._batcher.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)  # after a failed bundle: let sent batches end
+            self._pool = None
         super().teardown()
 
-    def _counter(self, bucket: int | None) -> Any:
-        counter = self._counters.get(bucket)
-        if counter is None:
-            name = f"{self.counter_prefix}.{_bucket_name(bucket)}"
-            counter = self._counters[bucket] = Metrics.counter(METRICS_NAMESPACE, name)
-        return counter
-
     def start_bundle(self) -> None:
+        self._batch = _Batch()
+        self._in_flight = []
         self._failures = []
-        self._batcher = self.bigtable().mutations_batcher(
-            flush_interval=None, flush_limit_mutation_count=self.flush_mutations
-        )
 
     def process(self, entry: RowMutationEntry) -> Iterator[FailedWrite]:
-        bucket, physical = self.layout.locate(entry.row_key)
+        key = to_key(entry.row_key)
         mutations = list(entry.mutations)
+        try:
+            bucket, physical = self.layout.locate(key)
+        except SaltedTableError as exc:  # a key this layout cannot place
+            self._failures.append(FailedWrite(key, _describe(exc), tuple(mutations)))
+            return iter(())
         if len(mutations) >= MAX_MUTATIONS_PER_ENTRY:
-            # Too many for one request: applied in order, so not atomically.
-            for i in range(0, len(mutations), MAX_MUTATIONS_PER_ENTRY - 1):
-                self.bigtable().mutate_row(physical, mutations[i : i + MAX_MUTATIONS_PER_ENTRY - 1])
-        else:
-            try:
-                self._batcher.append(RowMutationEntry(physical, mutations))
-            except MutationsExceptionGroup as group:  # an earlier flush failed
-                self._failures += self._logical(group)
-        self._counter(bucket).inc()
-        PROGRESS.add(self.counter_prefix.replace("_", " "), 1)
+            self._write_in_parts(key, bucket, physical, mutations)
+            return iter(())
+        salted = RowMutationEntry(physical, mutations)
+        batch = self._batch
+        batch.entries.append(salted)
+        batch.keys.append(key)
+        batch.buckets.append(bucket)
+        batch.mutations += len(mutations)
+        batch.bytes += salted.size()
+        if batch.mutations >= self.flush_mutations or batch.bytes >= FLUSH_BYTES:
+            self._send()
         return iter(())
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
+    def _write_in_parts(
+        self, key: bytes, bucket: int | None, physical: bytes, mutations: list[Mutation]
+    ) -> None:
+        # Too many for one request: applied in order, so not atomically.
+        step = MAX_MUTATIONS_PER_ENTRY - 1
+        for i in range(0, len(mutations), step):
+            try:
+                self.bigtable().mutate_row(physical, mutations[i : i + step])
+            except GoogleAPICallError as exc:  # after the client's retries
+                applied = f" (its first {i} mutations were applied)" if i else ""
+                error = _describe(exc) + applied
+                self._failures.append(FailedWrite(key, error, tuple(mutations)))
+                return
+        self._written({bucket: 1})
+
+    def _send(self) -> None:
+        batch, self._batch = self._batch, _Batch()
+        if not batch.entries:
+            return
+        if self._pool is None:
+            raise RuntimeError("the DoFn was not set up")
+        while len(self._in_flight) >= FLUSHES_IN_FLIGHT:
+            self._settle(*self._in_flight.pop(0))
+        future = self._pool.submit(self.bigtable().bulk_mutate_rows, batch.entries)
+        self._in_flight.append((future, batch))
+
+    def _settle(self, future: Future[None], batch: _Batch) -> None:
+        failed: dict[int, BaseException] = {}
         try:
-            self._batcher.close()
+            future.result()
         except MutationsExceptionGroup as group:
-            self._failures += self._logical(group)
+            for one in group.exceptions:
+                if isinstance(one, FailedMutationEntryError) and one.index is not None:
+                    failed[one.index] = one.__cause__ if one.__cause__ is not None else one
+                else:  # not tied to an entry: none of them is known to be written
+                    failed = dict.fromkeys(range(len(batch.entries)), one)
+                    break
+        except GoogleAPICallError as exc:
+            failed = dict.fromkeys(range(len(batch.entries)), exc)
+        written: dict[int | None, int] = {}
+        for i, bucket in enumerate(batch.buckets):
+            error = failed.get(i)
+            if error is None:
+                written[bucket] = written.get(bucket, 0) + 1
+            else:
+                entry = batch.entries[i]
+                self._failures.append(
+                    FailedWrite(batch.keys[i], _describe(error), tuple(entry.mutations))
+                )
+        self._written(written)
+
+    def _written(self, by_bucket: dict[int | None, int]) -> None:
+        for bucket, n in by_bucket.items():
+            counter = self._counters.get(bucket)
+            if counter is None:
+                name = f"{self.counter_prefix}.{_bucket_name(bucket)}"
+                counter = self._counters[bucket] = Metrics.counter(METRICS_NAMESPACE, name)
+            counter.inc(n)
+        PROGRESS.add(self.counter_prefix.replace("_", " "), sum(by_bucket.values()))
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        self._send()
+        while self._in_flight:
+            self._settle(*self._in_flight.pop(0))
         failures, self._failures = self._failures, []
         if failures and self.on_failure == "raise":
             raise WriteFailedError(failures)
         for failure in failures:
             yield GlobalWindows.windowed_value(failure)
 
-    def _logical(self, group: MutationsExceptionGroup) -> list[FailedWrite]:
-        out = []
-        for exc in group.exceptions:
-            if isinstance(exc, FailedMutationEntryError):
-                physical = exc.entry.row_key
-                try:
-                    key = self.layout.to_logical(physical)
-                except RowKeyError:
-                    key = physical
-                cause = exc.__cause__ if exc.__cause__ is not None else exc
-                out.append(
-                    FailedWrite(key, f"{type(cause).__name__}: {cause}", tuple(exc.entry.mutations))
-                )
-            else:
-                out.append(FailedWrite(b"", f"{type(exc).__name__}: {exc}"))
-        return out
-
 
 class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection[FailedWrite]]):
     """Write ``RowMutationEntry`` elements with logical keys to a salted table.
 
     Each key is salted (or, with a cutoff, routed to its side) by the same
-    layout rules as ``SaltedTableAsync``; entries go through the client's
-    mutations batcher, flushed at the end of every bundle. Each entry is
-    applied atomically, as in Bigtable (an entry of 100,000 mutations or more
-    is applied in order, in several requests).
+    layout rules as ``SaltedTableAsync``; entries are sent in batches
+    (``bulk_mutate_rows``), the last one at the end of every bundle. Each
+    entry is applied atomically, as in Bigtable (an entry of 100,000
+    mutations or more is applied in order, in several requests). Failures,
+    including keys the layout cannot place, are reported by logical key.
 
     Args:
         project: The Google Cloud project.
@@ -530,6 +739,8 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
         flush_mutations: A batch is sent once its entries hold this many mutations.
         app_profile_id: The app profile to send requests with.
         check_layout: Refuse a table whose stored layout record names another layout.
+        counter_prefix: The name of the counters of written rows
+            (``<prefix>.bucket_<n>``, ``<prefix>.legacy``).
 
     Returns:
         From ``expand``: the :class:`FailedWrite` elements (empty with ``"raise"``).
@@ -552,11 +763,16 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
         super().__init__()
         if on_failure not in ("raise", "output"):
             raise ValueError(f"on_failure is 'raise' or 'output', got {on_failure!r}")
-        if flush_mutations < 1:
-            raise ValueError(f"flush_mutations must be >= 1, got {flush_mutations}")
-        self._write = _WriteEntries(
-            BigtableTarget(project, instance, table, app_profile_id),
-            Layout(scheme, cutoff),
+        if not 1 <= flush_mutations <= MAX_MUTATIONS_PER_ENTRY:
+            raise ValueError(
+                f"flush_mutations must be from 1 to {MAX_MUTATIONS_PER_ENTRY:,}, "
+                f"got {flush_mutations}"
+            )
+        self.target = BigtableTarget(project, instance, table, app_profile_id)
+        self.layout = Layout(scheme, cutoff)
+        self._write = WriteEntries(
+            self.target,
+            self.layout,
             on_failure=on_failure,
             flush_mutations=flush_mutations,
             counter_prefix=counter_prefix,

@@ -12,11 +12,12 @@ Finishing a forward-only migration (a table with a time cutoff), in order:
    bucket row counts and an order-free content checksum.
 3. :func:`cut_over` verifies again and moves the record to ``cutover``: from
    now on fully salted readers open too (they read the copies), next to the
-   cutoff readers (which read the legacy rows). Redeploy every service
-   without the cutoff.
-4. :func:`delete_legacy`, once no cutoff reader is left, deletes each legacy
-   row whose copy is identical (:class:`DeleteLegacy`) and, when none is
-   left, writes the fully salted record; cutoff readers are refused from then on.
+   cutoff readers (which read the legacy rows). Writes to keys before the
+   cutoff stay paused while every service is redeployed without the cutoff.
+4. :func:`delete_legacy`, once no service runs with the cutoff, moves the
+   record to ``deleting`` (cutoff readers are refused from then on; the
+   copies are the rows), deletes every legacy row (:class:`DeleteLegacy`)
+   and writes the fully salted record.
 
 :func:`resalt` copies a table from one scheme to another into a new table,
 verifies it the same way and writes the new record there, once.
@@ -24,6 +25,7 @@ verifies it the same way and writes the new record there, once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import threading
@@ -37,42 +39,43 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.pvalue import PBegin, PCollection
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineResult
-from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, Table
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow
 from google.cloud.bigtable.data.row import Row
-from google.cloud.bigtable.data.row_filters import (
-    CellsRowLimitFilter,
-    RowFilterChain,
-    StripValueTransformerFilter,
-)
 
 from .._cutoff import CutoffPolicy
 from .._exceptions import LayoutError, RowKeyError
-from .._guard import SchemeMismatchError, describe_layout, layout_differences
+from .._guard import KEYS_ONLY, SchemeMismatchError, describe_layout, layout_differences
 from .._layout import Layout
 from .._migration import (
     BACKFILL,
     CUTOVER,
-    MIGRATION_KEY,
+    DELETING,
+    MigrationState,
     migration_record,
     migration_state,
+    open_differences,
 )
-from .._plan import PageCursor, SubQuery, plan_reads
+from .._plan import SubQuery, plan_reads
 from .._salt import SaltScheme
-from .._split import DEFAULT_SPLIT_BYTES
+from .._split import DEFAULT_SPLIT_BYTES, Split
+from .._strategy import ReadBudget
 from ._io import (
-    DEFAULT_ROWS_PER_REQUEST,
     METRICS_NAMESPACE,
     PROGRESS,
     BigtableTarget,
     FailedWrite,
-    PlanSplits,
+    PageSizer,
+    PlannedSplits,
     ReadSplitRows,
     TableDoFn,
     WriteSaltedRows,
     copy_entry,
-    read_split,
+    read_keys,
+    read_split_pages,
+    relabel,
     row_digest,
+    scan_pages,
 )
 from ._record import StoredRecord, read_record, swap_record
 
@@ -83,6 +86,7 @@ __all__ = [
     "MigrationReport",
     "PruneOrphanCopies",
     "backfill",
+    "counters",
     "cut_over",
     "delete_legacy",
     "resalt",
@@ -106,13 +110,24 @@ def run_pipeline(
     options: PipelineOptions | None = None,
     *,
     progress: IO[str] | None = None,
+    phase: str = "",
 ) -> PipelineResult:
     """Build a pipeline with ``build`` and run it to the end.
 
     Without ``--runner`` in ``options`` it runs locally on Beam's portable
     in-process runner (``--direct_num_workers`` and ``--direct_running_mode``
-    apply); with one (e.g. ``DataflowRunner``), on that runner. ``progress``
-    shows what this process's workers did, redrawn on one line.
+    apply); with one (e.g. ``DataflowRunner``), on that runner.
+
+    Args:
+        build: Called with the new pipeline to add its transforms.
+        options: Beam pipeline options (None: none, a local run).
+        progress: Where to show what this process's workers did, redrawn on
+            one line (None: nowhere).
+        phase: What the run does, shown first on the progress line (``copy``,
+            ``verify``, ...).
+
+    Returns:
+        The finished run (its metrics hold the counters, see :func:`counters`).
     """
     options = PipelineOptions([]) if options is None else options
     if options.view_as(StandardOptions).runner is None:
@@ -120,7 +135,7 @@ def run_pipeline(
     else:
         pipeline = beam.Pipeline(options=options)
     build(pipeline)
-    PROGRESS.reset()
+    PROGRESS.reset(phase)
     stop = threading.Event()
     shower = None
     if progress is not None:
@@ -145,7 +160,15 @@ def _show_progress(stream: IO[str], stop: threading.Event) -> None:
 
 
 def counters(result: PipelineResult, namespace: str = METRICS_NAMESPACE) -> dict[str, int]:
-    """The run's counters in ``namespace`` by name (committed values where the runner has them)."""
+    """The counters of a finished run in ``namespace``, by name.
+
+    Args:
+        result: What :func:`run_pipeline` (or ``Pipeline.run``) returned.
+        namespace: The metrics namespace (saltedtable's own by default).
+
+    Returns:
+        Committed values where the runner has them, else attempted ones.
+    """
     out: dict[str, int] = {}
     for metric in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
         value = metric.committed if metric.committed is not None else metric.attempted
@@ -157,11 +180,11 @@ def counters(result: PipelineResult, namespace: str = METRICS_NAMESPACE) -> dict
 # -- checksums -----------------------------------------------------------------
 
 
-class _Checksum(beam.DoFn):
-    """Counts rows and sums their digests per bucket of ``scheme``, as Beam counters."""
+@final
+class _Sums:
+    """Per bucket of ``scheme``: rows and digest sums on one side, as Beam counters."""
 
     def __init__(self, side: str, scheme: SaltScheme) -> None:
-        super().__init__()
         self.side = side
         self.scheme = scheme
         self._counters: dict[tuple[str, str], Any] = {}
@@ -173,15 +196,33 @@ class _Checksum(beam.DoFn):
             counter = self._counters[bucket, what] = Metrics.counter(_VERIFY_NAMESPACE, name)
         counter.inc(value)
 
-    def process(self, row: Row) -> Iterator[None]:
+    def _bucket(self, key: bytes) -> str:
         try:
-            bucket = str(self.scheme.bucket_of(row.row_key))
+            return str(self.scheme.bucket_of(key))
         except RowKeyError:
-            bucket = "unsaltable"
-        self._inc(bucket, "rows", 1)
-        digest = row_digest(row)
-        for i in range(_CHUNKS):
-            self._inc(bucket, f"sum{i}", (digest >> (16 * i)) & 0xFFFF)
+            return "unsaltable"
+
+    def add(self, row: Row, *, count: bool = True, digest: bool = True) -> None:
+        """Count the row (``count``) and add its digest (``digest``) to its bucket."""
+        bucket = self._bucket(row.row_key)
+        if count:
+            self._inc(bucket, "rows", 1)
+        if digest:
+            value = row_digest(row)
+            for i in range(_CHUNKS):
+                self._inc(bucket, f"sum{i}", (value >> (16 * i)) & 0xFFFF)
+
+
+class _Checksum(beam.DoFn):
+    """Counts rows and sums their digests per bucket of ``scheme``, as Beam counters."""
+
+    def __init__(self, side: str, scheme: SaltScheme, *, digest: bool = True) -> None:
+        super().__init__()
+        self.sums = _Sums(side, scheme)
+        self.digest = digest
+
+    def process(self, row: Row) -> Iterator[None]:
+        self.sums.add(row, digest=self.digest)
         return iter(())
 
 
@@ -195,7 +236,7 @@ class Checksums:
 
     @classmethod
     def from_counters(cls, sides: tuple[str, str], values: dict[str, int]) -> Checksums:
-        """Rebuild the sums from the counters :class:`_Checksum` reported."""
+        """Rebuild the sums from the verification counters of a run."""
         found: dict[str, list[int]] = {}
         for name, value in values.items():
             side, bucket, what = name.split(".", 2)
@@ -248,11 +289,12 @@ class MigrationReport:
     checksums: Checksums | None = None
     record: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    done: bool = True
 
     @property
     def ok(self) -> bool:
-        """False when a verification found a difference."""
-        return self.checksums is None or self.checksums.ok
+        """False when a verification found a difference or the step could not finish."""
+        return self.done and (self.checksums is None or self.checksums.ok)
 
     def lines(self) -> list[str]:
         """A summary for humans."""
@@ -274,19 +316,24 @@ def _describe_state(record: dict[str, Any]) -> str:
     return "cutoff" if record.get("cutoff") else "fully salted"
 
 
-# -- the backfill --------------------------------------------------------------
+# -- plans -----------------------------------------------------------------------
 
 
-def _legacy_subqueries(layout: Layout) -> tuple[SubQuery, ...]:
+def _legacy_subqueries(layout: Layout, keys_only: bool = False) -> tuple[SubQuery, ...]:
     if layout.cutoff is None:
-        raise LayoutError("a backfill moves the legacy side of a cutoff layout: give the cutoff")
+        raise LayoutError("a migration moves the legacy side of a cutoff layout: give the cutoff")
     plan = plan_reads(ReadRowsQuery(), layout)
-    return tuple(s for s in plan.subqueries if s.bucket is None)
+    subs = tuple(s for s in plan.subqueries if s.bucket is None)
+    return tuple(dataclasses.replace(s, row_filter=KEYS_ONLY) for s in subs) if keys_only else subs
 
 
-def _salted_subqueries(layout: Layout) -> tuple[SubQuery, ...]:
+def _salted_subqueries(layout: Layout, keys_only: bool = False) -> tuple[SubQuery, ...]:
     plan = plan_reads(ReadRowsQuery(), layout)
-    return tuple(s for s in plan.subqueries if s.bucket is not None)
+    subs = tuple(s for s in plan.subqueries if s.bucket is not None)
+    return tuple(dataclasses.replace(s, row_filter=KEYS_ONLY) for s in subs) if keys_only else subs
+
+
+# -- the backfill --------------------------------------------------------------
 
 
 class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
@@ -298,6 +345,16 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
     :func:`backfill`, which also moves the layout record first; run alone,
     cutoff readers that have not seen the ``backfill`` record refuse the
     copies at open.
+
+    Args:
+        project: The Google Cloud project.
+        instance: The Bigtable instance id.
+        table: The table id.
+        scheme: The table's salt scheme.
+        cutoff: Its cutoff policy.
+        split_bytes: About how much data one split reads.
+        budget: What one read request may return (rows and bytes).
+        app_profile_id: The app profile to send requests with.
 
     Returns:
         From ``expand``: the failed writes (empty unless ``on_failure="output"``).
@@ -312,7 +369,7 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
         cutoff: CutoffPolicy,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
-        rows_per_request: int = DEFAULT_ROWS_PER_REQUEST,
+        budget: ReadBudget | None = None,
         app_profile_id: str | None = None,
     ) -> None:
         super().__init__()
@@ -323,7 +380,7 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
             self.layout,
             _legacy_subqueries(self.layout),
             split_bytes=split_bytes,
-            rows_per_request=rows_per_request,
+            budget=ReadBudget() if budget is None else budget,
         )
         self._write = WriteSaltedRows(
             project,
@@ -345,21 +402,23 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
         return out
 
 
-def _start_backfill(stored: StoredRecord | None, layout: Layout) -> dict[str, Any]:
+def _start_backfill(
+    stored: StoredRecord | None, scheme: SaltScheme, cutoff: CutoffPolicy
+) -> dict[str, Any]:
     """The backfill record, after checking that ``stored`` allows a backfill to start or go on."""
-    assert layout.cutoff is not None
-    wanted = migration_record(layout.scheme, layout.cutoff, BACKFILL)
+    wanted = migration_record(scheme, cutoff, BACKFILL)
     if stored is None:
         return wanted
-    cutoff_record = describe_layout(layout.scheme, layout.cutoff)
-    base = {k: v for k, v in stored.record.items() if k != MIGRATION_KEY}
-    if layout_differences(base, cutoff_record):
-        raise SchemeMismatchError(stored.record, cutoff_record)
-    if migration_state(stored.record) == CUTOVER:
+    cutoff_record = describe_layout(scheme, cutoff)
+    state = migration_state(stored.record)
+    if state in (CUTOVER, DELETING):
         raise LayoutError(
-            "this table is already cut over: fully salted writers may have changed the copies, "
-            "so a backfill would overwrite their writes. Run delete-legacy to finish instead"
+            f"this table is already past the backfill (the record is in the {state} state): "
+            "fully salted writers own the copies now, so a backfill would overwrite their "
+            "writes. Run delete-legacy to finish instead"
         )
+    if open_differences(stored.record, cutoff_record):
+        raise SchemeMismatchError(stored.record, cutoff_record)
     return wanted
 
 
@@ -385,36 +444,27 @@ def backfill(
         split_bytes: About how much data one split reads.
         progress: Where to show progress of a local run.
         prune_orphans: Also delete copies whose legacy row no longer exists
-            (deleted after an earlier run copied it). This reads every bucket.
+            (deleted after an earlier run copied it). This reads the keys of
+            every bucket.
 
     Raises:
         SchemeMismatchError: The stored record names another layout.
-        LayoutError: The table is already cut over.
+        LayoutError: The table is already cut over, or has no record and no
+            ``family`` was given.
     """
-    layout = Layout(scheme, cutoff)
     client, table = target.open()
     try:
         stored = read_record(table)
-        wanted = _start_backfill(stored, layout)
+        wanted = _start_backfill(stored, scheme, cutoff)
         if stored is None or migration_state(stored.record) != BACKFILL:
             swap_record(table, stored, wanted, family=family)
     finally:
         table.close()
         client.close()
-    transform = BackfillLegacy(
-        target.project,
-        target.instance,
-        target.table,
-        scheme,
-        cutoff,
-        split_bytes=split_bytes,
-        app_profile_id=target.app_profile_id,
-    )
-    prune = (
-        PruneOrphanCopies(target, scheme, cutoff, split_bytes=split_bytes)
-        if prune_orphans
-        else None
-    )
+    args = (target.project, target.instance, target.table, scheme, cutoff)
+    kwargs: dict[str, Any] = {"split_bytes": split_bytes, "app_profile_id": target.app_profile_id}
+    transform = BackfillLegacy(*args, **kwargs)
+    prune = PruneOrphanCopies(*args, **kwargs) if prune_orphans else None
 
     def build(p: beam.Pipeline) -> None:
         _ = p | "Backfill" >> transform
@@ -422,84 +472,106 @@ def backfill(
             # Safe next to the copying: a copy written now has its legacy row.
             _ = p | "Prune orphans" >> prune
 
-    result = run_pipeline(build, options, progress=progress)
+    result = run_pipeline(build, options, progress=progress, phase="copy")
     return MigrationReport("backfill", counters(result), record=wanted)
 
 
 class _PruneOrphans(TableDoFn):
     """Deletes the copies of a split whose legacy row is gone."""
 
-    def __init__(self, target: BigtableTarget, layout: Layout, rows_per_request: int) -> None:
+    def __init__(self, target: BigtableTarget, layout: Layout, budget: ReadBudget) -> None:
         super().__init__(target)
         self.layout = layout
-        self.rows_per_request = rows_per_request
+        self.sizer = PageSizer(budget)
+        self.legacy = PageSizer(budget)  # the legacy rows' keys, read by key
         self._pruned = Metrics.counter(METRICS_NAMESPACE, "orphan_copies_deleted")
 
-    def process(self, split: Any) -> Iterator[None]:
-        page: list[bytes] = []
-        rows = read_split(self.bigtable(), split.sub, self.layout, self.rows_per_request, "copies")
-        for row in rows:
-            page.append(row.row_key)
-            if len(page) >= 500:
-                self._prune(page)
-                page = []
-        if page:
-            self._prune(page)
+    def process(self, split: Split) -> Iterator[None]:
+        table = self.bigtable()
+        for page in read_split_pages(table, split.sub, self.layout, self.sizer, "copies"):
+            if not page:
+                continue
+            keys = [row.row_key for row in page]
+            present = {row.row_key for row in read_keys(table, keys, self.legacy, KEYS_ONLY)}
+            doomed = [
+                RowMutationEntry(self.layout.scheme.salt_key(key), [DeleteAllFromRow()])
+                for key in keys
+                if key not in present
+            ]
+            if doomed:
+                table.bulk_mutate_rows(doomed)
+                self._pruned.inc(len(doomed))
+        PROGRESS.split_done()
         return iter(())
-
-    def _prune(self, keys: list[bytes]) -> None:
-        only_keys = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
-        query = ReadRowsQuery(row_keys=list[str | bytes](keys), row_filter=only_keys)
-        legacy = self.bigtable().read_rows(query)
-        present = {row.row_key for row in legacy}
-        scheme = self.layout.scheme
-        doomed = [
-            RowMutationEntry(scheme.salt_key(key), [DeleteAllFromRow()])
-            for key in keys
-            if key not in present
-        ]
-        if doomed:
-            self.bigtable().bulk_mutate_rows(doomed)
-            self._pruned.inc(len(doomed))
 
 
 class PruneOrphanCopies(beam.PTransform[PBegin, PCollection[None]]):
     """Delete the bucket copies of legacy rows that no longer exist.
 
     A legacy row deleted after a backfill copied it leaves its copy behind,
-    which a fully salted reader would show. This reads every bucket.
+    which a fully salted reader would show. This reads the keys of every
+    bucket. Takes the arguments of :class:`BackfillLegacy`.
     """
 
     def __init__(
         self,
-        target: BigtableTarget,
+        project: str,
+        instance: str,
+        table: str,
         scheme: SaltScheme,
         cutoff: CutoffPolicy,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
-        rows_per_request: int = DEFAULT_ROWS_PER_REQUEST,
+        budget: ReadBudget | None = None,
+        app_profile_id: str | None = None,
     ) -> None:
         super().__init__()
-        self.target = target
+        self.target = BigtableTarget(project, instance, table, app_profile_id)
         self.layout = Layout(scheme, cutoff)
         self.split_bytes = split_bytes
-        self.rows_per_request = rows_per_request
+        self.budget = ReadBudget() if budget is None else budget
 
     def expand(self, pbegin: PBegin) -> PCollection[None]:
-        plan = PlanSplits(
-            self.target, self.layout, _salted_subqueries(self.layout), self.split_bytes, False
-        )
+        subs = _salted_subqueries(self.layout, keys_only=True)
         out: PCollection[None] = (
             pbegin
-            | "Start" >> beam.Impulse()
-            | "Plan splits" >> beam.ParDo(plan)
-            | "Spread splits" >> beam.Reshuffle()
-            | "Prune" >> beam.ParDo(_PruneOrphans(self.target, self.layout, self.rows_per_request))
+            | "Splits" >> PlannedSplits(self.target, self.layout, subs, self.split_bytes)
+            | "Prune" >> beam.ParDo(_PruneOrphans(self.target, self.layout, self.budget))
         )
         return out
 
 
 # -- verifying -------------------------------------------------------------------
+
+
+class _CompareCopies(TableDoFn):
+    """Sums each legacy row of a split and, read by its salted key, its copy."""
+
+    def __init__(self, target: BigtableTarget, layout: Layout, budget: ReadBudget) -> None:
+        super().__init__(target)
+        self.layout = layout
+        self.sizer = PageSizer(budget)
+        self.copies_sizer = PageSizer(budget)
+        self.legacy = _Sums("legacy", layout.scheme)
+        self.copies = _Sums("copies", layout.scheme)
+
+    def process(self, split: Split) -> Iterator[None]:
+        table = self.bigtable()
+        scheme = self.layout.scheme
+        read = 0
+        for page in read_split_pages(table, split.sub, self.layout, self.sizer):
+            if not page:
+                continue
+            for row in page:
+                self.legacy.add(row)
+            keys = [scheme.salt_key(row.row_key) for row in page]
+            for copy in read_keys(table, keys, self.copies_sizer):
+                # Counted by the keys-only scan of the buckets, which also finds orphans.
+                self.copies.add(relabel(copy, scheme.unsalt_key(copy.row_key)), count=False)
+            read += len(page)
+        PROGRESS.add("rows compared", read)
+        PROGRESS.split_done()
+        return iter(())
 
 
 def verify_backfill(
@@ -511,33 +583,57 @@ def verify_backfill(
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
 ) -> MigrationReport:
-    """Step 2: compare legacy rows with their copies, per bucket (counts and checksums)."""
+    """Step 2: compare legacy rows with their copies, per bucket (counts and checksums).
+
+    Each legacy row is read with its cells and its copy read by its salted
+    key, for the checksums; the copies are counted by a keys-only scan of
+    the buckets, so a copy whose legacy row is gone (an orphan) shows too.
+
+    Args:
+        target: The table.
+        scheme: Its salt scheme.
+        cutoff: Its cutoff policy.
+        options: Beam pipeline options (None: run locally).
+        split_bytes: About how much data one split reads.
+        progress: Where to show progress of a local run.
+
+    Returns:
+        The report; ``report.ok`` is True when every bucket agrees.
+    """
     layout = Layout(scheme, cutoff)
-    legacy = ReadSplitRows(
-        target,
-        layout,
-        _legacy_subqueries(layout),
-        split_bytes=split_bytes,
-        rows_per_request=DEFAULT_ROWS_PER_REQUEST,
-        check_layout=False,
-    )
+    budget = ReadBudget()
+    legacy = PlannedSplits(target, layout, _legacy_subqueries(layout), split_bytes)
     copies = ReadSplitRows(
         target,
         layout,
-        _salted_subqueries(layout),
+        _salted_subqueries(layout, keys_only=True),
         split_bytes=split_bytes,
-        rows_per_request=DEFAULT_ROWS_PER_REQUEST,
+        budget=budget,
         rows="copies",
         check_layout=False,
     )
 
     def build(p: beam.Pipeline) -> None:
-        _ = p | "Legacy" >> legacy | "Sum legacy" >> beam.ParDo(_Checksum("legacy", scheme))
-        _ = p | "Copies" >> copies | "Sum copies" >> beam.ParDo(_Checksum("copies", scheme))
+        _ = (
+            p
+            | "Legacy splits" >> legacy
+            | "Compare" >> beam.ParDo(_CompareCopies(target, layout, budget))
+        )
+        _ = (
+            p
+            | "Copies" >> copies
+            | "Count copies" >> beam.ParDo(_Checksum("copies", scheme, digest=False))
+        )
 
-    result = run_pipeline(build, options, progress=progress)
+    result = run_pipeline(build, options, progress=progress, phase="verify")
     sums = Checksums.from_counters(("legacy", "copies"), counters(result, _VERIFY_NAMESPACE))
-    return MigrationReport("verify backfill", counters(result), sums)
+    notes: tuple[str, ...] = ()
+    if not sums.ok:
+        notes = (
+            "run the backfill again (with --prune / prune_orphans=True if the copies "
+            "outnumber the legacy rows); pause writes to keys before the cutoff first",
+        )
+    return MigrationReport("verify backfill", counters(result), sums, notes=notes)
 
 
 def cut_over(
@@ -552,15 +648,24 @@ def cut_over(
     """Step 3: verify the copies, then move the record from ``backfill`` to ``cutover``.
 
     Nothing is changed when the verification finds a difference (re-run
-    the backfill: writes to rows before the cutoff must pause meanwhile).
+    the backfill). Writes to keys before the cutoff must be paused before
+    this step starts: one that lands after its verification read that key
+    would make the two layouts differ.
+
+    Args:
+        target: The table.
+        scheme: Its salt scheme.
+        cutoff: Its cutoff policy.
+        options: Beam pipeline options (None: run locally).
+        split_bytes: About how much data one split reads.
+        progress: Where to show progress of a local run.
 
     Raises:
         LayoutError: The record is not in the backfill state.
     """
     client, table = target.open()
     try:
-        stored = read_record(table)
-        _expect_state(stored, scheme, cutoff, BACKFILL, "cut over")
+        stored = _expect_state(read_record(table), scheme, cutoff, (BACKFILL,), "cut over")
         report = verify_backfill(
             target, scheme, cutoff, options=options, split_bytes=split_bytes, progress=progress
         )
@@ -569,7 +674,8 @@ def cut_over(
                 "cut-over refused",
                 report.counters,
                 report.checksums,
-                notes=("the copies differ from the legacy rows: run the backfill again",),
+                notes=report.notes,
+                done=False,
             )
         wanted = migration_record(scheme, cutoff, CUTOVER)
         swap_record(table, stored, wanted)
@@ -583,7 +689,8 @@ def cut_over(
         record=wanted,
         notes=(
             "fully salted readers and writers may open the table now; redeploy every "
-            "service without the cutoff, then run delete-legacy",
+            "service without the cutoff (writes to keys before the cutoff stay paused), "
+            "then run delete-legacy",
         ),
     )
 
@@ -592,109 +699,81 @@ def _expect_state(
     stored: StoredRecord | None,
     scheme: SaltScheme,
     cutoff: CutoffPolicy,
-    state: str,
+    states: tuple[MigrationState, ...],
     step: str,
 ) -> StoredRecord:
-    wanted = migration_record(scheme, cutoff, state)  # type: ignore[arg-type]
-    if stored is None or layout_differences(stored.record, wanted):
-        found = "no layout record" if stored is None else _describe_state(stored.record)
-        raise LayoutError(
-            f"cannot {step}: the layout record must be in the {state} state of this "
-            f"layout, found {found}"
-        )
-    return stored
+    for state in states:
+        if stored is not None and not layout_differences(
+            stored.record, migration_record(scheme, cutoff, state)
+        ):
+            return stored
+    found = "no layout record" if stored is None else _describe_state(stored.record)
+    wanted = " or ".join(states)
+    raise LayoutError(
+        f"cannot {step}: the layout record must be in the {wanted} state of this layout, "
+        f"found {found}"
+    )
 
 
 # -- deleting the legacy rows --------------------------------------------------
 
 
-class _DeleteVerified(TableDoFn):
-    """Deletes each legacy row of a split whose salted copy is identical."""
+class _DeleteRows(TableDoFn):
+    """Deletes every legacy row of a split (its keys read without values)."""
 
-    def __init__(self, target: BigtableTarget, layout: Layout, rows_per_request: int) -> None:
+    def __init__(self, target: BigtableTarget, layout: Layout, budget: ReadBudget) -> None:
         super().__init__(target)
         self.layout = layout
-        self.rows_per_request = rows_per_request
+        self.sizer = PageSizer(budget)
         self._deleted = Metrics.counter(METRICS_NAMESPACE, "legacy_rows_deleted")
-        self._kept = Metrics.counter(METRICS_NAMESPACE, "legacy_rows_differing")
 
-    def process(self, split: Any) -> Iterator[None]:
-        page: list[Row] = []
-        for row in read_split(self.bigtable(), split.sub, self.layout, self.rows_per_request):
-            page.append(row)
-            if len(page) >= 500:
-                self._settle(page)
-                page = []
-        if page:
-            self._settle(page)
-        with PROGRESS.lock:
-            PROGRESS.splits_done += 1
-        return iter(())
-
-    def _settle(self, rows: list[Row]) -> None:
-        scheme = self.layout.scheme
-        copies = {
-            row.row_key: row
-            for row in self.bigtable().read_rows(
-                ReadRowsQuery(row_keys=[scheme.salt_key(r.row_key) for r in rows])
-            )
-        }
-        doomed = []
-        for row in rows:
-            copy = copies.get(scheme.salt_key(row.row_key))
-            if copy is not None:
-                copy.row_key = row.row_key
-                for cell in copy.cells:
-                    cell.row_key = row.row_key
-            if copy is not None and row_digest(copy) == row_digest(row):
-                doomed.append(RowMutationEntry(row.row_key, [DeleteAllFromRow()]))
-            else:
-                _log.warning(
-                    "legacy row %r kept: its salted copy is %s",
-                    row.row_key,
-                    "missing" if copy is None else "different",
+    def process(self, split: Split) -> Iterator[None]:
+        table = self.bigtable()
+        for page in read_split_pages(table, split.sub, self.layout, self.sizer):
+            if page:
+                table.bulk_mutate_rows(
+                    [RowMutationEntry(row.row_key, [DeleteAllFromRow()]) for row in page]
                 )
-                self._kept.inc()
-        if doomed:
-            self.bigtable().bulk_mutate_rows(doomed)
-            self._deleted.inc(len(doomed))
-            PROGRESS.add("legacy rows deleted", len(doomed))
+                self._deleted.inc(len(page))
+                PROGRESS.add("legacy rows deleted", len(page))
+        PROGRESS.split_done()
+        return iter(())
 
 
 class DeleteLegacy(beam.PTransform[PBegin, PCollection[None]]):
-    """Delete every legacy row whose salted copy holds exactly the same cells.
+    """Delete every legacy row of a cutoff table (stray rows are left alone).
 
-    A row whose copy is missing or differs is kept and counted
-    (``legacy_rows_differing``). Use :func:`delete_legacy`, which checks the
-    record's state first and writes the fully salted record afterwards.
+    No comparison: from the cut-over on, the verified copies are the rows
+    (fully salted writers change them, not the legacy rows). Use
+    :func:`delete_legacy`, which moves the layout record so that no cutoff
+    reader opens any more before it runs this, and writes the fully salted
+    record afterwards. Takes the arguments of :class:`BackfillLegacy`.
     """
 
     def __init__(
         self,
-        target: BigtableTarget,
+        project: str,
+        instance: str,
+        table: str,
         scheme: SaltScheme,
         cutoff: CutoffPolicy,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
-        rows_per_request: int = DEFAULT_ROWS_PER_REQUEST,
+        budget: ReadBudget | None = None,
+        app_profile_id: str | None = None,
     ) -> None:
         super().__init__()
-        self.target = target
+        self.target = BigtableTarget(project, instance, table, app_profile_id)
         self.layout = Layout(scheme, cutoff)
         self.split_bytes = split_bytes
-        self.rows_per_request = rows_per_request
+        self.budget = ReadBudget() if budget is None else budget
 
     def expand(self, pbegin: PBegin) -> PCollection[None]:
-        plan = PlanSplits(
-            self.target, self.layout, _legacy_subqueries(self.layout), self.split_bytes, False
-        )
+        subs = _legacy_subqueries(self.layout, keys_only=True)
         out: PCollection[None] = (
             pbegin
-            | "Start" >> beam.Impulse()
-            | "Plan splits" >> beam.ParDo(plan)
-            | "Spread splits" >> beam.Reshuffle()
-            | "Delete verified"
-            >> beam.ParDo(_DeleteVerified(self.target, self.layout, self.rows_per_request))
+            | "Splits" >> PlannedSplits(self.target, self.layout, subs, self.split_bytes)
+            | "Delete" >> beam.ParDo(_DeleteRows(self.target, self.layout, self.budget))
         )
         return out
 
@@ -707,38 +786,71 @@ def delete_legacy(
     options: PipelineOptions | None = None,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> MigrationReport:
-    """Step 4: delete the verified legacy rows; with none left, write the fully salted record.
+    """Step 4: record -> ``deleting``, delete every legacy row, record -> fully salted.
 
-    Run it only once every service opens the table without the cutoff:
-    a cutoff reader still running would miss the deleted rows.
+    Run it only once every service opens the table without the cutoff: the
+    record's move to ``deleting`` refuses cutoff readers that open from then
+    on, but one already open would miss the deleted rows. From that move on,
+    writes to keys before the cutoff may resume (fully salted writers put
+    them in the copies). A re-run after a crash goes on from ``deleting``.
+
+    Args:
+        target: The table.
+        scheme: Its salt scheme.
+        cutoff: Its cutoff policy.
+        options: Beam pipeline options (None: run locally).
+        split_bytes: About how much data one split reads.
+        progress: Where to show progress of a local run.
+        notify: Called with a line for humans once the record is in the
+            ``deleting`` state, before any row is deleted.
 
     Raises:
-        LayoutError: The record is not in the cut-over state.
+        LayoutError: The record is neither in the cut-over nor in the deleting state.
     """
     layout = Layout(scheme, cutoff)
     client, table = target.open()
     try:
         stored = _expect_state(
-            read_record(table), scheme, cutoff, CUTOVER, "delete the legacy rows"
+            read_record(table), scheme, cutoff, (CUTOVER, DELETING), "delete the legacy rows"
         )
-        transform = DeleteLegacy(target, scheme, cutoff, split_bytes=split_bytes)
-        result = run_pipeline(lambda p: p | "Delete" >> transform, options, progress=progress)
+        deleting = migration_record(scheme, cutoff, DELETING)
+        if migration_state(stored.record) == CUTOVER:
+            swap_record(table, stored, deleting)
+            stored = _expect_state(read_record(table), scheme, cutoff, (DELETING,), "go on")
+        if notify is not None:
+            notify(
+                "layout record: deleting: cutoff readers are refused from now on; writes "
+                "to keys before the cutoff may resume"
+            )
+        transform = DeleteLegacy(
+            *(target.project, target.instance, target.table, scheme, cutoff),
+            split_bytes=split_bytes,
+            app_profile_id=target.app_profile_id,
+        )
+        result = run_pipeline(
+            lambda p: p | "Delete" >> transform, options, progress=progress, phase="delete"
+        )
         found = counters(result)
         left, strays = _legacy_left(table, layout)
-        notes = []
-        if left or found.get("legacy_rows_differing", 0):
-            notes.append(
-                f"{left} legacy row(s) left (their copies differ or are missing): run the "
-                "backfill's verify to see them; the record stays in the cut-over state"
+        if left:
+            note = (
+                f"{left:,} legacy row(s) were written while this step ran (a service still "
+                "runs with the cutoff?): stop it, then run delete-legacy again"
             )
-            return MigrationReport("delete legacy (incomplete)", found, notes=tuple(notes))
+            return MigrationReport(
+                "delete legacy (incomplete)", found, record=deleting, notes=(note,), done=False
+            )
         if strays:
-            notes.append(
-                f"{strays} stray row(s) outside the salt prefixes (unsalted keys from after the "
-                "cutoff, hidden from every reader) block the final record; delete them by hand"
+            note = (
+                f"{strays:,} stray row(s) outside the salt prefixes (unsalted keys from after "
+                "the cutoff, hidden from every reader) block the final record; delete them by "
+                "hand, then run delete-legacy again"
             )
-            return MigrationReport("delete legacy (strays left)", found, notes=tuple(notes))
+            return MigrationReport(
+                "delete legacy (strays left)", found, record=deleting, notes=(note,), done=False
+            )
         wanted = describe_layout(scheme)
         swap_record(table, stored, wanted)
     finally:
@@ -747,14 +859,12 @@ def delete_legacy(
     return MigrationReport("delete legacy", found, record=wanted)
 
 
-def _legacy_left(table: Any, layout: Layout) -> tuple[int, int]:
-    """(legacy rows, stray rows) still outside the salt prefixes."""
+def _legacy_left(table: Table, layout: Layout) -> tuple[int, int]:
+    """(legacy rows, stray rows) still outside the salt prefixes (a keys-only scan)."""
     left = strays = 0
-    for sub in _legacy_subqueries(layout):
-        cursor = PageCursor(sub)
-        while (query := cursor.next_query(DEFAULT_ROWS_PER_REQUEST)) is not None:
-            page = table.read_rows(query)
-            cursor.advance(len(page), DEFAULT_ROWS_PER_REQUEST, page[-1].row_key if page else None)
+    sizer = PageSizer(ReadBudget())
+    for sub in _legacy_subqueries(layout, keys_only=True):
+        for page in scan_pages(table, sub, sizer):
             for row in page:
                 if layout.stray_reason(row.row_key) is None:
                     left += 1
@@ -764,6 +874,17 @@ def _legacy_left(table: Any, layout: Layout) -> tuple[int, int]:
 
 
 # -- resalt --------------------------------------------------------------------
+
+
+def _read_all(target: BigtableTarget, layout: Layout, split_bytes: int) -> ReadSplitRows:
+    """Every row a reader of ``layout`` sees (the whole table)."""
+    return ReadSplitRows(
+        target,
+        layout,
+        plan_reads(ReadRowsQuery(), layout).subqueries,
+        split_bytes=split_bytes,
+        budget=ReadBudget(),
+    )
 
 
 def resalt(
@@ -798,8 +919,8 @@ def resalt(
         progress: Where to show progress of a local run.
 
     Raises:
-        LayoutError: Source and destination are the same table, or the
-            destination's record names another layout.
+        LayoutError: Source and destination are the same table, the layout
+            would not change, or the destination's record names another layout.
     """
     if (source.project, source.instance, source.table) == (
         destination.project,
@@ -811,6 +932,11 @@ def resalt(
             "new rows in the same one"
         )
     new_record = describe_layout(new_scheme)
+    if not layout_differences(describe_layout(scheme, cutoff), new_record):
+        raise LayoutError(
+            f"resalt to {new_scheme} changes nothing: give another bucket count, hash, key "
+            "part, separator or marker (or a cutoff to finish)"
+        )
     client, table = destination.open()
     try:
         stored = read_record(table)
@@ -819,7 +945,7 @@ def resalt(
     finally:
         table.close()
         client.close()
-    read = ReadSource(source, Layout(scheme, cutoff), split_bytes)
+    read = _read_all(source, Layout(scheme, cutoff), split_bytes)
     write = WriteSaltedRows(
         destination.project,
         destination.instance,
@@ -833,7 +959,7 @@ def resalt(
         rows = p | "Read source" >> read
         _ = rows | "As copies" >> beam.Map(copy_entry) | "Write" >> write
 
-    copied = counters(run_pipeline(build, options, progress=progress))
+    copied = counters(run_pipeline(build, options, progress=progress, phase="copy"))
     report = verify_resalt(
         source,
         scheme,
@@ -845,7 +971,7 @@ def resalt(
         progress=progress,
     )
     if not report.ok:
-        return MigrationReport("resalt (NOT verified)", copied, report.checksums)
+        return MigrationReport("resalt (NOT verified)", copied, report.checksums, done=False)
     client, table = destination.open()
     try:
         stored = read_record(table)
@@ -855,20 +981,6 @@ def resalt(
         table.close()
         client.close()
     return MigrationReport("resalt", copied, report.checksums, record=new_record)
-
-
-class ReadSource(ReadSplitRows):
-    """Every row a reader of ``layout`` sees (the whole table)."""
-
-    def __init__(self, target: BigtableTarget, layout: Layout, split_bytes: int) -> None:
-        plan = plan_reads(ReadRowsQuery(), layout)
-        super().__init__(
-            target,
-            layout,
-            plan.subqueries,
-            split_bytes=split_bytes,
-            rows_per_request=DEFAULT_ROWS_PER_REQUEST,
-        )
 
 
 def verify_resalt(
@@ -882,9 +994,23 @@ def verify_resalt(
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
 ) -> MigrationReport:
-    """Compare a table and its resalted copy per destination bucket (rows and checksum)."""
-    src = ReadSource(source, Layout(scheme, cutoff), split_bytes)
-    dst = ReadSource(destination, Layout(new_scheme), split_bytes)
+    """Compare a table and its resalted copy per destination bucket (rows and checksum).
+
+    Args:
+        source: The table that was copied.
+        scheme: Its scheme.
+        destination: The copy.
+        new_scheme: The copy's scheme.
+        cutoff: The source's cutoff policy, if it has one.
+        options: Beam pipeline options (None: run locally).
+        split_bytes: About how much data one split reads.
+        progress: Where to show progress of a local run.
+
+    Returns:
+        The report; ``report.ok`` is True when every bucket agrees.
+    """
+    src = _read_all(source, Layout(scheme, cutoff), split_bytes)
+    dst = _read_all(destination, Layout(new_scheme), split_bytes)
 
     def build(p: beam.Pipeline) -> None:
         _ = p | "Source" >> src | "Sum source" >> beam.ParDo(_Checksum("source", new_scheme))
@@ -894,7 +1020,7 @@ def verify_resalt(
             | "Sum destination" >> beam.ParDo(_Checksum("destination", new_scheme))
         )
 
-    result = run_pipeline(build, options, progress=progress)
+    result = run_pipeline(build, options, progress=progress, phase="verify")
     sums = Checksums.from_counters(("source", "destination"), counters(result, _VERIFY_NAMESPACE))
     return MigrationReport("verify resalt", counters(result), sums)
 

@@ -21,7 +21,7 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from .._exceptions import LayoutError
-from .._guard import SCHEME_QUALIFIER, decode_layout, encode_layout
+from .._record import SCHEME_QUALIFIER, decode_layout, encode_layout, newest_record_cell
 from .._salt import SCHEME_ROW_KEY
 
 __all__ = ["StoredRecord", "read_record", "swap_record"]
@@ -38,15 +38,11 @@ class StoredRecord:
 
 
 def read_record(table: Table) -> StoredRecord | None:
-    """The table's newest layout record, or None when it has none."""
-    row = table.read_row(SCHEME_ROW_KEY)
-    if row is None:
+    """The table's current layout record, or None when it has none."""
+    cell = newest_record_cell(table.read_row(SCHEME_ROW_KEY))
+    if cell is None:
         return None
-    cells = [c for c in row.cells if c.qualifier == SCHEME_QUALIFIER]
-    if not cells:
-        return None
-    newest = max(cells, key=lambda c: c.timestamp_micros)
-    return StoredRecord(decode_layout(newest.value), newest.value, newest.family)
+    return StoredRecord(decode_layout(cell.value), cell.value, cell.family)
 
 
 def _exactly(value: bytes) -> bytes:
@@ -67,7 +63,8 @@ def swap_record(
     if expected is None:
         if family is None:
             raise LayoutError(
-                "the table has no layout record yet; give the column family to store it in"
+                "the table has no layout record yet: give the column family to store it in "
+                "(--family on the command line, family= in Python)"
             )
         existed = table.check_and_mutate_row(
             SCHEME_ROW_KEY, None, false_case_mutations=[SetCell(family, SCHEME_QUALIFIER, encoded)]

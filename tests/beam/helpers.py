@@ -9,8 +9,7 @@ from typing import Any
 import apache_beam as beam
 from google.cloud.bigtable.data.row import Row
 
-from saltedtable.beam import run_pipeline
-from saltedtable.beam._migrate import counters
+from saltedtable.beam import counters, run_pipeline
 
 #: Outputs by sink name. The in-process runner calls ``_append`` by reference (this
 #: module is importable), so elements land here.

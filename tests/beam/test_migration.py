@@ -9,7 +9,7 @@ and must see every row exactly once, whatever step is running.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +24,16 @@ from google.cloud.bigtable.data import (
     SetCell,
     TableAsync,
 )
-from google.cloud.bigtable.data.mutations import DeleteRangeFromColumn
+from google.cloud.bigtable.data.mutations import (
+    DeleteAllFromRow,
+    DeleteRangeFromColumn,
+    Mutation,
+)
 
 from saltedtable import (
+    Layout,
     LayoutError,
+    ReadBudget,
     SaltedTableAsync,
     SaltScheme,
     SchemeMismatchError,
@@ -35,7 +41,7 @@ from saltedtable import (
     prefix_end,
 )
 from saltedtable._cli import main as cli_main
-from saltedtable._migration import BACKFILL, CUTOVER, migration_record
+from saltedtable._migration import BACKFILL, CUTOVER, DELETING, migration_record
 from saltedtable.beam import (
     BigtableTarget,
     ReadSaltedRows,
@@ -47,8 +53,6 @@ from saltedtable.beam import (
     resalt,
     verify_backfill,
 )
-from saltedtable.beam._io import ReadSplitRows
-from saltedtable.beam._migrate import _legacy_subqueries
 from saltedtable.beam._record import read_record, swap_record
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import count_element, run_collect, snapshot
@@ -60,7 +64,7 @@ LEGACY = [k(s, C - m * MIN) for s in range(6) for m in range(1, 41)]
 NEW = [k(s, C + m * MIN) for s in range(6) for m in range(31)]
 
 
-def cells(key: bytes) -> list[SetCell]:
+def cells(key: bytes) -> list[Mutation]:
     """Two families, two versions of one column, fixed timestamps."""
     return [
         SetCell("cf", b"temp", b"old" + key, 1_000_000),
@@ -85,9 +89,7 @@ class Tables:
 
 
 @pytest.fixture
-async def tables(
-    data_client: BigtableDataClientAsync, make_table: MakeTable
-) -> AsyncIterator[Tables]:
+async def tables(data_client: BigtableDataClientAsync, make_table: MakeTable) -> Tables:
     """Legacy rows loaded unsalted, the cutoff turned on (record stored), newer rows salted."""
     plain = data_client.get_table(INSTANCE, make_table(FAMILIES))
     table_id = make_table(FAMILIES)
@@ -248,19 +250,26 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
     target = t.target
     with contextlib.closing(_SyncTable(target)) as sync:
         swap_record(sync.table, read_record(sync.table), migration_record(SCHEME, POLICY, BACKFILL))
-    layout = t.cutoff.layout
-    read = ReadSplitRows(
-        target, layout, _legacy_subqueries(layout), split_bytes=2000, rows_per_request=40
+    layout = Layout(SCHEME, POLICY)
+    read = ReadSaltedRows(
+        PROJECT, INSTANCE, t.table_id, SCHEME, cutoff=POLICY, budget=ReadBudget(rows=40)
     )
     write = WriteSaltedRows(
         PROJECT, INSTANCE, t.table_id, SCHEME, check_layout=False, flush_mutations=40
     )
     with pytest.raises(Exception, match="injected crash"):
         run_collect(
-            lambda p: p | read | beam.Map(copy_entry) | beam.ParDo(_Crash(len(LEGACY) // 2)) | write
+            lambda p: (
+                p
+                | read
+                | beam.Filter(lambda row: layout.locate(row.row_key)[0] is None)  # legacy rows
+                | beam.Map(copy_entry)
+                | beam.ParDo(_Crash(len(LEGACY) // 2))
+                | write
+            )
         )
     copies = len(await physical(t.raw)) - len(LEGACY) - len(NEW)
-    assert copies < len(LEGACY) // 2
+    assert 0 < copies < len(LEGACY) // 2
     # Meanwhile legacy rows change (a late write), and a stale copy of another sits in its bucket.
     changed, stale = LEGACY[3], LEGACY[-3]
     await t.raw.mutate_row(
@@ -280,7 +289,7 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
     assert pruned.counters["orphan_copies_deleted"] == 1
     report = verify_backfill(target, SCHEME, POLICY, split_bytes=2000)
     assert report.ok, "\n".join(report.lines())
-    legacy = snapshot(await t.raw.read_rows(ReadRowsQuery(row_keys=LEGACY)))
+    legacy = snapshot(await t.raw.read_rows(ReadRowsQuery(row_keys=list[str | bytes](LEGACY))))
     copied = await t.raw.read_rows(ReadRowsQuery(row_keys=[SCHEME.salt_key(key) for key in LEGACY]))
     for row in copied:
         row.row_key = SCHEME.unsalt_key(row.row_key)
@@ -291,7 +300,7 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
     assert all(family == "cf" for family, *_ in dict(legacy)[changed])
     # A cut-over table refuses another backfill: fully salted writers own the copies now.
     cut_over(target, SCHEME, POLICY, split_bytes=2000)
-    with pytest.raises(LayoutError, match="already cut over"):
+    with pytest.raises(LayoutError, match="already past the backfill"):
         backfill(target, SCHEME, POLICY)
 
 
@@ -355,7 +364,9 @@ async def test_resalt_16_to_24_verifies_equal_and_writes_the_record(
     shown = capsys.readouterr()
     assert "verified: equal" in shown.out
     assert "splits" in shown.err
-    assert "rows read 2,400" in shown.err.splitlines()[-1]  # both tables, read in this process
+    last = shown.err.splitlines()[-1]
+    assert last.startswith("verify: splits ")  # the phase, then what this process did
+    assert "rows read 2,400" in last  # both tables, read in this process
     tampered = keys[5]
     await dest.mutate_row(tampered, SetCell("cf", b"temp", b"tampered", 2_000_000))
     assert cli_main(argv) == 1
@@ -367,3 +378,60 @@ async def test_resalt_16_to_24_verifies_equal_and_writes_the_record(
     assert cli_main([*argv[:1], "backfill", *argv[2:8], "-n", "16"]) == 2  # no --cutoff
     with pytest.raises(LayoutError, match="another table"):
         resalt(src, old, src, new, family="cf")
+    with pytest.raises(LayoutError, match="changes nothing"):
+        resalt(src, old, dst, old, family="cf")
+
+
+async def test_delete_legacy_finishes_after_fully_salted_writes_to_old_keys(
+    tables: Tables,
+) -> None:
+    """Once services are fully salted, updates and deletes of old keys do not stop delete-legacy."""
+    t = tables
+    backfill(t.target, SCHEME, POLICY, split_bytes=2000)
+    cut_over(t.target, SCHEME, POLICY, split_bytes=2000)
+    salted = await SaltedTableAsync.open(t.raw, SCHEME)
+    updated, deleted = LEGACY[0], LEGACY[1]
+    await salted.mutate_row(updated, SetCell("cf", b"temp", b"after the cut-over", 9_000_000))
+    await salted.mutate_row(deleted, DeleteAllFromRow())
+    await t.plain.mutate_row(updated, SetCell("cf", b"temp", b"after the cut-over", 9_000_000))
+    await t.plain.mutate_row(deleted, DeleteAllFromRow())
+
+    report = delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000)
+    assert report.record == describe_layout(SCHEME), "\n".join(report.lines())
+    assert report.counters["legacy_rows_deleted"] == len(LEGACY)
+    assert all(SCHEME.has_prefix(key) for key in await physical(t.raw))
+    reader = await SaltedTableAsync.open(t.raw, SCHEME)
+    assert snapshot(await reader.read_rows(ReadRowsQuery())) == snapshot(
+        await t.plain.read_rows(ReadRowsQuery())
+    )
+
+
+async def test_delete_legacy_refuses_cutoff_readers_first_and_resumes_after_a_crash(
+    tables: Tables,
+) -> None:
+    """While deleting, cutoff readers are refused and salted ones see every row; a re-run ends."""
+    t = tables
+    expected = snapshot(await t.plain.read_rows(ReadRowsQuery()))
+    backfill(t.target, SCHEME, POLICY, split_bytes=2000)
+    with pytest.raises(LayoutError, match="cutover or deleting"):
+        delete_legacy(t.target, SCHEME, POLICY)
+    cut_over(t.target, SCHEME, POLICY, split_bytes=2000)
+    # A delete-legacy that died half-way: the record moved, half the legacy rows are gone.
+    with contextlib.closing(_SyncTable(t.target)) as sync:
+        swap_record(sync.table, read_record(sync.table), migration_record(SCHEME, POLICY, DELETING))
+    await t.raw.bulk_mutate_rows([RowMutationEntry(key, DeleteAllFromRow()) for key in LEGACY[::2]])
+    with pytest.raises(SchemeMismatchError, match="deleting"):
+        await SaltedTableAsync.open(t.raw, SCHEME, cutoff=POLICY)
+    salted = await SaltedTableAsync.open(t.raw, SCHEME)
+    assert snapshot(await salted.read_rows(ReadRowsQuery())) == expected
+    with pytest.raises(LayoutError, match="past the backfill"):
+        backfill(t.target, SCHEME, POLICY)
+
+    said: list[str] = []
+    report = delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000, notify=said.append)
+    assert report.ok
+    assert report.counters["legacy_rows_deleted"] == len(LEGACY) - len(LEGACY[::2])
+    assert report.record == describe_layout(SCHEME)
+    assert len(said) == 1
+    assert "cutoff readers are refused" in said[0]
+    assert snapshot(await salted.read_rows(ReadRowsQuery())) == expected

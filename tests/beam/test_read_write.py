@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import pickle
 import re
 
 import apache_beam as beam
 import pytest
 from apache_beam.internal import pickler
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pvalue import PCollection
+from apache_beam.transforms.combiners import Count
 from google.cloud.bigtable.data import (
     BigtableDataClientAsync,
     ReadRowsQuery,
@@ -17,6 +21,7 @@ from google.cloud.bigtable.data import (
     RowRange,
     SetCell,
 )
+from google.cloud.bigtable.data.mutations import Mutation
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
     FamilyNameRegexFilter,
@@ -28,15 +33,23 @@ from saltedtable import (
     CutoffPolicy,
     Layout,
     QueryPlanError,
+    ReadBudget,
     SaltedTableAsync,
     SaltScheme,
     epoch_field,
     fields,
     plan_reads,
 )
-from saltedtable.beam import FailedWrite, ReadSaltedRows, WriteSaltedRows, row_digest, run_pipeline
-from saltedtable.beam._io import BigtableTarget, _ReadSplits, _WriteEntries
-from saltedtable.beam._migrate import counters
+from saltedtable.beam import (
+    BigtableTarget,
+    FailedWrite,
+    ReadSaltedRows,
+    WriteSaltedRows,
+    counters,
+    row_digest,
+    run_pipeline,
+)
+from saltedtable.beam._io import ReadSplits, WriteEntries
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import run_collect, snapshot
 from tests.conftest import MakeTable
@@ -52,7 +65,7 @@ def k(sensor: int, ms: int) -> bytes:
     return b"s%d#%013d" % (sensor, ms)
 
 
-def cells(key: bytes) -> list[SetCell]:
+def cells(key: bytes) -> list[Mutation]:
     """Two families, two versions of one column."""
     return [
         SetCell("cf", b"temp", b"old" + key, 1_000_000),
@@ -92,12 +105,13 @@ async def test_read_equals_the_async_reader(
     }
     for name, query in queries.items():
         expected = snapshot(await table.read_rows(query))
-        rows, found = run_collect(
-            lambda p, q=query: (
-                p
-                | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, q, POLICY, split_bytes=8_000)
-            )
-        )
+        read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, query, POLICY, split_bytes=8_000)
+
+        def build(p: beam.Pipeline, read: ReadSaltedRows = read) -> PCollection[Row]:
+            out: PCollection[Row] = p | read
+            return out
+
+        rows, found = run_collect(build)
         assert snapshot(rows) == expected, name
         assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == len(expected)
         if name == "full":
@@ -152,7 +166,8 @@ async def _plain_rows(
 ) -> list[Row]:
     plain = data_client.get_table(INSTANCE, make_table(("cf", "cg")))
     await plain.bulk_mutate_rows(entries)
-    return await plain.read_rows(ReadRowsQuery())
+    rows: list[Row] = await plain.read_rows(ReadRowsQuery())
+    return rows
 
 
 def test_schemes_policies_plans_and_transforms_pickle() -> None:
@@ -165,12 +180,14 @@ def test_schemes_policies_plans_and_transforms_pickle() -> None:
     assert pickle.loads(pickle.dumps(scheme)).salt_key(b"u1#x") == scheme.salt_key(b"u1#x")
     read = ReadSaltedRows(PROJECT, INSTANCE, "t", scheme, cutoff=POLICY)
     write = WriteSaltedRows(PROJECT, INSTANCE, "t", scheme, POLICY)
-    for transform in (read, write):
-        assert pickler.loads(pickler.dumps(transform)) is not None
     target = BigtableTarget(PROJECT, INSTANCE, "t")
+    again_read = pickler.loads(pickler.dumps(read))
+    assert (again_read.layout, again_read.plan) == (layout, read.plan)
+    again_write = pickler.loads(pickler.dumps(write))
+    assert (again_write.layout, again_write.target) == (layout, target)
     for dofn in (
-        _ReadSplits(target, layout, 100, "visible"),
-        _WriteEntries(
+        ReadSplits(target, layout, ReadBudget(), "visible"),
+        WriteEntries(
             target,
             layout,
             on_failure="raise",
@@ -179,7 +196,7 @@ def test_schemes_policies_plans_and_transforms_pickle() -> None:
             check_layout=False,
         ),
     ):
-        dofn._client, dofn._table = object(), object()  # as if set up on a worker
+        dofn.__dict__.update(_client=object(), _table=object())  # as if set up on a worker
         again = pickler.loads(pickler.dumps(dofn))
         assert again._client is None
         assert again._table is None
@@ -194,9 +211,99 @@ async def test_read_on_two_worker_processes(
     await _cutoff_table(data_client, table_id)
     options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, cutoff=POLICY, split_bytes=8_000)
-    result = run_pipeline(
-        lambda p: p | read | beam.Map(row_digest) | beam.combiners.Count.Globally(), options
-    )
+    result = run_pipeline(lambda p: p | read | beam.Map(row_digest) | Count.Globally(), options)
     found = counters(result)
     assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 2000
     assert found["rows_read.legacy"] == 400
+
+
+async def test_every_failure_comes_back_by_logical_key_and_only_successes_count(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key the layout cannot place, 30 bad entries and an oversized bad entry: all output."""
+    table_id = make_table(("cf",))
+    good = [RowMutationEntry(k(s, C + MIN), SetCell("cf", b"q", b"v", 1000)) for s in range(5)]
+    unplaceable = RowMutationEntry(b"x#notatime", SetCell("cf", b"q", b"v", 1000))
+    bad = [
+        RowMutationEntry(k(s, C + 2 * MIN), SetCell("no-such-family", b"q", b"v", 1000))
+        for s in range(30)
+    ]
+    # An entry too big for one request is written in parts (the limit made small here).
+    monkeypatch.setattr("saltedtable.beam._io.MAX_MUTATIONS_PER_ENTRY", 4)
+    big_mutations: list[Mutation] = [SetCell("no-such-family", b"q", b"v", 1000)]
+    big_mutations += [SetCell("cf", b"q%d" % i, b"v", 1000) for i in range(5)]
+    big = RowMutationEntry(k(99, C + MIN), big_mutations)
+    big_good = RowMutationEntry(k(98, C + MIN), [SetCell("cf", b"q%d" % i, b"v") for i in range(9)])
+    failed, found = run_collect(
+        lambda p: (
+            p
+            | beam.Create([*good, unplaceable, *bad, big, big_good])
+            | WriteSaltedRows(
+                PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output", flush_mutations=3
+            )
+        )
+    )
+    assert sorted(f.row_key for f in failed) == sorted(
+        [unplaceable.row_key, big.row_key] + [e.row_key for e in bad]
+    )
+    by_key = {f.row_key: f for f in failed}
+    assert "CutoffError" in by_key[unplaceable.row_key].error
+    assert len(by_key[big.row_key].mutations) == 6
+    written = sum(v for n, v in found.items() if n.startswith("rows_written."))
+    assert written == len(good) + 1
+    salted = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SCHEME, cutoff=POLICY)
+    keys = {row.row_key for row in await salted.read_rows(ReadRowsQuery())}
+    assert keys == {e.row_key for e in good} | {big_good.row_key}
+
+
+async def test_pages_stay_within_the_byte_budget(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """Wide rows: no page holds more than the budget's bytes; every row is still read once."""
+    table_id = make_table(("cf",))
+    table = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SaltScheme(2))
+    wide = b"w" * 20_000
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(b"row%03d" % i, SetCell("cf", b"q", wide, 1000)) for i in range(60)]
+    )
+    budget = ReadBudget(bytes=64 * 1024)
+    read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SaltScheme(2), budget=budget)
+    result = run_pipeline(lambda p: p | read | beam.Map(row_digest))
+    found = counters(result)
+    assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 60
+    assert found["read_requests"] >= 60 // 3  # about three 20 KB rows fit in 64 KiB
+    pages = result.metrics().query(MetricsFilter().with_name("page_bytes"))["distributions"]
+    largest = max(p.committed.max for p in pages)
+    assert 20_000 < largest <= budget.bytes
+
+
+async def test_dict_queries_read_like_read_rows_query(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """A dict of ReadRowsRequest fields is read as TableAsync reads it."""
+    table_id = make_table(("cf", "cg"))
+    table = await _cutoff_table(data_client, table_id)
+    query = {"rows": {"row_keys": [k(1, C - MIN), k(3, C + MIN)]}}
+    rows, _ = run_collect(
+        lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, query, POLICY)
+    )
+    assert snapshot(rows) == snapshot(await table.read_rows(query))
+    assert len(rows) == 2
+
+
+async def test_stray_legacy_rows_are_left_out_counted_and_logged(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unsalted row from after the cutoff is skipped as the async reader skips it; reported."""
+    table_id = make_table(("cf", "cg"))
+    table = await _cutoff_table(data_client, table_id)
+    stray = k(3, C + 500 * MIN)  # no salted row has this key
+    await data_client.get_table(INSTANCE, table_id).mutate_row(stray, cells(stray))
+    with caplog.at_level(logging.WARNING, logger="saltedtable.beam"):
+        rows, found = run_collect(
+            lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, cutoff=POLICY)
+        )
+    assert snapshot(rows) == snapshot(await table.read_rows(ReadRowsQuery()))
+    assert stray not in {row.row_key for row in rows}
+    assert found["stray_rows.legacy"] == 1
+    assert any(repr(stray) in r.getMessage() for r in caplog.records), caplog.text

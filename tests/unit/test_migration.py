@@ -22,6 +22,8 @@ from saltedtable._guard import SCHEME_QUALIFIER, encode_layout
 from saltedtable._migration import (
     BACKFILL,
     CUTOVER,
+    DELETING,
+    MigrationState,
     migration_record,
     migration_state,
     open_differences,
@@ -49,17 +51,29 @@ def test_open_differences_follow_the_state() -> None:
     assert open_differences(cutover, cutoff) == []
     assert open_differences(cutover, salted) == []
     assert open_differences(cutover, describe_layout(SaltScheme(8))) != []
+    deleting = migration_record(SCHEME, POLICY, DELETING)
+    assert any("being deleted" in d for d in open_differences(deleting, cutoff))
+    assert open_differences(deleting, salted) == []
+    assert open_differences(deleting, describe_layout(SaltScheme(8))) != []
     assert any("unknown state" in d for d in open_differences({**cutoff, "migration": "x"}, cutoff))
 
 
 def test_states_and_tolerances() -> None:
-    """Copies are expected from the backfill on; legacy rows by salted readers only at cut-over."""
+    """Copies are expected from the backfill on; legacy rows by salted readers from the cut-over."""
     assert migration_state(None) is None
     assert migration_state(describe_layout(SCHEME, POLICY)) is None
     backfill = migration_record(SCHEME, POLICY, BACKFILL)
     cutover = migration_record(SCHEME, POLICY, CUTOVER)
     assert (tolerates_copies(backfill), tolerates_legacy_rows(backfill)) == (True, False)
     assert (tolerates_copies(cutover), tolerates_legacy_rows(cutover)) == (True, True)
+    deleting = migration_record(SCHEME, POLICY, DELETING)
+    assert (tolerates_copies(deleting), tolerates_legacy_rows(deleting)) == (True, True)
+    assert [migration_state(r) for r in (backfill, cutover, deleting)] == [
+        BACKFILL,
+        CUTOVER,
+        DELETING,
+    ]
+    assert migration_state({**cutover, "migration": "done"}) is None
     assert not tolerates_copies(describe_layout(SCHEME, POLICY))
     with pytest.raises(ValueError, match="migration state"):
         migration_record(SCHEME, POLICY, "done")  # type: ignore[arg-type]
@@ -88,7 +102,7 @@ def test_salted_stray_reason_mirrors_the_legacy_rule() -> None:
     assert layout.misplaced(wrong_bucket, copies=True) is not None
 
 
-async def _table_with_copies(state: str | None) -> FakeTable:
+async def _table_with_copies(state: MigrationState | None) -> FakeTable:
     """Legacy rows, their salted copies, new salted rows, and a record in ``state``."""
     fake = FakeTable()
     cell = [SetCell("cf", b"q", b"v", 1000)]
@@ -96,7 +110,7 @@ async def _table_with_copies(state: str | None) -> FakeTable:
     entries += [RowMutationEntry(SCHEME.salt_key(key), cell) for key in OLD + NEW]
     record = describe_layout(SCHEME, POLICY)
     if state is not None:
-        record = migration_record(SCHEME, POLICY, state)  # type: ignore[arg-type]
+        record = migration_record(SCHEME, POLICY, state)
     entries.append(
         RowMutationEntry(SCHEME_ROW_KEY, SetCell("cf", SCHEME_QUALIFIER, encode_layout(record)))
     )
@@ -130,3 +144,13 @@ async def test_open_during_a_migration_and_after_it() -> None:
         await SaltedTableAsync.open(
             await _table_with_copies(BACKFILL), SCHEME, override_scheme=True, family="cf"
         )
+
+
+async def test_while_legacy_rows_are_deleted_only_fully_salted_readers_open() -> None:
+    """In the deleting state a cutoff reader is refused (it would miss rows); a salted one opens."""
+    deleting = await _table_with_copies(DELETING)
+    with pytest.raises(SchemeMismatchError, match="deleting"):
+        await SaltedTableAsync.open(deleting, SCHEME, cutoff=POLICY)
+    salted = await SaltedTableAsync.open(deleting, SCHEME)
+    keys = [row.row_key for row in await salted.read_rows(ReadRowsQuery())]
+    assert keys == sorted(OLD + NEW)

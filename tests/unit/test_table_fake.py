@@ -541,7 +541,7 @@ async def test_concurrency_is_bounded_by_max_concurrent_subscans() -> None:
         scheme,
         {b"k%04d" % i: [("f1", b"q", 1000, b"v")] for i in range(800)},
         max_concurrent_subscans=2,
-        budget=ReadBudget(rows=40),
+        budget=ReadBudget(rows=160),
     )
     pair.fake.latency = 0.0005
     expected = shape(await pair.plain.read_rows(ReadRowsQuery()))

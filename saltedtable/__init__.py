@@ -34,6 +34,7 @@ from ._exceptions import (
 )
 from ._layout import Layout
 from ._ranges import KeyRange
+from ._record import describe_layout
 from ._salt import (
     HASHES,
     MAX_BUCKETS,
@@ -48,7 +49,6 @@ from ._stats import BucketStats, CallStats, StatsHook
 from ._strategy import ReadBudget
 
 if TYPE_CHECKING:
-    from ._guard import describe_layout
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
     from ._sync import SaltedMutationsBatcherSync, SaltedTable, SyncTableLike
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
 _LAZY: dict[str, str] = {
-    "describe_layout": "._guard",
     "ReadPlan": "._plan",
     "SubQuery": "._plan",
     "plan_reads": "._plan",

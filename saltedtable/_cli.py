@@ -17,12 +17,10 @@ Errors are one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import binascii
 import contextlib
 import importlib
 import io
-import json
 import logging
 import math
 import os
@@ -33,7 +31,7 @@ from typing import Final, NoReturn
 from ._cutoff import (
     CutoffPolicy,
 )
-from ._exceptions import CutoffError, DataError, SaltedTableError, SaltSchemeError, UsageError
+from ._exceptions import CutoffError, SaltedTableError, SaltSchemeError, UsageError
 from ._salt import (
     HASHES,
     MAX_BUCKETS,
@@ -41,7 +39,7 @@ from ._salt import (
     format_key,
     prefix_end,
 )
-from ._specs import cutoff_policy_from_args, key_part_from_spec
+from ._specs import add_time_arguments, cutoff_policy_from_args, key_part_from_spec
 
 __all__ = ["format_key", "main"]
 
@@ -251,15 +249,6 @@ def _cmd_emulator(args: argparse.Namespace) -> int:
     )
 
 
-def _check_plot_available() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError(
-            "--plot needs matplotlib: pip install 'saltedtable[plot]' (or matplotlib)"
-        ) from None
-
-
 def _cmd_advise(args: argparse.Namespace) -> int:
     if (args.input is None) == (args.table is None):
         raise UsageError("give a sample FILE (or - for stdin), or --table to sample a table")
@@ -270,116 +259,39 @@ def _cmd_advise(args: argparse.Namespace) -> int:
             raise UsageError("--table needs --project and --instance")
     # The advisor is imported only here: `saltedtable key` does not pay for it.
     # (Its defaults are spelled out in the --help texts; a test keeps them equal.)
-    from .advise import input as advise_input
-    from .advise import model, report
+    from .advise import model
+    from .advise.run import AdviseRequest, run
 
-    scheme_for = _scheme_factory(args)
     candidates = tuple(args.candidates or model.DEFAULT_CANDIDATES)
     if args.buckets is not None:
         candidates += (args.buckets,)
-    for n in candidates:
-        scheme_for(n)  # e.g. hash=phoenix with N > 256: a usage error before reading
-    if args.plot:
-        _check_plot_available()
-
-    progress = advise_input.progress_stream(args.progress)
-    try:
-        if args.table is not None:
-            accesses = asyncio.run(
-                advise_input.sample_table(
-                    project=args.project,
-                    instance=args.instance,
-                    table=args.table,
-                    limit=args.sample_limit,
-                    operation_timeout=args.timeout,
-                    progress=progress,
-                )
-            )
-            source, fmt, time_source = f"table {args.table}", "table", "cell timestamps"
-        else:
-            accesses, fmt = advise_input.read_file(
-                args.input, fmt=args.format, as_hex=args.hex, progress=progress
-            )
-            source = "stdin" if args.input == "-" else args.input
-            time_source = "time column"
-    except advise_input.MissingInputError as exc:
-        raise UsageError(str(exc)) from None
-    except advise_input.InputError as exc:
-        raise DataError(str(exc)) from None
-
-    show_key = bytes.hex if args.hex else format_key
-    simulate = advise_input.Progress("simulating", len(set(candidates) | {1}), progress)
-    try:
-        advice = model.advise(
-            accesses,
-            candidates=candidates,
-            tablets=args.tablets or model.DEFAULT_TABLETS,
-            target=args.target or model.DEFAULT_TARGET,
-            windows=args.windows,
-            scan_limit=args.limit or model.DEFAULT_SCAN_LIMIT,
-            scheme_for=scheme_for,
-            ordered=args.ordered,
-            resamples=args.resamples or model.DEFAULT_RESAMPLES,
-            seed=args.seed,
-            count_unit=args.count_unit,
-            show_key=show_key,
-            progress=lambda done, _total: simulate.update(done),
-        )
-    except SaltSchemeError:
-        raise
-    except SaltedTableError as exc:  # a key the scheme cannot salt
-        raise DataError(str(exc)) from None
-    except ValueError as exc:
-        raise DataError(f"{source}: {exc}") from None
-    finally:
-        simulate.close(simulate.total or 0)
-
-    plot_path: str | None = None
-    if args.plot:
-        from .advise.heatmap import render_heatmap
-
-        shown = args.buckets or advice.recommended or max(candidates)
-        try:
-            render_heatmap(
-                advice,
-                shown,
-                args.plot,
-                show_key=show_key,
-                time_scale=report.epoch_scale(advice.window_edges)
-                if advice.time_axis == "time"
-                else None,
-                title=f"saltedtable advise: {source}",
-            )
-        except OSError as exc:
-            raise DataError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
-        plot_path = args.plot
-
-    if args.json:
-        document = report.json_report(
-            advice,
-            source=source,
-            fmt=fmt,
-            hash_name=args.hash,
-            key_part=args.key_part,
-            keys_as_hex=args.hex,
-            plot=plot_path,
-        )
-        json.dump(document, sys.stdout, indent=2)
-        print()
-    else:
-        text = report.text_report(
-            advice,
-            source=source,
-            time_source=time_source,
-            hash_name=args.hash,
-            key_part=args.key_part,
-            show_key=show_key,
-        )
-        sys.stdout.write(text)
-        if plot_path:
-            print()
-            print(f"heat map: {plot_path}")
-    return 0
+    request = AdviseRequest(
+        scheme_for=_scheme_factory(args),
+        candidates=candidates,
+        input=args.input,
+        table=args.table,
+        project=args.project,
+        instance=args.instance,
+        sample_limit=args.sample_limit,
+        timeout=args.timeout,
+        format=args.format,
+        hex=args.hex,
+        tablets=args.tablets,
+        target=args.target,
+        windows=args.windows,
+        limit=args.limit,
+        ordered=args.ordered,
+        resamples=args.resamples,
+        seed=args.seed,
+        count_unit=args.count_unit,
+        buckets=args.buckets,
+        plot=args.plot,
+        json=args.json,
+        hash_name=args.hash,
+        key_part=args.key_part,
+        progress=args.progress,
+    )
+    return run(request)
 
 
 # -- the parser ------------------------------------------------------------------------------
@@ -443,19 +355,7 @@ def _parser() -> argparse.ArgumentParser:
         help="forward-only migration: keys with a time before this are unsalted "
         "(e.g. 2024-01-01T00:00:00+00:00)",
     )
-    explain.add_argument(
-        "--time",
-        metavar="READER",
-        help="where a key's time is: epoch:UNIT[:INDEX[:DIGITS]] (default epoch:s), "
-        "reversed:UNIT[:INDEX[:DIGITS]], iso[:INDEX] or be:OFFSET:WIDTH:UNIT",
-    )
-    explain.add_argument("--time-sep", default="#", help="field separator for --time (#)")
-    explain.add_argument(
-        "--unreadable",
-        choices=("error", "legacy", "salted"),
-        default="error",
-        help="where keys without a readable time go",
-    )
+    add_time_arguments(explain)
     explain.set_defaults(func=_cmd_explain)
 
     adv = sub.add_parser(
@@ -620,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (argparse.ArgumentTypeError, UsageError, SaltSchemeError, CutoffError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    except (DataError, SaltedTableError) as exc:
+    except SaltedTableError as exc:  # DataError and every other refusal
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

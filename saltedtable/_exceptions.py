@@ -18,11 +18,19 @@ range, and a :class:`~saltedtable.SubScan` in ``exc.saltedtable_subscan``::
     ├── CutoffError (ValueError)            a bad cutoff policy, or a key time it cannot read
     ├── LayoutError                         the table's rows or record contradict the layout
     │   └── SchemeMismatchError             the stored layout record differs
+    ├── WriteFailedError                    Beam writes that failed after the client's retries
     ├── EmulatorError (RuntimeError)        the local emulator harness (saltedtable.testing)
     │   └── EmulatorNotFoundError           cbtemulator is not installed
     └── CommandError                        the command line refused its input
         ├── UsageError                      bad arguments (exit status 2)
         └── DataError                       unreadable input data (exit status 1)
+            └── InputError                  a sample the advisor cannot use
+                └── MissingInputError       the sample file does not exist (also a UsageError)
+
+The command-line errors (``CommandError`` and below) are public in
+``saltedtable.advise`` (``InputError``, ``MissingInputError``) and through the exit
+statuses of ``saltedtable``; ``WriteFailedError`` in ``saltedtable.beam``; the rest in
+``saltedtable``.
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ __all__ = [
     "DataError",
     "EmulatorError",
     "EmulatorNotFoundError",
+    "InputError",
     "LayoutError",
+    "MissingInputError",
     "QueryPlanError",
     "RowKeyError",
     "RowKeyTypeError",
@@ -45,6 +55,7 @@ __all__ = [
     "SchemeMismatchError",
     "UnsaltableKeyError",
     "UsageError",
+    "WriteFailedError",
 ]
 
 
@@ -112,6 +123,20 @@ class SchemeMismatchError(LayoutError):
         )
 
 
+class WriteFailedError(SaltedTableError):
+    """Writes of a Beam pipeline failed after the client's retries; names their logical keys.
+
+    Attributes:
+        failures: Every failed write (``row_key``: the logical key, ``error``: why).
+    """
+
+    def __init__(self, failures: list[Any]) -> None:
+        self.failures = failures
+        shown = "\n  ".join(f"{f.row_key!r}: {f.error}" for f in failures[:5])
+        more = f"\n  (+{len(failures) - 5} more)" if len(failures) > 5 else ""
+        super().__init__(f"{len(failures)} salted write(s) failed:\n  {shown}{more}")
+
+
 class EmulatorError(SaltedTableError, RuntimeError):
     """The local Bigtable emulator could not be started or used."""
 
@@ -135,3 +160,11 @@ class UsageError(CommandError):
 
 class DataError(CommandError):
     """Input data that cannot be read (a bad line in a file, an unreachable table)."""
+
+
+class InputError(DataError):
+    """A sample the advisor cannot use: unreadable, malformed, or a table that cannot be read."""
+
+
+class MissingInputError(InputError, UsageError):
+    """The sample file does not exist (a usage problem rather than a data one: exit status 2)."""

@@ -41,14 +41,17 @@ __all__ = [
     "to_key",
 ]
 
-#: The reserved row where saltedtable stores a table's layout (see ``_guard``).
-#: Its leading 0xff 0xfe keeps it outside every decimal salt prefix range.
 SCHEME_ROW_KEY: Final = b"\xff\xfe__saltedtable__/scheme"
-#: Bigtable rejects row keys longer than 4 KiB.
+"""The reserved row where saltedtable stores a table's layout record (see the guard).
+
+Its leading 0xff 0xfe keeps it outside every decimal salt prefix range."""
 MAX_ROW_KEY_BYTES: Final = 4096
-#: Every scan fans out to one sub-scan per bucket; beyond a few thousand the
-#: read cost dwarfs any write spread, so a larger count is a configuration bug.
+"""Bigtable rejects row keys longer than 4 KiB (salt prefix included)."""
 MAX_BUCKETS: Final = 4096
+"""The most buckets a scheme may have.
+
+Every scan fans out to one sub-scan per bucket; beyond a few thousand the read
+cost dwarfs any write spread, so a larger count is a configuration bug."""
 _PHOENIX_MAX_BUCKETS: Final = 256
 _INT32: Final = 1 << 32
 _DIGITS: Final = frozenset(b"0123456789")
@@ -153,8 +156,8 @@ _BUCKET_FUNCS: Final[dict[str, Callable[[bytes, int], int]]] = {
     "java": _bucket_java,
     "phoenix": _bucket_phoenix,
 }
-#: The hash names a :class:`SaltScheme` accepts.
 HASHES: Final = tuple(sorted(_BUCKET_FUNCS))
+"""The hash names a :class:`SaltScheme` accepts."""
 
 
 # -- key parts ---------------------------------------------------------------

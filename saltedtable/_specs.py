@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from ._cutoff import (
     CutoffPolicy,
@@ -19,7 +20,30 @@ from ._cutoff import (
 from ._exceptions import SaltSchemeError, UsageError
 from ._salt import before_last, fields
 
-__all__ = ["cutoff_policy_from_args", "key_part_from_spec", "time_reader_from_spec"]
+__all__ = [
+    "add_time_arguments",
+    "cutoff_policy_from_args",
+    "key_part_from_spec",
+    "time_reader_from_spec",
+]
+
+
+def add_time_arguments(parser: Any) -> None:
+    """Add ``--time``, ``--time-sep`` and ``--unreadable`` (the parts of a cutoff policy
+    besides ``--cutoff``) to an argparse parser or argument group."""
+    parser.add_argument(
+        "--time",
+        metavar="READER",
+        help="where a key's time is: epoch:UNIT[:INDEX[:DIGITS]] (default epoch:s), "
+        "reversed:UNIT[:INDEX[:DIGITS]], iso[:INDEX] or be:OFFSET:WIDTH:UNIT",
+    )
+    parser.add_argument("--time-sep", default="#", help="field separator for --time (#)")
+    parser.add_argument(
+        "--unreadable",
+        choices=("error", "legacy", "salted"),
+        default="error",
+        help="where keys without a readable time go",
+    )
 
 
 def key_part_from_spec(spec: str | None) -> Callable[[bytes], bytes] | None:

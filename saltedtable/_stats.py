@@ -151,8 +151,8 @@ class CallStats:
         }
 
 
-#: Called with every finished call's statistics.
 StatsHook = Callable[[CallStats], None]
+"""Called with every finished call's statistics (see ``stats_hook=`` on the tables)."""
 
 
 def report(stats: CallStats, error: BaseException | None, hook: StatsHook | None) -> None:

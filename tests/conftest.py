@@ -18,7 +18,7 @@ from google.cloud.bigtable.data import BigtableDataClientAsync
 from saltedtable.pytest_plugin import TableFactory
 from saltedtable.testing import Emulator, ExternalEmulator
 
-# pytester runs the plugin's own tests (tests/unit/test_pytest_plugin.py).
+# pytester runs the plugin's own tests (tests/emulator/test_pytest_plugin.py).
 pytest_plugins = ["pytester"]
 
 EMULATOR_TESTS = Path(__file__).parent / "emulator"

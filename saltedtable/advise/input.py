@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import IO, Literal, final
 
+from .._exceptions import InputError, MissingInputError
 from .._salt import MAX_ROW_KEY_BYTES
 from .model import Access
 
@@ -34,14 +35,6 @@ __all__ = [
 ]
 
 Format = Literal["auto", "csv", "ndjson"]
-
-
-class InputError(Exception):
-    """A sample that cannot be used: unreadable, malformed, or a table that cannot be read."""
-
-
-class MissingInputError(InputError):
-    """The sample file does not exist (a usage problem rather than a data one)."""
 
 
 @final

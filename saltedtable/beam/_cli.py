@@ -24,7 +24,7 @@ from google.api_core.exceptions import GoogleAPICallError, NotFound
 from .._exceptions import CutoffError, DataError, SaltedTableError, SaltSchemeError, UsageError
 from .._record import describe_layout, layout_differences
 from .._salt import HASHES, SaltScheme
-from .._specs import cutoff_policy_from_args, key_part_from_spec
+from .._specs import add_time_arguments, cutoff_policy_from_args, key_part_from_spec
 from ._io import BigtableTarget
 from ._migrate import (
     MigrationReport,
@@ -107,19 +107,7 @@ def _common_options() -> _Parser:
     scheme.add_argument("--separator", default="-", help="separator after a decimal prefix")
     scheme.add_argument("--marker", default="", help="bytes before every prefix (text)")
     scheme.add_argument("--cutoff", metavar="ISO", help="its cutoff, e.g. 2024-01-01T00:00:00Z")
-    scheme.add_argument(
-        "--time",
-        metavar="READER",
-        help="where a key's time is: epoch:UNIT[:INDEX[:DIGITS]] (default epoch:s), "
-        "reversed:UNIT[:INDEX[:DIGITS]], iso[:INDEX] or be:OFFSET:WIDTH:UNIT",
-    )
-    scheme.add_argument("--time-sep", default="#", help="field separator for --time (#)")
-    scheme.add_argument(
-        "--unreadable",
-        choices=("error", "legacy", "salted"),
-        default="error",
-        help="where keys without a readable time go",
-    )
+    add_time_arguments(scheme)
     run = p.add_argument_group("running")
     run.add_argument(
         "--split-mb",

@@ -42,7 +42,7 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._cutoff import CutoffPolicy
-from .._exceptions import QueryPlanError, SaltedTableError
+from .._exceptions import QueryPlanError, SaltedTableError, WriteFailedError
 from .._guard import SchemeMismatchError, describe_layout
 from .._layout import Layout
 from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
@@ -540,20 +540,6 @@ class FailedWrite:
     row_key: bytes
     error: str
     mutations: tuple[Mutation, ...] = field(default=(), compare=False)
-
-
-class WriteFailedError(SaltedTableError):
-    """Entries failed after the client's retries; names their logical keys.
-
-    Attributes:
-        failures: Every failed entry.
-    """
-
-    def __init__(self, failures: list[FailedWrite]) -> None:
-        self.failures = failures
-        shown = "\n  ".join(f"{f.row_key!r}: {f.error}" for f in failures[:5])
-        more = f"\n  (+{len(failures) - 5} more)" if len(failures) > 5 else ""
-        super().__init__(f"{len(failures)} salted write(s) failed:\n  {shown}{more}")
 
 
 def _describe(exc: BaseException) -> str:

@@ -381,3 +381,50 @@ async def test_guard_off_reads_and_writes_nothing_of_its_own() -> None:
     await table.read_rows(ReadRowsQuery())
     assert fake.record_reads == 0
     assert SCHEME_ROW_KEY not in fake.row_keys()
+
+
+# -- the client's metrics hook ---------------------------------------------------------
+
+
+class Controller:
+    """Stands in for the client's metrics controller: handlers and add_handler."""
+
+    def __init__(self) -> None:
+        self.handlers: list[object] = []
+
+    def add_handler(self, handler: object) -> None:
+        self.handlers.append(handler)
+
+
+class ClientTable(FakeTable):
+    """A fake table whose ``client`` has a metrics controller, like the real one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = type("Client", (), {})()
+        self.client._metrics = Controller()
+
+
+async def test_the_retry_counter_is_installed_only_when_statistics_are_asked_for() -> None:
+    """Reads without stats leave the client's metrics alone; the first with stats hooks in once."""
+    fake = ClientTable()
+    table = SaltedTableAsync(fake, SaltScheme(4))
+    await table.bulk_mutate_rows(entries(10))
+    await table.read_rows(ReadRowsQuery())
+    assert fake.client._metrics.handlers == []
+    await table.read_rows(ReadRowsQuery(), stats=CallStats())
+    await table.read_rows(ReadRowsQuery(), stats=CallStats())
+    assert len(fake.client._metrics.handlers) == 1
+
+
+async def test_a_table_without_client_metrics_says_so_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No metrics controller to hook into: one warning however many reads ask for stats."""
+    monkeypatch.setattr("saltedtable._stats._CANNOT_COUNT", set())
+    table = SaltedTableAsync(FakeTable(), SaltScheme(4))
+    with caplog.at_level(logging.WARNING, logger="saltedtable"):
+        for _ in range(3):
+            await table.read_rows(ReadRowsQuery(), stats=CallStats())
+    warnings = [r for r in caplog.records if "cannot count client retries" in r.getMessage()]
+    assert len(warnings) == 1

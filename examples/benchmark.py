@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import dataclasses
 import datetime as dt
 import json
@@ -66,7 +67,7 @@ from google.cloud.bigtable.data import (
     RowRange,
     SetCell,
 )
-from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row import Cell, Row
 from google.cloud.bigtable.data.row_filters import ColumnQualifierRegexFilter
 
 from saltedtable import (
@@ -351,6 +352,123 @@ class CountingTable:
     async def close(self) -> None:
         """Close the underlying table."""
         await self._table.close()
+
+
+# -- an in-memory table: saltedtable's own CPU, without gRPC ---------------------------
+
+
+class MemoryTable:
+    """An in-memory ``saltedtable.TableLike`` for the reads the CPU section makes.
+
+    What a read costs over it is the caller's own work (saltedtable's, or the
+    bare loop of a raw read) plus building the rows, with no gRPC and no
+    server. Streams hand control to the event loop before their first row and
+    after every ``rows_per_yield`` rows, as a network stream would between
+    messages. Reads understand row keys, row ranges and limits; writes take
+    ``SetCell`` mutations only.
+    """
+
+    default_operation_timeout: float = 60.0
+    default_attempt_timeout: float | None = 20.0
+    default_read_rows_operation_timeout: float = 600.0
+    default_read_rows_attempt_timeout: float | None = 20.0
+    default_mutate_rows_operation_timeout: float = 600.0
+    default_mutate_rows_attempt_timeout: float | None = 60.0
+
+    def __init__(self, rows_per_yield: int = 8) -> None:
+        self._keys: list[bytes] = []
+        self._values: dict[bytes, bytes] = {}
+        self.rows_per_yield = rows_per_yield
+        self.requests = 0
+
+    def _span(self, r: RowRange) -> range:
+        keys = self._keys
+        if r.start_key is None:
+            lo = 0
+        elif r.start_is_inclusive:
+            lo = bisect.bisect_left(keys, r.start_key)
+        else:
+            lo = bisect.bisect_right(keys, r.start_key)
+        if r.end_key is None:
+            hi = len(keys)
+        elif r.end_is_inclusive:
+            hi = bisect.bisect_right(keys, r.end_key)
+        else:
+            hi = bisect.bisect_left(keys, r.end_key)
+        return range(lo, max(lo, hi))
+
+    async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> AsyncIterator[Row]:
+        """Stream the rows of ``query``."""
+        if query.filter is not None:
+            raise NotImplementedError("MemoryTable reads take no filter")
+        self.requests += 1
+        if query.row_keys or query.row_ranges:
+            chosen = {i for r in query.row_ranges for i in self._span(r)}
+            chosen.update(
+                bisect.bisect_left(self._keys, k) for k in query.row_keys if k in self._values
+            )
+            picked = [self._keys[i] for i in sorted(chosen)]
+        else:
+            picked = list(self._keys)
+        if query.limit:
+            picked = picked[: query.limit]
+        return self._stream(picked)
+
+    async def _stream(self, keys: list[bytes]) -> AsyncIterator[Row]:
+        await asyncio.sleep(0)
+        every = self.rows_per_yield
+        for n, key in enumerate(keys, 1):
+            yield Row(key, [Cell(self._values[key], key, FAMILY, QUALIFIER, CELL_TS)])
+            if n % every == 0:
+                await asyncio.sleep(0)
+
+    async def read_row(self, row_key: bytes, **kwargs: Any) -> Row | None:
+        """Read one row."""
+        value = self._values.get(row_key)
+        return (
+            None
+            if value is None
+            else Row(row_key, [Cell(value, row_key, FAMILY, QUALIFIER, CELL_TS)])
+        )
+
+    async def row_exists(self, row_key: bytes, **kwargs: Any) -> bool:
+        """Tell whether a row exists."""
+        return row_key in self._values
+
+    async def sample_row_keys(self, **kwargs: Any) -> list[tuple[bytes, int]]:
+        """No split points."""
+        return []
+
+    def mutations_batcher(self, **kwargs: Any) -> Any:
+        """Not offered."""
+        raise NotImplementedError("MemoryTable has no mutations batcher")
+
+    async def mutate_row(self, row_key: bytes, mutations: Any, **kwargs: Any) -> None:
+        """Apply ``SetCell`` mutations to one row."""
+        for mutation in mutations if isinstance(mutations, list) else [mutations]:
+            if not isinstance(mutation, SetCell):
+                raise NotImplementedError(f"MemoryTable takes SetCell only, got {mutation!r}")
+            if row_key not in self._values:
+                bisect.insort(self._keys, row_key)
+            self._values[row_key] = mutation.new_value
+
+    async def bulk_mutate_rows(
+        self, mutation_entries: list[RowMutationEntry], **kwargs: Any
+    ) -> None:
+        """Apply many mutation entries."""
+        for entry in mutation_entries:
+            await self.mutate_row(entry.row_key, list(entry.mutations))
+
+    async def check_and_mutate_row(self, row_key: bytes, predicate: Any, **kwargs: Any) -> bool:
+        """Not offered."""
+        raise NotImplementedError("MemoryTable has no check_and_mutate_row")
+
+    async def read_modify_write_row(self, row_key: bytes, rules: Any, **kwargs: Any) -> Row:
+        """Not offered."""
+        raise NotImplementedError("MemoryTable has no read_modify_write_row")
+
+    async def close(self) -> None:
+        """Nothing to release."""
 
 
 # -- statistics ----------------------------------------------------------------------
@@ -1854,7 +1972,84 @@ async def bench_cpu(
         }
     for table_id, _ in ids.values():
         made.drop(table_id)
+    out["in_memory"] = await cpu_in_memory(cfg, errors)
     return out, errors
+
+
+async def cpu_in_memory(cfg: Config, errors: list[str]) -> dict[str, Any]:
+    """The same small reads over :class:`MemoryTable`: saltedtable's own CPU, no gRPC.
+
+    Microseconds of CPU per call (median of chunks), raw reads of the
+    in-memory table against saltedtable over it.
+    """
+    n, rows = cfg.buckets, cfg.rows
+    users = rows // ROWS_PER_USER
+    scheme = SaltScheme(n)
+    confined_scheme = SaltScheme(n, key_part=CONFINED_PART)
+    plain, physical, physical_confined = MemoryTable(), MemoryTable(), MemoryTable()
+    salted = SaltedTableAsync(physical, scheme, guard=False)
+    confined = SaltedTableAsync(physical_confined, confined_scheme, guard=False)
+    entries = [entry_of(i) for i in range(rows)]
+    await plain.bulk_mutate_rows(entries)
+    await salted.bulk_mutate_rows(entries)
+    await confined.bulk_mutate_rows(entries)
+    del entries
+
+    def prefix_query(p: bytes) -> ReadRowsQuery:
+        return ReadRowsQuery(row_ranges=RowRange(start_key=p, end_key=prefix_end(p)))
+
+    async def raw_one(p: bytes) -> int:
+        return await count_rows(await plain.read_rows_stream(prefix_query(p)))
+
+    async def raw_each(p: bytes) -> int:
+        end = prefix_end(p)
+
+        async def one(b: bytes) -> int:
+            query = ReadRowsQuery(row_ranges=RowRange(start_key=b + p, end_key=b + end))
+            return await count_rows(await physical.read_rows_stream(query))
+
+        return sum(await asyncio.gather(*(one(b) for b in scheme.prefixes)))
+
+    async def raw_limit(p: bytes) -> int:
+        query = ReadRowsQuery(row_ranges=RowRange(start_key=p), limit=10)
+        return await count_rows(await plain.read_rows_stream(query))
+
+    async def salted_limit(p: bytes) -> int:
+        query = ReadRowsQuery(row_ranges=RowRange(start_key=p), limit=10)
+        return len(await salted.read_rows(query))
+
+    async def fan_out(p: bytes) -> int:
+        return await count_rows(salted.read_prefix(p))
+
+    async def one_bucket(p: bytes) -> int:
+        return await count_rows(confined.read_prefix(p))
+
+    variants: dict[str, tuple[int, Callable[[bytes], Awaitable[int]]]] = {
+        "raw_1_request": (ROWS_PER_USER, raw_one),
+        "salted_confined": (ROWS_PER_USER, one_bucket),
+        f"raw_{n}_requests": (ROWS_PER_USER, raw_each),
+        "salted_fan_out": (ROWS_PER_USER, fan_out),
+        "raw_limit_10": (10, raw_limit),
+        "salted_limit_10": (10, salted_limit),
+    }
+    rng = random.Random(cfg.seed + 5)
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    chunks = max(1, 3 * cfg.cpu_ops // CPU_CHUNK)
+    for c in range(chunks):
+        for name in rotated(list(variants), c):
+            want, call = variants[name]
+            prefixes = [user_prefix(rng.randrange(users)) for _ in range(CPU_CHUNK)]
+            start = time.process_time()
+            got = [await call(p) for p in prefixes]
+            cpu[name].append((time.process_time() - start) / CPU_CHUNK)
+            if any(g != want for g in got):
+                errors.append(f"cpu in memory {name}: {got[:3]}... rows, expected {want}")
+    return {
+        "calls": chunks * CPU_CHUNK,
+        "cpu_us_per_call": {
+            name: round(statistics.median(times) * 1e6, 1) for name, times in cpu.items()
+        },
+    }
 
 
 # -- the main run ------------------------------------------------------------------------
@@ -2228,6 +2423,12 @@ def _render_cpu(cpu: dict[str, Any]) -> list[str]:
     ]
     for v in cpu["variants"].values():
         lines.append(f"  {v['what']:<48}{v['cpu_ms_per_call']:>9.2f}{v['latency_ms']:>12.2f}")
+    if "in_memory" in cpu:
+        mem = cpu["in_memory"]["cpu_us_per_call"]
+        lines.append(
+            "  over an in-memory table (no gRPC), CPU us per call: "
+            + ", ".join(f"{name} {us:,.0f}" for name, us in mem.items())
+        )
     if "cpu_ms_per_request" in cpu:
         per = cpu["cpu_ms_per_request"]
         over = cpu["salted_over_raw_ms"]

@@ -72,6 +72,7 @@ from google.cloud.bigtable.data.row_filters import ColumnQualifierRegexFilter
 
 from saltedtable import (
     CallStats,
+    ReadBudget,
     SaltedTableAsync,
     SaltScheme,
     fields,
@@ -178,6 +179,7 @@ class Config:
     sweep_rounds: int  # A/B alternations of the timed scans per N
     sweep_runs: int  # fresh processes per scan size and N (the median counts)
     sweep_max_requests: int  # skip a large sweep scan estimated above this (0: never)
+    sweep_budget_rows: int  # ReadBudget.rows of the sweep's reads (0: the default budget)
     rounds_buckets: tuple[int, ...]
     rounds_limits: tuple[int, ...]
     rounds_rows: int  # rows per rounds table
@@ -1242,7 +1244,9 @@ async def _memory_child(args: argparse.Namespace) -> dict[str, Any]:
     rows = args.memory_child
     scheme = SaltScheme(args.buckets)
     async with BigtableDataClientAsync(project=args.project) as client:
-        table = SaltedTableAsync.from_client(client, args.instance, args.memory_table, scheme)
+        table = SaltedTableAsync.from_client(
+            client, args.instance, args.memory_table, scheme, budget=budget_of(args.budget_rows)
+        )
         await table.read_rows(ReadRowsQuery(limit=1))  # open the channel: part of the baseline
         baseline = peak_rss_mb()
         # Rows 0..rows-1 of the memory table: a range, so both scans page the same way.
@@ -1284,6 +1288,7 @@ def run_memory_child(
     *,
     buckets: int | None = None,
     table_id: str | None = None,
+    budget_rows: int = 0,
 ) -> dict[str, Any]:
     """Run this file as a fresh process that streams ``rows`` rows; return its report.
 
@@ -1306,6 +1311,8 @@ def run_memory_child(
     ]
     if whole:
         command.append("--memory-whole")
+    if budget_rows:
+        command += ["--budget-rows", str(budget_rows)]
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=os.environ)
     if done.returncode != 0:
         raise RuntimeError(f"memory child for {rows} rows failed:\n{done.stderr[-3000:]}")
@@ -1374,6 +1381,11 @@ def _median_run(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- the N sweep: throughput, first row and memory at every N (issue 16) -------------------
+
+
+def budget_of(rows: int) -> ReadBudget | None:
+    """``ReadBudget(rows=rows)`` (default bytes), or None for the default budget (0)."""
+    return ReadBudget(rows=rows) if rows else None
 
 
 def emulator_cpu_seconds(pid: int | None) -> float | None:
@@ -1463,7 +1475,7 @@ async def sweep_ab(
     errors: list[str] = []
     async with BigtableDataClientAsync(project=target.project) as client:
         physical = client.get_table(target.instance, table_id)
-        salted = SaltedTableAsync(physical, scheme)
+        salted = SaltedTableAsync(physical, scheme, budget=budget_of(cfg.sweep_budget_rows))
         subqueries = range_subqueries(salted, query)
 
         async def salted_ordered(start: float) -> tuple[int, float | None, int, int | None]:
@@ -1525,7 +1537,15 @@ def sweep_memory(
     reports: dict[int, list[dict[str, Any]]] = {rows: [] for rows, _ in sizes}
     for run in range(cfg.sweep_runs):
         for rows, whole in sizes if run % 2 == 0 else sizes[::-1]:
-            report = run_memory_child(target, cfg, rows, whole, buckets=buckets, table_id=table_id)
+            report = run_memory_child(
+                target,
+                cfg,
+                rows,
+                whole,
+                buckets=buckets,
+                table_id=table_id,
+                budget_rows=cfg.sweep_budget_rows,
+            )
             reports[rows].append(report)
             _progress(
                 f"sweep N={buckets}: {rows:,} rows streamed in {report['seconds']:.1f} s "
@@ -1580,6 +1600,7 @@ def bench_sweep(
     result = {
         "rows": cfg.sweep_rows,
         "small_rows": cfg.sweep_small_rows,
+        "budget": dataclasses.asdict(budget_of(cfg.sweep_budget_rows) or ReadBudget()),
         "emulator_cpu_measured": emulator_pid is not None,
         "by_buckets": by_n,
     }
@@ -2499,6 +2520,18 @@ def _render_sweep(sweep: dict[str, Any], by_name: dict[str, Any]) -> list[str]:
             f"{_num(r['scan']['ratio'], 2):>7}{_num(s['requests']):>10}"
             f"{s['first_row_seconds']:>9.2f}{s['first_row_fraction'] * 100:>6.1f}{big}"
         )
+    cpu = [
+        f"N={n} {_num(r['scan']['salted_ordered']['client_cpu_us_per_row'], 1)} / "
+        f"{_num(r['scan']['raw_subscans']['client_cpu_us_per_row'], 1)}"
+        + (
+            f" (emulator {_num(r['scan']['salted_ordered']['emulator_cpu_us_per_row'], 1)} / "
+            f"{_num(r['scan']['raw_subscans']['emulator_cpu_us_per_row'], 1)})"
+            if sweep["emulator_cpu_measured"]
+            else ""
+        )
+        for n, r in sweep["by_buckets"].items()
+    ]
+    lines.append("  CPU us per row of the small scan, salted / raw: " + "; ".join(cpu))
     return lines
 
 
@@ -2579,6 +2612,12 @@ def _parser() -> argparse.ArgumentParser:
         "sweep_max_requests",
         "skip a large sweep scan estimated to send more requests than this, 0: never skip",
     )
+    parser.add_argument(
+        "--sweep-budget-rows",
+        type=int,
+        default=0,
+        help="ReadBudget(rows=...) of the sweep's salted reads (default: the default budget)",
+    )
     listed("--rounds-buckets", "rounds_buckets", "bucket counts of the rounds section")
     listed("--rounds-limits", "rounds_limits", "limits of the rounds section")
     sized("--rounds-rows", "rounds_rows", "rows per rounds table")
@@ -2630,6 +2669,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--memory-table", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--memory-whole", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--budget-rows", type=int, default=0, help=argparse.SUPPRESS)
     return parser
 
 
@@ -2691,6 +2731,7 @@ def _config(args: argparse.Namespace) -> Config:
         seed=args.seed,
         quick=args.quick,
         delay_ms=args.delay_ms,
+        sweep_budget_rows=args.sweep_budget_rows,
         sections=frozenset(sections),
         keep_tables=args.keep_tables,
         **sizes,
@@ -2708,6 +2749,8 @@ def _config(args: argparse.Namespace) -> Config:
         raise ValueError("--rounds-limits must be at most half of --rounds-rows")
     if not cfg.delay_ms > 0:
         raise ValueError("--delay-ms must be > 0")
+    if cfg.sweep_budget_rows < 0:
+        raise ValueError("--sweep-budget-rows must be >= 0 (0: the default budget)")
     counts = (
         cfg.repeats,
         cfg.scan_rounds,

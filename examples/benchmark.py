@@ -39,6 +39,7 @@ import asyncio
 import bisect
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import math
 import os
@@ -140,10 +141,28 @@ def value_of(i: int) -> bytes:
     return (b"%010d" % i) * (VALUE_BYTES // 10)
 
 
-def entry_of(i: int) -> RowMutationEntry:
-    """Return the logical mutation entry that loads row ``i``."""
+def random_key(i: int) -> bytes:
+    """Return row ``i``'s key in the random-key data set: 16 hex digits of a hash of ``i``.
+
+    Sorted, these keys come in no relation to ``i``, and which salt bucket a
+    key falls in is independent of its neighbours' (the sequential keys'
+    common prefix and counter suffix spread over crc32 buckets more evenly
+    than chance).
+    """
+    return hashlib.blake2b(i.to_bytes(8, "big"), digest_size=8).hexdigest().encode()
+
+
+#: The key sets a table can be loaded with.
+KEYS: Final[dict[str, Callable[[int], bytes]]] = {
+    "sequential": logical_key,
+    "random": random_key,
+}
+
+
+def entry_of(i: int, key: Callable[[int], bytes] = logical_key) -> RowMutationEntry:
+    """Return the logical mutation entry that loads row ``i`` (under ``key(i)``)."""
     return RowMutationEntry(
-        logical_key(i), SetCell(FAMILY, QUALIFIER, value_of(i), timestamp_micros=CELL_TS)
+        key(i), SetCell(FAMILY, QUALIFIER, value_of(i), timestamp_micros=CELL_TS)
     )
 
 
@@ -673,6 +692,7 @@ async def load_rows(
     rows: int,
     batch: int,
     concurrency: int,
+    key: Callable[[int], bytes] = logical_key,
 ) -> float:
     """Write rows ``0..rows-1`` in batches, ``concurrency`` batches at once; return seconds."""
     gate = asyncio.Semaphore(concurrency)
@@ -680,7 +700,7 @@ async def load_rows(
     async def one(start: int) -> None:
         async with gate:
             # Built inside the gate so at most `concurrency` batches are in memory.
-            await write([entry_of(i) for i in range(start, min(start + batch, rows))])
+            await write([entry_of(i, key) for i in range(start, min(start + batch, rows))])
 
     started = time.perf_counter()
     await asyncio.gather(*(one(start) for start in range(0, rows, batch)))
@@ -748,13 +768,15 @@ class TableSet:
         scheme: SaltScheme | None,
         rows: int,
         cfg: Config,
+        keys: str = "sequential",
     ) -> dict[str, Any]:
         """Write rows ``0..rows-1`` into ``table_id``: salted by ``scheme``, or plain if None.
 
-        Returns what the load took; a kept table that already holds these rows
-        is not written again (``"reused": true``).
+        ``keys`` names the key set (:data:`KEYS`). Returns what the load took;
+        a kept table that already holds these rows is not written again
+        (``"reused": true``).
         """
-        record = f"{scheme!r} rows={rows}".encode()
+        record = f"{scheme!r} rows={rows} keys={keys}".encode()
         marks = None
         if self.keep and self.emulated:
             self.create(self.target.table("loaded"))
@@ -777,7 +799,7 @@ class TableSet:
         write = table.bulk_mutate_rows
         if scheme is not None:
             write = SaltedTableAsync(table, scheme).bulk_mutate_rows
-        seconds = await load_rows(write, rows, cfg.load_batch, cfg.load_concurrency)
+        seconds = await load_rows(write, rows, cfg.load_batch, cfg.load_concurrency, KEYS[keys])
         if marks is not None:
             await marks.mutate_row(table_id.encode(), SetCell(FAMILY, b"loaded", record))
         return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds)}
@@ -1689,7 +1711,10 @@ async def bench_rounds(
 
     Each configuration runs ``cfg.rounds_queries`` salted scans from random
     start keys (the rows a limit needs fall differently into the buckets each
-    time); the raw client runs every fourth of them too, interleaved.
+    time); the raw client runs every fourth of them too, interleaved. Limit
+    scans run over two key sets (:data:`KEYS`): the benchmark's sequential
+    keys and random ones, whose spread over the buckets is the binomial one
+    the first round is sized for.
     """
     delay = cfg.delay_ms / 1000
     rows = cfg.rounds_rows
@@ -1697,76 +1722,59 @@ async def bench_rounds(
     errors: list[str] = []
     by_n: dict[str, Any] = {}
     users = rows // ROWS_PER_USER
+    sorted_keys = {kind: sorted(map(key, range(rows))) for kind, key in KEYS.items()}
     async with BigtableDataClientAsync(project=target.project) as client:
-        plain_id = target.table("rounds-plain")
         _progress(f"rounds: loading {rows:,} rows per table, delay {cfg.delay_ms:g} ms")
-        await made.load(client, plain_id, None, rows, cfg)
-        raw = CountingTable(client.get_table(target.instance, plain_id), delay)
+        raws: dict[str, CountingTable] = {}
+        for kind in KEYS:
+            plain_id = target.table(f"rounds-plain-{kind}")
+            await made.load(client, plain_id, None, rows, cfg, kind)
+            raws[kind] = CountingTable(client.get_table(target.instance, plain_id), delay)
         for n in cfg.rounds_buckets:
-            fan_id, confined_id = target.table(f"rounds{n}"), target.table(f"confined{n}")
             fan_scheme = SaltScheme(n)
             confined_scheme = SaltScheme(n, key_part=CONFINED_PART)
-            await made.load(client, fan_id, fan_scheme, rows, cfg)
-            await made.load(client, confined_id, confined_scheme, rows, cfg)
-            fan_proxy = CountingTable(client.get_table(target.instance, fan_id), delay)
-            confined_proxy = CountingTable(client.get_table(target.instance, confined_id), delay)
-            fan = SaltedTableAsync(fan_proxy, fan_scheme)
-            confined = SaltedTableAsync(confined_proxy, confined_scheme)
-            for table in (fan, confined):
-                await table.read_rows(ReadRowsQuery(limit=1))  # the layout check, untimed
-            result: dict[str, Any] = {"buckets": n, "limits": {}}
-            for limit in cfg.rounds_limits:
-                salted_samples: list[RoundSample] = []
-                raw_samples: list[RoundSample] = []
-                for i in range(cfg.rounds_queries):
-                    first = rng.randrange(rows - limit)
-                    query = ReadRowsQuery(
-                        row_ranges=RowRange(start_key=logical_key(first)), limit=limit
+            tables: dict[str, tuple[CountingTable, SaltedTableAsync]] = {}
+            for name, scheme, kind in (
+                ("sequential", fan_scheme, "sequential"),
+                ("random", fan_scheme, "random"),
+                ("confined", confined_scheme, "sequential"),
+            ):
+                table_id = target.table(f"rounds{n}-{name}")
+                await made.load(client, table_id, scheme, rows, cfg, kind)
+                proxy = CountingTable(client.get_table(target.instance, table_id), delay)
+                tables[name] = (proxy, SaltedTableAsync(proxy, scheme))
+                await tables[name][1].read_rows(ReadRowsQuery(limit=1))  # layout check, untimed
+            result: dict[str, Any] = {"buckets": n}
+            for kind in KEYS:
+                result["limits" if kind == "sequential" else f"limits_{kind}"] = {
+                    str(limit): await _rounds_limit(
+                        cfg,
+                        rng,
+                        n,
+                        limit,
+                        kind,
+                        sorted_keys[kind],
+                        tables[kind],
+                        raws[kind],
+                        errors,
                     )
-                    want = [logical_key(first + k) for k in range(limit)]
-
-                    async def salted_read(
-                        stats: CallStats,
-                        q: ReadRowsQuery = query,
-                        want: list[bytes] = want,
-                        table: SaltedTableAsync = fan,
-                        what: str = f"rounds N={n} limit {limit}",
-                    ) -> int:
-                        got = await table.read_rows(q, stats=stats)
-                        if [r.row_key for r in got] != want:
-                            errors.append(f"{what}: wrong rows")
-                        return len(got)
-
-                    async def raw_read(stats: CallStats, q: ReadRowsQuery = query) -> int:
-                        return await count_rows(await raw.read_rows_stream(q))
-
-                    sides = ["salted", "raw"] if i % 4 == 0 else ["salted"]
-                    for side in rotated(sides, i // 4):
-                        if side == "salted":
-                            salted_samples.append((await timed_through(fan_proxy, salted_read))[0])
-                        else:
-                            raw_samples.append((await timed_through(raw, raw_read))[0])
-                bound = LIMIT_ROWS_L * limit + LIMIT_ROWS_N * n
-                summary = summarize_rounds(salted_samples, delay)
-                result["limits"][str(limit)] = {
-                    **summary,
-                    "rows_bound": bound,
-                    "over_bound": sum(1 for s in salted_samples if s.rows_fetched > bound),
-                    "raw": summarize_rounds(raw_samples, delay),
+                    for limit in cfg.rounds_limits
                 }
-                _progress(
-                    f"rounds N={n} limit={limit}: waves median {summary['waves']['median']:g} "
-                    f"p99 {summary['waves']['p99']:g}, latency/delay median "
-                    f"{summary['latency_over_delay']['median']:g}, rows fetched max "
-                    f"{summary['rows_fetched']['max']:g} (bound {bound})"
-                )
             result["prefix"] = await _rounds_prefix(
-                cfg, rng, users, n, raw, (fan_proxy, fan), (confined_proxy, confined), errors
+                cfg,
+                rng,
+                users,
+                n,
+                raws["sequential"],
+                tables["sequential"],
+                tables["confined"],
+                errors,
             )
             by_n[str(n)] = result
-            for table_id in (fan_id, confined_id):
-                made.drop(table_id)
-        made.drop(plain_id)
+            for name in tables:
+                made.drop(target.table(f"rounds{n}-{name}"))
+        for kind in KEYS:
+            made.drop(target.table(f"rounds-plain-{kind}"))
     out = {
         "delay_ms": cfg.delay_ms,
         "rows": rows,
@@ -1774,6 +1782,61 @@ async def bench_rounds(
         "by_buckets": by_n,
     }
     return out, errors
+
+
+async def _rounds_limit(
+    cfg: Config,
+    rng: random.Random,
+    n: int,
+    limit: int,
+    kind: str,
+    keys: list[bytes],
+    salted: tuple[CountingTable, SaltedTableAsync],
+    raw: CountingTable,
+    errors: list[str],
+) -> dict[str, Any]:
+    """``cfg.rounds_queries`` scans with ``limit`` from random start keys of sorted ``keys``."""
+    delay = raw.delay
+    proxy, table = salted
+    what = f"rounds N={n} limit {limit} ({kind} keys)"
+    salted_samples: list[RoundSample] = []
+    raw_samples: list[RoundSample] = []
+    for i in range(cfg.rounds_queries):
+        first = rng.randrange(len(keys) - limit)
+        query = ReadRowsQuery(row_ranges=RowRange(start_key=keys[first]), limit=limit)
+        want = keys[first : first + limit]
+
+        async def salted_read(
+            stats: CallStats, q: ReadRowsQuery = query, want: list[bytes] = want
+        ) -> int:
+            got = await table.read_rows(q, stats=stats)
+            if [r.row_key for r in got] != want:
+                errors.append(f"{what}: wrong rows")
+            return len(got)
+
+        async def raw_read(stats: CallStats, q: ReadRowsQuery = query) -> int:
+            return await count_rows(await raw.read_rows_stream(q))
+
+        sides = ["salted", "raw"] if i % 4 == 0 else ["salted"]
+        for side in rotated(sides, i // 4):
+            if side == "salted":
+                salted_samples.append((await timed_through(proxy, salted_read))[0])
+            else:
+                raw_samples.append((await timed_through(raw, raw_read))[0])
+    bound = LIMIT_ROWS_L * limit + LIMIT_ROWS_N * n
+    summary = summarize_rounds(salted_samples, delay)
+    _progress(
+        f"{what}: waves median {summary['waves']['median']:g} p99 {summary['waves']['p99']:g}, "
+        f"{summary['two_or_more_rounds']:.0%} in 2+, latency/delay median "
+        f"{summary['latency_over_delay']['median']:g}, rows fetched max "
+        f"{summary['rows_fetched']['max']:g} (bound {bound})"
+    )
+    return {
+        **summary,
+        "rows_bound": bound,
+        "over_bound": sum(1 for s in salted_samples if s.rows_fetched > bound),
+        "raw": summarize_rounds(raw_samples, delay),
+    }
 
 
 async def _rounds_prefix(
@@ -2123,6 +2186,10 @@ async def bench_tables(target: Target, cfg: Config, made: TableSet) -> dict[str,
     return results
 
 
+#: The rounds section's limit scans by key set: (report key, label in target names).
+ROUNDS_KEY_SETS: Final = (("limits", ""), ("limits_random", " random keys"))
+
+
 def evaluate(results: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
     """The targets of issues 6 and 16, each with what was measured and PASS/FAIL."""
     targets: list[dict[str, Any]] = []
@@ -2181,12 +2248,13 @@ def evaluate(results: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
                 )
     rounds = results["rounds"]
     if not rounds.get("skipped"):
-        for n, by_limit in rounds["by_buckets"].items():
-            for limit, r in by_limit["limits"].items():
-                name = f"rounds N={n} limit={limit}"
-                add(f"{name} median", r["waves"]["median"], ROUNDS_MEDIAN_TARGET, "<=", "")
-                add(f"{name} p99", r["waves"]["p99"], ROUNDS_P99_TARGET, "<=", "")
-                add(f"{name} rows fetched", r["rows_fetched"]["max"], r["rows_bound"], "<=", "")
+        for n, by_n in rounds["by_buckets"].items():
+            for key, keys in ROUNDS_KEY_SETS:
+                for limit, r in by_n.get(key, {}).items():
+                    name = f"rounds{keys} N={n} limit={limit}"
+                    add(f"{name} median", r["waves"]["median"], ROUNDS_MEDIAN_TARGET, "<=", "")
+                    add(f"{name} p99", r["waves"]["p99"], ROUNDS_P99_TARGET, "<=", "")
+                    add(f"{name} rows fetched", r["rows_fetched"]["max"], r["rows_bound"], "<=", "")
     sweep = results["sweep"]
     if not sweep.get("skipped"):
         for n, r in sweep["by_buckets"].items():
@@ -2470,19 +2538,24 @@ def _render_rounds(rounds: dict[str, Any], by_name: dict[str, Any]) -> list[str]
         f"  {'N':>4}{'limit':>7}{'rounds':>10}{'lat/delay':>12}{'engine':>9}{'requests':>10}"
         f"{'rows max':>10}{'bound':>7}{'raw lat/d':>11}  result",
     ]
-    for n, by_n in rounds["by_buckets"].items():
-        for limit, r in by_n["limits"].items():
-            name = f"rounds N={n} limit={limit}"
-            verdicts = [by_name.get(f"{name} {what}") for what in ("median", "p99", "rows fetched")]
-            result = "PASS" if all(v and v["passed"] for v in verdicts) else "FAIL"
-            w, lat, eng = r["waves"], r["latency_over_delay"], r["engine_rounds"]
-            lines.append(
-                f"  {n:>4}{limit:>7}{w['median']:>5g} /{w['p99']:>3g}"
-                f"{lat['median']:>6.2f} /{lat['p99']:>5.2f}"
-                f"{eng['median']:>4g} /{eng['p99']:>3g}"
-                f"{r['requests']['median']:>10g}{r['rows_fetched']['max']:>10g}"
-                f"{r['rows_bound']:>7}{r['raw']['latency_over_delay']['median']:>11.2f}  {result}"
-            )
+    for key, keys in ROUNDS_KEY_SETS:
+        lines.append(f"  {keys.strip() or 'sequential keys'}:")
+        for n, by_n in rounds["by_buckets"].items():
+            for limit, r in by_n.get(key, {}).items():
+                name = f"rounds{keys} N={n} limit={limit}"
+                verdicts = [
+                    by_name.get(f"{name} {what}") for what in ("median", "p99", "rows fetched")
+                ]
+                result = "PASS" if all(v and v["passed"] for v in verdicts) else "FAIL"
+                w, lat, eng = r["waves"], r["latency_over_delay"], r["engine_rounds"]
+                lines.append(
+                    f"  {n:>4}{limit:>7}{w['median']:>5g} /{w['p99']:>3g}"
+                    f"{lat['median']:>6.2f} /{lat['p99']:>5.2f}"
+                    f"{eng['median']:>4g} /{eng['p99']:>3g}"
+                    f"{r['requests']['median']:>10g}{r['rows_fetched']['max']:>10g}"
+                    f"{r['rows_bound']:>7}{r['raw']['latency_over_delay']['median']:>11.2f}"
+                    f"  {r['two_or_more_rounds']:>4.0%} in 2+  {result}"
+                )
     lines.append("  100-row prefix scans (median latency ms / waves): fan-out, confined, raw")
     for n, by_n in rounds["by_buckets"].items():
         p = by_n["prefix"]
@@ -2802,9 +2875,9 @@ def tables_needed(cfg: Config, target: Target) -> list[str]:
     if "cpu" in cfg.sections:
         ids += [target.table(f"cpu-{name}") for name in ("plain", "salted", "confined")]
     if "rounds" in cfg.sections:
-        ids.append(target.table("rounds-plain"))
+        ids += [target.table(f"rounds-plain-{kind}") for kind in KEYS]
         for n in cfg.rounds_buckets:
-            ids += [target.table(f"rounds{n}"), target.table(f"confined{n}")]
+            ids += [target.table(f"rounds{n}-{name}") for name in (*KEYS, "confined")]
     if "sweep" in cfg.sections:
         ids += [target.table(f"sweep{n}") for n in cfg.sweep_buckets]
     if "memory" in cfg.sections:

@@ -450,9 +450,11 @@ def test_tables_needed_names_every_table_a_run_uses(bench: ModuleType) -> None:
     """What an instance must hold: every section's tables, and only the chosen sections'."""
     target = bench._target(bench._parser().parse_args(["--table-prefix", "x"]))
     everything = bench.tables_needed(_cfg(bench), target)
-    assert {"x-plain", "x-salted", "x-confined", "x-memory", "x-rounds-plain"} <= set(everything)
+    assert {"x-plain", "x-salted", "x-confined", "x-memory"} <= set(everything)
+    assert {"x-rounds-plain-sequential", "x-rounds-plain-random"} <= set(everything)
     assert {f"x-sweep{n}" for n in (1, 16, 64, 256, 4096)} <= set(everything)
-    assert {f"x-rounds{n}" for n in (4, 16, 64)} <= set(everything)
+    assert {f"x-rounds{n}-random" for n in (4, 16, 64)} <= set(everything)
+    assert {f"x-rounds{n}-confined" for n in (4, 16, 64)} <= set(everything)
     assert len(everything) == len(set(everything))
     only = bench.tables_needed(_cfg(bench, "--only", "sweep", "--sweep-buckets", "4"), target)
     assert only == ["x-sweep4"]
@@ -480,7 +482,8 @@ def test_evaluate_rounds_and_skipped_sections(bench: ModuleType) -> None:
                 "limits": {
                     "10": _rounds_result([1, 1, 2], [48, 48, 50]),
                     "100": _rounds_result([1, 2, 3], [190, 200, 260]),
-                }
+                },
+                "limits_random": {"10": _rounds_result([2, 2, 1], [48, 48, 48])},
             }
         }
     }
@@ -492,4 +495,17 @@ def test_evaluate_rounds_and_skipped_sections(bench: ModuleType) -> None:
         "rounds N=16 limit=100 median": False,
         "rounds N=16 limit=100 p99": False,
         "rounds N=16 limit=100 rows fetched": False,
+        "rounds random keys N=16 limit=10 median": False,
+        "rounds random keys N=16 limit=10 p99": True,
+        "rounds random keys N=16 limit=10 rows fetched": True,
     }
+
+
+def test_random_keys_are_distinct_and_unordered(bench: ModuleType) -> None:
+    """The random key set: distinct keys whose sorted order is unrelated to the row number."""
+    keys = [bench.random_key(i) for i in range(5000)]
+    assert len(set(keys)) == len(keys)
+    assert keys != sorted(keys)
+    assert bench.KEYS["sequential"](7) == bench.logical_key(7)
+    entry = bench.entry_of(3, bench.random_key)
+    assert entry.row_key == bench.random_key(3)

@@ -576,7 +576,10 @@ class Merge(MergeCore[T]):
         Safe to call more than once and from any task; never raises a producer error.
         """
         self._closed = self._stopping = True
-        self._scope.cancel()
+        if self._live:
+            # (Only while a producer runs: cancelling formats the task's repr,
+            # which costs more than a small read's merge.)
+            self._scope.cancel()
         with anyio.CancelScope(shield=True):
             if self._task is not None:
                 await asyncio.wait([self._task])

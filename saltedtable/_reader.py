@@ -149,10 +149,16 @@ class BucketSource:
         try:
             # The slot is held for this one request; waiting for it counts
             # against the read's operation_timeout like the request itself.
-            with anyio.move_on_after(self._deadline - time.monotonic()) as waiting:
-                await limiter.acquire()
-            if waiting.cancelled_caught:
-                raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
+            # A free slot is taken at once: no timer, no trip through the loop.
+            try:
+                limiter.acquire_nowait()
+            except anyio.WouldBlock:
+                with anyio.move_on_after(self._deadline - time.monotonic()) as waiting:
+                    await limiter.acquire()
+                if waiting.cancelled_caught:
+                    raise self._annotate(
+                        slot_timeout(self._timeouts, limiter.total_tokens), None
+                    ) from None
             try:
                 return await self._request(query, size, feed, stats)
             finally:

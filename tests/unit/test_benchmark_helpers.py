@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import importlib.util
 import math
+import os
 import random
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
-from google.cloud.bigtable.data import ReadRowsQuery
+from google.cloud.bigtable.data import ReadRowsQuery, RowRange
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from saltedtable import SaltedTableAsync, SaltScheme, prefix_end
-from tests.fakes import ABANDONED, FakeTable
+from saltedtable import CallStats, SaltedTableAsync, SaltScheme, prefix_end
+from tests.fakes import ABANDONED, FakeTable, query_keys
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "benchmark.py"
 
@@ -192,3 +199,313 @@ def test_memory_runs_must_be_positive(bench: ModuleType) -> None:
         bench._config(args)
     assert bench._config(bench._parser().parse_args([])).memory_runs == 3
     assert bench._config(bench._parser().parse_args(["--quick"])).memory_runs == 3
+
+
+# -- issue 16 additions -----------------------------------------------------------
+
+
+def test_request_waves_count_requests_made_a_delay_apart(bench: ModuleType) -> None:
+    """Requests made within one delay of a round's first request share its round."""
+    waves = bench.request_waves
+    assert waves([], 0.05) == 0
+    assert waves([0.0, 0.001, 0.002], 0.05) == 1  # a fan-out: one round
+    assert waves([0.0, 0.051], 0.05) == 2  # the second waited for the first's answer
+    assert waves([0.0, 0.02, 0.06, 0.07, 0.12], 0.05) == 3
+    assert waves([0.3, 0.0, 0.1, 0.2], 0.05) == 4  # made in any order
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 10, allow_nan=False), max_size=40), st.floats(0.01, 1))
+def test_request_waves_bounds(bench: ModuleType, issued: list[float], delay: float) -> None:
+    """At most one per request, and one per 0.9 delay of span; one iff all fit in one."""
+    waves = bench.request_waves(issued, delay)
+    assert waves <= len(issued)
+    assert (waves == 0) == (not issued)
+    if issued:
+        span = max(issued) - min(issued)
+        assert waves <= 1 + span / (0.9 * delay)
+        assert (waves == 1) == (span < 0.9 * delay)
+
+
+async def _skewed(
+    bench: ModuleType, delay: float, first_in_bucket_0: int
+) -> tuple[Any, SaltedTableAsync, list[bytes]]:
+    """A 4-bucket table whose first ``first_in_bucket_0`` keys all lie in bucket 0."""
+    scheme = SaltScheme(4)
+    keys = [b"k%06d" % i for i in range(5000)]
+    head = [k for k in keys if scheme.bucket_of(k) == 0][:first_in_bucket_0]
+    rest = [k for k in keys if k > head[-1]][:200]
+    chosen = head + rest
+    fake = FakeTable()
+    await SaltedTableAsync(fake, scheme).bulk_mutate_rows(
+        [bench.RowMutationEntry(k, bench.SetCell("cf", b"v", b"x", 1)) for k in chosen]
+    )
+    counter = bench.CountingTable(fake, delay)
+    salted = SaltedTableAsync(counter, scheme)
+    await salted.sample_row_keys()  # the layout check, before any timing
+    return counter, salted, chosen
+
+
+@pytest.mark.parametrize(("skewed", "rounds"), [(1, 1), (60, 2)])
+async def test_delay_proxy_shows_the_rounds_a_limit_read_takes(
+    bench: ModuleType, skewed: int, rounds: int
+) -> None:
+    """Through the delay proxy, waves and latency / delay match the engine's rounds."""
+    delay = 0.05
+    counter, salted, _ = await _skewed(bench, delay, skewed)
+    sample, got = await bench.timed_through(
+        counter, lambda stats: _read_len(salted, ReadRowsQuery(limit=60), stats)
+    )
+    assert got == 60
+    assert sample.engine_rounds == rounds
+    assert sample.waves == rounds
+    assert sample.latency >= rounds * delay
+    assert sample.requests == counter.streams >= 4
+    assert sample.rows_fetched == counter.rows >= 60
+
+
+async def _read_len(table: SaltedTableAsync, query: ReadRowsQuery, stats: CallStats) -> int:
+    return len(await table.read_rows(query, stats=stats))
+
+
+def test_spread_and_latency_paired(bench: ModuleType) -> None:
+    """spread() gives median, p99 and max; latency_paired() inverts chunk rate ratios."""
+    assert bench.spread([1, 1, 2, 1, 5]) == {"median": 1, "p99": 4.88, "max": 5}
+    assert bench.spread([]) == {"median": None, "p99": None, "max": None}
+    result = bench.latency_paired([0.5] * 20 + [0.25])
+    assert result["latency_ratio"] == pytest.approx(2.0)  # salted at half the raw rate
+    assert result["latency_ratio_ci95"] == [2.0, 2.0]
+
+
+def test_summarize_rounds_counts_second_rounds(bench: ModuleType) -> None:
+    """Rounds summaries: medians of waves, share of scans needing a second round."""
+    samples = [bench.RoundSample(0.06, 1, 16, 40, 1)] * 3 + [bench.RoundSample(0.11, 2, 18, 48, 2)]
+    out = bench.summarize_rounds(samples, 0.05)
+    assert out["queries"] == 4
+    assert out["waves"]["median"] == 1
+    assert out["waves"]["max"] == 2
+    assert out["two_or_more_rounds"] == 0.25
+    assert out["latency_over_delay"]["median"] == pytest.approx(1.2)
+    assert out["rows_fetched"]["max"] == 48
+
+
+def test_summarize_scans_reports_first_row_fraction(bench: ModuleType) -> None:
+    """A sweep variant's summary: median rate, first row as a share of the scan time."""
+    runs = [
+        bench.ScanRun(1000, 2.0, 0.1, 16, 1.0, None, 900),
+        bench.ScanRun(1000, 1.0, 0.2, 16, 0.5, None, 800),
+        bench.ScanRun(1000, 4.0, 0.2, 16, 2.0, None, 950),
+    ]
+    out = bench.summarize_scans(runs)
+    assert out["rows_per_s"] == 500.0
+    assert out["first_row_fraction"] == pytest.approx(0.05)
+    assert out["client_cpu_us_per_row"] == pytest.approx(1000.0)
+    assert out["emulator_cpu_us_per_row"] is None
+    assert out["peak_buffered_rows"] == 950
+
+
+async def test_count_timed_reports_the_first_row(bench: ModuleType) -> None:
+    """count_timed counts every row and times the first one; an empty stream has none."""
+
+    async def rows(n: int) -> Any:
+        for i in range(n):
+            await asyncio.sleep(0.01 if i == 0 else 0)
+            yield i
+
+    start = time.perf_counter()
+    n, first = await bench.count_timed(rows(5), start)
+    assert n == 5
+    assert first is not None
+    assert 0.01 <= first < time.perf_counter() - start
+    assert await bench.count_timed(rows(0), start) == (0, None)
+
+
+def test_emulator_cpu_seconds_reads_a_process_cpu(bench: ModuleType) -> None:
+    """The CPU of a process by pid (here this one) grows with work; unknown pids give None."""
+    before = bench.emulator_cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    after = bench.emulator_cpu_seconds(os.getpid())
+    assert before is not None
+    assert after is not None
+    assert after > before
+    assert bench.emulator_cpu_seconds(None) is None
+    assert bench.emulator_cpu_seconds(2**22 + 12345) is None  # above Linux's pid_max
+
+
+_BOUNDS = st.sampled_from([b"", b"a", b"b", b"b\x00", b"ba", b"c", b"d"])
+
+
+@st.composite
+def _queries(draw: st.DrawFn) -> ReadRowsQuery:
+    ranges = []
+    for _ in range(draw(st.integers(0, 3))):
+        start, end = draw(_BOUNDS), draw(_BOUNDS)
+        if start and end and start > end:
+            start, end = end, start
+        ranges.append(
+            RowRange(
+                start_key=start or None,
+                end_key=end or None,
+                start_is_inclusive=draw(st.booleans()),
+                end_is_inclusive=draw(st.booleans()),
+            )
+        )
+    keys: list[str | bytes] = draw(
+        st.lists(st.sampled_from([b"a", b"b", b"ba", b"zz"]), max_size=3)
+    )
+    return ReadRowsQuery(row_keys=keys, row_ranges=ranges, limit=draw(st.integers(0, 4)) or None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(query=_queries())
+def test_memory_table_reads_what_a_query_selects(bench: ModuleType, query: ReadRowsQuery) -> None:
+    """MemoryTable answers keys, ranges (either bound open or closed) and limits exactly."""
+    stored = [b"a", b"a\x00", b"b", b"b\x00", b"ba", b"bb", b"c", b"d"]
+
+    async def main() -> list[bytes]:
+        table = bench.MemoryTable(rows_per_yield=2)
+        await table.bulk_mutate_rows(
+            [bench.RowMutationEntry(k, bench.SetCell("cf", b"v", k, 1)) for k in stored]
+        )
+        return [r.row_key for r in await _collect(await table.read_rows_stream(query))]
+
+    want = query_keys(query, stored)[: query.limit or None]
+    assert asyncio.run(main()) == want
+
+
+async def _collect(stream: Any) -> list[Any]:
+    return [row async for row in stream]
+
+
+async def test_salted_reads_over_memory_table_match_raw_reads(bench: ModuleType) -> None:
+    """The CPU section's in-memory reads return the same rows salted and raw."""
+    plain, physical = bench.MemoryTable(), bench.MemoryTable()
+    salted = SaltedTableAsync(physical, SaltScheme(16), guard=False)
+    entries = [bench.entry_of(i) for i in range(1000)]
+    await plain.bulk_mutate_rows(entries)
+    await salted.bulk_mutate_rows(entries)
+    p = bench.user_prefix(3)
+    query = ReadRowsQuery(row_ranges=RowRange(start_key=p, end_key=prefix_end(p)))
+    raw = [r.row_key for r in await _collect(await plain.read_rows_stream(query))]
+    assert [r.row_key for r in await salted.read_rows(query)] == raw
+    assert len(raw) == bench.ROWS_PER_USER
+    assert physical.requests == 16
+
+
+async def test_range_subqueries_read_the_rows_the_salted_table_reads(bench: ModuleType) -> None:
+    """The raw side of the sweep reads exactly the salted scan's physical sub-queries."""
+    fake = FakeTable()
+    salted = SaltedTableAsync(fake, SaltScheme(8))
+    await salted.bulk_mutate_rows([bench.entry_of(i) for i in range(600)])
+    query = ReadRowsQuery(row_ranges=RowRange(end_key=bench.logical_key(250)))
+    subs = bench.range_subqueries(salted, query)
+    assert len(subs) == 8
+    raw_keys: list[bytes] = []
+    for q in subs:
+        raw_keys += [r.row_key.split(b"-", 1)[1] for r in await fake.read_rows(q)]
+    raw_keys.sort()
+    assert raw_keys == [r.row_key for r in await salted.read_rows(query)]
+    assert len(raw_keys) == 250
+
+
+def _cfg(bench: ModuleType, *argv: str) -> Any:
+    return bench._config(bench._parser().parse_args(list(argv)))
+
+
+def test_sections_and_lists_parse(bench: ModuleType) -> None:
+    """--only / --skip pick sections; bucket lists are sorted sets; bad values are refused."""
+    assert _cfg(bench).sections == frozenset(bench.SECTIONS)
+    assert _cfg(bench, "--only", "sweep,rounds").sections == {"sweep", "rounds"}
+    assert _cfg(bench, "--skip", "memory,sweep").sections == {"core", "cpu", "rounds"}
+    assert _cfg(bench, "--sweep-rows", "0").sections == set(bench.SECTIONS) - {"sweep"}
+    assert _cfg(bench, "--sweep-buckets", "64,1,16,16").sweep_buckets == (1, 16, 64)
+    assert _cfg(bench).sweep_buckets == (1, 16, 64, 256, 4096)
+    assert _cfg(bench, "--quick").rounds_limits == (1, 10, 100)
+    assert _cfg(bench).sweep_small_rows == _cfg(bench).sweep_rows // 10
+    for bad in ("0,4", "a", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench._int_list(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown section"):
+        bench._section_list("core,nope")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rounds-rows", "100"], "rounds-limits"),
+        (["--delay-ms", "0"], "delay-ms"),
+        (["--sweep-rows", "100", "--sweep-small-rows", "200"], "sweep-small-rows"),
+        (["--sweep-runs", "0"], "sizes must be >= 1"),
+    ],
+)
+def test_bad_sizes_are_refused(bench: ModuleType, argv: list[str], message: str) -> None:
+    """Sizes that cannot work fail before anything runs, naming the flag."""
+    with pytest.raises(ValueError, match=message):
+        _cfg(bench, *argv)
+
+
+def test_tables_needed_names_every_table_a_run_uses(bench: ModuleType) -> None:
+    """What an instance must hold: every section's tables, and only the chosen sections'."""
+    target = bench._target(bench._parser().parse_args(["--table-prefix", "x"]))
+    everything = bench.tables_needed(_cfg(bench), target)
+    assert {"x-plain", "x-salted", "x-confined", "x-memory"} <= set(everything)
+    assert {"x-rounds-plain-sequential", "x-rounds-plain-random"} <= set(everything)
+    assert {f"x-sweep{n}" for n in (1, 16, 64, 256, 4096)} <= set(everything)
+    assert {f"x-rounds{n}-random" for n in (4, 16, 64)} <= set(everything)
+    assert {f"x-rounds{n}-confined" for n in (4, 16, 64)} <= set(everything)
+    assert len(everything) == len(set(everything))
+    only = bench.tables_needed(_cfg(bench, "--only", "sweep", "--sweep-buckets", "4"), target)
+    assert only == ["x-sweep4"]
+
+
+def _rounds_result(waves: list[int], rows: list[int]) -> dict[str, Any]:
+    samples = [
+        {"latency": 0.06 * w, "waves": w, "rows_fetched": r}
+        for w, r in zip(waves, rows, strict=True)
+    ]
+    return {
+        "waves": {"median": sorted(waves)[len(waves) // 2], "p99": max(waves)},
+        "rows_fetched": {"max": max(r["rows_fetched"] for r in samples)},
+        "rows_bound": 52,
+    }
+
+
+def test_evaluate_rounds_and_skipped_sections(bench: ModuleType) -> None:
+    """Rounds targets: median 1, p99 2, rows within 2L + 2N; skipped sections add none."""
+    skipped = {"skipped": True}
+    results: dict[str, Any] = {key: skipped for key in ("point", "salt", "sweep", "memory", "cpu")}
+    results["rounds"] = {
+        "by_buckets": {
+            "16": {
+                "limits": {
+                    "10": _rounds_result([1, 1, 2], [48, 48, 50]),
+                    "100": _rounds_result([1, 2, 3], [190, 200, 260]),
+                },
+                "limits_random": {"10": _rounds_result([2, 2, 1], [48, 48, 48])},
+            }
+        }
+    }
+    verdicts = {t["name"]: t["passed"] for t in bench.evaluate(results, _cfg(bench))}
+    assert verdicts == {
+        "rounds N=16 limit=10 median": True,
+        "rounds N=16 limit=10 p99": True,
+        "rounds N=16 limit=10 rows fetched": True,
+        "rounds N=16 limit=100 median": False,
+        "rounds N=16 limit=100 p99": False,
+        "rounds N=16 limit=100 rows fetched": False,
+        "rounds random keys N=16 limit=10 median": False,
+        "rounds random keys N=16 limit=10 p99": True,
+        "rounds random keys N=16 limit=10 rows fetched": True,
+    }
+
+
+def test_random_keys_are_distinct_and_unordered(bench: ModuleType) -> None:
+    """The random key set: distinct keys whose sorted order is unrelated to the row number."""
+    keys = [bench.random_key(i) for i in range(5000)]
+    assert len(set(keys)) == len(keys)
+    assert keys != sorted(keys)
+    assert bench.KEYS["sequential"](7) == bench.logical_key(7)
+    entry = bench.entry_of(3, bench.random_key)
+    assert entry.row_key == bench.random_key(3)

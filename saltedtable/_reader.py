@@ -25,7 +25,6 @@ before it lets go of it.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
@@ -34,6 +33,7 @@ from typing import Any, Final, final
 import anyio
 from google.cloud.bigtable.data.row import Row
 
+from ._cancel import end_stream
 from ._exceptions import BucketReadError
 from ._merge import Feed, Page
 from ._plan import PageCursor, SubQuery
@@ -46,12 +46,6 @@ __all__ = ["BucketReader"]
 #: buffer most of a large scan; a row limit per request bounds that (16
 #: buckets x 5,000 rows of ~150 bytes: about 12 MB at most) whatever the scan's size.
 _STREAM_REQUEST_ROWS: Final = 5000
-
-
-async def _drain_until_waiting(entered: asyncio.Event, stream: AsyncGenerator[Row, None]) -> None:
-    entered.set()  # wakes the canceller only once this task waits or ends
-    async for _ in stream:
-        pass
 
 
 @final
@@ -264,20 +258,5 @@ def _count_request(stats: BucketStats, took: float) -> None:
 
 
 async def _cancel_stream(stream: AsyncGenerator[Row, None]) -> None:
-    """End an open ``read_rows_stream`` so that its RPC is cancelled, then close it.
-
-    ``aclose()`` alone does not cancel the RPC of a stream that is not waiting
-    for a row; a read cancelled while it waits does. The stream may first hand
-    out rows it has already received without waiting, so a task drains those
-    until it has to wait (or the stream ends), and is cancelled there.
-    """
-    entered = asyncio.Event()
-    task = asyncio.get_running_loop().create_task(_drain_until_waiting(entered, stream))
-    await entered.wait()
-    # The task has now either finished or is suspended inside the stream (its
-    # only await): cancelling it cancels the request.
-    task.cancel()
-    await asyncio.wait([task])
-    if not task.cancelled():
-        task.exception()  # retrieved: the stream had ended or failed on its own
-    await stream.aclose()
+    """End an open ``read_rows_stream`` so that its RPC is cancelled, then close it."""
+    await end_stream(stream)

@@ -1,0 +1,364 @@
+"""Native memory per cancelled scan: which ways of stopping a Bigtable stream leak (issue 18).
+
+Each *mode* stops scans of a 20,000-row table after two rows, one way, over and
+over, in a fresh child process, and prints that process's resident set size
+(``/proc/self/statm``, after ``gc.collect()`` and glibc ``malloc_trim(0)``, so
+memory that was freed but kept by the allocator does not count) after 0, 1k, 5k
+and 20k stopped scans::
+
+    python examples/leak_probe.py                    # every mode, 0/1k/5k/20k scans
+    python examples/leak_probe.py --quick            # 0/500/2000, a few minutes
+    python examples/leak_probe.py --modes stream-end,stream-task-cancel --counts 0,1000
+
+It starts the official emulator itself (``saltedtable.testing``) unless
+``BIGTABLE_EMULATOR_HOST`` is set, loads the rows once into a plain table and
+into a 16-bucket salted one, and deletes both at the end. Loopback only.
+
+Modes (``stream`` = the client's ``read_rows_stream``; ``grpc`` = the generated
+``read_rows`` call under it, no client library in between; ``salted`` =
+``SaltedTableAsync.read_rows_stream`` over 16 buckets, left with ``aclose()``):
+
+=========================  ===================================================
+stream-task-cancel         a task waiting in ``__anext__`` is cancelled
+stream-aclose              ``aclose()`` only: the RPC runs on to its deadline
+stream-end                 ``saltedtable._cancel.end_stream`` (the mitigation)
+grpc-task-cancel           a task waiting in ``call.read()`` is cancelled
+grpc-cancel-idle           ``call.cancel()`` while no read is pending
+grpc-cancel-pending        ``call.cancel()`` while another task's read is pending
+salted-legacy              today's merge; sub-streams ended the pre-fix way
+salted                     today's merge with ``end_stream`` (this checkout)
+salted-rpc-first           as ``salted``, and the merge cancels each pump's RPC
+                           before it cancels the pumps (the proposed hook,
+                           patched in here)
+=========================  ===================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import ExitStack
+from typing import Any, Final
+
+MODES: Final = (
+    "stream-task-cancel",
+    "stream-aclose",
+    "stream-end",
+    "grpc-task-cancel",
+    "grpc-cancel-idle",
+    "grpc-cancel-pending",
+    "salted-legacy",
+    "salted",
+    "salted-rpc-first",
+)
+PROJECT: Final = "test-project"
+INSTANCE: Final = "test-instance"
+BUCKETS: Final = 16
+PAGE: Final = os.sysconf("SC_PAGE_SIZE")
+#: How long stream-aclose's abandoned RPCs may run (the client's attempt timeout).
+ACLOSE_ATTEMPT_TIMEOUT: Final = 5.0
+#: Modes that leak ~0.7 MB per scan stop at --leaky-max scans (20k would need ~15 GB).
+LEAKY: Final = ("salted-legacy", "salted")
+
+try:
+    _LIBC: Any = ctypes.CDLL("libc.so.6")
+except OSError:  # not glibc: RSS is then measured without trimming
+    _LIBC = None
+
+
+def rss() -> int:
+    """Resident bytes of this process once garbage is collected and the heap trimmed."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+# -- the ways to stop a stream -----------------------------------------------------
+
+
+async def _wait_in(reader: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
+    """A task that reads until it has to wait for the server; returned once it waits (or ends)."""
+    entered = asyncio.Event()
+
+    async def drain() -> None:
+        entered.set()
+        while await reader() is not None:
+            pass
+
+    task = asyncio.get_running_loop().create_task(drain())
+    await entered.wait()  # now it is suspended in a read that waits, or finished
+    return task
+
+
+async def _finish(task: asyncio.Task[None]) -> None:
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # the stream ended on its own, or raised CancelledError
+
+
+def _stream_reader(stream: AsyncIterator[Any]) -> Callable[[], Awaitable[object]]:
+    return lambda: anext(stream, None)
+
+
+def _call_reader(call: Any) -> Callable[[], Awaitable[object]]:
+    async def read() -> object:
+        from grpc import aio
+
+        message = await call.read()
+        return None if message is aio.EOF else message
+
+    return read
+
+
+async def scan_once(mode: str, ctx: dict[str, Any]) -> None:
+    """Open one scan, take two rows, and stop it the way ``mode`` says."""
+    from google.cloud.bigtable.data import ReadRowsQuery
+
+    from saltedtable._cancel import _cancel_pending_read, end_stream
+
+    if mode.startswith("stream"):
+        table = ctx["table"]
+        kwargs = {"attempt_timeout": ACLOSE_ATTEMPT_TIMEOUT} if mode == "stream-aclose" else {}
+        stream = await table.read_rows_stream(ReadRowsQuery(), **kwargs)
+        await anext(stream)
+        await anext(stream)
+        if mode == "stream-task-cancel":
+            await _cancel_pending_read(stream)
+        elif mode == "stream-aclose":
+            await stream.aclose()
+        else:
+            await end_stream(stream)
+    elif mode.startswith("grpc"):
+        table = ctx["table"]
+        request = ReadRowsQuery()._to_pb(table)
+        call = await table.client._gapic_client.read_rows(request, timeout=30, retry=None)
+        await call.read()
+        await call.read()
+        if mode == "grpc-cancel-idle":
+            call.cancel()
+        else:
+            task = await _wait_in(_call_reader(call))
+            if mode == "grpc-task-cancel":
+                task.cancel()
+            else:
+                call.cancel()
+            await _finish(task)
+    else:
+        stream = await ctx["salted"].read_rows_stream(ReadRowsQuery())
+        await anext(stream)
+        await anext(stream)
+        await stream.aclose()
+
+
+# -- salted-rpc-first: the hook the merge would need, patched in ------------------
+
+
+class _TrackingTable:
+    """Delegates to a TableAsync and remembers the read streams it handed out."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.streams: list[AsyncGenerator[Any, None]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def read_rows_stream(self, query: Any, **kwargs: Any) -> Any:
+        stream = await self._inner.read_rows_stream(query, **kwargs)
+        self.streams = [s for s in self.streams if s.ag_frame is not None]
+        self.streams.append(stream)
+        return stream
+
+
+def _patch_merge_close(tracking: _TrackingTable) -> None:
+    """Make every merge cancel its pumps' RPCs, and wait for their reads, before cancelling them."""
+    from saltedtable import _merge
+    from saltedtable._cancel import stop_reads
+
+    original = _merge._Runner.aclose
+
+    async def aclose(self: Any) -> None:
+        if not self._closed:
+            self._closed = True  # the pumps' reads now end: not an error
+            await stop_reads([s for s in tracking.streams if s.ag_frame is not None])
+        await original(self)
+
+    _merge._Runner.aclose = aclose  # type: ignore[method-assign]
+
+
+def _patch_legacy_cancel() -> None:
+    from saltedtable import _reader
+    from saltedtable._cancel import _cancel_pending_read
+
+    _reader._cancel_stream = _cancel_pending_read
+
+
+# -- the child: one mode, RSS at each count ------------------------------------------
+
+
+async def child(mode: str, table_id: str, salted_id: str, counts: list[int]) -> None:
+    """Run ``mode`` up to each count and print one JSON line per count."""
+    import logging
+
+    from google.cloud.bigtable.data import BigtableDataClientAsync
+
+    from saltedtable import SaltedTableAsync, SaltScheme
+
+    warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
+    warnings.filterwarnings("ignore", category=ResourceWarning)
+    logging.basicConfig(level=logging.WARNING)
+    async with BigtableDataClientAsync(project=PROJECT) as client:
+        table = client.get_table(INSTANCE, table_id)
+        tracking = _TrackingTable(client.get_table(INSTANCE, salted_id))
+        salted = SaltedTableAsync(tracking, SaltScheme(BUCKETS))  # type: ignore[arg-type]
+        if mode == "salted-legacy":
+            _patch_legacy_cancel()
+        elif mode == "salted-rpc-first":
+            _patch_merge_close(tracking)
+        ctx = {"table": table, "salted": salted}
+        for _ in range(200):  # warm up: channel, pools, caches
+            await scan_once(mode, ctx)
+        if mode == "stream-aclose":
+            await asyncio.sleep(ACLOSE_ATTEMPT_TIMEOUT + 1)
+        done = 0
+        started = time.monotonic()
+        for count in counts:
+            while done < count:
+                await scan_once(mode, ctx)
+                done += 1
+            line = {"mode": mode, "count": count, "rss": rss()}
+            line["seconds"] = round(time.monotonic() - started, 1)
+            if mode == "stream-aclose":
+                # Abandoned RPCs still stream into the client; measure again once they are over.
+                await asyncio.sleep(ACLOSE_ATTEMPT_TIMEOUT + 1)
+                line["rss_after_deadline"] = rss()
+            print(json.dumps(line), flush=True)
+        await salted.close()
+
+
+# -- the parent: emulator, tables, one child per mode, a table of results ------------
+
+
+def _load(address: str, table_id: str, salted_id: str, rows: int) -> None:
+    from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry, SetCell
+
+    from saltedtable import SaltedTableAsync, SaltScheme
+
+    async def load() -> None:
+        async with BigtableDataClientAsync(project=PROJECT) as client:
+            plain = client.get_table(INSTANCE, table_id)
+            salted = SaltedTableAsync.from_client(client, INSTANCE, salted_id, SaltScheme(BUCKETS))
+            for lo in range(0, rows, 5000):
+                entries = [
+                    RowMutationEntry(b"user%06d" % i, SetCell("cf", b"q", b"v" * 100))
+                    for i in range(lo, min(rows, lo + 5000))
+                ]
+                await plain.bulk_mutate_rows(entries)
+                await salted.bulk_mutate_rows(entries)
+
+    asyncio.run(load())
+
+
+def _mb(value: int) -> str:
+    return f"{value / 2**20:7.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments; run as the parent, or as one mode's child."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    parser.add_argument("--counts", default="0,1000,5000,20000", help="comma-separated counts")
+    parser.add_argument("--quick", action="store_true", help="counts 0,500,2000")
+    parser.add_argument("--rows", type=int, default=20000)
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--leaky-max", type=int, default=5000, help=f"most scans for {', '.join(LEAKY)}"
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--tables", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    counts = [int(c) for c in ("0,500,2000" if args.quick else args.counts).split(",")]
+
+    if args.child:
+        table_id, salted_id = args.tables.split(",")
+        asyncio.run(child(args.child, table_id, salted_id, counts))
+        return 0
+
+    from saltedtable.testing import EMULATOR_HOST_ENV, create_table, delete_table, start_emulator
+
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
+    suffix = uuid.uuid4().hex[:8]
+    table_id, salted_id = f"leak-{suffix}", f"leak-salted-{suffix}"
+    results: list[dict[str, Any]] = []
+    with ExitStack() as stack:
+        address = os.environ.get(EMULATOR_HOST_ENV)
+        if not address:
+            emulator = stack.enter_context(start_emulator())
+            address = emulator.address
+            os.environ[EMULATOR_HOST_ENV] = address
+        warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
+        for name in (table_id, salted_id):
+            create_table(address, name, ["cf"])
+            stack.callback(delete_table, address, name, missing_ok=True)
+        _load(address, table_id, salted_id, args.rows)
+        print(
+            f"grpcio {_version('grpcio')}, google-cloud-bigtable "
+            f"{_version('google-cloud-bigtable')}, {args.rows} rows, counts {counts}"
+        )
+        print(f"{'mode':22} " + " ".join(f"{c:>7}" for c in counts) + "   KB/scan")
+        for mode in modes:
+            mode_counts = [c for c in counts if mode not in LEAKY or c <= args.leaky_max]
+            command = [
+                sys.executable,
+                __file__,
+                "--child",
+                mode,
+                "--tables",
+                f"{table_id},{salted_id}",
+                "--counts",
+                ",".join(map(str, mode_counts)),
+            ]
+            proc = subprocess.run(command, capture_output=True, text=True, check=False)
+            lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+            if proc.returncode != 0 or len(lines) != len(mode_counts):
+                print(f"{mode:22} failed:\n{proc.stderr[-2000:]}")
+                continue
+            results.extend(lines)
+            first, last = lines[0], lines[-1]
+            per_scan = (last["rss"] - first["rss"]) / max(1, last["count"] - first["count"])
+            row = " ".join(_mb(x["rss"]) for x in lines)
+            row += "        -" * (len(counts) - len(lines))
+            extra = ""
+            if "rss_after_deadline" in last:
+                extra = f"   (after the deadline: {_mb(last['rss_after_deadline']).strip()} MB)"
+            print(f"{mode:22} {row}   {per_scan / 1024:7.2f}{extra}", flush=True)
+        print("RSS in MB after each count of stopped scans; KB/scan: growth from first to last.")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=1)
+    return 0
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import ctypes
 import gc
 import json
@@ -46,7 +47,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack
 from typing import Any, Final
 
@@ -164,38 +165,54 @@ async def scan_once(mode: str, ctx: dict[str, Any]) -> None:
 
 # -- salted-rpc-first: the hook the merge would need, patched in ------------------
 
+#: The read streams the pumps of the current fan-out opened (set per fan-out,
+#: in its supervisor task, whose pump tasks inherit it).
+_FANOUT_STREAMS: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("fanout_streams")
 
-class _TrackingTable:
-    """Delegates to a TableAsync and remembers the read streams it handed out."""
+
+class TrackingTable:
+    """Delegates to a TableAsync; records each read stream in its fan-out's list."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
-        self.streams: list[AsyncGenerator[Any, None]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     async def read_rows_stream(self, query: Any, **kwargs: Any) -> Any:
         stream = await self._inner.read_rows_stream(query, **kwargs)
-        self.streams = [s for s in self.streams if s.ag_frame is not None]
-        self.streams.append(stream)
+        streams = _FANOUT_STREAMS.get(None)
+        if streams is not None:
+            streams[:] = [s for s in streams if s.ag_frame is not None]
+            streams.append(stream)
         return stream
 
 
-def _patch_merge_close(tracking: _TrackingTable) -> None:
-    """Make every merge cancel its pumps' RPCs, and wait for their reads, before cancelling them."""
+def patch_fanout_close() -> None:
+    """Make every fan-out end its sub-scans' RPCs (``stop_reads``) before it cancels them.
+
+    What ``_merge`` would do itself: the supervisor gives its pumps a list to
+    record their streams in, and ``aclose`` stops their reads first.
+    """
     from saltedtable import _merge
     from saltedtable._cancel import stop_reads
 
-    original = _merge._Runner.aclose
+    supervise, aclose = _merge._Runner._supervise, _merge._Runner.aclose
 
-    async def aclose(self: Any) -> None:
-        if not self._closed:
-            self._closed = True  # the pumps' reads now end: not an error
-            await stop_reads([s for s in tracking.streams if s.ag_frame is not None])
-        await original(self)
+    async def supervise_tracked(self: Any) -> None:
+        self._streams = []
+        _FANOUT_STREAMS.set(self._streams)
+        await supervise(self)
 
-    _merge._Runner.aclose = aclose  # type: ignore[method-assign]
+    async def aclose_reads_first(self: Any) -> None:
+        streams = getattr(self, "_streams", None)
+        if not self._closed and streams:
+            self._closed = True  # the pumps' reads end now: not an error
+            await stop_reads([s for s in streams if s.ag_frame is not None])
+        await aclose(self)
+
+    _merge._Runner._supervise = supervise_tracked  # type: ignore[method-assign]
+    _merge._Runner.aclose = aclose_reads_first  # type: ignore[method-assign]
 
 
 def _patch_legacy_cancel() -> None:
@@ -221,12 +238,12 @@ async def child(mode: str, table_id: str, salted_id: str, counts: list[int]) -> 
     logging.basicConfig(level=logging.WARNING)
     async with BigtableDataClientAsync(project=PROJECT) as client:
         table = client.get_table(INSTANCE, table_id)
-        tracking = _TrackingTable(client.get_table(INSTANCE, salted_id))
+        tracking = TrackingTable(client.get_table(INSTANCE, salted_id))
         salted = SaltedTableAsync(tracking, SaltScheme(BUCKETS))  # type: ignore[arg-type]
         if mode == "salted-legacy":
             _patch_legacy_cancel()
         elif mode == "salted-rpc-first":
-            _patch_merge_close(tracking)
+            patch_fanout_close()
         ctx = {"table": table, "salted": salted}
         for _ in range(200):  # warm up: channel, pools, caches
             await scan_once(mode, ctx)
@@ -246,6 +263,101 @@ async def child(mode: str, table_id: str, salted_id: str, counts: list[int]) -> 
                 line["rss_after_deadline"] = rss()
             print(json.dumps(line), flush=True)
         await salted.close()
+
+
+# -- the service: rounds of clients that read two lines and hang up ------------------
+
+
+def serve(port: int, salted_id: str, hook: bool) -> None:
+    """Run examples/service.py over the salted table; SIGUSR1 collects garbage and trims."""
+    import signal
+
+    import uvicorn
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import service  # examples/service.py
+
+    warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
+    signal.signal(signal.SIGUSR1, lambda *_: rss())
+    settings = service.Settings(
+        project=PROJECT, instance=INSTANCE, table=salted_id, buckets=BUCKETS
+    )
+    if hook:
+        patch_fanout_close()
+    app = service.create_app(settings, wrap_table=TrackingTable if hook else None)
+    uvicorn.Server(service.uvicorn_config(app, port=port, log_level="warning")).run()
+
+
+async def _hang_ups(port: int, clients: int, concurrency: int) -> int:
+    """``clients`` full-table scans that each read two NDJSON lines, then disconnect."""
+    import httpx
+
+    got = 0
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(http: httpx.AsyncClient) -> None:
+        nonlocal got
+        async with limit, http.stream("GET", "/scan", params={"prefix": ""}) as response:
+            lines = 0
+            async for _ in response.aiter_lines():
+                lines += 1
+                if lines == 2:
+                    break
+            got += lines == 2
+
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False
+    ) as http:
+        await asyncio.gather(*(one(http) for _ in range(clients)))
+    return got
+
+
+def _server_rss(pid: int) -> int:
+    os.kill(pid, signal_usr1())
+    time.sleep(1.0)
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+def signal_usr1() -> int:
+    import signal
+
+    return int(signal.SIGUSR1)
+
+
+def service_repro(salted_id: str, rounds: int, clients: int, hook: bool) -> list[int]:
+    """The server's RSS (after a trim) before and after each round of hang-ups."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, __file__, "--serve", str(port), "--tables", f"unused,{salted_id}"]
+    server = subprocess.Popen(command + (["--hook"] if hook else []))
+    try:
+        for _ in range(300):
+            if server.poll() is not None:
+                raise RuntimeError(f"the service exited with status {server.returncode}")
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/scan?prefix=none", trust_env=False)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        asyncio.run(_hang_ups(port, 100, 50))  # warm up
+        time.sleep(1.0)
+        sizes = [_server_rss(server.pid)]
+        for _ in range(rounds):
+            done = asyncio.run(_hang_ups(port, clients, 100))
+            if done != clients:
+                raise RuntimeError(f"only {done} of {clients} clients got two rows")
+            time.sleep(2.0)  # idle, as the issue measured
+            sizes.append(_server_rss(server.pid))
+        return sizes
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 # -- the parent: emulator, tables, one child per mode, a table of results ------------
@@ -286,7 +398,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--leaky-max", type=int, default=5000, help=f"most scans for {', '.join(LEAKY)}"
     )
+    parser.add_argument(
+        "--service",
+        action="store_true",
+        help="instead of the modes: the example service under rounds of clients that hang up",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="--service: rounds")
+    parser.add_argument("--clients", type=int, default=1000, help="--service: clients a round")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--hook", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tables", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     counts = [int(c) for c in ("0,500,2000" if args.quick else args.counts).split(",")]
@@ -294,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         table_id, salted_id = args.tables.split(",")
         asyncio.run(child(args.child, table_id, salted_id, counts))
+        return 0
+    if args.serve:
+        serve(args.serve, args.tables.split(",")[1], args.hook)
         return 0
 
     from saltedtable.testing import EMULATOR_HOST_ENV, create_table, delete_table, start_emulator
@@ -320,6 +444,17 @@ def main(argv: list[str] | None = None) -> int:
             f"grpcio {_version('grpcio')}, google-cloud-bigtable "
             f"{_version('google-cloud-bigtable')}, {args.rows} rows, counts {counts}"
         )
+        if args.service:
+            print(
+                f"examples/service.py server RSS (MB, after a trim): warm, then after each "
+                f"round of {args.clients} clients that read 2 lines and hang up"
+            )
+            for hook in (False, True):
+                sizes = service_repro(salted_id, args.rounds, args.clients, hook)
+                name = "fan-out stops reads" if hook else "this checkout"
+                print(f"{name:22} " + " ".join(_mb(x) for x in sizes), flush=True)
+                results.append({"service": name, "rss": sizes})
+            modes = []
         print(f"{'mode':22} " + " ".join(f"{c:>7}" for c in counts) + "   KB/scan")
         for mode in modes:
             mode_counts = [c for c in counts if mode not in LEAKY or c <= args.leaky_max]

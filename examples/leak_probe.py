@@ -225,7 +225,9 @@ def _patch_legacy_cancel() -> None:
 # -- the child: one mode, RSS at each count ------------------------------------------
 
 
-async def child(mode: str, table_id: str, salted_id: str, counts: list[int]) -> None:
+async def child(
+    mode: str, table_id: str, salted_id: str, counts: list[int], warmup: int = 200
+) -> None:
     """Run ``mode`` up to each count and print one JSON line per count."""
     import logging
 
@@ -245,7 +247,7 @@ async def child(mode: str, table_id: str, salted_id: str, counts: list[int]) -> 
         elif mode == "salted-rpc-first":
             patch_fanout_close()
         ctx = {"table": table, "salted": salted}
-        for _ in range(200):  # warm up: channel, pools, caches
+        for _ in range(warmup):  # warm up: channel, pools, caches
             await scan_once(mode, ctx)
         if mode == "stream-aclose":
             await asyncio.sleep(ACLOSE_ATTEMPT_TIMEOUT + 1)
@@ -363,7 +365,8 @@ def service_repro(salted_id: str, rounds: int, clients: int, hook: bool) -> list
 # -- the parent: emulator, tables, one child per mode, a table of results ------------
 
 
-def _load(address: str, table_id: str, salted_id: str, rows: int) -> None:
+def load_tables(table_id: str, salted_id: str, rows: int) -> None:
+    """Write ``rows`` rows of ~100 bytes into the plain table, and salted into the other."""
     from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry, SetCell
 
     from saltedtable import SaltedTableAsync, SaltScheme
@@ -406,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="--service: rounds")
     parser.add_argument("--clients", type=int, default=1000, help="--service: clients a round")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", type=int, default=200, help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--hook", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tables", help=argparse.SUPPRESS)
@@ -414,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.child:
         table_id, salted_id = args.tables.split(",")
-        asyncio.run(child(args.child, table_id, salted_id, counts))
+        asyncio.run(child(args.child, table_id, salted_id, counts, args.warmup))
         return 0
     if args.serve:
         serve(args.serve, args.tables.split(",")[1], args.hook)
@@ -439,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in (table_id, salted_id):
             create_table(address, name, ["cf"])
             stack.callback(delete_table, address, name, missing_ok=True)
-        _load(address, table_id, salted_id, args.rows)
+        load_tables(table_id, salted_id, args.rows)
         print(
             f"grpcio {_version('grpcio')}, google-cloud-bigtable "
             f"{_version('google-cloud-bigtable')}, {args.rows} rows, counts {counts}"

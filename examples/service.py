@@ -446,6 +446,10 @@ async def put_row(request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def _rows(request: Request) -> Response:
+    return await (put_row if request.method == "PUT" else get_row)(request)
+
+
 # -- errors ------------------------------------------------------------------------
 
 
@@ -516,8 +520,8 @@ def create_app(
 
     app = Starlette(
         routes=[
-            Route("/rows/{key:path}", get_row, methods=["GET"]),
-            Route("/rows/{key:path}", put_row, methods=["PUT"]),
+            # One route for both methods, so that a 405 lists both in Allow.
+            Route("/rows/{key:path}", _rows, methods=["GET", "PUT"]),
             Route("/scan", scan, methods=["GET"]),
         ],
         exception_handlers={

@@ -454,6 +454,7 @@ class Bad:
     says: str  # a fragment of the "error" text (case-insensitive)
     body: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    allow: str = ""  # a 405's Allow header
 
 
 def _cell(**fields: Any) -> bytes:
@@ -471,11 +472,11 @@ BAD_REQUESTS = [
     Bad("no-route", "GET", "/nope", 404, "not found"),
     Bad("rows-without-slash", "GET", "/rows", 404, "not found"),
     Bad("scan-trailing-slash", "GET", "/scan/?prefix=a", 404, "not found"),
-    Bad("post-rows", "POST", "/rows/k", 405, "method not allowed", body=_cell()),
-    Bad("delete-rows", "DELETE", "/rows/k", 405, "method not allowed"),
-    Bad("patch-scan", "PATCH", "/scan?prefix=a", 405, "method not allowed"),
-    Bad("options-rows", "OPTIONS", "/rows/k", 405, "method not allowed"),
-    Bad("put-scan", "PUT", "/scan?prefix=a", 405, "method not allowed", body=_cell()),
+    Bad("post-rows", "POST", "/rows/k", 405, "not allowed", body=_cell(), allow="GET, HEAD, PUT"),
+    Bad("delete-rows", "DELETE", "/rows/k", 405, "not allowed", allow="GET, HEAD, PUT"),
+    Bad("patch-scan", "PATCH", "/scan?prefix=a", 405, "not allowed", allow="GET, HEAD"),
+    Bad("options-rows", "OPTIONS", "/rows/k", 405, "not allowed", allow="GET, HEAD, PUT"),
+    Bad("put-scan", "PUT", "/scan?prefix=a", 405, "not allowed", body=_cell(), allow="GET, HEAD"),
     # row keys in the path
     Bad("empty-key-get", "GET", "/rows/", 400, "must not be empty"),
     Bad("empty-key-put", "PUT", "/rows/", 400, "must not be empty", body=_cell()),
@@ -731,8 +732,8 @@ def _mismatch(bad: Bad, response: httpx.Response) -> str | None:
         return f"status {response.status_code}, expected {bad.status}: {body}"
     if bad.says.lower() not in body["error"].lower():
         return f"error {body['error']!r} does not say {bad.says!r}"
-    if bad.status == 405 and "allow" not in response.headers:
-        return "a 405 without an Allow header"
+    if response.headers.get("allow", "") != bad.allow:
+        return f"Allow: {response.headers.get('allow')!r}, expected {bad.allow!r}"
     return None
 
 

@@ -892,6 +892,18 @@ async def test_a_bug_is_a_json_500(served: Served, caplog: pytest.LogCaptureFixt
     assert "a bug" in caplog.text
 
 
+def test_settings_read_the_families_from_the_environment() -> None:
+    """SALTEDTABLE_FAMILIES is a comma-separated list; a name Bigtable would refuse fails early."""
+    assert service.Settings.from_env({}).families == ("cf",)
+    assert service.Settings.from_env({"SALTEDTABLE_FAMILIES": "cf, meta"}).families == (
+        "cf",
+        "meta",
+    )
+    for bad in ("bad name", ",", "cf,ü"):
+        with pytest.raises(ValueError, match="SALTEDTABLE_FAMILIES"):
+            service.Settings.from_env({"SALTEDTABLE_FAMILIES": bad})
+
+
 # -- the response class on its own ---------------------------------------------------
 
 

@@ -68,6 +68,9 @@ BUCKETS: Final = 16
 PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 #: How long stream-aclose's abandoned RPCs may run (the client's attempt timeout).
 ACLOSE_ATTEMPT_TIMEOUT: Final = 5.0
+#: salted-rpc-first: how long pumps get to park by themselves (feed full) before
+#: their RPCs are cancelled (SALTEDTABLE_STOP_GRACE=0 to cancel at once).
+STOP_GRACE: Final = float(os.environ.get("SALTEDTABLE_STOP_GRACE", "0.02"))
 #: Modes that leak ~0.7 MB per scan stop at --leaky-max scans (20k would need ~15 GB).
 LEAKY: Final = ("salted-legacy", "salted")
 
@@ -208,7 +211,8 @@ def patch_fanout_close() -> None:
         streams = getattr(self, "_streams", None)
         if not self._closed and streams:
             self._closed = True  # the pumps' reads end now: not an error
-            await stop_reads([s for s in streams if s.ag_frame is not None])
+            open_streams = [s for s in streams if s.ag_frame is not None]
+            await stop_reads(open_streams, grace=STOP_GRACE)
         await aclose(self)
 
     _merge._Runner._supervise = supervise_tracked  # type: ignore[method-assign]
@@ -267,11 +271,19 @@ async def child(
         await salted.close()
 
 
+SERVICE_VARIANTS: Final = {
+    "legacy": "pre-fix stream ends",
+    "checkout": "this checkout",
+    "hook": "fan-out stops reads",
+}
+
+
 # -- the service: rounds of clients that read two lines and hang up ------------------
 
 
-def serve(port: int, salted_id: str, hook: bool) -> None:
+def serve(port: int, salted_id: str, variant: str) -> None:
     """Run examples/service.py over the salted table; SIGUSR1 collects garbage and trims."""
+    import logging
     import signal
 
     import uvicorn
@@ -280,12 +292,17 @@ def serve(port: int, salted_id: str, hook: bool) -> None:
     import service  # examples/service.py
 
     warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
+    # asyncio warns for every write to a socket whose client has hung up: that is the test.
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
     signal.signal(signal.SIGUSR1, lambda *_: rss())
     settings = service.Settings(
         project=PROJECT, instance=INSTANCE, table=salted_id, buckets=BUCKETS
     )
+    hook = variant == "hook"
     if hook:
         patch_fanout_close()
+    elif variant == "legacy":
+        _patch_legacy_cancel()
     app = service.create_app(settings, wrap_table=TrackingTable if hook else None)
     uvicorn.Server(service.uvicorn_config(app, port=port, log_level="warning")).run()
 
@@ -327,7 +344,7 @@ def signal_usr1() -> int:
     return int(signal.SIGUSR1)
 
 
-def service_repro(salted_id: str, rounds: int, clients: int, hook: bool) -> list[int]:
+def service_repro(salted_id: str, rounds: int, clients: int, variant: str) -> list[int]:
     """The server's RSS (after a trim) before and after each round of hang-ups."""
     import socket
 
@@ -337,7 +354,7 @@ def service_repro(salted_id: str, rounds: int, clients: int, hook: bool) -> list
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command = [sys.executable, __file__, "--serve", str(port), "--tables", f"unused,{salted_id}"]
-    server = subprocess.Popen(command + (["--hook"] if hook else []))
+    server = subprocess.Popen([*command, "--variant", variant])
     try:
         for _ in range(300):
             if server.poll() is not None:
@@ -411,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--warmup", type=int, default=200, help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--hook", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="checkout", help=argparse.SUPPRESS)
     parser.add_argument("--tables", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     counts = [int(c) for c in ("0,500,2000" if args.quick else args.counts).split(",")]
@@ -421,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(child(args.child, table_id, salted_id, counts, args.warmup))
         return 0
     if args.serve:
-        serve(args.serve, args.tables.split(",")[1], args.hook)
+        serve(args.serve, args.tables.split(",")[1], args.variant)
         return 0
 
     from saltedtable.testing import EMULATOR_HOST_ENV, create_table, delete_table, start_emulator
@@ -453,9 +470,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"examples/service.py server RSS (MB, after a trim): warm, then after each "
                 f"round of {args.clients} clients that read 2 lines and hang up"
             )
-            for hook in (False, True):
-                sizes = service_repro(salted_id, args.rounds, args.clients, hook)
-                name = "fan-out stops reads" if hook else "this checkout"
+            for variant, name in SERVICE_VARIANTS.items():
+                sizes = service_repro(salted_id, args.rounds, args.clients, variant)
                 print(f"{name:22} " + " ".join(_mb(x) for x in sizes), flush=True)
                 results.append({"service": name, "rss": sizes})
             modes = []

@@ -105,29 +105,41 @@ def cancel_rpc(stream: object) -> bool:
     return cancelled
 
 
-async def stop_reads(streams: Iterable[object], *, within: float = 1.0) -> None:
-    """Cancel the RPCs under ``streams`` and wait until no task waits inside any of them.
+async def stop_reads(streams: Iterable[object], *, grace: float = 0.0, within: float = 1.0) -> None:
+    """End the RPCs under ``streams``, which other tasks may be reading, without a leak.
 
     For a closer about to cancel the tasks that read ``streams`` (a fan-out's
-    pumps): cancelling a task while it waits in a stream leaks that receive
-    (see the module docstring); cancelling the RPC first makes each pending
-    receive complete, after which cancelling the readers leaks nothing. A
-    reader that got a last row and went on to wait elsewhere is no longer in
-    its stream, so this returns within a few loop turns.
+    pumps). Cancelling a task while it waits in a stream leaks that receive
+    (see the module docstring). Cancelling the RPC instead makes a pending
+    receive complete; when it completes with the cancellation, grpc.aio still
+    keeps its ``grpc_op`` array (about 100 bytes: grpc/grpc#43360 again). A
+    reader that leaves its stream by itself, to wait elsewhere, has no receive
+    in flight at all: a pump whose consumer is gone parks once its feed is full.
+    So this first waits up to ``grace`` for the readers to leave their streams,
+    then cancels every RPC, then waits up to ``within`` until no task is inside
+    a stream any more. Cancelling the readers afterwards leaks nothing.
 
     Args:
         streams: Open read streams (or wrappers of them), possibly being iterated.
-        within: The longest it waits (seconds) for the readers to leave their streams.
+        grace: How long (seconds) readers may take to leave their streams by
+            themselves before their RPCs are cancelled under them.
+        within: The longest it then waits (seconds) for them to leave.
     """
-    generators: list[types.AsyncGeneratorType[Any, Any]] = []
-    for stream in streams:
-        calls, chain = _walk(stream)
+    found = [_walk(stream) for stream in streams]
+    generators = [g for _, chain in found for g in chain]
+    if grace > 0:
+        await _until_left(generators, grace)
+    for calls, _ in found:
         for call in calls:
             if not call.done():
                 call.cancel()
-        generators += chain
-    deadline = time.monotonic() + within
-    pause = 0.0  # one loop turn first: the completions are usually already queued
+    await _until_left(generators, within)
+
+
+async def _until_left(generators: list[types.AsyncGeneratorType[Any, Any]], limit: float) -> None:
+    """Poll until no task is inside any of ``generators``, for ``limit`` seconds at most."""
+    deadline = time.monotonic() + limit
+    pause = 0.0  # one loop turn first: what ends them is usually already queued
     while any(g.ag_running for g in generators) and time.monotonic() < deadline:
         await asyncio.sleep(pause)
         pause = min(0.002, pause + 0.0005)

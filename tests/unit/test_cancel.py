@@ -297,3 +297,35 @@ async def test_stop_reads_gives_up_after_within() -> None:
     reader.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reader
+
+
+async def test_stop_reads_grace_lets_readers_park_before_any_call_is_cancelled() -> None:
+    """With a grace, a reader that gets its next row and parks is never cancelled mid-read."""
+    call = FakeCall()
+    stream = build(call, ["gen"], [])
+    parked = asyncio.Event()
+    seen: list[str] = []
+
+    async def read() -> None:
+        try:
+            async for _ in stream:
+                seen.append("row")
+                parked.set()
+                await asyncio.Event().wait()  # a full feed: the reader waits outside its stream
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    reader = asyncio.ensure_future(read())
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.01, call.messages.put_nowait, 1)  # the row the pending read waits for
+    started = loop.time()
+    await stop_reads([stream], grace=1.0)
+    assert parked.is_set()
+    assert loop.time() - started < 0.5  # it stopped waiting once nobody was in the stream
+    assert call.cancels == 1
+    assert seen == ["row"]  # its read completed with the row, not with the cancellation
+    reader.cancel()
+    await asyncio.wait([reader])
+    assert seen == ["row", "cancelled"]

@@ -6,10 +6,11 @@ Two ways to stop a client stream early are wrong for a long-running process:
   keeps streaming into the client until the attempt deadline (grpcio >= 1.83
   never collects the abandoned call either, grpc/grpc#43462).
 * Cancelling a task while it waits inside ``__anext__`` ends the RPC, but
-  grpc.aio then drops the batch of the pending receive without releasing it
-  (grpc/grpc#43360): the ``grpc_op`` array and, when a message lands after the
-  cancellation, its byte buffer, which pins the transport's read buffer with it.
-  That costs tens of kilobytes of native memory per stream, for good.
+  grpc.aio releases a receive's C resources only in the coroutine that awaited
+  it (grpc/grpc#43360). gRPC core still completes the batch, with the message
+  it already held for it; nobody frees the ``grpc_op`` array or that message,
+  whose buffer keeps the transport's read buffer alive. That costs tens of
+  kilobytes of native memory per stream, for good.
 
 A receive batch is only in flight while somebody awaits the stream. The stream's
 owner, between rows, has none in flight, so :func:`end_stream` cancels the gRPC
@@ -23,6 +24,9 @@ keeps it in a local of its innermost generator). When no call can be found,
 :func:`end_stream` falls back to cancelling a pending read, which ends the RPC
 at the cost of that leak; the unit and emulator tests pin the discovery for the
 installed client library so that a change there is seen.
+
+Streams that other tasks are reading (a fan-out's pumps, waiting for rows) need
+the RPC ended under them before those tasks are cancelled: :func:`stop_reads`.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ from grpc import aio
 __all__ = ["cancel_rpc", "end_stream", "find_calls", "stop_reads"]
 
 #: Objects looked at while searching a stream for its call. The client's chain
-#: (retry, row merger, chunk stream, error wrapper, metrics wrapper) is a few
-#: dozen; the bound keeps a stream that wraps something huge cheap to end.
+#: (retry, row merger, chunk stream, error and metrics wrappers: seven
+#: generators) takes about a hundred; the bound keeps a stream that wraps
+#: something huge cheap to end.
 _SEARCH_BUDGET: Final = 400
 
 

@@ -313,7 +313,11 @@ async def _read_body(request: Request, settings: Settings) -> bytes:
             raise _Refused(f"send the body as application/json (UTF-8), not {media!r}", 415)
     limit = settings.max_body_bytes
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if (
+        declared is not None
+        and declared.isdigit()
+        and (len(declared) > 18 or int(declared) > limit)
+    ):
         raise _Refused(f"the body is {declared} bytes; at most {limit} are accepted", 413)
     chunks: list[bytes] = []
     size = 0

@@ -40,6 +40,7 @@ from google.cloud.bigtable.data import (
 from google.cloud.bigtable.data.row import Cell, Row
 
 from saltedtable import SaltedTableAsync, SaltScheme, TableLike
+from saltedtable._cancel import find_calls
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table
 
 MakeTable = Callable[..., str]
@@ -74,13 +75,15 @@ class StreamRecord:
     """One ``read_rows_stream`` generator: its query, rows handed out, and how it ended.
 
     ``end`` is None while open, else ``exhausted`` (the server ended it), ``cancelled`` (a
-    pending read was cancelled), ``error``, ``closed`` (closed after its last row) or
-    ``abandoned`` (closed between rows while rows could remain, with no read cancelled).
+    pending read was cancelled, or the stream was closed between rows after its gRPC call
+    was cancelled, as ``end_stream`` does), ``error``, ``closed`` (closed after its last
+    row) or ``abandoned`` (closed between rows while its RPC could still be running).
     """
 
     query: ReadRowsQuery
     rows: int = 0
     end: str | None = None
+    calls: list[Any] = field(default_factory=list)  # the gRPC calls under the stream
 
 
 class ProbeTable:
@@ -139,11 +142,14 @@ class ProbeTable:
                     except StopAsyncIteration:
                         record.end = "exhausted"
                         return
+                    if not record.rows:
+                        record.calls = find_calls(inner)
                     record.rows += 1
                     yield row
             except GeneratorExit:
                 done = record.query.limit and record.rows >= record.query.limit
-                record.end = "closed" if done else "abandoned"
+                ended = record.calls and all(call.cancelled() for call in record.calls)
+                record.end = "closed" if done else "cancelled" if ended else "abandoned"
                 raise
             except anyio.get_cancelled_exc_class():
                 record.end = "cancelled"
@@ -732,8 +738,9 @@ def _mismatch(bad: Bad, response: httpx.Response) -> str | None:
         return f"status {response.status_code}, expected {bad.status}: {body}"
     if bad.says.lower() not in body["error"].lower():
         return f"error {body['error']!r} does not say {bad.says!r}"
-    if response.headers.get("allow", "") != bad.allow:
-        return f"Allow: {response.headers.get('allow')!r}, expected {bad.allow!r}"
+    allow = response.headers.get("allow", "")
+    if {m.strip() for m in allow.split(",")} != {m.strip() for m in bad.allow.split(",")}:
+        return f"Allow: {allow!r}, expected {bad.allow!r}"
     return None
 
 

@@ -43,6 +43,9 @@ PROBE_PATH = Path(__file__).resolve().parents[2] / "examples" / "leak_probe.py"
 #: Rows of the soak tables: enough that every bucket's stream of a 16-bucket scan is
 #: still receiving (past the HTTP/2 window) when it is stopped after two rows.
 SOAK_ROWS = 20_000
+#: Seconds that separate "ended now" from "left to run to its deadline" (20 s): a
+#: liveness bound with a wide margin (it takes well under a millisecond), not a benchmark.
+QUICK = 2.0
 #: RSS growth allowed over a soak; a leaking mode grows at least twice as much.
 FLAT = 8 * 2**20
 
@@ -87,7 +90,7 @@ async def test_end_stream_cancels_the_rpc_of_a_client_stream(
         assert not any(call.done() for call in calls)
         started = time.monotonic()
         await end_stream(stream)
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < QUICK
         assert all(call.cancelled() for call in calls)
         assert stream.ag_frame is None
     await asyncio.sleep(0.1)  # anything the client would log late
@@ -134,7 +137,7 @@ async def test_stop_reads_ends_a_read_that_another_task_waits_in(
     assert not stream.ag_running
     await asyncio.wait([reader], timeout=1)
     assert reader.done()
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < QUICK
     assert all(call.cancelled() for call in calls)
     assert reader.cancelled() or reader.exception() is None  # grpc's CancelledError, or the end
     await end_stream(stream)

@@ -10,10 +10,12 @@ A small Starlette app served by uvicorn. One ``BigtableDataClientAsync`` and one
 Keys are UTF-8 text in the URL (percent-encode ``#`` as ``%23``). In the JSON,
 every bytes field (``key``, ``qualifier``, ``value``) is text when it is valid
 UTF-8; otherwise it is named ``<field>_b64`` and holds base64. PUT takes the
-same two spellings. A scan that fails after rows were sent ends with an
-``{"error": ...}`` line and an aborted (unterminated) chunked response, so a
-client can never take a partial scan for a complete one. A client that hangs up
-mid-scan cancels every sub-scan at once.
+same two spellings. Every error is a JSON object ``{"error": "..."}`` with a 4xx
+(the request's fault: it changed nothing) or 5xx status; docs/service.md lists
+them. A scan that fails after rows were sent ends with an ``{"error": ...}``
+line and an aborted (unterminated) chunked response, so a client can never take
+a partial scan for a complete one. A client that hangs up mid-scan cancels every
+sub-scan at once.
 
 Run it against the local emulator (started and stopped around the service)::
 
@@ -23,6 +25,7 @@ or against Cloud Bigtable with the settings of ``examples/quickstart.py``::
 
     export SALTEDTABLE_PROJECT=my-project SALTEDTABLE_INSTANCE=my-instance
     export SALTEDTABLE_TABLE=quickstart SALTEDTABLE_BUCKETS=8  # the scheme of the data
+    export SALTEDTABLE_FAMILIES=cf        # the column families PUT may write
     python examples/service.py            # http://127.0.0.1:8080, PORT= to change
 
 It listens on 127.0.0.1 only: an example, with no authentication.
@@ -35,20 +38,24 @@ import binascii
 import json
 import os
 import re
+import urllib.parse
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, cast, final
+from typing import Any, Final, NoReturn, cast, final
 
-from google.api_core.exceptions import GoogleAPICallError
+import anyio
+from google.api_core.exceptions import DeadlineExceeded, GoogleAPICallError, InvalidArgument
 from google.cloud.bigtable.data import BigtableDataClientAsync, SetCell
 from google.cloud.bigtable.data.row import Row
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from saltedtable import (
     QueryPlanError,
@@ -58,11 +65,25 @@ from saltedtable import (
     TableLike,
 )
 
-__all__ = ["NDJSONRows", "ScanAborted", "Settings", "create_app", "main", "row_to_json"]
+__all__ = [
+    "JSONErrorH11Protocol",
+    "NDJSONRows",
+    "ScanAborted",
+    "Settings",
+    "create_app",
+    "main",
+    "row_to_json",
+    "uvicorn_config",
+]
 
 HOST: Final = "127.0.0.1"  # loopback only: this example has no authentication
 _INT64_MAX: Final = 2**63 - 1
 _POSITIVE_INT: Final = re.compile(r"[1-9][0-9]*")
+#: Bigtable's rule for column family names.
+_FAMILY_NAME: Final = re.compile(r"[-_.a-zA-Z0-9]{1,64}")
+_ROWS_PREFIX: Final = b"/rows/"
+_SCAN_PARAMS: Final = frozenset({"prefix", "limit", "ordered"})
+_CELL_FIELDS: Final = frozenset({"family", "qualifier", "qualifier_b64", "value", "value_b64"})
 
 TableWrapper = Callable[[TableLike], TableLike]
 
@@ -70,20 +91,30 @@ TableWrapper = Callable[[TableLike], TableLike]
 @final
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Where the table is and how its keys are salted."""
+    """Where the table is, how its keys are salted, and what a request may send."""
 
     project: str = "test-project"
     instance: str = "test-instance"
     table: str = "quickstart"
     buckets: int = 8
     hash: str = "crc32"
+    #: The column families PUT may write: the table's (Bigtable's own answer to
+    #: an unknown family cannot be told from other failures; see docs/service.md).
+    families: tuple[str, ...] = ("cf",)
+    #: The largest request body accepted (413 beyond).
+    max_body_bytes: int = 1024 * 1024
+    #: Seconds a client may take to send its body (408 beyond).
+    body_timeout: float = 10.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
-        """Read ``SALTEDTABLE_PROJECT``/``INSTANCE``/``TABLE``/``BUCKETS``/``HASH``.
+        """Read ``SALTEDTABLE_PROJECT``/``INSTANCE``/``TABLE``/``BUCKETS``/``HASH``/``FAMILIES``.
+
+        ``SALTEDTABLE_FAMILIES`` is comma-separated.
 
         Raises:
-            ValueError: ``SALTEDTABLE_BUCKETS`` is not an integer.
+            ValueError: ``SALTEDTABLE_BUCKETS`` is not an integer, or a family
+                name is not one Bigtable allows.
         """
         default = cls()
         buckets = environ.get("SALTEDTABLE_BUCKETS", str(default.buckets))
@@ -91,12 +122,18 @@ class Settings:
             bucket_count = int(buckets)
         except ValueError:
             raise ValueError(f"SALTEDTABLE_BUCKETS must be an integer, got {buckets!r}") from None
+        families = environ.get("SALTEDTABLE_FAMILIES", ",".join(default.families))
+        names = tuple(name.strip() for name in families.split(",") if name.strip())
+        bad = [name for name in names if not _FAMILY_NAME.fullmatch(name)]
+        if bad or not names:
+            raise ValueError(f"SALTEDTABLE_FAMILIES must name column families, got {families!r}")
         return cls(
             project=environ.get("SALTEDTABLE_PROJECT", default.project),
             instance=environ.get("SALTEDTABLE_INSTANCE", default.instance),
             table=environ.get("SALTEDTABLE_TABLE", default.table),
             buckets=bucket_count,
             hash=environ.get("SALTEDTABLE_HASH", default.hash),
+            families=names,
         )
 
     def scheme(self) -> SaltScheme:
@@ -139,29 +176,160 @@ def _line(row: Row) -> bytes:
     return json.dumps(row_to_json(row), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
+class _ErrorJSON(JSONResponse):
+    """An error body, ASCII-escaped: its message may quote client input, lone surrogates too."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
+    return _ErrorJSON({"error": message, **extra}, status_code=status)
 
 
-class _BadRequest(Exception):
-    """The request cannot be served as sent (answered with 400)."""
+class _Refused(Exception):
+    """The request cannot be served as sent: answered with ``status`` (a 4xx) and nothing done."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _text(value: object, name: str) -> str:
+    """``value`` as a string that is valid Unicode (JSON can carry lone surrogates)."""
+    if not isinstance(value, str):
+        raise _Refused(f"{name!r} must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Refused(
+            f"{name!r} is not valid Unicode (it holds a lone surrogate escape); "
+            f"send bytes that are not UTF-8 text as '{name}_b64'"
+        ) from None
+    return value
 
 
 def _take_bytes(body: Mapping[str, Any], name: str) -> bytes:
     """``name`` (UTF-8 text) or ``name_b64`` (base64): exactly one, as bytes."""
     text, b64 = body.get(name), body.get(f"{name}_b64")
     if (text is None) == (b64 is None):
-        raise _BadRequest(f"give exactly one of {name!r} (text) or '{name}_b64' (base64)")
+        raise _Refused(f"give exactly one of {name!r} (text) or '{name}_b64' (base64)")
     if text is not None:
-        if not isinstance(text, str):
-            raise _BadRequest(f"{name!r} must be a string")
-        return text.encode("utf-8")
-    if not isinstance(b64, str):
-        raise _BadRequest(f"'{name}_b64' must be a string")
+        return _text(text, name).encode("utf-8")
     try:
-        return base64.b64decode(b64, validate=True)
+        return base64.b64decode(_text(b64, f"{name}_b64"), validate=True)
     except binascii.Error:
-        raise _BadRequest(f"'{name}_b64' is not valid base64") from None
+        raise _Refused(f"'{name}_b64' is not valid base64") from None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out:
+            raise _Refused(f"the JSON body names {name!r} twice")
+        out[name] = value
+    return out
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise _Refused(f"the body is not JSON: {name} is not a JSON value")
+
+
+def _parse_json(raw: bytes) -> Any:
+    """Strict JSON: UTF-8, no duplicate names, no NaN/Infinity; nesting too deep is refused."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Refused("the body is not UTF-8 text") from None
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except RecursionError:
+        raise _Refused("the body is not a JSON object: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
+        raise _Refused(f"the body is not valid JSON: {exc}") from None
+
+
+# -- what the request carries --------------------------------------------------------
+
+
+def _query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
+    """The query parameters, decoded strictly as UTF-8; unknown or repeated ones refused."""
+    raw = cast(bytes, request.scope.get("query_string", b"")).decode("ascii", "replace")
+    try:
+        pairs = urllib.parse.parse_qsl(
+            raw, keep_blank_values=True, strict_parsing=bool(raw), errors="strict"
+        )
+    except UnicodeDecodeError:
+        raise _Refused("the query string is not UTF-8 once percent-decoded") from None
+    except ValueError:
+        raise _Refused(f"the query string is malformed: {raw!r}") from None
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise _Refused(f"unknown query parameter {name!r} (this route takes: {known})")
+        if name in params:
+            raise _Refused(f"the query parameter {name!r} is given more than once")
+        params[name] = value
+    return params
+
+
+def _row_key(request: Request) -> bytes:
+    """The row key of ``/rows/{key}``: the raw path's bytes, percent-decoded, UTF-8 checked.
+
+    Starlette's decoded path replaces bytes that are not UTF-8 (``%FF``) with
+    U+FFFD, which would write another row than the client named.
+    """
+    scope = request.scope
+    raw = scope.get("raw_path")
+    if raw is None:  # an ASGI server that does not send it: the decoded path is all there is
+        path = cast(str, scope["path"]).encode("utf-8", "surrogateescape")
+    else:
+        path = urllib.parse.unquote_to_bytes(cast(bytes, raw))
+    root = cast(str, scope.get("root_path", "")).encode("utf-8")
+    if path.startswith(root):
+        path = path[len(root) :]
+    if not path.startswith(_ROWS_PREFIX):
+        raise _Refused(f"the path must start with /rows/, got {path!r}")
+    key = path[len(_ROWS_PREFIX) :]
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Refused(f"row keys are UTF-8 text; the key in the path is not: {key!r}") from None
+    return key
+
+
+async def _read_body(request: Request, settings: Settings) -> bytes:
+    """The request body: JSON (or untyped), at most ``max_body_bytes``, within ``body_timeout``."""
+    media = request.headers.get("content-type")
+    if media is not None:
+        kind, _, params = media.partition(";")
+        kind = kind.strip().lower()
+        charset = re.search(r"charset\s*=\s*\"?([^\s\";]+)", params, re.IGNORECASE)
+        if not (kind == "application/json" or kind.endswith("+json")) or (
+            charset is not None and charset.group(1).lower() not in ("utf-8", "utf8")
+        ):
+            raise _Refused(f"send the body as application/json (UTF-8), not {media!r}", 415)
+    limit = settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if (
+        declared is not None
+        and declared.isdigit()
+        and (len(declared) > 18 or int(declared) > limit)
+    ):
+        raise _Refused(f"the body is {declared} bytes; at most {limit} are accepted", 413)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with anyio.fail_after(settings.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _Refused(f"the body is over {limit} bytes", 413)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise _Refused(f"the body did not arrive within {settings.body_timeout:g} s", 408) from None
+    return b"".join(chunks)
 
 
 # -- the streamed scan ------------------------------------------------------------
@@ -212,22 +380,25 @@ class NDJSONRows(StreamingResponse):
 
 
 def _positive_int(text: str, name: str) -> int:
-    if not _POSITIVE_INT.fullmatch(text) or int(text) > _INT64_MAX:
-        raise _BadRequest(f"{name} must be a positive integer, got {text!r}")
+    # The length first: int() refuses strings of more than 4300 digits.
+    if len(text) > 19 or not _POSITIVE_INT.fullmatch(text) or int(text) > _INT64_MAX:
+        raise _Refused(f"{name} must be a positive integer, got {text!r}")
     return int(text)
 
 
 async def scan(request: Request) -> Response:
     """``GET /scan?prefix=P&limit=N&ordered=true|false``: the rows under ``P`` as NDJSON."""
     table: SaltedTableAsync = request.state.table
-    params = request.query_params
+    params = _query(request, _SCAN_PARAMS)
     if "prefix" not in params:
-        raise _BadRequest("the query parameter 'prefix' is required ('prefix=' scans everything)")
+        raise _Refused("the query parameter 'prefix' is required ('prefix=' scans everything)")
     prefix = params["prefix"].encode("utf-8")
     limit = None if "limit" not in params else _positive_int(params["limit"], "limit")
     ordered_text = params.get("ordered", "true").lower()
     if ordered_text not in ("true", "false"):
-        raise _BadRequest(f"ordered must be true or false, got {params['ordered']!r}")
+        raise _Refused(f"ordered must be true or false, got {params['ordered']!r}")
+    if request.method == "HEAD":
+        return Response(media_type=NDJSONRows.media_type)  # the headers, without a scan
     # Planning happens in read_prefix: a key or range the scheme cannot take
     # raises here, before any status is sent (answered with 400 below).
     rows = table.read_prefix(prefix, limit=limit, ordered=ordered_text == "true")
@@ -246,41 +417,76 @@ async def scan(request: Request) -> Response:
 async def get_row(request: Request) -> Response:
     """``GET /rows/{key}``: the row as JSON, or 404."""
     table: SaltedTableAsync = request.state.table
-    key: str = request.path_params["key"]
-    row = await table.read_row(key.encode("utf-8"))
+    _query(request, frozenset())
+    key = _row_key(request)
+    row = await table.read_row(key)
     if row is None:
-        return _error(404, "row not found", key=key)
+        return _error(404, "row not found", key=key.decode("utf-8"))
     return JSONResponse(row_to_json(row))
 
 
 async def put_row(request: Request) -> Response:
     """``PUT /rows/{key}`` with ``{"family", "qualifier", "value"}``: write one cell (204)."""
     table: SaltedTableAsync = request.state.table
-    key: str = request.path_params["key"]
-    try:
-        body = await request.json()
-    except (ValueError, UnicodeDecodeError):
-        raise _BadRequest("the body must be a JSON object") from None
+    settings: Settings = request.state.settings
+    _query(request, frozenset())
+    key = _row_key(request)
+    body = _parse_json(await _read_body(request, settings))
     if not isinstance(body, dict):
-        raise _BadRequest("the body must be a JSON object")
+        raise _Refused("the body must be a JSON object")
+    unknown = sorted(set(body) - _CELL_FIELDS)
+    if unknown:
+        raise _Refused(f"unknown fields {unknown} (a cell has: {', '.join(sorted(_CELL_FIELDS))})")
     family = body.get("family")
     if not isinstance(family, str) or not family:
-        raise _BadRequest("'family' must be a non-empty string")
+        raise _Refused("'family' must be a non-empty string")
+    if family not in settings.families:
+        raise _Refused(
+            f"unknown column family {family!r}; this table has: {', '.join(settings.families)}"
+        )
     cell = SetCell(family, _take_bytes(body, "qualifier"), _take_bytes(body, "value"))
-    await table.mutate_row(key.encode("utf-8"), cell)
+    await table.mutate_row(key, cell)
     return Response(status_code=204)
+
+
+async def _rows(request: Request) -> Response:
+    return await (put_row if request.method == "PUT" else get_row)(request)
 
 
 # -- errors ------------------------------------------------------------------------
 
 
-async def _bad_request(request: Request, exc: Exception) -> Response:
-    return _error(400, str(exc))
+async def _refused(request: Request, exc: Exception) -> Response:
+    return _error(exc.status if isinstance(exc, _Refused) else 400, str(exc))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Starlette's own answers (no such route: 404, wrong method: 405) as JSON.
+    assert isinstance(exc, HTTPException)
+    return _ErrorJSON({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _disconnected(request: Request, exc: Exception) -> Response:
+    # The client left while sending its body: nobody reads this answer.
+    return _error(400, "the client disconnected before its body arrived")
+
+
+def _upstream_status(exc: BaseException) -> int:
+    if isinstance(exc, DeadlineExceeded | TimeoutError):
+        return 504
+    if isinstance(exc, InvalidArgument):
+        return 400  # Bigtable refused the request itself (it came from the client's input)
+    return 502
 
 
 async def _upstream_error(request: Request, exc: Exception) -> Response:
     # Bigtable failed (after the client's retries), or one bucket of a scan did.
-    return _error(502, str(exc), type=type(exc).__name__)
+    return _error(_upstream_status(exc), str(exc), type=type(exc).__name__)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    # A bug: the traceback goes to the log (Starlette re-raises), not to the client.
+    return _error(500, "internal error", type=type(exc).__name__)
 
 
 # -- the app -----------------------------------------------------------------------
@@ -292,7 +498,7 @@ def create_app(
     """Build the service.
 
     Args:
-        settings: Table and scheme; :meth:`Settings.from_env` when None.
+        settings: Table, scheme and request limits; :meth:`Settings.from_env` when None.
         wrap_table: Wraps the Bigtable table before it is salted (a seam for
             instrumentation and tests: anything implementing ``TableLike``).
 
@@ -312,22 +518,70 @@ def create_app(
             if wrap_table is not None:
                 raw = wrap_table(raw)
             table = await stack.enter_async_context(SaltedTableAsync(raw, scheme))
-            yield {"table": table}
+            yield {"table": table, "settings": config}
 
-    return Starlette(
+    app = Starlette(
         routes=[
-            Route("/rows/{key:path}", get_row, methods=["GET"]),
-            Route("/rows/{key:path}", put_row, methods=["PUT"]),
+            # One route for both methods, so that a 405 lists both in Allow.
+            Route("/rows/{key:path}", _rows, methods=["GET", "PUT"]),
             Route("/scan", scan, methods=["GET"]),
         ],
         exception_handlers={
-            _BadRequest: _bad_request,
-            RowKeyError: _bad_request,
-            QueryPlanError: _bad_request,
+            _Refused: _refused,
+            RowKeyError: _refused,
+            QueryPlanError: _refused,
+            ClientDisconnect: _disconnected,
+            HTTPException: _http_error,
             GoogleAPICallError: _upstream_error,
+            TimeoutError: _upstream_error,
+            Exception: _internal_error,
         },
         lifespan=lifespan,
     )
+    # "/scan/" is not "/scan": a JSON 404, not a redirect.
+    app.router.redirect_slashes = False
+    return app
+
+
+class JSONErrorH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, answering a request it cannot parse with a JSON 400.
+
+    uvicorn answers such requests itself, before any application runs, in
+    plain text; this override of ``send_400_response`` keeps every error of the
+    service JSON (see docs/service.md for the answers no application can shape).
+    """
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer an unparseable request with ``{"error": ...}`` and close the connection."""
+        import h11
+
+        body = json.dumps({"error": f"invalid HTTP request: {msg}"}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+
+
+def uvicorn_config(app: Starlette, *, port: int, **options: Any) -> Any:
+    """The uvicorn configuration the service runs with (``options`` override it)."""
+    import uvicorn
+
+    settings: dict[str, Any] = {
+        "host": HOST,
+        "port": port,
+        "http": JSONErrorH11Protocol,
+        "ws": "none",
+    }
+    settings.update(options)
+    return uvicorn.Config(app, **settings)
 
 
 def main() -> None:
@@ -338,7 +592,7 @@ def main() -> None:
         # The client warns that it talks to an emulator; that is the point here.
         warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
     port = int(os.environ.get("PORT", "8080"))
-    uvicorn.run(create_app(), host=HOST, port=port)
+    uvicorn.Server(uvicorn_config(create_app(), port=port)).run()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import AsyncGenerator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, final
 
 import anyio
@@ -500,6 +500,11 @@ class Merge(MergeCore[T]):
             it wakes the consumer, unless its request ends or ``wake_delay``
             seconds pass first.
         wake_delay: See ``wake_batch``.
+        stop_requests: Ends the requests running now without cancelling the
+            tasks that run them; each source's request then returns by itself.
+            Awaited before the producers are cancelled (closing the merge
+            early, or another source failed): a task cancelled while it waits
+            for a gRPC message leaks memory in grpc.aio (see :mod:`._cancel`).
     """
 
     def __init__(
@@ -512,6 +517,7 @@ class Merge(MergeCore[T]):
         row_bytes: int = DEFAULT_ROW_BYTES,
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
+        stop_requests: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(
             len(sources),
@@ -523,6 +529,7 @@ class Merge(MergeCore[T]):
             wake_delay=wake_delay,
         )
         self._sources = list(sources)
+        self._stop_requests = stop_requests
         self._waiter: asyncio.Future[None] | None = None
         self._scope = anyio.CancelScope()
         self._task: asyncio.Task[None] | None = None
@@ -579,6 +586,7 @@ class Merge(MergeCore[T]):
         if self._live:
             # (Only while a producer runs: cancelling formats the task's repr,
             # which costs more than a small read's merge.)
+            await self._end_requests()
             self._scope.cancel()
         with anyio.CancelScope(shield=True):
             if self._task is not None:
@@ -631,6 +639,9 @@ class Merge(MergeCore[T]):
         except Exception as exc:
             if self._error is None:
                 self._error = exc
+            # The task group cancels the other producers next: end their requests first.
+            self._stopping = True
+            await self._end_requests()
             raise
         except BaseException:
             # Cancelled, and not by aclose() or another source's failure: the
@@ -640,6 +651,11 @@ class Merge(MergeCore[T]):
             raise
         finally:
             self._source_done(feed)
+
+    async def _end_requests(self) -> None:
+        if self._stop_requests is not None:
+            with anyio.CancelScope(shield=True):
+                await self._stop_requests()
 
     def _supervisor_done(self, task: asyncio.Task[None]) -> None:
         # Normally _supervise has already reported its end. A supervisor

@@ -11,10 +11,13 @@ runs to its end without waiting for the caller: it holds a concurrency slot
 (``max_concurrent_subscans``) only while it runs, and the waiting between
 requests happens outside any RPC.
 
-Leaving a ``read_rows_stream`` early does not cancel its RPC; cancelling a
-read that waits for its next row does. A request cancelled (the caller left,
-or another sub-scan failed) ends its stream that way
-(:func:`_cancel_stream`) before it lets go of it.
+Leaving a ``read_rows_stream`` early does not cancel its RPC, and cancelling
+a task while it waits for the stream's next row leaks memory in grpc.aio (see
+:mod:`._cancel`). So a read that ends early (the caller left, or another
+sub-scan failed) first ends the requests still running without cancelling the
+tasks that read them (:meth:`ReadCall.stop_requests`): each reader stops at
+its next row, and only then are the producers cancelled. A request that
+stops for any other reason ends its own stream (:func:`~._cancel.end_stream`).
 
 Errors keep the client's types: a failing sub-scan raises the client's own
 exception, with a note naming the bucket, its range and where it stopped,
@@ -36,6 +39,7 @@ from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.row import Row
 
+from ._cancel import end_stream, stop_reads
 from ._merge import Feed, Merge, MergeCore, Sent
 from ._plan import PageCursor, ReadPlan, SubQuery
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
@@ -109,6 +113,8 @@ class BucketSource:
         "_read_rows_stream",
         "_stray",
         "_timeouts",
+        "stopped",
+        "stream",
         "sub",
     )
 
@@ -133,6 +139,10 @@ class BucketSource:
         self._bstats = bstats
         #: Says which (logical) keys to leave out (cutoff layouts).
         self._stray = stray
+        #: The stream of the request running now, if any.
+        self.stream: Any = None
+        #: The read is ending: no new request, and the one running was ended on purpose.
+        self.stopped = False
 
     async def __call__(self, size: int, feed: Feed[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``.
@@ -141,7 +151,7 @@ class BucketSource:
         it and the stream each time a row arrives.)
         """
         query = self._cursor.next_query(size)
-        if query is None:
+        if query is None or self.stopped:
             return Sent(0, False)
         stats = self._bstats
         token = None if stats is None else current_bucket().set(stats)
@@ -179,11 +189,15 @@ class BucketSource:
         stream = None
         complete = False
         try:
-            stream = await self._read_rows_stream(
+            stream = self.stream = await self._read_rows_stream(
                 query, **request_timeouts(self._deadline, self._timeouts)
             )
+            if self.stopped:  # (stopped while the request was being made)
+                return Sent(0, False)
             # The hot loop: the bare client loop, the relabelling, a length check.
             async for row in stream:
+                if self.stopped:
+                    break  # between rows: end_stream below cancels the RPC, nothing leaks
                 key = row.row_key[cut:]
                 row.row_key = key
                 for cell in row.cells:
@@ -201,10 +215,17 @@ class BucketSource:
                 pushed += 1
                 if len(keys) >= feed.wake_at:
                     feed.wake()
-            complete = True
+            else:
+                complete = True
+        except asyncio.CancelledError:
+            if not self.stopped or _cancel_requested():
+                raise
+            # ReadCall.stop_requests cancelled the RPC under this read (grpc.aio
+            # raises CancelledError in the task waiting for its next message).
         except Exception as exc:
             raise self._annotate(exc, key) from None
         finally:
+            self.stream = None
             if stats is not None:
                 count_request(stats, time.monotonic() - started)
             if stream is not None:
@@ -213,7 +234,9 @@ class BucketSource:
                         await stream.aclose()
                     else:
                         # A failure or a cancellation: make sure the RPC ends too.
-                        await _cancel_stream(stream)
+                        await end_stream(stream)
+        if not complete:  # stopped: the read is ending
+            return Sent(pushed, False)
         # A full request may have more after its last row; a short one ends its window.
         self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
         return Sent(pushed, not self._cursor.done)
@@ -342,30 +365,10 @@ def count_request(stats: BucketStats, took: float) -> None:
         stats.first_page_seconds = took
 
 
-async def _drain_until_waiting(entered: asyncio.Event, stream: AsyncGenerator[Row, None]) -> None:
-    entered.set()  # wakes the canceller only once this task waits or ends
-    async for _ in stream:
-        pass
-
-
-async def _cancel_stream(stream: AsyncGenerator[Row, None]) -> None:
-    """End an open ``read_rows_stream`` so that its RPC is cancelled, then close it.
-
-    ``aclose()`` alone does not cancel the RPC of a stream that is not waiting
-    for a row; a read cancelled while it waits does. The stream may first hand
-    out rows it has already received without waiting, so a task drains those
-    until it has to wait (or the stream ends), and is cancelled there.
-    """
-    entered = asyncio.Event()
-    task = asyncio.get_running_loop().create_task(_drain_until_waiting(entered, stream))
-    await entered.wait()
-    # The task has now either finished or is suspended inside the stream (its
-    # only await): cancelling it cancels the request.
-    task.cancel()
-    await asyncio.wait([task])
-    if not task.cancelled():
-        task.exception()  # retrieved: the stream had ended or failed on its own
-    await stream.aclose()
+def _cancel_requested() -> bool:
+    """Whether the running task was asked to cancel (not just handed a CancelledError)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 @final
@@ -389,7 +392,7 @@ class ReadCall:
             key time puts it on the legacy side, such as a backfilled copy).
     """
 
-    __slots__ = ("_guard", "_hook", "_merge", "_stats", "_stray")
+    __slots__ = ("_guard", "_hook", "_merge", "_sources", "_stats", "_stray")
 
     def __init__(
         self,
@@ -425,13 +428,37 @@ class ReadCall:
             )
             for sub in plan.subqueries
         ]
-        self._merge = Merge(sources, ordered=ordered, limit=plan.limit, budget=budget)
+        self._sources = sources
+        self._merge = Merge(
+            sources,
+            ordered=ordered,
+            limit=plan.limit,
+            budget=budget,
+            stop_requests=self.stop_requests,
+        )
         if stats is not None:
             stats.operation = operation
             stats.strategy = describe_read(plan, budget, ordered)
         self._stats = stats
         self._hook = hook
         self._guard = guard
+
+    async def stop_requests(self) -> None:
+        """End the requests running now without cancelling their readers; start no new ones.
+
+        Each reader stops at its next row and ends its stream between rows,
+        where no receive is in flight (nothing leaks); a reader that no row
+        reaches within :data:`~._cancel.STOP_GRACE` has its RPC cancelled under
+        it and leaves too. Only then does the merge cancel the producers. Returns
+        once every reader has left, or about a second later at most.
+        """
+        streams = []
+        for source in self._sources:
+            source.stopped = True
+            if source.stream is not None:
+                streams.append(source.stream)
+        if streams:
+            await stop_reads(streams)
 
     async def collect(self) -> list[Row]:
         """Every row of the read, in a list."""

@@ -12,7 +12,8 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 
-from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan, _reader
+from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan
+from saltedtable._cancel import end_stream
 from tests.fakes import FakeTable
 
 KEYS = [b"k%05d" % i for i in range(400)]
@@ -129,7 +130,7 @@ async def test_waiting_for_a_slot_past_the_deadline_is_deadline_exceeded() -> No
         table.limiter.release()
 
 
-async def test_cancel_stream_cancels_past_rows_already_received() -> None:
+async def test_end_stream_without_a_call_cancels_past_rows_already_received() -> None:
     """A stream holding many received rows is still cancelled while it waits, not abandoned."""
     ended: list[str] = []
 
@@ -150,11 +151,11 @@ async def test_cancel_stream_cancels_past_rows_already_received() -> None:
     rows = stream()
     await anext(rows)
     with anyio.fail_after(5):
-        await _reader._cancel_stream(rows)
+        await end_stream(rows)
     assert ended == ["cancelled"]
 
 
-async def test_cancel_stream_of_a_finished_or_failed_stream_just_closes_it() -> None:
+async def test_end_stream_of_a_finished_or_failed_plain_stream_just_closes_it() -> None:
     """A stream that already ended (or failed) is closed without a task left behind."""
 
     async def finished() -> AsyncGenerator[Row, None]:
@@ -168,7 +169,7 @@ async def test_cancel_stream_of_a_finished_or_failed_stream_just_closes_it() -> 
         rows = make()
         await anext(rows)
         with anyio.fail_after(5):
-            await _reader._cancel_stream(rows)
+            await end_stream(rows)
         with pytest.raises(StopAsyncIteration):
             await anext(rows)
 

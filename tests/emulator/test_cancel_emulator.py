@@ -1,0 +1,213 @@
+"""end_stream and stop_reads on real client streams, and the memory soak of issue 18.
+
+The functional tests pin what end_stream relies on in the installed client library (the
+gRPC call is found under ``read_rows_stream``) and what it must guarantee (the RPC has
+ended when it returns, quickly, with no warning from the client's metrics).
+
+The soaks run ``examples/leak_probe.py`` modes in a child process each (its RSS after
+``malloc_trim``, not this process's), against the session's emulator:
+
+* ``stream-end`` must stay flat: end_stream leaks nothing per stream;
+* ``stream-task-cancel`` is a canary: it still leaks while grpc/grpc#43360 is open. When
+  it stops leaking, grpcio has released the fix: pin that version and simplify;
+* ``salted`` (the fan-out, which ends its requests' RPCs before it cancels their readers)
+  must stay flat; ``salted-task-cancel`` (the fan-out with that step patched out) shows
+  that the soak does see the leak it guards against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import logging
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data.mutations import SetCell
+
+from saltedtable._cancel import end_stream, find_calls, stop_reads
+from saltedtable.testing import INSTANCE, Emulator, create_table, delete_table
+
+MakeTable = Any
+
+PROBE_PATH = Path(__file__).resolve().parents[2] / "examples" / "leak_probe.py"
+#: Rows of the soak tables: enough that every bucket's stream of a 16-bucket scan is
+#: still receiving (past the HTTP/2 window) when it is stopped after two rows.
+SOAK_ROWS = 20_000
+#: Seconds that separate "ended now" from "left to run to its deadline" (20 s): a
+#: liveness bound with a wide margin (it takes well under a millisecond), not a benchmark.
+QUICK = 2.0
+#: RSS growth allowed over a soak (flat modes stay within about 2 MB); the leaking modes
+#: grow more than that: cancelled client reads ~15-20 MB, salted fan-outs ~50 MB.
+FLAT = 8 * 2**20
+
+
+def _load_probe() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("saltedtable_leak_probe", PROBE_PATH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+probe = _load_probe()
+
+
+async def _fill(data_client: BigtableDataClientAsync, table_id: str, rows: int) -> None:
+    table = data_client.get_table(INSTANCE, table_id)
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(b"r%06d" % i, SetCell("cf", b"q", b"v" * 100)) for i in range(rows)]
+    )
+    await table.close()
+
+
+# -- end_stream and stop_reads on client streams ---------------------------------------
+
+
+async def test_end_stream_cancels_the_rpc_of_a_client_stream(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Mid-scan: the call under read_rows_stream is found, cancelled and the stream closed, fast."""
+    table_id = make_table()
+    await _fill(data_client, table_id, 3000)
+    table = data_client.get_table(INSTANCE, table_id)
+    for _ in range(3):
+        stream = await table.read_rows_stream(ReadRowsQuery())
+        await anext(stream)
+        await anext(stream)
+        calls = find_calls(stream)
+        assert len(calls) >= 1, "the client library no longer keeps its call where we look"
+        assert not any(call.done() for call in calls)
+        started = time.monotonic()
+        await end_stream(stream)
+        assert time.monotonic() - started < QUICK
+        assert all(call.cancelled() for call in calls)
+        assert stream.ag_frame is None
+    await asyncio.sleep(0.1)  # anything the client would log late
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def test_end_stream_of_a_stream_that_ended_or_never_started(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """A stream read to its end, or never iterated, is closed without an error."""
+    table_id = make_table()
+    await _fill(data_client, table_id, 5)
+    table = data_client.get_table(INSTANCE, table_id)
+    whole = await table.read_rows_stream(ReadRowsQuery())
+    assert len([row async for row in whole]) == 5
+    await end_stream(whole)
+    fresh = await table.read_rows_stream(ReadRowsQuery())
+    await end_stream(fresh)
+    assert fresh.ag_frame is None
+
+
+async def test_stop_reads_ends_a_read_that_another_task_waits_in(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """stop_reads cancels the call; the reading task leaves its pending read by itself, fast."""
+    table_id = make_table()
+    await _fill(data_client, table_id, 3000)
+    table = data_client.get_table(INSTANCE, table_id)
+    stream = await table.read_rows_stream(ReadRowsQuery())
+    reading = asyncio.Event()
+
+    async def drain() -> None:
+        rows = 0
+        async for _ in stream:
+            rows += 1
+            if rows == 2:
+                reading.set()  # it goes on reading: most of the time it waits in the stream
+
+    reader = asyncio.ensure_future(drain())
+    await reading.wait()
+    calls = find_calls(stream)
+    started = time.monotonic()
+    await stop_reads([stream])
+    assert not stream.ag_running
+    await asyncio.wait([reader], timeout=1)
+    assert reader.done()
+    assert time.monotonic() - started < QUICK
+    assert all(call.cancelled() for call in calls)
+    assert reader.cancelled() or reader.exception() is None  # grpc's CancelledError, or the end
+    await end_stream(stream)
+
+
+# -- the soak ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def soak_tables(emulator: Emulator) -> Iterator[tuple[str, str]]:
+    """A plain and a 16-bucket salted table of SOAK_ROWS rows, shared by the soaks."""
+    suffix = uuid.uuid4().hex[:8]
+    names = (f"soak-{suffix}", f"soak-salted-{suffix}")
+    for name in names:
+        create_table(emulator.address, name, ["cf"])
+    try:
+        probe.load_tables(*names, SOAK_ROWS)
+        yield names
+    finally:
+        for name in names:
+            delete_table(emulator.address, name, missing_ok=True)
+
+
+def _growth(tables: tuple[str, str], mode: str, scans: int, warmup: int) -> int:
+    """RSS growth (bytes) of a fresh process over ``scans`` scans stopped the ``mode`` way."""
+    command = [
+        sys.executable,
+        str(PROBE_PATH),
+        "--child",
+        mode,
+        "--tables",
+        ",".join(tables),
+        "--counts",
+        f"0,{scans}",
+        "--warmup",
+        str(warmup),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, last = (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    return int(last["rss"] - first["rss"])
+
+
+def test_soak_streams_ended_by_end_stream_stay_flat(soak_tables: tuple[str, str]) -> None:
+    """500 client streams ended mid-receive by end_stream: RSS within FLAT (a leak: ~20 MB)."""
+    growth = _growth(soak_tables, "stream-end", 500, 100)
+    assert growth < FLAT, f"RSS grew {growth / 2**20:.1f} MB over 500 ended streams"
+
+
+def test_soak_canary_grpcio_still_leaks_a_cancelled_receive(soak_tables: tuple[str, str]) -> None:
+    """Cancelling a pending read still leaks (grpc/grpc#43360); when this fails, grpcio is fixed."""
+    growth = _growth(soak_tables, "stream-task-cancel", 500, 100)
+    assert growth > FLAT, (
+        f"500 reads cancelled while receiving grew RSS by only {growth / 2**20:.1f} MB: "
+        "this grpcio no longer leaks them (grpc/grpc#43360). Require it, and end_stream "
+        "can fall back to plain cancellation."
+    )
+
+
+def test_soak_salted_scans_left_early_stay_flat(soak_tables: tuple[str, str]) -> None:
+    """60 16-bucket scans left after two rows: RSS within FLAT."""
+    growth = _growth(soak_tables, "salted", 60, 20)
+    assert growth < FLAT, f"RSS grew {growth / 2**20:.1f} MB over 60 salted scans left early"
+
+
+def test_soak_fanout_that_cancels_its_readers_leaks(soak_tables: tuple[str, str]) -> None:
+    """The same scans with the merge's stop_requests patched out grow RSS past 2 x FLAT."""
+    growth = _growth(soak_tables, "salted-task-cancel", 60, 20)
+    assert growth > 2 * FLAT, (
+        f"60 fan-outs that cancel readers mid-receive grew RSS by only {growth / 2**20:.1f} MB: "
+        "grpc/grpc#43360 may be fixed in this grpcio (see the canary above)"
+    )

@@ -22,10 +22,13 @@ from collections.abc import Generator, Sequence
 from typing import Any, Final
 
 import anyio
+from google.api_core.exceptions import FailedPrecondition
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
 from google.cloud.bigtable.data.row_filters import (
+    CellsColumnLimitFilter,
     CellsRowLimitFilter,
+    ColumnQualifierRegexFilter,
     RowFilterChain,
     StripValueTransformerFilter,
 )
@@ -47,8 +50,10 @@ from ._record import (
     record_of_row,
 )
 from ._salt import prefix_end
+from ._timeouts import GuardTime, guard_timeouts
 
 __all__ = [
+    "RECORD_ONLY",
     "SCHEME_QUALIFIER",
     "SCHEME_ROW_KEY",
     "GuardCore",
@@ -62,11 +67,23 @@ __all__ = [
     "layout_differences",
     "layout_offenders",
     "open_differences",
+    "operation_only",
     "record_of_row",
 ]
 
+
+def operation_only(timeouts: dict[str, float]) -> dict[str, float]:
+    # check_and_mutate_row takes an operation timeout only.
+    return {k: v for k, v in timeouts.items() if k == "operation_timeout"}
+
+
 _log = logging.getLogger("saltedtable.guard")
 
+
+#: The record's own cell, latest version only.
+RECORD_ONLY: Final = RowFilterChain(
+    [ColumnQualifierRegexFilter(SCHEME_QUALIFIER), CellsColumnLimitFilter(1)]
+)
 
 #: Keys only: what the layout sampling needs of each row.
 KEYS_ONLY: Final = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
@@ -131,8 +148,23 @@ def layout_error(layout: Layout, offenders: Sequence[str]) -> LayoutError:
     )
 
 
+def _fresh(error: BaseException) -> BaseException:
+    """A copy of a refusal to raise again (one object raised many times grows its traceback)."""
+    copy = type(error).__new__(type(error), *error.args)
+    copy.__dict__.update(error.__dict__)
+    return copy
+
+
 class GuardCore:
     """The guard's state and decisions for one table object, without I/O.
+
+    The state is one of ``"off"`` (the guard is switched off, or the table
+    cannot hold a record), ``"unread"`` (no operation has read the record
+    yet), ``"absent"`` (the table has no record), ``"agrees"`` or
+    ``"refused"`` (the stored record differs: every operation raises a copy
+    of the refusal). An operation asks :meth:`_pending` whether it must do
+    I/O first, and again after taking the driver's lock, so that operations
+    waiting for another's check see its outcome (a refusal included).
 
     The drivers (:class:`TableGuard` here, ``SyncTableGuard`` in ``_sync``)
     run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
@@ -150,11 +182,10 @@ class GuardCore:
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
         self._storable = not layout.scheme.has_prefix(SCHEME_ROW_KEY)
-        self._enabled = enabled and self._storable
+        self._state = "unread" if enabled and self._storable else "off"
         self._stored: dict[str, Any] | None = None
-        self._checked = False
-        self._settled = not self._enabled  # a record is known to agree (or the guard is off)
         self._error: BaseException | None = None
+        self._warned_plain_store = False
 
     @property
     def record(self) -> dict[str, Any]:
@@ -166,17 +197,22 @@ class GuardCore:
         """The record found in the table by the last check (None: none, or not read yet)."""
         return self._stored
 
-    def _needs_check(self) -> bool:
-        """Whether an operation must read the record first (raises a refusal already made)."""
-        if self._settled:
-            return False
-        if self._error is not None:
-            raise self._error
-        return not self._checked
+    @property
+    def checked(self) -> bool:
+        """Whether the record was read (or the guard is off)."""
+        return self._state != "unread"
 
-    def _needs_store(self, family: str | None) -> bool:
-        """Whether a write naming ``family`` must store the record first."""
-        return not self._settled and family is not None and self._error is None
+    def _pending(self, family: str | None) -> bool:
+        """Whether an operation (a write naming ``family``, or None) must do I/O first.
+
+        Raises:
+            SchemeMismatchError: A copy of the refusal an earlier check made.
+        """
+        state = self._state
+        if state == "refused":
+            assert self._error is not None
+            raise _fresh(self._error)
+        return state == "unread" or (state == "absent" and family is not None)
 
     def _refuse_unstorable(self, family: str | None, override: bool) -> bool:
         """For the explicit guard: False when nothing can be stored (and nothing was asked)."""
@@ -209,15 +245,28 @@ class GuardCore:
                 stored = self._record
         except LayoutError as exc:
             self._error = exc
-            self._checked = True
+            self._state = "refused"
             raise
-        self._checked = True
         self._stored = stored
-        self._settled = stored is not None or not self._enabled
+        if self._state != "off":
+            self._state = "absent" if stored is None else "agrees"
 
     def _record_mutations(self, kind: str, family: str) -> list[Mutation]:
         cell = SetCell(family, SCHEME_QUALIFIER, encode_layout(self._record))
         return [cell] if kind == "create" else [DeleteAllFromRow(), cell]
+
+    def _plain_store_warning(self, error: BaseException) -> None:
+        """Once per table object: the app profile refused the conditional create."""
+        if not self._warned_plain_store:
+            self._warned_plain_store = True
+            _log.warning(
+                "the app profile refuses single-row transactions (%s): the layout record "
+                "is stored with a plain write and read back; two services starting at "
+                "once on this empty table with different layouts are then not told "
+                "apart. Store it once through a profile with transactional writes "
+                "(guard_scheme(family=...)) to close that window.",
+                error,
+            )
 
 
 class TableGuard(GuardCore):
@@ -234,38 +283,56 @@ class TableGuard(GuardCore):
         self._table = table
         self._lock: asyncio.Lock | None = None
 
-    async def check(self) -> None:
-        """Before any operation: read the stored record once and refuse a different one."""
-        if self._needs_check():
-            async with self._locked():
-                if not self._checked:
-                    await self._run(self._judging(None))
+    async def check(self, limit: GuardTime = None) -> bool:
+        """Before any operation: read the stored record once and refuse a different one.
 
-    async def before_write(self, family: str | None) -> None:
+        Args:
+            limit: The operation's deadline and attempt timeout, which the
+                guard's own requests keep to.
+
+        Returns:
+            Whether the guard sent requests (the operation has less time left).
+        """
+        return await self._settle(None, limit)
+
+    async def before_write(self, family: str | None, limit: GuardTime = None) -> bool:
         """Before a write: check, and store the record if the table has none yet."""
-        await self.check()
-        if self._needs_store(family):
-            async with self._locked():
-                if not self._settled:
-                    await self._run(self._judging(family))
+        return await self._settle(family, limit)
+
+    async def _settle(self, family: str | None, limit: GuardTime) -> bool:
+        if not self._pending(family):
+            return False
+        async with self._locked():
+            if not self._pending(family):  # another operation settled it meanwhile
+                return False
+            await self._run(self._judging(family), limit)
+        return True
 
     async def ensure(self, *, family: str | None, override: bool = False) -> None:
         """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
         if self._refuse_unstorable(family, override):
             async with self._locked():
                 self._error = None
-                await self._run(self._judging(family, override))
+                if self._state == "refused":
+                    self._state = "unread"
+                await self._run(self._judging(family, override), None)
 
     def _locked(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
 
-    async def _stored_record(self) -> dict[str, Any] | None:
-        return record_of_row(await self._table.read_row(SCHEME_ROW_KEY))
+    async def _stored_record(self, limit: GuardTime = None) -> dict[str, Any] | None:
+        return record_of_row(
+            await self._table.read_row(
+                SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit)
+            )
+        )
 
     async def _run(
-        self, steps: Generator[tuple[str, str | None], dict[str, Any] | None, None]
+        self,
+        steps: Generator[tuple[str, str | None], dict[str, Any] | None, None],
+        limit: GuardTime,
     ) -> None:
         answer: dict[str, Any] | None = None
         try:
@@ -273,19 +340,22 @@ class TableGuard(GuardCore):
                 kind, family = steps.send(answer)
                 answer = None
                 if kind == "read":
-                    answer = await self._stored_record()
-                elif kind == "create":
-                    assert family is not None
-                    await self._table.check_and_mutate_row(
-                        SCHEME_ROW_KEY,
-                        None,
-                        false_case_mutations=self._record_mutations(kind, family),
-                    )
-                else:
-                    assert family is not None
-                    await self._table.mutate_row(
-                        SCHEME_ROW_KEY, self._record_mutations(kind, family)
-                    )
+                    answer = await self._stored_record(limit)
+                    continue
+                assert family is not None
+                mutations = self._record_mutations(kind, family)
+                if kind == "create":
+                    try:
+                        await self._table.check_and_mutate_row(
+                            SCHEME_ROW_KEY,
+                            None,
+                            false_case_mutations=mutations,
+                            **operation_only(guard_timeouts(limit)),
+                        )
+                        continue
+                    except FailedPrecondition as exc:
+                        self._plain_store_warning(exc)
+                await self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
         except StopIteration:
             pass
 
@@ -295,7 +365,7 @@ class TableGuard(GuardCore):
         Raises:
             LayoutError: With up to five offending keys and the way out.
         """
-        stored = self._stored if self._checked else await self._stored_record()
+        stored = self._stored if self.checked else await self._stored_record()
         queries = sample_queries(self._layout, sample_rows, stored)
         samples: list[list[bytes]] = [[] for _ in queries]
         errors: list[Exception] = []

@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 import anyio
-from google.api_core.exceptions import DeadlineExceeded
-from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.row import Row
 
 from ._cancel import end_stream, stop_reads
@@ -44,6 +42,7 @@ from ._merge import Feed, Merge, MergeCore, Sent
 from ._plan import PageCursor, ReadPlan, SubQuery
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
 from ._strategy import ReadBudget
+from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
     "SAMPLE_EVERY",
@@ -51,37 +50,18 @@ __all__ = [
     "ReadCall",
     "StrayRows",
     "SubScan",
-    "Timeouts",
     "annotate",
-    "check_timeouts",
     "count_request",
     "count_row",
-    "deadline_exceeded",
     "describe_read",
     "finish_read",
-    "request_timeouts",
-    "resolve_timeouts",
     "row_bytes",
-    "slot_timeout",
 ]
 
 _log = logging.getLogger("saltedtable.reader")
 
 #: One row in this many has its size measured for the budget.
 SAMPLE_EVERY: Final = 8
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """A read's resolved time budget and retry policy."""
-
-    #: Seconds for the whole read, every sub-scan included.
-    operation: float
-    #: Seconds for each request, at most.
-    attempt: float
-    #: Errors the client retries within the budget.
-    retryable: Any
 
 
 @final
@@ -247,94 +227,6 @@ class BucketSource:
         return annotate(exc, self.sub, last)
 
 
-def check_timeouts(
-    operation: float | TABLE_DEFAULT | None, attempt: float | TABLE_DEFAULT | None
-) -> None:
-    """Refuse timeouts given explicitly that the client would refuse, as it would.
-
-    The client checks them before it sends anything; so does every method here,
-    before the layout guard sends its request. (The table's defaults are the
-    wrapped table's to check.)
-    """
-    if not isinstance(operation, TABLE_DEFAULT):
-        if operation is None:
-            raise ValueError("operation_timeout cannot be None")
-        if operation <= 0:
-            raise ValueError("operation_timeout must be greater than 0")
-    if not isinstance(attempt, TABLE_DEFAULT) and attempt is not None and attempt <= 0:
-        raise ValueError("attempt_timeout must be greater than 0")
-
-
-def resolve_timeouts(
-    table: Any,
-    operation: float | TABLE_DEFAULT | None,
-    attempt: float | TABLE_DEFAULT | None,
-    kind: str,
-) -> tuple[float, float]:
-    """Timeouts as the client resolves them: the table's defaults, attempt capped, validated.
-
-    Args:
-        table: The wrapped table (its ``default_*`` attributes).
-        operation: ``operation_timeout`` as the caller gave it.
-        attempt: ``attempt_timeout`` as the caller gave it.
-        kind: ``"read_rows"``, ``"mutate_rows"`` or ``"default"``: which defaults.
-
-    Raises:
-        ValueError: With the client's messages, for a timeout that is None or not positive.
-    """
-    prefix = "" if kind == "default" else f"{kind}_"
-    op: float | None = (
-        getattr(table, f"default_{prefix}operation_timeout")
-        if isinstance(operation, TABLE_DEFAULT)
-        else operation
-    )
-    at: float | None = (
-        getattr(table, f"default_{prefix}attempt_timeout")
-        if isinstance(attempt, TABLE_DEFAULT)
-        else attempt
-    )
-    if op is None:
-        raise ValueError("operation_timeout cannot be None")
-    if at is None:
-        at = op
-    elif op:
-        at = min(at, op)
-    if op <= 0:
-        raise ValueError("operation_timeout must be greater than 0")
-    if at <= 0:
-        raise ValueError("attempt_timeout must be greater than 0")
-    return op, at
-
-
-def deadline_exceeded(message: str) -> DeadlineExceeded:
-    """The client's own error for a read that ran out of its operation_timeout."""
-    return DeadlineExceeded(message)  # type: ignore[no-untyped-call]
-
-
-def slot_timeout(timeouts: Timeouts, slots: float) -> DeadlineExceeded:
-    """The error of a request that waited for a concurrency slot past the deadline."""
-    return deadline_exceeded(
-        f"operation_timeout of {timeouts.operation:0.1f}s exceeded waiting for a sub-scan slot "
-        f"(max_concurrent_subscans={slots:g}, all busy)"
-    )
-
-
-def request_timeouts(deadline: float, timeouts: Timeouts) -> dict[str, Any]:
-    """The timeouts of the next request: what is left of the read's budget.
-
-    Raises:
-        DeadlineExceeded: Nothing is left.
-    """
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise deadline_exceeded(f"operation_timeout of {timeouts.operation:0.1f}s exceeded")
-    return {
-        "operation_timeout": remaining,
-        "attempt_timeout": min(timeouts.attempt, remaining),
-        "retryable_errors": timeouts.retryable,
-    }
-
-
 def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
     """The client's error, with a note and an attribute saying which sub-scan failed."""
     if getattr(exc, "saltedtable_subscan", None) is None:
@@ -385,14 +277,15 @@ class ReadCall:
         budget: What the read may hold at once.
         stats: Filled in as the read runs (created when a hook needs one).
         hook: Receives the statistics when the read ends.
-        guard: Awaited before the first request (the table's layout guard).
+        guard: Awaited before the first request (the table's layout guard),
+            with the read's deadline and attempt timeout.
         stray: Why a legacy-side key must be left out, or None to keep it
             (cutoff layouts); counted, and reported once per read.
         salted_stray: The same for bucket rows (cutoff layouts: a row whose
             key time puts it on the legacy side, such as a backfilled copy).
     """
 
-    __slots__ = ("_guard", "_hook", "_merge", "_sources", "_stats", "_stray")
+    __slots__ = ("_guard", "_hook", "_limit", "_merge", "_sources", "_stats", "_stray")
 
     def __init__(
         self,
@@ -406,13 +299,14 @@ class ReadCall:
         budget: ReadBudget,
         stats: CallStats | None,
         hook: StatsHook | None,
-        guard: Callable[[], Awaitable[None]] | None = None,
+        guard: Callable[[GuardTime], Awaitable[bool]] | None = None,
         stray: Callable[[bytes], str | None] | None = None,
         salted_stray: Callable[[bytes], str | None] | None = None,
     ) -> None:
         if stats is None and hook is not None:
             stats = CallStats()
         deadline = time.monotonic() + timeouts.operation
+        self._limit: GuardTime = (deadline, timeouts.attempt)
         self._stray = None if stray is None else StrayRows(stray)
         # Bucket rows on the legacy side are a migration's copies: left out, not reported.
         in_buckets = None if salted_stray is None else StrayRows(salted_stray)
@@ -467,7 +361,7 @@ class ReadCall:
         merge = self._merge
         try:
             if self._guard is not None:
-                await self._guard()
+                await self._guard(self._limit)
             async with merge:
                 async for batch in merge:
                     rows += batch
@@ -485,7 +379,7 @@ class ReadCall:
         rows: Iterator[Row] = iter(())
         try:
             if self._guard is not None:
-                await self._guard()
+                await self._guard(self._limit)
             async for batch in merge:
                 rows = iter(batch)
                 for row in rows:

@@ -29,10 +29,10 @@ import dataclasses
 import operator
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol, TypeVar, final
 
-from google.api_core.exceptions import GoogleAPICallError
+from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError
 from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import (
@@ -50,10 +50,12 @@ from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import TableAttributes, relabel
 from ._guard import (
+    RECORD_ONLY,
     GuardCore,
     family_of,
     layout_error,
     layout_offenders,
+    operation_only,
     record_of_row,
     sample_queries,
 )
@@ -64,22 +66,28 @@ from ._query import as_query, check_filter
 from ._reader import (
     SAMPLE_EVERY,
     StrayRows,
-    Timeouts,
     annotate,
-    check_timeouts,
     count_request,
     count_row,
-    deadline_exceeded,
     describe_read,
     finish_read,
-    request_timeouts,
-    resolve_timeouts,
     row_bytes,
-    slot_timeout,
 )
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, install_retry_counter, report
 from ._strategy import DEFAULT_ROW_BYTES, ReadBudget
+from ._timeouts import (
+    GuardTime,
+    Timeouts,
+    check_timeouts,
+    deadline_exceeded,
+    guard_limit,
+    guard_timeouts,
+    request_timeouts,
+    resolve_timeouts,
+    slot_timeout,
+    time_left,
+)
 from ._write import (
     SaltedMutationsBatcherSync,
     every_entry_failed,
@@ -458,7 +466,7 @@ class SyncBucketSource:
 class SyncReadCall:
     """One logical read on a sync table: its sources, the thread merge, its statistics."""
 
-    __slots__ = ("_guard", "_hook", "_merge", "_stats", "_stray")
+    __slots__ = ("_guard", "_hook", "_limit", "_merge", "_stats", "_stray")
 
     def __init__(
         self,
@@ -473,13 +481,14 @@ class SyncReadCall:
         budget: ReadBudget,
         stats: CallStats | None,
         hook: StatsHook | None,
-        guard: Callable[[], None] | None = None,
+        guard: Callable[[GuardTime], bool] | None = None,
         stray: Callable[[bytes], str | None] | None = None,
         salted_stray: Callable[[bytes], str | None] | None = None,
     ) -> None:
         if stats is None and hook is not None:
             stats = CallStats()
         deadline = time.monotonic() + timeouts.operation
+        self._limit: GuardTime = (deadline, timeouts.attempt)
         self._stray = None if stray is None else StrayRows(stray)
         in_buckets = None if salted_stray is None else StrayRows(salted_stray)
         sources = [
@@ -512,7 +521,7 @@ class SyncReadCall:
         merge = self._merge
         try:
             if self._guard is not None:
-                self._guard()
+                self._guard(self._limit)
             with merge:
                 for batch in merge:
                     rows += batch
@@ -531,7 +540,7 @@ class SyncReadCall:
         rows: Iterator[Row] = iter(())
         try:
             if self._guard is not None:
-                self._guard()
+                self._guard(self._limit)
             for batch in merge:
                 rows = iter(batch)
                 yield from rows
@@ -556,51 +565,72 @@ class SyncTableGuard(GuardCore):
         self._table = table
         self._lock = threading.Lock()
 
-    def check(self) -> None:
-        """Before any operation: read the stored record once and refuse a different one."""
-        if self._needs_check():
-            with self._lock:
-                if not self._checked:
-                    self._run(self._judging(None))
+    def check(self, limit: GuardTime = None) -> bool:
+        """Before any operation: read the stored record once and refuse a different one.
 
-    def before_write(self, family: str | None) -> None:
+        Returns:
+            Whether the guard sent requests (the operation has less time left).
+        """
+        return self._settle(None, limit)
+
+    def before_write(self, family: str | None, limit: GuardTime = None) -> bool:
         """Before a write: check, and store the record if the table has none yet."""
-        self.check()
-        if self._needs_store(family):
-            with self._lock:
-                if not self._settled:
-                    self._run(self._judging(family))
+        return self._settle(family, limit)
+
+    def _settle(self, family: str | None, limit: GuardTime) -> bool:
+        if not self._pending(family):
+            return False
+        with self._lock:
+            if not self._pending(family):  # another thread settled it meanwhile
+                return False
+            self._run(self._judging(family), limit)
+        return True
 
     def ensure(self, *, family: str | None, override: bool = False) -> None:
         """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
         if self._refuse_unstorable(family, override):
             with self._lock:
                 self._error = None
-                self._run(self._judging(family, override))
+                if self._state == "refused":
+                    self._state = "unread"
+                self._run(self._judging(family, override), None)
 
-    def _stored_record(self) -> dict[str, Any] | None:
-        return record_of_row(self._table.read_row(SCHEME_ROW_KEY))
+    def _stored_record(self, limit: GuardTime = None) -> dict[str, Any] | None:
+        return record_of_row(
+            self._table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit))
+        )
 
-    def _run(self, steps: Any) -> None:
+    def _run(
+        self,
+        steps: Generator[tuple[str, str | None], dict[str, Any] | None, None],
+        limit: GuardTime,
+    ) -> None:
         answer: dict[str, Any] | None = None
         with contextlib.suppress(StopIteration):
             while True:
                 kind, family = steps.send(answer)
                 answer = None
                 if kind == "read":
-                    answer = self._stored_record()
-                elif kind == "create":
-                    self._table.check_and_mutate_row(
-                        SCHEME_ROW_KEY,
-                        None,
-                        false_case_mutations=self._record_mutations(kind, family),
-                    )
-                else:
-                    self._table.mutate_row(SCHEME_ROW_KEY, self._record_mutations(kind, family))
+                    answer = self._stored_record(limit)
+                    continue
+                assert family is not None
+                mutations = self._record_mutations(kind, family)
+                if kind == "create":
+                    try:
+                        self._table.check_and_mutate_row(
+                            SCHEME_ROW_KEY,
+                            None,
+                            false_case_mutations=mutations,
+                            **operation_only(guard_timeouts(limit)),
+                        )
+                        continue
+                    except FailedPrecondition as exc:
+                        self._plain_store_warning(exc)
+                self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
 
     def check_layout(self, *, sample_rows: int, threads: int) -> None:
         """Sample the key space and refuse rows that do not fit the layout."""
-        stored = self._stored if self._checked else self._stored_record()
+        stored = self._stored if self.checked else self._stored_record()
         queries = sample_queries(self._layout, sample_rows, stored)
 
         def sample(query: ReadRowsQuery) -> list[bytes]:
@@ -846,7 +876,9 @@ class SaltedTable(TableAttributes):
         if row_key is None:
             raise ValueError("row_key must be string or bytes")
         check_timeouts(operation_timeout, attempt_timeout)
-        self._guard.check()
+        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
+        if self._guard.check(limit):
+            operation_timeout = time_left(limit, operation_timeout)
         key = to_key(row_key)
         try:
             bucket, physical = self._layout.locate(key)
@@ -873,7 +905,9 @@ class SaltedTable(TableAttributes):
         if row_key is None:
             raise ValueError("row_key must be string or bytes")
         check_timeouts(operation_timeout, attempt_timeout)
-        self._guard.check()
+        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
+        if self._guard.check(limit):
+            operation_timeout = time_left(limit, operation_timeout)
         try:
             physical = self._layout.locate(row_key)[1]
         except UnsaltableKeyError:
@@ -907,6 +941,16 @@ class SaltedTable(TableAttributes):
             self._table, operation_timeout, attempt_timeout, "read_rows"
         )
         deadline = time.monotonic() + operation
+        # Once for the whole call, so that a refusal is raised as it is, not once per
+        # shard; a request that fails fails every shard, as a failed call does.
+        try:
+            self._guard.check((deadline, attempt))
+        except GoogleAPICallError as exc:
+            failed = [
+                FailedQueryShardError(i, query, exc)  # type: ignore[arg-type]
+                for i, query in enumerate(sharded_query)
+            ]
+            raise ShardedReadRowsExceptionGroup(failed, [], len(sharded_query)) from None
 
         def run(i: int) -> list[Row] | Exception:
             left = deadline - time.monotonic()
@@ -952,7 +996,9 @@ class SaltedTable(TableAttributes):
                 one at its end (the whole table is sampled).
         """
         check_timeouts(operation_timeout, attempt_timeout)
-        self._guard.check()
+        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "default")
+        if self._guard.check(limit):
+            operation_timeout = time_left(limit, operation_timeout)
         samples = self._table.sample_row_keys(
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
@@ -1022,7 +1068,9 @@ class SaltedTable(TableAttributes):
         """Apply mutations to the row with this logical key (returns the client's response)."""
         check_timeouts(operation_timeout, attempt_timeout)
         physical = self._layout.locate(row_key)[1]
-        self._guard.before_write(family_of(mutations))
+        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "default")
+        if self._guard.before_write(family_of(mutations), limit):
+            operation_timeout = time_left(limit, operation_timeout)
         return self._table.mutate_row(
             physical,
             mutations,
@@ -1044,11 +1092,15 @@ class SaltedTable(TableAttributes):
         if stats is None and self.stats_hook is not None:
             stats = CallStats()
         check_timeouts(operation_timeout, attempt_timeout)
+        if not isinstance(mutation_entries, list):  # any iterable, as the client takes
+            mutation_entries = list(mutation_entries)
         physical = physical_entries(self._layout, mutation_entries, stats)
         error: BaseException | None = None
         try:
+            limit = guard_limit(self._table, operation_timeout, attempt_timeout, "mutate_rows")
             try:
-                self._guard.before_write(first_family(mutation_entries))
+                if self._guard.before_write(first_family(mutation_entries), limit):
+                    operation_timeout = time_left(limit, operation_timeout)
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
@@ -1084,7 +1136,9 @@ class SaltedTable(TableAttributes):
         check_filter(predicate)
         bucket, physical = self._layout.locate(row_key)
         family = family_of(true_case_mutations or ()) or family_of(false_case_mutations or ())
-        self._guard.before_write(family)
+        limit = guard_limit(self._table, operation_timeout, None, "default")
+        if self._guard.before_write(family, limit):
+            operation_timeout = time_left(limit, operation_timeout)
         return bool(
             self._table.check_and_mutate_row(
                 physical,
@@ -1106,7 +1160,9 @@ class SaltedTable(TableAttributes):
         check_timeouts(operation_timeout, None)
         key = to_key(row_key)
         physical = self._layout.locate(key)[1]
-        self._guard.before_write(family_of(rules))  # type: ignore[arg-type]
+        limit = guard_limit(self._table, operation_timeout, None, "default")
+        if self._guard.before_write(family_of(rules), limit):  # type: ignore[arg-type]
+            operation_timeout = time_left(limit, operation_timeout)
         row = self._table.read_modify_write_row(
             physical, rules, operation_timeout=operation_timeout
         )

@@ -35,10 +35,18 @@ from ._guard import TableGuard, family_of
 from ._layout import Layout, samples_in_range
 from ._plan import ReadPlan, plan_reads, rewrite_filter
 from ._query import as_query, check_filter
-from ._reader import ReadCall, Timeouts, check_timeouts, deadline_exceeded, resolve_timeouts
+from ._reader import ReadCall
 from ._salt import SaltScheme, prefix_end, to_key
 from ._stats import CallStats, StatsHook, install_retry_counter, report
 from ._strategy import ReadBudget
+from ._timeouts import (
+    Timeouts,
+    check_timeouts,
+    deadline_exceeded,
+    guard_limit,
+    resolve_timeouts,
+    time_left,
+)
 from ._write import (
     SaltedMutationsBatcher,
     every_entry_failed,
@@ -419,7 +427,9 @@ class SaltedTableAsync(TableAttributes):
         if row_key is None:
             raise ValueError("row_key must be string or bytes")
         check_timeouts(operation_timeout, attempt_timeout)
-        await self._guard.check()
+        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
+        if await self._guard.check(limit):
+            operation_timeout = time_left(limit, operation_timeout)
         key = to_key(row_key)
         try:
             bucket, physical = self._layout.locate(key)
@@ -446,7 +456,9 @@ class SaltedTableAsync(TableAttributes):
         if row_key is None:
             raise ValueError("row_key must be string or bytes")
         check_timeouts(operation_timeout, attempt_timeout)
-        await self._guard.check()
+        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
+        if await self._guard.check(limit):
+            operation_timeout = time_left(limit, operation_timeout)
         try:
             physical = self._layout.locate(row_key)[1]
         except UnsaltableKeyError:
@@ -482,6 +494,16 @@ class SaltedTableAsync(TableAttributes):
             self._table, operation_timeout, attempt_timeout, "read_rows"
         )
         deadline = time.monotonic() + operation
+        # Once for the whole call, so that a refusal is raised as it is, not once per
+        # shard; a request that fails fails every shard, as a failed call does.
+        try:
+            await self._guard.check((deadline, attempt))
+        except GoogleAPICallError as exc:
+            failed = [
+                FailedQueryShardError(i, query, exc)  # type: ignore[arg-type]
+                for i, query in enumerate(sharded_query)
+            ]
+            raise ShardedReadRowsExceptionGroup(failed, [], len(sharded_query)) from None
         results: list[list[Row] | Exception] = [[] for _ in sharded_query]
         gate = anyio.Semaphore(_SHARDED_CONCURRENCY)
 
@@ -538,7 +560,9 @@ class SaltedTableAsync(TableAttributes):
                 spans every bucket).
         """
         check_timeouts(operation_timeout, attempt_timeout)
-        await self._guard.check()
+        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "default")
+        if await self._guard.check(limit):
+            operation_timeout = time_left(limit, operation_timeout)
         samples = await self._table.sample_row_keys(
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
@@ -610,7 +634,9 @@ class SaltedTableAsync(TableAttributes):
         """
         check_timeouts(operation_timeout, attempt_timeout)
         physical = self._layout.locate(row_key)[1]
-        await self._guard.before_write(family_of(mutations))
+        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "default")
+        if await self._guard.before_write(family_of(mutations), limit):
+            operation_timeout = time_left(limit, operation_timeout)
         return await self._table.mutate_row(
             physical,
             mutations,
@@ -641,11 +667,15 @@ class SaltedTableAsync(TableAttributes):
         if stats is None and self.stats_hook is not None:
             stats = CallStats()
         check_timeouts(operation_timeout, attempt_timeout)
+        if not isinstance(mutation_entries, list):  # any iterable, as the client takes
+            mutation_entries = list(mutation_entries)
         physical = physical_entries(self._layout, mutation_entries, stats)
         error: BaseException | None = None
         try:
+            limit = guard_limit(self._table, operation_timeout, attempt_timeout, "mutate_rows")
             try:
-                await self._guard.before_write(first_family(mutation_entries))
+                if await self._guard.before_write(first_family(mutation_entries), limit):
+                    operation_timeout = time_left(limit, operation_timeout)
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
@@ -684,7 +714,9 @@ class SaltedTableAsync(TableAttributes):
         check_filter(predicate)
         bucket, physical = self._layout.locate(row_key)
         family = family_of(true_case_mutations or ()) or family_of(false_case_mutations or ())
-        await self._guard.before_write(family)
+        limit = guard_limit(self._table, operation_timeout, None, "default")
+        if await self._guard.before_write(family, limit):
+            operation_timeout = time_left(limit, operation_timeout)
         return bool(
             await self._table.check_and_mutate_row(
                 physical,
@@ -706,7 +738,9 @@ class SaltedTableAsync(TableAttributes):
         check_timeouts(operation_timeout, None)
         key = to_key(row_key)
         physical = self._layout.locate(key)[1]
-        await self._guard.before_write(family_of(rules))  # type: ignore[arg-type]
+        limit = guard_limit(self._table, operation_timeout, None, "default")
+        if await self._guard.before_write(family_of(rules), limit):  # type: ignore[arg-type]
+            operation_timeout = time_left(limit, operation_timeout)
         row = await self._table.read_modify_write_row(
             physical, rules, operation_timeout=operation_timeout
         )

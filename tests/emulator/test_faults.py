@@ -362,6 +362,33 @@ async def test_scan_stalled_past_its_deadline_fails_with_a_timeout(
     assert not left, f"leaked tasks: {left}"
 
 
+@pytest.mark.parametrize("operation", ["read_row", "read_rows", "mutate_row"])
+async def test_the_first_operation_keeps_to_its_timeout_while_the_guard_reads(
+    proxy: Any, loaded_table: tuple[str, list[bytes]], operation: str
+) -> None:
+    """A fresh table object's guard read stalls: the call ends at its own operation_timeout."""
+    table_id, _ = loaded_table
+    async with client_at(proxy.address) as client:
+        raw = client.get_table(INSTANCE, table_id)
+        await raw.read_row(b"connect first")
+        salted = SaltedTableAsync(raw, SCHEME)  # no operation yet: the guard reads first
+        proxy.stall()
+        timeouts = {"operation_timeout": 1.0, "attempt_timeout": 0.5}
+        calls = {
+            "read_row": lambda: salted.read_row(key_of(0), **timeouts),
+            "read_rows": lambda: salted.read_rows(ReadRowsQuery(limit=5), **timeouts),
+            "mutate_row": lambda: salted.mutate_row(
+                key_of(0), SetCell("cf", b"q", value_of(key_of(0)), TS), **timeouts
+            ),
+        }
+        start = time.monotonic()
+        with anyio.fail_after(20), pytest.raises(DeadlineExceeded):
+            await calls[operation]()
+        elapsed = time.monotonic() - start
+        proxy.clear()
+    assert elapsed < 2.5, f"{operation} took {elapsed:.2f}s against an operation_timeout of 1 s"
+
+
 # -- writes: partial failures name logical keys ---------------------------------------
 
 

@@ -29,7 +29,7 @@ fp = load_faultproxy()
 
 MakeTable = Callable[..., str]
 
-#: One driver per flavour (async; sync where the package has ``SaltedTable``).
+#: One driver per flavour: async and sync.
 DRIVERS: tuple[Driver, ...] = drivers()
 
 

@@ -110,13 +110,10 @@ class CountingTable(TableLike):
         self.streams = 0
         self.point_reads = 0
 
-    @property
-    def default_read_rows_operation_timeout(self) -> float:
-        return float(self._table.default_read_rows_operation_timeout)
-
-    @property
-    def default_read_rows_attempt_timeout(self) -> float | None:
-        return self._table.default_read_rows_attempt_timeout  # type: ignore[no-any-return]
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("default_"):  # the table's default timeouts
+            return getattr(self._table, name)
+        raise AttributeError(name)
 
     async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> CountingStream:
         self.open_streams += 1

@@ -120,3 +120,35 @@ def test_writes_land_salted_and_the_guard_keeps_the_layout(
     )
     with pytest.raises(SchemeMismatchError):
         SaltedTable.from_client(client, INSTANCE, table_id, SaltScheme(8)).read_row(b"a")
+
+
+def test_threads_starting_at_once_on_a_wrongly_opened_table_are_all_refused(
+    loaded: SaltedTable, client: BigtableDataClient
+) -> None:
+    """16 threads' first operations (reads, writes, a sharded read) all raise; nothing lands."""
+    raw = client.get_table(INSTANCE, loaded.table_id)
+    before = [r.row_key for r in raw.read_rows(ReadRowsQuery())]
+    wrong = SaltedTable(raw, SaltScheme(8))
+    barrier = threading.Barrier(16)
+    outcomes: list[str] = []
+
+    def first(i: int) -> None:
+        barrier.wait()
+        try:
+            if i % 3 == 0:
+                wrong.mutate_row(b"new%d" % i, SetCell("cf", b"q", b"v"))
+            elif i % 3 == 1:
+                wrong.read_row(KEYS[i])
+            else:
+                wrong.read_rows_sharded([ReadRowsQuery(limit=2), ReadRowsQuery(limit=3)])
+            outcomes.append("went ahead")
+        except SchemeMismatchError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=first, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == ["refused"] * 16
+    assert [r.row_key for r in raw.read_rows(ReadRowsQuery())] == before

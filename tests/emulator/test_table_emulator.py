@@ -63,6 +63,7 @@ from saltedtable import (
     fields,
     prefix_end,
 )
+from saltedtable._cancel import find_calls
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
 from saltedtable.testing import create_table as admin_create_table
 from saltedtable.testing import delete_table as admin_delete_table
@@ -183,6 +184,7 @@ class RecordedStream:
         self._inner = inner
         self._record = record
         self._inject = inject
+        self._calls: list[Any] = []  # the gRPC calls under it, once it has started
 
     def __aiter__(self) -> RecordedStream:
         return self
@@ -206,12 +208,17 @@ class RecordedStream:
         except BaseException:
             self._end("failed")
             raise
+        if not self._record.rows:
+            self._calls = find_calls(self._inner)
         self._record.rows += 1
         return row
 
     async def aclose(self) -> None:
         if self._record.outcome == "open":
-            self._end("abandoned")
+            # Closed between rows: its RPC ended only if its call was cancelled first
+            # (as saltedtable's end_stream does).
+            ended = self._calls and all(call.cancelled() for call in self._calls)
+            self._end("cancelled" if ended else "abandoned")
         self._record.closed = True
         await self._inner.aclose()
 
@@ -245,13 +252,10 @@ class RecordingTable(TableLike):
         self.open_streams = 0
         self.max_open_streams = 0
 
-    @property
-    def default_read_rows_operation_timeout(self) -> float:
-        return float(self._table.default_read_rows_operation_timeout)
-
-    @property
-    def default_read_rows_attempt_timeout(self) -> float | None:
-        return self._table.default_read_rows_attempt_timeout
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("default_"):  # the table's default timeouts
+            return getattr(self._table, name)
+        raise AttributeError(name)
 
     def _fails(self, query: ReadRowsQuery) -> bool:
         prefix = self._fail_prefix
@@ -887,6 +891,25 @@ async def data_keys(table: TableLike) -> list[bytes]:
     keys = [r.row_key async for r in await table.read_rows_stream(ReadRowsQuery())]
     assert SCHEME_ROW_KEY in keys
     return [k for k in keys if k != SCHEME_ROW_KEY]
+
+
+async def test_first_operations_at_once_on_a_wrongly_opened_table_are_all_refused(
+    data_client: BigtableDataClientAsync, make_table: Callable[[], str]
+) -> None:
+    """Concurrent first reads, writes and a sharded read of a wrong scheme all raise."""
+    table_id = make_table()
+    raw = data_client.get_table(INSTANCE, table_id)
+    await SaltedTableAsync(raw, SaltScheme(8)).bulk_mutate_rows(
+        [RowMutationEntry(b"k%03d" % i, SetCell("cf", b"q", b"v")) for i in range(50)]
+    )
+    before = [r.row_key async for r in await raw.read_rows_stream(ReadRowsQuery())]
+    wrong = SaltedTableAsync(raw, SaltScheme(16))
+    calls = [wrong.read_row(b"k%03d" % i) for i in range(4)]
+    calls += [wrong.mutate_row(b"new%d" % i, SetCell("cf", b"q", b"v")) for i in range(4)]
+    calls += [wrong.read_rows_sharded([ReadRowsQuery(limit=2), ReadRowsQuery(limit=3)])]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert [type(r).__name__ for r in results] == ["SchemeMismatchError"] * len(calls)
+    assert [r.row_key async for r in await raw.read_rows_stream(ReadRowsQuery())] == before
 
 
 # -- a failing bucket -------------------------------------------------------------

@@ -428,3 +428,74 @@ async def test_a_table_without_client_metrics_says_so_once(
             await table.read_rows(ReadRowsQuery(), stats=CallStats())
     warnings = [r for r in caplog.records if "cannot count client retries" in r.getMessage()]
     assert len(warnings) == 1
+
+
+# -- the guard under concurrency, deadlines and app profiles --------------------------
+
+
+async def test_concurrent_first_operations_with_the_wrong_scheme_are_all_refused() -> None:
+    """Many first operations at once all raise; none reads or writes by the wrong layout."""
+    fake = CountingFake()
+    await SaltedTableAsync(fake, SaltScheme(8)).bulk_mutate_rows(entries(20))
+    before = fake.data_keys()
+    fake.record_reads = 0
+    wrong = SaltedTableAsync(fake, SaltScheme(16))
+    calls = [wrong.read_row(b"k%04d" % i) for i in range(5)]
+    calls += [wrong.mutate_row(b"w%d" % i, SetCell("f1", b"q", b"v")) for i in range(5)]
+    calls += [wrong.read_rows_sharded([ReadRowsQuery(limit=2), ReadRowsQuery(limit=3)])]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert [type(r).__name__ for r in results] == ["SchemeMismatchError"] * len(calls)
+    assert fake.data_keys() == before
+    assert fake.record_reads == 1
+    # Each raise is its own object: a shared one would grow its traceback call after call.
+    assert len({id(r) for r in results}) == len(results)
+
+
+async def test_the_guard_keeps_to_the_first_operations_deadline() -> None:
+    """A slow record read is bounded by the caller's operation_timeout, not the table's 600 s."""
+    seen: list[dict[str, Any]] = []
+
+    class Slow(FakeTable):
+        async def read_row(self, row_key: bytes | str, **kwargs: Any) -> Any:
+            if row_key == SCHEME_ROW_KEY:
+                seen.append(kwargs)
+                await anyio.sleep(0.05)
+            return await super().read_row(row_key, **kwargs)
+
+    table = SaltedTableAsync(Slow(), SaltScheme(8))
+    await table.read_row(b"a", operation_timeout=2.0, attempt_timeout=0.5)
+    assert 1.5 < seen[0]["operation_timeout"] <= 2.0
+    assert seen[0]["attempt_timeout"] == 0.5
+    reads = SaltedTableAsync(Slow(), SaltScheme(8))
+    await reads.read_rows(ReadRowsQuery(), operation_timeout=3.0)
+    assert 2.5 < seen[1]["operation_timeout"] <= 3.0
+
+
+async def test_a_profile_without_transactions_stores_the_record_with_a_plain_write(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """CheckAndMutateRow refused (FailedPrecondition): a warning, a plain write, read back."""
+    from google.api_core.exceptions import FailedPrecondition
+
+    class NoTransactions(FakeTable):
+        async def check_and_mutate_row(self, *args: Any, **kwargs: Any) -> bool:
+            raise FailedPrecondition("Single-row transactions are not allowed by this app profile")
+
+    fake = NoTransactions()
+    with caplog.at_level(logging.WARNING, "saltedtable.guard"):
+        await SaltedTableAsync(fake, SaltScheme(8)).mutate_row(b"a", SetCell("f1", b"q", b"v"))
+    assert decode_layout(fake.cells_of(SCHEME_ROW_KEY)[0][3])["buckets"] == 8
+    assert "transactional writes" in caplog.text
+    with pytest.raises(SchemeMismatchError):
+        await SaltedTableAsync(fake, SaltScheme(4)).read_row(b"a")
+
+
+async def test_bulk_mutate_rows_takes_any_iterable_and_stores_the_record() -> None:
+    """A generator of entries, as the client accepts: written, counted, record stored."""
+    fake = FakeTable()
+    reported: list[CallStats] = []
+    table = SaltedTableAsync(fake, SaltScheme(8), stats_hook=reported.append)
+    await table.bulk_mutate_rows(e for e in entries(5))  # type: ignore[arg-type]
+    assert len(fake.data_keys()) == 5
+    assert SCHEME_ROW_KEY in fake.row_keys()
+    assert reported[-1].rows == 5

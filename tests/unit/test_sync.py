@@ -261,3 +261,32 @@ def test_the_sync_batcher_salts_and_names_logical_keys() -> None:
         batcher.close()
     assert [e.entry.row_key for e in info.value.exceptions] == [b"bad"]  # type: ignore[attr-defined]
     assert fake.data_keys() == [SaltScheme(4).salt_key(b"good")]
+
+
+def test_concurrent_first_operations_with_the_wrong_scheme_are_all_refused() -> None:
+    """Threads starting at once on a wrongly opened table all raise; nothing is written."""
+    fake = FakeTable()
+    SaltedTable(SyncFakeTable(fake), SaltScheme(8)).mutate_row(b"a", SetCell("f1", b"q", b"v"))  # type: ignore[arg-type]
+    before = fake.data_keys()
+    wrong = SaltedTable(SyncFakeTable(fake), SaltScheme(16))  # type: ignore[arg-type]
+    barrier = threading.Barrier(8)
+    results: list[str] = []
+
+    def first(i: int) -> None:
+        barrier.wait()
+        try:
+            if i % 2:
+                wrong.mutate_row(b"w%d" % i, SetCell("f1", b"q", b"v"))
+            else:
+                wrong.read_row(b"a")
+            results.append("ok")
+        except SchemeMismatchError:
+            results.append("refused")
+
+    threads = [threading.Thread(target=first, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == ["refused"] * 8
+    assert fake.data_keys() == before

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, final
 
-from google.api_core.exceptions import GoogleAPICallError
+from google.api_core.exceptions import DeadlineExceeded, GoogleAPICallError
 from google.cloud.bigtable.data import RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
     MutationsExceptionGroup,
+    RetryExceptionGroup,
 )
 
 from ._exceptions import RowKeyError
@@ -105,7 +106,13 @@ def logical_group(
 def every_entry_failed(
     entries: Sequence[RowMutationEntry], cause: Exception, *, indexed: bool = True
 ) -> MutationsExceptionGroup:
-    """The client's report of a bulk write whose every entry failed with ``cause``."""
+    """The client's report of a bulk write whose every entry failed with ``cause``.
+
+    A request that ran out of time after retries (the guard's) is reported as
+    the client reports such entries: with the group of its attempts' errors.
+    """
+    if isinstance(cause, DeadlineExceeded) and isinstance(cause.__cause__, RetryExceptionGroup):
+        cause = cause.__cause__
     return MutationsExceptionGroup(
         [
             FailedMutationEntryError(i if indexed else None, entry, cause)

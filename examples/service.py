@@ -252,9 +252,25 @@ def _parse_json(raw: bytes) -> Any:
 # -- what the request carries --------------------------------------------------------
 
 
+#: A ``%`` that does not start a percent-escape (two hex digits).
+_BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
+
+
+def _check_escapes(raw: bytes, where: str) -> None:
+    """Refuse a stray ``%``: decoders keep it literally, naming another key than meant."""
+    bad = _BAD_ESCAPE.search(raw)
+    if bad is not None:
+        shown = raw[bad.start() : bad.start() + 3]
+        raise _Refused(
+            f"the {where} has a malformed percent-escape {shown!r} (write a literal % as %25)"
+        )
+
+
 def _query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
     """The query parameters, decoded strictly as UTF-8; unknown or repeated ones refused."""
-    raw = cast(bytes, request.scope.get("query_string", b"")).decode("ascii", "replace")
+    raw_bytes = cast(bytes, request.scope.get("query_string", b""))
+    _check_escapes(raw_bytes, "query string")
+    raw = raw_bytes.decode("ascii", "replace")
     try:
         pairs = urllib.parse.parse_qsl(
             raw, keep_blank_values=True, strict_parsing=bool(raw), errors="strict"
@@ -285,6 +301,7 @@ def _row_key(request: Request) -> bytes:
     if raw is None:  # an ASGI server that does not send it: the decoded path is all there is
         path = cast(str, scope["path"]).encode("utf-8", "surrogateescape")
     else:
+        _check_escapes(cast(bytes, raw), "path")
         path = urllib.parse.unquote_to_bytes(cast(bytes, raw))
     root = cast(str, scope.get("root_path", "")).encode("utf-8")
     if path.startswith(root):

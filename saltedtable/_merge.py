@@ -366,6 +366,8 @@ class MergeCore(Generic[T]):
 
     def _take_ordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
         """Everything at or below the watermark, sorted; else the feeds to wait for."""
+        if self._closed:
+            self._stopped()  # closed from another task: its feeds may be cut short
         mark: Any = None
         lagging: list[Feed[T]] = []
         for feed in live:
@@ -408,7 +410,7 @@ class MergeCore(Generic[T]):
         return [], [feed for feed in live if not feed.done and feed.bound == mark]
 
     def _take_unordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
-        if self._error is not None:
+        if self._error is not None or self._closed:
             self._stopped()
         out: list[T] = []
         for feed in live:

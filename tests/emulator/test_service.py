@@ -476,6 +476,11 @@ LONG_KEY = "k" * 5000
 BAD_REQUESTS = [
     # routes and methods: Starlette's own answers, as JSON
     Bad("no-route", "GET", "/nope", 404, "not found"),
+    Bad("put-stray-percent", "PUT", "/rows/%ZZ", 400, "percent-escape", body=_cell()),
+    Bad("put-short-percent", "PUT", "/rows/x%2", 400, "percent-escape", body=_cell()),
+    Bad("get-stray-percent", "GET", "/rows/a%", 400, "percent-escape"),
+    Bad("scan-stray-percent", "GET", "/scan?prefix=%ZZ", 400, "percent-escape"),
+    Bad("scan-lone-percent", "GET", "/scan?prefix=%", 400, "percent-escape"),
     Bad("rows-without-slash", "GET", "/rows", 404, "not found"),
     Bad("scan-trailing-slash", "GET", "/scan/?prefix=a", 404, "not found"),
     Bad("post-rows", "POST", "/rows/k", 405, "not allowed", body=_cell(), allow="GET, HEAD, PUT"),

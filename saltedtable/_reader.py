@@ -1,23 +1,27 @@
 """Reads: one logical read becomes one request series per bucket, merged by the engine.
 
-The I/O seam of reads. :class:`BucketSource` runs one bounded ReadRows request
-of a bucket's sub-query at a time for the merge engine (:mod:`._merge`),
-relabelling every row with its logical key; :class:`ReadCall` ties a plan,
-its sources, the budget and the call's statistics together and hands the
-caller a list or a stream.
+The I/O seam of reads, for both tables. :class:`BucketSource` (async) and
+:class:`SyncBucketSource` (sync) run one bounded ReadRows request of a
+bucket's sub-query at a time for the merge engine (:mod:`._merge`: its
+:class:`~._merge.Merge` and :class:`~._merge.ThreadMerge` drivers),
+relabelling every row with its logical key; :class:`ReadCall` and
+:class:`SyncReadCall` tie a plan, its sources, the budget and the call's
+statistics together and hand the caller a list or a stream.
 
 Every request has room reserved for all the rows it may return, so a request
 runs to its end without waiting for the caller: it holds a concurrency slot
 (``max_concurrent_subscans``) only while it runs, and the waiting between
 requests happens outside any RPC.
 
-Leaving a ``read_rows_stream`` early does not cancel its RPC, and cancelling
+Async: leaving a ``read_rows_stream`` early does not cancel its RPC, and cancelling
 a task while it waits for the stream's next row leaks memory in grpc.aio (see
 :mod:`._cancel`). So a read that ends early (the caller left, or another
 sub-scan failed) first ends the requests still running without cancelling the
 tasks that read them (:meth:`ReadCall.stop_requests`): each reader stops at
 its next row, and only then are the producers cancelled. A request that
 stops for any other reason ends its own stream (:func:`~._cancel.end_stream`).
+Sync: a request stops at its next row once its merge is stopping, and closes
+its stream, whose RPC gRPC cancels once nothing refers to it.
 
 Errors keep the client's types: a failing sub-scan raises the client's own
 exception, with a note naming the bucket, its range and where it stopped,
@@ -29,16 +33,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
+import threading
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, final
 
 import anyio
+from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from ._cancel import end_stream, stop_reads
-from ._merge import Feed, Merge, MergeCore, Sent
+from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import PageCursor, ReadPlan, SubQuery
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
 from ._strategy import ReadBudget
@@ -50,6 +56,8 @@ __all__ = [
     "ReadCall",
     "StrayRows",
     "SubScan",
+    "SyncBucketSource",
+    "SyncReadCall",
     "annotate",
     "count_request",
     "count_row",
@@ -394,6 +402,223 @@ class ReadCall:
 
     def _finish(self, emitted: int, error: BaseException | None) -> None:
         finish_read(self._merge, self._stats, self._hook, self._stray, emitted, error)
+
+
+# -- a bucket's requests -----------------------------------------------------------------
+
+
+@final
+class SyncBucketSource:
+    """Reads one :class:`SubQuery` for a :class:`ThreadMerge`, one bounded request at a time."""
+
+    __slots__ = (
+        "_bstats",
+        "_cursor",
+        "_cut",
+        "_deadline",
+        "_read_rows_stream",
+        "_slots",
+        "_slots_total",
+        "_stray",
+        "_timeouts",
+        "sub",
+    )
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Iterable[Row]],
+        sub: SubQuery,
+        *,
+        deadline: float,
+        timeouts: Timeouts,
+        slots: threading.Semaphore,
+        slots_total: int,
+        bstats: BucketStats | None,
+        stray: Callable[[bytes], bool] | None,
+    ) -> None:
+        self.sub = sub
+        self._read_rows_stream = read_rows_stream
+        self._cursor = PageCursor(sub)
+        self._cut = len(sub.prefix)
+        self._deadline = deadline
+        self._timeouts = timeouts
+        self._slots = slots
+        self._slots_total = slots_total
+        self._bstats = bstats
+        self._stray = stray
+
+    def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
+        """Run the next request of at most ``size`` rows, pushing each row into ``feed``."""
+        query = self._cursor.next_query(size)
+        if query is None:
+            return Sent(0, False)
+        stats = self._bstats
+        token = None if stats is None else current_bucket().set(stats)
+        try:
+            # The slot is held for this one request; waiting for it counts
+            # against the read's operation_timeout like the request itself.
+            if not self._slots.acquire(timeout=max(0.0, self._deadline - time.monotonic())):
+                raise annotate(slot_timeout(self._timeouts, self._slots_total), self.sub, None)
+            try:
+                return self._request(query, size, feed, merge, stats)
+            finally:
+                self._slots.release()
+        finally:
+            if token is not None:
+                current_bucket().reset(token)
+
+    def _request(
+        self,
+        query: ReadRowsQuery,
+        size: int,
+        feed: Feed[Row],
+        merge: ThreadMerge[Row],
+        stats: BucketStats | None,
+    ) -> Sent:
+        started = time.monotonic()
+        cut = self._cut
+        stray = self._stray
+        received = pushed = 0
+        key: bytes | None = None
+        complete = False
+        try:
+            stream = iter(
+                self._read_rows_stream(query, **request_timeouts(self._deadline, self._timeouts))
+            )
+            try:
+                for row in stream:
+                    if merge.stopping:
+                        break  # left early, or another sub-scan failed: end this one here
+                    key = row.row_key[cut:]
+                    row.row_key = key
+                    for cell in row.cells:
+                        cell.row_key = key
+                    received += 1
+                    if stray is not None and stray(key):
+                        continue
+                    if received % SAMPLE_EVERY == 1:
+                        feed.sampled_rows += 1
+                        feed.sampled_bytes += row_bytes(row)
+                    if stats is not None:
+                        count_row(stats, row, started)
+                    merge.push(feed, row, key)
+                    pushed += 1
+                else:
+                    complete = True
+            finally:
+                # Closing the generator frees the client's stream; gRPC cancels
+                # a call that is still running once nothing refers to it.
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()
+                del stream
+        except Exception as exc:
+            last = key
+            if last is None and (where := self._cursor.position) is not None:
+                last = where[cut:]
+            raise annotate(exc, self.sub, last) from None
+        finally:
+            if stats is not None:
+                count_request(stats, time.monotonic() - started)
+        if not complete:
+            return Sent(pushed, False)
+        self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
+        return Sent(pushed, not self._cursor.done)
+
+
+# -- one read --------------------------------------------------------------------------
+
+
+@final
+class SyncReadCall:
+    """One logical read on a sync table: its sources, the thread merge, its statistics."""
+
+    __slots__ = ("_guard", "_hook", "_limit", "_merge", "_stats", "_stray")
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Iterable[Row]],
+        plan: ReadPlan,
+        *,
+        operation: str,
+        timeouts: Timeouts,
+        slots: threading.Semaphore,
+        slots_total: int,
+        ordered: bool,
+        budget: ReadBudget,
+        stats: CallStats | None,
+        hook: StatsHook | None,
+        guard: Callable[[GuardTime], bool] | None = None,
+        stray: Callable[[bytes], str | None] | None = None,
+        salted_stray: Callable[[bytes], str | None] | None = None,
+    ) -> None:
+        if stats is None and hook is not None:
+            stats = CallStats()
+        deadline = time.monotonic() + timeouts.operation
+        self._limit: GuardTime = (deadline, timeouts.attempt)
+        self._stray = None if stray is None else StrayRows(stray)
+        in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        sources = [
+            SyncBucketSource(
+                read_rows_stream,
+                sub,
+                deadline=deadline,
+                timeouts=timeouts,
+                slots=slots,
+                slots_total=slots_total,
+                bstats=None if stats is None else stats.bucket(sub.bucket),
+                stray=self._stray if sub.bucket is None else in_buckets,
+            )
+            for sub in plan.subqueries
+        ]
+        self._merge = ThreadMerge(
+            sources, threads=slots_total, ordered=ordered, limit=plan.limit, budget=budget
+        )
+        if stats is not None:
+            stats.operation = operation
+            stats.strategy = describe_read(plan, budget, ordered)
+        self._stats = stats
+        self._hook = hook
+        self._guard = guard
+
+    def collect(self) -> list[Row]:
+        """Every row of the read, in a list."""
+        rows: list[Row] = []
+        error: BaseException | None = None
+        merge = self._merge
+        try:
+            if self._guard is not None:
+                self._guard(self._limit)
+            with merge:
+                for batch in merge:
+                    rows += batch
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            merge.close()
+            finish_read(merge, self._stats, self._hook, self._stray, merge.emitted, error)
+        return rows
+
+    def stream(self) -> Iterator[Row]:
+        """Flatten the batches; closing this iterator stops every sub-scan."""
+        error: BaseException | None = None
+        merge = self._merge
+        rows: Iterator[Row] = iter(())
+        try:
+            if self._guard is not None:
+                self._guard(self._limit)
+            for batch in merge:
+                rows = iter(batch)
+                yield from rows
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            merge.close()
+            # Left early: what the caller had not taken of the last batch was not read.
+            emitted = merge.emitted - operator.length_hint(rows)
+            finish_read(merge, self._stats, self._hook, self._stray, emitted, error)
 
 
 def finish_read(

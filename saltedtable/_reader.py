@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, Generic, TypeVar, final
 
 import anyio
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
@@ -68,6 +68,9 @@ __all__ = [
 
 _log = logging.getLogger("saltedtable.reader")
 
+#: What the table's guard check returns: an awaitable (async) or a bool (sync).
+G = TypeVar("G")
+
 #: One row in this many has its size measured for the budget.
 SAMPLE_EVERY: Final = 8
 
@@ -88,23 +91,57 @@ class SubScan:
     after_key: bytes | None
 
 
-@final
-class BucketSource:
-    """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
+class _BucketRequests:
+    """What a bucket's source keeps between its requests, async or sync."""
 
     __slots__ = (
         "_bstats",
         "_cursor",
         "_cut",
         "_deadline",
-        "_limiter",
         "_read_rows_stream",
         "_stray",
         "_timeouts",
-        "stopped",
-        "stream",
         "sub",
     )
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Any],
+        sub: SubQuery,
+        *,
+        deadline: float,
+        timeouts: Timeouts,
+        bstats: BucketStats | None,
+        stray: Callable[[bytes], bool] | None,
+    ) -> None:
+        self.sub = sub
+        self._read_rows_stream = read_rows_stream
+        self._cursor = PageCursor(sub)
+        self._cut = len(sub.prefix)
+        self._deadline = deadline
+        self._timeouts = timeouts
+        self._bstats = bstats
+        #: Says which (logical) keys to leave out (cutoff layouts).
+        self._stray = stray
+
+    def _advance(self, received: int, size: int, key: bytes | None) -> bool:
+        """After a request that ran to its end: move past what it read; True if more may follow."""
+        # A full request may have more after its last row; a short one ends its window.
+        self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
+        return not self._cursor.done
+
+    def _annotate(self, exc: BaseException, last: bytes | None) -> BaseException:
+        if last is None and (where := self._cursor.position) is not None:
+            last = where[self._cut :]
+        return annotate(exc, self.sub, last)
+
+
+@final
+class BucketSource(_BucketRequests):
+    """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
+
+    __slots__ = ("_limiter", "stopped", "stream")
 
     def __init__(
         self,
@@ -117,16 +154,10 @@ class BucketSource:
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
-        self.sub = sub
-        self._read_rows_stream = read_rows_stream
-        self._cursor = PageCursor(sub)
-        self._cut = len(sub.prefix)
-        self._deadline = deadline
-        self._timeouts = timeouts
+        super().__init__(
+            read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
+        )
         self._limiter = limiter
-        self._bstats = bstats
-        #: Says which (logical) keys to leave out (cutoff layouts).
-        self._stray = stray
         #: The stream of the request running now, if any.
         self.stream: Any = None
         #: The read is ending: no new request, and the one running was ended on purpose.
@@ -225,14 +256,7 @@ class BucketSource:
                         await end_stream(stream)
         if not complete:  # stopped: the read is ending
             return Sent(pushed, False)
-        # A full request may have more after its last row; a short one ends its window.
-        self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
-        return Sent(pushed, not self._cursor.done)
-
-    def _annotate(self, exc: BaseException, last: bytes | None) -> BaseException:
-        if last is None and (where := self._cursor.position) is not None:
-            last = where[self._cut :]
-        return annotate(exc, self.sub, last)
+        return Sent(pushed, self._advance(received, size, key))
 
 
 def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
@@ -271,8 +295,51 @@ def _cancel_requested() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+class _Read(Generic[G]):
+    """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard."""
+
+    __slots__ = ("_deadline", "_guard", "_hook", "_in_buckets", "_limit", "_stats", "_stray")
+
+    def __init__(
+        self,
+        plan: ReadPlan,
+        *,
+        operation: str,
+        timeouts: Timeouts,
+        ordered: bool,
+        budget: ReadBudget,
+        stats: CallStats | None,
+        hook: StatsHook | None,
+        guard: Callable[[GuardTime], G] | None,
+        stray: Callable[[bytes], str | None] | None,
+        salted_stray: Callable[[bytes], str | None] | None,
+    ) -> None:
+        if stats is None and hook is not None:
+            stats = CallStats()
+        self._deadline = time.monotonic() + timeouts.operation
+        self._limit: GuardTime = (self._deadline, timeouts.attempt)
+        self._stray = None if stray is None else StrayRows(stray)
+        # Bucket rows on the legacy side are a migration's copies: left out, not reported.
+        self._in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        if stats is not None:
+            stats.operation = operation
+            stats.strategy = describe_read(plan, budget, ordered)
+        self._stats = stats
+        self._hook = hook
+        self._guard = guard
+
+    def _bucket_stats(self, sub: SubQuery) -> BucketStats | None:
+        return None if self._stats is None else self._stats.bucket(sub.bucket)
+
+    def _stray_for(self, sub: SubQuery) -> StrayRows | None:
+        return self._stray if sub.bucket is None else self._in_buckets
+
+    def _finish(self, merge: MergeCore[Row], emitted: int, error: BaseException | None) -> None:
+        finish_read(merge, self._stats, self._hook, self._stray, emitted, error)
+
+
 @final
-class ReadCall:
+class ReadCall(_Read[Awaitable[bool]]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
     Args:
@@ -293,7 +360,7 @@ class ReadCall:
             key time puts it on the legacy side, such as a backfilled copy).
     """
 
-    __slots__ = ("_guard", "_hook", "_limit", "_merge", "_sources", "_stats", "_stray")
+    __slots__ = ("_merge", "_sources")
 
     def __init__(
         self,
@@ -311,22 +378,27 @@ class ReadCall:
         stray: Callable[[bytes], str | None] | None = None,
         salted_stray: Callable[[bytes], str | None] | None = None,
     ) -> None:
-        if stats is None and hook is not None:
-            stats = CallStats()
-        deadline = time.monotonic() + timeouts.operation
-        self._limit: GuardTime = (deadline, timeouts.attempt)
-        self._stray = None if stray is None else StrayRows(stray)
-        # Bucket rows on the legacy side are a migration's copies: left out, not reported.
-        in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        super().__init__(
+            plan,
+            operation=operation,
+            timeouts=timeouts,
+            ordered=ordered,
+            budget=budget,
+            stats=stats,
+            hook=hook,
+            guard=guard,
+            stray=stray,
+            salted_stray=salted_stray,
+        )
         sources = [
             BucketSource(
                 read_rows_stream,
                 sub,
-                deadline=deadline,
+                deadline=self._deadline,
                 timeouts=timeouts,
                 limiter=limiter,
-                bstats=None if stats is None else stats.bucket(sub.bucket),
-                stray=self._stray if sub.bucket is None else in_buckets,
+                bstats=self._bucket_stats(sub),
+                stray=self._stray_for(sub),
             )
             for sub in plan.subqueries
         ]
@@ -338,12 +410,6 @@ class ReadCall:
             budget=budget,
             stop_requests=self.stop_requests,
         )
-        if stats is not None:
-            stats.operation = operation
-            stats.strategy = describe_read(plan, budget, ordered)
-        self._stats = stats
-        self._hook = hook
-        self._guard = guard
 
     async def stop_requests(self) -> None:
         """End the requests running now without cancelling their readers; start no new ones.
@@ -377,7 +443,7 @@ class ReadCall:
             error = exc
             raise
         finally:
-            self._finish(merge.emitted, error)
+            self._finish(merge, merge.emitted, error)
         return rows
 
     async def stream(self) -> AsyncGenerator[Row, None]:
@@ -398,31 +464,17 @@ class ReadCall:
         finally:
             await merge.aclose()
             # Left early: what the caller had not taken of the last batch was not read.
-            self._finish(merge.emitted - operator.length_hint(rows), error)
-
-    def _finish(self, emitted: int, error: BaseException | None) -> None:
-        finish_read(self._merge, self._stats, self._hook, self._stray, emitted, error)
+            self._finish(merge, merge.emitted - operator.length_hint(rows), error)
 
 
 # -- a bucket's requests -----------------------------------------------------------------
 
 
 @final
-class SyncBucketSource:
+class SyncBucketSource(_BucketRequests):
     """Reads one :class:`SubQuery` for a :class:`ThreadMerge`, one bounded request at a time."""
 
-    __slots__ = (
-        "_bstats",
-        "_cursor",
-        "_cut",
-        "_deadline",
-        "_read_rows_stream",
-        "_slots",
-        "_slots_total",
-        "_stray",
-        "_timeouts",
-        "sub",
-    )
+    __slots__ = ("_slots", "_slots_total")
 
     def __init__(
         self,
@@ -436,16 +488,11 @@ class SyncBucketSource:
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
-        self.sub = sub
-        self._read_rows_stream = read_rows_stream
-        self._cursor = PageCursor(sub)
-        self._cut = len(sub.prefix)
-        self._deadline = deadline
-        self._timeouts = timeouts
+        super().__init__(
+            read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
+        )
         self._slots = slots
         self._slots_total = slots_total
-        self._bstats = bstats
-        self._stray = stray
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``."""
@@ -513,27 +560,27 @@ class SyncBucketSource:
                     close()
                 del stream
         except Exception as exc:
-            last = key
-            if last is None and (where := self._cursor.position) is not None:
-                last = where[cut:]
-            raise annotate(exc, self.sub, last) from None
+            raise self._annotate(exc, key) from None
         finally:
             if stats is not None:
                 count_request(stats, time.monotonic() - started)
         if not complete:
             return Sent(pushed, False)
-        self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
-        return Sent(pushed, not self._cursor.done)
+        return Sent(pushed, self._advance(received, size, key))
 
 
 # -- one read --------------------------------------------------------------------------
 
 
 @final
-class SyncReadCall:
-    """One logical read on a sync table: its sources, the thread merge, its statistics."""
+class SyncReadCall(_Read[bool]):
+    """One logical read on a sync table: its sources, the thread merge, its statistics.
 
-    __slots__ = ("_guard", "_hook", "_limit", "_merge", "_stats", "_stray")
+    Args: as for :class:`ReadCall`, with the table's ``slots`` (a semaphore of
+    ``slots_total``) in place of its limiter.
+    """
+
+    __slots__ = ("_merge",)
 
     def __init__(
         self,
@@ -552,34 +599,34 @@ class SyncReadCall:
         stray: Callable[[bytes], str | None] | None = None,
         salted_stray: Callable[[bytes], str | None] | None = None,
     ) -> None:
-        if stats is None and hook is not None:
-            stats = CallStats()
-        deadline = time.monotonic() + timeouts.operation
-        self._limit: GuardTime = (deadline, timeouts.attempt)
-        self._stray = None if stray is None else StrayRows(stray)
-        in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        super().__init__(
+            plan,
+            operation=operation,
+            timeouts=timeouts,
+            ordered=ordered,
+            budget=budget,
+            stats=stats,
+            hook=hook,
+            guard=guard,
+            stray=stray,
+            salted_stray=salted_stray,
+        )
         sources = [
             SyncBucketSource(
                 read_rows_stream,
                 sub,
-                deadline=deadline,
+                deadline=self._deadline,
                 timeouts=timeouts,
                 slots=slots,
                 slots_total=slots_total,
-                bstats=None if stats is None else stats.bucket(sub.bucket),
-                stray=self._stray if sub.bucket is None else in_buckets,
+                bstats=self._bucket_stats(sub),
+                stray=self._stray_for(sub),
             )
             for sub in plan.subqueries
         ]
         self._merge = ThreadMerge(
             sources, threads=slots_total, ordered=ordered, limit=plan.limit, budget=budget
         )
-        if stats is not None:
-            stats.operation = operation
-            stats.strategy = describe_read(plan, budget, ordered)
-        self._stats = stats
-        self._hook = hook
-        self._guard = guard
 
     def collect(self) -> list[Row]:
         """Every row of the read, in a list."""
@@ -597,7 +644,7 @@ class SyncReadCall:
             raise
         finally:
             merge.close()
-            finish_read(merge, self._stats, self._hook, self._stray, merge.emitted, error)
+            self._finish(merge, merge.emitted, error)
         return rows
 
     def stream(self) -> Iterator[Row]:
@@ -618,7 +665,7 @@ class SyncReadCall:
             merge.close()
             # Left early: what the caller had not taken of the last batch was not read.
             emitted = merge.emitted - operator.length_hint(rows)
-            finish_read(merge, self._stats, self._hook, self._stray, emitted, error)
+            self._finish(merge, emitted, error)
 
 
 def finish_read(

@@ -171,7 +171,7 @@ class GuardCore:
     I/O first, and again after taking the driver's lock, so that operations
     waiting for another's check see its outcome (a refusal included).
 
-    The drivers (:class:`TableGuard` here, ``SyncTableGuard`` in ``_sync``)
+    The drivers (:class:`TableGuard` and :class:`SyncTableGuard`, below)
     run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
     for the stored record (sent back in), ``("create", family)`` for a
     conditional write of the record, ``("replace", family)`` for overwriting it.

@@ -172,7 +172,7 @@ class Wait(NamedTuple):
 
 
 class MergeCore(Generic[T]):
-    """Everything a merge decides, shared by the async driver and the sync one (``_sync``).
+    """Everything a merge decides, shared by the async driver and the thread driver.
 
     A driver runs one producer per source, calling :meth:`_demand` for the
     size of each request (0: stop, None: wait until :meth:`_release` says the
@@ -187,7 +187,6 @@ class MergeCore(Generic[T]):
             they arrive (False).
         limit: Stop after this many items (None: every item).
         budget: Bounds the items asked of sources and not yet handed over.
-        row_bytes: Bytes per item assumed until sources report sizes.
         wake_batch: Items a source the consumer waits for must hold before
             it wakes the consumer, unless its request ends or ``wake_delay``
             seconds pass first.
@@ -201,7 +200,6 @@ class MergeCore(Generic[T]):
         ordered: bool = True,
         limit: int | None = None,
         budget: ReadBudget | None = None,
-        row_bytes: int = DEFAULT_ROW_BYTES,
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
     ) -> None:
@@ -211,12 +209,9 @@ class MergeCore(Generic[T]):
             raise ValueError(f"wake_batch must be >= 1, got {wake_batch}")
         if not wake_delay >= 0:
             raise ValueError(f"wake_delay must be >= 0, got {wake_delay}")
-        if row_bytes < 1:
-            raise ValueError(f"row_bytes must be >= 1, got {row_bytes}")
         self._ordered = ordered
         self._limit = limit
         self._budget = budget if budget is not None else ReadBudget()
-        self._default_row_bytes = row_bytes
         self._wake_batch = wake_batch
         self._wake_delay = wake_delay
         self._feeds = [Feed(self, i) for i in range(sources)]
@@ -260,7 +255,7 @@ class MergeCore(Generic[T]):
     def row_bytes(self) -> float:
         """The size of an item the budget uses: measured, or the default until measured."""
         if self._sampled_rows < _SIZED_ENOUGH:
-            return float(self._default_row_bytes)
+            return float(DEFAULT_ROW_BYTES)
         return self._sampled_bytes / self._sampled_rows
 
     # -- what a driver provides ----------------------------------------------------
@@ -518,7 +513,6 @@ class Merge(MergeCore[T]):
             they arrive (False).
         limit: Stop after this many items (None: every item).
         budget: Bounds the items asked of sources and not yet handed over.
-        row_bytes: Bytes per item assumed until sources report sizes.
         wake_batch: Items a source the consumer waits for must hold before
             it wakes the consumer, unless its request ends or ``wake_delay``
             seconds pass first.
@@ -537,7 +531,6 @@ class Merge(MergeCore[T]):
         ordered: bool = True,
         limit: int | None = None,
         budget: ReadBudget | None = None,
-        row_bytes: int = DEFAULT_ROW_BYTES,
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
         stop_requests: Callable[[], Awaitable[None]] | None = None,
@@ -547,7 +540,6 @@ class Merge(MergeCore[T]):
             ordered=ordered,
             limit=limit,
             budget=budget,
-            row_bytes=row_bytes,
             wake_batch=wake_batch,
             wake_delay=wake_delay,
         )
@@ -758,8 +750,7 @@ class ThreadMerge(MergeCore[T]):
     Args:
         sources: One per source (see :class:`MergeCore` for the ordering contract).
         threads: Workers at most (the pool is the read's own).
-        ordered, limit, budget, row_bytes, wake_batch, wake_delay: As for
-            :class:`Merge`.
+        ordered, limit, budget: As for :class:`Merge`.
     """
 
     def __init__(
@@ -770,19 +761,8 @@ class ThreadMerge(MergeCore[T]):
         ordered: bool = True,
         limit: int | None = None,
         budget: ReadBudget | None = None,
-        row_bytes: int = DEFAULT_ROW_BYTES,
-        wake_batch: int = WAKE_BATCH,
-        wake_delay: float = WAKE_DELAY,
     ) -> None:
-        super().__init__(
-            len(sources),
-            ordered=ordered,
-            limit=limit,
-            budget=budget,
-            row_bytes=row_bytes,
-            wake_batch=wake_batch,
-            wake_delay=wake_delay,
-        )
+        super().__init__(len(sources), ordered=ordered, limit=limit, budget=budget)
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self._sources = list(sources)

@@ -103,14 +103,11 @@ def logical_group(
 
 
 def every_entry_failed(
-    entries: Sequence[RowMutationEntry], cause: Exception, *, indexed: bool = True
+    entries: Sequence[RowMutationEntry], cause: Exception
 ) -> MutationsExceptionGroup:
     """The client's report of a bulk write whose every entry failed with ``cause``."""
     return MutationsExceptionGroup(
-        [
-            FailedMutationEntryError(i if indexed else None, entry, cause)
-            for i, entry in enumerate(entries)
-        ],
+        [FailedMutationEntryError(i, entry, cause) for i, entry in enumerate(entries)],
         len(entries),
     )
 

@@ -51,9 +51,9 @@ from ._strategy import ReadBudget
 if TYPE_CHECKING:
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
-    from ._sync import SaltedMutationsBatcherSync, SaltedTable, SyncTableLike
+    from ._sync import SaltedTable, SyncTableLike
     from ._table import SaltedTableAsync, TableLike
-    from ._write import SaltedMutationsBatcher
+    from ._write import SaltedMutationsBatcher, SaltedMutationsBatcherSync
 
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
@@ -64,7 +64,7 @@ _LAZY: dict[str, str] = {
     "rewrite_filter": "._plan",
     "SubScan": "._reader",
     "SaltedTable": "._sync",
-    "SaltedMutationsBatcherSync": "._sync",
+    "SaltedMutationsBatcherSync": "._write",
     "SyncTableLike": "._sync",
     "SaltedTableAsync": "._table",
     "TableLike": "._table",

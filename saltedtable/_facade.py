@@ -1,17 +1,70 @@
-"""What the async and the sync salted tables share as facades: ``TableAsync``'s attributes.
+"""What the async and the sync salted tables share as facades.
 
-Code that logs or inspects a table (``table.table_name``, the default
-timeouts, ...) keeps working on a salted table: each attribute reads and
-writes the wrapped table's own.
+Both tables are thin facades with one I/O call per method; everything around
+that call that does no I/O lives here, written once: the constructor's
+argument checks, ``TableAsync``'s attributes (each reads and writes the
+wrapped table's own, so code that logs or inspects a table keeps working),
+the filter sent for a bucket, a read's plan, the result of
+``read_rows_sharded``, and the bookkeeping of ``bulk_mutate_rows``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+from google.cloud.bigtable.data.exceptions import (
+    FailedQueryShardError,
+    ShardedReadRowsExceptionGroup,
+)
+from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import RowFilter
 
-__all__ = ["TableAttributes", "relabel"]
+from ._cutoff import CutoffPolicy
+from ._layout import Layout, samples_in_range
+from ._plan import ReadPlan, plan_reads, rewrite_filter
+from ._query import as_query, check_filter
+from ._salt import SaltScheme
+from ._stats import CallStats, StatsHook, report
+from ._strategy import ReadBudget
+from ._timeouts import Timeouts, check_timeouts, resolve_timeouts
+from ._write import physical_entries
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT_SUBSCANS",
+    "SHARDED_CONCURRENCY",
+    "AttemptTimeout",
+    "Query",
+    "Retryable",
+    "TableAttributes",
+    "Timeout",
+    "bulk_prepare",
+    "bulk_report",
+    "check_arguments",
+    "check_row_key",
+    "filter_for",
+    "plan_for",
+    "read_timeouts",
+    "relabel",
+    "samples_for",
+    "sharded_refused",
+    "sharded_result",
+    "stray_reasons",
+]
+
+#: Sub-scan requests in flight per table when the caller does not say otherwise.
+DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
+#: The client's own cap for read_rows_sharded, kept so behaviour matches.
+SHARDED_CONCURRENCY: Final = 10
+
+Timeout = float | TABLE_DEFAULT
+AttemptTimeout = float | None | TABLE_DEFAULT
+Retryable = Sequence[type[Exception]] | TABLE_DEFAULT
+Query = ReadRowsQuery | Mapping[str, Any]
 
 
 def relabel(row: Row, key: bytes) -> Row:
@@ -20,6 +73,145 @@ def relabel(row: Row, key: bytes) -> Row:
     for cell in row.cells:
         cell.row_key = key
     return row
+
+
+def check_arguments(
+    table: object,
+    scheme: object,
+    cutoff: object,
+    budget: object,
+    max_concurrent_subscans: int,
+) -> None:
+    """Refuse the constructor arguments of a salted table that cannot work.
+
+    Raises:
+        TypeError: ``table`` is None, or ``scheme``/``cutoff``/``budget`` of the wrong type.
+        ValueError: ``max_concurrent_subscans`` below 1.
+    """
+    if table is None:
+        raise TypeError("table must be a Bigtable table (client.get_table(...)), got None")
+    if not isinstance(scheme, SaltScheme):
+        raise TypeError(f"scheme must be a SaltScheme, got {type(scheme).__name__}")
+    if cutoff is not None and not isinstance(cutoff, CutoffPolicy):
+        raise TypeError(f"cutoff must be a CutoffPolicy, got {type(cutoff).__name__}")
+    if budget is not None and not isinstance(budget, ReadBudget):
+        raise TypeError(f"budget must be a ReadBudget, got {type(budget).__name__}")
+    if max_concurrent_subscans < 1:
+        raise ValueError(f"max_concurrent_subscans must be >= 1, got {max_concurrent_subscans}")
+
+
+def check_row_key(row_key: object) -> None:
+    """Refuse a missing row key as the client does."""
+    if row_key is None:
+        raise ValueError("row_key must be string or bytes")
+
+
+def plan_for(query: Query, layout: Layout, budget: ReadBudget, *, ordered: bool) -> ReadPlan:
+    """How a logical query is read with this budget (nothing is read)."""
+    plan = plan_reads(as_query(query), layout)
+    return dataclasses.replace(plan, budget=budget, ordered=ordered)
+
+
+def read_timeouts(
+    table: object,
+    operation_timeout: Timeout,
+    attempt_timeout: AttemptTimeout,
+    retryable_errors: Retryable,
+) -> Timeouts:
+    """A read's timeouts as the client resolves them (the table's read defaults)."""
+    operation, attempt = resolve_timeouts(table, operation_timeout, attempt_timeout, "read_rows")
+    return Timeouts(operation, attempt, retryable_errors)
+
+
+def samples_for(
+    layout: Layout, samples: list[tuple[bytes, int]], row_range: RowRange | None
+) -> list[tuple[bytes, int]]:
+    """The physical table's samples as logical keys, only those in ``row_range`` if given."""
+    logical = layout.logical_samples(samples)
+    if row_range is None:
+        return logical
+    return samples_in_range(logical, row_range.start_key, row_range.end_key)
+
+
+def filter_for(
+    layout: Layout, bucket: int | None, row_filter: RowFilter | None
+) -> RowFilter | None:
+    """The filter to send for a row in ``bucket`` (legacy rows need no rewrite)."""
+    check_filter(row_filter)
+    if bucket is None:
+        return row_filter
+    return rewrite_filter(row_filter, layout.scheme.prefix(bucket))
+
+
+def stray_reasons(
+    layout: Layout,
+) -> tuple[Callable[[bytes], str | None] | None, Callable[[bytes], str | None] | None]:
+    """Why a legacy row, and why a bucket row, is left out of reads (None: none is)."""
+    if layout.cutoff is None:
+        return None, None
+    return layout.stray_reason, layout.salted_stray_reason
+
+
+def sharded_refused(
+    sharded_query: Sequence[Query], error: Exception
+) -> ShardedReadRowsExceptionGroup:
+    """A ``read_rows_sharded`` that failed as a whole: every shard failed with ``error``."""
+    failed = [
+        FailedQueryShardError(i, query, error)  # type: ignore[arg-type]
+        for i, query in enumerate(sharded_query)
+    ]
+    return ShardedReadRowsExceptionGroup(failed, [], len(sharded_query))
+
+
+def sharded_result(
+    sharded_query: Sequence[Query], results: Sequence[list[Row] | Exception]
+) -> list[Row]:
+    """The rows of every shard in query order, or the client's group if any shard failed.
+
+    Raises:
+        ShardedReadRowsExceptionGroup: One ``FailedQueryShardError`` per failed
+            shard, with the rows of the shards that succeeded.
+    """
+    failed = [
+        FailedQueryShardError(i, sharded_query[i], r)  # type: ignore[arg-type]
+        for i, r in enumerate(results)
+        if isinstance(r, Exception)
+    ]
+    ok = [row for r in results if not isinstance(r, Exception) for row in r]
+    if failed:
+        raise ShardedReadRowsExceptionGroup(failed, ok, len(sharded_query))
+    return ok
+
+
+def bulk_prepare(
+    layout: Layout,
+    entries: Iterable[RowMutationEntry],
+    operation_timeout: Timeout,
+    attempt_timeout: AttemptTimeout,
+    stats: CallStats | None,
+    hook: StatsHook | None,
+) -> tuple[list[RowMutationEntry], list[RowMutationEntry], CallStats | None]:
+    """Check a ``bulk_mutate_rows`` call before anything is sent.
+
+    Returns:
+        The logical entries as a list, the same with physical keys, and the
+        call's statistics (created when a hook needs them).
+    """
+    if stats is None and hook is not None:
+        stats = CallStats()
+    check_timeouts(operation_timeout, attempt_timeout)
+    logical = entries if isinstance(entries, list) else list(entries)  # any iterable
+    return logical, physical_entries(layout, logical, stats), stats
+
+
+def bulk_report(
+    stats: CallStats | None, rows: int, error: BaseException | None, hook: StatsHook | None
+) -> None:
+    """End a ``bulk_mutate_rows`` call's statistics (if any) and report them."""
+    if stats is not None:
+        stats.operation = "bulk_mutate_rows"
+        stats.rows = rows
+        report(stats, error, hook)
 
 
 def _passthrough(name: str, doc: str) -> Any:

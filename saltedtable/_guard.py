@@ -1,23 +1,27 @@
 """The scheme guard: check a table's stored layout record, store it, sample the rows.
 
-:class:`TableGuard` does the I/O for one async table object around the pure
-rules of ``_record``: it reads the record on the object's first operation
+:class:`TableGuard` (async) and :class:`SyncTableGuard` (sync) do the I/O for
+one table object around the decisions of :class:`GuardCore` and the pure
+rules of ``_record``: each reads the record on the object's first operation
 (one request per object lifetime; concurrent first operations share it),
 refuses a different layout with :class:`~saltedtable.SchemeMismatchError`,
 and, when the table has no record yet, stores one with the first write that
 names a column family. The record is created only if the row is still empty
 (a conditional mutation), so two services starting on a new table at once
-agree on one record. The sync table does the same I/O in ``_sync``.
+agree on one record.
 
-:meth:`TableGuard.check_layout` samples the key space and refuses rows that
-do not fit the layout (a migration's copies and legacy rows are expected in
-the states ``_migration`` describes).
+:meth:`TableGuard.check_layout` (and the sync one) samples the key space and
+refuses rows that do not fit the layout (a migration's copies and legacy rows
+are expected in the states ``_migration`` describes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
+import threading
 from collections.abc import Generator, Sequence
 from typing import Any, Final
 
@@ -58,6 +62,7 @@ __all__ = [
     "SCHEME_ROW_KEY",
     "GuardCore",
     "SchemeMismatchError",
+    "SyncTableGuard",
     "TableGuard",
     "decode_layout",
     "describe_layout",
@@ -166,7 +171,7 @@ class GuardCore:
     I/O first, and again after taking the driver's lock, so that operations
     waiting for another's check see its outcome (a refusal included).
 
-    The drivers (:class:`TableGuard` here, ``SyncTableGuard`` in ``_sync``)
+    The drivers (:class:`TableGuard` and :class:`SyncTableGuard`, below)
     run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
     for the stored record (sent back in), ``("create", family)`` for a
     conditional write of the record, ``("replace", family)`` for overwriting it.
@@ -385,6 +390,97 @@ class TableGuard(GuardCore):
                 tg.start_soon(sample, i)
         if errors:
             raise errors[0]
+        offenders = layout_offenders(self._layout, samples, stored)
+        if offenders:
+            raise layout_error(self._layout, offenders)
+
+
+# -- the guard -----------------------------------------------------------------------------
+
+
+class SyncTableGuard(GuardCore):
+    """The guard of one sync table object (see :class:`TableGuard`)."""
+
+    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True) -> None:
+        super().__init__(layout, enabled=enabled)
+        self._table = table
+        self._lock = threading.Lock()
+
+    def check(self, limit: GuardTime = None) -> bool:
+        """Before any operation: read the stored record once and refuse a different one.
+
+        Returns:
+            Whether the guard sent requests (the operation has less time left).
+        """
+        return self._settle(None, limit)
+
+    def before_write(self, family: str | None, limit: GuardTime = None) -> bool:
+        """Before a write: check, and store the record if the table has none yet."""
+        return self._settle(family, limit)
+
+    def _settle(self, family: str | None, limit: GuardTime) -> bool:
+        if not self._pending(family):
+            return False
+        with self._lock:
+            if not self._pending(family):  # another thread settled it meanwhile
+                return False
+            self._run(self._judging(family), limit)
+        return True
+
+    def ensure(self, *, family: str | None, override: bool = False) -> None:
+        """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
+        if self._refuse_unstorable(family, override):
+            with self._lock:
+                self._error = None
+                if self._state == "refused":
+                    self._state = "unread"
+                self._run(self._judging(family, override), None)
+
+    def _stored_record(self, limit: GuardTime = None) -> dict[str, Any] | None:
+        return record_of_row(
+            self._table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit))
+        )
+
+    def _run(
+        self,
+        steps: Generator[tuple[str, str | None], dict[str, Any] | None, None],
+        limit: GuardTime,
+    ) -> None:
+        answer: dict[str, Any] | None = None
+        with contextlib.suppress(StopIteration):
+            while True:
+                kind, family = steps.send(answer)
+                answer = None
+                if kind == "read":
+                    answer = self._stored_record(limit)
+                    continue
+                assert family is not None
+                mutations = self._record_mutations(kind, family)
+                if kind == "create":
+                    try:
+                        self._table.check_and_mutate_row(
+                            SCHEME_ROW_KEY,
+                            None,
+                            false_case_mutations=mutations,
+                            **operation_only(guard_timeouts(limit)),
+                        )
+                        continue
+                    except FailedPrecondition as exc:
+                        self._plain_store_warning(exc)
+                self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
+
+    def check_layout(self, *, sample_rows: int, threads: int) -> None:
+        """Sample the key space and refuse rows that do not fit the layout."""
+        stored = self._stored if self.checked else self._stored_record()
+        queries = sample_queries(self._layout, sample_rows, stored)
+
+        def sample(query: ReadRowsQuery) -> list[bytes]:
+            # The limit ends the stream on the server side: reading it to the
+            # end leaves no RPC behind.
+            return [row.row_key for row in self._table.read_rows_stream(query)]
+
+        with concurrent.futures.ThreadPoolExecutor(min(threads, len(queries))) as pool:
+            samples = list(pool.map(sample, queries))
         offenders = layout_offenders(self._layout, samples, stored)
         if offenders:
             raise layout_error(self._layout, offenders)

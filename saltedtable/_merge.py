@@ -1,5 +1,9 @@
 """The merge engine: read sorted sources at once; hand over batches in key order or as they come.
 
+One engine, two drivers: :class:`MergeCore` makes every decision,
+:class:`Merge` drives it on asyncio (the async table's reads) and
+:class:`ThreadMerge` with worker threads (the sync table's reads).
+
 Generic: nothing here knows about Bigtable. A *source* runs one request at a
 time: called with a size and its :class:`Feed`, it appends at most that many
 items and their sort keys to the feed as they arrive, and returns how many it
@@ -26,12 +30,20 @@ so the consumer side can be a plain async iterator that may be abandoned
 (``break``), closed from another task (asyncio's async-generator finaliser)
 or cancelled, without exiting a cancel scope in the wrong task.
 :meth:`Merge.aclose` cancels the producers and waits until they are gone.
+
+The thread driver: each request runs in a worker of a pool the merge owns,
+and the caller's thread merges; every decision happens under one
+:class:`threading.Condition`. A source stops at its next item once
+:attr:`ThreadMerge.stopping` is set, and :meth:`ThreadMerge.close` returns
+only after every worker is back and the pool is shut down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
+import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, final
 
@@ -46,7 +58,18 @@ from ._strategy import (
     unordered_shares,
 )
 
-__all__ = ["WAKE_BATCH", "WAKE_DELAY", "Feed", "Merge", "MergeCore", "Sent", "Source", "Wait"]
+__all__ = [
+    "WAKE_BATCH",
+    "WAKE_DELAY",
+    "Feed",
+    "Merge",
+    "MergeCore",
+    "Sent",
+    "Source",
+    "SyncSource",
+    "ThreadMerge",
+    "Wait",
+]
 
 T = TypeVar("T")
 
@@ -149,7 +172,7 @@ class Wait(NamedTuple):
 
 
 class MergeCore(Generic[T]):
-    """Everything a merge decides, shared by the async driver and the sync one (``_sync``).
+    """Everything a merge decides, shared by the async driver and the thread driver.
 
     A driver runs one producer per source, calling :meth:`_demand` for the
     size of each request (0: stop, None: wait until :meth:`_release` says the
@@ -164,7 +187,6 @@ class MergeCore(Generic[T]):
             they arrive (False).
         limit: Stop after this many items (None: every item).
         budget: Bounds the items asked of sources and not yet handed over.
-        row_bytes: Bytes per item assumed until sources report sizes.
         wake_batch: Items a source the consumer waits for must hold before
             it wakes the consumer, unless its request ends or ``wake_delay``
             seconds pass first.
@@ -178,7 +200,6 @@ class MergeCore(Generic[T]):
         ordered: bool = True,
         limit: int | None = None,
         budget: ReadBudget | None = None,
-        row_bytes: int = DEFAULT_ROW_BYTES,
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
     ) -> None:
@@ -188,12 +209,9 @@ class MergeCore(Generic[T]):
             raise ValueError(f"wake_batch must be >= 1, got {wake_batch}")
         if not wake_delay >= 0:
             raise ValueError(f"wake_delay must be >= 0, got {wake_delay}")
-        if row_bytes < 1:
-            raise ValueError(f"row_bytes must be >= 1, got {row_bytes}")
         self._ordered = ordered
         self._limit = limit
         self._budget = budget if budget is not None else ReadBudget()
-        self._default_row_bytes = row_bytes
         self._wake_batch = wake_batch
         self._wake_delay = wake_delay
         self._feeds = [Feed(self, i) for i in range(sources)]
@@ -237,7 +255,7 @@ class MergeCore(Generic[T]):
     def row_bytes(self) -> float:
         """The size of an item the budget uses: measured, or the default until measured."""
         if self._sampled_rows < _SIZED_ENOUGH:
-            return float(self._default_row_bytes)
+            return float(DEFAULT_ROW_BYTES)
         return self._sampled_bytes / self._sampled_rows
 
     # -- what a driver provides ----------------------------------------------------
@@ -497,7 +515,6 @@ class Merge(MergeCore[T]):
             they arrive (False).
         limit: Stop after this many items (None: every item).
         budget: Bounds the items asked of sources and not yet handed over.
-        row_bytes: Bytes per item assumed until sources report sizes.
         wake_batch: Items a source the consumer waits for must hold before
             it wakes the consumer, unless its request ends or ``wake_delay``
             seconds pass first.
@@ -516,7 +533,6 @@ class Merge(MergeCore[T]):
         ordered: bool = True,
         limit: int | None = None,
         budget: ReadBudget | None = None,
-        row_bytes: int = DEFAULT_ROW_BYTES,
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
         stop_requests: Callable[[], Awaitable[None]] | None = None,
@@ -526,7 +542,6 @@ class Merge(MergeCore[T]):
             ordered=ordered,
             limit=limit,
             budget=budget,
-            row_bytes=row_bytes,
             wake_batch=wake_batch,
             wake_delay=wake_delay,
         )
@@ -711,6 +726,169 @@ class Merge(MergeCore[T]):
             if timer is not None:
                 timer.cancel()
             for feed in feeds:
+                feed.wake_at = _NEVER
+        if self._error is not None or self._closed:
+            self._stopped()
+
+
+# -- the thread driver (the sync table's) -------------------------------------------------
+
+
+class SyncSource(Protocol[T]):
+    """Runs one request of at most ``size`` items, pushing them with ``merge.push``."""
+
+    def __call__(self, size: int, feed: Feed[T], merge: ThreadMerge[T], /) -> Sent: ...
+
+
+@final
+class ThreadMerge(MergeCore[T]):
+    """Run sync sources in worker threads; the caller's thread merges and iterates batches.
+
+    Everything the engine decides happens under one lock (a
+    :class:`threading.Condition`). A feed's request is submitted to the pool
+    when the engine grants it (:meth:`_release`); the worker pushes items
+    under the lock, and at the request's end asks for the next one itself.
+
+    Args:
+        sources: One per source (see :class:`MergeCore` for the ordering contract).
+        threads: Workers at most (the pool is the read's own).
+        ordered, limit, budget: As for :class:`Merge`.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[SyncSource[T]],
+        *,
+        threads: int,
+        ordered: bool = True,
+        limit: int | None = None,
+        budget: ReadBudget | None = None,
+    ) -> None:
+        super().__init__(len(sources), ordered=ordered, limit=limit, budget=budget)
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self._sources = list(sources)
+        self._threads = min(threads, max(1, len(sources)))
+        self._cond = threading.Condition()
+        self._running: set[int] = set()  # feeds with a request submitted or running
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._steps_iter: Iterator[list[T] | Wait] | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """True once sources should stop at their next item (limit met, closed, failed)."""
+        return self._stopping
+
+    def push(self, feed: Feed[T], item: T, key: Any) -> None:
+        """Called by a source, in its worker, for each item it reads."""
+        with self._cond:
+            feed.items.append(item)
+            feed.keys.append(key)
+            if len(feed.keys) >= feed.wake_at:
+                feed.wake()
+
+    def __iter__(self) -> ThreadMerge[T]:
+        return self
+
+    def __next__(self) -> list[T]:
+        with self._cond:
+            if self._closed:
+                raise StopIteration
+            if self._steps_iter is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self._threads, thread_name_prefix="saltedtable-subscan"
+                )
+                self._first_round()
+                self._steps_iter = self._steps()
+                for feed in self._feeds:
+                    self._release(feed)
+            try:
+                while True:
+                    step = next(self._steps_iter)
+                    if not isinstance(step, Wait):
+                        return step
+                    self._wait(step)
+            except StopIteration:
+                pass
+        self.close()
+        raise StopIteration
+
+    def __enter__(self) -> ThreadMerge[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every source at its next item and wait until every worker is back.
+
+        Safe to call more than once; never raises a source's error.
+        """
+        with self._cond:
+            self._closed = self._stopping = True
+            self._cond.notify_all()
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    # -- the driver's part ---------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._cond.notify_all()
+
+    def _release(self, feed: Feed[T]) -> None:
+        # Called with the lock held: start the feed's next request if the engine grants one.
+        if feed.done or feed.index in self._running or self._pool is None:
+            return
+        size = self._demand(feed)
+        if size is None:
+            return  # released again when the consumer takes or grants
+        if not size:
+            self._source_done(feed)
+            return
+        self._start(feed, size)
+        self._running.add(feed.index)
+        self._pool.submit(self._run, feed, size)
+
+    def _run(self, feed: Feed[T], size: int) -> None:
+        source = self._sources[feed.index]
+        try:
+            sent = source(size, feed, self)
+        except BaseException as exc:
+            with self._cond:
+                if self._error is None:
+                    self._error = exc
+                self._stopping = True
+                self._running.discard(feed.index)
+                self._source_done(feed)
+                if not self._running:
+                    self._gone = True
+            if not isinstance(exc, Exception):
+                raise
+            return
+        with self._cond:
+            self._running.discard(feed.index)
+            self._end(feed, size, sent.pushed)
+            if not sent.more or self._stopping:
+                self._source_done(feed)
+            else:
+                self._release(feed)
+            if not self._running and self._live == 0:
+                self._gone = True
+            self._cond.notify_all()
+
+    def _wait(self, step: Wait) -> None:
+        """Wait (the lock held) as the consumer loop asks; raise if the merge stopped."""
+        if self._error is not None or self._closed:
+            self._stopped()
+        if step.batch is not None:
+            for feed in step.feeds:
+                feed.wake_at = step.batch
+        timeout = self._wake_delay if step.batch is not None and step.batch > 1 else None
+        try:
+            self._cond.wait(timeout)
+        finally:
+            for feed in step.feeds:
                 feed.wake_at = _NEVER
         if self._error is not None or self._closed:
             self._stopped()

@@ -1,23 +1,27 @@
 """Reads: one logical read becomes one request series per bucket, merged by the engine.
 
-The I/O seam of reads. :class:`BucketSource` runs one bounded ReadRows request
-of a bucket's sub-query at a time for the merge engine (:mod:`._merge`),
-relabelling every row with its logical key; :class:`ReadCall` ties a plan,
-its sources, the budget and the call's statistics together and hands the
-caller a list or a stream.
+The I/O seam of reads, for both tables. :class:`BucketSource` (async) and
+:class:`SyncBucketSource` (sync) run one bounded ReadRows request of a
+bucket's sub-query at a time for the merge engine (:mod:`._merge`: its
+:class:`~._merge.Merge` and :class:`~._merge.ThreadMerge` drivers),
+relabelling every row with its logical key; :class:`ReadCall` and
+:class:`SyncReadCall` tie a plan, its sources, the budget and the call's
+statistics together and hand the caller a list or a stream.
 
 Every request has room reserved for all the rows it may return, so a request
 runs to its end without waiting for the caller: it holds a concurrency slot
 (``max_concurrent_subscans``) only while it runs, and the waiting between
 requests happens outside any RPC.
 
-Leaving a ``read_rows_stream`` early does not cancel its RPC, and cancelling
+Async: leaving a ``read_rows_stream`` early does not cancel its RPC, and cancelling
 a task while it waits for the stream's next row leaks memory in grpc.aio (see
 :mod:`._cancel`). So a read that ends early (the caller left, or another
 sub-scan failed) first ends the requests still running without cancelling the
 tasks that read them (:meth:`ReadCall.stop_requests`): each reader stops at
 its next row, and only then are the producers cancelled. A request that
 stops for any other reason ends its own stream (:func:`~._cancel.end_stream`).
+Sync: a request stops at its next row once its merge is stopping, and closes
+its stream, whose RPC gRPC cancels once nothing refers to it.
 
 Errors keep the client's types: a failing sub-scan raises the client's own
 exception, with a note naming the bucket, its range and where it stopped,
@@ -29,16 +33,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
+import threading
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, Generic, TypeVar, final
 
 import anyio
+from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from ._cancel import end_stream, stop_reads
-from ._merge import Feed, Merge, MergeCore, Sent
+from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import PageCursor, ReadPlan, SubQuery
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
 from ._strategy import ReadBudget
@@ -50,6 +56,8 @@ __all__ = [
     "ReadCall",
     "StrayRows",
     "SubScan",
+    "SyncBucketSource",
+    "SyncReadCall",
     "annotate",
     "count_request",
     "count_row",
@@ -59,6 +67,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger("saltedtable.reader")
+
+#: What the table's guard check returns: an awaitable (async) or a bool (sync).
+G = TypeVar("G")
 
 #: One row in this many has its size measured for the budget.
 SAMPLE_EVERY: Final = 8
@@ -80,23 +91,57 @@ class SubScan:
     after_key: bytes | None
 
 
-@final
-class BucketSource:
-    """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
+class _BucketRequests:
+    """What a bucket's source keeps between its requests, async or sync."""
 
     __slots__ = (
         "_bstats",
         "_cursor",
         "_cut",
         "_deadline",
-        "_limiter",
         "_read_rows_stream",
         "_stray",
         "_timeouts",
-        "stopped",
-        "stream",
         "sub",
     )
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Any],
+        sub: SubQuery,
+        *,
+        deadline: float,
+        timeouts: Timeouts,
+        bstats: BucketStats | None,
+        stray: Callable[[bytes], bool] | None,
+    ) -> None:
+        self.sub = sub
+        self._read_rows_stream = read_rows_stream
+        self._cursor = PageCursor(sub)
+        self._cut = len(sub.prefix)
+        self._deadline = deadline
+        self._timeouts = timeouts
+        self._bstats = bstats
+        #: Says which (logical) keys to leave out (cutoff layouts).
+        self._stray = stray
+
+    def _advance(self, received: int, size: int, key: bytes | None) -> bool:
+        """After a request that ran to its end: move past what it read; True if more may follow."""
+        # A full request may have more after its last row; a short one ends its window.
+        self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
+        return not self._cursor.done
+
+    def _annotate(self, exc: BaseException, last: bytes | None) -> BaseException:
+        if last is None and (where := self._cursor.position) is not None:
+            last = where[self._cut :]
+        return annotate(exc, self.sub, last)
+
+
+@final
+class BucketSource(_BucketRequests):
+    """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
+
+    __slots__ = ("_limiter", "stopped", "stream")
 
     def __init__(
         self,
@@ -109,16 +154,10 @@ class BucketSource:
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
-        self.sub = sub
-        self._read_rows_stream = read_rows_stream
-        self._cursor = PageCursor(sub)
-        self._cut = len(sub.prefix)
-        self._deadline = deadline
-        self._timeouts = timeouts
+        super().__init__(
+            read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
+        )
         self._limiter = limiter
-        self._bstats = bstats
-        #: Says which (logical) keys to leave out (cutoff layouts).
-        self._stray = stray
         #: The stream of the request running now, if any.
         self.stream: Any = None
         #: The read is ending: no new request, and the one running was ended on purpose.
@@ -217,14 +256,7 @@ class BucketSource:
                         await end_stream(stream)
         if not complete:  # stopped: the read is ending
             return Sent(pushed, False)
-        # A full request may have more after its last row; a short one ends its window.
-        self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
-        return Sent(pushed, not self._cursor.done)
-
-    def _annotate(self, exc: BaseException, last: bytes | None) -> BaseException:
-        if last is None and (where := self._cursor.position) is not None:
-            last = where[self._cut :]
-        return annotate(exc, self.sub, last)
+        return Sent(pushed, self._advance(received, size, key))
 
 
 def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
@@ -263,8 +295,51 @@ def _cancel_requested() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+class _Read(Generic[G]):
+    """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard."""
+
+    __slots__ = ("_deadline", "_guard", "_hook", "_in_buckets", "_limit", "_stats", "_stray")
+
+    def __init__(
+        self,
+        plan: ReadPlan,
+        *,
+        operation: str,
+        timeouts: Timeouts,
+        ordered: bool,
+        budget: ReadBudget,
+        stats: CallStats | None,
+        hook: StatsHook | None,
+        guard: Callable[[GuardTime], G] | None,
+        stray: Callable[[bytes], str | None] | None,
+        salted_stray: Callable[[bytes], str | None] | None,
+    ) -> None:
+        if stats is None and hook is not None:
+            stats = CallStats()
+        self._deadline = time.monotonic() + timeouts.operation
+        self._limit: GuardTime = (self._deadline, timeouts.attempt)
+        self._stray = None if stray is None else StrayRows(stray)
+        # Bucket rows on the legacy side are a migration's copies: left out, not reported.
+        self._in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        if stats is not None:
+            stats.operation = operation
+            stats.strategy = describe_read(plan, budget, ordered)
+        self._stats = stats
+        self._hook = hook
+        self._guard = guard
+
+    def _bucket_stats(self, sub: SubQuery) -> BucketStats | None:
+        return None if self._stats is None else self._stats.bucket(sub.bucket)
+
+    def _stray_for(self, sub: SubQuery) -> StrayRows | None:
+        return self._stray if sub.bucket is None else self._in_buckets
+
+    def _finish(self, merge: MergeCore[Row], emitted: int, error: BaseException | None) -> None:
+        finish_read(merge, self._stats, self._hook, self._stray, emitted, error)
+
+
 @final
-class ReadCall:
+class ReadCall(_Read[Awaitable[bool]]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
     Args:
@@ -285,7 +360,7 @@ class ReadCall:
             key time puts it on the legacy side, such as a backfilled copy).
     """
 
-    __slots__ = ("_guard", "_hook", "_limit", "_merge", "_sources", "_stats", "_stray")
+    __slots__ = ("_merge", "_sources")
 
     def __init__(
         self,
@@ -303,22 +378,27 @@ class ReadCall:
         stray: Callable[[bytes], str | None] | None = None,
         salted_stray: Callable[[bytes], str | None] | None = None,
     ) -> None:
-        if stats is None and hook is not None:
-            stats = CallStats()
-        deadline = time.monotonic() + timeouts.operation
-        self._limit: GuardTime = (deadline, timeouts.attempt)
-        self._stray = None if stray is None else StrayRows(stray)
-        # Bucket rows on the legacy side are a migration's copies: left out, not reported.
-        in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        super().__init__(
+            plan,
+            operation=operation,
+            timeouts=timeouts,
+            ordered=ordered,
+            budget=budget,
+            stats=stats,
+            hook=hook,
+            guard=guard,
+            stray=stray,
+            salted_stray=salted_stray,
+        )
         sources = [
             BucketSource(
                 read_rows_stream,
                 sub,
-                deadline=deadline,
+                deadline=self._deadline,
                 timeouts=timeouts,
                 limiter=limiter,
-                bstats=None if stats is None else stats.bucket(sub.bucket),
-                stray=self._stray if sub.bucket is None else in_buckets,
+                bstats=self._bucket_stats(sub),
+                stray=self._stray_for(sub),
             )
             for sub in plan.subqueries
         ]
@@ -330,12 +410,6 @@ class ReadCall:
             budget=budget,
             stop_requests=self.stop_requests,
         )
-        if stats is not None:
-            stats.operation = operation
-            stats.strategy = describe_read(plan, budget, ordered)
-        self._stats = stats
-        self._hook = hook
-        self._guard = guard
 
     async def stop_requests(self) -> None:
         """End the requests running now without cancelling their readers; start no new ones.
@@ -369,7 +443,7 @@ class ReadCall:
             error = exc
             raise
         finally:
-            self._finish(merge.emitted, error)
+            self._finish(merge, merge.emitted, error)
         return rows
 
     async def stream(self) -> AsyncGenerator[Row, None]:
@@ -390,10 +464,208 @@ class ReadCall:
         finally:
             await merge.aclose()
             # Left early: what the caller had not taken of the last batch was not read.
-            self._finish(merge.emitted - operator.length_hint(rows), error)
+            self._finish(merge, merge.emitted - operator.length_hint(rows), error)
 
-    def _finish(self, emitted: int, error: BaseException | None) -> None:
-        finish_read(self._merge, self._stats, self._hook, self._stray, emitted, error)
+
+# -- a bucket's requests -----------------------------------------------------------------
+
+
+@final
+class SyncBucketSource(_BucketRequests):
+    """Reads one :class:`SubQuery` for a :class:`ThreadMerge`, one bounded request at a time."""
+
+    __slots__ = ("_slots", "_slots_total")
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Iterable[Row]],
+        sub: SubQuery,
+        *,
+        deadline: float,
+        timeouts: Timeouts,
+        slots: threading.Semaphore,
+        slots_total: int,
+        bstats: BucketStats | None,
+        stray: Callable[[bytes], bool] | None,
+    ) -> None:
+        super().__init__(
+            read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
+        )
+        self._slots = slots
+        self._slots_total = slots_total
+
+    def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
+        """Run the next request of at most ``size`` rows, pushing each row into ``feed``."""
+        query = self._cursor.next_query(size)
+        if query is None:
+            return Sent(0, False)
+        stats = self._bstats
+        token = None if stats is None else current_bucket().set(stats)
+        try:
+            # The slot is held for this one request; waiting for it counts
+            # against the read's operation_timeout like the request itself.
+            if not self._slots.acquire(timeout=max(0.0, self._deadline - time.monotonic())):
+                raise annotate(slot_timeout(self._timeouts, self._slots_total), self.sub, None)
+            try:
+                return self._request(query, size, feed, merge, stats)
+            finally:
+                self._slots.release()
+        finally:
+            if token is not None:
+                current_bucket().reset(token)
+
+    def _request(
+        self,
+        query: ReadRowsQuery,
+        size: int,
+        feed: Feed[Row],
+        merge: ThreadMerge[Row],
+        stats: BucketStats | None,
+    ) -> Sent:
+        started = time.monotonic()
+        cut = self._cut
+        stray = self._stray
+        received = pushed = 0
+        key: bytes | None = None
+        complete = False
+        try:
+            stream = iter(
+                self._read_rows_stream(query, **request_timeouts(self._deadline, self._timeouts))
+            )
+            try:
+                for row in stream:
+                    if merge.stopping:
+                        break  # left early, or another sub-scan failed: end this one here
+                    key = row.row_key[cut:]
+                    row.row_key = key
+                    for cell in row.cells:
+                        cell.row_key = key
+                    received += 1
+                    if stray is not None and stray(key):
+                        continue
+                    if received % SAMPLE_EVERY == 1:
+                        feed.sampled_rows += 1
+                        feed.sampled_bytes += row_bytes(row)
+                    if stats is not None:
+                        count_row(stats, row, started)
+                    merge.push(feed, row, key)
+                    pushed += 1
+                else:
+                    complete = True
+            finally:
+                # Closing the generator frees the client's stream; gRPC cancels
+                # a call that is still running once nothing refers to it.
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()
+                del stream
+        except Exception as exc:
+            raise self._annotate(exc, key) from None
+        finally:
+            if stats is not None:
+                count_request(stats, time.monotonic() - started)
+        if not complete:
+            return Sent(pushed, False)
+        return Sent(pushed, self._advance(received, size, key))
+
+
+# -- one read --------------------------------------------------------------------------
+
+
+@final
+class SyncReadCall(_Read[bool]):
+    """One logical read on a sync table: its sources, the thread merge, its statistics.
+
+    Args: as for :class:`ReadCall`, with the table's ``slots`` (a semaphore of
+    ``slots_total``) in place of its limiter.
+    """
+
+    __slots__ = ("_merge",)
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Iterable[Row]],
+        plan: ReadPlan,
+        *,
+        operation: str,
+        timeouts: Timeouts,
+        slots: threading.Semaphore,
+        slots_total: int,
+        ordered: bool,
+        budget: ReadBudget,
+        stats: CallStats | None,
+        hook: StatsHook | None,
+        guard: Callable[[GuardTime], bool] | None = None,
+        stray: Callable[[bytes], str | None] | None = None,
+        salted_stray: Callable[[bytes], str | None] | None = None,
+    ) -> None:
+        super().__init__(
+            plan,
+            operation=operation,
+            timeouts=timeouts,
+            ordered=ordered,
+            budget=budget,
+            stats=stats,
+            hook=hook,
+            guard=guard,
+            stray=stray,
+            salted_stray=salted_stray,
+        )
+        sources = [
+            SyncBucketSource(
+                read_rows_stream,
+                sub,
+                deadline=self._deadline,
+                timeouts=timeouts,
+                slots=slots,
+                slots_total=slots_total,
+                bstats=self._bucket_stats(sub),
+                stray=self._stray_for(sub),
+            )
+            for sub in plan.subqueries
+        ]
+        self._merge = ThreadMerge(
+            sources, threads=slots_total, ordered=ordered, limit=plan.limit, budget=budget
+        )
+
+    def collect(self) -> list[Row]:
+        """Every row of the read, in a list."""
+        rows: list[Row] = []
+        error: BaseException | None = None
+        merge = self._merge
+        try:
+            if self._guard is not None:
+                self._guard(self._limit)
+            with merge:
+                for batch in merge:
+                    rows += batch
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            merge.close()
+            self._finish(merge, merge.emitted, error)
+        return rows
+
+    def stream(self) -> Iterator[Row]:
+        """Flatten the batches; closing this iterator stops every sub-scan."""
+        error: BaseException | None = None
+        merge = self._merge
+        rows: Iterator[Row] = iter(())
+        try:
+            if self._guard is not None:
+                self._guard(self._limit)
+            for batch in merge:
+                rows = iter(batch)
+                yield from rows
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            merge.close()
+            # Left early: what the caller had not taken of the last batch was not read.
+            emitted = merge.emitted - operator.length_hint(rows)
+            self._finish(merge, emitted, error)
 
 
 def finish_read(

@@ -1,44 +1,39 @@
 """SaltedTable: the drop-in for the sync ``google.cloud.bigtable.data.Table``.
 
-The same facade as :class:`~saltedtable.SaltedTableAsync` over the sync data
-client (``BigtableDataClient``): logical keys in and out, ordered merged
-streaming scans within a :class:`~saltedtable.ReadBudget`, exact limits, the
-cutoff mode, the guard and statistics. Everything that decides is shared with
-the async table (layout, planner, strategy, merge decisions, guard rules,
-writes); what differs is how sub-scans run.
+The same thin facade as :class:`~saltedtable.SaltedTableAsync` over the sync
+data client (``BigtableDataClient``): each method maps its logical arguments
+through the layout, calls one engine (reads: :mod:`._reader`; writes:
+:mod:`._write`; the guard: :mod:`._guard`) or the wrapped table, and maps the
+results back. Everything that decides is shared with the async table; what
+differs is how sub-scans run.
 
-How sub-scans run: :class:`ThreadMerge` drives the merge engine's decisions
-(:class:`~saltedtable._merge.MergeCore`) with threads. Each request of a
-bucket runs in a worker thread of a pool the read owns (at most
-``max_concurrent_subscans`` threads, and a table-wide semaphore of the same
-size across reads); the caller's thread merges. A request has room reserved
-for every row it may return, so it never waits for the caller: it runs to its
-end, and the worker goes back to the pool. Leaving a read early (``break``,
-``close()``, or dropping the iterator) stops every request at its next row:
-the worker closes its stream, whose RPC gRPC cancels once the stream object is
-gone, and ``close()`` returns only after every worker is back and the pool is
-shut down, so no thread and no RPC outlives the read. A request waiting on a
-server that sends nothing ends at its attempt deadline at the latest.
+How sub-scans run: :class:`~saltedtable._merge.ThreadMerge` drives the merge
+engine's decisions with threads. Each request of a bucket runs in a worker
+thread of a pool the read owns (at most ``max_concurrent_subscans`` threads,
+and a table-wide semaphore of the same size across reads); the caller's
+thread merges. A request has room reserved for every row it may return, so it
+never waits for the caller: it runs to its end, and the worker goes back to
+the pool. Leaving a read early (``break``, ``close()``, or dropping the
+iterator) stops every request at its next row: the worker closes its stream,
+whose RPC gRPC cancels once the stream object is gone, and ``close()`` returns
+only after every worker is back and the pool is shut down, so no thread and
+no RPC outlives the read. A request waiting on a server that sends nothing
+ends at its attempt deadline at the latest.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import dataclasses
-import operator
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Protocol, TypeVar, final
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol, final
 
-from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError
+from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import (
-    FailedQueryShardError,
     MutationsExceptionGroup,
-    ShardedReadRowsExceptionGroup,
 )
 from google.cloud.bigtable.data.mutations import Mutation
 from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
@@ -48,44 +43,41 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
-from ._facade import TableAttributes, relabel
-from ._guard import (
-    RECORD_ONLY,
-    GuardCore,
-    family_of,
-    layout_error,
-    layout_offenders,
-    operation_only,
-    record_of_row,
-    sample_queries,
+from ._facade import (
+    DEFAULT_MAX_CONCURRENT_SUBSCANS,
+    SHARDED_CONCURRENCY,
+    AttemptTimeout,
+    Query,
+    Retryable,
+    TableAttributes,
+    Timeout,
+    bulk_prepare,
+    bulk_report,
+    check_arguments,
+    check_row_key,
+    filter_for,
+    plan_for,
+    read_timeouts,
+    relabel,
+    samples_for,
+    sharded_refused,
+    sharded_result,
+    stray_reasons,
 )
-from ._layout import Layout, samples_in_range
-from ._merge import Feed, MergeCore, Sent, Wait
-from ._plan import PageCursor, ReadPlan, SubQuery, plan_reads, rewrite_filter
-from ._query import as_query, check_filter
-from ._reader import (
-    SAMPLE_EVERY,
-    StrayRows,
-    annotate,
-    count_request,
-    count_row,
-    describe_read,
-    finish_read,
-    row_bytes,
-)
-from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
-from ._stats import BucketStats, CallStats, StatsHook, current_bucket, install_retry_counter, report
-from ._strategy import DEFAULT_ROW_BYTES, ReadBudget
+from ._guard import SyncTableGuard, family_of
+from ._layout import Layout
+from ._plan import ReadPlan
+from ._query import check_filter
+from ._reader import SyncReadCall
+from ._salt import SaltScheme, prefix_end, to_key
+from ._stats import CallStats, StatsHook, install_retry_counter
+from ._strategy import ReadBudget
 from ._timeouts import (
-    GuardTime,
     Timeouts,
     check_timeouts,
     deadline_exceeded,
     guard_limit,
-    guard_timeouts,
-    request_timeouts,
     resolve_timeouts,
-    slot_timeout,
     time_left,
 )
 from ._write import (
@@ -93,22 +85,9 @@ from ._write import (
     every_entry_failed,
     first_family,
     logical_group,
-    physical_entries,
 )
 
-__all__ = ["SaltedMutationsBatcherSync", "SaltedTable", "SyncTableLike", "ThreadMerge"]
-
-T = TypeVar("T")
-
-#: Sub-scan requests in flight per table when the caller does not say otherwise.
-DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
-#: The client's own cap for read_rows_sharded, kept so behaviour matches.
-_SHARDED_CONCURRENCY: Final = 10
-
-_Timeout = float | TABLE_DEFAULT
-_AttemptTimeout = float | None | TABLE_DEFAULT
-_Retryable = Sequence[type[Exception]] | TABLE_DEFAULT
-Query = ReadRowsQuery | Mapping[str, Any]
+__all__ = ["SaltedTable", "SyncTableLike"]
 
 
 class SyncTableLike(Protocol):
@@ -162,489 +141,6 @@ class SyncTableLike(Protocol):
         ...
 
 
-# -- the thread driver of the merge ------------------------------------------------------
-
-
-class SyncSource(Protocol[T]):
-    """Runs one request of at most ``size`` items, pushing them with ``merge.push``."""
-
-    def __call__(self, size: int, feed: Feed[T], merge: ThreadMerge[T], /) -> Sent: ...
-
-
-@final
-class ThreadMerge(MergeCore[T]):
-    """Run sync sources in worker threads; the caller's thread merges and iterates batches.
-
-    Everything the engine decides happens under one lock (a
-    :class:`threading.Condition`). A feed's request is submitted to the pool
-    when the engine grants it (:meth:`_release`); the worker pushes items
-    under the lock, and at the request's end asks for the next one itself.
-
-    Args:
-        sources: One per source (see :class:`MergeCore` for the ordering contract).
-        threads: Workers at most (the pool is the read's own).
-        ordered, limit, budget, row_bytes, wake_batch, wake_delay: As for
-            :class:`~saltedtable._merge.Merge`.
-    """
-
-    def __init__(
-        self,
-        sources: Sequence[SyncSource[T]],
-        *,
-        threads: int,
-        ordered: bool = True,
-        limit: int | None = None,
-        budget: ReadBudget | None = None,
-        row_bytes: int = DEFAULT_ROW_BYTES,
-        wake_batch: int = 8,
-        wake_delay: float = 0.002,
-    ) -> None:
-        super().__init__(
-            len(sources),
-            ordered=ordered,
-            limit=limit,
-            budget=budget,
-            row_bytes=row_bytes,
-            wake_batch=wake_batch,
-            wake_delay=wake_delay,
-        )
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        self._sources = list(sources)
-        self._threads = min(threads, max(1, len(sources)))
-        self._cond = threading.Condition()
-        self._running: set[int] = set()  # feeds with a request submitted or running
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._steps_iter: Iterator[list[T] | Wait] | None = None
-
-    @property
-    def stopping(self) -> bool:
-        """True once sources should stop at their next item (limit met, closed, failed)."""
-        return self._stopping
-
-    def push(self, feed: Feed[T], item: T, key: Any) -> None:
-        """Called by a source, in its worker, for each item it reads."""
-        with self._cond:
-            feed.items.append(item)
-            feed.keys.append(key)
-            if len(feed.keys) >= feed.wake_at:
-                feed.wake()
-
-    def __iter__(self) -> ThreadMerge[T]:
-        return self
-
-    def __next__(self) -> list[T]:
-        with self._cond:
-            if self._closed:
-                raise StopIteration
-            if self._steps_iter is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self._threads, thread_name_prefix="saltedtable-subscan"
-                )
-                self._first_round()
-                self._steps_iter = self._steps()
-                for feed in self._feeds:
-                    self._release(feed)
-            try:
-                while True:
-                    step = next(self._steps_iter)
-                    if not isinstance(step, Wait):
-                        return step
-                    self._wait(step)
-            except StopIteration:
-                pass
-        self.close()
-        raise StopIteration
-
-    def __enter__(self) -> ThreadMerge[T]:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop every source at its next item and wait until every worker is back.
-
-        Safe to call more than once; never raises a source's error.
-        """
-        with self._cond:
-            self._closed = self._stopping = True
-            self._cond.notify_all()
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
-
-    # -- the driver's part ---------------------------------------------------------
-
-    def _wake(self) -> None:
-        self._cond.notify_all()
-
-    def _release(self, feed: Feed[T]) -> None:
-        # Called with the lock held: start the feed's next request if the engine grants one.
-        if feed.done or feed.index in self._running or self._pool is None:
-            return
-        size = self._demand(feed)
-        if size is None:
-            return  # released again when the consumer takes or grants
-        if not size:
-            self._source_done(feed)
-            return
-        self._start(feed, size)
-        self._running.add(feed.index)
-        self._pool.submit(self._run, feed, size)
-
-    def _run(self, feed: Feed[T], size: int) -> None:
-        source = self._sources[feed.index]
-        try:
-            sent = source(size, feed, self)
-        except BaseException as exc:
-            with self._cond:
-                if self._error is None:
-                    self._error = exc
-                self._stopping = True
-                self._running.discard(feed.index)
-                self._source_done(feed)
-                if not self._running:
-                    self._gone = True
-            if not isinstance(exc, Exception):
-                raise
-            return
-        with self._cond:
-            self._running.discard(feed.index)
-            self._end(feed, size, sent.pushed)
-            if not sent.more or self._stopping:
-                self._source_done(feed)
-            else:
-                self._release(feed)
-            if not self._running and self._live == 0:
-                self._gone = True
-            self._cond.notify_all()
-
-    def _wait(self, step: Wait) -> None:
-        """Wait (the lock held) as the consumer loop asks; raise if the merge stopped."""
-        if self._error is not None or self._closed:
-            self._stopped()
-        if step.batch is not None:
-            for feed in step.feeds:
-                feed.wake_at = step.batch
-        timeout = self._wake_delay if step.batch is not None and step.batch > 1 else None
-        try:
-            self._cond.wait(timeout)
-        finally:
-            for feed in step.feeds:
-                feed.wake_at = 1 << 62
-        if self._error is not None or self._closed:
-            self._stopped()
-
-
-# -- a bucket's requests -----------------------------------------------------------------
-
-
-@final
-class SyncBucketSource:
-    """Reads one :class:`SubQuery` for a :class:`ThreadMerge`, one bounded request at a time."""
-
-    __slots__ = (
-        "_bstats",
-        "_cursor",
-        "_cut",
-        "_deadline",
-        "_read_rows_stream",
-        "_slots",
-        "_slots_total",
-        "_stray",
-        "_timeouts",
-        "sub",
-    )
-
-    def __init__(
-        self,
-        read_rows_stream: Callable[..., Iterable[Row]],
-        sub: SubQuery,
-        *,
-        deadline: float,
-        timeouts: Timeouts,
-        slots: threading.Semaphore,
-        slots_total: int,
-        bstats: BucketStats | None,
-        stray: Callable[[bytes], bool] | None,
-    ) -> None:
-        self.sub = sub
-        self._read_rows_stream = read_rows_stream
-        self._cursor = PageCursor(sub)
-        self._cut = len(sub.prefix)
-        self._deadline = deadline
-        self._timeouts = timeouts
-        self._slots = slots
-        self._slots_total = slots_total
-        self._bstats = bstats
-        self._stray = stray
-
-    def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
-        """Run the next request of at most ``size`` rows, pushing each row into ``feed``."""
-        query = self._cursor.next_query(size)
-        if query is None:
-            return Sent(0, False)
-        stats = self._bstats
-        token = None if stats is None else current_bucket().set(stats)
-        try:
-            # The slot is held for this one request; waiting for it counts
-            # against the read's operation_timeout like the request itself.
-            if not self._slots.acquire(timeout=max(0.0, self._deadline - time.monotonic())):
-                raise annotate(slot_timeout(self._timeouts, self._slots_total), self.sub, None)
-            try:
-                return self._request(query, size, feed, merge, stats)
-            finally:
-                self._slots.release()
-        finally:
-            if token is not None:
-                current_bucket().reset(token)
-
-    def _request(
-        self,
-        query: ReadRowsQuery,
-        size: int,
-        feed: Feed[Row],
-        merge: ThreadMerge[Row],
-        stats: BucketStats | None,
-    ) -> Sent:
-        started = time.monotonic()
-        cut = self._cut
-        stray = self._stray
-        received = pushed = 0
-        key: bytes | None = None
-        complete = False
-        try:
-            stream = iter(
-                self._read_rows_stream(query, **request_timeouts(self._deadline, self._timeouts))
-            )
-            try:
-                for row in stream:
-                    if merge.stopping:
-                        break  # left early, or another sub-scan failed: end this one here
-                    key = row.row_key[cut:]
-                    row.row_key = key
-                    for cell in row.cells:
-                        cell.row_key = key
-                    received += 1
-                    if stray is not None and stray(key):
-                        continue
-                    if received % SAMPLE_EVERY == 1:
-                        feed.sampled_rows += 1
-                        feed.sampled_bytes += row_bytes(row)
-                    if stats is not None:
-                        count_row(stats, row, started)
-                    merge.push(feed, row, key)
-                    pushed += 1
-                else:
-                    complete = True
-            finally:
-                # Closing the generator frees the client's stream; gRPC cancels
-                # a call that is still running once nothing refers to it.
-                close = getattr(stream, "close", None)
-                if close is not None:
-                    close()
-                del stream
-        except Exception as exc:
-            last = key
-            if last is None and (where := self._cursor.position) is not None:
-                last = where[cut:]
-            raise annotate(exc, self.sub, last) from None
-        finally:
-            if stats is not None:
-                count_request(stats, time.monotonic() - started)
-        if not complete:
-            return Sent(pushed, False)
-        self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
-        return Sent(pushed, not self._cursor.done)
-
-
-# -- one read --------------------------------------------------------------------------
-
-
-@final
-class SyncReadCall:
-    """One logical read on a sync table: its sources, the thread merge, its statistics."""
-
-    __slots__ = ("_guard", "_hook", "_limit", "_merge", "_stats", "_stray")
-
-    def __init__(
-        self,
-        read_rows_stream: Callable[..., Iterable[Row]],
-        plan: ReadPlan,
-        *,
-        operation: str,
-        timeouts: Timeouts,
-        slots: threading.Semaphore,
-        slots_total: int,
-        ordered: bool,
-        budget: ReadBudget,
-        stats: CallStats | None,
-        hook: StatsHook | None,
-        guard: Callable[[GuardTime], bool] | None = None,
-        stray: Callable[[bytes], str | None] | None = None,
-        salted_stray: Callable[[bytes], str | None] | None = None,
-    ) -> None:
-        if stats is None and hook is not None:
-            stats = CallStats()
-        deadline = time.monotonic() + timeouts.operation
-        self._limit: GuardTime = (deadline, timeouts.attempt)
-        self._stray = None if stray is None else StrayRows(stray)
-        in_buckets = None if salted_stray is None else StrayRows(salted_stray)
-        sources = [
-            SyncBucketSource(
-                read_rows_stream,
-                sub,
-                deadline=deadline,
-                timeouts=timeouts,
-                slots=slots,
-                slots_total=slots_total,
-                bstats=None if stats is None else stats.bucket(sub.bucket),
-                stray=self._stray if sub.bucket is None else in_buckets,
-            )
-            for sub in plan.subqueries
-        ]
-        self._merge = ThreadMerge(
-            sources, threads=slots_total, ordered=ordered, limit=plan.limit, budget=budget
-        )
-        if stats is not None:
-            stats.operation = operation
-            stats.strategy = describe_read(plan, budget, ordered)
-        self._stats = stats
-        self._hook = hook
-        self._guard = guard
-
-    def collect(self) -> list[Row]:
-        """Every row of the read, in a list."""
-        rows: list[Row] = []
-        error: BaseException | None = None
-        merge = self._merge
-        try:
-            if self._guard is not None:
-                self._guard(self._limit)
-            with merge:
-                for batch in merge:
-                    rows += batch
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            merge.close()
-            finish_read(merge, self._stats, self._hook, self._stray, merge.emitted, error)
-        return rows
-
-    def stream(self) -> Iterator[Row]:
-        """Flatten the batches; closing this iterator stops every sub-scan."""
-        error: BaseException | None = None
-        merge = self._merge
-        rows: Iterator[Row] = iter(())
-        try:
-            if self._guard is not None:
-                self._guard(self._limit)
-            for batch in merge:
-                rows = iter(batch)
-                yield from rows
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            merge.close()
-            # Left early: what the caller had not taken of the last batch was not read.
-            emitted = merge.emitted - operator.length_hint(rows)
-            finish_read(merge, self._stats, self._hook, self._stray, emitted, error)
-
-
-# -- the guard -----------------------------------------------------------------------------
-
-
-class SyncTableGuard(GuardCore):
-    """The guard of one sync table object (see ``_guard.TableGuard``)."""
-
-    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True) -> None:
-        super().__init__(layout, enabled=enabled)
-        self._table = table
-        self._lock = threading.Lock()
-
-    def check(self, limit: GuardTime = None) -> bool:
-        """Before any operation: read the stored record once and refuse a different one.
-
-        Returns:
-            Whether the guard sent requests (the operation has less time left).
-        """
-        return self._settle(None, limit)
-
-    def before_write(self, family: str | None, limit: GuardTime = None) -> bool:
-        """Before a write: check, and store the record if the table has none yet."""
-        return self._settle(family, limit)
-
-    def _settle(self, family: str | None, limit: GuardTime) -> bool:
-        if not self._pending(family):
-            return False
-        with self._lock:
-            if not self._pending(family):  # another thread settled it meanwhile
-                return False
-            self._run(self._judging(family), limit)
-        return True
-
-    def ensure(self, *, family: str | None, override: bool = False) -> None:
-        """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
-        if self._refuse_unstorable(family, override):
-            with self._lock:
-                self._error = None
-                if self._state == "refused":
-                    self._state = "unread"
-                self._run(self._judging(family, override), None)
-
-    def _stored_record(self, limit: GuardTime = None) -> dict[str, Any] | None:
-        return record_of_row(
-            self._table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit))
-        )
-
-    def _run(
-        self,
-        steps: Generator[tuple[str, str | None], dict[str, Any] | None, None],
-        limit: GuardTime,
-    ) -> None:
-        answer: dict[str, Any] | None = None
-        with contextlib.suppress(StopIteration):
-            while True:
-                kind, family = steps.send(answer)
-                answer = None
-                if kind == "read":
-                    answer = self._stored_record(limit)
-                    continue
-                assert family is not None
-                mutations = self._record_mutations(kind, family)
-                if kind == "create":
-                    try:
-                        self._table.check_and_mutate_row(
-                            SCHEME_ROW_KEY,
-                            None,
-                            false_case_mutations=mutations,
-                            **operation_only(guard_timeouts(limit)),
-                        )
-                        continue
-                    except FailedPrecondition as exc:
-                        self._plain_store_warning(exc)
-                self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
-
-    def check_layout(self, *, sample_rows: int, threads: int) -> None:
-        """Sample the key space and refuse rows that do not fit the layout."""
-        stored = self._stored if self.checked else self._stored_record()
-        queries = sample_queries(self._layout, sample_rows, stored)
-
-        def sample(query: ReadRowsQuery) -> list[bytes]:
-            # The limit ends the stream on the server side: reading it to the
-            # end leaves no RPC behind.
-            return [row.row_key for row in self._table.read_rows_stream(query)]
-
-        with concurrent.futures.ThreadPoolExecutor(min(threads, len(queries))) as pool:
-            samples = list(pool.map(sample, queries))
-        offenders = layout_offenders(self._layout, samples, stored)
-        if offenders:
-            raise layout_error(self._layout, offenders)
-
-
 # -- the table ---------------------------------------------------------------------------
 
 
@@ -685,16 +181,7 @@ class SaltedTable(TableAttributes):
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
     ) -> None:
-        if table is None:
-            raise TypeError("table must be a Bigtable table (client.get_table(...)), got None")
-        if not isinstance(scheme, SaltScheme):
-            raise TypeError(f"scheme must be a SaltScheme, got {type(scheme).__name__}")
-        if cutoff is not None and not isinstance(cutoff, CutoffPolicy):
-            raise TypeError(f"cutoff must be a CutoffPolicy, got {type(cutoff).__name__}")
-        if budget is not None and not isinstance(budget, ReadBudget):
-            raise TypeError(f"budget must be a ReadBudget, got {type(budget).__name__}")
-        if max_concurrent_subscans < 1:
-            raise ValueError(f"max_concurrent_subscans must be >= 1, got {max_concurrent_subscans}")
+        check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         self._table = table
         self._layout = Layout(scheme, cutoff)
         self._guard = SyncTableGuard(table, self._layout, enabled=guard)
@@ -796,16 +283,15 @@ class SaltedTable(TableAttributes):
 
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
-        plan = plan_reads(as_query(query), self._layout)
-        return dataclasses.replace(plan, budget=self._budget, ordered=ordered)
+        return plan_for(query, self._layout, self._budget, ordered=ordered)
 
     def read_rows_stream(
         self,
         query: Query,
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
     ) -> Iterator[Row]:
@@ -825,9 +311,9 @@ class SaltedTable(TableAttributes):
         self,
         query: Query,
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
     ) -> list[Row]:
@@ -844,9 +330,9 @@ class SaltedTable(TableAttributes):
         *,
         limit: int | None = None,
         row_filter: RowFilter | None = None,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
     ) -> Iterator[Row]:
@@ -868,13 +354,12 @@ class SaltedTable(TableAttributes):
         row_key: str | bytes,
         *,
         row_filter: RowFilter | None = None,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
     ) -> Row | None:
         """Read one row by its logical key; None if it does not exist."""
-        if row_key is None:
-            raise ValueError("row_key must be string or bytes")
+        check_row_key(row_key)
         check_timeouts(operation_timeout, attempt_timeout)
         limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
         if self._guard.check(limit):
@@ -886,7 +371,7 @@ class SaltedTable(TableAttributes):
             return None  # never written salted
         row = self._table.read_row(
             physical,
-            row_filter=self._filter_for(bucket, row_filter),
+            row_filter=filter_for(self._layout, bucket, row_filter),
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
@@ -897,13 +382,12 @@ class SaltedTable(TableAttributes):
         self,
         row_key: str | bytes,
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
     ) -> bool:
         """Tell whether a row with this logical key exists."""
-        if row_key is None:
-            raise ValueError("row_key must be string or bytes")
+        check_row_key(row_key)
         check_timeouts(operation_timeout, attempt_timeout)
         limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
         if self._guard.check(limit):
@@ -925,9 +409,9 @@ class SaltedTable(TableAttributes):
         self,
         sharded_query: Sequence[Query],
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
     ) -> list[Row]:
         """Run several logical queries concurrently; rows come back in query order.
 
@@ -946,11 +430,7 @@ class SaltedTable(TableAttributes):
         try:
             self._guard.check((deadline, attempt))
         except GoogleAPICallError as exc:
-            failed = [
-                FailedQueryShardError(i, query, exc)  # type: ignore[arg-type]
-                for i, query in enumerate(sharded_query)
-            ]
-            raise ShardedReadRowsExceptionGroup(failed, [], len(sharded_query)) from None
+            raise sharded_refused(sharded_query, exc) from None
 
         def run(i: int) -> list[Row] | Exception:
             left = deadline - time.monotonic()
@@ -969,25 +449,17 @@ class SaltedTable(TableAttributes):
             except Exception as exc:  # collected like the client's gather
                 return exc
 
-        with concurrent.futures.ThreadPoolExecutor(_SHARDED_CONCURRENCY) as pool:
+        with concurrent.futures.ThreadPoolExecutor(SHARDED_CONCURRENCY) as pool:
             results = list(pool.map(run, range(len(sharded_query))))
-        failed = [
-            FailedQueryShardError(i, sharded_query[i], r)  # type: ignore[arg-type]
-            for i, r in enumerate(results)
-            if isinstance(r, Exception)
-        ]
-        ok = [row for r in results if not isinstance(r, Exception) for row in r]
-        if failed:
-            raise ShardedReadRowsExceptionGroup(failed, ok, len(sharded_query))
-        return ok
+        return sharded_result(sharded_query, results)
 
     def sample_row_keys(
         self,
         *,
         row_range: RowRange | None = None,
-        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
-        retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.DEFAULT,
+        retryable_errors: Retryable = TABLE_DEFAULT.DEFAULT,
     ) -> list[tuple[bytes, int]]:
         """Sample the table's split points, as logical keys in logical order (estimates).
 
@@ -1004,27 +476,22 @@ class SaltedTable(TableAttributes):
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
         )
-        logical = self._layout.logical_samples(samples)
-        if row_range is None:
-            return logical
-        return samples_in_range(logical, row_range.start_key, row_range.end_key)
+        return samples_for(self._layout, samples, row_range)
 
     def _read_call(
         self,
         operation: str,
         query: Query,
-        operation_timeout: _Timeout,
-        attempt_timeout: _AttemptTimeout,
-        retryable_errors: _Retryable,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
         *,
         ordered: bool,
         stats: CallStats | None,
     ) -> SyncReadCall:
-        op, attempt = resolve_timeouts(self._table, operation_timeout, attempt_timeout, "read_rows")
+        timeouts = read_timeouts(self._table, operation_timeout, attempt_timeout, retryable_errors)
         plan = self.plan(query, ordered=ordered)
-        return self._call(
-            operation, plan, Timeouts(op, attempt, retryable_errors), ordered=ordered, stats=stats
-        )
+        return self._call(operation, plan, timeouts, ordered=ordered, stats=stats)
 
     def _call(
         self,
@@ -1037,7 +504,7 @@ class SaltedTable(TableAttributes):
     ) -> SyncReadCall:
         if stats is not None or self.stats_hook is not None:
             install_retry_counter(self._table)
-        cutoff = self._layout.cutoff is not None
+        stray, salted_stray = stray_reasons(self._layout)
         return SyncReadCall(
             self._table.read_rows_stream,
             plan,
@@ -1050,8 +517,8 @@ class SaltedTable(TableAttributes):
             stats=stats,
             hook=self.stats_hook,
             guard=self._guard.check,
-            stray=self._layout.stray_reason if cutoff else None,
-            salted_stray=self._layout.salted_stray_reason if cutoff else None,
+            stray=stray,
+            salted_stray=salted_stray,
         )
 
     # -- writes ------------------------------------------------------------------------
@@ -1061,9 +528,9 @@ class SaltedTable(TableAttributes):
         row_key: str | bytes,
         mutations: list[Mutation] | Mutation,
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
-        retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.DEFAULT,
+        retryable_errors: Retryable = TABLE_DEFAULT.DEFAULT,
     ) -> Any:
         """Apply mutations to the row with this logical key (returns the client's response)."""
         check_timeouts(operation_timeout, attempt_timeout)
@@ -1083,18 +550,20 @@ class SaltedTable(TableAttributes):
         self,
         mutation_entries: list[RowMutationEntry],
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.MUTATE_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.MUTATE_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
         stats: CallStats | None = None,
     ) -> None:
         """Apply many logical entries in one ``bulk_mutate_rows`` call across buckets."""
-        if stats is None and self.stats_hook is not None:
-            stats = CallStats()
-        check_timeouts(operation_timeout, attempt_timeout)
-        if not isinstance(mutation_entries, list):  # any iterable, as the client takes
-            mutation_entries = list(mutation_entries)
-        physical = physical_entries(self._layout, mutation_entries, stats)
+        mutation_entries, physical, stats = bulk_prepare(
+            self._layout,
+            mutation_entries,
+            operation_timeout,
+            attempt_timeout,
+            stats,
+            self.stats_hook,
+        )
         error: BaseException | None = None
         try:
             limit = guard_limit(self._table, operation_timeout, attempt_timeout, "mutate_rows")
@@ -1117,10 +586,7 @@ class SaltedTable(TableAttributes):
             error = exc
             raise
         finally:
-            if stats is not None:
-                stats.operation = "bulk_mutate_rows"
-                stats.rows = len(mutation_entries)
-                report(stats, error, self.stats_hook)
+            bulk_report(stats, len(mutation_entries), error, self.stats_hook)
 
     def check_and_mutate_row(
         self,
@@ -1129,7 +595,7 @@ class SaltedTable(TableAttributes):
         *,
         true_case_mutations: Mutation | list[Mutation] | None = None,
         false_case_mutations: Mutation | list[Mutation] | None = None,
-        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> bool:
         """Mutate the row with this logical key depending on ``predicate``."""
         check_timeouts(operation_timeout, None)
@@ -1142,7 +608,7 @@ class SaltedTable(TableAttributes):
         return bool(
             self._table.check_and_mutate_row(
                 physical,
-                self._filter_for(bucket, predicate),
+                filter_for(self._layout, bucket, predicate),
                 true_case_mutations=true_case_mutations,
                 false_case_mutations=false_case_mutations,
                 operation_timeout=operation_timeout,
@@ -1154,7 +620,7 @@ class SaltedTable(TableAttributes):
         row_key: str | bytes,
         rules: ReadModifyWriteRule | list[ReadModifyWriteRule],
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
         """Atomically read-modify-write the row with this logical key."""
         check_timeouts(operation_timeout, None)
@@ -1176,9 +642,9 @@ class SaltedTable(TableAttributes):
         flush_limit_bytes: int = 20 * 1024 * 1024,
         flow_control_max_mutation_count: int = 100_000,
         flow_control_max_bytes: int = 100 * 1024 * 1024,
-        batch_operation_timeout: _Timeout = TABLE_DEFAULT.MUTATE_ROWS,
-        batch_attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
-        batch_retryable_errors: _Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_operation_timeout: Timeout = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_attempt_timeout: AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
     ) -> SaltedMutationsBatcherSync:
         """Return a batcher whose entries are salted as they are appended (see the client's)."""
         inner = self._table.mutations_batcher(
@@ -1192,12 +658,6 @@ class SaltedTable(TableAttributes):
             batch_retryable_errors=batch_retryable_errors,
         )
         return SaltedMutationsBatcherSync(inner, self._layout, self._guard)
-
-    def _filter_for(self, bucket: int | None, row_filter: RowFilter | None) -> RowFilter | None:
-        check_filter(row_filter)
-        if bucket is None:
-            return row_filter
-        return rewrite_filter(row_filter, self.scheme.prefix(bucket))
 
     # -- lifecycle ---------------------------------------------------------------------
 

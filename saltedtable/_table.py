@@ -8,19 +8,16 @@ maps the results back to logical keys.
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping, Sequence
-from typing import Any, Final, Protocol, final
+from collections.abc import AsyncGenerator, AsyncIterable, Sequence
+from typing import Any, Protocol, final
 
 import anyio
 from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import (
-    FailedQueryShardError,
     MutationsExceptionGroup,
-    ShardedReadRowsExceptionGroup,
 )
 from google.cloud.bigtable.data.mutations import Mutation
 from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
@@ -30,14 +27,34 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
-from ._facade import TableAttributes, relabel
+from ._facade import (
+    DEFAULT_MAX_CONCURRENT_SUBSCANS,
+    SHARDED_CONCURRENCY,
+    AttemptTimeout,
+    Query,
+    Retryable,
+    TableAttributes,
+    Timeout,
+    bulk_prepare,
+    bulk_report,
+    check_arguments,
+    check_row_key,
+    filter_for,
+    plan_for,
+    read_timeouts,
+    relabel,
+    samples_for,
+    sharded_refused,
+    sharded_result,
+    stray_reasons,
+)
 from ._guard import TableGuard, family_of
-from ._layout import Layout, samples_in_range
-from ._plan import ReadPlan, plan_reads, rewrite_filter
-from ._query import as_query, check_filter
+from ._layout import Layout
+from ._plan import ReadPlan
+from ._query import check_filter
 from ._reader import ReadCall
 from ._salt import SaltScheme, prefix_end, to_key
-from ._stats import CallStats, StatsHook, install_retry_counter, report
+from ._stats import CallStats, StatsHook, install_retry_counter
 from ._strategy import ReadBudget
 from ._timeouts import (
     Timeouts,
@@ -52,20 +69,9 @@ from ._write import (
     every_entry_failed,
     first_family,
     logical_group,
-    physical_entries,
 )
 
 __all__ = ["SaltedTableAsync", "TableLike"]
-
-#: Sub-scan requests in flight per table when the caller does not say otherwise.
-DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
-#: The client's own cap for read_rows_sharded, kept so behaviour matches.
-_SHARDED_CONCURRENCY: Final = 10
-
-_Timeout = float | TABLE_DEFAULT
-_AttemptTimeout = float | None | TABLE_DEFAULT
-_Retryable = Sequence[type[Exception]] | TABLE_DEFAULT
-Query = ReadRowsQuery | Mapping[str, Any]
 
 
 class TableLike(Protocol):
@@ -172,16 +178,7 @@ class SaltedTableAsync(TableAttributes):
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
     ) -> None:
-        if table is None:
-            raise TypeError("table must be a Bigtable table (client.get_table(...)), got None")
-        if not isinstance(scheme, SaltScheme):
-            raise TypeError(f"scheme must be a SaltScheme, got {type(scheme).__name__}")
-        if cutoff is not None and not isinstance(cutoff, CutoffPolicy):
-            raise TypeError(f"cutoff must be a CutoffPolicy, got {type(cutoff).__name__}")
-        if budget is not None and not isinstance(budget, ReadBudget):
-            raise TypeError(f"budget must be a ReadBudget, got {type(budget).__name__}")
-        if max_concurrent_subscans < 1:
-            raise ValueError(f"max_concurrent_subscans must be >= 1, got {max_concurrent_subscans}")
+        check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         self._table = table
         self._layout = Layout(scheme, cutoff)
         self._guard = TableGuard(table, self._layout, enabled=guard)
@@ -319,16 +316,15 @@ class SaltedTableAsync(TableAttributes):
 
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
-        plan = plan_reads(as_query(query), self._layout)
-        return dataclasses.replace(plan, budget=self._budget, ordered=ordered)
+        return plan_for(query, self._layout, self._budget, ordered=ordered)
 
     async def read_rows_stream(
         self,
         query: Query,
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
     ) -> AsyncGenerator[Row, None]:
@@ -364,9 +360,9 @@ class SaltedTableAsync(TableAttributes):
         self,
         query: Query,
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
     ) -> list[Row]:
@@ -383,9 +379,9 @@ class SaltedTableAsync(TableAttributes):
         *,
         limit: int | None = None,
         row_filter: RowFilter | None = None,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
     ) -> AsyncGenerator[Row, None]:
@@ -419,13 +415,12 @@ class SaltedTableAsync(TableAttributes):
         row_key: str | bytes,
         *,
         row_filter: RowFilter | None = None,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
     ) -> Row | None:
         """Read one row by its logical key; None if it does not exist."""
-        if row_key is None:
-            raise ValueError("row_key must be string or bytes")
+        check_row_key(row_key)
         check_timeouts(operation_timeout, attempt_timeout)
         limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
         if await self._guard.check(limit):
@@ -437,7 +432,7 @@ class SaltedTableAsync(TableAttributes):
             return None  # never written salted
         row = await self._table.read_row(
             physical,
-            row_filter=self._filter_for(bucket, row_filter),
+            row_filter=filter_for(self._layout, bucket, row_filter),
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
@@ -448,13 +443,12 @@ class SaltedTableAsync(TableAttributes):
         self,
         row_key: str | bytes,
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
     ) -> bool:
         """Tell whether a row with this logical key exists."""
-        if row_key is None:
-            raise ValueError("row_key must be string or bytes")
+        check_row_key(row_key)
         check_timeouts(operation_timeout, attempt_timeout)
         limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
         if await self._guard.check(limit):
@@ -476,9 +470,9 @@ class SaltedTableAsync(TableAttributes):
         self,
         sharded_query: Sequence[Query],
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.READ_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.READ_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
     ) -> list[Row]:
         """Run several logical queries concurrently; rows come back in query order.
 
@@ -499,13 +493,9 @@ class SaltedTableAsync(TableAttributes):
         try:
             await self._guard.check((deadline, attempt))
         except GoogleAPICallError as exc:
-            failed = [
-                FailedQueryShardError(i, query, exc)  # type: ignore[arg-type]
-                for i, query in enumerate(sharded_query)
-            ]
-            raise ShardedReadRowsExceptionGroup(failed, [], len(sharded_query)) from None
+            raise sharded_refused(sharded_query, exc) from None
         results: list[list[Row] | Exception] = [[] for _ in sharded_query]
-        gate = anyio.Semaphore(_SHARDED_CONCURRENCY)
+        gate = anyio.Semaphore(SHARDED_CONCURRENCY)
 
         async def run(i: int) -> None:
             async with gate:
@@ -528,23 +518,15 @@ class SaltedTableAsync(TableAttributes):
         async with anyio.create_task_group() as tg:
             for i in range(len(results)):
                 tg.start_soon(run, i)
-        failed = [
-            FailedQueryShardError(i, sharded_query[i], r)  # type: ignore[arg-type]
-            for i, r in enumerate(results)
-            if isinstance(r, Exception)
-        ]
-        ok = [row for r in results if not isinstance(r, Exception) for row in r]
-        if failed:
-            raise ShardedReadRowsExceptionGroup(failed, ok, len(sharded_query))
-        return ok
+        return sharded_result(sharded_query, results)
 
     async def sample_row_keys(
         self,
         *,
         row_range: RowRange | None = None,
-        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
-        retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.DEFAULT,
+        retryable_errors: Retryable = TABLE_DEFAULT.DEFAULT,
     ) -> list[tuple[bytes, int]]:
         """Sample the table's split points, as logical keys in logical order.
 
@@ -568,27 +550,22 @@ class SaltedTableAsync(TableAttributes):
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
         )
-        logical = self._layout.logical_samples(samples)
-        if row_range is None:
-            return logical
-        return samples_in_range(logical, row_range.start_key, row_range.end_key)
+        return samples_for(self._layout, samples, row_range)
 
     def _read_call(
         self,
         operation: str,
         query: Query,
-        operation_timeout: _Timeout,
-        attempt_timeout: _AttemptTimeout,
-        retryable_errors: _Retryable,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
         *,
         ordered: bool,
         stats: CallStats | None,
     ) -> ReadCall:
-        op, attempt = resolve_timeouts(self._table, operation_timeout, attempt_timeout, "read_rows")
+        timeouts = read_timeouts(self._table, operation_timeout, attempt_timeout, retryable_errors)
         plan = self.plan(query, ordered=ordered)
-        return self._call(
-            operation, plan, Timeouts(op, attempt, retryable_errors), ordered=ordered, stats=stats
-        )
+        return self._call(operation, plan, timeouts, ordered=ordered, stats=stats)
 
     def _call(
         self,
@@ -601,7 +578,7 @@ class SaltedTableAsync(TableAttributes):
     ) -> ReadCall:
         if stats is not None or self.stats_hook is not None:
             install_retry_counter(self._table)
-        cutoff = self._layout.cutoff is not None
+        stray, salted_stray = stray_reasons(self._layout)
         return ReadCall(
             self._table.read_rows_stream,
             plan,
@@ -613,8 +590,8 @@ class SaltedTableAsync(TableAttributes):
             stats=stats,
             hook=self.stats_hook,
             guard=self._guard.check,
-            stray=self._layout.stray_reason if cutoff else None,
-            salted_stray=self._layout.salted_stray_reason if cutoff else None,
+            stray=stray,
+            salted_stray=salted_stray,
         )
 
     # -- writes ----------------------------------------------------------------
@@ -624,9 +601,9 @@ class SaltedTableAsync(TableAttributes):
         row_key: str | bytes,
         mutations: list[Mutation] | Mutation,
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.DEFAULT,
-        retryable_errors: _Retryable = TABLE_DEFAULT.DEFAULT,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.DEFAULT,
+        retryable_errors: Retryable = TABLE_DEFAULT.DEFAULT,
     ) -> Any:
         """Apply mutations to the row with this logical key.
 
@@ -649,9 +626,9 @@ class SaltedTableAsync(TableAttributes):
         self,
         mutation_entries: list[RowMutationEntry],
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.MUTATE_ROWS,
-        attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
-        retryable_errors: _Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+        operation_timeout: Timeout = TABLE_DEFAULT.MUTATE_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
         stats: CallStats | None = None,
     ) -> None:
         """Apply many logical entries in one ``bulk_mutate_rows`` call across buckets.
@@ -664,12 +641,14 @@ class SaltedTableAsync(TableAttributes):
                 ``FailedMutationEntryError.entry`` is the caller's logical entry
                 and ``.index`` its position in ``mutation_entries``.
         """
-        if stats is None and self.stats_hook is not None:
-            stats = CallStats()
-        check_timeouts(operation_timeout, attempt_timeout)
-        if not isinstance(mutation_entries, list):  # any iterable, as the client takes
-            mutation_entries = list(mutation_entries)
-        physical = physical_entries(self._layout, mutation_entries, stats)
+        mutation_entries, physical, stats = bulk_prepare(
+            self._layout,
+            mutation_entries,
+            operation_timeout,
+            attempt_timeout,
+            stats,
+            self.stats_hook,
+        )
         error: BaseException | None = None
         try:
             limit = guard_limit(self._table, operation_timeout, attempt_timeout, "mutate_rows")
@@ -692,10 +671,7 @@ class SaltedTableAsync(TableAttributes):
             error = exc
             raise
         finally:
-            if stats is not None:
-                stats.operation = "bulk_mutate_rows"
-                stats.rows = len(mutation_entries)
-                report(stats, error, self.stats_hook)
+            bulk_report(stats, len(mutation_entries), error, self.stats_hook)
 
     async def check_and_mutate_row(
         self,
@@ -704,7 +680,7 @@ class SaltedTableAsync(TableAttributes):
         *,
         true_case_mutations: Mutation | list[Mutation] | None = None,
         false_case_mutations: Mutation | list[Mutation] | None = None,
-        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> bool:
         """Mutate the row with this logical key depending on ``predicate``.
 
@@ -720,7 +696,7 @@ class SaltedTableAsync(TableAttributes):
         return bool(
             await self._table.check_and_mutate_row(
                 physical,
-                self._filter_for(bucket, predicate),
+                filter_for(self._layout, bucket, predicate),
                 true_case_mutations=true_case_mutations,
                 false_case_mutations=false_case_mutations,
                 operation_timeout=operation_timeout,
@@ -732,7 +708,7 @@ class SaltedTableAsync(TableAttributes):
         row_key: str | bytes,
         rules: ReadModifyWriteRule | list[ReadModifyWriteRule],
         *,
-        operation_timeout: _Timeout = TABLE_DEFAULT.DEFAULT,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
         """Atomically read-modify-write the row with this logical key."""
         check_timeouts(operation_timeout, None)
@@ -754,9 +730,9 @@ class SaltedTableAsync(TableAttributes):
         flush_limit_bytes: int = 20 * 1024 * 1024,
         flow_control_max_mutation_count: int = 100_000,
         flow_control_max_bytes: int = 100 * 1024 * 1024,
-        batch_operation_timeout: _Timeout = TABLE_DEFAULT.MUTATE_ROWS,
-        batch_attempt_timeout: _AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
-        batch_retryable_errors: _Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_operation_timeout: Timeout = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_attempt_timeout: AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
     ) -> SaltedMutationsBatcher:
         """Return a batcher whose entries are salted as they are appended (see the client's)."""
         inner = self._table.mutations_batcher(
@@ -770,15 +746,6 @@ class SaltedTableAsync(TableAttributes):
             batch_retryable_errors=batch_retryable_errors,
         )
         return SaltedMutationsBatcher(inner, self._layout, self._guard)
-
-    # -- shared ------------------------------------------------------------------
-
-    def _filter_for(self, bucket: int | None, row_filter: RowFilter | None) -> RowFilter | None:
-        """The filter to send for a row in ``bucket`` (legacy rows need no rewrite)."""
-        check_filter(row_filter)
-        if bucket is None:
-            return row_filter
-        return rewrite_filter(row_filter, self.scheme.prefix(bucket))
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -104,7 +104,7 @@ def logical_group(
 
 
 def every_entry_failed(
-    entries: Sequence[RowMutationEntry], cause: Exception, *, indexed: bool = True
+    entries: Sequence[RowMutationEntry], cause: Exception
 ) -> MutationsExceptionGroup:
     """The client's report of a bulk write whose every entry failed with ``cause``.
 
@@ -114,10 +114,7 @@ def every_entry_failed(
     if isinstance(cause, DeadlineExceeded) and isinstance(cause.__cause__, RetryExceptionGroup):
         cause = cause.__cause__
     return MutationsExceptionGroup(
-        [
-            FailedMutationEntryError(i if indexed else None, entry, cause)
-            for i, entry in enumerate(entries)
-        ],
+        [FailedMutationEntryError(i, entry, cause) for i, entry in enumerate(entries)],
         len(entries),
     )
 

@@ -314,7 +314,7 @@ def test_no_sources_yields_nothing() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"limit": 0}, {"wake_batch": 0}, {"wake_delay": -1.0}, {"row_bytes": 0}],
+    [{"limit": 0}, {"wake_batch": 0}, {"wake_delay": -1.0}],
 )
 def test_bad_arguments_are_rejected(kwargs: dict[str, Any]) -> None:
     """Nonsensical settings fail at construction."""

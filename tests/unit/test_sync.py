@@ -24,8 +24,7 @@ from saltedtable import (
     SchemeMismatchError,
     SubScan,
 )
-from saltedtable._merge import Feed, Sent
-from saltedtable._sync import ThreadMerge
+from saltedtable._merge import Feed, Sent, ThreadMerge
 from tests.fakes import FakeTable, SyncFakeTable
 from tests.unit.test_merge import partitions
 

@@ -276,8 +276,12 @@ class CountingTable:
     and ``streams`` the number of read requests.
 
     With ``delay`` (seconds) every read request first sleeps that long, like a
-    network round trip: a read's latency divided by ``delay`` is then the
-    number of requests it sent one after another, whatever the machine's speed.
+    network round trip: a read's latency divided by ``delay`` is then about the
+    number of requests it sent one after another. On a slow machine the
+    client's own work adds to the latency (making 64 requests can take longer
+    than the delay), so the proxy also records when each request was made and
+    when it ended, for :func:`request_waves`, which counts the rounds from the
+    order of those times alone.
     """
 
     def __init__(self, table: Any, delay: float = 0.0) -> None:
@@ -307,28 +311,45 @@ class CountingTable:
         self.streams = 0
         #: ``time.perf_counter()`` when each read request was made (before its delay).
         self.issued: list[float] = []
+        #: When each read request's stream ended (closed, exhausted or failed), by
+        #: request; ``math.inf`` while it runs.
+        self.ended: list[float] = []
 
     def reset(self) -> None:
         """Start counting from zero."""
         self.rows = 0
         self.streams = 0
         self.issued = []
+        self.ended = []
 
     async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> AsyncIterable[Row]:
         """Stream the rows of a query, counting each row."""
+        # The lists of this read: a request still draining after a reset()
+        # records its end in the list it started in, not in the next read's.
+        ended, index = self.ended, len(self.ended)
         self.issued.append(time.perf_counter())
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        stream = await self._table.read_rows_stream(query, **kwargs)
+        ended.append(math.inf)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            stream = await self._table.read_rows_stream(query, **kwargs)
+        except BaseException:
+            ended[index] = time.perf_counter()
+            raise
         self.streams += 1
-        return self._count(stream)
+        return self._count(stream, ended, index)
 
-    async def _count(self, stream: AsyncIterable[Row]) -> AsyncIterator[Row]:
-        # aclosing: closing this generator (a satisfied limit) closes the gRPC stream too.
-        async with aclosing(stream):  # type: ignore[type-var]
-            async for row in stream:
-                self.rows += 1
-                yield row
+    async def _count(
+        self, stream: AsyncIterable[Row], ended: list[float], index: int
+    ) -> AsyncIterator[Row]:
+        try:
+            # aclosing: closing this generator (a satisfied limit) closes the gRPC stream too.
+            async with aclosing(stream):  # type: ignore[type-var]
+                async for row in stream:
+                    self.rows += 1
+                    yield row
+        finally:
+            ended[index] = time.perf_counter()
 
     async def read_row(self, row_key: bytes, **kwargs: Any) -> Row | None:
         """Read one row."""
@@ -1632,22 +1653,37 @@ def bench_sweep(
 # -- rounds: limit and prefix scans with a delay before every request (issue 16) -----------
 
 
-def request_waves(issued: Sequence[float], delay: float) -> int:
-    """How many rounds of requests ran one after another, from when each was made.
+def request_waves(issued: Sequence[float], ended: Sequence[float]) -> int:
+    """How many requests ran one after another: the longest chain of answers waited for.
 
-    A request that depends on another's answer is made at least ``delay``
-    after that one (the answer comes after the delay), so a request made a
-    delay or more after the first request of the current round starts the
-    next round; the ones made sooner ran alongside it. (10% slack for the
-    timer.)
+    ``issued[i]`` is when request ``i`` was made and ``ended[i]`` when its
+    stream ended (``math.inf``: never). A request can only have waited for
+    the answers of requests that had ended when it was made, so its wave is
+    one more than the highest wave among those (1 if none had ended). Only
+    the order of the times matters: requests of one round that the client
+    was slow to make (many buckets on a busy machine) stay in that round, as
+    long as none of them waited for an answer.
+
+    Raises:
+        ValueError: The lists differ in length, or a request ended before it was made.
     """
-    waves = 0
-    start = -math.inf
-    for t in sorted(issued):
-        if t >= start + 0.9 * delay:
-            waves += 1
-            start = t
-    return waves
+    if len(issued) != len(ended):
+        raise ValueError(f"{len(issued)} issue times but {len(ended)} end times")
+    if any(e < i for i, e in zip(issued, ended, strict=True)):
+        raise ValueError("a request ended before it was made")
+    by_issue = sorted(range(len(issued)), key=issued.__getitem__)
+    by_end = sorted(range(len(ended)), key=ended.__getitem__)
+    waves = [0] * len(issued)
+    highest_ended = 0  # the highest wave among the requests ended so far
+    j = 0
+    for i in by_issue:
+        # Every request that ended by now was made no later than this one, so
+        # its wave is known (a tie of a zero-length request counts as 0: safe).
+        while j < len(by_end) and ended[by_end[j]] <= issued[i]:
+            highest_ended = max(highest_ended, waves[by_end[j]])
+            j += 1
+        waves[i] = highest_ended + 1
+    return max(waves, default=0)
 
 
 def spread(values: Sequence[float], digits: int = 2) -> dict[str, float | None]:
@@ -1696,7 +1732,7 @@ async def timed_through(
     latency = time.perf_counter() - start
     sample = RoundSample(
         latency,
-        request_waves(proxy.issued, proxy.delay),
+        request_waves(proxy.issued, proxy.ended),
         proxy.streams,
         proxy.rows,
         stats.rounds,

@@ -70,6 +70,24 @@ async def test_counting_table_closes_the_stream_it_wraps(bench: ModuleType) -> N
     assert counter.rows == 1
 
 
+async def test_counting_table_records_when_each_stream_ended(bench: ModuleType) -> None:
+    """Each request's end time is set when its stream closes, in the list of its own read."""
+    _, proxy, _ = await _salted_fake(bench, 50)
+    counter: Any = proxy
+    first = await counter.read_rows_stream(ReadRowsQuery())
+    async for _ in first:
+        break
+    assert counter.ended == [math.inf]  # still open
+    before = counter.ended
+    counter.reset()  # the next read starts while the first stream still drains
+    second = await counter.read_rows_stream(ReadRowsQuery(limit=3))
+    assert len([row async for row in second]) == 3
+    await first.aclose()
+    assert counter.issued[0] <= counter.ended[0] < math.inf
+    assert len(counter.ended) == 1  # the old stream wrote into its own read's list
+    assert before[0] < math.inf
+
+
 def test_percentile_interpolates(bench: ModuleType) -> None:
     """percentile() interpolates between ranks and is None for no values."""
     values = [1.0, 2.0, 3.0, 4.0]
@@ -204,27 +222,55 @@ def test_memory_runs_must_be_positive(bench: ModuleType) -> None:
 # -- issue 16 additions -----------------------------------------------------------
 
 
-def test_request_waves_count_requests_made_a_delay_apart(bench: ModuleType) -> None:
-    """Requests made within one delay of a round's first request share its round."""
+def test_request_waves_count_the_answers_each_request_waited_for(bench: ModuleType) -> None:
+    """A request is one wave past the requests that had ended when it was made."""
     waves = bench.request_waves
-    assert waves([], 0.05) == 0
-    assert waves([0.0, 0.001, 0.002], 0.05) == 1  # a fan-out: one round
-    assert waves([0.0, 0.051], 0.05) == 2  # the second waited for the first's answer
-    assert waves([0.0, 0.02, 0.06, 0.07, 0.12], 0.05) == 3
-    assert waves([0.3, 0.0, 0.1, 0.2], 0.05) == 4  # made in any order
+    inf = math.inf
+    assert waves([], []) == 0
+    assert waves([0.0, 0.001, 0.002], [0.05, 0.05, 0.06]) == 1  # a fan-out: one round
+    # Made late (a slow client), but before any answer came: still the first round.
+    assert waves([0.0, 0.01, 0.07], [0.08, 0.09, 0.12]) == 1
+    assert waves([0.0, 0.051], [0.05, 0.1]) == 2  # the second came after the first's answer
+    # Two rounds of two, then a request after the second round's end.
+    assert waves([0.0, 0.0, 0.06, 0.06, 0.2], [0.05, 0.05, 0.1, 0.15, 0.25]) == 3
+    assert waves([0.3, 0.0, 0.1, 0.2], [0.35, 0.05, 0.15, 0.25]) == 4  # given in any order
+    assert waves([0.0, 0.5], [inf, 0.6]) == 1  # a stream that never ended answered nothing
+    with pytest.raises(ValueError, match="end times"):
+        waves([0.0], [])
+    with pytest.raises(ValueError, match="ended before"):
+        waves([1.0], [0.5])
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(0, 10, allow_nan=False), max_size=40), st.floats(0.01, 1))
-def test_request_waves_bounds(bench: ModuleType, issued: list[float], delay: float) -> None:
-    """At most one per request, and one per 0.9 delay of span; one iff all fit in one."""
-    waves = bench.request_waves(issued, delay)
-    assert waves <= len(issued)
-    assert (waves == 0) == (not issued)
-    if issued:
-        span = max(issued) - min(issued)
-        assert waves <= 1 + span / (0.9 * delay)
-        assert (waves == 1) == (span < 0.9 * delay)
+def _longest_chain(issued: list[float], ended: list[float]) -> int:
+    """The longest chain of requests each made after the previous one ended (by brute force)."""
+    order = sorted(range(len(issued)), key=lambda i: (issued[i], ended[i]))
+    best = [1] * len(issued)
+    for a, i in enumerate(order):
+        for k in order[:a]:
+            if ended[k] <= issued[i]:
+                best[i] = max(best[i], best[k] + 1)
+    return max(best, default=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 10, allow_nan=False), st.floats(0.001, 5, allow_nan=False)),
+        max_size=40,
+    )
+)
+def test_request_waves_is_the_longest_chain_of_answers(
+    bench: ModuleType, requests: list[tuple[float, float]]
+) -> None:
+    """The waves are the longest chain of requests made after the previous one ended."""
+    issued = [start for start, _ in requests]
+    ended = [start + took for start, took in requests]
+    waves = bench.request_waves(issued, ended)
+    assert waves == _longest_chain(issued, ended)
+    assert (waves == 0) == (not requests)
+    assert waves <= len(requests)
+    if requests and max(issued) < min(ended):  # all made before any answer: one round
+        assert waves == 1
 
 
 async def _skewed(

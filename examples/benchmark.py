@@ -1083,6 +1083,10 @@ class Bench:
             await t.salted.read_row(logical_key(i))
         await t.plain.read_rows(ReadRowsQuery(limit=10))
         await t.salted.read_rows(ReadRowsQuery(limit=10))
+        # The counted table's first operation reads the layout record through the
+        # proxy: done here, so that row is not counted as sent for the first limit scan.
+        await t.counted.read_rows(ReadRowsQuery(limit=1))
+        t.counter.reset()
         await count_rows(t.salted.read_prefix(user_prefix(0)))
         if t.confined is not None:
             await count_rows(t.confined.read_prefix(user_prefix(0)))

@@ -88,6 +88,33 @@ async def test_counting_table_records_when_each_stream_ended(bench: ModuleType) 
     assert before[0] < math.inf
 
 
+async def test_limit_scans_count_only_the_rows_of_the_scan(bench: ModuleType) -> None:
+    """After the warm-up, limit=1 over 16 buckets counts the 16 rows its one round sent."""
+    rows = 2000
+    scheme = SaltScheme(16)
+    plain, physical = FakeTable(), FakeTable()
+    entries = [bench.entry_of(i) for i in range(rows)]
+    await plain.bulk_mutate_rows(entries)
+    await SaltedTableAsync(physical, scheme).bulk_mutate_rows(entries)
+    counter = bench.CountingTable(physical)
+    tables = bench.Tables(
+        plain,
+        physical,
+        SaltedTableAsync(physical, scheme),
+        counter,
+        SaltedTableAsync(counter, scheme),  # a fresh table object: its layout is not read yet
+        scheme,
+    )
+    cfg = bench._config(bench._parser().parse_args(["--quick", "--rows", str(rows)]))
+    runner = bench.Bench(cfg, tables)
+    await runner.warm_up()
+    await runner.limits(0)
+    assert runner.rows_sent["1/ordered"] == [16]
+    assert runner.requests["1/ordered"] == [16]
+    assert runner.rows_sent["10/ordered"] == [16 * 3]  # first_round(10, 16) asks 3 of each
+    assert runner.errors == []
+
+
 def test_percentile_interpolates(bench: ModuleType) -> None:
     """percentile() interpolates between ranks and is None for no values."""
     values = [1.0, 2.0, 3.0, 4.0]

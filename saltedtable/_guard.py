@@ -54,7 +54,7 @@ from ._record import (
     record_of_row,
 )
 from ._salt import prefix_end
-from ._timeouts import GuardTime, guard_timeouts
+from ._timeouts import GuardTime, guard_limit, guard_timeouts, time_left
 
 __all__ = [
     "RECORD_ONLY",
@@ -304,6 +304,24 @@ class TableGuard(GuardCore):
         """Before a write: check, and store the record if the table has none yet."""
         return await self._settle(family, limit)
 
+    async def within(self, family: str | None, operation: Any, attempt: Any, kind: str) -> Any:
+        """Settle the guard before an operation with these timeouts; the operation_timeout left.
+
+        A settled guard costs one state check. Otherwise the record is read
+        (and, for a write naming ``family``, stored) within the operation's
+        own budget, and the operation gets what is left of it.
+
+        Args:
+            family: The column family a write names (None: a read).
+            operation: ``operation_timeout`` as the caller gave it.
+            attempt: ``attempt_timeout`` as the caller gave it (None: the operation's).
+            kind: Which of the table's defaults apply (see ``resolve_timeouts``).
+        """
+        if not self._pending(family):
+            return operation
+        limit = guard_limit(self._table, operation, attempt, kind)
+        return time_left(limit, operation) if await self._settle(family, limit) else operation
+
     async def _settle(self, family: str | None, limit: GuardTime) -> bool:
         if not self._pending(family):
             return False
@@ -417,6 +435,24 @@ class SyncTableGuard(GuardCore):
     def before_write(self, family: str | None, limit: GuardTime = None) -> bool:
         """Before a write: check, and store the record if the table has none yet."""
         return self._settle(family, limit)
+
+    def within(self, family: str | None, operation: Any, attempt: Any, kind: str) -> Any:
+        """Settle the guard before an operation with these timeouts; the operation_timeout left.
+
+        A settled guard costs one state check. Otherwise the record is read
+        (and, for a write naming ``family``, stored) within the operation's
+        own budget, and the operation gets what is left of it.
+
+        Args:
+            family: The column family a write names (None: a read).
+            operation: ``operation_timeout`` as the caller gave it.
+            attempt: ``attempt_timeout`` as the caller gave it (None: the operation's).
+            kind: Which of the table's defaults apply (see ``resolve_timeouts``).
+        """
+        if not self._pending(family):
+            return operation
+        limit = guard_limit(self._table, operation, attempt, kind)
+        return time_left(limit, operation) if self._settle(family, limit) else operation
 
     def _settle(self, family: str | None, limit: GuardTime) -> bool:
         if not self._pending(family):

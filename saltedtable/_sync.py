@@ -76,9 +76,7 @@ from ._timeouts import (
     Timeouts,
     check_timeouts,
     deadline_exceeded,
-    guard_limit,
     resolve_timeouts,
-    time_left,
 )
 from ._write import (
     SaltedMutationsBatcherSync,
@@ -361,9 +359,9 @@ class SaltedTable(TableAttributes):
         """Read one row by its logical key; None if it does not exist."""
         check_row_key(row_key)
         check_timeouts(operation_timeout, attempt_timeout)
-        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
-        if self._guard.check(limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = self._guard.within(
+            None, operation_timeout, attempt_timeout, "read_rows"
+        )
         key = to_key(row_key)
         try:
             bucket, physical = self._layout.locate(key)
@@ -389,9 +387,9 @@ class SaltedTable(TableAttributes):
         """Tell whether a row with this logical key exists."""
         check_row_key(row_key)
         check_timeouts(operation_timeout, attempt_timeout)
-        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
-        if self._guard.check(limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = self._guard.within(
+            None, operation_timeout, attempt_timeout, "read_rows"
+        )
         try:
             physical = self._layout.locate(row_key)[1]
         except UnsaltableKeyError:
@@ -468,9 +466,7 @@ class SaltedTable(TableAttributes):
                 one at its end (the whole table is sampled).
         """
         check_timeouts(operation_timeout, attempt_timeout)
-        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "default")
-        if self._guard.check(limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = self._guard.within(None, operation_timeout, attempt_timeout, "default")
         samples = self._table.sample_row_keys(
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
@@ -535,9 +531,9 @@ class SaltedTable(TableAttributes):
         """Apply mutations to the row with this logical key (returns the client's response)."""
         check_timeouts(operation_timeout, attempt_timeout)
         physical = self._layout.locate(row_key)[1]
-        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "default")
-        if self._guard.before_write(family_of(mutations), limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = self._guard.within(
+            family_of(mutations), operation_timeout, attempt_timeout, "default"
+        )
         return self._table.mutate_row(
             physical,
             mutations,
@@ -566,10 +562,13 @@ class SaltedTable(TableAttributes):
         )
         error: BaseException | None = None
         try:
-            limit = guard_limit(self._table, operation_timeout, attempt_timeout, "mutate_rows")
             try:
-                if self._guard.before_write(first_family(mutation_entries), limit):
-                    operation_timeout = time_left(limit, operation_timeout)
+                operation_timeout = self._guard.within(
+                    first_family(mutation_entries),
+                    operation_timeout,
+                    attempt_timeout,
+                    "mutate_rows",
+                )
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
@@ -602,9 +601,7 @@ class SaltedTable(TableAttributes):
         check_filter(predicate)
         bucket, physical = self._layout.locate(row_key)
         family = family_of(true_case_mutations or ()) or family_of(false_case_mutations or ())
-        limit = guard_limit(self._table, operation_timeout, None, "default")
-        if self._guard.before_write(family, limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = self._guard.within(family, operation_timeout, None, "default")
         return bool(
             self._table.check_and_mutate_row(
                 physical,
@@ -626,9 +623,12 @@ class SaltedTable(TableAttributes):
         check_timeouts(operation_timeout, None)
         key = to_key(row_key)
         physical = self._layout.locate(key)[1]
-        limit = guard_limit(self._table, operation_timeout, None, "default")
-        if self._guard.before_write(family_of(rules), limit):  # type: ignore[arg-type]
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = self._guard.within(
+            family_of(rules),  # type: ignore[arg-type]
+            operation_timeout,
+            None,
+            "default",
+        )
         row = self._table.read_modify_write_row(
             physical, rules, operation_timeout=operation_timeout
         )

@@ -60,9 +60,7 @@ from ._timeouts import (
     Timeouts,
     check_timeouts,
     deadline_exceeded,
-    guard_limit,
     resolve_timeouts,
-    time_left,
 )
 from ._write import (
     SaltedMutationsBatcher,
@@ -422,9 +420,9 @@ class SaltedTableAsync(TableAttributes):
         """Read one row by its logical key; None if it does not exist."""
         check_row_key(row_key)
         check_timeouts(operation_timeout, attempt_timeout)
-        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
-        if await self._guard.check(limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = await self._guard.within(
+            None, operation_timeout, attempt_timeout, "read_rows"
+        )
         key = to_key(row_key)
         try:
             bucket, physical = self._layout.locate(key)
@@ -450,9 +448,9 @@ class SaltedTableAsync(TableAttributes):
         """Tell whether a row with this logical key exists."""
         check_row_key(row_key)
         check_timeouts(operation_timeout, attempt_timeout)
-        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "read_rows")
-        if await self._guard.check(limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = await self._guard.within(
+            None, operation_timeout, attempt_timeout, "read_rows"
+        )
         try:
             physical = self._layout.locate(row_key)[1]
         except UnsaltableKeyError:
@@ -542,9 +540,9 @@ class SaltedTableAsync(TableAttributes):
                 spans every bucket).
         """
         check_timeouts(operation_timeout, attempt_timeout)
-        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "default")
-        if await self._guard.check(limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = await self._guard.within(
+            None, operation_timeout, attempt_timeout, "default"
+        )
         samples = await self._table.sample_row_keys(
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
@@ -611,9 +609,9 @@ class SaltedTableAsync(TableAttributes):
         """
         check_timeouts(operation_timeout, attempt_timeout)
         physical = self._layout.locate(row_key)[1]
-        limit = guard_limit(self._table, operation_timeout, attempt_timeout, "default")
-        if await self._guard.before_write(family_of(mutations), limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = await self._guard.within(
+            family_of(mutations), operation_timeout, attempt_timeout, "default"
+        )
         return await self._table.mutate_row(
             physical,
             mutations,
@@ -651,10 +649,13 @@ class SaltedTableAsync(TableAttributes):
         )
         error: BaseException | None = None
         try:
-            limit = guard_limit(self._table, operation_timeout, attempt_timeout, "mutate_rows")
             try:
-                if await self._guard.before_write(first_family(mutation_entries), limit):
-                    operation_timeout = time_left(limit, operation_timeout)
+                operation_timeout = await self._guard.within(
+                    first_family(mutation_entries),
+                    operation_timeout,
+                    attempt_timeout,
+                    "mutate_rows",
+                )
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
@@ -690,9 +691,7 @@ class SaltedTableAsync(TableAttributes):
         check_filter(predicate)
         bucket, physical = self._layout.locate(row_key)
         family = family_of(true_case_mutations or ()) or family_of(false_case_mutations or ())
-        limit = guard_limit(self._table, operation_timeout, None, "default")
-        if await self._guard.before_write(family, limit):
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = await self._guard.within(family, operation_timeout, None, "default")
         return bool(
             await self._table.check_and_mutate_row(
                 physical,
@@ -714,9 +713,12 @@ class SaltedTableAsync(TableAttributes):
         check_timeouts(operation_timeout, None)
         key = to_key(row_key)
         physical = self._layout.locate(key)[1]
-        limit = guard_limit(self._table, operation_timeout, None, "default")
-        if await self._guard.before_write(family_of(rules), limit):  # type: ignore[arg-type]
-            operation_timeout = time_left(limit, operation_timeout)
+        operation_timeout = await self._guard.within(
+            family_of(rules),  # type: ignore[arg-type]
+            operation_timeout,
+            None,
+            "default",
+        )
         row = await self._table.read_modify_write_row(
             physical, rules, operation_timeout=operation_timeout
         )

@@ -476,6 +476,44 @@ def backfill(
     return MigrationReport("backfill", counters(result), record=wanted)
 
 
+class _KeySweep(beam.PTransform[PBegin, PCollection[None]]):
+    """Read the keys of one side of a cutoff table in planned splits, and act on each split.
+
+    Takes the arguments of :class:`BackfillLegacy`; a subclass names the step,
+    the sub-queries and the DoFn (:meth:`_sweep`).
+    """
+
+    def __init__(
+        self,
+        project: str,
+        instance: str,
+        table: str,
+        scheme: SaltScheme,
+        cutoff: CutoffPolicy,
+        *,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        budget: ReadBudget | None = None,
+        app_profile_id: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.target = BigtableTarget(project, instance, table, app_profile_id)
+        self.layout = Layout(scheme, cutoff)
+        self.split_bytes = split_bytes
+        self.budget = ReadBudget() if budget is None else budget
+
+    def _sweep(self) -> tuple[str, tuple[SubQuery, ...], beam.DoFn]:
+        raise NotImplementedError
+
+    def expand(self, pbegin: PBegin) -> PCollection[None]:
+        label, subs, sweeper = self._sweep()
+        out: PCollection[None] = (
+            pbegin
+            | "Splits" >> PlannedSplits(self.target, self.layout, subs, self.split_bytes)
+            | label >> beam.ParDo(sweeper)
+        )
+        return out
+
+
 class _PruneOrphans(TableDoFn):
     """Deletes the copies of a split whose legacy row is gone."""
 
@@ -505,7 +543,7 @@ class _PruneOrphans(TableDoFn):
         return iter(())
 
 
-class PruneOrphanCopies(beam.PTransform[PBegin, PCollection[None]]):
+class PruneOrphanCopies(_KeySweep):
     """Delete the bucket copies of legacy rows that no longer exist.
 
     A legacy row deleted after a backfill copied it leaves its copy behind,
@@ -513,32 +551,9 @@ class PruneOrphanCopies(beam.PTransform[PBegin, PCollection[None]]):
     bucket. Takes the arguments of :class:`BackfillLegacy`.
     """
 
-    def __init__(
-        self,
-        project: str,
-        instance: str,
-        table: str,
-        scheme: SaltScheme,
-        cutoff: CutoffPolicy,
-        *,
-        split_bytes: int = DEFAULT_SPLIT_BYTES,
-        budget: ReadBudget | None = None,
-        app_profile_id: str | None = None,
-    ) -> None:
-        super().__init__()
-        self.target = BigtableTarget(project, instance, table, app_profile_id)
-        self.layout = Layout(scheme, cutoff)
-        self.split_bytes = split_bytes
-        self.budget = ReadBudget() if budget is None else budget
-
-    def expand(self, pbegin: PBegin) -> PCollection[None]:
+    def _sweep(self) -> tuple[str, tuple[SubQuery, ...], beam.DoFn]:
         subs = _salted_subqueries(self.layout, keys_only=True)
-        out: PCollection[None] = (
-            pbegin
-            | "Splits" >> PlannedSplits(self.target, self.layout, subs, self.split_bytes)
-            | "Prune" >> beam.ParDo(_PruneOrphans(self.target, self.layout, self.budget))
-        )
-        return out
+        return "Prune", subs, _PruneOrphans(self.target, self.layout, self.budget)
 
 
 # -- verifying -------------------------------------------------------------------
@@ -740,7 +755,7 @@ class _DeleteRows(TableDoFn):
         return iter(())
 
 
-class DeleteLegacy(beam.PTransform[PBegin, PCollection[None]]):
+class DeleteLegacy(_KeySweep):
     """Delete every legacy row of a cutoff table (stray rows are left alone).
 
     No comparison: from the cut-over on, the verified copies are the rows
@@ -750,32 +765,9 @@ class DeleteLegacy(beam.PTransform[PBegin, PCollection[None]]):
     record afterwards. Takes the arguments of :class:`BackfillLegacy`.
     """
 
-    def __init__(
-        self,
-        project: str,
-        instance: str,
-        table: str,
-        scheme: SaltScheme,
-        cutoff: CutoffPolicy,
-        *,
-        split_bytes: int = DEFAULT_SPLIT_BYTES,
-        budget: ReadBudget | None = None,
-        app_profile_id: str | None = None,
-    ) -> None:
-        super().__init__()
-        self.target = BigtableTarget(project, instance, table, app_profile_id)
-        self.layout = Layout(scheme, cutoff)
-        self.split_bytes = split_bytes
-        self.budget = ReadBudget() if budget is None else budget
-
-    def expand(self, pbegin: PBegin) -> PCollection[None]:
+    def _sweep(self) -> tuple[str, tuple[SubQuery, ...], beam.DoFn]:
         subs = _legacy_subqueries(self.layout, keys_only=True)
-        out: PCollection[None] = (
-            pbegin
-            | "Splits" >> PlannedSplits(self.target, self.layout, subs, self.split_bytes)
-            | "Delete" >> beam.ParDo(_DeleteRows(self.target, self.layout, self.budget))
-        )
-        return out
+        return "Delete", subs, _DeleteRows(self.target, self.layout, self.budget)
 
 
 def delete_legacy(

@@ -53,6 +53,8 @@ from ._strategy import (
     DEFAULT_ROW_BYTES,
     ReadBudget,
     allowance,
+    fetch_bound,
+    first_request,
     first_round,
     refills,
     unordered_shares,
@@ -191,6 +193,9 @@ class MergeCore(Generic[T]):
             it wakes the consumer, unless its request ends or ``wake_delay``
             seconds pass first.
         wake_delay: See ``wake_batch``.
+        slots: Requests that can run at once (None: as many as there are
+            sources). With more sources than slots, the first request of each
+            source in an ordered read asks less (:func:`~._strategy.first_request`).
     """
 
     def __init__(
@@ -202,6 +207,7 @@ class MergeCore(Generic[T]):
         budget: ReadBudget | None = None,
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
+        slots: int | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit}")
@@ -214,9 +220,11 @@ class MergeCore(Generic[T]):
         self._budget = budget if budget is not None else ReadBudget()
         self._wake_batch = wake_batch
         self._wake_delay = wake_delay
+        self._slots = slots
         self._feeds = [Feed(self, i) for i in range(sources)]
         self._live = sources  # sources not done
         self._asked = 0  # items asked by requests running now
+        self._received = 0  # items every request so far delivered
         self._held = 0  # items delivered by finished requests and not taken
         self._peak = 0
         self._sampled_rows = 0
@@ -283,6 +291,8 @@ class MergeCore(Generic[T]):
             return None  # woken when the consumer takes from this feed
         size = min(share - held, self._room())
         if size >= 1:
+            if not feed.requests and self._ordered:
+                size = min(size, first_request(share, len(self._feeds), self._slots))
             return size
         if held == 0:
             return 1  # the merge needs a head item from every source
@@ -299,6 +309,7 @@ class MergeCore(Generic[T]):
         feed.asked = 0
         self._asked -= size
         self._held += pushed
+        self._received += pushed
         if feed.sampled_rows:
             self._sampled_rows += feed.sampled_rows
             self._sampled_bytes += feed.sampled_bytes
@@ -344,8 +355,8 @@ class MergeCore(Generic[T]):
             return
         self._rounds = 1
         if self._ordered:
-            size = first_round(self._limit, len(live), self._cap_per_source())
-            for feed in live:
+            sizes = first_round(self._limit, len(live), self._cap_per_source())
+            for feed, size in zip(live, sizes, strict=True):
                 feed.grant = size
         else:
             self._grant_unordered(live)
@@ -451,6 +462,13 @@ class MergeCore(Generic[T]):
             return  # a round is still running
         held = sorted(key for feed in live for key in feed.keys)
         feeds = [feed for feed in live if not feed.done]
+        # The second round keeps to what the first left of the fetch bound (if
+        # the first left any); a third, rare, asks all that any bucket could
+        # still contribute, which ends the read.
+        room = None
+        if self._rounds == 1:
+            left = fetch_bound(self._limit, len(self._feeds)) - self._received
+            room = left if left > 0 else None
         sizes = refills(
             self._limit,
             self._emitted,
@@ -458,6 +476,7 @@ class MergeCore(Generic[T]):
             [feed.bound for feed in feeds],
             [True] * len(feeds),
             self._cap_per_source(),
+            room,
         )
         if not sizes:
             # Cannot happen with sorted sources (the watermark would have let
@@ -524,6 +543,7 @@ class Merge(MergeCore[T]):
             Awaited before the producers are cancelled (closing the merge
             early, or another source failed): a task cancelled while it waits
             for a gRPC message leaks memory in grpc.aio (see :mod:`._cancel`).
+        slots: Requests that can run at once (see :class:`MergeCore`).
     """
 
     def __init__(
@@ -536,6 +556,7 @@ class Merge(MergeCore[T]):
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
         stop_requests: Callable[[], Awaitable[None]] | None = None,
+        slots: int | None = None,
     ) -> None:
         super().__init__(
             len(sources),
@@ -544,6 +565,7 @@ class Merge(MergeCore[T]):
             budget=budget,
             wake_batch=wake_batch,
             wake_delay=wake_delay,
+            slots=slots,
         )
         self._sources = list(sources)
         self._stop_requests = stop_requests
@@ -751,7 +773,8 @@ class ThreadMerge(MergeCore[T]):
 
     Args:
         sources: One per source (see :class:`MergeCore` for the ordering contract).
-        threads: Workers at most (the pool is the read's own).
+        threads: Workers at most (the pool is the read's own), which are
+            also the requests that can run at once.
         ordered, limit, budget: As for :class:`Merge`.
     """
 
@@ -764,7 +787,7 @@ class ThreadMerge(MergeCore[T]):
         limit: int | None = None,
         budget: ReadBudget | None = None,
     ) -> None:
-        super().__init__(len(sources), ordered=ordered, limit=limit, budget=budget)
+        super().__init__(len(sources), ordered=ordered, limit=limit, budget=budget, slots=threads)
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self._sources = list(sources)

@@ -28,7 +28,7 @@ from ._exceptions import QueryPlanError, UnsaltableKeyError
 from ._layout import Layout
 from ._ranges import KeyRange
 from ._salt import SaltScheme, prefix_end
-from ._strategy import DEFAULT_ROW_BYTES, ReadBudget, allowance, first_round
+from ._strategy import DEFAULT_ROW_BYTES, ReadBudget, allowance, fetch_bound, first_round
 
 __all__ = [
     "KeyRange",
@@ -139,11 +139,16 @@ class ReadPlan:
                 f"{where}; limit {self.limit}: {first} rows asked of each, then what is "
                 f"still missing ({holds})"
             )
-        first = first_round(self.limit, n, allowance(budget, n, DEFAULT_ROW_BYTES))
+        sizes = first_round(self.limit, n, allowance(budget, n, DEFAULT_ROW_BYTES))
+        low, high = min(sizes), max(sizes)
+        each = f"{low}" if low == high else f"{low} or {high}"
         return (
-            f"{where}; limit {self.limit} in rounds: the first asks {first} rows of each "
-            "(evenly salted data needs no more), a second asks each sub-query that may "
-            f"hold more of the first {self.limit} rows at most what it could add ({holds})"
+            f"{where}; limit {self.limit} in rounds: the first asks {each} rows of each, "
+            f"{sum(sizes)} in all (evenly salted data needs no more more often than not), a "
+            f"second asks each sub-query that may hold more of the first {self.limit} rows "
+            f"at most what it could add, together about what is left of "
+            f"{fetch_bound(self.limit, n)} rows (2 x limit + 2 x sub-queries), and a rare "
+            f"third all it could add ({holds})"
         )
 
     def explain(self, max_lines: int = 32) -> str:

@@ -409,6 +409,7 @@ class ReadCall(_Read[Awaitable[bool]]):
             limit=plan.limit,
             budget=budget,
             stop_requests=self.stop_requests,
+            slots=int(limiter.total_tokens),
         )
 
     async def stop_requests(self) -> None:

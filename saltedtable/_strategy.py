@@ -29,6 +29,8 @@ __all__ = [
     "DEFAULT_ROW_BYTES",
     "ReadBudget",
     "allowance",
+    "fetch_bound",
+    "first_request",
     "first_round",
     "refills",
     "unordered_shares",
@@ -37,8 +39,11 @@ __all__ = [
 #: Bytes assumed per row until a read has measured its own rows.
 DEFAULT_ROW_BYTES: Final = 512
 #: The first round of a limited read is sized so that rows spread evenly over
-#: the buckets need no second round with at least this probability.
+#: the buckets need no second round with at least this probability...
 ONE_ROUND_PROBABILITY: Final = 0.6
+#: ...or, where that would ask more than :func:`fetch_bound` allows, with at
+#: least this one (a median of one round).
+MEDIAN_ONE_ROUND: Final = 0.5
 
 
 @final
@@ -78,29 +83,100 @@ def allowance(budget: ReadBudget, live: int, row_bytes: float) -> int:
     return max(1, budget.rows_for(row_bytes) // max(1, live))
 
 
-def first_round(limit: int, buckets: int, cap: int | None = None) -> int:
-    """Rows to ask each bucket for in the first round of a read of ``limit`` rows.
+def first_request(share: int, sources: int, slots: int | None) -> int:
+    """Rows of a source's first request in an ordered read without a limit.
+
+    An ordered merge hands over nothing before every source has answered
+    once, and only ``slots`` requests run at once. With more sources than
+    slots, first requests of a full ``share`` each would have the last
+    sources start only after ``sources / slots - 1`` waves of full pages, so
+    each first request asks ``share x slots / sources`` rows instead (at
+    least one): every source has answered after about one share's worth of
+    rows per slot, and later requests ask the full share.
+
+    Args:
+        share: The source's share of the budget (:func:`allowance`).
+        sources: Sources of the read.
+        slots: Requests that may run at once (None: no bound).
+    """
+    if slots is None or sources <= slots:
+        return share
+    return max(1, share * slots // sources)
+
+
+def fetch_bound(limit: int, buckets: int) -> int:
+    """Rows a limited ordered read of ``buckets`` buckets aims to fetch: ``2 limit + 2 buckets``.
+
+    :func:`first_round` stays within it where a median of one round allows,
+    and :func:`refills` shrinks a second round to what is left of it, so
+    most reads fetch little more than they return.
+    """
+    return 2 * limit + 2 * buckets
+
+
+def first_round(limit: int, buckets: int, cap: int | None = None) -> list[int]:
+    """Rows to ask of each bucket in the first round of a read of ``limit`` rows.
 
     With keys spread by the salt, the number of the first ``limit - 1`` rows
     that lie in one bucket is binomial (``limit - 1`` draws, ``1 / buckets``).
     One round is enough when no bucket holds as many of them as it was asked
-    for, so this is the smallest size for which that holds in every bucket
-    with probability :data:`ONE_ROUND_PROBABILITY`.
+    for, so each bucket is asked the smallest size for which that holds in
+    every bucket with probability :data:`ONE_ROUND_PROBABILITY`.
+
+    Where ``buckets`` times that size exceeds :func:`fetch_bound`, the round
+    asks what the bound allows instead, spread evenly: some buckets one row
+    more than the others. It does so only while that still answers at least
+    one read in two in one round (:data:`MEDIAN_ONE_ROUND`); otherwise every
+    bucket asks the smallest size that does. When ``limit`` is small next to
+    ``buckets`` both cannot hold, and a round costs more than a few rows.
 
     Args:
         limit: The read's row limit (>= 1).
         buckets: Buckets that may hold rows (>= 1).
         cap: Ask no bucket for more (the budget's allowance).
+
+    Returns:
+        The size of each bucket's first request, in bucket order.
     """
     if limit < 1 or buckets < 1:
         raise ValueError(f"need limit >= 1 and buckets >= 1, got {limit}, {buckets}")
-    if buckets == 1:
-        size = limit
-    else:
-        per_bucket = ONE_ROUND_PROBABILITY ** (1 / buckets)
-        size = _binomial_quantile(limit - 1, 1 / buckets, per_bucket) + 1
-    size = min(size, limit)
-    return max(1, size if cap is None else min(size, cap))
+    sizes = [limit] if buckets == 1 else _first_sizes(limit, buckets)
+    return [max(1, min(size, limit) if cap is None else min(size, limit, cap)) for size in sizes]
+
+
+def _first_sizes(limit: int, buckets: int) -> list[int]:
+    size = _one_round_size(limit, buckets, ONE_ROUND_PROBABILITY)
+    bound = fetch_bound(limit, buckets)
+    if buckets * size <= bound:
+        return [size] * buckets
+    low, larger = divmod(bound, buckets)  # `larger` buckets ask low + 1
+    draws, p = limit - 1, 1 / buckets
+    one_round = (
+        _binomial_cdf(draws, p, low - 1) ** (buckets - larger)
+        * _binomial_cdf(draws, p, low) ** larger
+    )
+    if one_round < MEDIAN_ONE_ROUND:
+        return [_one_round_size(limit, buckets, MEDIAN_ONE_ROUND)] * buckets
+    # Bresenham: exactly `larger` buckets, spread over the bucket order.
+    return [low + ((i + 1) * larger // buckets - i * larger // buckets) for i in range(buckets)]
+
+
+def _binomial_cdf(draws: int, p: float, k: int) -> float:
+    """P(Binomial(draws, p) <= k), for the small draws x p of first rounds."""
+    if k < 0:
+        return 0.0
+    mass = (1 - p) ** draws
+    cdf = mass
+    for j in range(min(k, draws)):
+        mass *= (draws - j) / (j + 1) * p / (1 - p)
+        cdf += mass
+    return min(1.0, cdf)
+
+
+def _one_round_size(limit: int, buckets: int, probability: float) -> int:
+    """Rows per bucket with which evenly salted data needs one round with ``probability``."""
+    per_bucket = probability ** (1 / buckets)
+    return _binomial_quantile(limit - 1, 1 / buckets, per_bucket) + 1
 
 
 def _binomial_quantile(draws: int, p: float, q: float) -> int:
@@ -128,6 +204,7 @@ def refills(
     lasts: Sequence[Any | None],
     more: Sequence[bool],
     cap: int | None = None,
+    room: int | None = None,
 ) -> dict[int, int]:
     """Rows to ask of each bucket in the next round of an ordered read with a limit.
 
@@ -145,6 +222,13 @@ def refills(
         lasts: Per bucket, the last key it returned (None: none yet).
         more: Per bucket, whether it may have more rows.
         cap: Ask no bucket for more (the budget's allowance).
+        room: Rows the round should ask in all (what is left of
+            :func:`fetch_bound`). When several buckets are asked and their
+            sizes add up to more, each shrinks in proportion, but the round
+            still asks at least what the neediest bucket alone could add and
+            one row of each. Evenly salted data then almost always completes
+            in this round: of the buckets asked, few hold as many of the
+            missing rows as they could. Otherwise a third round follows.
 
     Returns:
         ``{bucket index: rows to ask}`` for the buckets to read again.
@@ -160,6 +244,10 @@ def refills(
         size = missing - (0 if last is None else bisect.bisect_right(held, last))
         if size > 0:
             sizes[i] = size if cap is None else max(1, min(size, cap))
+    total = sum(sizes.values())
+    if room is not None and total > room and len(sizes) > 1:
+        room = max(room, max(sizes.values()))
+        sizes = {i: max(1, size * room // total) for i, size in sizes.items()}
     return sizes
 
 

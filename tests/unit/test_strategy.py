@@ -11,8 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saltedtable._strategy import (
+    MEDIAN_ONE_ROUND,
     ReadBudget,
+    _one_round_size,
     allowance,
+    fetch_bound,
     first_round,
     refills,
     unordered_shares,
@@ -45,36 +48,66 @@ def test_shares_never_exceed_the_budget_but_one_row_each(
     assert share * live <= max(budget.rows_for(row_bytes), live)
 
 
-def one_round_probability(limit: int, n: int, size: int, trials: int = 3000) -> float:
-    """Simulated chance that no bucket holds ``size`` or more of the first ``limit - 1`` keys."""
+def one_round_probability(limit: int, n: int, sizes: int | list[int], trials: int = 3000) -> float:
+    """Simulated chance that no bucket holds as many of the first ``limit - 1`` keys
+    as it was asked for (``sizes``: one size for all, or one per bucket)."""
+    asked = [sizes] * n if isinstance(sizes, int) else sizes
     rng = random.Random(limit * 31 + n)
     ok = 0
     for _ in range(trials):
         counts = [0] * n
         for _ in range(limit - 1):
             counts[rng.randrange(n)] += 1
-        ok += max(counts, default=0) < size
+        ok += all(c < a for c, a in zip(counts, asked, strict=True))
     return ok / trials
 
 
 @pytest.mark.parametrize(
-    ("limit", "n"), [(1, 4), (10, 4), (10, 16), (100, 16), (1000, 16), (10, 64), (100, 64)]
+    ("limit", "n"),
+    [(1, 4), (10, 4), (100, 4), (10, 16), (100, 16), (1000, 16), (10, 64), (100, 64), (1000, 64)],
 )
-def test_the_first_round_is_the_smallest_that_usually_suffices(limit: int, n: int) -> None:
-    """Asking first_round() rows answers evenly spread data in one round more often than not,
-    and one row less would not (within simulation noise)."""
-    size = first_round(limit, n)
-    assert one_round_probability(limit, n, size) >= 0.5
-    if size > 1:
-        assert one_round_probability(limit, n, size - 1) < 0.62
+def test_the_first_round_usually_suffices_and_one_row_less_would_not(limit: int, n: int) -> None:
+    """Asking first_round() rows answers evenly spread data in one round more often than not;
+    where every bucket asks the same, one row less each would not (within simulation noise)."""
+    sizes = first_round(limit, n)
+    assert len(sizes) == n
+    assert one_round_probability(limit, n, sizes) >= 0.5
+    if len(set(sizes)) == 1 and sizes[0] > 1:
+        assert one_round_probability(limit, n, sizes[0] - 1) < 0.62
+
+
+@pytest.mark.parametrize("n", [2, 4, 16, 64, 256, 4096])
+@pytest.mark.parametrize("limit", [1, 2, 10, 100, 1000, 10_000])
+def test_the_first_round_keeps_to_the_fetch_bound_unless_one_round_needs_more(
+    limit: int, n: int
+) -> None:
+    """sum(first_round()) <= 2L + 2N, except where even a one-in-two chance of a
+    single round needs more rows per bucket (then every bucket asks exactly that);
+    sizes differ by at most one row."""
+    sizes = first_round(limit, n)
+    assert max(sizes) - min(sizes) <= 1
+    if sum(sizes) > fetch_bound(limit, n):
+        assert sizes == [_one_round_size(limit, n, MEDIAN_ONE_ROUND)] * n
+
+
+def test_the_first_round_spreads_what_the_bound_allows_where_that_mostly_suffices() -> None:
+    """At N=64 and L=10 three rows a bucket (192) would pass 2L + 2N = 148: 20 buckets
+    ask 3 and 44 ask 2, which still answers most reads in one round. At L=100 six rows
+    each (384 > 328) are needed for that: 5 or 6 would answer fewer than a third."""
+    sizes = first_round(10, 64)
+    assert sum(sizes) == 148
+    assert sorted(set(sizes)) == [2, 3]
+    assert one_round_probability(10, 64, sizes) >= 0.6
+    assert first_round(100, 64) == [6] * 64
+    assert one_round_probability(100, 64, [5] * 56 + [6] * 8) < 0.35
 
 
 def test_the_first_round_respects_its_caps() -> None:
     """Never more than the limit, the cap, or less than one."""
-    assert first_round(5, 1) == 5
-    assert first_round(1, 1000) == 1
-    assert first_round(10_000, 4, cap=10) == 10
-    assert first_round(10**9, 16) > 10**9 / 16  # the normal approximation path
+    assert first_round(5, 1) == [5]
+    assert first_round(1, 1000) == [1] * 1000
+    assert first_round(10_000, 4, cap=10) == [10] * 4
+    assert min(first_round(10**9, 16)) > 10**9 / 16  # the normal approximation path
     with pytest.raises(ValueError, match="limit"):
         first_round(0, 4)
 
@@ -140,3 +173,52 @@ def test_unordered_shares_double_on_each_refill() -> None:
     assert unordered_shares(100, 4, 2) == 50
     assert unordered_shares(100, 4, 9) == 100
     assert unordered_shares(1, 8, 1) == 1
+
+
+def test_refills_shrink_to_the_room_left_but_not_below_the_neediest_bucket() -> None:
+    """With ``room``, several buckets' sizes scale down to fit it, but the round
+    still asks what the neediest bucket alone could add, and a row of each."""
+    held = [1, 2, 3, 10]
+    lasts = [3, None, None]
+    more = [True, True, True]
+    full = refills(8, 0, held, lasts, more)
+    assert full == {0: 5, 1: 8, 2: 8}
+    for room in (1, 7, 8, 12):
+        shrunk = refills(8, 0, held, lasts, more, room=room)
+        assert shrunk.keys() == full.keys()
+        assert sum(shrunk.values()) <= max(room, 8)
+        assert all(1 <= shrunk[i] <= full[i] for i in full)
+    assert refills(8, 0, held, lasts, more, room=100) == full
+    # One bucket alone is never shrunk: it may hold every missing row.
+    assert refills(4, 0, [1, 2, 3, 10], [3, 10], [True, True], room=1) == {0: 1}
+    assert refills(8, 0, [1, 2, 3, 10], [3, 10], [True, False], room=1) == {0: 5}
+
+
+@settings(max_examples=300)
+@given(state=read_states(), room=st.integers(1, 40))
+def test_a_shrunk_second_round_and_a_full_third_find_the_first_rows(
+    state: tuple[int, list[list[int]], list[int]], room: int
+) -> None:
+    """Whatever the data: a second round kept to ``room`` rows, then (if still
+    needed) a third without it, leaves the smallest ``limit`` keys known."""
+    limit, buckets, got = state
+    for use_room in (room, None):
+        read = sorted(k for b, g in zip(buckets, got, strict=True) for k in b[:g])
+        lasts = [b[g - 1] if g else None for b, g in zip(buckets, got, strict=True)]
+        more = [g < len(b) for b, g in zip(buckets, got, strict=True)]
+        sizes = refills(limit, 0, read, lasts, more, room=use_room)
+        if use_room is not None and sizes:
+            full = refills(limit, 0, read, lasts, more)
+            assert sizes.keys() == full.keys()
+            assert sum(sizes.values()) <= max(use_room, max(full.values()), len(sizes))
+        for i, size in sizes.items():
+            got[i] = min(len(buckets[i]), got[i] + size)
+    everything = sorted(k for b in buckets for k in b)
+    read = sorted(k for b, g in zip(buckets, got, strict=True) for k in b[:g])
+    open_lasts = [b[g - 1] for b, g in zip(buckets, got, strict=True) if g < len(b) and g]
+    mark = min(open_lasts) if open_lasts else math.inf
+    known = read[: bisect.bisect_right(read, mark)]
+    assert known == everything[: len(known)]
+    assert len(known) >= min(limit, len(everything)) or any(
+        g == 0 and len(b) for b, g in zip(buckets, got, strict=True)
+    )

@@ -5,12 +5,14 @@ what to ask each of them; :class:`PageCursor` turns one sub-query into a
 sequence of bounded page requests (so a limit reads about ``limit`` rows, a
 concurrency slot is held for one page at a time, and long key lists are sent
 in chunks). Row-key regex filters are rewritten per bucket by
-:func:`rewrite_filter`.
+:func:`rewrite_filter`. :func:`one_request` joins a bounded read's
+sub-queries into one request, for reads small enough to need no more.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 from typing import Final, final
 
@@ -32,9 +34,11 @@ from ._strategy import DEFAULT_ROW_BYTES, ReadBudget, allowance, fetch_bound, fi
 
 __all__ = [
     "KeyRange",
+    "OneRequest",
     "PageCursor",
     "ReadPlan",
     "SubQuery",
+    "one_request",
     "plan_reads",
     "rewrite_filter",
 ]
@@ -369,6 +373,80 @@ class PageCursor:
             self._after = self._upto  # this key window is exhausted: next window
         else:
             self._done = True
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class OneRequest:
+    """Every sub-query of a read as one ReadRows request, and whose each row is.
+
+    The request names every bucket's keys and ranges with the read's filter
+    and a row limit of :attr:`rows`. Bigtable returns rows in physical key
+    order, so they come bucket after bucket; fewer than :attr:`rows` rows
+    means that they are all the rows of the read.
+
+    Attributes:
+        query: The request.
+        rows: Its row limit.
+    """
+
+    query: ReadRowsQuery
+    rows: int
+    _prefixes: tuple[bytes, ...]
+    _owners: tuple[int, ...]
+
+    def owner(self, key: bytes) -> int | None:
+        """Index of the sub-query whose bucket holds physical ``key`` (None: none)."""
+        i = bisect.bisect_right(self._prefixes, key) - 1
+        if i >= 0 and key.startswith(self._prefixes[i]):
+            return self._owners[i]
+        return None
+
+
+def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
+    """The plan's sub-queries as one request of at most ``rows`` rows, if it can be one.
+
+    It can when the plan reads two or more buckets (no legacy side), every
+    range is bounded on both sides (a prefix, a ``start``-``end`` range) or
+    the read names keys, every bucket is sent the same filter (a row-key
+    regex is rewritten per bucket, so it cannot be), and all the keys fit one
+    request (:data:`MAX_KEYS_PER_REQUEST`, :data:`MAX_KEY_BYTES_PER_REQUEST`).
+    A read of whole buckets, or of a range open on one side, is left to the
+    buckets' own requests: it is rarely small.
+    """
+    subs = plan.subqueries
+    if rows < 1 or len(subs) < 2:
+        return None
+    row_filter = subs[0].row_filter
+    keys: list[str | bytes] = []
+    ranges: list[KeyRange] = []
+    for sub in subs:
+        if sub.bucket is None or not sub.prefix or sub.row_filter != row_filter:
+            return None
+        end = prefix_end(sub.prefix)
+        for rng in sub.ranges:
+            if rng.start == sub.prefix or not rng.end or rng.end == end:
+                return None  # open on a side within the bucket
+        keys += sub.keys
+        ranges += sub.ranges
+    if len(keys) > MAX_KEYS_PER_REQUEST or sum(map(len, keys)) > MAX_KEY_BYTES_PER_REQUEST:
+        # (Every key is bytes: the planner made them physical.)
+        return None
+    order = sorted(range(len(subs)), key=lambda i: subs[i].prefix)
+    prefixes = [subs[i].prefix for i in order]
+    if any(b.startswith(a) for a, b in itertools.pairwise(prefixes)):
+        return None  # a row could not be told apart (no built-in scheme does this)
+    return OneRequest(
+        ReadRowsQuery(
+            row_keys=keys,
+            row_ranges=[r.to_row_range() for r in ranges],
+            limit=rows,
+            row_filter=row_filter,
+        ),
+        rows,
+        tuple(prefixes),
+        tuple(order),
+    )
 
 
 # -- filters -----------------------------------------------------------------

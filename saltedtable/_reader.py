@@ -37,26 +37,30 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar, final
+from typing import Any, Final, Generic, NamedTuple, TypeVar, final
 
 import anyio
+from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from ._cancel import end_stream, stop_reads
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
-from ._plan import PageCursor, ReadPlan, SubQuery
+from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
-from ._strategy import ReadBudget
+from ._strategy import DEFAULT_ROW_BYTES, OneRequestOdds, ReadBudget
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
     "SAMPLE_EVERY",
     "BucketSource",
+    "OneOutcome",
+    "OneRequestSource",
     "ReadCall",
     "StrayRows",
     "SubScan",
     "SyncBucketSource",
+    "SyncOneRequestSource",
     "SyncReadCall",
     "annotate",
     "count_request",
@@ -89,6 +93,19 @@ class SubScan:
     bucket: int | None
     subquery: SubQuery
     after_key: bytes | None
+
+
+class OneOutcome(NamedTuple):
+    """How a read's one request over every bucket went (see :func:`~._plan.one_request`)."""
+
+    #: It held the whole read (fewer rows came back than it asked for).
+    fitted: bool
+    #: Rows it returned.
+    rows: int
+    #: The read has a limit (the one request was its first round).
+    limited: bool
+    #: Why it failed, if it did (the read then went on bucket by bucket).
+    error: str = ""
 
 
 class _BucketRequests:
@@ -259,6 +276,144 @@ class BucketSource(_BucketRequests):
         return Sent(pushed, self._advance(received, size, key))
 
 
+class _OneRequest:
+    """What a small read's one request keeps, async or sync (:func:`~._plan.one_request`)."""
+
+    __slots__ = (
+        "_at",
+        "_deadline",
+        "_one",
+        "_read_rows_stream",
+        "_stats",
+        "_subs",
+        "_timeouts",
+        "last",
+        "received",
+    )
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Any],
+        one: OneRequest,
+        subs: tuple[SubQuery, ...],
+        *,
+        deadline: float,
+        timeouts: Timeouts,
+        stats: list[BucketStats | None],
+    ) -> None:
+        self._read_rows_stream = read_rows_stream
+        self._one = one
+        self._subs = subs
+        self._deadline = deadline
+        self._timeouts = timeouts
+        self._stats = stats
+        #: Rows the request returned (== ``one.rows``: the read is bigger).
+        self.received = 0
+        self._at = 0  # the sub-query of the last row
+        #: The logical key of the last row.
+        self.last: bytes | None = None
+
+    def _relabel(self, row: Row, started: float) -> bytes:
+        """Make the row's key logical, and count it for its bucket."""
+        i = self._one.owner(row.row_key)
+        if i is None:  # cannot happen: Bigtable returns only rows of the ranges asked
+            raise RuntimeError(f"a row outside every bucket asked: {row.row_key!r}")
+        self._at = i
+        key = self.last = row.row_key[len(self._subs[i].prefix) :]
+        row.row_key = key
+        for cell in row.cells:
+            cell.row_key = key
+        if (stats := self._stats[i]) is not None:
+            count_row(stats, row, started)
+        self.received += 1
+        return key
+
+    def annotate(self, exc: BaseException) -> BaseException:
+        """The error, with a note and a :class:`SubScan` (the bucket of the last row)."""
+        sub = self._subs[self._at]
+        if getattr(exc, "saltedtable_subscan", None) is None:
+            key = self.last
+            exc.add_note(
+                f"saltedtable: sub-scan of every bucket in one request ({len(self._subs)} "
+                "buckets) failed" + ("" if key is None else f", after logical key {key!r}")
+            )
+            exc.saltedtable_subscan = SubScan(sub.bucket, sub, key)  # type: ignore[attr-defined]
+        return exc
+
+
+@final
+class OneRequestSource(_OneRequest):
+    """Runs a small read's one request for a :class:`~._merge.Merge` of its own."""
+
+    __slots__ = ("_limiter", "stopped", "stream")
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Any],
+        one: OneRequest,
+        subs: tuple[SubQuery, ...],
+        *,
+        deadline: float,
+        timeouts: Timeouts,
+        limiter: anyio.CapacityLimiter,
+        stats: list[BucketStats | None],
+    ) -> None:
+        super().__init__(
+            read_rows_stream, one, subs, deadline=deadline, timeouts=timeouts, stats=stats
+        )
+        self._limiter = limiter
+        self.stream: Any = None
+        self.stopped = False
+
+    async def stop(self) -> None:
+        """End the request without cancelling its reader (as :meth:`ReadCall.stop_requests`)."""
+        self.stopped = True
+        if self.stream is not None:
+            await stop_reads([self.stream])
+
+    async def __call__(self, size: int, feed: Feed[Row]) -> Sent:
+        """Run the request once, pushing every row into ``feed``; never asks again."""
+        if self.stopped or self.received:
+            return Sent(0, False)
+        limiter = self._limiter
+        try:
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            with anyio.move_on_after(self._deadline - time.monotonic()) as waiting:
+                await limiter.acquire()
+            if waiting.cancelled_caught:
+                raise slot_timeout(self._timeouts, limiter.total_tokens) from None
+        started = time.monotonic()
+        stream = None
+        complete = False
+        try:
+            stream = self.stream = await self._read_rows_stream(
+                self._one.query, **request_timeouts(self._deadline, self._timeouts)
+            )
+            if self.stopped:
+                return Sent(0, False)
+            async for row in stream:
+                if self.stopped:
+                    break  # between rows: end_stream below cancels the RPC
+                key = self._relabel(row, started)
+                feed.keys.append(key)
+                feed.items.append(row)
+                if len(feed.keys) >= feed.wake_at:
+                    feed.wake()
+            else:
+                complete = True
+        except asyncio.CancelledError:
+            if not self.stopped or _cancel_requested():
+                raise
+        finally:
+            self.stream = None
+            limiter.release()
+            if stream is not None:
+                with anyio.CancelScope(shield=True):
+                    await (stream.aclose() if complete else end_stream(stream))
+        return Sent(self.received, False)
+
+
 def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
     """The client's error, with a note and an attribute saying which sub-scan failed."""
     if getattr(exc, "saltedtable_subscan", None) is None:
@@ -298,7 +453,20 @@ def _cancel_requested() -> bool:
 class _Read(Generic[G]):
     """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard."""
 
-    __slots__ = ("_deadline", "_guard", "_hook", "_in_buckets", "_limit", "_stats", "_stray")
+    __slots__ = (
+        "_deadline",
+        "_guard",
+        "_hook",
+        "_in_buckets",
+        "_limit",
+        "_odds",
+        "_one",
+        "_one_outcome",
+        "_ordered",
+        "_row_limit",
+        "_stats",
+        "_stray",
+    )
 
     def __init__(
         self,
@@ -313,6 +481,7 @@ class _Read(Generic[G]):
         guard: Callable[[GuardTime], G] | None,
         stray: Callable[[bytes], str | None] | None,
         salted_stray: Callable[[bytes], str | None] | None,
+        odds: OneRequestOdds | None,
     ) -> None:
         if stats is None and hook is not None:
             stats = CallStats()
@@ -327,6 +496,50 @@ class _Read(Generic[G]):
         self._stats = stats
         self._hook = hook
         self._guard = guard
+        self._ordered = ordered
+        self._row_limit = plan.limit
+        self._odds = odds
+        #: The one request to try first (small reads), and how it went (see finish_read).
+        self._one = self._choose_one(plan, budget)
+        self._one_outcome: OneOutcome | None = None
+
+    def _choose_one(self, plan: ReadPlan, budget: ReadBudget) -> OneRequest | None:
+        """The one request over every bucket to try first, if this read should."""
+        if self._odds is None or not budget.one_request_rows:
+            return None
+        if self._stray is not None or self._in_buckets is not None:
+            return None  # cutoff layouts: rows are checked one by one, per side
+        rows = min(budget.one_request_rows, budget.rows_for(DEFAULT_ROW_BYTES))
+        one = one_request(plan, rows)
+        return one if one is not None and self._odds.try_now() else None
+
+    def _one_failed(self, exc: Exception, source: _OneRequest) -> None:
+        """The one request failed: go on bucket by bucket (unless time is up)."""
+        if isinstance(exc, DeadlineExceeded) or self._odds is None:
+            raise source.annotate(exc)
+        # Whatever went wrong (a transient error past its retries, a request
+        # the service would not take), the buckets' own requests answer the
+        # read as if it had not been tried, and report an error by bucket.
+        _log.debug("the one request over every bucket failed; reading bucket by bucket: %r", exc)
+        self._odds.record(False)
+        self._one_outcome = OneOutcome(
+            False, source.received, self._row_limit is not None, type(exc).__name__
+        )
+
+    def _one_done(self, rows: list[Row], received: int) -> list[Row] | None:
+        """The rows of the read if the one request held them all, else None (go on)."""
+        assert self._one is not None
+        assert self._odds is not None
+        fitted = received < self._one.rows
+        self._odds.record(fitted)
+        self._one_outcome = OneOutcome(fitted, received, self._row_limit is not None)
+        if not fitted:
+            return None
+        if self._ordered:  # bucket after bucket: one logical key lives in one bucket
+            rows.sort(key=operator.attrgetter("row_key"))
+        if self._row_limit is not None:
+            del rows[self._row_limit :]
+        return rows
 
     def _bucket_stats(self, sub: SubQuery) -> BucketStats | None:
         return None if self._stats is None else self._stats.bucket(sub.bucket)
@@ -335,7 +548,7 @@ class _Read(Generic[G]):
         return self._stray if sub.bucket is None else self._in_buckets
 
     def _finish(self, merge: MergeCore[Row], emitted: int, error: BaseException | None) -> None:
-        finish_read(merge, self._stats, self._hook, self._stray, emitted, error)
+        finish_read(merge, self._stats, self._hook, self._stray, emitted, error, self._one_outcome)
 
 
 @final
@@ -358,9 +571,11 @@ class ReadCall(_Read[Awaitable[bool]]):
             (cutoff layouts); counted, and reported once per read.
         salted_stray: The same for bucket rows (cutoff layouts: a row whose
             key time puts it on the legacy side, such as a backfilled copy).
+        odds: The table's :class:`~._strategy.OneRequestOdds` for reads like
+            this one (None: never try one request over every bucket first).
     """
 
-    __slots__ = ("_merge", "_sources")
+    __slots__ = ("_first", "_merge", "_sources")
 
     def __init__(
         self,
@@ -377,6 +592,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         guard: Callable[[GuardTime], Awaitable[bool]] | None = None,
         stray: Callable[[bytes], str | None] | None = None,
         salted_stray: Callable[[bytes], str | None] | None = None,
+        odds: OneRequestOdds | None = None,
     ) -> None:
         super().__init__(
             plan,
@@ -389,7 +605,20 @@ class ReadCall(_Read[Awaitable[bool]]):
             guard=guard,
             stray=stray,
             salted_stray=salted_stray,
+            odds=odds,
         )
+        self._first: tuple[OneRequestSource, Merge[Row]] | None = None
+        if self._one is not None:
+            first = OneRequestSource(
+                read_rows_stream,
+                self._one,
+                plan.subqueries,
+                deadline=self._deadline,
+                timeouts=timeouts,
+                limiter=limiter,
+                stats=[self._bucket_stats(sub) for sub in plan.subqueries],
+            )
+            self._first = (first, _one_merge(first, self._one, first.stop))
         sources = [
             BucketSource(
                 read_rows_stream,
@@ -429,22 +658,42 @@ class ReadCall(_Read[Awaitable[bool]]):
         if streams:
             await stop_reads(streams)
 
+    async def _try_one(self) -> list[Row] | None:
+        """Run the one request over every bucket: the read's rows, or None to go on."""
+        if self._first is None:
+            return None
+        source, merge = self._first
+        rows: list[Row] = []
+        try:
+            async with merge:
+                async for batch in merge:
+                    rows += batch
+        except Exception as exc:
+            self._one_failed(exc, source)
+            return None
+        return self._one_done(rows, source.received)
+
     async def collect(self) -> list[Row]:
         """Every row of the read, in a list."""
-        rows: list[Row] = []
+        rows: list[Row] | None = None
         error: BaseException | None = None
         merge = self._merge
         try:
             if self._guard is not None:
                 await self._guard(self._limit)
-            async with merge:
-                async for batch in merge:
-                    rows += batch
+            rows = await self._try_one()
+            if rows is None:
+                rows = []
+                async with merge:
+                    async for batch in merge:
+                        rows += batch
         except BaseException as exc:
             error = exc
             raise
         finally:
-            self._finish(merge, merge.emitted, error)
+            small = self._one_outcome is not None and self._one_outcome.fitted
+            emitted = len(rows or ()) if small else merge.emitted
+            self._finish(merge, emitted, error)
         return rows
 
     async def stream(self) -> AsyncGenerator[Row, None]:
@@ -452,9 +701,17 @@ class ReadCall(_Read[Awaitable[bool]]):
         error: BaseException | None = None
         merge = self._merge
         rows: Iterator[Row] = iter(())
+        emitted = 0  # rows handed over from the one request
         try:
             if self._guard is not None:
                 await self._guard(self._limit)
+            small = await self._try_one()
+            if small is not None:
+                emitted = len(small)
+                rows = iter(small)
+                for row in rows:
+                    yield row
+                return
             async for batch in merge:
                 rows = iter(batch)
                 for row in rows:
@@ -463,9 +720,12 @@ class ReadCall(_Read[Awaitable[bool]]):
             error = exc
             raise
         finally:
+            if self._first is not None:
+                await self._first[1].aclose()
             await merge.aclose()
             # Left early: what the caller had not taken of the last batch was not read.
-            self._finish(merge, merge.emitted - operator.length_hint(rows), error)
+            emitted += merge.emitted
+            self._finish(merge, emitted - operator.length_hint(rows), error)
 
 
 # -- a bucket's requests -----------------------------------------------------------------
@@ -574,6 +834,58 @@ class SyncBucketSource(_BucketRequests):
 
 
 @final
+class SyncOneRequestSource(_OneRequest):
+    """Runs a small read's one request for a :class:`~._merge.ThreadMerge` of its own."""
+
+    __slots__ = ("_slots", "_slots_total")
+
+    def __init__(
+        self,
+        read_rows_stream: Callable[..., Iterable[Row]],
+        one: OneRequest,
+        subs: tuple[SubQuery, ...],
+        *,
+        deadline: float,
+        timeouts: Timeouts,
+        slots: threading.Semaphore,
+        slots_total: int,
+        stats: list[BucketStats | None],
+    ) -> None:
+        super().__init__(
+            read_rows_stream, one, subs, deadline=deadline, timeouts=timeouts, stats=stats
+        )
+        self._slots = slots
+        self._slots_total = slots_total
+
+    def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
+        """Run the request once, pushing every row into ``feed``; never asks again."""
+        if self.received or merge.stopping:
+            return Sent(0, False)
+        if not self._slots.acquire(timeout=max(0.0, self._deadline - time.monotonic())):
+            raise slot_timeout(self._timeouts, self._slots_total)
+        started = time.monotonic()
+        try:
+            stream = iter(
+                self._read_rows_stream(
+                    self._one.query, **request_timeouts(self._deadline, self._timeouts)
+                )
+            )
+            try:
+                for row in stream:
+                    if merge.stopping:
+                        break  # the caller left: end the request here
+                    merge.push(feed, row, self._relabel(row, started))
+            finally:
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()
+                del stream
+        finally:
+            self._slots.release()
+        return Sent(self.received, False)
+
+
+@final
 class SyncReadCall(_Read[bool]):
     """One logical read on a sync table: its sources, the thread merge, its statistics.
 
@@ -581,7 +893,7 @@ class SyncReadCall(_Read[bool]):
     ``slots_total``) in place of its limiter.
     """
 
-    __slots__ = ("_merge",)
+    __slots__ = ("_first", "_merge")
 
     def __init__(
         self,
@@ -599,6 +911,7 @@ class SyncReadCall(_Read[bool]):
         guard: Callable[[GuardTime], bool] | None = None,
         stray: Callable[[bytes], str | None] | None = None,
         salted_stray: Callable[[bytes], str | None] | None = None,
+        odds: OneRequestOdds | None = None,
     ) -> None:
         super().__init__(
             plan,
@@ -611,7 +924,21 @@ class SyncReadCall(_Read[bool]):
             guard=guard,
             stray=stray,
             salted_stray=salted_stray,
+            odds=odds,
         )
+        self._first: tuple[SyncOneRequestSource, ThreadMerge[Row]] | None = None
+        if self._one is not None:
+            first = SyncOneRequestSource(
+                read_rows_stream,
+                self._one,
+                plan.subqueries,
+                deadline=self._deadline,
+                timeouts=timeouts,
+                slots=slots,
+                slots_total=slots_total,
+                stats=[self._bucket_stats(sub) for sub in plan.subqueries],
+            )
+            self._first = (first, _one_merge(first, self._one))
         sources = [
             SyncBucketSource(
                 read_rows_stream,
@@ -629,23 +956,43 @@ class SyncReadCall(_Read[bool]):
             sources, threads=slots_total, ordered=ordered, limit=plan.limit, budget=budget
         )
 
+    def _try_one(self) -> list[Row] | None:
+        """Run the one request over every bucket: the read's rows, or None to go on."""
+        if self._first is None:
+            return None
+        source, merge = self._first
+        rows: list[Row] = []
+        try:
+            with merge:
+                for batch in merge:
+                    rows += batch
+        except Exception as exc:
+            self._one_failed(exc, source)
+            return None
+        return self._one_done(rows, source.received)
+
     def collect(self) -> list[Row]:
         """Every row of the read, in a list."""
-        rows: list[Row] = []
+        rows: list[Row] | None = None
         error: BaseException | None = None
         merge = self._merge
         try:
             if self._guard is not None:
                 self._guard(self._limit)
-            with merge:
-                for batch in merge:
-                    rows += batch
+            rows = self._try_one()
+            if rows is None:
+                rows = []
+                with merge:
+                    for batch in merge:
+                        rows += batch
         except BaseException as exc:
             error = exc
             raise
         finally:
             merge.close()
-            self._finish(merge, merge.emitted, error)
+            small = self._one_outcome is not None and self._one_outcome.fitted
+            emitted = len(rows or ()) if small else merge.emitted
+            self._finish(merge, emitted, error)
         return rows
 
     def stream(self) -> Iterator[Row]:
@@ -653,9 +1000,16 @@ class SyncReadCall(_Read[bool]):
         error: BaseException | None = None
         merge = self._merge
         rows: Iterator[Row] = iter(())
+        emitted = 0  # rows handed over from the one request
         try:
             if self._guard is not None:
                 self._guard(self._limit)
+            small = self._try_one()
+            if small is not None:
+                emitted = len(small)
+                rows = iter(small)
+                yield from rows
+                return
             for batch in merge:
                 rows = iter(batch)
                 yield from rows
@@ -663,10 +1017,22 @@ class SyncReadCall(_Read[bool]):
             error = exc
             raise
         finally:
+            if self._first is not None:
+                self._first[1].close()
             merge.close()
             # Left early: what the caller had not taken of the last batch was not read.
-            emitted = merge.emitted - operator.length_hint(rows)
+            emitted += merge.emitted - operator.length_hint(rows)
             self._finish(merge, emitted, error)
+
+
+def _one_merge(
+    source: Any, one: OneRequest, stop: Callable[[], Awaitable[None]] | None = None
+) -> Any:
+    """The merge of one source that runs a small read's one request (async or sync)."""
+    budget = ReadBudget(rows=one.rows, bytes=1 << 62, one_request_rows=0)
+    if stop is None:
+        return ThreadMerge([source], threads=1, ordered=False, budget=budget)
+    return Merge([source], ordered=False, budget=budget, stop_requests=stop)
 
 
 def finish_read(
@@ -676,8 +1042,12 @@ def finish_read(
     stray: StrayRows | None,
     emitted: int,
     error: BaseException | None,
+    one: OneOutcome | None = None,
 ) -> None:
-    """End a read: warn once about stray rows, fill in and report its statistics."""
+    """End a read: warn once about stray rows, fill in and report its statistics.
+
+    ``one``: how the one request over every bucket went, if the read tried it.
+    """
     if stray is not None and stray.count:
         key, why = stray.first
         _log.warning(
@@ -694,6 +1064,25 @@ def finish_read(
     stats.requests = merge.requests
     stats.rounds = merge.rounds
     stats.peak_buffered_rows = merge.peak_outstanding
+    if one is not None:
+        stats.requests += 1
+        stats.peak_buffered_rows = max(stats.peak_buffered_rows, one.rows)
+        if one.limited:  # the one request was the read's first round
+            stats.rounds += 1
+        if one.fitted:
+            stats.strategy += (
+                f"; one request over every bucket held the whole read ({one.rows} rows)"
+            )
+        elif one.error:
+            stats.strategy += (
+                f"; one request over every bucket failed ({one.error}), "
+                "so the read went on bucket by bucket"
+            )
+        else:
+            stats.strategy += (
+                f"; one request over every bucket came back full ({one.rows} rows), "
+                "so the read went on bucket by bucket"
+            )
     stats.row_bytes = merge.row_bytes
     if isinstance(error, GeneratorExit | asyncio.CancelledError):
         # The caller left (break, aclose, cancellation): not a failure.

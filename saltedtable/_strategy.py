@@ -27,6 +27,7 @@ from typing import Any, Final, final
 
 __all__ = [
     "DEFAULT_ROW_BYTES",
+    "OneRequestOdds",
     "ReadBudget",
     "allowance",
     "fetch_bound",
@@ -59,23 +60,69 @@ class ReadBudget:
     Args:
         rows: Rows across all buckets.
         bytes: Bytes of keys and values across all buckets.
+        one_request_rows: A read of bounded ranges or of keys (a prefix, a
+            ``start``-``end`` range, a set of keys) over several buckets first
+            asks for this many rows in one request that names every bucket's
+            keys and ranges; when fewer come back, that one request answered
+            the read (one round trip, and the client's cost of one request
+            instead of one per bucket). Otherwise the read goes on bucket by
+            bucket, and the table tries that first request less often
+            (:class:`OneRequestOdds`). Capped by ``rows`` and ``bytes``; 0
+            turns it off.
 
     Raises:
-        ValueError: A bound below 1.
+        ValueError: ``rows`` or ``bytes`` below 1, ``one_request_rows`` below 0.
     """
 
     rows: int = 20_000
     bytes: int = 8 * 1024 * 1024
+    one_request_rows: int = 1000
 
     def __post_init__(self) -> None:
-        for name in ("rows", "bytes"):
+        for name, least in (("rows", 1), ("bytes", 1), ("one_request_rows", 0)):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ReadBudget.{name} must be an int >= 1, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"ReadBudget.{name} must be an int >= {least}, got {value!r}")
 
     def rows_for(self, row_bytes: float) -> int:
         """Rows the budget allows across all buckets, with rows of ``row_bytes`` each."""
         return max(1, min(self.rows, int(self.bytes // max(1.0, row_bytes))))
+
+
+@final
+class OneRequestOdds:
+    """Whether a table's next bounded read tries one request over every bucket first.
+
+    A read that tries it and gets ``one_request_rows`` rows back (too many:
+    the read is bigger) wasted that request, so after ``k`` such misses in a
+    row the next ``2**k - 1`` bounded reads (at most :attr:`MAX_SKIP`) go
+    bucket by bucket at once; one read that fits resets it. A table keeps one
+    of these for reads with a limit and one for reads without.
+    """
+
+    #: The most reads skipped after misses in a row.
+    MAX_SKIP: Final = 63
+
+    __slots__ = ("_misses", "_skip")
+
+    def __init__(self) -> None:
+        self._misses = 0
+        self._skip = 0
+
+    def try_now(self) -> bool:
+        """True if this read should try the one request (counts a skipped read)."""
+        if self._skip > 0:
+            self._skip -= 1
+            return False
+        return True
+
+    def record(self, fitted: bool) -> None:
+        """How a try went: the whole read fitted in the one request, or not."""
+        if fitted:
+            self._misses = 0
+        else:
+            self._misses = min(self._misses + 1, 16)
+            self._skip = min(2**self._misses - 1, self.MAX_SKIP)
 
 
 def allowance(budget: ReadBudget, live: int, row_bytes: float) -> int:
@@ -124,8 +171,9 @@ def first_round(limit: int, buckets: int, cap: int | None = None) -> list[int]:
     every bucket with probability :data:`ONE_ROUND_PROBABILITY`.
 
     Where ``buckets`` times that size exceeds :func:`fetch_bound`, the round
-    asks what the bound allows instead, spread evenly: some buckets one row
-    more than the others. It does so only while that still answers at least
+    asks what the bound allows instead (less an eighth of a row per bucket,
+    kept for a second round), spread evenly: some buckets one row more than
+    the others. It does so only while that still answers at least
     one read in two in one round (:data:`MEDIAN_ONE_ROUND`); otherwise every
     bucket asks the smallest size that does. When ``limit`` is small next to
     ``buckets`` both cannot hold, and a round costs more than a few rows.
@@ -149,7 +197,9 @@ def _first_sizes(limit: int, buckets: int) -> list[int]:
     bound = fetch_bound(limit, buckets)
     if buckets * size <= bound:
         return [size] * buckets
-    low, larger = divmod(bound, buckets)  # `larger` buckets ask low + 1
+    # What the bound allows, less an eighth of a row per bucket for a second
+    # round; `larger` buckets ask one row more than the others.
+    low, larger = divmod(bound - buckets // 8, buckets)
     draws, p = limit - 1, 1 / buckets
     one_round = (
         _binomial_cdf(draws, p, low - 1) ** (buckets - larger)

@@ -71,7 +71,7 @@ from ._query import check_filter
 from ._reader import SyncReadCall
 from ._salt import SaltScheme, prefix_end, to_key
 from ._stats import CallStats, StatsHook, install_retry_counter
-from ._strategy import ReadBudget
+from ._strategy import OneRequestOdds, ReadBudget
 from ._timeouts import (
     Timeouts,
     check_timeouts,
@@ -186,6 +186,8 @@ class SaltedTable(TableAttributes):
         self._budget = budget if budget is not None else ReadBudget()
         self._slots_total = max_concurrent_subscans
         self._slots = threading.BoundedSemaphore(max_concurrent_subscans)
+        # Whether small reads try one request over every bucket: (no limit, limit).
+        self._odds = (OneRequestOdds(), OneRequestOdds())
         self.stats_hook = stats_hook
 
     @classmethod
@@ -515,6 +517,7 @@ class SaltedTable(TableAttributes):
             guard=self._guard.check,
             stray=stray,
             salted_stray=salted_stray,
+            odds=self._odds[plan.limit is not None],
         )
 
     # -- writes ------------------------------------------------------------------------

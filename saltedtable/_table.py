@@ -55,7 +55,7 @@ from ._query import check_filter
 from ._reader import ReadCall
 from ._salt import SaltScheme, prefix_end, to_key
 from ._stats import CallStats, StatsHook, install_retry_counter
-from ._strategy import ReadBudget
+from ._strategy import OneRequestOdds, ReadBudget
 from ._timeouts import (
     Timeouts,
     check_timeouts,
@@ -182,6 +182,8 @@ class SaltedTableAsync(TableAttributes):
         self._guard = TableGuard(table, self._layout, enabled=guard)
         self._budget = budget if budget is not None else ReadBudget()
         self.limiter = anyio.CapacityLimiter(max_concurrent_subscans)
+        # Whether small reads try one request over every bucket: (no limit, limit).
+        self._odds = (OneRequestOdds(), OneRequestOdds())
         self.stats_hook = stats_hook
 
     @classmethod
@@ -590,6 +592,7 @@ class SaltedTableAsync(TableAttributes):
             guard=self._guard.check,
             stray=stray,
             salted_stray=salted_stray,
+            odds=self._odds[plan.limit is not None],
         )
 
     # -- writes ----------------------------------------------------------------

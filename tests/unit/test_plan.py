@@ -624,3 +624,65 @@ def test_nested_rewritten_filter_selects_the_same_cells(key: bytes) -> None:
     )
     shape = [(c.family, c.qualifier, c.timestamp_micros, c.value) for c in logical]
     assert [(c.family, c.qualifier, c.timestamp_micros, c.value) for c in physical] == shape
+
+
+# -- one request over every bucket (small reads) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        ReadRowsQuery(row_ranges=RowRange(b"user42", b"user43")),
+        ReadRowsQuery(row_keys=[b"a", b"b", b"zz"]),
+        ReadRowsQuery(row_keys=[b"a"], row_ranges=[RowRange(b"m", b"n"), RowRange(b"p", b"q")]),
+        ReadRowsQuery(
+            row_ranges=RowRange(b"a", b"b"), limit=10, row_filter=FamilyNameRegexFilter("cf")
+        ),
+    ],
+)
+def test_a_bounded_read_becomes_one_request_naming_every_bucket(query: ReadRowsQuery) -> None:
+    """Every bucket's keys and ranges, the filter, and a row limit, in one request; each
+    physical key maps back to the sub-query of its bucket."""
+    s = scheme(16)
+    plan = plan_reads(query, s)
+    one = plan_module.one_request(plan, 500)
+    assert one is not None
+    assert one.rows == 500
+    assert one.query.limit == 500
+    assert one.query.filter == query.filter
+    subs = plan.subqueries
+    assert sorted(one.query.row_keys) == sorted(k for sub in subs for k in sub.keys)
+    assert len(one.query.row_ranges) == sum(len(sub.ranges) for sub in subs)
+    for i, sub in enumerate(subs):
+        assert one.owner(sub.prefix + b"anything") == i
+    assert one.owner(b"\x00not salted") is None
+
+
+@pytest.mark.parametrize(
+    ("query", "why"),
+    [
+        (ReadRowsQuery(), "whole buckets"),
+        (ReadRowsQuery(row_ranges=RowRange(start_key=b"a")), "open end"),
+        (ReadRowsQuery(row_ranges=RowRange(end_key=b"a")), "open start"),
+        (ReadRowsQuery(row_keys=[b"k"]), "one bucket"),
+        (ReadRowsQuery(row_keys=[b"k%d" % i for i in range(MAX_KEYS_PER_REQUEST + 1)]), "keys"),
+        (
+            ReadRowsQuery(row_ranges=RowRange(b"a", b"b"), row_filter=RowKeyRegexFilter(b"a.*")),
+            "a key regex is rewritten per bucket",
+        ),
+    ],
+)
+def test_reads_that_are_rarely_small_or_cannot_be_one_request_stay_per_bucket(
+    query: ReadRowsQuery, why: str
+) -> None:
+    """Whole buckets, half-open ranges, one bucket, too many keys, per-bucket filters."""
+    assert plan_module.one_request(plan_reads(query, scheme(16)), 500) is None, why
+
+
+def test_a_cutoff_plan_with_a_legacy_side_stays_per_bucket() -> None:
+    """The legacy side's keys carry no prefix: no one request."""
+    legacy = SubQuery(None, b"", ranges=(KeyRange(b"a", True, b"b", False),))
+    salted = SubQuery(0, b"0-", ranges=(KeyRange(b"0-a", True, b"0-b", False),))
+    plan = plan_module.ReadPlan((salted, legacy))
+    assert plan_module.one_request(plan, 10) is None
+    assert plan_module.one_request(plan_module.ReadPlan((salted, salted)), 0) is None

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from saltedtable._strategy import (
     MEDIAN_ONE_ROUND,
+    OneRequestOdds,
     ReadBudget,
     _one_round_size,
     allowance,
@@ -91,11 +92,12 @@ def test_the_first_round_keeps_to_the_fetch_bound_unless_one_round_needs_more(
 
 
 def test_the_first_round_spreads_what_the_bound_allows_where_that_mostly_suffices() -> None:
-    """At N=64 and L=10 three rows a bucket (192) would pass 2L + 2N = 148: 20 buckets
-    ask 3 and 44 ask 2, which still answers most reads in one round. At L=100 six rows
-    each (384 > 328) are needed for that: 5 or 6 would answer fewer than a third."""
+    """At N=64 and L=10 three rows a bucket (192) would pass 2L + 2N = 148: 12 buckets
+    ask 3 and 52 ask 2 (140, keeping 8 for a second round), which still answers most
+    reads in one round. At L=100 six rows each (384 > 328) are needed for that: 5 or 6
+    would answer fewer than a third."""
     sizes = first_round(10, 64)
-    assert sum(sizes) == 148
+    assert sum(sizes) == 148 - 64 // 8
     assert sorted(set(sizes)) == [2, 3]
     assert one_round_probability(10, 64, sizes) >= 0.6
     assert first_round(100, 64) == [6] * 64
@@ -222,3 +224,27 @@ def test_a_shrunk_second_round_and_a_full_third_find_the_first_rows(
     assert len(known) >= min(limit, len(everything)) or any(
         g == 0 and len(b) for b, g in zip(buckets, got, strict=True)
     )
+
+
+def test_one_request_odds_back_off_after_misses_and_reset_on_a_fit() -> None:
+    """After k misses in a row the next 2**k - 1 reads skip the try (at most 63); a fit resets."""
+    odds = OneRequestOdds()
+    assert odds.try_now()
+    pattern = []
+    for _ in range(8):
+        odds.record(False)
+        skipped = 0
+        while not odds.try_now():
+            skipped += 1
+        pattern.append(skipped)
+    assert pattern == [1, 3, 7, 15, 31, 63, 63, 63]
+    odds.record(True)
+    assert odds.try_now()
+    assert odds.try_now()
+
+
+def test_the_budget_takes_one_request_rows_of_zero_but_not_below() -> None:
+    """0 turns the one request off; a negative count is refused by name."""
+    assert ReadBudget(one_request_rows=0).one_request_rows == 0
+    with pytest.raises(ValueError, match="one_request_rows"):
+        ReadBudget(one_request_rows=-1)

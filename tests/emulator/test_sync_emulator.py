@@ -152,3 +152,31 @@ def test_threads_starting_at_once_on_a_wrongly_opened_table_are_all_refused(
         thread.join()
     assert outcomes == ["refused"] * 16
     assert [r.row_key for r in raw.read_rows(ReadRowsQuery())] == before
+
+
+def test_a_small_sync_read_is_one_request_and_a_big_one_goes_on_by_bucket(
+    loaded: SaltedTable,
+) -> None:
+    """A 100-row prefix read takes one request over all 16 buckets; with a smaller
+    one_request_rows the same read comes back full and goes on bucket by bucket, with the
+    same rows either way; leaving early leaves no thread and no RPC."""
+    from saltedtable import CallStats, ReadBudget
+
+    stats = CallStats()
+    rows = list(loaded.read_prefix(b"user012", stats=stats))
+    assert [r.row_key for r in rows] == KEYS[1200:1300]
+    assert stats.requests == 1
+    assert "held the whole read (100 rows)" in stats.strategy
+
+    small = SaltedTable(loaded.table, SCHEME, budget=ReadBudget(one_request_rows=10))
+    again = list(small.read_prefix(b"user012", stats=stats))
+    assert [r.row_key for r in again] == KEYS[1200:1300]
+    assert "came back full (10 rows)" in stats.strategy
+    assert stats.requests > 16
+
+    stream = loaded.read_prefix(b"user03")
+    assert next(iter(stream)).row_key == KEYS[3000]
+    stream.close()  # type: ignore[attr-defined]
+    del stream
+    assert not subscan_threads()
+    assert not open_calls(), "the one request's RPC is still running"

@@ -53,6 +53,7 @@ from hypothesis import strategies as st
 
 from saltedtable import (
     SCHEME_ROW_KEY,
+    CallStats,
     QueryPlanError,
     ReadBudget,
     SaltedTable,
@@ -1128,3 +1129,121 @@ async def test_many_point_keys_are_chunked_and_merged_in_order(
         assert max(sizes) <= 1000
         assert sum(sizes) >= len(wanted)
         proxy.assert_clean()
+
+
+# -- small reads in one request --------------------------------------------------
+
+
+class FailingMultiRange(RecordingTable):
+    """Fails every request that names more than one range, after a few rows."""
+
+    def _fails(self, query: ReadRowsQuery) -> bool:
+        return len(query.row_ranges) > 1
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+async def test_a_small_bounded_read_is_one_request_over_every_bucket(
+    big_table: tuple[TableAsync, list[bytes]], ordered: bool
+) -> None:
+    """A 100-row prefix read, a limited range and a key list at N=16: one ReadRows request
+    each, naming all 16 buckets' ranges (or keys), with the plain table's rows."""
+    table, keys = big_table
+    proxy = RecordingTable(table)
+    salted = SaltedTableAsync(proxy, SCHEME16)
+    before = asyncio.all_tasks()
+    stats = CallStats()
+    with anyio.fail_after(10):
+        rows = await collect(salted.read_prefix(b"key-001", ordered=ordered, stats=stats))
+    got = [r.row_key for r in rows]
+    assert (got if ordered else sorted(got)) == keys[100:200]
+    assert len(proxy.records) == 1
+    assert len(proxy.records[0].query.row_ranges) == 16
+    assert stats.requests == 1
+    assert "held the whole read (100 rows)" in stats.strategy
+    assert stats.rows == 100
+
+    proxy.records.clear()
+    limited = await salted.read_rows(
+        ReadRowsQuery(row_ranges=RowRange(keys[10], keys[300]), limit=25), stats=stats
+    )
+    assert [r.row_key for r in limited] == keys[10:35]
+    assert len(proxy.records) == 1
+    assert (stats.requests, stats.rounds) == (1, 1)
+
+    proxy.records.clear()
+    wanted = [keys[i] for i in (4000, 7, 2500, 99)]
+    some = await salted.read_rows(ReadRowsQuery(row_keys=wanted), stats=stats)
+    assert [r.row_key for r in some] == sorted(wanted)
+    assert [len(r.query.row_keys) for r in proxy.records] == [4]
+    assert all(c.row_key == r.row_key for r in some for c in r.cells)
+    proxy.assert_clean()
+    await assert_no_tasks_left(before)
+
+
+async def test_a_bounded_read_bigger_than_one_request_goes_on_bucket_by_bucket(
+    big_table: tuple[TableAsync, list[bytes]],
+) -> None:
+    """The one request comes back full: the read goes on per bucket with exact results,
+    and the next bounded read skips the one request (the table tries less often)."""
+    table, keys = big_table
+    proxy = RecordingTable(table)
+    salted = SaltedTableAsync(proxy, SCHEME16, budget=ReadBudget(one_request_rows=50))
+    before = asyncio.all_tasks()
+    stats = CallStats()
+    query = ReadRowsQuery(row_ranges=RowRange(keys[1000], keys[1400]))
+    rows = await salted.read_rows(query, stats=stats)
+    assert [r.row_key for r in rows] == keys[1000:1400]
+    first = proxy.records[0].query
+    assert (len(first.row_ranges), first.limit) == (16, 50)
+    assert all(len(r.query.row_ranges) == 1 for r in proxy.records[1:])
+    assert "came back full (50 rows)" in stats.strategy
+    assert stats.requests == len(proxy.records)
+
+    proxy.records.clear()
+    again = await salted.read_rows(query, stats=stats)
+    assert [r.row_key for r in again] == keys[1000:1400]
+    assert all(len(r.query.row_ranges) == 1 for r in proxy.records)
+    assert "one request" not in stats.strategy
+    proxy.assert_clean()
+    await assert_no_tasks_left(before)
+
+
+async def test_a_failed_one_request_falls_back_to_the_buckets(
+    big_table: tuple[TableAsync, list[bytes]],
+) -> None:
+    """An error in the one request (here after 3 rows) is not the read's: the buckets'
+    own requests answer it; the statistics say what happened."""
+    table, keys = big_table
+    proxy = FailingMultiRange(table, error=ServiceUnavailable("multi-range refused"))
+    salted = SaltedTableAsync(proxy, SCHEME16)
+    before = asyncio.all_tasks()
+    stats = CallStats()
+    rows = await collect(salted.read_prefix(b"key-002", stats=stats))
+    assert [r.row_key for r in rows] == keys[200:300]
+    assert [r.outcome for r in proxy.records].count("failed") == 1
+    assert "failed (ServiceUnavailable)" in stats.strategy
+    proxy.assert_clean()
+    await assert_no_tasks_left(before)
+
+
+async def test_leaving_a_one_request_read_early_leaves_nothing_running(
+    big_table: tuple[TableAsync, list[bytes]],
+) -> None:
+    """break after the first row, and a caller cancelled while the one request runs: no
+    stream abandoned, no task left."""
+    table, keys = big_table
+    proxy = RecordingTable(table)
+    salted = SaltedTableAsync(proxy, SCHEME16)
+    before = asyncio.all_tasks()
+    with anyio.fail_after(10):
+        stream = salted.read_prefix(b"key-03")
+        async for row in stream:
+            assert row.row_key == keys[3000]
+            break
+        await stream.aclose()
+        for delay in (0, 0.001, 0.003):
+            with anyio.move_on_after(delay):
+                await salted.read_rows(ReadRowsQuery(row_ranges=RowRange(keys[0], keys[900])))
+    assert len(proxy.records[0].query.row_ranges) == 16
+    proxy.assert_clean()
+    await assert_no_tasks_left(before)

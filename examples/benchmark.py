@@ -1800,6 +1800,10 @@ async def bench_rounds(
                     )
                     for limit in cfg.rounds_limits
                 }
+            seq_proxy = tables["sequential"][0]
+            per_bucket = SaltedTableAsync(
+                seq_proxy, fan_scheme, budget=ReadBudget(one_request_rows=0)
+            )
             result["prefix"] = await _rounds_prefix(
                 cfg,
                 rng,
@@ -1807,6 +1811,7 @@ async def bench_rounds(
                 n,
                 raws["sequential"],
                 tables["sequential"],
+                (seq_proxy, per_bucket),
                 tables["confined"],
                 errors,
             )
@@ -1885,12 +1890,19 @@ async def _rounds_prefix(
     users: int,
     n: int,
     raw: CountingTable,
+    default: tuple[CountingTable, SaltedTableAsync],
     fan: tuple[CountingTable, SaltedTableAsync],
     confined: tuple[CountingTable, SaltedTableAsync],
     errors: list[str],
 ) -> dict[str, Any]:
-    """100-row prefix scans through the delay proxy: fan-out, confined to a bucket, raw."""
-    samples: dict[str, list[RoundSample]] = {"fan_out": [], "confined": [], "raw": []}
+    """100-row prefix scans through the delay proxy: the default (one request over every
+    bucket), bucket by bucket (``one_request_rows=0``), confined to a bucket, raw."""
+    samples: dict[str, list[RoundSample]] = {
+        "one_request": [],
+        "fan_out": [],
+        "confined": [],
+        "raw": [],
+    }
     delay = raw.delay
     for i in range(cfg.rounds_queries):
         prefix = user_prefix(rng.randrange(users))
@@ -1908,6 +1920,7 @@ async def _rounds_prefix(
             return await count_rows(await raw.read_rows_stream(query))
 
         reads = {
+            "one_request": (default[0], salted(default[1])),
             "fan_out": (fan[0], salted(fan[1])),
             "confined": (confined[0], salted(confined[1])),
             "raw": (raw, raw_read),
@@ -1920,7 +1933,9 @@ async def _rounds_prefix(
                 errors.append(f"rounds N={n} prefix scan ({side}): {got} rows")
     out = {side: summarize_rounds(s, delay) for side, s in samples.items()}
     _progress(
-        f"rounds N={n} prefix scan: fan-out {out['fan_out']['latency_ms']['median']:g} ms, "
+        f"rounds N={n} prefix scan: one request "
+        f"{out['one_request']['latency_ms']['median']:g} ms, "
+        f"per bucket {out['fan_out']['latency_ms']['median']:g} ms, "
         f"confined {out['confined']['latency_ms']['median']:g} ms, "
         f"raw {out['raw']['latency_ms']['median']:g} ms"
     )
@@ -1963,6 +1978,8 @@ async def bench_cpu(
         plain = client.get_table(target.instance, ids["plain"][0])
         physical = client.get_table(target.instance, ids["salted"][0])
         salted = SaltedTableAsync(physical, scheme)
+        # The same table read bucket by bucket (never one request over every bucket).
+        salted_each = SaltedTableAsync(physical, scheme, budget=ReadBudget(one_request_rows=0))
         confined = SaltedTableAsync(
             client.get_table(target.instance, ids["confined"][0]), confined_scheme
         )
@@ -1992,6 +2009,9 @@ async def bench_cpu(
             return await count_rows(await physical.read_rows_stream(query))
 
         async def fan_out(p: bytes) -> int:
+            return await count_rows(salted_each.read_prefix(p))
+
+        async def one_request(p: bytes) -> int:
             return await count_rows(salted.read_prefix(p))
 
         async def one_bucket(p: bytes) -> int:
@@ -2012,7 +2032,7 @@ async def bench_cpu(
             "raw_1_request_empty": ("raw, 1 request, 0 rows", 1, 0, raw_one, False),
             f"raw_{n}_requests_empty": (f"raw, {n} requests, 0 rows", n, 0, raw_each, False),
             "salted_fan_out_empty": (
-                f"salted prefix scan, {n} requests, 0 rows",
+                f"salted prefix scan, per bucket: {n} requests, 0 rows",
                 n,
                 0,
                 fan_out,
@@ -2022,10 +2042,17 @@ async def bench_cpu(
             "raw_multi_range": (f"raw, 1 request of {n} ranges, 100 rows", 1, 100, raw_multi, True),
             f"raw_{n}_requests": (f"raw, {n} requests, 100 rows", n, 100, raw_each, True),
             "salted_fan_out": (
-                f"salted prefix scan, {n} requests, 100 rows",
+                f"salted prefix scan, per bucket: {n} requests, 100 rows",
                 n,
                 100,
                 fan_out,
+                True,
+            ),
+            "salted_prefix": (
+                f"salted prefix scan (default: 1 request of {n} ranges), 100 rows",
+                1,
+                100,
+                one_request,
                 True,
             ),
             "salted_confined": (
@@ -2112,6 +2139,9 @@ async def cpu_in_memory(cfg: Config, errors: list[str]) -> dict[str, Any]:
     confined_scheme = SaltScheme(n, key_part=CONFINED_PART)
     plain, physical, physical_confined = MemoryTable(), MemoryTable(), MemoryTable()
     salted = SaltedTableAsync(physical, scheme, guard=False)
+    salted_each = SaltedTableAsync(
+        physical, scheme, guard=False, budget=ReadBudget(one_request_rows=0)
+    )
     confined = SaltedTableAsync(physical_confined, confined_scheme, guard=False)
     entries = [entry_of(i) for i in range(rows)]
     await plain.bulk_mutate_rows(entries)
@@ -2143,6 +2173,9 @@ async def cpu_in_memory(cfg: Config, errors: list[str]) -> dict[str, Any]:
         return len(await salted.read_rows(query))
 
     async def fan_out(p: bytes) -> int:
+        return await count_rows(salted_each.read_prefix(p))
+
+    async def one_request(p: bytes) -> int:
         return await count_rows(salted.read_prefix(p))
 
     async def one_bucket(p: bytes) -> int:
@@ -2153,6 +2186,7 @@ async def cpu_in_memory(cfg: Config, errors: list[str]) -> dict[str, Any]:
         "salted_confined": (ROWS_PER_USER, one_bucket),
         f"raw_{n}_requests": (ROWS_PER_USER, raw_each),
         "salted_fan_out": (ROWS_PER_USER, fan_out),
+        "salted_prefix": (ROWS_PER_USER, one_request),
         "raw_limit_10": (10, raw_limit),
         "salted_limit_10": (10, salted_limit),
     }
@@ -2596,12 +2630,16 @@ def _render_rounds(rounds: dict[str, Any], by_name: dict[str, Any]) -> list[str]
                     f"{r['rows_bound']:>7}{r['raw']['latency_over_delay']['median']:>11.2f}"
                     f"  {r['two_or_more_rounds']:>4.0%} in 2+  {result}"
                 )
-    lines.append("  100-row prefix scans (median latency ms / waves): fan-out, confined, raw")
+    lines.append(
+        "  100-row prefix scans (median latency ms / waves): one request (default), "
+        "per bucket, confined, raw"
+    )
     for n, by_n in rounds["by_buckets"].items():
         p = by_n["prefix"]
         cells = "".join(
             f"{p[side]['latency_ms']['median']:>9.1f} / {p[side]['waves']['median']:g}"
-            for side in ("fan_out", "confined", "raw")
+            for side in ("one_request", "fan_out", "confined", "raw")
+            if side in p
         )
         lines.append(f"  N={n:<6}{cells}")
     return lines

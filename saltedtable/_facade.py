@@ -30,7 +30,7 @@ from ._plan import ReadPlan, plan_reads, rewrite_filter
 from ._query import as_query, check_filter
 from ._salt import SaltScheme
 from ._stats import CallStats, StatsHook, report
-from ._strategy import ReadBudget
+from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget
 from ._timeouts import Timeouts, check_timeouts, resolve_timeouts
 from ._write import physical_entries
 
@@ -56,8 +56,6 @@ __all__ = [
     "stray_reasons",
 ]
 
-#: Sub-scan requests in flight per table when the caller does not say otherwise.
-DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
 #: The client's own cap for read_rows_sharded, kept so behaviour matches.
 SHARDED_CONCURRENCY: Final = 10
 

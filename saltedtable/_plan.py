@@ -30,7 +30,14 @@ from ._exceptions import QueryPlanError, UnsaltableKeyError
 from ._layout import Layout
 from ._ranges import KeyRange
 from ._salt import SaltScheme, prefix_end
-from ._strategy import DEFAULT_ROW_BYTES, ReadBudget, allowance, fetch_bound, first_round
+from ._strategy import (
+    DEFAULT_MAX_CONCURRENT_SUBSCANS,
+    DEFAULT_ROW_BYTES,
+    ReadBudget,
+    allowance,
+    fetch_bound,
+    first_round,
+)
 
 __all__ = [
     "KeyRange",
@@ -130,12 +137,26 @@ class ReadPlan:
             f"{DEFAULT_ROW_BYTES} B a row until the read measures its rows"
         )
         where = "1 sub-query" if n == 1 else f"{n} sub-queries read concurrently, {merged}"
+        rows_first = min(budget.one_request_rows, rows)
+        if rows_first and one_request(self, rows_first) is not None:
+            where = (
+                f"first one request naming all {n} sub-queries' keys and ranges, for up to "
+                f"{rows_first} rows (fewer back: that was the whole read; the table tries "
+                f"it less often after full ones); else {where}"
+            )
         if self.limit is None:
             share = allowance(budget, n, DEFAULT_ROW_BYTES)
             each = "it keeps" if n == 1 else "each keeps"
+            slots_note = ""
+            if ordered and n > DEFAULT_MAX_CONCURRENT_SUBSCANS:
+                slots_note = (
+                    f"; with more sub-queries than the table's max_concurrent_subscans "
+                    f"(default {DEFAULT_MAX_CONCURRENT_SUBSCANS}), each first request asks "
+                    "that share x slots / sub-queries"
+                )
             return (
                 f"{where}; {each} up to {share} rows asked for and not yet handed over, "
-                f"asking again at half ({holds})"
+                f"asking again at half{slots_note} ({holds})"
             )
         if not ordered or n == 1:
             first = -(-self.limit // n)
@@ -148,7 +169,7 @@ class ReadPlan:
         each = f"{low}" if low == high else f"{low} or {high}"
         return (
             f"{where}; limit {self.limit} in rounds: the first asks {each} rows of each, "
-            f"{sum(sizes)} in all (evenly salted data needs no more more often than not), a "
+            f"{sum(sizes)} in all (enough for evenly salted data more often than not), a "
             f"second asks each sub-query that may hold more of the first {self.limit} rows "
             f"at most what it could add, together about what is left of "
             f"{fetch_bound(self.limit, n)} rows (2 x limit + 2 x sub-queries), and a rare "

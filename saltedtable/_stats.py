@@ -34,12 +34,14 @@ class BucketStats:
     Attributes:
         rows: Rows read from (or entries written to) the bucket.
         bytes: Bytes of keys and cell values read (or mutation bytes written).
-        pages: Page requests (ReadRows RPCs) sent.
-        seconds: Time spent waiting for this bucket's pages (streamed
-            requests: time they were open, less the time the merge held them
-            because the consumer was behind).
-        first_page_seconds: Latency of the first page (streamed requests: of
-            the first row), or None.
+        pages: Page requests (ReadRows RPCs with a row limit) sent to this
+            bucket alone. A small read's one request over every bucket is
+            counted once, in :attr:`CallStats.requests`; its rows count here.
+        seconds: Time from the start of each of those requests to its end
+            (a request never waits for the caller: room for all it may
+            return is reserved before it is sent).
+        first_page_seconds: Time from the start of the bucket's first request
+            to its first row (to its end if it returned none), or None.
         retries: Attempts beyond the first inside the client's RPCs.
     """
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 __all__ = [
+    "DEFAULT_MAX_CONCURRENT_SUBSCANS",
     "DEFAULT_ROW_BYTES",
     "OneRequestOdds",
     "ReadBudget",
@@ -37,6 +38,8 @@ __all__ = [
     "unordered_shares",
 ]
 
+#: Sub-scan requests in flight per table when the caller does not say otherwise.
+DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
 #: Bytes assumed per row until a read has measured its own rows.
 DEFAULT_ROW_BYTES: Final = 512
 #: The first round of a limited read is sized so that rows spread evenly over

@@ -118,8 +118,10 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
             assert r["queries"] == 3
             assert r["waves"]["median"] >= 1  # every scan made at least one round of requests
             assert r["rows_bound"] == 2 * int(limit) + 2 * 4
-    assert set(rounds["prefix"]) == {"fan_out", "confined", "raw"}
+    assert set(rounds["prefix"]) == {"one_request", "fan_out", "confined", "raw"}
     assert rounds["prefix"]["confined"]["requests"]["max"] == 1
+    assert rounds["prefix"]["one_request"]["requests"]["max"] == 1  # the whole prefix
+    assert rounds["prefix"]["fan_out"]["requests"]["max"] == 4
     sweep = report["sweep"]["by_buckets"]
     assert set(sweep) == {"1", "4"}
     for n, r in sweep.items():

@@ -19,7 +19,7 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowRange
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable import CallStats, SaltedTableAsync, SaltScheme, prefix_end
+from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, prefix_end
 from tests.fakes import ABANDONED, FakeTable, query_keys
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "benchmark.py"
@@ -464,7 +464,12 @@ async def test_salted_reads_over_memory_table_match_raw_reads(bench: ModuleType)
     raw = [r.row_key for r in await _collect(await plain.read_rows_stream(query))]
     assert [r.row_key for r in await salted.read_rows(query)] == raw
     assert len(raw) == bench.ROWS_PER_USER
-    assert physical.requests == 16
+    assert physical.requests == 1  # one request over every bucket held the prefix
+    per_bucket = SaltedTableAsync(
+        physical, SaltScheme(16), guard=False, budget=ReadBudget(one_request_rows=0)
+    )
+    assert [r.row_key for r in await per_bucket.read_rows(query)] == raw
+    assert physical.requests == 1 + 16
 
 
 async def test_range_subqueries_read_the_rows_the_salted_table_reads(bench: ModuleType) -> None:

@@ -104,10 +104,18 @@ def check_row_key(row_key: object) -> None:
         raise ValueError("row_key must be string or bytes")
 
 
-def plan_for(query: Query, layout: Layout, budget: ReadBudget, *, ordered: bool) -> ReadPlan:
-    """How a logical query is read with this budget (nothing is read)."""
+def plan_for(
+    query: Query, layout: Layout, budget: ReadBudget, *, ordered: bool, slots: int
+) -> ReadPlan:
+    """How a logical query is read with this budget and ``slots`` requests at once."""
     plan = plan_reads(as_query(query), layout)
-    return dataclasses.replace(plan, budget=budget, ordered=ordered)
+    return dataclasses.replace(
+        plan,
+        budget=budget,
+        ordered=ordered,
+        slots=slots,
+        try_one_request=layout.cutoff is None,
+    )
 
 
 def read_timeouts(

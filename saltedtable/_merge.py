@@ -464,7 +464,7 @@ class MergeCore(Generic[T]):
         feeds = [feed for feed in live if not feed.done]
         # The second round keeps to what the first left of the fetch bound (if
         # the first left any); a third, rare, asks all that any bucket could
-        # still contribute, which ends the read.
+        # still contribute, which ends the read unless the budget's share caps it.
         room = None
         if self._rounds == 1:
             left = fetch_bound(self._limit, len(self._feeds)) - self._received

@@ -36,7 +36,9 @@ from ._strategy import (
     ReadBudget,
     allowance,
     fetch_bound,
+    first_request,
     first_round,
+    one_request_size,
 )
 
 __all__ = [
@@ -112,6 +114,11 @@ class ReadPlan:
     #: How the read runs: the table's budget and ordering, set by ``SaltedTableAsync.plan``.
     budget: ReadBudget | None = field(default=None, compare=False)
     ordered: bool = field(default=True, compare=False)
+    #: Requests the table runs at once (its ``max_concurrent_subscans``), if known.
+    slots: int | None = field(default=None, compare=False)
+    #: Whether a small read may try one request over every bucket (not on
+    #: cutoff layouts, whose rows are checked one by one, per side).
+    try_one_request: bool = field(default=True, compare=False)
 
     @property
     def buckets(self) -> tuple[int | None, ...]:
@@ -137,8 +144,8 @@ class ReadPlan:
             f"{DEFAULT_ROW_BYTES} B a row until the read measures its rows"
         )
         where = "1 sub-query" if n == 1 else f"{n} sub-queries read concurrently, {merged}"
-        rows_first = min(budget.one_request_rows, rows)
-        if rows_first and one_request(self, rows_first) is not None:
+        rows_first = one_request_size(budget, self.limit, n, ordered=ordered)
+        if self.try_one_request and rows_first and one_request(self, rows_first) is not None:
             where = (
                 f"first one request naming all {n} sub-queries' keys and ranges, for up to "
                 f"{rows_first} rows (fewer back: that was the whole read; the table tries "
@@ -148,11 +155,12 @@ class ReadPlan:
             share = allowance(budget, n, DEFAULT_ROW_BYTES)
             each = "it keeps" if n == 1 else "each keeps"
             slots_note = ""
-            if ordered and n > DEFAULT_MAX_CONCURRENT_SUBSCANS:
+            slots = self.slots or DEFAULT_MAX_CONCURRENT_SUBSCANS
+            if ordered and n > slots:
                 slots_note = (
-                    f"; with more sub-queries than the table's max_concurrent_subscans "
-                    f"(default {DEFAULT_MAX_CONCURRENT_SUBSCANS}), each first request asks "
-                    "that share x slots / sub-queries"
+                    f"; with {n} sub-queries and {slots} requests at once "
+                    f"(max_concurrent_subscans), each first request asks "
+                    f"{first_request(share, n, slots)} rows"
                 )
             return (
                 f"{where}; {each} up to {share} rows asked for and not yet handed over, "
@@ -430,8 +438,9 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
     It can when the plan reads two or more buckets (no legacy side), every
     range is bounded on both sides (a prefix, a ``start``-``end`` range) or
     the read names keys, every bucket is sent the same filter (a row-key
-    regex is rewritten per bucket, so it cannot be), and all the keys fit one
-    request (:data:`MAX_KEYS_PER_REQUEST`, :data:`MAX_KEY_BYTES_PER_REQUEST`).
+    regex is rewritten per bucket, so it cannot be), and the keys and ranges
+    of all buckets fit one request (at most :data:`MAX_KEYS_PER_REQUEST` of
+    them, and :data:`MAX_KEY_BYTES_PER_REQUEST` bytes of keys and bounds).
     A read of whole buckets, or of a range open on one side, is left to the
     buckets' own requests: it is rarely small.
     """
@@ -450,9 +459,9 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
                 return None  # open on a side within the bucket
         keys += sub.keys
         ranges += sub.ranges
-    if len(keys) > MAX_KEYS_PER_REQUEST or sum(map(len, keys)) > MAX_KEY_BYTES_PER_REQUEST:
-        # (Every key is bytes: the planner made them physical.)
-        return None
+    size = sum(map(len, keys)) + sum(len(r.start) + len(r.end) for r in ranges)
+    if len(keys) + len(ranges) > MAX_KEYS_PER_REQUEST or size > MAX_KEY_BYTES_PER_REQUEST:
+        return None  # (every key is bytes: the planner made them physical)
     order = sorted(range(len(subs)), key=lambda i: subs[i].prefix)
     prefixes = [subs[i].prefix for i in order]
     if any(b.startswith(a) for a, b in itertools.pairwise(prefixes)):

@@ -48,7 +48,7 @@ from ._cancel import end_stream, stop_reads
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
-from ._strategy import DEFAULT_ROW_BYTES, OneRequestOdds, ReadBudget
+from ._strategy import OneRequestOdds, ReadBudget, one_request_size
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
@@ -98,14 +98,20 @@ class SubScan:
 class OneOutcome(NamedTuple):
     """How a read's one request over every bucket went (see :func:`~._plan.one_request`)."""
 
-    #: It held the whole read (fewer rows came back than it asked for).
+    #: It answered the read (fewer rows came back than it asked for, or an
+    #: unordered read with a limit got that many).
     fitted: bool
+    #: Rows it asked for (its row limit).
+    asked: int
     #: Rows it returned.
     rows: int
     #: The read has a limit (the one request was its first round).
     limited: bool
-    #: Why it failed, if it did (the read then went on bucket by bucket).
+    #: Why it failed, if it did.
     error: str = ""
+    #: The read went on bucket by bucket after it (False: it answered the
+    #: read, or its failure or the caller's leaving ended the read).
+    went_on: bool = False
 
 
 class _BucketRequests:
@@ -505,34 +511,60 @@ class _Read(Generic[G]):
 
     def _choose_one(self, plan: ReadPlan, budget: ReadBudget) -> OneRequest | None:
         """The one request over every bucket to try first, if this read should."""
-        if self._odds is None or not budget.one_request_rows:
+        if self._odds is None or not plan.try_one_request:
             return None
         if self._stray is not None or self._in_buckets is not None:
             return None  # cutoff layouts: rows are checked one by one, per side
-        rows = min(budget.one_request_rows, budget.rows_for(DEFAULT_ROW_BYTES))
-        one = one_request(plan, rows)
-        return one if one is not None and self._odds.try_now() else None
+        n = len(plan.subqueries)
+        rows = one_request_size(budget, plan.limit, n, ordered=self._ordered)
+        one = one_request(plan, rows) if rows else None
+        if one is None:
+            return None
+        if not self._odds.try_now():
+            if self._stats is not None:
+                self._stats.strategy += (
+                    "; the one request over every bucket skipped this time "
+                    "(the table's last ones came back full)"
+                )
+            return None
+        return one
 
-    def _one_failed(self, exc: Exception, source: _OneRequest) -> None:
-        """The one request failed: go on bucket by bucket (unless time is up)."""
-        if isinstance(exc, DeadlineExceeded) or self._odds is None:
-            raise source.annotate(exc)
+    def _one_outcome_of(
+        self, source: _OneRequest, *, fitted: bool, error: str = "", went_on: bool = False
+    ) -> OneOutcome:
+        assert self._one is not None
+        limited = self._row_limit is not None
+        return OneOutcome(fitted, self._one.rows, source.received, limited, error, went_on)
+
+    def _one_failed(self, exc: BaseException, source: _OneRequest) -> None:
+        """The one request failed: go on bucket by bucket, unless time is up or the caller left."""
+        ends = not isinstance(exc, Exception) or isinstance(exc, DeadlineExceeded)
+        self._one_outcome = self._one_outcome_of(
+            source,
+            fitted=False,
+            error="cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__,
+            went_on=not ends,
+        )
+        if ends or self._odds is None:
+            raise source.annotate(exc) if isinstance(exc, Exception) else exc
         # Whatever went wrong (a transient error past its retries, a request
         # the service would not take), the buckets' own requests answer the
         # read as if it had not been tried, and report an error by bucket.
         _log.debug("the one request over every bucket failed; reading bucket by bucket: %r", exc)
         self._odds.record(False)
-        self._one_outcome = OneOutcome(
-            False, source.received, self._row_limit is not None, type(exc).__name__
-        )
 
-    def _one_done(self, rows: list[Row], received: int) -> list[Row] | None:
-        """The rows of the read if the one request held them all, else None (go on)."""
+    def _one_done(self, rows: list[Row], source: _OneRequest) -> list[Row] | None:
+        """The rows of the read if the one request answered it, else None (go on)."""
         assert self._one is not None
         assert self._odds is not None
-        fitted = received < self._one.rows
+        received, limit = source.received, self._row_limit
+        # Fewer rows than asked: every row of the read. An unordered read
+        # with a limit takes any `limit` rows.
+        fitted = received < self._one.rows or (
+            not self._ordered and limit is not None and received >= limit
+        )
         self._odds.record(fitted)
-        self._one_outcome = OneOutcome(fitted, received, self._row_limit is not None)
+        self._one_outcome = self._one_outcome_of(source, fitted=fitted, went_on=not fitted)
         if not fitted:
             return None
         if self._ordered:  # bucket after bucket: one logical key lives in one bucket
@@ -668,10 +700,10 @@ class ReadCall(_Read[Awaitable[bool]]):
             async with merge:
                 async for batch in merge:
                     rows += batch
-        except Exception as exc:
+        except BaseException as exc:
             self._one_failed(exc, source)
             return None
-        return self._one_done(rows, source.received)
+        return self._one_done(rows, source)
 
     async def collect(self) -> list[Row]:
         """Every row of the read, in a list."""
@@ -966,10 +998,10 @@ class SyncReadCall(_Read[bool]):
             with merge:
                 for batch in merge:
                     rows += batch
-        except Exception as exc:
+        except BaseException as exc:
             self._one_failed(exc, source)
             return None
-        return self._one_done(rows, source.received)
+        return self._one_done(rows, source)
 
     def collect(self) -> list[Row]:
         """Every row of the read, in a list."""
@@ -1066,23 +1098,19 @@ def finish_read(
     stats.peak_buffered_rows = merge.peak_outstanding
     if one is not None:
         stats.requests += 1
-        stats.peak_buffered_rows = max(stats.peak_buffered_rows, one.rows)
+        stats.peak_buffered_rows = max(stats.peak_buffered_rows, one.asked)
         if one.limited:  # the one request was the read's first round
             stats.rounds += 1
+        what = f"; one request over every bucket for up to {one.asked} rows"
         if one.fitted:
-            stats.strategy += (
-                f"; one request over every bucket held the whole read ({one.rows} rows)"
-            )
+            what += f" answered the read ({one.rows} rows)"
         elif one.error:
-            stats.strategy += (
-                f"; one request over every bucket failed ({one.error}), "
-                "so the read went on bucket by bucket"
-            )
+            what += f" failed ({one.error}) after {one.rows} rows"
         else:
-            stats.strategy += (
-                f"; one request over every bucket came back full ({one.rows} rows), "
-                "so the read went on bucket by bucket"
-            )
+            what += f" came back full ({one.rows} rows)"
+        if one.went_on:
+            what += ", so the read went on bucket by bucket"
+        stats.strategy += what
     stats.row_bytes = merge.row_bytes
     if isinstance(error, GeneratorExit | asyncio.CancelledError):
         # The caller left (break, aclose, cancellation): not a failure.

@@ -34,6 +34,7 @@ __all__ = [
     "fetch_bound",
     "first_request",
     "first_round",
+    "one_request_size",
     "refills",
     "unordered_shares",
 ]
@@ -96,11 +97,15 @@ class ReadBudget:
 class OneRequestOdds:
     """Whether a table's next bounded read tries one request over every bucket first.
 
-    A read that tries it and gets ``one_request_rows`` rows back (too many:
-    the read is bigger) wasted that request, so after ``k`` such misses in a
-    row the next ``2**k - 1`` bounded reads (at most :attr:`MAX_SKIP`) go
-    bucket by bucket at once; one read that fits resets it. A table keeps one
-    of these for reads with a limit and one for reads without.
+    A read that tries it and gets as many rows back as it asked for (the
+    read is bigger), or whose request fails, wasted that request, so after
+    ``k`` such misses in a row the next ``2**k - 1`` bounded reads (at most
+    :attr:`MAX_SKIP`) go bucket by bucket at once; one read that fits resets
+    it. A table keeps one of these for reads with a limit and one for reads
+    without; reads of both shapes share it, so a table that mixes small and
+    big bounded reads of one kind pays a wasted request on more of the big
+    ones. Threads of a sync table update it without a lock: a lost update
+    only shifts when the next try comes.
     """
 
     #: The most reads skipped after misses in a row.
@@ -126,6 +131,21 @@ class OneRequestOdds:
         else:
             self._misses = min(self._misses + 1, 16)
             self._skip = min(2**self._misses - 1, self.MAX_SKIP)
+
+
+def one_request_size(budget: ReadBudget, limit: int | None, buckets: int, *, ordered: bool) -> int:
+    """The row limit of a small read's one request over every bucket (0: do not try it).
+
+    ``budget.one_request_rows``, within what the budget allows; for an
+    ordered read with a limit, at most :func:`fetch_bound` (a read bigger
+    than that is better served by rounds, and a miss costs no more); for an
+    unordered read with a limit, the limit itself (any ``limit`` rows answer
+    it, so the one request always does).
+    """
+    rows = min(budget.one_request_rows, budget.rows_for(DEFAULT_ROW_BYTES))
+    if limit is not None:
+        rows = min(rows, fetch_bound(limit, buckets) if ordered else limit)
+    return max(0, rows)
 
 
 def allowance(budget: ReadBudget, live: int, row_bytes: float) -> int:

@@ -283,7 +283,7 @@ class SaltedTable(TableAttributes):
 
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
-        return plan_for(query, self._layout, self._budget, ordered=ordered)
+        return plan_for(query, self._layout, self._budget, ordered=ordered, slots=self._slots_total)
 
     def read_rows_stream(
         self,

@@ -316,7 +316,9 @@ class SaltedTableAsync(TableAttributes):
 
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
-        return plan_for(query, self._layout, self._budget, ordered=ordered)
+        return plan_for(
+            query, self._layout, self._budget, ordered=ordered, slots=int(self.limiter.total_tokens)
+        )
 
     async def read_rows_stream(
         self,

@@ -166,7 +166,7 @@ def test_a_small_sync_read_is_one_request_and_a_big_one_goes_on_by_bucket(
     rows = list(loaded.read_prefix(b"user012", stats=stats))
     assert [r.row_key for r in rows] == KEYS[1200:1300]
     assert stats.requests == 1
-    assert "held the whole read (100 rows)" in stats.strategy
+    assert "answered the read (100 rows)" in stats.strategy
 
     small = SaltedTable(loaded.table, SCHEME, budget=ReadBudget(one_request_rows=10))
     again = list(small.read_prefix(b"user012", stats=stats))

@@ -1159,12 +1159,13 @@ async def test_a_small_bounded_read_is_one_request_over_every_bucket(
     assert len(proxy.records) == 1
     assert len(proxy.records[0].query.row_ranges) == 16
     assert stats.requests == 1
-    assert "held the whole read (100 rows)" in stats.strategy
+    assert "answered the read (100 rows)" in stats.strategy
     assert stats.rows == 100
 
     proxy.records.clear()
+    # An ordered limit tries one request of up to 2 x 25 + 2 x 16 = 82 rows: 50 fit.
     limited = await salted.read_rows(
-        ReadRowsQuery(row_ranges=RowRange(keys[10], keys[300]), limit=25), stats=stats
+        ReadRowsQuery(row_ranges=RowRange(keys[10], keys[60]), limit=25), stats=stats
     )
     assert [r.row_key for r in limited] == keys[10:35]
     assert len(proxy.records) == 1
@@ -1203,7 +1204,7 @@ async def test_a_bounded_read_bigger_than_one_request_goes_on_bucket_by_bucket(
     again = await salted.read_rows(query, stats=stats)
     assert [r.row_key for r in again] == keys[1000:1400]
     assert all(len(r.query.row_ranges) == 1 for r in proxy.records)
-    assert "one request" not in stats.strategy
+    assert "skipped" in stats.strategy
     proxy.assert_clean()
     await assert_no_tasks_left(before)
 
@@ -1221,29 +1222,119 @@ async def test_a_failed_one_request_falls_back_to_the_buckets(
     rows = await collect(salted.read_prefix(b"key-002", stats=stats))
     assert [r.row_key for r in rows] == keys[200:300]
     assert [r.outcome for r in proxy.records].count("failed") == 1
-    assert "failed (ServiceUnavailable)" in stats.strategy
+    assert "failed (ServiceUnavailable) after 3 rows, so the read went on" in stats.strategy
     proxy.assert_clean()
     await assert_no_tasks_left(before)
 
 
-async def test_leaving_a_one_request_read_early_leaves_nothing_running(
+class StallingMultiRange(RecordingTable):
+    """Multi-range requests (a small read's one request) hand out 2 rows, then wait."""
+
+    def __init__(self, table: TableAsync) -> None:
+        super().__init__(table)
+        self.stalled = anyio.Event()
+
+    async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> RecordedStream:
+        stream = await super().read_rows_stream(query, **kwargs)
+        if len(query.row_ranges) <= 1:
+            return stream
+        table = self
+
+        class Stalling(RecordedStream):
+            async def __anext__(self) -> Row:
+                if self._record.rows >= 2:
+                    table.stalled.set()
+                    await anyio.sleep_forever()
+                return await super().__anext__()
+
+        stream.__class__ = Stalling
+        return stream
+
+
+async def test_a_caller_that_leaves_during_the_one_request_leaves_nothing_running(
     big_table: tuple[TableAsync, list[bytes]],
 ) -> None:
-    """break after the first row, and a caller cancelled while the one request runs: no
-    stream abandoned, no task left."""
+    """Cancelled while the one request waits for its next row: the request is cancelled,
+    not abandoned, no task is left, and the statistics count it."""
+    table, _ = big_table
+    proxy = StallingMultiRange(table)
+    salted = SaltedTableAsync(proxy, SCHEME16)
+    await salted.read_row(b"warm-up")  # the layout check, before the tasks are counted
+    before = asyncio.all_tasks()
+    stats = CallStats()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def read() -> None:
+                await salted.read_rows(
+                    ReadRowsQuery(row_ranges=RowRange(b"key-010", b"key-011")), stats=stats
+                )
+
+            tg.start_soon(read)
+            await proxy.stalled.wait()
+            tg.cancel_scope.cancel()
+    (record,) = proxy.records
+    assert len(record.query.row_ranges) == 16
+    assert (record.outcome, record.rows) == ("cancelled", 2)
+    assert stats.requests == 1
+    assert "failed (cancelled) after 2 rows" in stats.strategy
+    assert stats.ended_early
+    proxy.assert_clean()
+    await assert_no_tasks_left(before)
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+async def test_one_request_reads_with_filters_keys_and_limits_match_the_plain_table(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, ordered: bool
+) -> None:
+    """Filters that drop whole rows (the row limit counts rows after the filter), keys
+    with ranges, and limits, at one_request_rows just above and below what they return."""
+    keys = numbered_keys(400)
+    async with data_client.get_table(INSTANCE, make_table(families=("cf", "other"))) as table:
+        salted = SaltedTableAsync(table, SCHEME16)
+        await salted.bulk_mutate_rows(
+            [entry(k, family="cf" if i % 4 else "other", value=k) for i, k in enumerate(keys)]
+        )
+        only_cf = FamilyNameRegexFilter("cf")
+        queries = [
+            (ReadRowsQuery(row_ranges=RowRange(keys[0], keys[200]), row_filter=only_cf), 150),
+            (
+                ReadRowsQuery(
+                    row_keys=[keys[399], keys[5], keys[5], b"absent"],
+                    row_ranges=[RowRange(keys[10], keys[20]), RowRange(keys[15], keys[30])],
+                ),
+                22,
+            ),
+            (ReadRowsQuery(row_ranges=RowRange(keys[100], keys[300]), limit=7), 7),
+        ]
+        for query, count in queries:
+            want = [r.row_key for r in await salted.read_rows(query, ordered=True)]
+            assert len(want) == count
+            for rows in (count + 1, count, count - 1):
+                one = SaltedTableAsync(table, SCHEME16, budget=ReadBudget(one_request_rows=rows))
+                stats = CallStats()
+                got = [r.row_key for r in await one.read_rows(query, ordered=ordered, stats=stats)]
+                if ordered or query.limit is None:
+                    assert (got if ordered else sorted(got)) == (want if ordered else sorted(want))
+                else:  # any `limit` rows of the range answer an unordered read
+                    assert len(got) == len(set(got)) == query.limit
+                    assert all(keys[100] <= k < keys[300] for k in got)
+                assert "one request over every bucket" in stats.strategy
+
+
+async def test_an_unordered_limited_read_is_always_one_request(
+    big_table: tuple[TableAsync, list[bytes]],
+) -> None:
+    """Any ``limit`` rows answer an unordered read: one request of ``limit`` rows does,
+    however big the range."""
     table, keys = big_table
     proxy = RecordingTable(table)
     salted = SaltedTableAsync(proxy, SCHEME16)
-    before = asyncio.all_tasks()
-    with anyio.fail_after(10):
-        stream = salted.read_prefix(b"key-03")
-        async for row in stream:
-            assert row.row_key == keys[3000]
-            break
-        await stream.aclose()
-        for delay in (0, 0.001, 0.003):
-            with anyio.move_on_after(delay):
-                await salted.read_rows(ReadRowsQuery(row_ranges=RowRange(keys[0], keys[900])))
-    assert len(proxy.records[0].query.row_ranges) == 16
+    stats = CallStats()
+    query = ReadRowsQuery(row_ranges=RowRange(keys[0], keys[4000]), limit=30)
+    rows = await salted.read_rows(query, ordered=False, stats=stats)
+    assert len(rows) == len({r.row_key for r in rows}) == 30
+    assert all(keys[0] <= r.row_key < keys[4000] for r in rows)
+    assert [(len(r.query.row_ranges), r.query.limit) for r in proxy.records] == [(16, 30)]
+    assert "answered the read (30 rows)" in stats.strategy
     proxy.assert_clean()
-    await assert_no_tasks_left(before)

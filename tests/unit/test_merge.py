@@ -587,3 +587,27 @@ async def test_a_complete_limited_read_lets_its_last_requests_end(
     assert len(got) == 10
     assert all(s.cancelled == 0 for s in sources)
     assert all(s.running == 0 for s in sources)
+
+
+def test_a_second_round_kept_to_the_bound_can_take_a_third_that_finishes() -> None:
+    """Two buckets holding the first rows interleaved, the others only later keys: the
+    second round, shrunk to what is left of 2L + 2N, misses some; the third asks each
+    bucket for all it could add and the read ends with the right rows."""
+    n, limit = 16, 10
+    parts: list[list[int]] = [list(range(0, 40, 2)), list(range(1, 40, 2))]
+    parts += [list(range(1000 + 100 * i, 1100 + 100 * i)) for i in range(n - 2)]
+    sources = [Source(p) for p in parts]
+
+    async def main() -> tuple[list[int], int]:
+        merge = Merge(sources, limit=limit)
+        got = await drain(merge)
+        return got, merge.rounds
+
+    got, rounds = run(main)
+    assert got == list(range(limit))
+    assert rounds == 3
+    # Round 1 asks 3 of each (48 rows). Round 2 keeps to the 4 rows left of 2L + 2N = 52,
+    # or to what the neediest bucket alone could add (5 of the missing 5), not to 5 + 4.
+    assert [s.sizes[0] for s in sources] == [3] * n
+    assert sum(s.sizes[1] for s in sources if len(s.sizes) > 1) <= 5
+    assert all(len(s.sizes) <= 2 for s in sources[2:])  # none is asked a third time

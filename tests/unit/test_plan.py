@@ -686,3 +686,37 @@ def test_a_cutoff_plan_with_a_legacy_side_stays_per_bucket() -> None:
     plan = plan_module.ReadPlan((salted, legacy))
     assert plan_module.one_request(plan, 10) is None
     assert plan_module.one_request(plan_module.ReadPlan((salted, salted)), 0) is None
+
+
+def test_one_request_counts_ranges_against_the_request_caps() -> None:
+    """Each logical range is sent once per bucket: 100 ranges over 16 buckets (1,600) are
+    too many for one request; 50 over 16 (800) are not."""
+    many = [RowRange(b"r%03d" % i, b"r%03d~" % i) for i in range(100)]
+    assert (
+        plan_module.one_request(plan_reads(ReadRowsQuery(row_ranges=many), scheme(16)), 9) is None
+    )
+    fewer = ReadRowsQuery(row_ranges=many[:50])
+    one = plan_module.one_request(plan_reads(fewer, scheme(16)), 9)
+    assert one is not None
+    assert len(one.query.row_ranges) == 800
+
+
+def test_explain_promises_the_one_request_only_where_a_read_tries_it() -> None:
+    """A cutoff layout's plan never says it tries one request; a plain one does, with the
+    row limit the read would use (2L + 2N for an ordered limit, L unordered)."""
+    from datetime import UTC, datetime
+
+    from saltedtable import CutoffPolicy, Layout
+    from saltedtable._facade import plan_for
+
+    query = ReadRowsQuery(row_ranges=RowRange(b"a#1", b"a#2"), limit=10)
+    plain = plan_for(query, Layout(scheme(16)), ReadBudget(), ordered=True, slots=64)
+    assert "for up to 52 rows" in plain.strategy()
+    unordered = plan_for(query, Layout(scheme(16)), ReadBudget(), ordered=False, slots=64)
+    assert "for up to 10 rows" in unordered.strategy()
+    cutoff = CutoffPolicy(datetime(2024, 1, 1, tzinfo=UTC), before_last(b"#"))
+    layout = Layout(scheme(16), cutoff)
+    assert (
+        "one request"
+        not in plan_for(query, layout, ReadBudget(), ordered=True, slots=64).strategy()
+    )

@@ -18,6 +18,7 @@ from saltedtable._strategy import (
     allowance,
     fetch_bound,
     first_round,
+    one_request_size,
     refills,
     unordered_shares,
 )
@@ -248,3 +249,15 @@ def test_the_budget_takes_one_request_rows_of_zero_but_not_below() -> None:
     assert ReadBudget(one_request_rows=0).one_request_rows == 0
     with pytest.raises(ValueError, match="one_request_rows"):
         ReadBudget(one_request_rows=-1)
+
+
+def test_one_request_size_follows_the_limit_and_the_order() -> None:
+    """Up to one_request_rows; an ordered limit: at most 2L + 2N; unordered: L; 0: off;
+    never more than the budget's rows."""
+    budget = ReadBudget()
+    assert one_request_size(budget, None, 16, ordered=True) == 1000
+    assert one_request_size(budget, 10, 16, ordered=True) == fetch_bound(10, 16) == 52
+    assert one_request_size(budget, 10, 16, ordered=False) == 10
+    assert one_request_size(budget, 5000, 16, ordered=True) == 1000
+    assert one_request_size(ReadBudget(one_request_rows=0), None, 16, ordered=True) == 0
+    assert one_request_size(ReadBudget(rows=300), None, 16, ordered=False) == 300

@@ -296,12 +296,13 @@ def refills(
         more: Per bucket, whether it may have more rows.
         cap: Ask no bucket for more (the budget's allowance).
         room: Rows the round should ask in all (what is left of
-            :func:`fetch_bound`). When several buckets are asked and their
-            sizes add up to more, each shrinks in proportion, but the round
-            still asks at least what the neediest bucket alone could add and
-            one row of each. Evenly salted data then almost always completes
-            in this round: of the buckets asked, few hold as many of the
-            missing rows as they could. Otherwise a third round follows.
+            :func:`fetch_bound`). When the sizes add up to more, each shrinks
+            in proportion (to one row at least), unless one bucket alone could
+            add more than twice the room: data skewed into that bucket is
+            asked in full and keeps to two rounds. Evenly salted data almost
+            always completes in the shrunk round, as the buckets asked rarely
+            hold as many of the missing rows as they could; otherwise a third
+            round follows.
 
     Returns:
         ``{bucket index: rows to ask}`` for the buckets to read again.
@@ -318,8 +319,8 @@ def refills(
         if size > 0:
             sizes[i] = size if cap is None else max(1, min(size, cap))
     total = sum(sizes.values())
-    if room is not None and total > room and len(sizes) > 1:
-        room = max(room, max(sizes.values()))
+    if room is not None and total > room and max(sizes.values()) <= 2 * room:
+        room = max(room, len(sizes))
         sizes = {i: max(1, size * room // total) for i, size in sizes.items()}
     return sizes
 

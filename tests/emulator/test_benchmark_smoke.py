@@ -127,6 +127,8 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
     for n, r in sweep.items():
         assert r["scan"]["salted_ordered"]["requests"] >= int(n)
         assert r["scan"]["raw_subscans"]["requests"] == int(n)
+        assert r["scan"]["raw_subscans_paged"]["requests"] >= int(n)
+        assert r["scan"]["ratio_vs_paged"] > 0
         assert r["memory"]["large"]["rows"] == 400
         assert r["memory"]["small"]["rows"] == 200
         assert r["memory"]["difference_mb"] is not None

@@ -606,8 +606,27 @@ def test_a_second_round_kept_to_the_bound_can_take_a_third_that_finishes() -> No
     got, rounds = run(main)
     assert got == list(range(limit))
     assert rounds == 3
-    # Round 1 asks 3 of each (48 rows). Round 2 keeps to the 4 rows left of 2L + 2N = 52,
-    # or to what the neediest bucket alone could add (5 of the missing 5), not to 5 + 4.
+    # Round 1 asks 3 of each (48 rows). Round 2 keeps to the 4 rows left of 2L + 2N = 52
+    # (its buckets could add 5, 4 and 1: none more than twice 4, so all shrink).
     assert [s.sizes[0] for s in sources] == [3] * n
-    assert sum(s.sizes[1] for s in sources if len(s.sizes) > 1) <= 5
+    assert sum(s.sizes[1] for s in sources if len(s.sizes) > 1) <= 4
     assert all(len(s.sizes) <= 2 for s in sources[2:])  # none is asked a third time
+
+
+def test_data_skewed_into_one_bucket_is_asked_in_full_and_takes_two_rounds() -> None:
+    """Every one of the first rows in one bucket: it could add far more than twice what is
+    left of 2L + 2N, so the second round asks it in full rather than risk a third."""
+    n, limit = 16, 100
+    parts: list[list[int]] = [list(range(200))]
+    parts += [list(range(1000 + 100 * i, 1100 + 100 * i)) for i in range(n - 1)]
+    sources = [Source(p) for p in parts]
+
+    async def main() -> tuple[list[int], int]:
+        merge = Merge(sources, limit=limit)
+        got = await drain(merge)
+        return got, merge.rounds
+
+    got, rounds = run(main)
+    assert got == list(range(limit))
+    assert rounds == 2
+    assert sources[0].sizes == [12, 88]

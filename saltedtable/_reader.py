@@ -520,11 +520,16 @@ class _Read(Generic[G]):
         one = one_request(plan, rows) if rows else None
         if one is None:
             return None
+        if not self._ordered and rows == plan.limit:
+            # Any `limit` rows answer an unordered read: this one request always
+            # does (unless it fails), so it neither waits for nor moves the odds.
+            self._odds = None
+            return one
         if not self._odds.try_now():
             if self._stats is not None:
                 self._stats.strategy += (
                     "; the one request over every bucket skipped this time "
-                    "(the table's last ones came back full)"
+                    "(the table's last ones came back full or failed)"
                 )
             return None
         return one
@@ -545,25 +550,26 @@ class _Read(Generic[G]):
             error="cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__,
             went_on=not ends,
         )
-        if ends or self._odds is None:
+        if ends:
             raise source.annotate(exc) if isinstance(exc, Exception) else exc
         # Whatever went wrong (a transient error past its retries, a request
         # the service would not take), the buckets' own requests answer the
         # read as if it had not been tried, and report an error by bucket.
         _log.debug("the one request over every bucket failed; reading bucket by bucket: %r", exc)
-        self._odds.record(False)
+        if self._odds is not None:
+            self._odds.record(False)
 
     def _one_done(self, rows: list[Row], source: _OneRequest) -> list[Row] | None:
         """The rows of the read if the one request answered it, else None (go on)."""
         assert self._one is not None
-        assert self._odds is not None
         received, limit = source.received, self._row_limit
         # Fewer rows than asked: every row of the read. An unordered read
         # with a limit takes any `limit` rows.
         fitted = received < self._one.rows or (
             not self._ordered and limit is not None and received >= limit
         )
-        self._odds.record(fitted)
+        if self._odds is not None:
+            self._odds.record(fitted)
         self._one_outcome = self._one_outcome_of(source, fitted=fitted, went_on=not fitted)
         if not fitted:
             return None

@@ -297,7 +297,8 @@ def refills(
         cap: Ask no bucket for more (the budget's allowance).
         room: Rows the round should ask in all (what is left of
             :func:`fetch_bound`). When the sizes add up to more, each shrinks
-            in proportion (to one row at least), unless one bucket alone could
+            in proportion (to one row at least; the round then asks at most
+            ``max(room, buckets asked)`` rows), unless one bucket alone could
             add more than twice the room: data skewed into that bucket is
             asked in full and keeps to two rounds. Evenly salted data almost
             always completes in the shrunk round, as the buckets asked rarely
@@ -320,8 +321,9 @@ def refills(
             sizes[i] = size if cap is None else max(1, min(size, cap))
     total = sum(sizes.values())
     if room is not None and total > room and max(sizes.values()) <= 2 * room:
-        room = max(room, len(sizes))
-        sizes = {i: max(1, size * room // total) for i, size in sizes.items()}
+        # One row each, then what is left of the room in proportion to the rest.
+        spare, rest = max(0, room - len(sizes)), total - len(sizes)
+        sizes = {i: 1 + (size - 1) * spare // rest for i, size in sizes.items()}
     return sizes
 
 

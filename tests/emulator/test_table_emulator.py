@@ -1319,7 +1319,16 @@ async def test_one_request_reads_with_filters_keys_and_limits_match_the_plain_ta
                 else:  # any `limit` rows of the range answer an unordered read
                     assert len(got) == len(set(got)) == query.limit
                     assert all(keys[100] <= k < keys[300] for k in got)
-                assert "one request over every bucket" in stats.strategy
+                # Fewer rows back than asked: the whole read. As many: it went on (an
+                # unordered limit is answered by any `limit` rows).
+                limit = query.limit
+                if limit is None:
+                    size, total = rows, count
+                else:  # the range keys[100:300] holds 200 rows
+                    size, total = (min(rows, 2 * limit + 32) if ordered else min(rows, limit)), 200
+                fits = total < size or (not ordered and limit is not None and size >= limit)
+                expect = "answered the read" if fits else "came back full"
+                assert expect in stats.strategy, (rows, count, stats.strategy)
 
 
 async def test_an_unordered_limited_read_is_always_one_request(
@@ -1337,4 +1346,17 @@ async def test_an_unordered_limited_read_is_always_one_request(
     assert all(keys[0] <= r.row_key < keys[4000] for r in rows)
     assert [(len(r.query.row_ranges), r.query.limit) for r in proxy.records] == [(16, 30)]
     assert "answered the read (30 rows)" in stats.strategy
+
+    # Ordered limited reads that miss make the table skip their one request for a while;
+    # unordered limited reads neither wait for that nor reset it.
+    await salted.read_rows(ReadRowsQuery(row_ranges=RowRange(keys[0], keys[4000]), limit=10))
+    proxy.records.clear()
+    await salted.read_rows(query, ordered=False, stats=stats)
+    assert [(len(r.query.row_ranges), r.query.limit) for r in proxy.records] == [(16, 30)]
+    proxy.records.clear()
+    await salted.read_rows(
+        ReadRowsQuery(row_ranges=RowRange(keys[0], keys[4000]), limit=10), stats=stats
+    )
+    assert "skipped this time" in stats.strategy
+    assert all(len(r.query.row_ranges) == 1 for r in proxy.records)
     proxy.assert_clean()

@@ -26,7 +26,7 @@ from google.cloud.bigtable.data import (
     SetCell,
 )
 
-from saltedtable import SaltedTableAsync, SaltScheme
+from saltedtable import CallStats, SaltedTableAsync, SaltScheme
 
 PROJECT = os.environ.get("SALTEDTABLE_PROJECT", "test-project")
 INSTANCE = os.environ.get("SALTEDTABLE_INSTANCE", "test-instance")
@@ -58,11 +58,14 @@ async def main() -> None:
         assert row is not None
         print(f"point read: {row.row_key!r} -> {row.cells[0].value!r}")
 
-        # 3. A prefix scan fans out to every bucket and merges in logical order.
+        # 3. A prefix scan reads every bucket and merges in logical order. A small one
+        #    asks all buckets in one request; a big one goes on bucket by bucket.
         print("prefix scan user2#, limit 3:")
-        async with aclosing(table.read_prefix(b"user2#", limit=3)) as rows:
+        stats = CallStats()
+        async with aclosing(table.read_prefix(b"user2#", limit=3, stats=stats)) as rows:
             async for row in rows:
                 print(f"  {row.row_key!r}")
+        print(f"  ({stats.requests} request: {stats.strategy.rsplit('; ', 1)[-1]})")
 
         # 4. The plan behind such a scan.
         print(table.plan(ReadRowsQuery(limit=3)).explain())

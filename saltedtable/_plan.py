@@ -145,7 +145,7 @@ class ReadPlan:
         )
         where = "1 sub-query" if n == 1 else f"{n} sub-queries read concurrently, {merged}"
         rows_first = one_request_size(budget, self.limit, n, ordered=ordered)
-        if self.try_one_request and rows_first and one_request(self, rows_first) is not None:
+        if self.try_one_request and rows_first and _one_request_order(self.subqueries):
             where = (
                 f"first one request naming all {n} sub-queries' keys and ranges, for up to "
                 f"{rows_first} rows (fewer back: that was the whole read; the table tries "
@@ -444,12 +444,30 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
     A read of whole buckets, or of a range open on one side, is left to the
     buckets' own requests: it is rarely small.
     """
+    order = _one_request_order(plan.subqueries)
+    if rows < 1 or order is None:
+        return None
     subs = plan.subqueries
-    if rows < 1 or len(subs) < 2:
+    keys: list[str | bytes] = [k for sub in subs for k in sub.keys]
+    return OneRequest(
+        ReadRowsQuery(
+            row_keys=keys,
+            row_ranges=[r.to_row_range() for sub in subs for r in sub.ranges],
+            limit=rows,
+            row_filter=subs[0].row_filter,
+        ),
+        rows,
+        tuple(subs[i].prefix for i in order),
+        tuple(order),
+    )
+
+
+def _one_request_order(subs: tuple[SubQuery, ...]) -> list[int] | None:
+    """The sub-queries' indexes in prefix order if they can be one request (see above)."""
+    if len(subs) < 2:
         return None
     row_filter = subs[0].row_filter
-    keys: list[str | bytes] = []
-    ranges: list[KeyRange] = []
+    count = size = 0
     for sub in subs:
         if sub.bucket is None or not sub.prefix or sub.row_filter != row_filter:
             return None
@@ -457,26 +475,15 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
         for rng in sub.ranges:
             if rng.start == sub.prefix or not rng.end or rng.end == end:
                 return None  # open on a side within the bucket
-        keys += sub.keys
-        ranges += sub.ranges
-    size = sum(map(len, keys)) + sum(len(r.start) + len(r.end) for r in ranges)
-    if len(keys) + len(ranges) > MAX_KEYS_PER_REQUEST or size > MAX_KEY_BYTES_PER_REQUEST:
-        return None  # (every key is bytes: the planner made them physical)
+            size += len(rng.start) + len(rng.end)
+        count += len(sub.keys) + len(sub.ranges)
+        size += sum(map(len, sub.keys))
+    if count > MAX_KEYS_PER_REQUEST or size > MAX_KEY_BYTES_PER_REQUEST:
+        return None
     order = sorted(range(len(subs)), key=lambda i: subs[i].prefix)
-    prefixes = [subs[i].prefix for i in order]
-    if any(b.startswith(a) for a, b in itertools.pairwise(prefixes)):
+    if any(subs[b].prefix.startswith(subs[a].prefix) for a, b in itertools.pairwise(order)):
         return None  # a row could not be told apart (no built-in scheme does this)
-    return OneRequest(
-        ReadRowsQuery(
-            row_keys=keys,
-            row_ranges=[r.to_row_range() for r in ranges],
-            limit=rows,
-            row_filter=row_filter,
-        ),
-        rows,
-        tuple(prefixes),
-        tuple(order),
-    )
+    return order
 
 
 # -- filters -----------------------------------------------------------------

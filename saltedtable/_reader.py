@@ -68,6 +68,7 @@ __all__ = [
     "describe_read",
     "finish_read",
     "row_bytes",
+    "take_slot",
 ]
 
 _log = logging.getLogger("saltedtable.reader")
@@ -201,16 +202,8 @@ class BucketSource(_BucketRequests):
         try:
             # The slot is held for this one request; waiting for it counts
             # against the read's operation_timeout like the request itself.
-            # A free slot is taken at once: no timer, no trip through the loop.
-            try:
-                limiter.acquire_nowait()
-            except anyio.WouldBlock:
-                with anyio.move_on_after(self._deadline - time.monotonic()) as waiting:
-                    await limiter.acquire()
-                if waiting.cancelled_caught:
-                    raise self._annotate(
-                        slot_timeout(self._timeouts, limiter.total_tokens), None
-                    ) from None
+            if not await take_slot(limiter, self._deadline):
+                raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
             try:
                 return await self._request(query, size, feed, stats)
             finally:
@@ -382,13 +375,8 @@ class OneRequestSource(_OneRequest):
         if self.stopped or self.received:
             return Sent(0, False)
         limiter = self._limiter
-        try:
-            limiter.acquire_nowait()
-        except anyio.WouldBlock:
-            with anyio.move_on_after(self._deadline - time.monotonic()) as waiting:
-                await limiter.acquire()
-            if waiting.cancelled_caught:
-                raise slot_timeout(self._timeouts, limiter.total_tokens) from None
+        if not await take_slot(limiter, self._deadline):
+            raise slot_timeout(self._timeouts, limiter.total_tokens)
         started = time.monotonic()
         stream = None
         complete = False
@@ -418,6 +406,20 @@ class OneRequestSource(_OneRequest):
                 with anyio.CancelScope(shield=True):
                     await (stream.aclose() if complete else end_stream(stream))
         return Sent(self.received, False)
+
+
+async def take_slot(limiter: anyio.CapacityLimiter, deadline: float) -> bool:
+    """Take one of the table's request slots by ``deadline``; False if none came free.
+
+    A free slot is taken at once: no timer, no trip through the event loop.
+    """
+    try:
+        limiter.acquire_nowait()
+    except anyio.WouldBlock:
+        with anyio.move_on_after(deadline - time.monotonic()) as waiting:
+            await limiter.acquire()
+        return not waiting.cancelled_caught
+    return True
 
 
 def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
@@ -656,7 +658,10 @@ class ReadCall(_Read[Awaitable[bool]]):
                 limiter=limiter,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
             )
-            self._first = (first, _one_merge(first, self._one, first.stop))
+            merge = Merge(
+                [first], ordered=False, budget=_one_budget(self._one), stop_requests=first.stop
+            )
+            self._first = (first, merge)
         sources = [
             BucketSource(
                 read_rows_stream,
@@ -976,7 +981,10 @@ class SyncReadCall(_Read[bool]):
                 slots_total=slots_total,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
             )
-            self._first = (first, _one_merge(first, self._one))
+            one_merge = ThreadMerge(
+                [first], threads=1, ordered=False, budget=_one_budget(self._one)
+            )
+            self._first = (first, one_merge)
         sources = [
             SyncBucketSource(
                 read_rows_stream,
@@ -1063,14 +1071,9 @@ class SyncReadCall(_Read[bool]):
             self._finish(merge, emitted, error)
 
 
-def _one_merge(
-    source: Any, one: OneRequest, stop: Callable[[], Awaitable[None]] | None = None
-) -> Any:
-    """The merge of one source that runs a small read's one request (async or sync)."""
-    budget = ReadBudget(rows=one.rows, bytes=1 << 62, one_request_rows=0)
-    if stop is None:
-        return ThreadMerge([source], threads=1, ordered=False, budget=budget)
-    return Merge([source], ordered=False, budget=budget, stop_requests=stop)
+def _one_budget(one: OneRequest) -> ReadBudget:
+    """The budget of the merge that runs a small read's one request: all it may return."""
+    return ReadBudget(rows=one.rows, bytes=1 << 62, one_request_rows=0)
 
 
 def finish_read(

@@ -19,9 +19,10 @@ hold one of the first ``limit`` rows for at most what it could contribute
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -238,12 +239,18 @@ def _binomial_cdf(draws: int, p: float, k: int) -> float:
     """P(Binomial(draws, p) <= k), for the small draws x p of first rounds."""
     if k < 0:
         return 0.0
+    return next(itertools.islice(_binomial_cdfs(draws, p), min(k, draws), None))
+
+
+def _binomial_cdfs(draws: int, p: float) -> Iterator[float]:
+    """P(Binomial(draws, p) <= k) for k = 0, 1, ..., draws."""
     mass = (1 - p) ** draws
     cdf = mass
-    for j in range(min(k, draws)):
+    yield cdf
+    for j in range(draws):
         mass *= (draws - j) / (j + 1) * p / (1 - p)
         cdf += mass
-    return min(1.0, cdf)
+        yield min(1.0, cdf)
 
 
 def _one_round_size(limit: int, buckets: int, probability: float) -> int:
@@ -260,14 +267,10 @@ def _binomial_quantile(draws: int, p: float, q: float) -> int:
     if mean > 500:  # the point masses would underflow; the normal shape is close by then
         sd = math.sqrt(mean * (1 - p))
         return max(0, math.ceil(mean + statistics.NormalDist().inv_cdf(q) * sd - 0.5))
-    k = 0
-    mass = (1 - p) ** draws
-    cdf = mass
-    while cdf < q and k < draws:
-        mass *= (draws - k) / (k + 1) * p / (1 - p)
-        k += 1
-        cdf += mass
-    return k
+    for k, cdf in enumerate(_binomial_cdfs(draws, p)):
+        if cdf >= q:
+            return k
+    return draws
 
 
 def refills(

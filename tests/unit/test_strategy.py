@@ -131,6 +131,20 @@ def read_states(draw: st.DrawFn) -> tuple[int, list[list[int]], list[int]]:
     return limit, buckets, [min(first, len(b)) for b in buckets]
 
 
+def assert_first_rows_known(limit: int, buckets: list[list[int]], got: list[int]) -> None:
+    """Every key at or below the watermark is read, and at least ``limit`` of them (or all
+    there are), once each bucket has returned its first ``got[i]`` keys."""
+    everything = sorted(k for b in buckets for k in b)
+    read = sorted(k for b, g in zip(buckets, got, strict=True) for k in b[:g])
+    open_lasts = [b[g - 1] for b, g in zip(buckets, got, strict=True) if g < len(b) and g]
+    mark = min(open_lasts) if open_lasts else math.inf
+    known = read[: bisect.bisect_right(read, mark)]
+    assert known == everything[: len(known)]
+    assert len(known) >= min(limit, len(everything)) or any(
+        g == 0 and len(b) for b, g in zip(buckets, got, strict=True)
+    )
+
+
 @settings(max_examples=300)
 @given(state=read_states())
 def test_after_refills_the_first_rows_are_known(
@@ -146,17 +160,7 @@ def test_after_refills_the_first_rows_are_known(
         assert more[i]
         assert size >= 1
         got[i] = min(len(buckets[i]), got[i] + size)
-    # Final: every key at or below the watermark is read; at least `limit` of them
-    # (or all there are).
-    everything = sorted(k for b in buckets for k in b)
-    read = sorted(k for b, g in zip(buckets, got, strict=True) for k in b[:g])
-    open_lasts = [b[g - 1] for b, g in zip(buckets, got, strict=True) if g < len(b) and g]
-    mark = min(open_lasts) if open_lasts else math.inf
-    known = read[: bisect.bisect_right(read, mark)]
-    assert known == everything[: len(known)]
-    assert len(known) >= min(limit, len(everything)) or any(
-        g == 0 and len(b) for b, g in zip(buckets, got, strict=True)
-    )
+    assert_first_rows_known(limit, buckets, got)
 
 
 def test_refills_skip_buckets_that_cannot_hold_the_first_rows() -> None:
@@ -221,15 +225,7 @@ def test_a_shrunk_second_round_and_a_full_third_find_the_first_rows(
                 assert sum(sizes.values()) <= max(use_room, len(sizes))
         for i, size in sizes.items():
             got[i] = min(len(buckets[i]), got[i] + size)
-    everything = sorted(k for b in buckets for k in b)
-    read = sorted(k for b, g in zip(buckets, got, strict=True) for k in b[:g])
-    open_lasts = [b[g - 1] for b, g in zip(buckets, got, strict=True) if g < len(b) and g]
-    mark = min(open_lasts) if open_lasts else math.inf
-    known = read[: bisect.bisect_right(read, mark)]
-    assert known == everything[: len(known)]
-    assert len(known) >= min(limit, len(everything)) or any(
-        g == 0 and len(b) for b, g in zip(buckets, got, strict=True)
-    )
+    assert_first_rows_known(limit, buckets, got)
 
 
 def test_one_request_odds_back_off_after_misses_and_reset_on_a_fit() -> None:

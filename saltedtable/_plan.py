@@ -148,7 +148,7 @@ class ReadPlan:
         if self.try_one_request and rows_first and _one_request_order(self.subqueries):
             where = (
                 f"first one request naming all {n} sub-queries' keys and ranges, for up to "
-                f"{rows_first} rows (fewer back: that was the whole read; the table tries "
+                f"{_rows(rows_first)} (fewer back: that was the whole read; the table tries "
                 f"it less often after full ones); else {where}"
             )
         if self.limit is None:
@@ -160,23 +160,23 @@ class ReadPlan:
                 slots_note = (
                     f"; with {n} sub-queries and {slots} requests at once "
                     f"(max_concurrent_subscans), each first request asks "
-                    f"{first_request(share, n, slots)} rows"
+                    f"{_rows(first_request(share, n, slots))}"
                 )
             return (
-                f"{where}; {each} up to {share} rows asked for and not yet handed over, "
+                f"{where}; {each} up to {_rows(share)} asked for and not yet handed over, "
                 f"asking again at half{slots_note} ({holds})"
             )
         if not ordered or n == 1:
             first = -(-self.limit // n)
             return (
-                f"{where}; limit {self.limit}: {first} rows asked of each, then what is "
+                f"{where}; limit {self.limit}: {_rows(first)} asked of each, then what is "
                 f"still missing ({holds})"
             )
         sizes = first_round(self.limit, n, allowance(budget, n, DEFAULT_ROW_BYTES))
         low, high = min(sizes), max(sizes)
-        each = f"{low}" if low == high else f"{low} or {high}"
+        each = _rows(low) if low == high else f"{low} or {high} rows"
         return (
-            f"{where}; limit {self.limit} in rounds: the first asks {each} rows of each, "
+            f"{where}; limit {self.limit} in rounds: the first asks {each} of each, "
             f"{sum(sizes)} in all (enough for evenly salted data more often than not), a "
             f"second asks each sub-query that may hold more of the first {self.limit} rows "
             f"at most what it could add, together about what is left of "
@@ -200,6 +200,10 @@ class ReadPlan:
         if len(self.subqueries) > max_lines:
             lines.append(f"  ... and {len(self.subqueries) - max_lines} more sub-queries")
         return "\n".join(lines)
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
 
 
 def _size(n: int) -> str:

@@ -72,7 +72,8 @@ class ReadBudget:
             the read (one round trip, and the client's cost of one request
             instead of one per bucket). Otherwise the read goes on bucket by
             bucket, and the table tries that first request less often
-            (:class:`OneRequestOdds`). Capped by ``rows`` and ``bytes``; 0
+            (after k misses in a row it skips the next 2**k - 1 such reads,
+            at most 63). Capped by ``rows`` and ``bytes``; 0
             turns it off.
 
     Raises:

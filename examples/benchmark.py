@@ -1865,6 +1865,12 @@ async def bench_rounds(
                 tables["confined"],
                 errors,
             )
+            result["prefix_limit"] = {
+                str(limit): await _rounds_prefix_limit(
+                    cfg, rng, users, n, limit, tables["sequential"], errors
+                )
+                for limit in (1, 10, 100)
+            }
             by_n[str(n)] = result
             for name in tables:
                 made.drop(target.table(f"rounds{n}-{name}"))
@@ -1932,6 +1938,45 @@ async def _rounds_limit(
         "over_bound": sum(1 for s in salted_samples if s.rows_fetched > bound),
         "raw": summarize_rounds(raw_samples, delay),
     }
+
+
+async def _rounds_prefix_limit(
+    cfg: Config,
+    rng: random.Random,
+    users: int,
+    n: int,
+    limit: int,
+    salted: tuple[CountingTable, SaltedTableAsync],
+    errors: list[str],
+) -> dict[str, Any]:
+    """``read_prefix(p, limit=L)`` through the delay proxy: a bounded read with a limit,
+    which tries one request over every bucket first (asking 2L + 2N rows of a 100-row
+    prefix), with the table's back-off after the tries that come back full."""
+    proxy, table = salted
+    samples: list[RoundSample] = []
+    tried = 0
+    seen: list[CallStats] = []
+    for _ in range(cfg.rounds_queries):
+        prefix = user_prefix(rng.randrange(users))
+
+        async def read(stats: CallStats, p: bytes = prefix) -> int:
+            seen.append(stats)
+            return await count_rows(table.read_prefix(p, limit=limit, stats=stats))
+
+        sample, got = await timed_through(proxy, read)
+        samples.append(sample)
+        tried += "one request over every bucket for up to" in seen[-1].strategy
+        if got != min(limit, ROWS_PER_USER):
+            errors.append(f"rounds N={n} prefix limit={limit}: {got} rows")
+    out = summarize_rounds(samples, proxy.delay)
+    out["rows_bound"] = 2 * limit + 2 * n
+    out["one_request_tried"] = tried
+    _progress(
+        f"rounds N={n} prefix scan limit {limit}: waves median {out['waves']['median']:g} "
+        f"p99 {out['waves']['p99']:g}, rows fetched max {out['rows_fetched']['max']:g} "
+        f"(bound {out['rows_bound']}), one request tried in {tried} of {len(samples)}"
+    )
+    return out
 
 
 async def _rounds_prefix(
@@ -2680,6 +2725,17 @@ def _render_rounds(rounds: dict[str, Any], by_name: dict[str, Any]) -> list[str]
                     f"{r['rows_bound']:>7}{r['raw']['latency_over_delay']['median']:>11.2f}"
                     f"  {r['two_or_more_rounds']:>4.0%} in 2+  {result}"
                 )
+    lines.append(
+        "  read_prefix(p, limit=L) of 100-row prefixes (waves median / p99, rows fetched max "
+        "vs 2L + 2N, scans that tried the one request)"
+    )
+    for n, by_n in rounds["by_buckets"].items():
+        for limit, r in by_n.get("prefix_limit", {}).items():
+            lines.append(
+                f"  N={n:<6}L={limit:<6}{r['waves']['median']:g} / {r['waves']['p99']:g}"
+                f"{r['rows_fetched']['max']:>9g} vs {r['rows_bound']:<6}"
+                f"{r['one_request_tried']} of {r['queries']} tried"
+            )
     lines.append(
         "  100-row prefix scans (median latency ms / waves): one request (default), "
         "per bucket, confined, raw"

@@ -122,6 +122,8 @@ def test_quick_benchmark_writes_every_section(emulator: Emulator, tmp_path: Path
     assert rounds["prefix"]["confined"]["requests"]["max"] == 1
     assert rounds["prefix"]["one_request"]["requests"]["max"] == 1  # the whole prefix
     assert rounds["prefix"]["fan_out"]["requests"]["max"] == 4
+    assert set(rounds["prefix_limit"]) == {"1", "10", "100"}
+    assert rounds["prefix_limit"]["10"]["one_request_tried"] >= 1  # the first read tries
     sweep = report["sweep"]["by_buckets"]
     assert set(sweep) == {"1", "4"}
     for n, r in sweep.items():

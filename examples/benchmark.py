@@ -1951,8 +1951,11 @@ async def _rounds_prefix_limit(
 ) -> dict[str, Any]:
     """``read_prefix(p, limit=L)`` through the delay proxy: a bounded read with a limit,
     which tries one request over every bucket first (asking 2L + 2N rows of a 100-row
-    prefix), with the table's back-off after the tries that come back full."""
-    proxy, table = salted
+    prefix), with the table's back-off after the tries that come back full. Each limit
+    gets a fresh table object, so its back-off starts from nothing."""
+    proxy = salted[0]
+    table = SaltedTableAsync(proxy, salted[1].scheme)
+    await table.read_rows(ReadRowsQuery(limit=1))  # layout check, untimed (tries nothing)
     samples: list[RoundSample] = []
     tried = 0
     seen: list[CallStats] = []

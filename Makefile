@@ -12,7 +12,7 @@ BEAM_VENV  := .venv-beam
 BEAM_BIN   := $(BEAM_VENV)/bin
 BEAM_STAMP := $(BEAM_VENV)/.saltedtable-installed
 
-.PHONY: install install-beam test test-beam unit lint docs docs-serve demo emulator bench bench-beam clean
+.PHONY: install install-beam test test-beam unit lint docs docs-serve dist demo emulator bench bench-beam clean
 
 install: $(STAMP)
 
@@ -68,6 +68,12 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
+## make dist: build the wheel and the sdist into dist/ (what a Dataflow worker or another
+## machine installs until saltedtable is published: see docs/scaling-out.md)
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 ## make demo: start the emulator, create the table, run both quickstarts, stop the emulator
 demo: $(STAMP)
 	$(BIN)/saltedtable emulator --table quickstart:cf -- \
@@ -87,4 +93,4 @@ bench-beam: $(BEAM_STAMP)
 	$(BEAM_BIN)/python examples/beam_bench.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(BEAM_VENV) site .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(BEAM_VENV) dist site .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

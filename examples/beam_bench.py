@@ -18,7 +18,7 @@ as JSON::
 
     python examples/beam_bench.py [--rows 200000] [--rounds 3] [--json PATH]
 
-Needs ``saltedtable[beam]`` (``make bench-beam`` runs it in ``.venv-beam``).
+Needs Apache Beam, the ``beam`` extra (``make bench-beam`` runs it in ``.venv-beam``).
 """
 
 from __future__ import annotations

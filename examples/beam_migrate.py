@@ -12,7 +12,7 @@ Run it under the emulator harness (it creates the two tables)::
 3. The table is read in parallel with ``ReadSaltedRows``, then resalted from
    8 to 24 buckets into ``events24`` and verified.
 
-Needs ``pip install 'saltedtable[beam]'``.
+Needs Apache Beam: ``pip install '.[beam]'`` from a checkout.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A test file as it would sit in your project: a little code that stores page visi
 salted table, and its tests. Run it with ``pytest examples/test_visits.py``; the
 ``saltedtable`` pytest plugin (installed with the package) starts the official Bigtable
 emulator on first use and gives every test fresh tables. Needs pytest-asyncio
-(``pip install 'saltedtable[pytest]'``).
+(``pip install '.[pytest]'`` from a checkout).
 """
 
 from __future__ import annotations

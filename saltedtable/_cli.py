@@ -228,7 +228,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         if (exc.name or "").partition(".")[0] != "apache_beam":
             raise
         raise UsageError(
-            "migrate runs on Apache Beam, which is not installed: pip install 'saltedtable[beam]'"
+            "migrate runs on Apache Beam, which is not installed: "
+            "pip install 'apache-beam>=2.60' (saltedtable's beam extra)"
         ) from None
     code: int = beam_cli.main(args.argv)
     return code
@@ -455,7 +456,7 @@ def _parser() -> argparse.ArgumentParser:
     # Apache Beam pipelines: parsed and run by saltedtable.beam, imported only here.
     migrate = sub.add_parser(
         "migrate",
-        help="backfill, verify, cut over or resalt a table on Apache Beam (saltedtable[beam])",
+        help="backfill, verify, cut over or resalt a table on Apache Beam (the beam extra)",
         add_help=False,
     )
     migrate.add_argument("argv", nargs=argparse.REMAINDER)

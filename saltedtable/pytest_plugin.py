@@ -22,7 +22,7 @@ starts until a test asks for a fixture:
 
 Tables live in project ``saltedtable.testing.PROJECT`` and instance
 ``saltedtable.testing.INSTANCE``. The async fixtures need ``pytest-asyncio``
-(``pip install 'saltedtable[pytest]'``); the others do not.
+(saltedtable's ``pytest`` extra, or ``pip install pytest-asyncio``); the others do not.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def _async_fixture(function: Callable[..., Any]) -> Any:
         def needs_pytest_asyncio() -> None:
             pytest.fail(
                 f"the saltedtable fixture {function.__name__} is async and needs "
-                "pytest-asyncio: pip install 'saltedtable[pytest]' (or pytest-asyncio)",
+                "pytest-asyncio: pip install pytest-asyncio (saltedtable's pytest extra)",
                 pytrace=False,
             )
 

@@ -1,6 +1,6 @@
 """Key Visualizer-style heat maps of an :class:`~saltedtable.advise.Advice`.
 
-matplotlib is optional (``pip install 'saltedtable[plot]'``) and imported only
+matplotlib is optional (saltedtable's ``plot`` extra) and imported only
 when a heat map is drawn. The figure is rendered with the Agg canvas directly,
 so neither pyplot's global state nor a display is touched.
 """

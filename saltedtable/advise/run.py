@@ -168,5 +168,5 @@ def _check_plot_available() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UsageError(
-            "--plot needs matplotlib: pip install 'saltedtable[plot]' (or matplotlib)"
+            "--plot needs matplotlib: pip install 'matplotlib>=3.8' (saltedtable's plot extra)"
         ) from None

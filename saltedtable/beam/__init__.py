@@ -1,7 +1,8 @@
 """Apache Beam transforms for salted tables: parallel reads and writes, backfill and resalt.
 
-Install with ``pip install saltedtable[beam]``. The core package never imports
-Beam; this one does on import.
+Needs Apache Beam (the ``beam`` extra: ``pip install '.[beam]'`` from a checkout;
+saltedtable is not on PyPI yet). The core package never imports Beam; this one
+does on import.
 
 * :class:`ReadSaltedRows`: rows with logical keys, read in parallel splits.
 * :class:`WriteSaltedRows`: logical-key mutations, salted (or routed by a cutoff).
@@ -25,7 +26,7 @@ except ModuleNotFoundError as exc:
         raise
     raise ModuleNotFoundError(
         "saltedtable.beam needs Apache Beam, which is not installed: "
-        "pip install 'saltedtable[beam]'",
+        "pip install 'apache-beam>=2.60' (saltedtable's beam extra)",
         name=exc.name,
     ) from exc
 

@@ -55,7 +55,8 @@ changing the scheme:
   verify --to-table ...   compare a table and its resalted copy again
 
 Options Apache Beam knows go to Beam, e.g. --runner DataflowRunner --project P
---region us-central1 --temp_location gs://bucket/tmp --requirements_file req.txt.
+--region us-central1 --temp_location gs://bucket/tmp
+--extra_packages dist/saltedtable-0.1.0-py3-none-any.whl (from `make dist`).
 `saltedtable migrate STEP --help` lists a step's own options.
 """
 

@@ -395,7 +395,7 @@ def test_advise_plot_without_matplotlib_exits_2(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     code, _, err = run(capsys, "advise", "--plot", "x.png", str(small))
     assert code == 2
-    assert_one_line_error(err, "saltedtable[plot]")
+    assert_one_line_error(err, "pip install 'matplotlib>=3.8'")
 
 
 def test_advise_plot_unwritable_exits_1(

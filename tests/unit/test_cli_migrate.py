@@ -18,7 +18,7 @@ def test_migrate_without_beam_names_the_extra(
     for name in [m for m in sys.modules if m.startswith("saltedtable.beam")]:
         monkeypatch.delitem(sys.modules, name)
     assert main(["migrate", "backfill", "--help"]) == 2
-    assert "pip install 'saltedtable[beam]'" in capsys.readouterr().err
+    assert "pip install 'apache-beam>=2.60'" in capsys.readouterr().err
 
 
 def test_importing_saltedtable_beam_without_beam_names_the_extra(
@@ -28,6 +28,6 @@ def test_importing_saltedtable_beam_without_beam_names_the_extra(
     monkeypatch.setitem(sys.modules, "apache_beam", None)
     for name in [m for m in sys.modules if m.startswith("saltedtable.beam")]:
         monkeypatch.delitem(sys.modules, name)
-    with pytest.raises(ModuleNotFoundError, match=r"pip install 'saltedtable\[beam\]'") as caught:
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'apache-beam>=2\.60'") as caught:
         importlib.import_module("saltedtable.beam")
     assert caught.value.name == "apache_beam"

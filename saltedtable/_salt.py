@@ -13,7 +13,14 @@ Physical key formats:
   over the UTF-16 string with Java's signed remainder, written unpadded:
   ``b"-3-" + key`` is a valid prefix, so there are ``2N - 1`` buckets.
 * ``phoenix``: one raw salt byte ``abs(Arrays.hashCode(bytes) % N)``, no
-  separator, as Apache Phoenix / HBaseWD tables carry it (N <= 256).
+  separator (N <= 256): Apache Phoenix's ``SaltingUtil.getSaltingByte``
+  exactly; also HBaseWD's ``RowKeyDistributorByHashPrefix.OneByteSimpleHash``
+  (0.1.0 to its last master commit) for every key whose hash is not
+  ``Integer.MIN_VALUE``.
+
+``farmhash`` is FarmHash Fingerprint64 taken unsigned; SQL's
+``FARM_FINGERPRINT`` returns the same bits as a signed INT64, so SQL needs the
+expression in docs/schemes.md ("FarmHash in SQL") to give the same bucket.
 """
 
 from __future__ import annotations
@@ -258,10 +265,12 @@ class SaltScheme:
     Args:
         buckets: N, the number of salt values (the "salt range").
         hash: One of :data:`HASHES`. ``crc32`` (default), ``crc32c`` and
-            ``farmhash`` (FarmHash Fingerprint64, as Spanner's
-            ``FARM_FINGERPRINT``, taken unsigned) write zero-padded decimal
-            prefixes; ``java`` and ``phoenix`` read and write tables made by
-            the Bigtable Java sample and by Apache Phoenix / HBaseWD.
+            ``farmhash`` (FarmHash Fingerprint64 taken unsigned; SQL's
+            ``FARM_FINGERPRINT`` is the same value signed) write zero-padded
+            decimal prefixes; ``java`` and ``phoenix`` read and write tables
+            made by the Bigtable Java sample and by Apache Phoenix (and
+            HBaseWD's ``OneByteSimpleHash``, but for keys hashing to
+            ``Integer.MIN_VALUE``). docs/schemes.md says exactly what each matches.
         key_part: What to hash: the whole key (None), a ready-made part such as
             :class:`fields` or :class:`before_last`, or any callable
             ``bytes -> bytes``.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -178,6 +179,92 @@ def test_phoenix_arrays_hashcode_min_value() -> None:
         assert scheme(7, "phoenix").salt_key(key) == b"\x02" + key
         assert scheme(10, "phoenix").salt_key(key) == b"\x08" + key
         assert scheme(256, "phoenix").salt_key(key) == b"\x00" + key
+
+
+# -- what the schemes match outside Python (docs/schemes.md) ---------------------
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _sql_mod(x: int, y: int) -> int:
+    """GoogleSQL's MOD on INT64: the remainder keeps the sign of the dividend."""
+    assert INT64_MIN <= x <= INT64_MAX, f"{x} leaves INT64"
+    rem = abs(x) % y
+    return -rem if x < 0 else rem
+
+
+def _sql_if(condition: bool, then: int, otherwise: int) -> int:
+    return then if condition else otherwise
+
+
+def _farmhash_sql() -> str:
+    """The SQL expression that docs/schemes.md gives for hash="farmhash" buckets."""
+    text = (REPO / "docs" / "schemes.md").read_text()
+    section = text.split("### FarmHash in SQL", 1)[1]
+    (expression,) = re.findall(r"```sql\n(.*?)```", section.split("\n### ", 1)[0], re.S)
+    return str(expression)
+
+
+def _eval_sql(expression: str, fingerprint: int, n: int) -> int:
+    """Evaluate the documented expression with FARM_FINGERPRINT's signed INT64 value."""
+    py = expression.replace("FARM_FINGERPRINT(row_key)", "fp")
+    py = re.sub(r"\bN\b", "n", py)
+    py = re.sub(r"\bMOD\(", "sql_mod(", py)
+    py = re.sub(r"\bIF\(", "sql_if(", py)
+    assert set(re.findall(r"[A-Za-z_]\w*", py)) <= {"fp", "n", "sql_mod", "sql_if"}, py
+    value = eval(py, {"sql_mod": _sql_mod, "sql_if": _sql_if}, {"fp": fingerprint, "n": n})
+    assert isinstance(value, int)
+    return value
+
+
+def test_documented_farm_fingerprint_sql_gives_the_farmhash_bucket() -> None:
+    """The SQL in docs/schemes.md, over FARM_FINGERPRINT's signed value, is the unsigned % N."""
+    import farmhash
+
+    rnd = random.Random(25)
+    keys = [key_of(v) for v in vectors()]
+    keys += [f"user{i}#{1_700_000_000 + i}".encode() for i in range(1000)]
+    keys += [rnd.randbytes(rnd.randint(1, 40)) for _ in range(1000)]
+    expression = _farmhash_sql()
+    negatives = 0
+    for n in SOME_NS:
+        s = scheme(n, "farmhash")
+        naive_differs = 0
+        for key in keys:
+            unsigned = int(farmhash.fingerprint64(key))
+            signed = unsigned - 2**64 if unsigned > INT64_MAX else unsigned
+            negatives += signed < 0
+            assert _eval_sql(expression, signed, n) == s.bucket_of(key), (key, n)
+            naive_differs += _sql_mod(signed, n) != s.bucket_of(key)
+        if n > 2:  # the plain MOD of the signed value is wrong for about half the keys
+            assert 0.4 < naive_differs / len(keys) < 0.6, (n, naive_differs)
+    assert negatives > 0
+
+
+def _hbasewd_one_byte_simple_hash(arrays_hash: int, n: int) -> int:
+    """HBaseWD's OneByteSimpleHash prefix byte from the hash: (byte) (Math.abs(hash) % n)."""
+    java_abs = arrays_hash if arrays_hash == -(2**31) else abs(arrays_hash)  # int overflow
+    rem = abs(java_abs) % n
+    return (-rem if java_abs < 0 else rem) & 0xFF  # Java's remainder, then the byte
+
+
+@pytest.mark.parametrize("n", VECTORS["phoenix_ns"])
+def test_phoenix_is_hbasewd_one_byte_simple_hash_but_for_min_value(n: int) -> None:
+    """The phoenix byte is HBaseWD's prefix for every key but Integer.MIN_VALUE hashes."""
+    differ = []
+    for v in vectors():
+        ours = scheme(n, "phoenix").salt_key(key_of(v))[0]
+        if ours != _hbasewd_one_byte_simple_hash(v["arrays_hash"], n):
+            differ.append(v["arrays_hash"])
+    power_of_two = n & (n - 1) == 0
+    assert differ == ([] if power_of_two else [-(2**31)] * len(differ))
+    assert power_of_two or len(differ) == 2  # aedhssxo and 808099f2eff3e9eb
+
+
+def test_hbasewd_min_value_bytes() -> None:
+    """HBaseWD's bytes for a MIN_VALUE hash, as a JVM computed them, fall outside range(N)."""
+    for n, jvm in ((7, 0xFE), (10, 0xF8), (16, 0x00), (100, 0xD0), (256, 0x00)):
+        assert _hbasewd_one_byte_simple_hash(-(2**31), n) == jvm
 
 
 def test_java_hashes_utf16_units() -> None:

@@ -241,6 +241,28 @@ def test_documented_farm_fingerprint_sql_gives_the_farmhash_bucket() -> None:
     assert negatives > 0
 
 
+def test_keys_the_docs_show_are_the_keys_the_scheme_makes() -> None:
+    """The salted keys and buckets in the README's and docs/schemes.md's comments, computed."""
+    readme = (REPO / "README.md").read_text()
+    quickstart = re.findall(
+        r'SaltScheme\(buckets=(\d+)\)\s+# prefix = [^"]*b"(\d+-)([^"]+)"', readme
+    )
+    assert quickstart, "the README quickstart's prefix comment"
+    for n, prefix, key in quickstart:
+        assert SaltScheme(int(n)).salt_key(key) == (prefix + key).encode(), (n, prefix, key)
+    shown = re.findall(r"SaltScheme\((\d+)\)\.salt_key\(b\"([^\"]+)\"\)\s+# b'([^']+)'", readme)
+    assert shown
+    for n, key, salted in shown:
+        assert SaltScheme(int(n)).salt_key(key) == salted.encode()
+    schemes = (REPO / "docs" / "schemes.md").read_text()
+    (n,) = re.findall(r"scheme = SaltScheme\((\d+)\)", schemes)
+    s = SaltScheme(int(n))
+    (bucket,) = re.findall(r'scheme\.bucket_of\(b"user123"\)\s+# (\d+)', schemes)
+    (salted,) = re.findall(r"scheme\.salt_key\(b\"user123\"\)\s+# b'([^']+)'", schemes)
+    assert s.bucket_of(b"user123") == int(bucket)
+    assert s.salt_key(b"user123") == salted.encode()
+
+
 def _hbasewd_one_byte_simple_hash(arrays_hash: int, n: int) -> int:
     """HBaseWD's OneByteSimpleHash prefix byte from the hash: (byte) (Math.abs(hash) % n)."""
     java_abs = arrays_hash if arrays_hash == -(2**31) else abs(arrays_hash)  # int overflow

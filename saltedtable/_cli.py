@@ -32,6 +32,7 @@ from ._cutoff import (
     CutoffPolicy,
 )
 from ._exceptions import CutoffError, SaltedTableError, SaltSchemeError, UsageError
+from ._migrate_args import parse as parse_migrate
 from ._salt import (
     HASHES,
     MAX_BUCKETS,
@@ -221,6 +222,11 @@ def _quiet_import_logs() -> Iterator[None]:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    # Parsed without Beam, so --help and usage errors work where it is not installed.
+    parsed = parse_migrate(args.argv)
+    if isinstance(parsed, int):
+        return parsed
+    step_args, beam_args = parsed
     try:
         with _quiet_import_logs():
             beam_cli = importlib.import_module("saltedtable.beam._cli")
@@ -228,10 +234,10 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         if (exc.name or "").partition(".")[0] != "apache_beam":
             raise
         raise UsageError(
-            "migrate runs on Apache Beam, which is not installed: "
+            f"the {step_args.step} step runs on Apache Beam, which is not installed: "
             "pip install 'apache-beam>=2.60' (saltedtable's beam extra)"
         ) from None
-    code: int = beam_cli.main(args.argv)
+    code: int = beam_cli.run_step(step_args, beam_args)
     return code
 
 

@@ -1,30 +1,31 @@
 """``saltedtable migrate``: the migration steps from the command line.
 
-Runs locally by default (Beam's in-process portable runner); options that
-Apache Beam knows are handed to its ``PipelineOptions``, so ``--runner
-DataflowRunner --project ... --region ... --temp_location gs://...`` runs the
-same step on Dataflow. Any other unknown option is refused. Exit codes: 0
-done (and verified); 1 a verification found differences, a step was
-refused, or Bigtable or the pipeline failed; 2 bad usage. Errors are one
-line on stderr.
+:mod:`saltedtable._migrate_args` parses the arguments (it needs no Beam); this
+module runs the step. Runs locally by default (Beam's in-process portable
+runner); options that Apache Beam knows are handed to its
+``PipelineOptions``, so ``--runner DataflowRunner --project ... --region ...
+--temp_location gs://...`` runs the same step on Dataflow. Any other unknown
+option is refused. Exit codes: 0 done (and verified); 1 a verification found
+differences, a step was refused, or Bigtable or the pipeline failed; 2 bad
+usage. Errors are one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
-from collections.abc import Callable, Sequence
-from typing import IO, NoReturn, TypedDict
+from collections.abc import Sequence
+from typing import IO, TypedDict
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from google.api_core.exceptions import GoogleAPICallError, NotFound
 
 from .._exceptions import CutoffError, DataError, SaltedTableError, SaltSchemeError, UsageError
+from .._migrate_args import NEW_SCHEME_FIELDS, PROG, parse
 from .._record import describe_layout, layout_differences
-from .._salt import HASHES, SaltScheme
-from .._specs import add_time_arguments, cutoff_policy_from_args, key_part_from_spec
+from .._salt import SaltScheme
+from .._specs import cutoff_policy_from_args, key_part_from_spec
 from ._io import BigtableTarget
 from ._migrate import (
     MigrationReport,
@@ -38,146 +39,9 @@ from ._migrate import (
 )
 from ._record import read_record
 
-__all__ = ["main"]
+__all__ = ["main", "run_step"]
 
-_PROG = "saltedtable migrate"
-
-_EPILOG = """\
-finishing a forward-only migration (a table with --cutoff), in order:
-  backfill        copy every legacy row to its salted key (re-runnable)
-  verify          compare legacy rows and copies per bucket (rows, checksum)
-  cutover         verify, then let fully salted readers open the table too
-  delete-legacy   once every service runs without the cutoff: refuse cutoff
-                  readers, delete the legacy rows, write the fully salted record
-changing the scheme:
-  resalt          copy into --to-table with --to-buckets/--to-hash/...,
-                  verify, write the new layout record there
-  verify --to-table ...   compare a table and its resalted copy again
-
-Options Apache Beam knows go to Beam, e.g. --runner DataflowRunner --project P
---region us-central1 --temp_location gs://bucket/tmp
---extra_packages dist/saltedtable-0.1.0-py3-none-any.whl (from `make dist`).
-`saltedtable migrate STEP --help` lists a step's own options.
-"""
-
-_RESALT_HELP = "the resalted table (with the same column families)"
-_NEW = ("buckets", "hash", "key_part", "separator", "marker")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-
-    return parse
-
-
-def _positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
-    return value
-
-
-def _common_options() -> _Parser:
-    p = _Parser(add_help=False, allow_abbrev=False)
-    table = p.add_argument_group("the table")
-    table.add_argument("--bigtable-project", required=True, help="the table's Google Cloud project")
-    table.add_argument("--instance", required=True, help="Bigtable instance id")
-    table.add_argument("--table", required=True, help="table id")
-    table.add_argument("--app-profile", help="Bigtable app profile id")
-    scheme = p.add_argument_group("its layout")
-    scheme.add_argument(
-        "-n", "--buckets", type=_int_at_least(1), required=True, help="the table's bucket count"
-    )
-    scheme.add_argument("--hash", default="crc32", help=f"one of {', '.join(HASHES)}")
-    scheme.add_argument("--key-part", metavar="SPEC", help="fields:K[:SEP] or before-last[:SEP]")
-    scheme.add_argument("--separator", default="-", help="separator after a decimal prefix")
-    scheme.add_argument("--marker", default="", help="bytes before every prefix (text)")
-    scheme.add_argument("--cutoff", metavar="ISO", help="its cutoff, e.g. 2024-01-01T00:00:00Z")
-    add_time_arguments(scheme)
-    run = p.add_argument_group("running")
-    run.add_argument(
-        "--split-mb",
-        type=_positive_number,
-        default=64.0,
-        help="about how much one split reads (MB, 64)",
-    )
-    run.add_argument("--progress", action="store_true", help="show progress even if not a terminal")
-    run.add_argument(
-        "-v", "--verbose", action="store_true", help="show Apache Beam's own log (INFO and up)"
-    )
-    return p
-
-
-def _add_new_scheme(p: argparse.ArgumentParser, *, required: bool) -> None:
-    new = p.add_argument_group("the resalted copy")
-    new.add_argument("--to-table", required=required, help=_RESALT_HELP)
-    new.add_argument("--to-buckets", type=_int_at_least(1), help="the new bucket count")
-    new.add_argument("--to-hash", help="the new hash (default: unchanged)")
-    new.add_argument("--to-key-part", metavar="SPEC", help="the new key part")
-    new.add_argument("--to-separator", help="the new separator")
-    new.add_argument("--to-marker", help="the new marker")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog=_PROG,
-        description="Backfill, verify, cut over or resalt a salted table with Apache Beam.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
-    steps = p.add_subparsers(dest="step", required=True, metavar="STEP", parser_class=_Parser)
-    common = _common_options()
-
-    def step(name: str, summary: str) -> argparse.ArgumentParser:
-        sub: argparse.ArgumentParser = steps.add_parser(
-            name,
-            parents=[common],
-            help=summary,
-            description=summary,
-            allow_abbrev=False,
-            epilog="Options Apache Beam knows (--runner, --region, ...) go to Beam.",
-        )
-        return sub
-
-    back = step("backfill", "Copy every legacy row to its salted key (needs --cutoff).")
-    back.add_argument("--family", help="column family for the layout record, if there is none")
-    back.add_argument(
-        "--prune",
-        action="store_true",
-        help="also delete copies whose legacy row is gone (reads the keys of every bucket)",
-    )
-    verify = step(
-        "verify",
-        "Compare legacy rows with their copies (with --cutoff), or a table with its "
-        "resalted copy (with --to-table).",
-    )
-    _add_new_scheme(verify, required=False)
-    step("cutover", "Verify the copies, then let fully salted readers open (needs --cutoff).")
-    step(
-        "delete-legacy",
-        "Once every service runs without the cutoff: delete the legacy rows and write the "
-        "fully salted record (needs --cutoff).",
-    )
-    copy = step("resalt", "Copy the table under a new scheme into --to-table and verify it.")
-    _add_new_scheme(copy, required=True)
-    copy.add_argument("--family", required=True, help="column family for the new layout record")
-    return p
+_PROG = PROG
 
 
 def _scheme(args: argparse.Namespace, new: bool = False) -> SaltScheme:
@@ -263,7 +127,7 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
                 target, scheme, destination, new_scheme, cutoff=cutoff, family=args.family, **common
             )
         return verify_resalt(target, scheme, destination, new_scheme, cutoff=cutoff, **common)
-    given = [name for name in _NEW if getattr(args, f"to_{name}", None) is not None]
+    given = [name for name in NEW_SCHEME_FIELDS if getattr(args, f"to_{name}", None) is not None]
     new_options = ["--to-" + name.replace("_", "-") for name in given]
     if new_options:
         raise UsageError(f"{' '.join(new_options)} describe a resalted copy: give --to-table too")
@@ -287,11 +151,15 @@ def _say(line: str) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """Run one step; return the exit code."""
-    try:
-        args, beam_args = _parser().parse_known_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed
-        return exc.code if isinstance(exc.code, int) else 0
+    """Parse a ``migrate`` command line and run its step; return the exit code."""
+    parsed = parse(argv)
+    if isinstance(parsed, int):
+        return parsed
+    return run_step(*parsed)
+
+
+def run_step(args: argparse.Namespace, beam_args: list[str]) -> int:
+    """Run the step that :func:`saltedtable._migrate_args.parse` read; return the exit code."""
     prog = f"{_PROG} {args.step}"
     _quiet_beam(args.verbose)
     try:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
 
 from .._salt import SaltScheme, format_key
-from .noise import CONFIDENCE, estimate, uniform_floor
+from .noise import CONFIDENCE, NoiseFloor, estimate, uniform_floor
 from .noise import count_unit as _count_unit
 
 __all__ = [
@@ -301,6 +301,110 @@ def advise(
         SaltSchemeError: ``scheme_for`` rejects a candidate.
         RowKeyError: A key the scheme cannot salt.
     """
+    _check_arguments(
+        accesses,
+        tablets=tablets,
+        target=target,
+        windows=windows,
+        scan_limit=scan_limit,
+        count_unit=count_unit,
+        resamples=resamples,
+        candidates=candidates,
+    )
+    findings: list[Finding] = []
+    sample = _Sample.of(
+        accesses,
+        tablets=tablets,
+        target=target,
+        windows=windows,
+        ordered=ordered,
+        count_unit=count_unit,
+        findings=findings,
+    )
+    sims, widest = _simulate_candidates(
+        sample,
+        candidates,
+        scheme_for,
+        scan_limit=scan_limit,
+        target=target,
+        resamples=resamples,
+        seed=seed,
+        progress=progress,
+    )
+    key_window = sample.key_window_load()
+    # The tablet of each window's hottest key holds that key and, at best, a fair share
+    # of the rest: salting cannot take max/mean below that (linear in the share, so the
+    # windows' weighted mean is the level of their summed shares).
+    window_max: dict[int, float] = {}
+    for (_, w), load in key_window.items():
+        window_max[w] = max(window_max.get(w, 0.0), load)
+    hot_key_floor = _key_tablet_level(
+        math.fsum(window_max.values()) / sample.total, len(sample.keys), sample.t_count
+    )
+    top = sorted(range(len(sample.keys)), key=lambda i: -sample.key_load[i])[:3]
+    top_keys = tuple((sample.keys[i], sample.key_load[i] / sample.total) for i in top)
+
+    unsalted = sims[0]
+    ratio = round(_settled(unsalted.corrected), 1)
+    # No shards when the unsalted layout already meets the target (or is like uniform).
+    rule = 1 if unsalted.meets_target else max(1, math.ceil(ratio))
+    recommended = next((s.buckets for s in sims if s.meets_target), None)
+    _diagnose(
+        sample,
+        sims,
+        widest=widest,
+        key_window=key_window,
+        top_keys=top_keys,
+        hot_key_floor=hot_key_floor,
+        rule=rule,
+        recommended=recommended,
+        target=target,
+        show_key=show_key,
+        findings=findings,
+    )
+    return Advice(
+        lines=len(accesses),
+        storage_lines=len(accesses) - sample.loaded,
+        distinct_keys=len(sample.keys),
+        total_load=sample.total,
+        time_axis=sample.axis,
+        window_edges=sample.edges,
+        window_choice=sample.choice,
+        tablets=sample.t_count,
+        target=target,
+        scan_limit=scan_limit,
+        simulations=tuple(sims),
+        recommended=recommended,
+        rule_of_thumb=rule,
+        rule_of_thumb_ratio=ratio,
+        count_unit=sample.unit,
+        count_unit_choice="auto" if count_unit is None else "given",
+        events=sample.events,
+        noise_floor=sample.floor.mean,
+        noise_floor_high=sample.floor.high,
+        resamples=resamples,
+        seed=seed,
+        hot_key_floor=hot_key_floor,
+        top_keys=top_keys,
+        findings=tuple(findings),
+    )
+
+
+# -- stages of advise() ----------------------------------------------------------
+
+
+def _check_arguments(
+    accesses: Sequence[Access],
+    *,
+    tablets: int,
+    target: float,
+    windows: int | None,
+    scan_limit: int,
+    count_unit: float | None,
+    resamples: int,
+    candidates: Sequence[int],
+) -> None:
+    """Refuse bad arguments and samples (each :class:`ValueError` names the value)."""
     if not accesses:
         raise ValueError("the sample is empty")
     if tablets < 1:
@@ -327,65 +431,147 @@ def advise(
     timed = sum(a.time is not None for a in loaded)
     if 0 < timed < len(loaded):
         raise ValueError("either every access has a time or none has (count-0 lines may omit it)")
-    total = math.fsum(a.count for a in accesses)
-    if total <= 0:
+    if math.fsum(a.count for a in accesses) <= 0:
         raise ValueError("the sample carries no load (every count is 0)")
 
-    findings: list[Finding] = []
-    axis, positions = _time_axis(accesses, ordered, findings)
-    keys = sorted({a.key for a in accesses})
-    t_count = min(tablets, len(keys))
-    sizes = _tablet_sizes(len(keys), t_count)
-    _find_few_keys(len(keys), tablets, sizes, target, findings)
-    index = {k: i for i, k in enumerate(keys)}
-    key_of = [index[a.key] for a in accesses]
-    unit = count_unit if count_unit is not None else _count_unit([a.count for a in accesses])
-    events = total / unit
 
-    if axis == "none" or max(positions) == min(positions):
-        choice: WindowChoice = "single"
-        w_count = 1
-    elif windows is not None:
-        choice = "given"
-        w_count = windows
-    else:
-        choice = "auto"
-        w_count = _choose_windows(accesses, positions, key_of, sizes, total, unit)
-    edges = _windows(positions, w_count)[0]
-    if axis == "order" and not ordered and w_count > 1:
-        findings.append(
-            Finding(
-                "order-as-time",
-                "note",
-                f"no time column: the line order is the time axis, cut into {w_count} windows "
-                f"of about {len(loaded) / w_count:,.0f} lines; if the lines are not in "
-                "arrival order, pass --windows 1 (or --ordered to confirm that they are)",
+@final
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    """The sample aggregated once: keys, tablets, windows and load per (key, window part).
+
+    Every simulated layout re-buckets :attr:`cells`; the findings read the rest.
+    """
+
+    #: The accesses as given (findings look at their order and times).
+    accesses: Sequence[Access]
+    #: Accesses with a positive count.
+    loaded: int
+    total: float
+    axis: TimeAxis
+    positions: Sequence[float]
+    #: Distinct keys, sorted.
+    keys: list[bytes]
+    t_count: int
+    sizes: list[int]
+    unit: float
+    events: float
+    choice: WindowChoice
+    w_count: int
+    edges: tuple[float, ...]
+    #: Each window is cut in this many parts, so that shifted windows can be summed too.
+    phases: int
+    #: Load per (key index, window part).
+    cells: dict[tuple[int, int], float]
+    key_load: list[float]
+    window_load: list[float]
+    floor: NoiseFloor
+
+    @classmethod
+    def of(
+        cls,
+        accesses: Sequence[Access],
+        *,
+        tablets: int,
+        target: float,
+        windows: int | None,
+        ordered: bool,
+        count_unit: float | None,
+        findings: list[Finding],
+    ) -> _Sample:
+        """Aggregate a checked sample; notes about its time axis go to ``findings``."""
+        loaded = sum(a.count > 0 for a in accesses)
+        total = math.fsum(a.count for a in accesses)
+        axis, positions = _time_axis(accesses, ordered, findings)
+        keys = sorted({a.key for a in accesses})
+        t_count = min(tablets, len(keys))
+        sizes = _tablet_sizes(len(keys), t_count)
+        _find_few_keys(len(keys), tablets, sizes, target, findings)
+        index = {k: i for i, k in enumerate(keys)}
+        key_of = [index[a.key] for a in accesses]
+        unit = count_unit if count_unit is not None else _count_unit([a.count for a in accesses])
+
+        choice: WindowChoice
+        if axis == "none" or max(positions) == min(positions):
+            choice, w_count = "single", 1
+        elif windows is not None:
+            choice, w_count = "given", windows
+        else:
+            choice = "auto"
+            w_count = _choose_windows(accesses, positions, key_of, sizes, total, unit)
+        edges = _windows(positions, w_count)[0]
+        if axis == "order" and not ordered and w_count > 1:
+            findings.append(
+                Finding(
+                    "order-as-time",
+                    "note",
+                    f"no time column: the line order is the time axis, cut into {w_count} "
+                    f"windows of about {loaded / w_count:,.0f} lines; if the lines are not "
+                    "in arrival order, pass --windows 1 (or --ordered to confirm that they are)",
+                )
             )
+        phases = _PHASES if w_count > 1 else 1
+        part_of = _windows(positions, w_count * phases)[1]
+        cells: dict[tuple[int, int], float] = {}
+        key_load = [0.0] * len(keys)
+        window_load = [0.0] * w_count
+        for a, i, part in zip(accesses, key_of, part_of, strict=True):
+            cells[i, part] = cells.get((i, part), 0.0) + a.count
+            key_load[i] += a.count
+            window_load[part // phases] += a.count
+        floor = uniform_floor([_settled(load / unit) for load in window_load], t_count, sizes)
+        return cls(
+            accesses=accesses,
+            loaded=loaded,
+            total=total,
+            axis=axis,
+            positions=positions,
+            keys=keys,
+            t_count=t_count,
+            sizes=sizes,
+            unit=unit,
+            events=total / unit,
+            choice=choice,
+            w_count=w_count,
+            edges=edges,
+            phases=phases,
+            cells=cells,
+            key_load=key_load,
+            window_load=window_load,
+            floor=floor,
         )
-    # Each window in _PHASES parts, so that windows shifted by a part can be summed too.
-    phases = _PHASES if w_count > 1 else 1
-    part_of = _windows(positions, w_count * phases)[1]
 
-    # Aggregate once: load per (key, window part); every layout re-buckets these cells.
-    cells: dict[tuple[int, int], float] = {}
-    key_load = [0.0] * len(keys)
-    window_load = [0.0] * w_count
-    for a, i, part in zip(accesses, key_of, part_of, strict=True):
-        cells[i, part] = cells.get((i, part), 0.0) + a.count
-        key_load[i] += a.count
-        window_load[part // phases] += a.count
-    floor = uniform_floor([_settled(load / unit) for load in window_load], t_count, sizes)
+    def key_window_load(self) -> dict[tuple[int, int], float]:
+        """Load per (key index, window)."""
+        out: dict[tuple[int, int], float] = {}
+        phases = self.phases
+        for (i, part), load in self.cells.items():
+            out[i, part // phases] = out.get((i, part // phases), 0.0) + load
+        return out
 
+
+def _simulate_candidates(
+    sample: _Sample,
+    candidates: Sequence[int],
+    scheme_for: Callable[[int], SaltScheme],
+    *,
+    scan_limit: int,
+    target: float,
+    resamples: int,
+    seed: int,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[Simulation], SaltScheme | None]:
+    """Simulate unsalted and every candidate N, ascending; also the widest scheme built."""
     todo = sorted(set(candidates) | {1})
     sims: list[Simulation] = []
     # The scheme of the largest candidate: which keys salting can split at all.
     widest: SaltScheme | None = None
     for done, n in enumerate(todo, 1):
         if n == 1:
-            physical, sub_scans = keys, 1
+            physical, sub_scans = sample.keys, 1
         else:
             scheme = widest = scheme_for(n)
-            physical = [scheme.salt_key(k) for k in keys]
+            physical = [scheme.salt_key(k) for k in sample.keys]
             # hash="java" has 2N-1 prefixes, and a scan reads every one of them.
             sub_scans = len(scheme.prefixes)
         sims.append(
@@ -393,54 +579,65 @@ def advise(
                 n,
                 sub_scans,
                 physical,
-                cells,
-                w_count,
-                phases,
-                t_count,
-                total,
+                sample.cells,
+                sample.w_count,
+                sample.phases,
+                sample.t_count,
+                sample.total,
                 scan_limit,
-                unit=unit,
+                unit=sample.unit,
                 target=target,
-                floor_high=floor.high,
+                floor_high=sample.floor.high,
                 resamples=resamples,
                 seed=seed,
             )
         )
         if progress is not None:
             progress(done, len(todo))
+    return sims, widest
 
-    key_window: dict[tuple[int, int], float] = {}
-    for (i, part), load in cells.items():
-        key_window[i, part // phases] = key_window.get((i, part // phases), 0.0) + load
-    window_max: dict[int, float] = {}
-    for (_, w), load in key_window.items():
-        window_max[w] = max(window_max.get(w, 0.0), load)
-    # The tablet of each window's hottest key holds that key and, at best, a fair share
-    # of the rest: salting cannot take max/mean below that (linear in the share, so the
-    # windows' weighted mean is the level of their summed shares).
-    hot_key_floor = _key_tablet_level(math.fsum(window_max.values()) / total, len(keys), t_count)
-    top = sorted(range(len(keys)), key=lambda i: -key_load[i])[:3]
-    top_keys = tuple((keys[i], key_load[i] / total) for i in top)
 
-    unsalted = sims[0]
-    ratio = round(_settled(unsalted.corrected), 1)
-    # No shards when the unsalted layout already meets the target (or is like uniform).
-    rule = 1 if unsalted.meets_target else max(1, math.ceil(ratio))
-    recommended = next((s.buckets for s in sims if s.meets_target), None)
-
+def _diagnose(
+    sample: _Sample,
+    sims: list[Simulation],
+    *,
+    widest: SaltScheme | None,
+    key_window: dict[tuple[int, int], float],
+    top_keys: tuple[tuple[bytes, float], ...],
+    hot_key_floor: float,
+    rule: int,
+    recommended: int | None,
+    target: float,
+    show_key: Callable[[bytes], str],
+    findings: list[Finding],
+) -> None:
+    """Add what the numbers alone do not say to ``findings``."""
+    accesses, keys, t_count = sample.accesses, sample.keys, sample.t_count
     _find_hot_key(top_keys, len(keys), t_count, target, show_key, findings)
-    _find_monotonic(accesses, axis, positions, widest, show_key, findings)
-    if w_count == 1:
+    _find_monotonic(accesses, sample.axis, sample.positions, widest, show_key, findings)
+    if sample.w_count == 1:
         _find_no_load(
-            key_load, unit, storage=any(a.count == 0 for a in accesses), findings=findings
+            sample.key_load,
+            sample.unit,
+            storage=any(a.count == 0 for a in accesses),
+            findings=findings,
         )
-    if choice == "auto" and w_count == 1:
-        _find_one_window(len(loaded), events, t_count, findings)
+    if sample.choice == "auto" and sample.w_count == 1:
+        _find_one_window(sample.loaded, sample.events, t_count, findings)
     # Chance alone, without the rounding of whole keys into tablets (few-keys says that):
     # only this part shrinks with a larger sample.
-    chance = uniform_floor([_settled(load / unit) for load in window_load], t_count)
-    _find_small_sample(chance.high, len(loaded), events, unit, w_count, t_count, target, findings)
-    _find_inconclusive(sims, recommended, target, len(loaded), findings)
+    chance = uniform_floor([_settled(load / sample.unit) for load in sample.window_load], t_count)
+    _find_small_sample(
+        chance.high,
+        sample.loaded,
+        sample.events,
+        sample.unit,
+        sample.w_count,
+        t_count,
+        target,
+        findings,
+    )
+    _find_inconclusive(sims, recommended, target, sample.loaded, findings)
     _find_wide_hot_range(sims[0], keys, rule, recommended, show_key, findings)
     if recommended is None:
         if not _at_most(hot_key_floor, target):
@@ -461,33 +658,6 @@ def advise(
                 f"{best.high:.2f}); {why}",
             )
         )
-
-    return Advice(
-        lines=len(accesses),
-        storage_lines=len(accesses) - len(loaded),
-        distinct_keys=len(keys),
-        total_load=total,
-        time_axis=axis,
-        window_edges=edges,
-        window_choice=choice,
-        tablets=t_count,
-        target=target,
-        scan_limit=scan_limit,
-        simulations=tuple(sims),
-        recommended=recommended,
-        rule_of_thumb=rule,
-        rule_of_thumb_ratio=ratio,
-        count_unit=unit,
-        count_unit_choice="auto" if count_unit is None else "given",
-        events=events,
-        noise_floor=floor.mean,
-        noise_floor_high=floor.high,
-        resamples=resamples,
-        seed=seed,
-        hot_key_floor=hot_key_floor,
-        top_keys=top_keys,
-        findings=tuple(findings),
-    )
 
 
 # -- simulation ----------------------------------------------------------------

@@ -57,6 +57,9 @@ BODY_TIMEOUT = 1.0
 
 
 def _load_service() -> ModuleType:
+    # service.py imports service_http.py from its own folder, as it does when run as a script.
+    if str(SERVICE_PATH.parent) not in sys.path:
+        sys.path.insert(0, str(SERVICE_PATH.parent))
     spec = importlib.util.spec_from_file_location("saltedtable_example_service", SERVICE_PATH)
     assert spec is not None
     assert spec.loader is not None

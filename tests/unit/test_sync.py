@@ -217,7 +217,7 @@ def test_a_failing_bucket_keeps_the_clients_error_type() -> None:
 def test_a_slot_wait_past_the_deadline_is_deadline_exceeded() -> None:
     """With every slot taken elsewhere, a read fails like the client's timeout."""
     _, table = filled(max_concurrent_subscans=1)
-    table._slots.acquire()
+    assert table._slots.acquire(time.monotonic())
     try:
         with pytest.raises(DeadlineExceeded, match="sub-scan slot"):
             table.read_rows(ReadRowsQuery(), operation_timeout=0.05)

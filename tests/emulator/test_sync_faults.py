@@ -7,6 +7,7 @@ thread of its own, between the sync data client and the session's emulator.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import threading
@@ -188,3 +189,45 @@ def test_leaving_a_stalled_sync_stream_returns_at_once_and_leaves_nothing(
         time.sleep(0.3)  # a retry the client would have started by now
         assert not open_calls(), "a sub-scan's RPC was started again"
         proxy.call(proxy.proxy.clear)
+
+
+# -- R4: waiting for another operation's guard read -------------------------------------
+
+
+@pytest.mark.parametrize("server_back", [False, True], ids=["stalled", "back-after-2.5s"])
+def test_a_sync_operation_waiting_for_anothers_guard_read_keeps_to_its_own_timeout(
+    proxy: ThreadProxy, table_id: str, server_back: bool
+) -> None:
+    """B (1 s) starts while A's (8 s) guard read stalls: DeadlineExceeded at B's own deadline.
+
+    Found by differential fuzzing (issue 26, R4): B waited on the guard's lock for as long
+    as A's read took, then had a fresh budget (it succeeded once the server came back).
+    """
+    with client_at(proxy.proxy.address) as client:
+        client.get_table(INSTANCE, table_id).read_row(b"connect first")
+        table = SaltedTable.from_client(client, INSTANCE, table_id, SCHEME)
+        proxy.call(lambda: proxy.proxy.stall(2.5 if server_back else None))
+
+        def first() -> None:
+            with contextlib.suppress(DeadlineExceeded):
+                table.read_row(KEYS[1], operation_timeout=8)
+
+        a_done = in_thread(first)
+        time.sleep(0.1)
+        outcome: list[BaseException | None] = []
+
+        def second() -> None:
+            try:
+                table.read_row(KEYS[2], operation_timeout=1.0)
+                outcome.append(None)
+            except Exception as exc:
+                outcome.append(exc)
+
+        start = time.monotonic()
+        assert in_thread(second).wait(WITHIN)
+        elapsed = time.monotonic() - start
+        proxy.call(proxy.proxy.clear)
+        assert a_done.wait(WITHIN)
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], DeadlineExceeded), repr(outcome[0])
+    assert elapsed < 5, f"B took {elapsed:.2f}s against an operation_timeout of 1 s"

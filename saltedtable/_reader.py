@@ -766,12 +766,20 @@ class ReadCall(_Read[Awaitable[bool]]):
             error = exc
             raise
         finally:
-            if self._first is not None:
-                await self._first[1].aclose()
-            await merge.aclose()
-            # Left early: what the caller had not taken of the last batch was not read.
-            emitted += merge.emitted
-            self._finish(merge, emitted - operator.length_hint(rows), error)
+            try:
+                if self._first is not None:
+                    await self._first[1].aclose()
+                await merge.aclose()
+            except BaseException as exc:
+                # Cancelled while it cleans up (asyncio's cancellation reaches
+                # through shields): still reported, once.
+                if error is None:
+                    error = exc
+                raise
+            finally:
+                # Left early: what the caller had not taken of the last batch was not read.
+                emitted += merge.emitted
+                self._finish(merge, emitted - operator.length_hint(rows), error)
 
 
 # -- a bucket's requests -----------------------------------------------------------------
@@ -1097,12 +1105,18 @@ class SyncReadCall(_Read[bool]):
             error = exc
             raise
         finally:
-            if self._first is not None:
-                self._first[1].close()
-            merge.close()
-            # Left early: what the caller had not taken of the last batch was not read.
-            emitted += merge.emitted - operator.length_hint(rows)
-            self._finish(merge, emitted, error)
+            try:
+                if self._first is not None:
+                    self._first[1].close()
+                merge.close()
+            except BaseException as exc:
+                if error is None:
+                    error = exc
+                raise
+            finally:
+                # Left early: what the caller had not taken of the last batch was not read.
+                emitted += merge.emitted - operator.length_hint(rows)
+                self._finish(merge, emitted, error)
 
 
 def _one_budget(one: OneRequest) -> ReadBudget:

@@ -34,6 +34,7 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 
+from saltedtable import SaltedTableAsync, SaltScheme
 from saltedtable._cancel import end_stream, find_calls, stop_reads
 from saltedtable.testing import INSTANCE, Emulator, create_table, delete_table
 
@@ -86,8 +87,6 @@ async def test_a_stream_left_with_a_bare_break_leaves_no_task_once_unreferenced(
     RPC and no slot, and they end as soon as the stream is unreferenced (asyncio closes an
     async generator nobody refers to), with no garbage collection needed.
     """
-    from saltedtable import SaltedTableAsync, SaltScheme  # noqa: PLC0415 - local to this test
-
     table_id = make_table()
     salted = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SaltScheme(16))
     await salted.bulk_mutate_rows(
@@ -106,9 +105,10 @@ async def test_a_stream_left_with_a_bare_break_leaves_no_task_once_unreferenced(
 
     was_running = await leave()  # the stream is unreferenced when leave() returns
     deadline = time.monotonic() + 10  # generous: it takes a few loop turns
-    while asyncio.all_tasks() - before - {asyncio.current_task()} and time.monotonic() < deadline:
+    me = {asyncio.current_task()}
+    while asyncio.all_tasks() - before - me and time.monotonic() < deadline:  # noqa: ASYNC110 - tasks ending signal nothing
         await asyncio.sleep(0.01)
-    left = asyncio.all_tasks() - before - {asyncio.current_task()}
+    left = asyncio.all_tasks() - before - me
     assert was_running >= 17, was_running  # a supervisor and a producer per bucket
     assert not left, f"{len(left)} tasks of the read outlived it: {left}"
 

@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Generator, Sequence
 from typing import Any, Final
 
@@ -54,7 +55,7 @@ from ._record import (
     record_of_row,
 )
 from ._salt import prefix_end
-from ._timeouts import GuardTime, guard_limit, guard_timeouts, time_left
+from ._timeouts import GuardTime, deadline_exceeded, guard_limit, guard_timeouts, time_left
 
 __all__ = [
     "RECORD_ONLY",
@@ -274,6 +275,12 @@ class GuardCore:
             )
 
 
+def _guard_wait_exceeded() -> Exception:
+    return deadline_exceeded(
+        "operation_timeout exceeded waiting for another operation's check of the layout record"
+    )
+
+
 class TableGuard(GuardCore):
     """The guard of one async table object: check once, store the record on the first write.
 
@@ -296,7 +303,8 @@ class TableGuard(GuardCore):
                 guard's own requests keep to.
 
         Returns:
-            Whether the guard sent requests (the operation has less time left).
+            Whether the guard was not settled yet: the operation waited for it,
+            or sent its requests, and has less time left.
         """
         return await self._settle(None, limit)
 
@@ -320,15 +328,29 @@ class TableGuard(GuardCore):
         if not self._pending(family):
             return operation
         limit = guard_limit(self._table, operation, attempt, kind)
-        return time_left(limit, operation) if await self._settle(family, limit) else operation
+        await self._settle(family, limit)
+        return time_left(limit, operation)  # what the wait for the guard, or its reads, left
 
     async def _settle(self, family: str | None, limit: GuardTime) -> bool:
         if not self._pending(family):
             return False
-        async with self._locked():
-            if not self._pending(family):  # another operation settled it meanwhile
-                return False
-            await self._run(self._judging(family), limit)
+        # Another operation may be checking the record: wait for it within this
+        # operation's own deadline, not for as long as that one takes.
+        lock = self._locked()
+        if limit is None:
+            await lock.acquire()
+        else:
+            acquired = False
+            with anyio.move_on_after(limit[0] - time.monotonic()):
+                await lock.acquire()
+                acquired = True
+            if not acquired:
+                raise _guard_wait_exceeded()
+        try:
+            if self._pending(family):  # (else another operation settled it meanwhile)
+                await self._run(self._judging(family), limit)
+        finally:
+            lock.release()
         return True
 
     async def ensure(self, *, family: str | None, override: bool = False) -> None:
@@ -428,7 +450,8 @@ class SyncTableGuard(GuardCore):
         """Before any operation: read the stored record once and refuse a different one.
 
         Returns:
-            Whether the guard sent requests (the operation has less time left).
+            Whether the guard was not settled yet: the operation waited for it,
+            or sent its requests, and has less time left.
         """
         return self._settle(None, limit)
 
@@ -452,15 +475,22 @@ class SyncTableGuard(GuardCore):
         if not self._pending(family):
             return operation
         limit = guard_limit(self._table, operation, attempt, kind)
-        return time_left(limit, operation) if self._settle(family, limit) else operation
+        self._settle(family, limit)
+        return time_left(limit, operation)  # what the wait for the guard, or its reads, left
 
     def _settle(self, family: str | None, limit: GuardTime) -> bool:
         if not self._pending(family):
             return False
-        with self._lock:
-            if not self._pending(family):  # another thread settled it meanwhile
-                return False
-            self._run(self._judging(family), limit)
+        # Another thread may be checking the record: wait for it within this
+        # operation's own deadline, not for as long as that one takes.
+        wait = -1.0 if limit is None else max(0.0, limit[0] - time.monotonic())
+        if not self._lock.acquire(timeout=wait):
+            raise _guard_wait_exceeded()
+        try:
+            if self._pending(family):  # (else another thread settled it meanwhile)
+                self._run(self._judging(family), limit)
+        finally:
+            self._lock.release()
         return True
 
     def ensure(self, *, family: str | None, override: bool = False) -> None:

@@ -34,8 +34,10 @@ or cancelled, without exiting a cancel scope in the wrong task.
 The thread driver: each request runs in a worker of a pool the merge owns,
 and the caller's thread merges; every decision happens under one
 :class:`threading.Condition`. A source stops at its next item once
-:attr:`ThreadMerge.stopping` is set, and :meth:`ThreadMerge.close` returns
-only after every worker is back and the pool is shut down.
+:attr:`ThreadMerge.stopping` is set; :meth:`ThreadMerge.close` ends the
+requests still running through its ``stop_requests`` (their workers may be
+blocked waiting for a row), and returns once every worker is back and the
+pool is shut down.
 """
 
 from __future__ import annotations
@@ -776,6 +778,9 @@ class ThreadMerge(MergeCore[T]):
         threads: Workers at most (the pool is the read's own), which are
             also the requests that can run at once.
         ordered, limit, budget: As for :class:`Merge`.
+        stop_requests: Ends the requests running now, from the closing thread
+            (the workers may be blocked inside them); returns whether every one
+            has ended. Called by :meth:`close` while a request runs.
     """
 
     def __init__(
@@ -786,6 +791,7 @@ class ThreadMerge(MergeCore[T]):
         ordered: bool = True,
         limit: int | None = None,
         budget: ReadBudget | None = None,
+        stop_requests: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(len(sources), ordered=ordered, limit=limit, budget=budget, slots=threads)
         if threads < 1:
@@ -796,6 +802,7 @@ class ThreadMerge(MergeCore[T]):
         self._running: set[int] = set()  # feeds with a request submitted or running
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._steps_iter: Iterator[list[T] | Wait] | None = None
+        self._stop_requests = stop_requests
 
     @property
     def stopping(self) -> bool:
@@ -843,7 +850,13 @@ class ThreadMerge(MergeCore[T]):
         self.close()
 
     def close(self) -> None:
-        """Stop every source at its next item and wait until every worker is back.
+        """Stop every source and wait until every worker is back.
+
+        With ``stop_requests``, the requests running now are ended from here
+        (a worker blocked inside one returns at once); otherwise each source
+        stops at its next item. A request that has not started never starts.
+        Should ``stop_requests`` report a request it could not end in time,
+        the pool is shut down without waiting for that worker.
 
         Safe to call more than once; never raises a source's error.
         """
@@ -851,8 +864,12 @@ class ThreadMerge(MergeCore[T]):
             self._closed = self._stopping = True
             self._cond.notify_all()
             pool, self._pool = self._pool, None
+            busy = bool(self._running)
         if pool is not None:
-            pool.shutdown(wait=True)
+            ended = True
+            if busy and self._stop_requests is not None:
+                ended = self._stop_requests()
+            pool.shutdown(wait=ended, cancel_futures=True)
 
     # -- the driver's part ---------------------------------------------------------
 

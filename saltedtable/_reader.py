@@ -20,8 +20,11 @@ sub-scan failed) first ends the requests still running without cancelling the
 tasks that read them (:meth:`ReadCall.stop_requests`): each reader stops at
 its next row, and only then are the producers cancelled. A request that
 stops for any other reason ends its own stream (:func:`~._cancel.end_stream`).
-Sync: a request stops at its next row once its merge is stopping, and closes
-its stream, whose RPC gRPC cancels once nothing refers to it.
+Sync: a read that ends early stops its requests from the closing thread
+(:class:`~._cancel.SyncRequest`): the gRPC call each worker waits in is
+cancelled and the client's retries are disarmed, so no worker waits for its
+next row or its attempt deadline; a request that is between rows stops at
+its next one.
 
 Errors keep the client's types: a failing sub-scan raises the client's own
 exception, with a note naming the bucket, its range and where it stopped,
@@ -33,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
-import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -44,9 +46,10 @@ from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
-from ._cancel import end_stream, stop_reads
+from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
+from ._slots import Slots
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
 from ._strategy import OneRequestOdds, ReadBudget, one_request_size
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
@@ -763,12 +766,20 @@ class ReadCall(_Read[Awaitable[bool]]):
             error = exc
             raise
         finally:
-            if self._first is not None:
-                await self._first[1].aclose()
-            await merge.aclose()
-            # Left early: what the caller had not taken of the last batch was not read.
-            emitted += merge.emitted
-            self._finish(merge, emitted - operator.length_hint(rows), error)
+            try:
+                if self._first is not None:
+                    await self._first[1].aclose()
+                await merge.aclose()
+            except BaseException as exc:
+                # Cancelled while it cleans up (asyncio's cancellation reaches
+                # through shields): still reported, once.
+                if error is None:
+                    error = exc
+                raise
+            finally:
+                # Left early: what the caller had not taken of the last batch was not read.
+                emitted += merge.emitted
+                self._finish(merge, emitted - operator.length_hint(rows), error)
 
 
 # -- a bucket's requests -----------------------------------------------------------------
@@ -778,7 +789,7 @@ class ReadCall(_Read[Awaitable[bool]]):
 class SyncBucketSource(_BucketRequests):
     """Reads one :class:`SubQuery` for a :class:`ThreadMerge`, one bounded request at a time."""
 
-    __slots__ = ("_slots", "_slots_total")
+    __slots__ = ("_slots", "request")
 
     def __init__(
         self,
@@ -787,8 +798,7 @@ class SyncBucketSource(_BucketRequests):
         *,
         deadline: float,
         timeouts: Timeouts,
-        slots: threading.Semaphore,
-        slots_total: int,
+        slots: Slots,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
@@ -796,20 +806,24 @@ class SyncBucketSource(_BucketRequests):
             read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
         )
         self._slots = slots
-        self._slots_total = slots_total
+        #: The request running now, which the read ends when it stops.
+        self.request = SyncRequest(slots.interrupt)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``."""
         query = self._cursor.next_query(size)
-        if query is None:
+        request = self.request
+        if query is None or request.stopped:
             return Sent(0, False)
         stats = self._bstats
         token = None if stats is None else current_bucket().set(stats)
         try:
             # The slot is held for this one request; waiting for it counts
             # against the read's operation_timeout like the request itself.
-            if not self._slots.acquire(timeout=max(0.0, self._deadline - time.monotonic())):
-                raise annotate(slot_timeout(self._timeouts, self._slots_total), self.sub, None)
+            if not take_sync_slot(self._slots, self._deadline, request):
+                if request.stopped:
+                    return Sent(0, False)
+                raise annotate(slot_timeout(self._timeouts, self._slots.total), self.sub, None)
             try:
                 return self._request(query, size, feed, merge, stats)
             finally:
@@ -832,12 +846,15 @@ class SyncBucketSource(_BucketRequests):
         received = pushed = 0
         key: bytes | None = None
         complete = False
+        request = self.request
+        if not request.begin():
+            return Sent(0, False)
         try:
             stream = iter(
                 self._read_rows_stream(query, **request_timeouts(self._deadline, self._timeouts))
             )
             try:
-                for row in stream:
+                for row in stream if request.attach(stream) else ():
                     if merge.stopping:
                         break  # left early, or another sub-scan failed: end this one here
                     key = row.row_key[cut:]
@@ -855,7 +872,7 @@ class SyncBucketSource(_BucketRequests):
                     merge.push(feed, row, key)
                     pushed += 1
                 else:
-                    complete = True
+                    complete = not request.stopped
             finally:
                 # Closing the generator frees the client's stream; gRPC cancels
                 # a call that is still running once nothing refers to it.
@@ -864,8 +881,11 @@ class SyncBucketSource(_BucketRequests):
                     close()
                 del stream
         except Exception as exc:
-            raise self._annotate(exc, key) from None
+            if not request.stopped:
+                raise self._annotate(exc, key) from None
+            # The read stopped it (its RPC cancelled, or its next attempt refused).
         finally:
+            request.end()
             if stats is not None:
                 count_request(stats, time.monotonic() - started)
         if not complete:
@@ -880,7 +900,7 @@ class SyncBucketSource(_BucketRequests):
 class SyncOneRequestSource(_OneRequest):
     """Runs a small read's one request for a :class:`~._merge.ThreadMerge` of its own."""
 
-    __slots__ = ("_slots", "_slots_total")
+    __slots__ = ("_slots", "request")
 
     def __init__(
         self,
@@ -890,31 +910,36 @@ class SyncOneRequestSource(_OneRequest):
         *,
         deadline: float,
         timeouts: Timeouts,
-        slots: threading.Semaphore,
-        slots_total: int,
+        slots: Slots,
         stats: list[BucketStats | None],
     ) -> None:
         super().__init__(
             read_rows_stream, one, subs, deadline=deadline, timeouts=timeouts, stats=stats
         )
         self._slots = slots
-        self._slots_total = slots_total
+        #: The request, which the read ends when the caller leaves.
+        self.request = SyncRequest(slots.interrupt)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the request once, pushing every row into ``feed``; never asks again."""
-        if self.received or merge.stopping:
+        request = self.request
+        if self.received or merge.stopping or request.stopped:
             return Sent(0, False)
-        if not self._slots.acquire(timeout=max(0.0, self._deadline - time.monotonic())):
-            raise slot_timeout(self._timeouts, self._slots_total)
+        if not take_sync_slot(self._slots, self._deadline, request):
+            if request.stopped:
+                return Sent(0, False)
+            raise slot_timeout(self._timeouts, self._slots.total)
         started = time.monotonic()
         try:
+            if not request.begin():
+                return Sent(0, False)
             stream = iter(
                 self._read_rows_stream(
                     self._one.query, **request_timeouts(self._deadline, self._timeouts)
                 )
             )
             try:
-                for row in stream:
+                for row in stream if request.attach(stream) else ():
                     if merge.stopping:
                         break  # the caller left: end the request here
                     merge.push(feed, row, self._relabel(row, started))
@@ -923,17 +948,27 @@ class SyncOneRequestSource(_OneRequest):
                 if close is not None:
                     close()
                 del stream
+        except Exception:
+            if not request.stopped:
+                raise
+            # The caller left: the RPC was cancelled under the request.
         finally:
+            request.end()
             self._slots.release()
         return Sent(self.received, False)
+
+
+def take_sync_slot(slots: Slots, deadline: float, request: SyncRequest) -> bool:
+    """Take one of the sync table's request slots by ``deadline``, unless the read stops first."""
+    return slots.acquire(deadline, request.is_stopped)
 
 
 @final
 class SyncReadCall(_Read[bool]):
     """One logical read on a sync table: its sources, the thread merge, its statistics.
 
-    Args: as for :class:`ReadCall`, with the table's ``slots`` (a semaphore of
-    ``slots_total``) in place of its limiter.
+    Args: as for :class:`ReadCall`, with the table's :class:`~._slots.Slots`
+    in place of its limiter.
     """
 
     __slots__ = ("_first", "_merge")
@@ -945,8 +980,7 @@ class SyncReadCall(_Read[bool]):
         *,
         operation: str,
         timeouts: Timeouts,
-        slots: threading.Semaphore,
-        slots_total: int,
+        slots: Slots,
         ordered: bool,
         budget: ReadBudget,
         stats: CallStats | None,
@@ -978,11 +1012,14 @@ class SyncReadCall(_Read[bool]):
                 deadline=self._deadline,
                 timeouts=timeouts,
                 slots=slots,
-                slots_total=slots_total,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
             )
             one_merge = ThreadMerge(
-                [first], threads=1, ordered=False, budget=_one_budget(self._one)
+                [first],
+                threads=1,
+                ordered=False,
+                budget=_one_budget(self._one),
+                stop_requests=lambda: stop_sync_requests([first.request]),
             )
             self._first = (first, one_merge)
         sources = [
@@ -992,14 +1029,19 @@ class SyncReadCall(_Read[bool]):
                 deadline=self._deadline,
                 timeouts=timeouts,
                 slots=slots,
-                slots_total=slots_total,
                 bstats=self._bucket_stats(sub),
                 stray=self._stray_for(sub),
             )
             for sub in plan.subqueries
         ]
+        requests = [source.request for source in sources]
         self._merge = ThreadMerge(
-            sources, threads=slots_total, ordered=ordered, limit=plan.limit, budget=budget
+            sources,
+            threads=slots.total,
+            ordered=ordered,
+            limit=plan.limit,
+            budget=budget,
+            stop_requests=lambda: stop_sync_requests(requests),
         )
 
     def _try_one(self) -> list[Row] | None:
@@ -1063,12 +1105,18 @@ class SyncReadCall(_Read[bool]):
             error = exc
             raise
         finally:
-            if self._first is not None:
-                self._first[1].close()
-            merge.close()
-            # Left early: what the caller had not taken of the last batch was not read.
-            emitted += merge.emitted - operator.length_hint(rows)
-            self._finish(merge, emitted, error)
+            try:
+                if self._first is not None:
+                    self._first[1].close()
+                merge.close()
+            except BaseException as exc:
+                if error is None:
+                    error = exc
+                raise
+            finally:
+                # Left early: what the caller had not taken of the last batch was not read.
+                emitted += merge.emitted - operator.length_hint(rows)
+                self._finish(merge, emitted, error)
 
 
 def _one_budget(one: OneRequest) -> ReadBudget:

@@ -10,21 +10,21 @@ differs is how sub-scans run.
 How sub-scans run: :class:`~saltedtable._merge.ThreadMerge` drives the merge
 engine's decisions with threads. Each request of a bucket runs in a worker
 thread of a pool the read owns (at most ``max_concurrent_subscans`` threads,
-and a table-wide semaphore of the same size across reads); the caller's
-thread merges. A request has room reserved for every row it may return, so it
-never waits for the caller: it runs to its end, and the worker goes back to
-the pool. Leaving a read early (``break``, ``close()``, or dropping the
-iterator) stops every request at its next row: the worker closes its stream,
-whose RPC gRPC cancels once the stream object is gone, and ``close()`` returns
-only after every worker is back and the pool is shut down, so no thread and
-no RPC outlives the read. A request waiting on a server that sends nothing
-ends at its attempt deadline at the latest.
+and table-wide FIFO-fair slots of the same size across reads,
+:class:`~saltedtable._slots.Slots`); the caller's thread merges. A request has
+room reserved for every row it may return, so it never waits for the caller:
+it runs to its end, and the worker goes back to the pool. Leaving a read early
+(``break`` then ``close()``, or dropping the iterator) ends every request from
+the closing thread (:class:`~saltedtable._cancel.SyncRequest`): the gRPC call
+each worker waits in is cancelled, the client's retries are disarmed, and a
+worker waiting for a slot gives up; ``close()`` returns once every worker is
+back and the pool is shut down, so no thread and no RPC outlives the read, and
+a stalled server does not hold it up.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, final
@@ -70,6 +70,7 @@ from ._plan import ReadPlan
 from ._query import check_filter
 from ._reader import SyncReadCall
 from ._salt import SaltScheme, prefix_end, to_key
+from ._slots import Slots
 from ._stats import CallStats, StatsHook, install_retry_counter
 from ._strategy import OneRequestOdds, ReadBudget
 from ._timeouts import (
@@ -185,7 +186,7 @@ class SaltedTable(TableAttributes):
         self._guard = SyncTableGuard(table, self._layout, enabled=guard)
         self._budget = budget if budget is not None else ReadBudget()
         self._slots_total = max_concurrent_subscans
-        self._slots = threading.BoundedSemaphore(max_concurrent_subscans)
+        self._slots = Slots(max_concurrent_subscans)
         # Whether small reads try one request over every bucket: (no limit, limit).
         self._odds = (OneRequestOdds(), OneRequestOdds())
         self.stats_hook = stats_hook
@@ -509,7 +510,6 @@ class SaltedTable(TableAttributes):
             operation=operation,
             timeouts=timeouts,
             slots=self._slots,
-            slots_total=self._slots_total,
             ordered=ordered,
             budget=self._budget,
             stats=stats,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import inspect
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -588,7 +589,26 @@ class SyncFakeTable:
         except BaseException:
             loop.close()
             raise
-        return _pull(loop, stream)
+        return _Pulled(loop, stream)
+
+
+class _Pulled(Iterator[Row]):
+    """The rows of a fake stream, pulled one at a time; closing it before its first row
+    still closes the stream and its loop (a generator that never started would not)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stream: Any) -> None:
+        self._loop = loop
+        self._stream = stream
+        self._rows = _pull(loop, stream)
+
+    def __next__(self) -> Row:
+        return next(self._rows)
+
+    def close(self) -> None:
+        if inspect.getgeneratorstate(self._rows) == inspect.GEN_CREATED:
+            self._loop.run_until_complete(self._stream.aclose())
+            self._loop.close()
+        self._rows.close()
 
 
 def _pull(loop: asyncio.AbstractEventLoop, stream: Any) -> Iterator[Row]:

@@ -34,6 +34,7 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 
+from saltedtable import SaltedTableAsync, SaltScheme
 from saltedtable._cancel import end_stream, find_calls, stop_reads
 from saltedtable.testing import INSTANCE, Emulator, create_table, delete_table
 
@@ -70,6 +71,46 @@ async def _fill(data_client: BigtableDataClientAsync, table_id: str, rows: int) 
         [RowMutationEntry(b"r%06d" % i, SetCell("cf", b"q", b"v" * 100)) for i in range(rows)]
     )
     await table.close()
+
+
+# -- streams left with a bare break ---------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [None, 2000, 40])
+async def test_a_stream_left_with_a_bare_break_leaves_no_task_once_unreferenced(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, limit: int | None
+) -> None:
+    """break without aclose(), then the last reference dropped: the read's tasks end at once.
+
+    Issue 26 (R6): a limited stream left that way keeps its producers (one per bucket and
+    a supervisor) waiting for the next round while the caller still holds it; they hold no
+    RPC and no slot, and they end as soon as the stream is unreferenced (asyncio closes an
+    async generator nobody refers to), with no garbage collection needed.
+    """
+    table_id = make_table()
+    salted = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SaltScheme(16))
+    await salted.bulk_mutate_rows(
+        [RowMutationEntry(b"r%05d" % i, SetCell("cf", b"q", b"v" * 100)) for i in range(6000)]
+    )
+    before = asyncio.all_tasks()
+
+    async def leave() -> int:
+        stream = await salted.read_rows_stream(ReadRowsQuery(limit=limit))
+        seen = 0
+        async for _ in stream:
+            seen += 1
+            if seen == 20:
+                break
+        return len(asyncio.all_tasks() - before)
+
+    was_running = await leave()  # the stream is unreferenced when leave() returns
+    deadline = time.monotonic() + 10  # generous: it takes a few loop turns
+    me = {asyncio.current_task()}
+    while asyncio.all_tasks() - before - me and time.monotonic() < deadline:  # noqa: ASYNC110 - tasks ending signal nothing
+        await asyncio.sleep(0.01)
+    left = asyncio.all_tasks() - before - me
+    assert was_running >= 17, was_running  # a supervisor and a producer per bucket
+    assert not left, f"{len(left)} tasks of the read outlived it: {left}"
 
 
 # -- end_stream and stop_reads on client streams ---------------------------------------

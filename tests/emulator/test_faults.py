@@ -389,6 +389,39 @@ async def test_the_first_operation_keeps_to_its_timeout_while_the_guard_reads(
     assert elapsed < 2.5, f"{operation} took {elapsed:.2f}s against an operation_timeout of 1 s"
 
 
+@pytest.mark.parametrize("server_back", [False, True], ids=["stalled", "back-after-2.5s"])
+async def test_an_operation_waiting_for_anothers_guard_read_keeps_to_its_own_timeout(
+    proxy: Any, loaded_table: tuple[str, list[bytes]], server_back: bool
+) -> None:
+    """B (1 s) starts while A's (8 s) guard read stalls: B ends with DeadlineExceeded at its own
+    deadline, and does not get a fresh budget once the guard is settled.
+
+    Found by differential fuzzing (issue 26, R4): B waited on the guard's lock for as long
+    as A's read took (7.9 s stalled), and with the server back after 2.5 s it succeeded
+    where a plain table's call fails at 1 s.
+    """
+    table_id, _ = loaded_table
+    async with client_at(proxy.address) as client:
+        raw = client.get_table(INSTANCE, table_id)
+        await raw.read_row(b"connect first")
+        salted = SaltedTableAsync(raw, SCHEME)  # no operation yet: the guard reads first
+        proxy.stall(2.5 if server_back else None)
+
+        async def first() -> None:
+            with contextlib.suppress(DeadlineExceeded):
+                await salted.read_row(key_of(1), operation_timeout=8)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await anyio.sleep(0.1)
+            start = time.monotonic()
+            with anyio.fail_after(20), pytest.raises(DeadlineExceeded):
+                await salted.read_row(key_of(2), operation_timeout=1.0)
+            elapsed = time.monotonic() - start
+            proxy.clear()
+    assert elapsed < 5, f"B took {elapsed:.2f}s against an operation_timeout of 1 s"
+
+
 # -- writes: partial failures name logical keys ---------------------------------------
 
 

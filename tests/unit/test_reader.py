@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator
 import anyio
 import pytest
 from google.api_core.exceptions import DeadlineExceeded, ServiceUnavailable
-from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange
 from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 
@@ -198,3 +198,55 @@ async def test_stats_of_a_read_left_early() -> None:
     assert stats.requests >= 4
     assert 0 < stats.peak_buffered_rows <= table.budget.rows + 4
     assert "4 sub-queries" in stats.strategy
+
+
+@pytest.mark.parametrize("read", ["one-request", "left-early"])
+async def test_a_read_cancelled_during_its_cleanup_is_still_reported_once(read: str) -> None:
+    """Cancelled while the stream cleans up: the hook is called once, the CallStats filled.
+
+    Found by differential fuzzing (issue 26, R5): a cancellation landing in the cleanup
+    (after the last row of a one-request read, or while aclose() ends a stream left early)
+    skipped the statistics. asyncio's cancellation reaches through the cleanup's shields,
+    so the report must not depend on the cleanup finishing.
+    """
+    fake, table = await filled()
+    if read == "left-early":
+        fake.latency = 0.001
+    reported: list[CallStats] = []
+    table.stats_hook = reported.append
+    stats = CallStats()
+    query = (
+        ReadRowsQuery(row_ranges=RowRange(KEYS[0], KEYS[10]))
+        if read == "one-request"
+        else ReadRowsQuery()
+    )
+    stream = await table.read_rows_stream(query, stats=stats)
+    seen = 0
+
+    async def consume() -> None:
+        nonlocal seen
+        task = asyncio.current_task()
+        assert task is not None
+        if read == "one-request":
+            async for _ in stream:
+                seen += 1
+                if seen == 10:  # the last row: the next step runs the cleanup
+                    task.cancel()
+        else:
+            await anext(stream)  # type: ignore[call-overload]
+            seen = 1
+            task.cancel()  # lands in aclose()'s first wait
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    task = asyncio.create_task(consume())
+    with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+        await task
+    assert reported == [stats]
+    assert stats.ended_early
+    assert stats.error is None
+    assert stats.operation == "read_rows_stream"
+    if read == "one-request":
+        assert "one request over every bucket" in stats.strategy
+        assert stats.rows == 10
+    else:
+        assert stats.rows == 1

@@ -217,7 +217,7 @@ def test_a_failing_bucket_keeps_the_clients_error_type() -> None:
 def test_a_slot_wait_past_the_deadline_is_deadline_exceeded() -> None:
     """With every slot taken elsewhere, a read fails like the client's timeout."""
     _, table = filled(max_concurrent_subscans=1)
-    table._slots.acquire()
+    assert table._slots.acquire(time.monotonic())
     try:
         with pytest.raises(DeadlineExceeded, match="sub-scan slot"):
             table.read_rows(ReadRowsQuery(), operation_timeout=0.05)
@@ -289,3 +289,41 @@ def test_concurrent_first_operations_with_the_wrong_scheme_are_all_refused() -> 
         t.join()
     assert results == ["refused"] * 8
     assert fake.data_keys() == before
+
+
+@pytest.mark.parametrize("scans", [1, 3])
+def test_a_small_read_waits_for_about_one_request_per_scan_not_for_the_scans(scans: int) -> None:
+    """The slots are first come, first served: a busy scan's worker asking again queues.
+
+    Found by differential fuzzing (issue 26, R3): with a semaphore, a worker releasing its
+    slot and asking again at once took it before the thread that was woken for it, so at
+    one slot small reads next to streaming scans failed waiting for a slot.
+    """
+    fake, table = filled(max_concurrent_subscans=1, budget=ReadBudget(rows=8))
+    fake.latency = 0.01  # every request waits a little before its first row
+    stop = threading.Event()
+
+    def scan() -> None:
+        while not stop.is_set():
+            for _ in table.read_rows_stream(ReadRowsQuery()):
+                if stop.is_set():
+                    break
+
+    threads = [threading.Thread(target=scan) for _ in range(scans)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while fake.stats.opened < 10 * scans:  # the scans are busy
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        for key in (KEYS[5], KEYS[250], KEYS[399]):
+            before = fake.stats.opened
+            rows = table.read_rows(ReadRowsQuery(row_keys=[key]), operation_timeout=30)
+            assert [r.row_key for r in rows] == [key]
+            # Requests started while it waited: about one per scan ahead of it, and its own.
+            assert fake.stats.opened - before <= 2 * scans + 1
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()

@@ -1,0 +1,291 @@
+"""Probe for issue 26's defects (R2, R3, R4) on the emulator, through the fault proxy.
+
+Run from the repository root (starts its own emulator)::
+
+    .venv/bin/python examples/probes/issue26.py r2 [--op 30 --attempt 5 | --defaults]
+    .venv/bin/python examples/probes/issue26.py r3 [--slots 1 2]
+    .venv/bin/python examples/probes/issue26.py r4
+
+r2: a 20,000-row 16-bucket table read (unordered) by the sync table through a proxy
+that stalls once 300 kB went to the client (requests mid-stream); ``break`` then
+``close()`` (and ``del``): how long leaving takes, and the worker threads alive after it.
+r3: six threads streaming the whole table, and small reads one after another
+(``operation_timeout=10``), sync and async, at each slot bound: failures and latency.
+r4: A ``read_row(operation_timeout=8)`` and B, 0.1 s later, ``operation_timeout=1.0``
+on a fresh table object (so both wait for the guard's record read): B's outcome and time,
+with the server stalled throughout, and with the server back after 2.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import importlib.util
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from google.cloud.bigtable.data import (
+    BigtableDataClient,
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+    RowRange,
+    SetCell,
+)
+
+from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, create_table, start_emulator
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEME = SaltScheme(16)
+
+
+def _faultproxy() -> Any:
+    spec = importlib.util.spec_from_file_location("faultproxy", REPO / "emulator/faultproxy.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["faultproxy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class ThreadProxy:
+    """The asyncio fault proxy, run on an event loop in a thread of its own."""
+
+    def __init__(self, port: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        fp = _faultproxy()
+        self.proxy = self.call(lambda: fp.FaultProxy("127.0.0.1", port).start(), wait=True)
+
+    def call(self, fn: Callable[[], Any], wait: bool = False) -> Any:
+        async def run() -> Any:
+            result = fn()
+            return await result if asyncio.iscoroutine(result) else result
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result()
+
+    def stall(self) -> None:
+        self.call(self.proxy.stall)
+
+    def clear(self) -> None:
+        self.call(self.proxy.clear)
+
+
+@contextmanager
+def env(address: str) -> Iterator[None]:
+    saved = os.environ.get(EMULATOR_HOST_ENV)
+    os.environ[EMULATOR_HOST_ENV] = address
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[EMULATOR_HOST_ENV]
+        else:
+            os.environ[EMULATOR_HOST_ENV] = saved
+
+
+def load(address: str, table_id: str, rows: int) -> None:
+    create_table(address, table_id)
+    with env(address), BigtableDataClient(project=PROJECT) as client:
+        table = SaltedTable.from_client(client, INSTANCE, table_id, SCHEME)
+        for start in range(0, rows, 2000):
+            table.bulk_mutate_rows(
+                [
+                    RowMutationEntry(b"k%06d" % i, SetCell("cf", b"q", b"v" * 100))
+                    for i in range(start, min(rows, start + 2000))
+                ]
+            )
+
+
+def workers() -> int:
+    return sum(t.name.startswith("saltedtable-subscan") for t in threading.enumerate())
+
+
+def r2(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
+    load(address, "r2", 20_000)
+    timeouts = {"operation_timeout": args.op, "attempt_timeout": args.attempt}
+    if args.defaults:
+        timeouts = {}
+    for leave in ("close", "del"):
+        with env(proxy.proxy.address), BigtableDataClient(project=PROJECT) as client:
+            table = SaltedTable.from_client(client, INSTANCE, "r2", SCHEME)
+            table.read_row(b"k000000")  # connected, guard read
+            stream = table.read_rows_stream(ReadRowsQuery(), ordered=False, **timeouts)
+            # Stall once every bucket has sent some rows: requests are mid-stream.
+            proxy.call(lambda: proxy.proxy.stall_after(args.stall_after))
+            next(stream)
+            start = time.monotonic()
+            if leave == "close":
+                stream.close()  # type: ignore[attr-defined]
+            del stream
+            gc.collect()
+            took = time.monotonic() - start
+            alive = workers()
+            proxy.clear()
+            print(
+                f"r2 {leave:5} timeouts={timeouts or 'defaults'}: left in {took:.2f}s, "
+                f"{alive} worker threads alive after"
+            )
+
+
+def r3(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
+    load(address, "r3", 20_000)
+    small = ReadRowsQuery(row_ranges=RowRange(b"k001000", b"k001010"))
+    for slots in args.slots:
+        with env(address), BigtableDataClient(project=PROJECT) as client:
+            table = SaltedTable.from_client(
+                client, INSTANCE, "r3", SCHEME, max_concurrent_subscans=slots
+            )
+            stop = threading.Event()
+
+            scanners = [threading.Thread(target=_scan, args=(table, stop)) for _ in range(6)]
+            for t in scanners:
+                t.start()
+            time.sleep(0.5)
+            failed, took = 0, []
+            for _ in range(args.reads):
+                start = time.monotonic()
+                try:
+                    table.read_rows(small, operation_timeout=10)
+                except Exception:
+                    failed += 1
+                took.append(time.monotonic() - start)
+            stop.set()
+            for t in scanners:
+                t.join()
+            print(
+                f"r3 sync  slots={slots}: {failed} of {args.reads} small reads failed, "
+                f"median {statistics.median(took):.2f}s, max {max(took):.2f}s"
+            )
+
+        async def run_async(slots: int = slots) -> None:
+            with env(address):
+                client = BigtableDataClientAsync(project=PROJECT)
+            table = SaltedTableAsync(
+                client.get_table(INSTANCE, "r3"), SCHEME, max_concurrent_subscans=slots
+            )
+            stop = asyncio.Event()
+
+            async def scan() -> None:
+                while not stop.is_set():
+                    rows = await table.read_rows_stream(ReadRowsQuery(), operation_timeout=60)
+                    async for _ in rows:
+                        if stop.is_set():
+                            break
+
+            scanners = [asyncio.create_task(scan()) for _ in range(6)]
+            await asyncio.sleep(0.5)
+            failed, took = 0, []
+            for _ in range(args.reads):
+                start = time.monotonic()
+                try:
+                    await table.read_rows(small, operation_timeout=10)
+                except Exception:
+                    failed += 1
+                took.append(time.monotonic() - start)
+            stop.set()
+            await asyncio.gather(*scanners)
+            await client.close()
+            print(
+                f"r3 async slots={slots}: {failed} of {args.reads} small reads failed, "
+                f"median {statistics.median(took):.2f}s, max {max(took):.2f}s"
+            )
+
+        asyncio.run(run_async())
+
+
+def r4(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
+    load(address, "r4", 100)
+    for back_after in (None, 2.5):
+        # sync
+        with env(proxy.proxy.address), BigtableDataClient(project=PROJECT) as client:
+            client.get_table(INSTANCE, "r4").read_row(b"connect")
+            table = SaltedTable.from_client(client, INSTANCE, "r4", SCHEME)
+            proxy.stall()
+            if back_after is not None:
+                threading.Timer(back_after, proxy.clear).start()
+            a = threading.Thread(target=_outcome, args=(table.read_row, b"k000001", 8))
+            a.start()
+            time.sleep(0.1)
+            start = time.monotonic()
+            outcome = _outcome(table.read_row, b"k000002", 1.0)
+            took = time.monotonic() - start
+            a.join()
+            proxy.clear()
+            print(f"r4 sync  server back after {back_after}: B {outcome} after {took:.2f}s")
+
+        async def run_async(back_after: float | None = back_after) -> None:
+            with env(proxy.proxy.address):
+                client = BigtableDataClientAsync(project=PROJECT)
+            raw = client.get_table(INSTANCE, "r4")
+            await raw.read_row(b"connect")
+            table = SaltedTableAsync(raw, SCHEME)
+            proxy.stall()
+            if back_after is not None:
+                threading.Timer(back_after, proxy.clear).start()
+
+            async def first() -> None:
+                with suppress(Exception):
+                    await table.read_row(b"k000001", operation_timeout=8)
+
+            a = asyncio.create_task(first())
+            await asyncio.sleep(0.1)
+            start = time.monotonic()
+            try:
+                await table.read_row(b"k000002", operation_timeout=1.0)
+                outcome = "succeeded"
+            except Exception as exc:
+                outcome = type(exc).__name__
+            took = time.monotonic() - start
+            await a
+            proxy.clear()
+            await client.close()
+            print(f"r4 async server back after {back_after}: B {outcome} after {took:.2f}s")
+
+        asyncio.run(run_async())
+
+
+def _scan(table: SaltedTable, stop: threading.Event) -> None:
+    while not stop.is_set():
+        for _ in table.read_rows_stream(ReadRowsQuery(), operation_timeout=60):
+            if stop.is_set():
+                break
+
+
+def _outcome(read_row: Callable[..., Any], key: bytes, timeout: float) -> str:
+    try:
+        read_row(key, operation_timeout=timeout)
+        return "succeeded"
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("item", choices=["r2", "r3", "r4"])
+    parser.add_argument("--op", type=float, default=30)
+    parser.add_argument("--attempt", type=float, default=5)
+    parser.add_argument("--defaults", action="store_true", help="r2: the table's default timeouts")
+    parser.add_argument("--stall-after", type=int, default=300_000, help="r2: bytes, then stall")
+    parser.add_argument("--slots", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--reads", type=int, default=10)
+    args = parser.parse_args()
+    with start_emulator() as emulator:
+        proxy = ThreadProxy(emulator.port)
+        {"r2": r2, "r3": r3, "r4": r4}[args.item](emulator.address, proxy, args)
+    os._exit(0)  # the proxy's loop thread and anything left behind
+
+
+if __name__ == "__main__":
+    main()

@@ -43,7 +43,7 @@ test: lint docs test-beam
 # override in pyproject.toml says the same).
 test-beam: $(BEAM_STAMP)
 	$(BEAM_BIN)/mypy --strict --follow-imports=silent --explicit-package-bases \
-		--allow-untyped-calls saltedtable/beam/*.py tests/beam/*.py examples/beam_*.py
+		--allow-untyped-calls saltedtable/beam/*.py tests/beam/*.py examples/beam_*.py examples/tools/beam_bench.py
 	$(BEAM_BIN)/python -m pytest -o addopts="" tests/beam
 	$(BEAM_BIN)/python -m pytest tests/unit/test_plan.py tests/unit/test_split.py \
 		tests/unit/test_migration.py tests/unit/test_cli_migrate.py
@@ -90,7 +90,7 @@ bench: $(STAMP)
 
 ## make bench-beam: ReadSaltedRows with 1, 2 and 4 local workers vs the async scan
 bench-beam: $(BEAM_STAMP)
-	$(BEAM_BIN)/python examples/beam_bench.py $(ARGS)
+	$(BEAM_BIN)/python examples/tools/beam_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(BEAM_VENV) dist site .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -4,7 +4,7 @@ The functional tests pin what end_stream relies on in the installed client libra
 gRPC call is found under ``read_rows_stream``) and what it must guarantee (the RPC has
 ended when it returns, quickly, with no warning from the client's metrics).
 
-The soaks run ``examples/leak_probe.py`` modes in a child process each (its RSS after
+The soaks run ``examples/tools/leak_probe.py`` modes in a child process each (its RSS after
 ``malloc_trim``, not this process's), against the session's emulator:
 
 * ``stream-end`` must stay flat: end_stream leaks nothing per stream;
@@ -40,7 +40,7 @@ from saltedtable.testing import INSTANCE, Emulator, create_table, delete_table
 
 MakeTable = Any
 
-PROBE_PATH = Path(__file__).resolve().parents[2] / "examples" / "leak_probe.py"
+PROBE_PATH = Path(__file__).resolve().parents[2] / "examples" / "tools" / "leak_probe.py"
 #: Rows of the soak tables: enough that every bucket's stream of a 16-bucket scan is
 #: still receiving (past the HTTP/2 window) when it is stopped after two rows.
 SOAK_ROWS = 20_000

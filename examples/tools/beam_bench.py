@@ -16,7 +16,7 @@ It prints rows/s (the median over the rounds) and each variant's ratio to
 ``async`` and to ``async-unordered`` measured in the same run, and writes them
 as JSON::
 
-    python examples/beam_bench.py [--rows 200000] [--rounds 3] [--json PATH]
+    python examples/tools/beam_bench.py [--rows 200000] [--rounds 3] [--json PATH]
 
 Needs Apache Beam, the ``beam`` extra (``make bench-beam`` runs it in ``.venv-beam``).
 """

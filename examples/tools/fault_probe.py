@@ -2,9 +2,9 @@
 
 Run from the repository root (starts its own emulator)::
 
-    .venv/bin/python examples/probes/issue26.py r2 [--op 30 --attempt 5 | --defaults]
-    .venv/bin/python examples/probes/issue26.py r3 [--slots 1 2]
-    .venv/bin/python examples/probes/issue26.py r4
+    .venv/bin/python examples/tools/fault_probe.py r2 [--op 30 --attempt 5 | --defaults]
+    .venv/bin/python examples/tools/fault_probe.py r3 [--slots 1 2]
+    .venv/bin/python examples/tools/fault_probe.py r4
 
 r2: a 20,000-row 16-bucket table read (unordered) by the sync table through a proxy
 that stalls once 300 kB went to the client (requests mid-stream); ``break`` then

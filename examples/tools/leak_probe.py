@@ -6,9 +6,9 @@ over, in a fresh child process, and prints that process's resident set size
 memory that was freed but kept by the allocator does not count) after 0, 1k, 5k
 and 20k stopped scans::
 
-    python examples/leak_probe.py                    # every mode, 0/1k/5k/20k scans
-    python examples/leak_probe.py --quick            # 0/500/2000, a few minutes
-    python examples/leak_probe.py --modes stream-end,stream-task-cancel --counts 0,1000
+    python examples/tools/leak_probe.py                    # every mode, 0/1k/5k/20k scans
+    python examples/tools/leak_probe.py --quick            # 0/500/2000, a few minutes
+    python examples/tools/leak_probe.py --modes stream-end,stream-task-cancel --counts 0,1000
 
 It starts the official emulator itself (``saltedtable.testing``) unless
 ``BIGTABLE_EMULATOR_HOST`` is set, loads the rows once into a plain table and
@@ -231,7 +231,8 @@ def serve(port: int, salted_id: str, variant: str) -> None:
 
     import uvicorn
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    # examples/service.py (with its service_http.py) is one folder up from this tool.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import service  # examples/service.py
 
     warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)

@@ -7,8 +7,8 @@ the corrected max/mean of one sample ten times larger, whose own noise is about
 a third as large. It prints, per workload and N, the truth, the mean measured
 and corrected values, and how many intervals held the truth.
 
-    python examples/advise_calibration.py            # a few minutes
-    python examples/advise_calibration.py --samples 4 --quick
+    python examples/tools/advise_calibration.py            # a few minutes
+    python examples/tools/advise_calibration.py --samples 4 --quick
 """
 
 from __future__ import annotations

@@ -55,7 +55,9 @@ class Slots:
         #: How many slots there are.
         self.total = total
         self._free = total
-        self._lock = threading.Lock()
+        # Reentrant: a stream dropped and finalised by the garbage collector while
+        # this thread holds the lock stops its read, which interrupts the waiters.
+        self._lock = threading.RLock()
         self._queue: deque[_Ticket] = deque()
 
     @property

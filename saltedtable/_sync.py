@@ -18,8 +18,9 @@ it runs to its end, and the worker goes back to the pool. Leaving a read early
 the closing thread (:class:`~saltedtable._cancel.SyncRequest`): the gRPC call
 each worker waits in is cancelled, the client's retries are disarmed, and a
 worker waiting for a slot gives up; ``close()`` returns once every worker is
-back and the pool is shut down, so no thread and no RPC outlives the read, and
-a stalled server does not hold it up.
+back (one second at most: a worker asleep in the client's retry back-off wakes
+later and sends nothing) and the pool is shut down, so no RPC outlives the read,
+and a stalled server does not hold it up.
 """
 
 from __future__ import annotations

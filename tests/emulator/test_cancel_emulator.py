@@ -18,6 +18,7 @@ The soaks run ``examples/tools/leak_probe.py`` modes in a child process each (it
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import json
 import logging
@@ -103,12 +104,16 @@ async def test_a_stream_left_with_a_bare_break_leaves_no_task_once_unreferenced(
                 break
         return len(asyncio.all_tasks() - before)
 
-    was_running = await leave()  # the stream is unreferenced when leave() returns
-    deadline = time.monotonic() + 10  # generous: it takes a few loop turns
-    me = {asyncio.current_task()}
-    while asyncio.all_tasks() - before - me and time.monotonic() < deadline:  # noqa: ASYNC110 - tasks ending signal nothing
-        await asyncio.sleep(0.01)
-    left = asyncio.all_tasks() - before - me
+    gc.disable()  # the claim: no garbage collection needed
+    try:
+        was_running = await leave()  # the stream is unreferenced when leave() returns
+        deadline = time.monotonic() + 10  # generous: it takes a few loop turns
+        me = {asyncio.current_task()}
+        while asyncio.all_tasks() - before - me and time.monotonic() < deadline:  # noqa: ASYNC110 - tasks ending signal nothing
+            await asyncio.sleep(0.01)
+        left = asyncio.all_tasks() - before - me
+    finally:
+        gc.enable()
     assert was_running >= 17, was_running  # a supervisor and a producer per bucket
     assert not left, f"{len(left)} tasks of the read outlived it: {left}"
 

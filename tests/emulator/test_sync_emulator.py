@@ -13,7 +13,14 @@ from google.api_core.exceptions import NotFound
 from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 
-from saltedtable import SCHEME_ROW_KEY, SaltedTable, SaltScheme, SchemeMismatchError, SubScan
+from saltedtable import (
+    SCHEME_ROW_KEY,
+    ReadBudget,
+    SaltedTable,
+    SaltScheme,
+    SchemeMismatchError,
+    SubScan,
+)
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable
 
@@ -180,3 +187,64 @@ def test_a_small_sync_read_is_one_request_and_a_big_one_goes_on_by_bucket(
     del stream
     assert not subscan_threads()
     assert not open_calls(), "the one request's RPC is still running"
+
+
+class _CountingTable:
+    """A sync table that counts the ReadRows requests it starts (everything else passes)."""
+
+    def __init__(self, table: object) -> None:
+        self._table = table
+        self.requests = 0
+        self._lock = threading.Lock()
+
+    def read_rows_stream(self, *args: object, **kwargs: object) -> object:
+        with self._lock:
+            self.requests += 1
+        return self._table.read_rows_stream(*args, **kwargs)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._table, name)
+
+
+@pytest.mark.parametrize("scans", [1, 3])
+def test_small_reads_next_to_streaming_scans_wait_their_turn_at_one_slot(
+    client: BigtableDataClient, loaded: SaltedTable, scans: int
+) -> None:
+    """Issue 26 (R3) on the emulator: at one slot, scans streaming without pause in other
+    threads let a small read in after about one request each, and none of the small reads
+    fails waiting for a slot (with a semaphore, 7 to 10 of 10 did at operation_timeout=10).
+    Requests are counted, not timed.
+    """
+    counting = _CountingTable(client.get_table(INSTANCE, loaded.table_id))
+    # Small pages, so that each scan asks again and again.
+    table = SaltedTable(
+        counting,  # type: ignore[arg-type]
+        SCHEME,
+        max_concurrent_subscans=1,
+        budget=ReadBudget(rows=64),
+        guard=False,
+    )
+    stop = threading.Event()
+
+    def scan() -> None:
+        while not stop.is_set():
+            for _ in table.read_rows_stream(ReadRowsQuery()):
+                if stop.is_set():
+                    break
+
+    threads = [threading.Thread(target=scan) for _ in range(scans)]
+    for thread in threads:
+        thread.start()
+    try:
+        while counting.requests < 20 * scans:  # the scans are busy (they stop by themselves below)
+            stop.wait(0.005)
+        for key in (KEYS[5], KEYS[2500], KEYS[5999]):
+            before = counting.requests
+            rows = table.read_rows(ReadRowsQuery(row_keys=[key]), operation_timeout=10)
+            assert [r.row_key for r in rows] == [key]
+            # Requests started while it waited: about one per scan ahead of it, and its own.
+            assert counting.requests - before <= 2 * scans + 1
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()

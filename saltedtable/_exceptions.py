@@ -48,6 +48,7 @@ __all__ = [
     "LayoutError",
     "MissingInputError",
     "QueryPlanError",
+    "RecordMissingError",
     "RowKeyError",
     "RowKeyTypeError",
     "SaltSchemeError",
@@ -121,6 +122,14 @@ class SchemeMismatchError(LayoutError):
             "Open it with the stored scheme; after rewriting the data, replace the record "
             "with SaltedTableAsync.open(..., family=..., override_scheme=True)."
         )
+
+
+class RecordMissingError(LayoutError):
+    """The table has no layout record, and the table object requires one (``require_record=True``).
+
+    Store one with ``saltedtable guard --family FAMILY`` (or ``guard_scheme(family=...)``),
+    or create the table with ``saltedtable create``.
+    """
 
 
 class WriteFailedError(SaltedTableError):

@@ -41,6 +41,7 @@ from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
+from ._admin import schema_reader_for, table_label
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import (
@@ -64,7 +65,7 @@ from ._facade import (
     sharded_result,
     stray_reasons,
 )
-from ._guard import SyncTableGuard, family_of
+from ._guard import DEFAULT_RECORD_REFRESH, SyncTableGuard, family_of
 from ._layout import Layout
 from ._plan import ReadPlan
 from ._query import check_filter
@@ -158,6 +159,10 @@ class SaltedTable(TableAttributes):
         scheme: How logical keys map to physical keys.
         cutoff: Forward-only migration (see :class:`~saltedtable.CutoffPolicy`).
         guard: False switches the layout guard off.
+        require_record: Refuse a table without a layout record (see
+            :class:`~saltedtable.SaltedTableAsync`).
+        record_refresh: Seconds after which the record is read again (see
+            :class:`~saltedtable.SaltedTableAsync`; None: once per object).
         budget: What one read may hold at once (:class:`~saltedtable.ReadBudget`).
         max_concurrent_subscans: ReadRows requests in flight for this table,
             across every read running on it at once (also the threads one read uses).
@@ -175,6 +180,8 @@ class SaltedTable(TableAttributes):
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
@@ -182,7 +189,15 @@ class SaltedTable(TableAttributes):
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         self._table = table
         self._layout = Layout(scheme, cutoff)
-        self._guard = SyncTableGuard(table, self._layout, enabled=guard)
+        self._guard = SyncTableGuard(
+            table,
+            self._layout,
+            enabled=guard,
+            require_record=require_record,
+            refresh=record_refresh,
+            schema=schema_reader_for(table),
+            name=table_label(table),
+        )
         self._budget = budget if budget is not None else ReadBudget()
         self._slots_total = max_concurrent_subscans
         self._slots = threading.BoundedSemaphore(max_concurrent_subscans)
@@ -200,6 +215,8 @@ class SaltedTable(TableAttributes):
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
@@ -212,6 +229,8 @@ class SaltedTable(TableAttributes):
             scheme,
             cutoff=cutoff,
             guard=guard,
+            require_record=require_record,
+            record_refresh=record_refresh,
             budget=budget,
             max_concurrent_subscans=max_concurrent_subscans,
             stats_hook=stats_hook,

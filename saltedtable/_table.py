@@ -25,6 +25,7 @@ from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
+from ._admin import schema_reader_for, table_label
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import (
@@ -48,7 +49,7 @@ from ._facade import (
     sharded_result,
     stray_reasons,
 )
-from ._guard import TableGuard, family_of
+from ._guard import DEFAULT_RECORD_REFRESH, TableGuard, family_of
 from ._layout import Layout
 from ._plan import ReadPlan
 from ._query import check_filter
@@ -154,6 +155,15 @@ class SaltedTableAsync(TableAttributes):
             salted. Reads see one table.
         guard: False switches the layout guard off (for tables written by
             other tools, or when you check the layout yourself).
+        require_record: Refuse a table that has no layout record
+            (:class:`~saltedtable.RecordMissingError`, saying how to store
+            one) instead of reading it.
+        record_refresh: Seconds after which the next operation reads the
+            record again, so a long-lived object sees a migration move on
+            (one ``ReadRow`` of the reserved row per interval, only while
+            operations run; None: once per object). A scan with a cutoff
+            checks it between rows and stops with
+            :class:`~saltedtable.SchemeMismatchError`.
         budget: What one read may hold at once (rows and bytes asked of
             buckets and not yet handed over); see :class:`ReadBudget`.
         max_concurrent_subscans: ReadRows requests in flight for this table,
@@ -172,6 +182,8 @@ class SaltedTableAsync(TableAttributes):
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
@@ -179,7 +191,15 @@ class SaltedTableAsync(TableAttributes):
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         self._table = table
         self._layout = Layout(scheme, cutoff)
-        self._guard = TableGuard(table, self._layout, enabled=guard)
+        self._guard = TableGuard(
+            table,
+            self._layout,
+            enabled=guard,
+            require_record=require_record,
+            refresh=record_refresh,
+            schema=schema_reader_for(table),
+            name=table_label(table),
+        )
         self._budget = budget if budget is not None else ReadBudget()
         self.limiter = anyio.CapacityLimiter(max_concurrent_subscans)
         # Whether small reads try one request over every bucket: (no limit, limit).
@@ -196,6 +216,8 @@ class SaltedTableAsync(TableAttributes):
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
@@ -212,6 +234,8 @@ class SaltedTableAsync(TableAttributes):
             scheme,
             cutoff=cutoff,
             guard=guard,
+            require_record=require_record,
+            record_refresh=record_refresh,
             budget=budget,
             max_concurrent_subscans=max_concurrent_subscans,
             stats_hook=stats_hook,

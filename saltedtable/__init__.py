@@ -25,6 +25,7 @@ from ._exceptions import (
     EmulatorNotFoundError,
     LayoutError,
     QueryPlanError,
+    RecordMissingError,
     RowKeyError,
     RowKeyTypeError,
     SaltedTableError,
@@ -33,6 +34,7 @@ from ._exceptions import (
     UnsaltableKeyError,
 )
 from ._layout import Layout
+from ._named import NamedKeyPart, named_key_part
 from ._ranges import KeyRange
 from ._record import describe_layout
 from ._salt import (
@@ -113,9 +115,11 @@ __all__ = [
     "KeyRange",
     "Layout",
     "LayoutError",
+    "NamedKeyPart",
     "QueryPlanError",
     "ReadBudget",
     "ReadPlan",
+    "RecordMissingError",
     "RowKeyError",
     "RowKeyTypeError",
     "SaltScheme",
@@ -140,6 +144,7 @@ __all__ = [
     "epoch_field",
     "fields",
     "iso8601_field",
+    "named_key_part",
     "plan_reads",
     "prefix_end",
     "reversed_epoch_field",

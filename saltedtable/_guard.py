@@ -380,6 +380,17 @@ class GuardCore:
             elif action == "create":
                 schema, _ = yield ("schema", None)
                 placement = self._place(schema, family, explicit)
+                if (
+                    placement.family is None
+                    and schema is not None
+                    and family is not None
+                    and family not in schema
+                ):
+                    # The write names a family the table lacks (the write fails):
+                    # a later write may name one that can hold the record.
+                    self._stored, self._stored_family = None, None
+                    self._state = "absent"
+                    return
                 if placement.family is None or not (yield ("create", placement)):
                     self._not_stored(placement.reason)
                     self._stored, self._stored_family = None, None

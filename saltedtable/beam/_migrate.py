@@ -944,6 +944,7 @@ def resalt(
         destination.table,
         new_scheme,
         app_profile_id=destination.app_profile_id,
+        record_family=family,  # stored before the first copy, checked on every worker
         counter_prefix="rows_written",
     )
 

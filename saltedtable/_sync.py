@@ -24,6 +24,7 @@ ends at its attempt deadline at the latest.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -141,6 +142,14 @@ class SyncTableLike(Protocol):
 
 
 # -- the table ---------------------------------------------------------------------------
+
+
+def _watch(rows: Iterator[Row], guard: SyncTableGuard) -> Iterator[Row]:
+    with contextlib.closing(rows) as inner:  # type: ignore[type-var]
+        for row in inner:
+            if guard.due():
+                guard.check()
+            yield row
 
 
 @final
@@ -324,7 +333,7 @@ class SaltedTable(TableAttributes):
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.stream()
+        return self._watched(call.stream())
 
     def read_rows(
         self,
@@ -341,7 +350,10 @@ class SaltedTable(TableAttributes):
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.collect()
+        rows = call.collect()
+        if self._layout.cutoff is not None and self._guard.refreshes and self._guard.due():
+            self._guard.check()  # the record moved on while the rows were read?
+        return rows
 
     def read_prefix(
         self,
@@ -366,7 +378,13 @@ class SaltedTable(TableAttributes):
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.stream()
+        return self._watched(call.stream())
+
+    def _watched(self, rows: Iterator[Row]) -> Iterator[Row]:
+        """A cutoff layout's scan reads the record again when due, between rows (see async)."""
+        if self._layout.cutoff is None or not self._guard.refreshes:
+            return rows
+        return _watch(rows, self._guard)
 
     def read_row(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Sequence
+from contextlib import aclosing
 from typing import Any, Protocol, final
 
 import anyio
@@ -128,6 +129,14 @@ class TableLike(Protocol):
     async def close(self) -> None:
         """Release the table's resources."""
         ...
+
+
+async def _watch(rows: AsyncGenerator[Row, None], guard: TableGuard) -> AsyncGenerator[Row, None]:
+    async with aclosing(rows):  # leaving this scan closes (cancels) the one inside
+        async for row in rows:
+            if guard.due():
+                await guard.check()
+            yield row
 
 
 @final
@@ -380,7 +389,7 @@ class SaltedTableAsync(TableAttributes):
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.stream()
+        return self._watched(call.stream())
 
     async def read_rows(
         self,
@@ -397,7 +406,10 @@ class SaltedTableAsync(TableAttributes):
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return await call.collect()
+        rows = await call.collect()
+        if self._layout.cutoff is not None and self._guard.refreshes and self._guard.due():
+            await self._guard.check()  # the record moved on while the rows were read?
+        return rows
 
     def read_prefix(
         self,
@@ -434,7 +446,18 @@ class SaltedTableAsync(TableAttributes):
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.stream()
+        return self._watched(call.stream())
+
+    def _watched(self, rows: AsyncGenerator[Row, None]) -> AsyncGenerator[Row, None]:
+        """A cutoff layout's scan reads the record again when due, between rows.
+
+        A migration that moves the record to ``deleting`` starts removing the
+        legacy rows such a scan reads: it stops with SchemeMismatchError
+        instead of missing them. Other scans are handed over as they are.
+        """
+        if self._layout.cutoff is None or not self._guard.refreshes:
+            return rows
+        return _watch(rows, self._guard)
 
     async def read_row(
         self,

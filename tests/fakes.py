@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+from google.api_core.exceptions import PermissionDenied, Unknown
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
@@ -58,8 +59,6 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
     ValueRegexFilter,
 )
-
-from google.api_core.exceptions import PermissionDenied, Unknown
 
 from saltedtable import SCHEME_ROW_KEY
 from saltedtable._families import FamilyInfo
@@ -607,7 +606,7 @@ class SyncFakeTable:
         attr = getattr(self.fake, name)
         if name == "mutations_batcher":
             return lambda **kwargs: SyncFakeBatcher(attr(**kwargs))
-        if not callable(attr) or name.startswith("_"):
+        if not callable(attr) or name.startswith("_") or name == "saltedtable_schema":
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:

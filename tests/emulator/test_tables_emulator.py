@@ -8,24 +8,37 @@ Bigtable refuses a wrong place.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import aclosing
 
 import pytest
-from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, SetCell
-from google.cloud.bigtable.data.mutations import AddToCell
+from google.cloud.bigtable.data import (
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+    SetCell,
+)
+from google.cloud.bigtable.data.mutations import AddToCell, DeleteAllFromRow
 from google.cloud.bigtable_admin_v2 import types
 
 from saltedtable import (
     SCHEME_ROW_KEY,
+    CutoffPolicy,
     LayoutError,
+    ReadBudget,
     SaltedTableAsync,
     SaltScheme,
+    SchemeMismatchError,
     describe_layout,
+    epoch_field,
 )
 from saltedtable._admin import admin_client, create_salted_table, read_schema, table_path
 from saltedtable._families import RECORD_FAMILY, parse_family
+from saltedtable._migration import migration_record
+from saltedtable._record import encode_layout
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table, list_tables
 
 pytestmark = pytest.mark.emulator
@@ -209,3 +222,64 @@ def test_a_failed_create_leaves_no_table(
             PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
         )
     assert table_id not in list_tables(emulator.address)
+
+
+# -- goal 4: long-lived objects see migrations ------------------------------------------------
+
+
+async def test_a_running_cutoff_reader_stops_when_the_record_moves_to_deleting(
+    bigtable_table_factory: Callable[..., str], data_client: BigtableDataClientAsync
+) -> None:
+    """The record moves under a running scan: the scan stops, it does not miss rows quietly."""
+    scheme = SaltScheme(4)
+    cutoff = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+    at = int(cutoff.cutoff.timestamp())
+    raw = data_client.get_table(INSTANCE, bigtable_table_factory(["cf"]))
+    legacy = [b"s%d#%010d" % (i, at - 1000 + i) for i in range(40)]
+    await raw.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", b"v")) for k in legacy])
+    writer = await SaltedTableAsync.open(raw, scheme, cutoff=cutoff, family="cf")
+    salted = [b"s%d#%010d" % (i, at + i) for i in range(40)]
+    await writer.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", b"v")) for k in salted])
+    # A reader that reads the record again whenever it is due (every row, here).
+    reader = SaltedTableAsync(
+        raw, scheme, cutoff=cutoff, record_refresh=1e-9, budget=ReadBudget(rows=8)
+    )
+    deleting = migration_record(scheme, cutoff, "deleting")
+    got: list[bytes] = []
+
+    async def scan() -> None:
+        stream = await reader.read_rows_stream(ReadRowsQuery())
+        async with aclosing(stream):
+            async for row in stream:
+                got.append(row.row_key)
+                if len(got) == 10:  # `migrate delete-legacy` moves the record now
+                    await raw.mutate_row(
+                        SCHEME_ROW_KEY,
+                        [DeleteAllFromRow(), SetCell("cf", b"scheme", encode_layout(deleting))],
+                    )
+
+    with pytest.raises(SchemeMismatchError, match="migration: stored 'deleting'"):
+        await scan()
+    assert len(got) == 10
+    # From then on the object refuses every operation; a fully salted reader opens.
+    with pytest.raises(SchemeMismatchError):
+        await reader.read_row(legacy[0])
+    await SaltedTableAsync(raw, scheme).read_row(salted[0])
+
+
+async def test_a_reader_without_refresh_reads_the_record_once(
+    bigtable_table_factory: Callable[..., str], data_client: BigtableDataClientAsync
+) -> None:
+    """record_refresh=None keeps the old behaviour: the record is read once per object."""
+    scheme = SaltScheme(4)
+    cutoff = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+    raw = data_client.get_table(INSTANCE, bigtable_table_factory(["cf"]))
+    writer = await SaltedTableAsync.open(raw, scheme, cutoff=cutoff, family="cf")
+    await writer.mutate_row(b"s#%010d" % 1, SetCell("cf", b"q", b"v"))
+    reader = SaltedTableAsync(raw, scheme, cutoff=cutoff, record_refresh=None)
+    assert await reader.read_row(b"s#%010d" % 1) is not None
+    deleting = migration_record(scheme, cutoff, "deleting")
+    await raw.mutate_row(
+        SCHEME_ROW_KEY, [DeleteAllFromRow(), SetCell("cf", b"scheme", encode_layout(deleting))]
+    )
+    assert len(await reader.read_rows(ReadRowsQuery())) == 1

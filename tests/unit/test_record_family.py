@@ -1,4 +1,4 @@
-"""Where the layout record lives: GC rules, aggregate families, the reserved family (pure + fake)."""
+"""Where the layout record lives: GC rules, aggregate families, the reserved family."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from saltedtable import (
     SCHEME_ROW_KEY,
     CutoffPolicy,
     LayoutError,
+    RecordMissingError,
+    SaltedTable,
     SaltedTableAsync,
     SaltScheme,
+    SchemeMismatchError,
     describe_layout,
     epoch_field,
 )
@@ -32,7 +35,7 @@ from saltedtable._families import (
 )
 from saltedtable._migration import migration_record
 from saltedtable._record import encode_layout
-from tests.fakes import FakeTable
+from tests.fakes import FakeTable, SyncFakeTable
 
 CUTOFF = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
 DAY = duration_pb2.Duration(seconds=86400)
@@ -137,7 +140,12 @@ def test_an_unreadable_schema_tries_the_reserved_family_or_the_named_one_uncheck
     implicit = place_record(None, family="cf", explicit=False, unreadable="denied")
     assert (implicit.family, implicit.probe, implicit.checked) == (RECORD_FAMILY, True, False)
     named = place_record(None, family="cf", explicit=True, unreadable="denied")
-    assert (named.family, named.probe, named.checked, named.reason) == ("cf", False, False, "denied")
+    assert (named.family, named.probe, named.checked, named.reason) == (
+        "cf",
+        False,
+        False,
+        "denied",
+    )
 
 
 # -- the guard on a fake table --------------------------------------------------------------
@@ -226,9 +234,73 @@ async def test_guard_scheme_moves_a_record_into_the_named_family() -> None:
     record = migration_record(SaltScheme(4), CUTOFF, "backfill")  # the state moves with it
     fake.set_cell(SCHEME_ROW_KEY, "ts", b"scheme", encode_layout(record))
     table = SaltedTableAsync(fake, SaltScheme(4), cutoff=CUTOFF)
-    with pytest.raises(LayoutError, match="lives in column family 'ts'.*--add-family"):
+    with pytest.raises(LayoutError, match=r"lives in column family 'ts'.*--add-family"):
         await table.check_layout()
     await table.guard_scheme(family=RECORD_FAMILY)
     assert record_families(fake) == [RECORD_FAMILY]
     assert table.stored_layout == record
     await SaltedTableAsync(fake, SaltScheme(4), cutoff=CUTOFF).check_layout()
+
+
+# -- require_record ------------------------------------------------------------------------
+
+
+async def test_require_record_refuses_a_table_without_one_and_writes_nothing() -> None:
+    fake = FakeTable(families=["cf", RECORD_FAMILY])
+    table = SaltedTableAsync(fake, SaltScheme(4), require_record=True)
+    for call in (
+        lambda: table.read_row(b"a"),
+        lambda: table.read_rows(ReadRowsQuery()),
+        lambda: table.mutate_row(b"a", SetCell("cf", b"q", b"v")),
+    ):
+        with pytest.raises(RecordMissingError, match=r"no layout record.*saltedtable guard"):
+            await call()
+    assert fake.row_keys() == []
+    # The way out the message names: store one explicitly; then it opens.
+    await table.guard_scheme(family=RECORD_FAMILY)
+    await table.mutate_row(b"a", SetCell("cf", b"q", b"v"))
+    opened = SaltedTableAsync(fake, SaltScheme(4), require_record=True)
+    assert await opened.read_row(b"a") is not None
+
+
+def test_require_record_on_the_sync_table() -> None:
+    fake = FakeTable(families=["cf", RECORD_FAMILY])
+    table = SaltedTable(SyncFakeTable(fake), SaltScheme(4), require_record=True)
+    with pytest.raises(RecordMissingError, match="--add-family"):
+        table.mutate_row(b"a", SetCell("cf", b"q", b"v"))
+    assert fake.row_keys() == []
+    SaltedTable(SyncFakeTable(fake), SaltScheme(4)).mutate_row(b"a", SetCell("cf", b"q", b"v"))
+    with pytest.raises(RecordMissingError):  # the refusal stays with the object
+        table.read_row(b"a")
+    fresh = SaltedTable(SyncFakeTable(fake), SaltScheme(4), require_record=True)
+    assert fresh.read_row(b"a") is not None
+
+
+# -- record_refresh ------------------------------------------------------------------------
+
+
+def test_a_running_sync_cutoff_scan_stops_when_the_record_moves_to_deleting() -> None:
+    fake = FakeTable(families=["cf"])
+    scheme = SaltScheme(4)
+    fake.set_cell(SCHEME_ROW_KEY, "cf", b"scheme", encode_layout(describe_layout(scheme, CUTOFF)))
+    for i in range(20):
+        fake.set_cell(b"s%d#%010d" % (i, 1_600_000_000 + i), "cf", b"q", b"v")
+    reader = SaltedTable(SyncFakeTable(fake), scheme, cutoff=CUTOFF, record_refresh=1e-9)
+    got = []
+    deleting = encode_layout(migration_record(scheme, CUTOFF, "deleting"))
+
+    def scan() -> None:
+        for row in reader.read_rows_stream(ReadRowsQuery()):
+            got.append(row.row_key)
+            if len(got) == 5:
+                fake.set_cell(SCHEME_ROW_KEY, "cf", b"scheme", deleting, ts=2000)
+
+    with pytest.raises(SchemeMismatchError, match="migration: stored 'deleting'"):
+        scan()
+    assert len(got) == 5
+
+
+@pytest.mark.parametrize("refresh", [0, -1.0, float("nan")])
+def test_a_refresh_interval_must_be_positive(refresh: float) -> None:
+    with pytest.raises(ValueError, match="record_refresh must be"):
+        SaltedTableAsync(FakeTable(), SaltScheme(4), record_refresh=refresh)

@@ -33,6 +33,7 @@ from ._exceptions import (
     SchemeMismatchError,
     UnsaltableKeyError,
 )
+from ._families import RECORD_FAMILY
 from ._layout import Layout
 from ._named import NamedKeyPart, named_key_part
 from ._ranges import KeyRange
@@ -49,8 +50,10 @@ from ._salt import (
 )
 from ._stats import BucketStats, CallStats, StatsHook
 from ._strategy import ReadBudget
+from ._views import view_row_prefixes
 
 if TYPE_CHECKING:
+    from ._admin import CreateResult, create_salted_table
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
     from ._sync import SaltedTable, SyncTableLike
@@ -60,6 +63,8 @@ if TYPE_CHECKING:
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
 _LAZY: dict[str, str] = {
+    "CreateResult": "._admin",
+    "create_salted_table": "._admin",
     "ReadPlan": "._plan",
     "SubQuery": "._plan",
     "plan_reads": "._plan",
@@ -104,9 +109,11 @@ def __dir__() -> list[str]:
 __all__ = [
     "HASHES",
     "MAX_BUCKETS",
+    "RECORD_FAMILY",
     "SCHEME_ROW_KEY",
     "BucketStats",
     "CallStats",
+    "CreateResult",
     "CutoffError",
     "CutoffPolicy",
     "EmulatorError",
@@ -140,6 +147,7 @@ __all__ = [
     "__version__",
     "before_last",
     "big_endian_int",
+    "create_salted_table",
     "describe_layout",
     "epoch_field",
     "fields",
@@ -149,4 +157,5 @@ __all__ = [
     "prefix_end",
     "reversed_epoch_field",
     "rewrite_filter",
+    "view_row_prefixes",
 ]

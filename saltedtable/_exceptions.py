@@ -17,7 +17,8 @@ range, and a :class:`~saltedtable.SubScan` in ``exc.saltedtable_subscan``::
     ├── QueryPlanError (ValueError)         a read that cannot be answered correctly
     ├── CutoffError (ValueError)            a bad cutoff policy, or a key time it cannot read
     ├── LayoutError                         the table's rows or record contradict the layout
-    │   └── SchemeMismatchError             the stored layout record differs
+    │   ├── SchemeMismatchError             the stored layout record differs
+    │   └── RecordMissingError              no record, and require_record=True
     ├── WriteFailedError                    Beam writes that failed after the client's retries
     ├── EmulatorError (RuntimeError)        the local emulator harness (saltedtable.testing)
     │   └── EmulatorNotFoundError           cbtemulator is not installed

@@ -259,7 +259,8 @@ class GuardCore:
         self._schema_reader = schema
         self._schema: TableSchema | None = None
         self._schema_reason: str | None = None if schema is not None else "no admin client"
-        self._name = name
+        self._name = name  # the table as a command names it (id and --instance/--project)
+        self._id = name.split(" --", 1)[0]  # the table as prose names it
         self._warned: set[str] = set()
 
     @property
@@ -339,7 +340,7 @@ class GuardCore:
                 "store it with `saltedtable guard %s --family %s` as a caller that may read "
                 "the table's schema",
                 family,
-                self._name,
+                self._id,
                 placement.reason,
                 self._name,
                 family,
@@ -351,7 +352,7 @@ class GuardCore:
             "unstored",
             "the layout record of %s is not stored (%s), so the guard cannot protect "
             "this table from a reader with another layout; %s",
-            self._name,
+            self._id,
             reason,
             _how_to_store(self._name),
         )
@@ -365,7 +366,7 @@ class GuardCore:
             stored, where = found if found is not None else (None, None)
             if stored is None and self._require and not (explicit and family is not None):
                 raise RecordMissingError(
-                    f"{self._name} has no layout record and require_record=True refuses to "
+                    f"{self._id} has no layout record and require_record=True refuses to "
                     f"read it; {_how_to_store(self._name)}"
                 )
             action = guard_action(stored, self._record, family=family, override=override)
@@ -452,7 +453,7 @@ class GuardCore:
         if problem is None:
             return None
         return (
-            f"the layout record of {self._name} lives in {problem}; move it with "
+            f"the layout record of {self._id} lives in {problem}; move it with "
             f"`saltedtable guard {self._name} --add-family`"
         )
 

@@ -91,6 +91,16 @@ def _positive_number(text: str) -> float:
     return value
 
 
+def _non_negative_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
 def _common_options() -> _Parser:
     p = _Parser(add_help=False, allow_abbrev=False)
     table = p.add_argument_group("the table")
@@ -174,10 +184,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_new_scheme(verify, required=False)
     step("cutover", "Verify the copies, then let fully salted readers open (needs --cutoff).")
-    step(
+    delete = step(
         "delete-legacy",
         "Once every service runs without the cutoff: delete the legacy rows and write the "
         "fully salted record (needs --cutoff).",
+    )
+    delete.add_argument(
+        "--grace",
+        type=_non_negative_number,
+        default=30.0,
+        metavar="SECONDS",
+        help="wait this long after moving the record to deleting, before deleting a row, "
+        "so table objects still open with the cutoff (record_refresh, 30 s by default) "
+        "stop (default 30)",
     )
     copy = step("resalt", "Copy the table under a new scheme into --to-table and verify it.")
     _add_new_scheme(copy, required=True)
@@ -299,7 +318,7 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
         return verify_backfill(target, scheme, cutoff, **common)
     if args.step == "cutover":
         return cut_over(target, scheme, cutoff, **common)
-    return delete_legacy(target, scheme, cutoff, notify=_say, **common)
+    return delete_legacy(target, scheme, cutoff, notify=_say, grace=args.grace, **common)
 
 
 def _say(line: str) -> None:

@@ -136,7 +136,7 @@ def _aggregate(value_type: Any) -> str | None:
     if pb.WhichOneof("kind") != "aggregate_type":
         return None
     agg = pb.aggregate_type
-    which = agg.WhichOneof("aggregator") or "aggregate"
+    which = (agg.WhichOneof("aggregator") or "aggregate").rstrip("_")
     inner = agg.input_type.WhichOneof("kind") or ""
     return f"{inner.removesuffix('_type')} {which}".strip()
 

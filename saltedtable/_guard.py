@@ -262,6 +262,7 @@ class GuardCore:
         self._name = name  # the table as a command names it (id and --instance/--project)
         self._id = name.split(" --", 1)[0]  # the table as prose names it
         self._warned: set[str] = set()
+        self._probe_failed = False
 
     @property
     def record(self) -> dict[str, Any]:
@@ -332,6 +333,9 @@ class GuardCore:
         placement = place_record(
             schema, family=family, explicit=explicit, unreadable=self._schema_reason or ""
         )
+        if placement.probe and self._probe_failed:
+            # Tried once: the table has no reserved family; do not ask again.
+            return Placement(None, checked=False, reason=placement.reason)
         if explicit and not placement.checked:
             self._warn_once(
                 "unchecked",
@@ -393,7 +397,14 @@ class GuardCore:
                     self._state = "absent"
                     return
                 if placement.family is None or not (yield ("create", placement)):
-                    self._not_stored(placement.reason)
+                    self._probe_failed = self._probe_failed or placement.probe
+                    reason = placement.reason
+                    if placement.probe or self._probe_failed:
+                        reason = (
+                            f"the table has no column family {RECORD_FAMILY!r}, and its schema "
+                            f"cannot be read to check another: {reason}"
+                        )
+                    self._not_stored(reason)
                     self._stored, self._stored_family = None, None
                     self._settled()
                     return

@@ -203,9 +203,10 @@ async def test_an_unreadable_schema_uses_the_reserved_family_if_the_table_has_it
         await table.mutate_row(b"b", SetCell("cf", b"q", b"v"))
     assert record_families(without) == []
     assert len(caplog.records) == 1
-    assert "PermissionDenied" in caplog.records[0].getMessage() or "no column family" in (
-        caplog.records[0].getMessage()
-    )
+    message = caplog.records[0].getMessage()
+    assert f"has no column family {RECORD_FAMILY!r}" in message
+    assert "PermissionDenied" in message
+    assert "--add-family" in message
 
 
 async def test_naming_a_ttl_family_for_the_record_is_refused_and_writes_nothing() -> None:

@@ -321,14 +321,20 @@ class SaltedTableAsync(TableAttributes):
         """Compare the layout stored in the table with this one now; store it if absent.
 
         Args:
-            family: Column family for the reserved row; without it nothing is
-                stored (an existing record is still checked).
+            family: Column family to keep the record in: a missing record is
+                stored there, one found in another family is moved there
+                (whole, in one row mutation). Its GC rule is checked through
+                the admin API first (see docs/guard.md); without
+                ``family`` nothing is stored (an existing record is still
+                checked).
             override: Replace a different stored record instead of refusing.
 
         Raises:
             SchemeMismatchError: The stored layout differs and ``override`` is False.
-            LayoutError: The record cannot be stored (no family for an override,
-                or a scheme whose prefixes cover the reserved row).
+            RecordMissingError: No record, no ``family`` and ``require_record=True``.
+            LayoutError: The record cannot be stored: no family for an override,
+                a family the table lacks, an aggregate family, a GC rule that
+                could collect it, or a scheme whose prefixes cover the reserved row.
         """
         await self._guard.ensure(family=family, override=override)
 

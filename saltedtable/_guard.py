@@ -32,6 +32,7 @@ from google.api_core.exceptions import (
     GoogleAPICallError,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     Unknown,
 )
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
@@ -223,6 +224,10 @@ class GuardCore:
             again (None: read it once per object).
         schema: Reads the table's column families (None: it cannot be read).
         name: How messages name the table.
+        view: The table object is an authorized view: the record is read
+            through it when the view includes the record row (the guard is
+            off, with one warning, when it does not), and never stored
+            through it.
     """
 
     def __init__(
@@ -234,6 +239,7 @@ class GuardCore:
         refresh: float | None = DEFAULT_RECORD_REFRESH,
         schema: Callable[[], TableSchema] | None = None,
         name: str = "TABLE",
+        view: bool = False,
     ) -> None:
         if refresh is not None and not refresh > 0:
             raise ValueError(
@@ -263,6 +269,7 @@ class GuardCore:
         self._id = name.split(" --", 1)[0]  # the table as prose names it
         self._warned: set[str] = set()
         self._probe_failed = False
+        self._view = view
 
     @property
     def record(self) -> dict[str, Any]:
@@ -382,6 +389,16 @@ class GuardCore:
                 assert placement.family is not None
                 yield ("replace", (placement.family, stored))
                 where = placement.family
+            elif action == "create" and self._view:
+                if explicit:
+                    raise LayoutError(
+                        "a salted table over an authorized view does not store the layout "
+                        f"record: store it through the table ({_how_to_store(self._name)})"
+                    )
+                self._not_stored("a salted table over an authorized view does not store it")
+                self._stored, self._stored_family = None, None
+                self._settled()
+                return
             elif action == "create":
                 schema, _ = yield ("schema", None)
                 placement = self._place(schema, family, explicit)
@@ -428,6 +445,28 @@ class GuardCore:
         if self._state != "off":
             self._state = "absent" if stored is None else "agrees"
             self._settled()
+
+    def _blind(self, error: BaseException) -> None:
+        """The view refuses reads of the record row: the guard is off for this object."""
+        if self._require:
+            exc = RecordMissingError(
+                f"the authorized view of {self._id} does not include the layout record row, "
+                "so require_record=True cannot be met: build the view with "
+                "view_row_prefixes(..., record=True)"
+            )
+            self._error, self._state = exc, "refused"
+            raise exc
+        self._warn_once(
+            "blind",
+            "the authorized view of %s refuses reads of the layout record row (%s): the "
+            "guard is off for this table object. Include the row in the view "
+            "(saltedtable.view_row_prefixes(..., record=True)), or check the record through "
+            "the table with `saltedtable guard %s`",
+            self._id,
+            error,
+            self._name,
+        )
+        self._state = "off"
 
     def _settled(self) -> None:
         if self._refresh is not None:
@@ -485,6 +524,7 @@ class TableGuard(GuardCore):
     """
 
     def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
+        options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
         self._lock: asyncio.Lock | None = None
@@ -590,7 +630,13 @@ class TableGuard(GuardCore):
             while True:
                 kind, arg = steps.send(answer)
                 if kind == "read":
-                    answer = await self._stored_record(limit)
+                    try:
+                        answer = await self._stored_record(limit)
+                    except PermissionDenied as exc:
+                        if not self._view:
+                            raise
+                        self._blind(exc)
+                        return
                 elif kind == "schema":
                     answer = await self._read_schema()
                 elif kind == "create":
@@ -655,6 +701,7 @@ class SyncTableGuard(GuardCore):
     """The guard of one sync table object (see :class:`TableGuard`)."""
 
     def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
+        options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
         self._lock = threading.Lock()
@@ -749,7 +796,13 @@ class SyncTableGuard(GuardCore):
             while True:
                 kind, arg = steps.send(answer)
                 if kind == "read":
-                    answer = self._stored_record(limit)
+                    try:
+                        answer = self._stored_record(limit)
+                    except PermissionDenied as exc:
+                        if not self._view:
+                            raise
+                        self._blind(exc)
+                        return
                 elif kind == "schema":
                     answer = self._read_schema()
                 elif kind == "create":

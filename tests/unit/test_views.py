@@ -4,6 +4,7 @@ over a view-like table (the emulator does not implement authorized views: it ans
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from hypothesis import strategies as st
 from saltedtable import (
     SCHEME_ROW_KEY,
     CutoffPolicy,
+    LayoutError,
+    RecordMissingError,
     SaltedTableAsync,
     SaltScheme,
     epoch_field,
@@ -62,12 +65,22 @@ def test_an_empty_prefix_is_refused() -> None:
 
 
 class FakeView(FakeTable):
-    """An authorized view: only rows under its prefixes are read or written."""
+    """An authorized view: only rows under its prefixes are read or written.
 
-    def __init__(self, table: FakeTable, prefixes: list[bytes]) -> None:
+    Args:
+        refuse_outside: Point reads outside the view raise PermissionDenied
+            (else they find nothing).
+    """
+
+    authorized_view_id = "v1"
+
+    def __init__(
+        self, table: FakeTable, prefixes: list[bytes], *, refuse_outside: bool = False
+    ) -> None:
         super().__init__()
         self.__dict__.update({k: v for k, v in table.__dict__.items()})
         self.prefixes = prefixes
+        self.refuse_outside = refuse_outside
 
     def _inside(self, key: bytes) -> bool:
         return any(key.startswith(p) for p in self.prefixes)
@@ -82,7 +95,11 @@ class FakeView(FakeTable):
 
     async def read_row(self, row_key: bytes | str, **kwargs: Any) -> Any:
         key = row_key if isinstance(row_key, bytes) else row_key.encode()
-        return await super().read_row(key, **kwargs) if self._inside(key) else None
+        if self._inside(key):
+            return await super().read_row(key, **kwargs)
+        if self.refuse_outside:
+            raise PermissionDenied(f"row {key!r} is outside the authorized view")
+        return None
 
 
 async def test_a_salted_table_over_a_view_reads_writes_and_guards_through_it() -> None:
@@ -104,3 +121,40 @@ async def test_a_salted_table_over_a_view_reads_writes_and_guards_through_it() -
     await over.mutate_row(b"a#9", SetCell("cf", b"q", b"v"))
     with pytest.raises(PermissionDenied):
         await over.mutate_row(b"b#9", SetCell("cf", b"q", b"v"))
+
+
+async def test_a_salted_table_over_a_view_never_stores_the_record(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No record yet: writes through the view go on, one warning says to store it via the table."""
+    scheme = SaltScheme(4)
+    table = FakeTable(families=["cf", "saltedtable"])
+    over = SaltedTableAsync(FakeView(table, view_row_prefixes(scheme, b"a#")), scheme)
+    with caplog.at_level(logging.WARNING, "saltedtable.guard"):
+        await over.mutate_row(b"a#1", SetCell("cf", b"q", b"v"))
+        await over.mutate_row(b"a#2", SetCell("cf", b"q", b"v"))
+    assert table.cells_of(SCHEME_ROW_KEY) == []
+    assert len(caplog.records) == 1
+    assert "authorized view does not store it" in caplog.records[0].getMessage()
+    with pytest.raises(LayoutError, match="store it through the table"):
+        await over.guard_scheme(family="cf")
+
+
+async def test_a_view_without_the_record_row_turns_the_guard_off_with_a_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    scheme = SaltScheme(4)
+    table = FakeTable(families=["cf"])
+    await SaltedTableAsync.open(table, scheme, family="cf")
+    prefixes = view_row_prefixes(scheme, b"a#", record=False)
+    over = SaltedTableAsync(FakeView(table, prefixes, refuse_outside=True), scheme)
+    with caplog.at_level(logging.WARNING, "saltedtable.guard"):
+        await over.mutate_row(b"a#1", SetCell("cf", b"q", b"v"))
+        assert [r.row_key for r in await over.read_rows(ReadRowsQuery())] == [b"a#1"]
+    assert len(caplog.records) == 1
+    assert "view_row_prefixes(..., record=True)" in caplog.records[0].getMessage()
+    strict = SaltedTableAsync(
+        FakeView(table, prefixes, refuse_outside=True), scheme, require_record=True
+    )
+    with pytest.raises(RecordMissingError, match="does not include the layout record row"):
+        await strict.read_row(b"a#1")

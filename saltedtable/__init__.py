@@ -25,6 +25,7 @@ from ._exceptions import (
     EmulatorNotFoundError,
     LayoutError,
     QueryPlanError,
+    RecordMissingError,
     RowKeyError,
     RowKeyTypeError,
     SaltedTableError,
@@ -32,7 +33,9 @@ from ._exceptions import (
     SchemeMismatchError,
     UnsaltableKeyError,
 )
+from ._families import RECORD_FAMILY
 from ._layout import Layout
+from ._named import NamedKeyPart, named_key_part
 from ._ranges import KeyRange
 from ._record import describe_layout
 from ._salt import (
@@ -47,8 +50,10 @@ from ._salt import (
 )
 from ._stats import BucketStats, CallStats, StatsHook
 from ._strategy import ReadBudget
+from ._views import view_row_prefixes
 
 if TYPE_CHECKING:
+    from ._admin import CreateResult, create_salted_table
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
     from ._sync import SaltedTable, SyncTableLike
@@ -58,6 +63,8 @@ if TYPE_CHECKING:
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
 _LAZY: dict[str, str] = {
+    "CreateResult": "._admin",
+    "create_salted_table": "._admin",
     "ReadPlan": "._plan",
     "SubQuery": "._plan",
     "plan_reads": "._plan",
@@ -102,9 +109,11 @@ def __dir__() -> list[str]:
 __all__ = [
     "HASHES",
     "MAX_BUCKETS",
+    "RECORD_FAMILY",
     "SCHEME_ROW_KEY",
     "BucketStats",
     "CallStats",
+    "CreateResult",
     "CutoffError",
     "CutoffPolicy",
     "EmulatorError",
@@ -113,9 +122,11 @@ __all__ = [
     "KeyRange",
     "Layout",
     "LayoutError",
+    "NamedKeyPart",
     "QueryPlanError",
     "ReadBudget",
     "ReadPlan",
+    "RecordMissingError",
     "RowKeyError",
     "RowKeyTypeError",
     "SaltScheme",
@@ -136,12 +147,15 @@ __all__ = [
     "__version__",
     "before_last",
     "big_endian_int",
+    "create_salted_table",
     "describe_layout",
     "epoch_field",
     "fields",
     "iso8601_field",
+    "named_key_part",
     "plan_reads",
     "prefix_end",
     "reversed_epoch_field",
     "rewrite_filter",
+    "view_row_prefixes",
 ]

@@ -507,6 +507,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     emu.add_argument("command", nargs="*", metavar="-- COMMAND", help="run this, then stop")
     emu.set_defaults(func=_cmd_emulator)
+
+    # create, guard, inspect: through the admin API, imported only when run.
+    from ._admin_cli import add_table_commands
+
+    add_table_commands(sub)
     return parser
 
 

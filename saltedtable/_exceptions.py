@@ -17,7 +17,8 @@ range, and a :class:`~saltedtable.SubScan` in ``exc.saltedtable_subscan``::
     ├── QueryPlanError (ValueError)         a read that cannot be answered correctly
     ├── CutoffError (ValueError)            a bad cutoff policy, or a key time it cannot read
     ├── LayoutError                         the table's rows or record contradict the layout
-    │   └── SchemeMismatchError             the stored layout record differs
+    │   ├── SchemeMismatchError             the stored layout record differs
+    │   └── RecordMissingError              no record, and require_record=True
     ├── WriteFailedError                    Beam writes that failed after the client's retries
     ├── EmulatorError (RuntimeError)        the local emulator harness (saltedtable.testing)
     │   └── EmulatorNotFoundError           cbtemulator is not installed
@@ -48,6 +49,7 @@ __all__ = [
     "LayoutError",
     "MissingInputError",
     "QueryPlanError",
+    "RecordMissingError",
     "RowKeyError",
     "RowKeyTypeError",
     "SaltSchemeError",
@@ -121,6 +123,14 @@ class SchemeMismatchError(LayoutError):
             "Open it with the stored scheme; after rewriting the data, replace the record "
             "with SaltedTableAsync.open(..., family=..., override_scheme=True)."
         )
+
+
+class RecordMissingError(LayoutError):
+    """The table has no layout record, and the table object requires one (``require_record=True``).
+
+    Store one with ``saltedtable guard --family FAMILY`` (or ``guard_scheme(family=...)``),
+    or create the table with ``saltedtable create``.
+    """
 
 
 class WriteFailedError(SaltedTableError):

@@ -23,11 +23,18 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final
 
 import anyio
-from google.api_core.exceptions import FailedPrecondition
+from google.api_core.exceptions import (
+    FailedPrecondition,
+    GoogleAPICallError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unknown,
+)
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
 from google.cloud.bigtable.data.row_filters import (
@@ -38,7 +45,8 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
 )
 
-from ._exceptions import LayoutError, SchemeMismatchError
+from ._exceptions import LayoutError, RecordMissingError, SchemeMismatchError
+from ._families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
 from ._layout import Layout
 from ._migration import tolerates_copies, tolerates_legacy_rows
 from ._plan import PageCursor, SubQuery
@@ -51,6 +59,7 @@ from ._record import (
     family_of,
     guard_action,
     layout_differences,
+    newest_record_cell,
     open_differences,
     record_of_row,
 )
@@ -58,6 +67,7 @@ from ._salt import prefix_end
 from ._timeouts import GuardTime, deadline_exceeded, guard_limit, guard_timeouts, time_left
 
 __all__ = [
+    "DEFAULT_RECORD_REFRESH",
     "RECORD_ONLY",
     "SCHEME_QUALIFIER",
     "SCHEME_ROW_KEY",
@@ -161,37 +171,105 @@ def _fresh(error: BaseException) -> BaseException:
     return copy
 
 
+#: Seconds between two reads of the record by one table object (see ``record_refresh``).
+DEFAULT_RECORD_REFRESH: Final = 30.0
+
+#: What reading the record answers: the record and the family it lives in, or None.
+Found = tuple[dict[str, Any], str] | None
+#: One I/O step the guard asks its driver for, and what the driver sends back.
+Step = tuple[str, Any]
+
+
+def _how_to_store(table: str) -> str:
+    return (
+        f"store one with `saltedtable guard {table} --add-family` (adds the reserved "
+        f"family {RECORD_FAMILY!r} and stores the record there), or create salted tables "
+        "with `saltedtable create`"
+    )
+
+
+def _missing_family(error: BaseException) -> bool:
+    """Whether a write failed because the table has no such column family."""
+    return isinstance(error, (NotFound, InvalidArgument, Unknown)) and "family" in str(error)
+
+
 class GuardCore:
     """The guard's state and decisions for one table object, without I/O.
 
     The state is one of ``"off"`` (the guard is switched off, or the table
     cannot hold a record), ``"unread"`` (no operation has read the record
-    yet), ``"absent"`` (the table has no record), ``"agrees"`` or
-    ``"refused"`` (the stored record differs: every operation raises a copy
-    of the refusal). An operation asks :meth:`_pending` whether it must do
-    I/O first, and again after taking the driver's lock, so that operations
-    waiting for another's check see its outcome (a refusal included).
+    yet), ``"absent"`` (the table has no record), ``"unstored"`` (no record,
+    and none may be stored: see :func:`~saltedtable._families.place_record`),
+    ``"agrees"`` or ``"refused"`` (the stored record differs: every operation
+    raises a copy of the refusal). A settled state is read again once
+    ``refresh`` seconds have passed, on the next operation. An operation asks
+    :meth:`_pending` whether it must do I/O first, and again after taking
+    the driver's lock, so that operations waiting for another's check see its
+    outcome (a refusal included).
 
     The drivers (:class:`TableGuard` and :class:`SyncTableGuard`, below)
     run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
-    for the stored record (sent back in), ``("create", family)`` for a
-    conditional write of the record, ``("replace", family)`` for overwriting it.
+    for the stored record and its family (sent back in), ``("schema",
+    None)`` for the table's column families (``(schema or None, reason)``),
+    ``("create", placement)`` for a conditional write of the record (True
+    when stored, False when the table has no such family) and
+    ``("replace", (family, record))`` for overwriting it.
 
     Args:
         layout: The layout the table object uses.
         enabled: False switches the guard off (nothing is read or written).
+        require_record: Refuse a table that has no record
+            (:class:`~saltedtable.RecordMissingError`) instead of reading it.
+        refresh: Seconds after which the next operation reads the record
+            again (None: read it once per object).
+        schema: Reads the table's column families (None: it cannot be read).
+        name: How messages name the table.
+        view: The table object is an authorized view: the record is read
+            through it when the view includes the record row (the guard is
+            off, with one warning, when it does not), and never stored
+            through it.
     """
 
-    def __init__(self, layout: Layout, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        enabled: bool = True,
+        require_record: bool = False,
+        refresh: float | None = DEFAULT_RECORD_REFRESH,
+        schema: Callable[[], TableSchema] | None = None,
+        name: str = "TABLE",
+        view: bool = False,
+    ) -> None:
+        if refresh is not None and not refresh > 0:
+            raise ValueError(
+                f"record_refresh must be a number of seconds > 0 or None, got {refresh!r}"
+            )
         self._layout = layout
-        self._record = describe_layout(layout.scheme, layout.cutoff)
+        self._record = describe_layout(layout.scheme, layout.cutoff) if enabled else {}
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
         self._storable = not layout.scheme.has_prefix(SCHEME_ROW_KEY)
         self._state = "unread" if enabled and self._storable else "off"
+        if require_record and enabled and not self._storable:
+            raise LayoutError(
+                f"{layout.scheme} has a prefix covering the reserved row {SCHEME_ROW_KEY!r}, "
+                "so the table cannot hold a record: require_record=True cannot be met"
+            )
+        self._require = require_record
+        self._refresh = refresh
+        self._due = 0.0
         self._stored: dict[str, Any] | None = None
+        self._stored_family: str | None = None
         self._error: BaseException | None = None
-        self._warned_plain_store = False
+        self._schema_reader = schema
+        self._schema: TableSchema | None = None
+        self._schema_reason: str | None = None if schema is not None else "no admin client"
+        self._name = name  # the table as a command names it (id and --instance/--project)
+        self._id = name.split(" --", 1)[0]  # the table as prose names it
+        self._warned: set[str] = set()
+        self._probe_failed = False
+        self._view = view
 
     @property
     def record(self) -> dict[str, Any]:
@@ -204,9 +282,30 @@ class GuardCore:
         return self._stored
 
     @property
+    def stored_family(self) -> str | None:
+        """The column family the stored record lives in (None: none, or not read yet)."""
+        return self._stored_family
+
+    @property
     def checked(self) -> bool:
         """Whether the record was read (or the guard is off)."""
         return self._state != "unread"
+
+    @property
+    def refreshes(self) -> bool:
+        """Whether this guard reads the record again from time to time."""
+        return self._state != "off" and self._refresh is not None
+
+    def due(self) -> bool:
+        """Whether the next operation must read the record (first or again)."""
+        state = self._state
+        if state == "unread":
+            return True
+        return (
+            state in ("absent", "unstored", "agrees")
+            and self._refresh is not None
+            and time.monotonic() >= self._due
+        )
 
     def _pending(self, family: str | None) -> bool:
         """Whether an operation (a write naming ``family``, or None) must do I/O first.
@@ -218,7 +317,7 @@ class GuardCore:
         if state == "refused":
             assert self._error is not None
             raise _fresh(self._error)
-        return state == "unread" or (state == "absent" and family is not None)
+        return self.due() or (state == "absent" and family is not None)
 
     def _refuse_unstorable(self, family: str | None, override: bool) -> bool:
         """For the explicit guard: False when nothing can be stored (and nothing was asked)."""
@@ -232,47 +331,186 @@ class GuardCore:
             )
         return False
 
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _log.warning(message, *args)
+
+    def _place(self, schema: TableSchema | None, family: str | None, explicit: bool) -> Placement:
+        placement = place_record(
+            schema, family=family, explicit=explicit, unreadable=self._schema_reason or ""
+        )
+        if placement.probe and self._probe_failed:
+            # Tried once: the table has no reserved family; do not ask again.
+            return Placement(None, checked=False, reason=placement.reason)
+        if explicit and not placement.checked:
+            self._warn_once(
+                "unchecked",
+                "the GC rule of column family %r of %s could not be checked (%s): if it can "
+                "collect the layout record, the guard switches off when it does. Check and "
+                "store it with `saltedtable guard %s --family %s` as a caller that may read "
+                "the table's schema",
+                family,
+                self._id,
+                placement.reason,
+                self._name,
+                family,
+            )
+        return placement
+
+    def _not_stored(self, reason: str | None) -> None:
+        self._warn_once(
+            "unstored",
+            "the layout record of %s is not stored (%s), so the guard cannot protect "
+            "this table from a reader with another layout; %s",
+            self._id,
+            reason,
+            _how_to_store(self._name),
+        )
+        self._state = "unstored"
+
     def _judging(
-        self, family: str | None, override: bool = False
-    ) -> Generator[tuple[str, str | None], dict[str, Any] | None, None]:
+        self, family: str | None, override: bool = False, explicit: bool = False
+    ) -> Generator[Step, Any, None]:
         try:
-            stored = yield ("read", None)
+            found: Found = yield ("read", None)
+            stored, where = found if found is not None else (None, None)
+            if stored is None and self._require and not (explicit and family is not None):
+                raise RecordMissingError(
+                    f"{self._id} has no layout record and require_record=True refuses to "
+                    f"read it; {_how_to_store(self._name)}"
+                )
             action = guard_action(stored, self._record, family=family, override=override)
-            if action == "create":
-                # Only if the row is still empty: two writers agree on one record.
-                yield ("create", family)
-                stored = yield ("read", None)
-                if stored is None:
+            if action == "ok" and explicit and family is not None and where != family:
+                # guard_scheme(family=F) with the record elsewhere: move it to F.
+                schema, _ = yield ("schema", None)
+                placement = self._place(schema, family, explicit=True)
+                assert stored is not None
+                assert placement.family is not None
+                yield ("replace", (placement.family, stored))
+                where = placement.family
+            elif action == "create" and self._view:
+                if explicit:
+                    raise LayoutError(
+                        "a salted table over an authorized view does not store the layout "
+                        f"record: store it through the table ({_how_to_store(self._name)})"
+                    )
+                self._not_stored("a salted table over an authorized view does not store it")
+                self._stored, self._stored_family = None, None
+                self._settled()
+                return
+            elif action == "create":
+                schema, _ = yield ("schema", None)
+                placement = self._place(schema, family, explicit)
+                if (
+                    placement.family is None
+                    and schema is not None
+                    and family is not None
+                    and family not in schema
+                ):
+                    # The write names a family the table lacks (the write fails):
+                    # a later write may name one that can hold the record.
+                    self._stored, self._stored_family = None, None
+                    self._state = "absent"
+                    return
+                if placement.family is None or not (yield ("create", placement)):
+                    self._probe_failed = self._probe_failed or placement.probe
+                    reason = placement.reason
+                    if placement.probe or self._probe_failed:
+                        reason = (
+                            f"the table has no column family {RECORD_FAMILY!r}, and its schema "
+                            f"cannot be read to check another: {reason}"
+                        )
+                    self._not_stored(reason)
+                    self._stored, self._stored_family = None, None
+                    self._settled()
+                    return
+                found = yield ("read", None)
+                if found is None:
                     raise LayoutError(f"the layout record {SCHEME_ROW_KEY!r} did not persist")
+                stored, where = found
                 guard_action(stored, self._record, family=family)  # the other writer's?
             elif action == "replace":
+                schema, _ = yield ("schema", None)
+                placement = self._place(schema, family, explicit=True)
+                assert placement.family is not None
                 _log.warning("replacing the stored salt layout %s with %s", stored, self._record)
-                yield ("replace", family)
-                stored = self._record
+                yield ("replace", (placement.family, self._record))
+                stored, where = self._record, placement.family
         except LayoutError as exc:
             self._error = exc
             self._state = "refused"
             raise
-        self._stored = stored
+        self._stored, self._stored_family = stored, where
         if self._state != "off":
             self._state = "absent" if stored is None else "agrees"
+            self._settled()
 
-    def _record_mutations(self, kind: str, family: str) -> list[Mutation]:
-        cell = SetCell(family, SCHEME_QUALIFIER, encode_layout(self._record))
+    def _blind(self, error: BaseException) -> None:
+        """The view refuses reads of the record row: the guard is off for this object."""
+        if self._require:
+            exc = RecordMissingError(
+                f"the authorized view of {self._id} does not include the layout record row, "
+                "so require_record=True cannot be met: build the view with "
+                "view_row_prefixes(..., record=True)"
+            )
+            self._error, self._state = exc, "refused"
+            raise exc
+        self._warn_once(
+            "blind",
+            "the authorized view of %s refuses reads of the layout record row (%s): the "
+            "guard is off for this table object. Include the row in the view "
+            "(saltedtable.view_row_prefixes(..., record=True)), or check the record through "
+            "the table with `saltedtable guard %s`",
+            self._id,
+            error,
+            self._name,
+        )
+        self._state = "off"
+
+    def _settled(self) -> None:
+        if self._refresh is not None:
+            self._due = time.monotonic() + self._refresh
+
+    def _schema_answer(self) -> tuple[TableSchema | None, str | None]:
+        return self._schema, self._schema_reason
+
+    def _schema_failed(self, error: BaseException) -> None:
+        self._schema_reason = f"{type(error).__name__}: {error}".splitlines()[0]
+
+    def _record_mutations(self, kind: str, family: str, record: dict[str, Any]) -> list[Mutation]:
+        cell = SetCell(family, SCHEME_QUALIFIER, encode_layout(record))
         return [cell] if kind == "create" else [DeleteAllFromRow(), cell]
 
     def _plain_store_warning(self, error: BaseException) -> None:
         """Once per table object: the app profile refused the conditional create."""
-        if not self._warned_plain_store:
-            self._warned_plain_store = True
-            _log.warning(
-                "the app profile refuses single-row transactions (%s): the layout record "
-                "is stored with a plain write and read back; two services starting at "
-                "once on this empty table with different layouts are then not told "
-                "apart. Store it once through a profile with transactional writes "
-                "(guard_scheme(family=...)) to close that window.",
-                error,
-            )
+        self._warn_once(
+            "plain",
+            "the app profile refuses single-row transactions (%s): the layout record "
+            "is stored with a plain write and read back; two services starting at "
+            "once on this empty table with different layouts are then not told "
+            "apart. Store it once through a profile with transactional writes "
+            "(guard_scheme(family=...)) to close that window.",
+            error,
+        )
+
+    def _family_problem(self, schema: TableSchema | None, stored: Any) -> str | None:
+        """Why the stored record's family can lose it (None: fine, or unknown)."""
+        family = self._stored_family
+        if stored is None or schema is None or family is None or family not in schema:
+            return None
+        problem = record_family_problem(schema[family])
+        if problem is None:
+            return None
+        return (
+            f"the layout record of {self._id} lives in {problem}; move it with "
+            f"`saltedtable guard {self._name} --add-family`"
+        )
+
+
+def _found(row: Any) -> Found:
+    cell = newest_record_cell(row)
+    return None if cell is None else (decode_layout(cell.value), cell.family)
 
 
 def _guard_wait_exceeded() -> Exception:
@@ -282,21 +520,23 @@ def _guard_wait_exceeded() -> Exception:
 
 
 class TableGuard(GuardCore):
-    """The guard of one async table object: check once, store the record on the first write.
+    """The guard of one async table object: check, store the record on the first write.
 
     Args:
         table: The physical table.
         layout: The layout the table object uses.
         enabled: False switches the guard off (nothing is read or written).
+        **options: See :class:`GuardCore`.
     """
 
-    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True) -> None:
-        super().__init__(layout, enabled=enabled)
+    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
+        options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
+        super().__init__(layout, enabled=enabled, **options)
         self._table = table
         self._lock: asyncio.Lock | None = None
 
     async def check(self, limit: GuardTime = None) -> bool:
-        """Before any operation: read the stored record once and refuse a different one.
+        """Before any operation: read the stored record (once, or again when due); refuse another.
 
         Args:
             limit: The operation's deadline and attempt timeout, which the
@@ -358,59 +598,94 @@ class TableGuard(GuardCore):
         if self._refuse_unstorable(family, override):
             async with self._locked():
                 self._error = None
-                if self._state == "refused":
+                if self._state in ("refused", "unstored"):
                     self._state = "unread"
-                await self._run(self._judging(family, override), None)
+                await self._run(self._judging(family, override, explicit=True), None)
 
     def _locked(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
 
-    async def _stored_record(self, limit: GuardTime = None) -> dict[str, Any] | None:
-        return record_of_row(
+    async def _stored_record(self, limit: GuardTime = None) -> Found:
+        return _found(
             await self._table.read_row(
                 SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit)
             )
         )
 
-    async def _run(
-        self,
-        steps: Generator[tuple[str, str | None], dict[str, Any] | None, None],
-        limit: GuardTime,
-    ) -> None:
-        answer: dict[str, Any] | None = None
+    async def _read_schema(self) -> tuple[TableSchema | None, str | None]:
+        reader = self._schema_reader
+        if self._schema is None and reader is not None:
+            try:
+                self._schema = await anyio.to_thread.run_sync(reader)
+            except GoogleAPICallError as exc:
+                self._schema_failed(exc)
+                self._schema_reader = None  # one try per object
+        return self._schema_answer()
+
+    async def _create(self, placement: Placement, limit: GuardTime) -> bool:
+        assert placement.family is not None
+        mutations = self._record_mutations("create", placement.family, self._record)
+        try:
+            try:
+                await self._table.check_and_mutate_row(
+                    SCHEME_ROW_KEY,
+                    None,
+                    false_case_mutations=mutations,
+                    **operation_only(guard_timeouts(limit)),
+                )
+                return True
+            except FailedPrecondition as exc:
+                self._plain_store_warning(exc)
+            await self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
+        except GoogleAPICallError as exc:
+            if placement.probe and _missing_family(exc):
+                return False
+            raise
+        return True
+
+    async def _run(self, steps: Generator[Step, Any, None], limit: GuardTime) -> None:
+        answer: Any = None
         try:
             while True:
-                kind, family = steps.send(answer)
-                answer = None
+                kind, arg = steps.send(answer)
                 if kind == "read":
-                    answer = await self._stored_record(limit)
-                    continue
-                assert family is not None
-                mutations = self._record_mutations(kind, family)
-                if kind == "create":
                     try:
-                        await self._table.check_and_mutate_row(
-                            SCHEME_ROW_KEY,
-                            None,
-                            false_case_mutations=mutations,
-                            **operation_only(guard_timeouts(limit)),
-                        )
-                        continue
-                    except FailedPrecondition as exc:
-                        self._plain_store_warning(exc)
-                await self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
+                        answer = await self._stored_record(limit)
+                    except PermissionDenied as exc:
+                        if not self._view:
+                            raise
+                        self._blind(exc)
+                        return
+                elif kind == "schema":
+                    answer = await self._read_schema()
+                elif kind == "create":
+                    answer = await self._create(arg, limit)
+                else:
+                    family, record = arg
+                    answer = None
+                    await self._table.mutate_row(
+                        SCHEME_ROW_KEY,
+                        self._record_mutations(kind, family, record),
+                        **guard_timeouts(limit),
+                    )
         except StopIteration:
             pass
 
     async def check_layout(self, *, sample_rows: int, limiter: anyio.CapacityLimiter) -> None:
         """Sample the key space and refuse rows that do not fit the layout.
 
+        Also refuses a record stored in a family whose GC rule can collect it
+        (when the schema can be read).
+
         Raises:
             LayoutError: With up to five offending keys and the way out.
         """
-        stored = self._stored if self.checked else await self._stored_record()
+        if not self.checked:
+            found = await self._stored_record()
+            self._stored, self._stored_family = found if found is not None else (None, None)
+        stored = self._stored
         queries = sample_queries(self._layout, sample_rows, stored)
         samples: list[list[bytes]] = [[] for _ in queries]
         errors: list[Exception] = []
@@ -433,6 +708,11 @@ class TableGuard(GuardCore):
         offenders = layout_offenders(self._layout, samples, stored)
         if offenders:
             raise layout_error(self._layout, offenders)
+        if stored is not None:
+            schema, _ = await self._read_schema()
+            problem = self._family_problem(schema, stored)
+            if problem is not None:
+                raise LayoutError(problem)
 
 
 # -- the guard -----------------------------------------------------------------------------
@@ -441,13 +721,14 @@ class TableGuard(GuardCore):
 class SyncTableGuard(GuardCore):
     """The guard of one sync table object (see :class:`TableGuard`)."""
 
-    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True) -> None:
-        super().__init__(layout, enabled=enabled)
+    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
+        options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
+        super().__init__(layout, enabled=enabled, **options)
         self._table = table
         self._lock = threading.Lock()
 
     def check(self, limit: GuardTime = None) -> bool:
-        """Before any operation: read the stored record once and refuse a different one.
+        """Before any operation: read the stored record (once, or again when due); refuse another.
 
         Returns:
             Whether the guard was not settled yet: the operation waited for it,
@@ -498,46 +779,78 @@ class SyncTableGuard(GuardCore):
         if self._refuse_unstorable(family, override):
             with self._lock:
                 self._error = None
-                if self._state == "refused":
+                if self._state in ("refused", "unstored"):
                     self._state = "unread"
-                self._run(self._judging(family, override), None)
+                self._run(self._judging(family, override, explicit=True), None)
 
-    def _stored_record(self, limit: GuardTime = None) -> dict[str, Any] | None:
-        return record_of_row(
+    def _stored_record(self, limit: GuardTime = None) -> Found:
+        return _found(
             self._table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit))
         )
 
-    def _run(
-        self,
-        steps: Generator[tuple[str, str | None], dict[str, Any] | None, None],
-        limit: GuardTime,
-    ) -> None:
-        answer: dict[str, Any] | None = None
+    def _read_schema(self) -> tuple[TableSchema | None, str | None]:
+        reader = self._schema_reader
+        if self._schema is None and reader is not None:
+            try:
+                self._schema = reader()
+            except GoogleAPICallError as exc:
+                self._schema_failed(exc)
+                self._schema_reader = None  # one try per object
+        return self._schema_answer()
+
+    def _create(self, placement: Placement, limit: GuardTime) -> bool:
+        assert placement.family is not None
+        mutations = self._record_mutations("create", placement.family, self._record)
+        try:
+            try:
+                self._table.check_and_mutate_row(
+                    SCHEME_ROW_KEY,
+                    None,
+                    false_case_mutations=mutations,
+                    **operation_only(guard_timeouts(limit)),
+                )
+                return True
+            except FailedPrecondition as exc:
+                self._plain_store_warning(exc)
+            self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
+        except GoogleAPICallError as exc:
+            if placement.probe and _missing_family(exc):
+                return False
+            raise
+        return True
+
+    def _run(self, steps: Generator[Step, Any, None], limit: GuardTime) -> None:
+        answer: Any = None
         with contextlib.suppress(StopIteration):
             while True:
-                kind, family = steps.send(answer)
-                answer = None
+                kind, arg = steps.send(answer)
                 if kind == "read":
-                    answer = self._stored_record(limit)
-                    continue
-                assert family is not None
-                mutations = self._record_mutations(kind, family)
-                if kind == "create":
                     try:
-                        self._table.check_and_mutate_row(
-                            SCHEME_ROW_KEY,
-                            None,
-                            false_case_mutations=mutations,
-                            **operation_only(guard_timeouts(limit)),
-                        )
-                        continue
-                    except FailedPrecondition as exc:
-                        self._plain_store_warning(exc)
-                self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
+                        answer = self._stored_record(limit)
+                    except PermissionDenied as exc:
+                        if not self._view:
+                            raise
+                        self._blind(exc)
+                        return
+                elif kind == "schema":
+                    answer = self._read_schema()
+                elif kind == "create":
+                    answer = self._create(arg, limit)
+                else:
+                    family, record = arg
+                    answer = None
+                    self._table.mutate_row(
+                        SCHEME_ROW_KEY,
+                        self._record_mutations(kind, family, record),
+                        **guard_timeouts(limit),
+                    )
 
     def check_layout(self, *, sample_rows: int, threads: int) -> None:
         """Sample the key space and refuse rows that do not fit the layout."""
-        stored = self._stored if self.checked else self._stored_record()
+        if not self.checked:
+            found = self._stored_record()
+            self._stored, self._stored_family = found if found is not None else (None, None)
+        stored = self._stored
         queries = sample_queries(self._layout, sample_rows, stored)
 
         def sample(query: ReadRowsQuery) -> list[bytes]:
@@ -550,3 +863,7 @@ class SyncTableGuard(GuardCore):
         offenders = layout_offenders(self._layout, samples, stored)
         if offenders:
             raise layout_error(self._layout, offenders)
+        if stored is not None:
+            problem = self._family_problem(self._read_schema()[0], stored)
+            if problem is not None:
+                raise LayoutError(problem)

@@ -73,6 +73,16 @@ def _positive_number(text: str) -> float:
     return value
 
 
+def _non_negative_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
 def _common_options() -> _Parser:
     p = _Parser(add_help=False, allow_abbrev=False)
     table = p.add_argument_group("the table")
@@ -80,6 +90,12 @@ def _common_options() -> _Parser:
     table.add_argument("--instance", required=True, help="Bigtable instance id")
     table.add_argument("--table", required=True, help="table id")
     table.add_argument("--app-profile", help="Bigtable app profile id")
+    table.add_argument(
+        "--no-require-record",
+        dest="require_record",
+        action="store_false",
+        help="run on a table that has no layout record (default: refuse it)",
+    )
     scheme = p.add_argument_group("its layout")
     scheme.add_argument(
         "-n", "--buckets", type=_int_at_least(1), required=True, help="the table's bucket count"
@@ -151,10 +167,19 @@ def parser() -> argparse.ArgumentParser:
     )
     _add_new_scheme(verify, required=False)
     step("cutover", "Verify the copies, then let fully salted readers open (needs --cutoff).")
-    step(
+    delete = step(
         "delete-legacy",
         "Once every service runs without the cutoff: delete the legacy rows and write the "
         "fully salted record (needs --cutoff).",
+    )
+    delete.add_argument(
+        "--grace",
+        type=_non_negative_number,
+        default=30.0,
+        metavar="SECONDS",
+        help="wait this long after moving the record to deleting, before deleting a row, "
+        "so table objects still open with the cutoff (record_refresh, 30 s by default) "
+        "stop (default 30)",
     )
     copy = step("resalt", "Copy the table under a new scheme into --to-table and verify it.")
     _add_new_scheme(copy, required=True)

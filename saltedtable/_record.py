@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import LayoutError, SchemeMismatchError
+from ._named import key_part_identity
 from ._salt import SCHEME_ROW_KEY, SaltScheme
 
 if TYPE_CHECKING:
@@ -71,12 +72,17 @@ def _callable_name(func: Callable[..., Any] | None) -> str | None:
 
 
 def describe_layout(scheme: SaltScheme, cutoff: CutoffPolicy | None = None) -> dict[str, Any]:
-    """The JSON-friendly record of a layout (what a reader must agree on)."""
+    """The JSON-friendly record of a layout (what a reader must agree on).
+
+    Raises:
+        LayoutError: A custom key part without a stable name (see
+            :func:`~saltedtable.named_key_part`).
+    """
     record: dict[str, Any] = {
         "version": _VERSION,
         "buckets": scheme.buckets,
         "hash": scheme.hash,
-        "key_part": _callable_name(scheme.key_part),
+        "key_part": key_part_identity(scheme.key_part),
         "separator": scheme.separator.hex(),
         "marker": scheme.marker.hex(),
         "cutoff": None,

@@ -26,6 +26,7 @@ and a stalled server does not hold it up.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, final
@@ -42,6 +43,7 @@ from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
+from ._admin import schema_reader_for, table_label
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import (
@@ -65,7 +67,7 @@ from ._facade import (
     sharded_result,
     stray_reasons,
 )
-from ._guard import SyncTableGuard, family_of
+from ._guard import DEFAULT_RECORD_REFRESH, SyncTableGuard, family_of
 from ._layout import Layout
 from ._plan import ReadPlan
 from ._query import check_filter
@@ -144,6 +146,14 @@ class SyncTableLike(Protocol):
 # -- the table ---------------------------------------------------------------------------
 
 
+def _watch(rows: Iterator[Row], guard: SyncTableGuard) -> Iterator[Row]:
+    with contextlib.closing(rows) as inner:  # type: ignore[type-var]
+        for row in inner:
+            if guard.due():
+                guard.check()
+            yield row
+
+
 @final
 class SaltedTable(TableAttributes):
     """A sync Bigtable table whose row keys are salted transparently.
@@ -160,6 +170,10 @@ class SaltedTable(TableAttributes):
         scheme: How logical keys map to physical keys.
         cutoff: Forward-only migration (see :class:`~saltedtable.CutoffPolicy`).
         guard: False switches the layout guard off.
+        require_record: Refuse a table without a layout record (see
+            :class:`~saltedtable.SaltedTableAsync`).
+        record_refresh: Seconds after which the record is read again (see
+            :class:`~saltedtable.SaltedTableAsync`; None: once per object).
         budget: What one read may hold at once (:class:`~saltedtable.ReadBudget`).
         max_concurrent_subscans: ReadRows requests in flight for this table,
             across every read running on it at once (also the threads one read uses).
@@ -177,6 +191,8 @@ class SaltedTable(TableAttributes):
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
@@ -184,7 +200,15 @@ class SaltedTable(TableAttributes):
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         self._table = table
         self._layout = Layout(scheme, cutoff)
-        self._guard = SyncTableGuard(table, self._layout, enabled=guard)
+        self._guard = SyncTableGuard(
+            table,
+            self._layout,
+            enabled=guard,
+            require_record=require_record,
+            refresh=record_refresh,
+            schema=schema_reader_for(table),
+            name=table_label(table),
+        )
         self._budget = budget if budget is not None else ReadBudget()
         self._slots_total = max_concurrent_subscans
         self._slots = Slots(max_concurrent_subscans)
@@ -202,6 +226,8 @@ class SaltedTable(TableAttributes):
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
@@ -214,6 +240,8 @@ class SaltedTable(TableAttributes):
             scheme,
             cutoff=cutoff,
             guard=guard,
+            require_record=require_record,
+            record_refresh=record_refresh,
             budget=budget,
             max_concurrent_subscans=max_concurrent_subscans,
             stats_hook=stats_hook,
@@ -307,7 +335,7 @@ class SaltedTable(TableAttributes):
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.stream()
+        return self._watched(call.stream())
 
     def read_rows(
         self,
@@ -324,7 +352,10 @@ class SaltedTable(TableAttributes):
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.collect()
+        rows = call.collect()
+        if self._layout.cutoff is not None and self._guard.refreshes and self._guard.due():
+            self._guard.check()  # the record moved on while the rows were read?
+        return rows
 
     def read_prefix(
         self,
@@ -349,7 +380,13 @@ class SaltedTable(TableAttributes):
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.stream()
+        return self._watched(call.stream())
+
+    def _watched(self, rows: Iterator[Row]) -> Iterator[Row]:
+        """A cutoff layout's scan reads the record again when due, between rows (see async)."""
+        if self._layout.cutoff is None or not self._guard.refreshes:
+            return rows
+        return _watch(rows, self._guard)
 
     def read_row(
         self,

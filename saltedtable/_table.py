@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Sequence
+from contextlib import aclosing
 from typing import Any, Protocol, final
 
 import anyio
@@ -25,6 +26,7 @@ from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
+from ._admin import schema_reader_for, table_label
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import (
@@ -48,7 +50,7 @@ from ._facade import (
     sharded_result,
     stray_reasons,
 )
-from ._guard import TableGuard, family_of
+from ._guard import DEFAULT_RECORD_REFRESH, TableGuard, family_of
 from ._layout import Layout
 from ._plan import ReadPlan
 from ._query import check_filter
@@ -129,6 +131,14 @@ class TableLike(Protocol):
         ...
 
 
+async def _watch(rows: AsyncGenerator[Row, None], guard: TableGuard) -> AsyncGenerator[Row, None]:
+    async with aclosing(rows):  # leaving this scan closes (cancels) the one inside
+        async for row in rows:
+            if guard.due():
+                await guard.check()
+            yield row
+
+
 @final
 class SaltedTableAsync(TableAttributes):
     """An async Bigtable table whose row keys are salted transparently.
@@ -154,6 +164,15 @@ class SaltedTableAsync(TableAttributes):
             salted. Reads see one table.
         guard: False switches the layout guard off (for tables written by
             other tools, or when you check the layout yourself).
+        require_record: Refuse a table that has no layout record
+            (:class:`~saltedtable.RecordMissingError`, saying how to store
+            one) instead of reading it.
+        record_refresh: Seconds after which the next operation reads the
+            record again, so a long-lived object sees a migration move on
+            (one ``ReadRow`` of the reserved row per interval, only while
+            operations run; None: once per object). A scan with a cutoff
+            checks it between rows and stops with
+            :class:`~saltedtable.SchemeMismatchError`.
         budget: What one read may hold at once (rows and bytes asked of
             buckets and not yet handed over); see :class:`ReadBudget`.
         max_concurrent_subscans: ReadRows requests in flight for this table,
@@ -172,6 +191,8 @@ class SaltedTableAsync(TableAttributes):
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
@@ -179,7 +200,15 @@ class SaltedTableAsync(TableAttributes):
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         self._table = table
         self._layout = Layout(scheme, cutoff)
-        self._guard = TableGuard(table, self._layout, enabled=guard)
+        self._guard = TableGuard(
+            table,
+            self._layout,
+            enabled=guard,
+            require_record=require_record,
+            refresh=record_refresh,
+            schema=schema_reader_for(table),
+            name=table_label(table),
+        )
         self._budget = budget if budget is not None else ReadBudget()
         self.limiter = anyio.CapacityLimiter(max_concurrent_subscans)
         # Whether small reads try one request over every bucket: (no limit, limit).
@@ -196,6 +225,8 @@ class SaltedTableAsync(TableAttributes):
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
@@ -212,6 +243,8 @@ class SaltedTableAsync(TableAttributes):
             scheme,
             cutoff=cutoff,
             guard=guard,
+            require_record=require_record,
+            record_refresh=record_refresh,
             budget=budget,
             max_concurrent_subscans=max_concurrent_subscans,
             stats_hook=stats_hook,
@@ -288,14 +321,20 @@ class SaltedTableAsync(TableAttributes):
         """Compare the layout stored in the table with this one now; store it if absent.
 
         Args:
-            family: Column family for the reserved row; without it nothing is
-                stored (an existing record is still checked).
+            family: Column family to keep the record in: a missing record is
+                stored there, one found in another family is moved there
+                (whole, in one row mutation). Its GC rule is checked through
+                the admin API first (see docs/guard.md); without
+                ``family`` nothing is stored (an existing record is still
+                checked).
             override: Replace a different stored record instead of refusing.
 
         Raises:
             SchemeMismatchError: The stored layout differs and ``override`` is False.
-            LayoutError: The record cannot be stored (no family for an override,
-                or a scheme whose prefixes cover the reserved row).
+            RecordMissingError: No record, no ``family`` and ``require_record=True``.
+            LayoutError: The record cannot be stored: no family for an override,
+                a family the table lacks, an aggregate family, a GC rule that
+                could collect it, or a scheme whose prefixes cover the reserved row.
         """
         await self._guard.ensure(family=family, override=override)
 
@@ -356,7 +395,7 @@ class SaltedTableAsync(TableAttributes):
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.stream()
+        return self._watched(call.stream())
 
     async def read_rows(
         self,
@@ -373,7 +412,10 @@ class SaltedTableAsync(TableAttributes):
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return await call.collect()
+        rows = await call.collect()
+        if self._layout.cutoff is not None and self._guard.refreshes and self._guard.due():
+            await self._guard.check()  # the record moved on while the rows were read?
+        return rows
 
     def read_prefix(
         self,
@@ -410,7 +452,18 @@ class SaltedTableAsync(TableAttributes):
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return call.stream()
+        return self._watched(call.stream())
+
+    def _watched(self, rows: AsyncGenerator[Row, None]) -> AsyncGenerator[Row, None]:
+        """A cutoff layout's scan reads the record again when due, between rows.
+
+        A migration that moves the record to ``deleting`` starts removing the
+        legacy rows such a scan reads: it stops with SchemeMismatchError
+        instead of missing them. Other scans are handed over as they are.
+        """
+        if self._layout.cutoff is None or not self._guard.refreshes:
+            return rows
+        return _watch(rows, self._guard)
 
     async def read_row(
         self,

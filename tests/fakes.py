@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+from google.api_core.exceptions import PermissionDenied, Unknown
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
@@ -61,6 +62,7 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from saltedtable import SCHEME_ROW_KEY
+from saltedtable._families import FamilyInfo
 
 __all__ = [
     "FakeBatcher",
@@ -228,6 +230,12 @@ class FakeTable:
         fail_entry: Called with each ``bulk_mutate_rows`` entry; an exception it
             returns fails that entry (the others are still applied).
         sample_every: ``sample_row_keys`` reports every n-th row key.
+        families: The table's column families, as the admin API would
+            describe them: writes naming another family fail as Bigtable's
+            do, and the guard reads them (``saltedtable_schema``). None: any
+            family is accepted and the schema cannot be read.
+        schema_readable: False: the schema cannot be read even with ``families``
+            (a caller without admin rights).
     """
 
     # TableAsync's defaults (the salted table resolves timeouts from them).
@@ -247,7 +255,21 @@ class FakeTable:
         fail_after_rows: int = 0,
         fail_entry: Callable[[RowMutationEntry], Exception | None] | None = None,
         sample_every: int = 100,
+        families: Iterable[FamilyInfo | str] | None = None,
+        schema_readable: bool = True,
     ) -> None:
+        self.families = (
+            None
+            if families is None
+            else {
+                f.name if isinstance(f, FamilyInfo) else f: (
+                    f if isinstance(f, FamilyInfo) else FamilyInfo(f)
+                )
+                for f in families
+            }
+        )
+        self.schema_readable = schema_readable
+        self.schema_reads = 0
         self._rows: dict[bytes, list[_Stored]] = {}
         self._keys: list[bytes] = []
         self.latency = latency
@@ -281,6 +303,13 @@ class FakeTable:
         """Write one cell without going through the async API (test setup)."""
         self._apply(_to_bytes(key), [SetCell(family, qualifier, value, ts)])
 
+    def saltedtable_schema(self) -> dict[str, FamilyInfo]:
+        """The column families, as saltedtable's guard reads them through the admin API."""
+        self.schema_reads += 1
+        if self.families is None or not self.schema_readable:
+            raise PermissionDenied("the fake table's schema cannot be read")
+        return dict(self.families)
+
     def now_micros(self) -> int:
         """A monotonic fake server clock, millisecond granularity like Bigtable."""
         self._clock += 1000
@@ -308,6 +337,11 @@ class FakeTable:
         if not key:
             raise ValueError("Bigtable row keys must not be empty")
         cells = list(self._rows.get(key, []))
+        if self.families is not None:
+            for m in mutations:
+                name = getattr(m, "family", None) or getattr(m, "family_to_delete", None)
+                if name is not None and name not in self.families:
+                    raise Unknown(f'unknown family "{name}"')
         for m in mutations:
             if isinstance(m, SetCell):
                 ts = m.timestamp_micros if m.timestamp_micros >= 0 else self.now_micros()
@@ -573,7 +607,7 @@ class SyncFakeTable:
         attr = getattr(self.fake, name)
         if name == "mutations_batcher":
             return lambda **kwargs: SyncFakeBatcher(attr(**kwargs))
-        if not callable(attr) or name.startswith("_"):
+        if not callable(attr) or name.startswith("_") or name == "saltedtable_schema":
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:

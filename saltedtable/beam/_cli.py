@@ -79,12 +79,15 @@ class _Common(TypedDict):
     progress: IO[str] | None
 
 
-def _check_tables(*targets: BigtableTarget) -> None:
-    """Fail with one clear line when a table does not exist (before any pipeline starts)."""
-    for target in targets:
+def _check_tables(*targets: BigtableTarget, require: bool = False, also: str = "") -> None:
+    """Fail with one clear line when a table does not exist (before any pipeline starts).
+
+    With ``require``, the first table must hold a layout record too.
+    """
+    for i, target in enumerate(targets):
         client, table = target.open()
         try:
-            read_record(table)
+            stored = read_record(table)
         except NotFound:
             raise DataError(
                 f"table {target.table!r} not found in instance {target.instance!r} of project "
@@ -93,6 +96,13 @@ def _check_tables(*targets: BigtableTarget) -> None:
         finally:
             table.close()
             client.close()
+        if require and i == 0 and stored is None:
+            raise DataError(
+                f"table {target.table!r} has no layout record, so nothing tells which layout "
+                f"wrote it: store one with `saltedtable guard {target.table} --instance "
+                f"{target.instance} --project {target.project} --add-family` (with the "
+                f"scheme options){also}, or give --no-require-record"
+            )
 
 
 def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
@@ -121,7 +131,7 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
                 "the copy would have the same layout: give --to-buckets, --to-hash, "
                 "--to-key-part, --to-separator or --to-marker"
             )
-        _check_tables(target, destination)
+        _check_tables(target, destination, require=args.require_record)
         if args.step == "resalt":
             return resalt(
                 target, scheme, destination, new_scheme, cutoff=cutoff, family=args.family, **common
@@ -134,7 +144,12 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
     if cutoff is None:
         more = " (or --to-table to compare a resalted copy)" if args.step == "verify" else ""
         raise UsageError(f"{args.step} finishes a forward-only migration: give --cutoff{more}")
-    _check_tables(target)
+    # A backfill given --family stores the record itself.
+    _check_tables(
+        target,
+        require=args.require_record and not getattr(args, "family", None),
+        also=", give --family FAMILY to store it with this step" if args.step == "backfill" else "",
+    )
     if args.step == "backfill":
         return backfill(
             target, scheme, cutoff, family=args.family, prune_orphans=args.prune, **common
@@ -143,7 +158,7 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
         return verify_backfill(target, scheme, cutoff, **common)
     if args.step == "cutover":
         return cut_over(target, scheme, cutoff, **common)
-    return delete_legacy(target, scheme, cutoff, notify=_say, **common)
+    return delete_legacy(target, scheme, cutoff, notify=_say, grace=args.grace, **common)
 
 
 def _say(line: str) -> None:

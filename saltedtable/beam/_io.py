@@ -41,9 +41,10 @@ from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, Set
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
+from .._admin import schema_reader_for, table_label
 from .._cutoff import CutoffPolicy
 from .._exceptions import QueryPlanError, SaltedTableError, WriteFailedError
-from .._guard import SchemeMismatchError, describe_layout
+from .._guard import SchemeMismatchError, SyncTableGuard, describe_layout, family_of
 from .._layout import Layout
 from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._query import as_query
@@ -574,9 +575,16 @@ class WriteEntries(TableDoFn):
         flush_mutations: int,
         counter_prefix: str,
         check_layout: bool,
+        store_record: bool = False,
+        record_family: str | None = None,
+        require_record: bool = False,
     ) -> None:
         super().__init__(target)
         self.layout = layout
+        self.store_record = store_record
+        self.record_family = record_family
+        self.require_record = require_record
+        self._guard: SyncTableGuard | None = None
         self.on_failure = on_failure
         self.flush_mutations = flush_mutations
         self.counter_prefix = counter_prefix
@@ -589,14 +597,30 @@ class WriteEntries(TableDoFn):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state.update(_pool=None, _batch=_Batch(), _in_flight=[], _failures=[], _counters={})
+        state.update(
+            _pool=None, _batch=_Batch(), _in_flight=[], _failures=[], _counters={}, _guard=None
+        )
         return state
 
     def setup(self) -> None:
         super().setup()
         self._pool = ThreadPoolExecutor(FLUSHES_IN_FLIGHT, thread_name_prefix="saltedtable-write")
         if self.check_layout:
-            check_record(self.bigtable(), self.layout)
+            # Every worker reads the record before its first write and refuses
+            # another layout (or, with require_record, a table without one).
+            table = self.bigtable()
+            self._guard = SyncTableGuard(
+                table,
+                self.layout,
+                require_record=self.require_record,
+                refresh=None,
+                schema=schema_reader_for(table),
+                name=table_label(table),
+            )
+            if self.record_family is not None:
+                self._guard.ensure(family=self.record_family)  # store (conditionally) or check
+            else:
+                self._guard.check()
 
     def teardown(self) -> None:
         if self._pool is not None:
@@ -610,6 +634,10 @@ class WriteEntries(TableDoFn):
         self._failures = []
 
     def process(self, entry: RowMutationEntry) -> Iterator[FailedWrite]:
+        if self._guard is not None and self.store_record:
+            # No record yet: stored (a conditional create) before the first write,
+            # where a service's first write would store it.
+            self._guard.before_write(family_of(entry.mutations))
         key = to_key(entry.row_key)
         mutations = list(entry.mutations)
         try:
@@ -724,7 +752,16 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
             entry instead.
         flush_mutations: A batch is sent once its entries hold this many mutations.
         app_profile_id: The app profile to send requests with.
-        check_layout: Refuse a table whose stored layout record names another layout.
+        check_layout: Refuse a table whose stored layout record names another
+            layout; every worker reads it before its first write.
+        store_record: With ``check_layout``, a table without a record gets
+            one before the first write (a conditional create, in the reserved
+            family ``saltedtable`` when the table has it, else the first
+            entry's family if its GC rule keeps it), as a service's first
+            write does.
+        record_family: Store the record in this family (checked as
+            ``guard_scheme(family=...)`` checks it) before the first write.
+        require_record: Refuse a table that has no record yet.
         counter_prefix: The name of the counters of written rows
             (``<prefix>.bucket_<n>``, ``<prefix>.legacy``).
 
@@ -744,6 +781,9 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
         flush_mutations: int = 10_000,
         app_profile_id: str | None = None,
         check_layout: bool = True,
+        store_record: bool = True,
+        record_family: str | None = None,
+        require_record: bool = False,
         counter_prefix: str = "rows_written",
     ) -> None:
         super().__init__()
@@ -763,6 +803,9 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
             flush_mutations=flush_mutations,
             counter_prefix=counter_prefix,
             check_layout=check_layout,
+            store_record=store_record,
+            record_family=record_family,
+            require_record=require_record,
         )
 
     def expand(self, entries: PCollection[RowMutationEntry]) -> PCollection[FailedWrite]:

@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, final
@@ -779,6 +780,7 @@ def delete_legacy(
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
     notify: Callable[[str], None] | None = None,
+    grace: float = 0.0,
 ) -> MigrationReport:
     """Step 4: record -> ``deleting``, delete every legacy row, record -> fully salted.
 
@@ -797,6 +799,10 @@ def delete_legacy(
         progress: Where to show progress of a local run.
         notify: Called with a line for humans once the record is in the
             ``deleting`` state, before any row is deleted.
+        grace: Seconds to wait after moving the record to ``deleting`` before
+            deleting a row, so table objects still open with the cutoff read
+            the record again (their ``record_refresh``, 30 s by default) and
+            stop. The command line waits 30 s unless ``--grace`` says otherwise.
 
     Raises:
         LayoutError: The record is neither in the cut-over nor in the deleting state.
@@ -811,6 +817,13 @@ def delete_legacy(
         if migration_state(stored.record) == CUTOVER:
             swap_record(table, stored, deleting)
             stored = _expect_state(read_record(table), scheme, cutoff, (DELETING,), "go on")
+            if grace > 0:
+                if notify is not None:
+                    notify(
+                        f"waiting {grace:g} s before deleting, so open cutoff readers read "
+                        "the deleting record and stop"
+                    )
+                time.sleep(grace)
         if notify is not None:
             notify(
                 "layout record: deleting: cutoff readers are refused from now on; writes "
@@ -944,6 +957,7 @@ def resalt(
         destination.table,
         new_scheme,
         app_profile_id=destination.app_profile_id,
+        record_family=family,  # stored before the first copy, checked on every worker
         counter_prefix="rows_written",
     )
 

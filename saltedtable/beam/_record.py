@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, final
 
+from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import Table
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
 from google.cloud.bigtable.data.row_filters import (
@@ -20,11 +21,13 @@ from google.cloud.bigtable.data.row_filters import (
     ValueRegexFilter,
 )
 
+from .._admin import schema_reader_for
 from .._exceptions import LayoutError
+from .._families import RECORD_FAMILY, place_record, record_family_problem
 from .._record import SCHEME_QUALIFIER, decode_layout, encode_layout, newest_record_cell
 from .._salt import SCHEME_ROW_KEY
 
-__all__ = ["StoredRecord", "read_record", "swap_record"]
+__all__ = ["StoredRecord", "read_record", "record_family", "swap_record"]
 
 
 @final
@@ -50,6 +53,32 @@ def _exactly(value: bytes) -> bytes:
     return b"".join(b"\\x%02x" % b for b in value) if value else b"^$"
 
 
+def record_family(table: Table, family: str | None) -> str | None:
+    """The family a migration's record goes into: checked where the schema can be read.
+
+    The reserved family when the table has it (a record found elsewhere moves
+    there with the swap); otherwise ``family``, refused when its GC rule could
+    collect the record or it is an aggregate family. A caller that cannot
+    read the schema gets ``family`` unchecked.
+
+    Raises:
+        LayoutError: ``family`` cannot hold the record (or the table lacks it).
+    """
+    reader = schema_reader_for(table)
+    try:
+        schema = None if reader is None else reader()
+    except GoogleAPICallError:
+        return family
+    if schema is None:
+        return family
+    reserved = schema.get(RECORD_FAMILY)
+    if reserved is not None and record_family_problem(reserved) is None:
+        return RECORD_FAMILY
+    if family is None:
+        return None
+    return place_record(schema, family=family, explicit=True).family
+
+
 def swap_record(
     table: Table, expected: StoredRecord | None, new: dict[str, Any], *, family: str | None = None
 ) -> None:
@@ -60,11 +89,13 @@ def swap_record(
             moved it), or there is no family to create it in.
     """
     encoded = encode_layout(new)
+    family = record_family(table, family if expected is None else family or expected.family)
     if expected is None:
         if family is None:
             raise LayoutError(
                 "the table has no layout record yet: give the column family to store it in "
-                "(--family on the command line, family= in Python)"
+                "(--family on the command line, family= in Python), or add the reserved "
+                f"family {RECORD_FAMILY!r} (saltedtable guard TABLE --add-family)"
             )
         existed = table.check_and_mutate_row(
             SCHEME_ROW_KEY, None, false_case_mutations=[SetCell(family, SCHEME_QUALIFIER, encoded)]

@@ -435,3 +435,38 @@ async def test_delete_legacy_refuses_cutoff_readers_first_and_resumes_after_a_cr
     assert len(said) == 1
     assert "cutoff readers are refused" in said[0]
     assert snapshot(await salted.read_rows(ReadRowsQuery())) == expected
+
+
+def test_a_migration_record_never_goes_into_a_ttl_family(emulator: Any) -> None:
+    """backfill --family ts (max-age) is refused before anything is written."""
+    import uuid
+
+    from google.cloud.bigtable_admin_v2 import types
+
+    from saltedtable._admin import admin_client
+    from saltedtable._families import parse_family
+    from saltedtable.testing import delete_table
+
+    table_id = f"t-{uuid.uuid4().hex[:12]}"
+    with admin_client(emulator_host=emulator.address) as admin:
+        admin.create_table(
+            request=types.CreateTableRequest(
+                parent=f"projects/{PROJECT}/instances/{INSTANCE}",
+                table_id=table_id,
+                table=types.Table(
+                    column_families=dict(parse_family(s) for s in ("cf", "ts:max_age=1d"))
+                ),
+            )
+        )
+    try:
+        target = BigtableTarget(PROJECT, INSTANCE, table_id)
+        with pytest.raises(LayoutError, match="'ts' has the GC rule max_age=1d"):
+            backfill(target, SCHEME, POLICY, family="ts")
+        client, table = target.open()
+        try:
+            assert read_record(table) is None
+        finally:
+            table.close()
+            client.close()
+    finally:
+        delete_table(emulator.address, table_id, missing_ok=True)

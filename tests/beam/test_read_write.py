@@ -30,6 +30,7 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from saltedtable import (
+    SCHEME_ROW_KEY,
     CutoffPolicy,
     Layout,
     QueryPlanError,
@@ -145,6 +146,8 @@ async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
     assert [f.row_key for f in failed] == [bad.row_key]
     assert isinstance(failed[0], FailedWrite)
     physical = {row.row_key for row in await raw.read_rows(ReadRowsQuery())}
+    assert SCHEME_ROW_KEY in physical  # the layout record, stored before the first write
+    physical.discard(SCHEME_ROW_KEY)
     assert physical == {key if int(key[-13:]) < C else SCHEME.salt_key(key) for key in keys}
     assert found["rows_written.legacy"] == 8
     salted = SaltedTableAsync(raw, SCHEME, cutoff=POLICY)
@@ -307,3 +310,43 @@ async def test_stray_legacy_rows_are_left_out_counted_and_logged(
     assert stray not in {row.row_key for row in rows}
     assert found["stray_rows.legacy"] == 1
     assert any(repr(stray) in r.getMessage() for r in caplog.records), caplog.text
+
+
+async def test_a_beam_loaded_table_holds_the_record_and_refuses_a_wrong_scheme(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """WriteSaltedRows stores the record before its first write; other layouts are refused."""
+    from saltedtable import RecordMissingError, SchemeMismatchError
+
+    table_id = make_table(("cf", "cg"))
+    keys = [b"user%03d" % i for i in range(40)]
+    entries = [RowMutationEntry(key, [SetCell("cf", b"q", key)]) for key in keys]
+    run_collect(
+        lambda p: p | beam.Create(entries) | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME)
+    )
+    raw = data_client.get_table(INSTANCE, table_id)
+    record = await raw.read_row(SCHEME_ROW_KEY)
+    assert record is not None
+    assert [c.family for c in record.cells] == ["cf"]
+    with pytest.raises(SchemeMismatchError, match="buckets: stored 16, now 8"):
+        await SaltedTableAsync(raw, SaltScheme(8)).read_row(b"user001")
+    with pytest.raises(Exception, match="buckets: stored 16, now 8"):
+        run_collect(
+            lambda p: (
+                p
+                | beam.Create(entries)
+                | WriteSaltedRows(PROJECT, INSTANCE, table_id, SaltScheme(8))
+            )
+        )
+    assert len(await SaltedTableAsync(raw, SCHEME).read_rows(ReadRowsQuery())) == 40
+    empty = make_table(("cf",))
+    with pytest.raises(Exception, match="no layout record"):
+        run_collect(
+            lambda p: (
+                p
+                | beam.Create(entries)
+                | WriteSaltedRows(PROJECT, INSTANCE, empty, SCHEME, require_record=True)
+            )
+        )
+    assert await data_client.get_table(INSTANCE, empty).read_rows(ReadRowsQuery()) == []
+    assert RecordMissingError.__mro__[1].__name__ == "LayoutError"

@@ -323,8 +323,8 @@ async def test_the_first_operation_reads_the_record_once_for_the_object() -> Non
 
 
 async def test_the_first_write_stores_the_record_in_its_family() -> None:
-    """No record yet: reads pass; the first write naming a family stores it there."""
-    fake = FakeTable()
+    """No record, no reserved family: the first write stores it in its own (safe) family."""
+    fake = FakeTable(families=["f1", "f2"])
     table = SaltedTableAsync(fake, SaltScheme(8))
     assert await table.read_row(b"a") is None
     assert SCHEME_ROW_KEY not in fake.row_keys()

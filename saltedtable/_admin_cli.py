@@ -1,0 +1,373 @@
+"""``saltedtable create``, ``inspect`` and ``guard``: salted tables through the admin API.
+
+Registered on the main parser by :func:`add_table_commands`; each command
+checks its arguments before any request, and prints one line per error
+(exit 1 for a problem with the table, 2 for bad usage, as every command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
+from ._families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
+from ._salt import MAX_BUCKETS, SaltScheme
+
+__all__ = ["add_table_commands"]
+
+
+def _where(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("table", metavar="TABLE", help="table id")
+    parser.add_argument("--instance", help="Bigtable instance (default: $SALTEDTABLE_INSTANCE)")
+    parser.add_argument("--project", help="Google Cloud project (default: $SALTEDTABLE_PROJECT)")
+
+
+def _layout_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    from ._cli import _add_hash_options, _int_at_least
+    from ._specs import add_time_arguments
+
+    parser.add_argument(
+        "-n",
+        "--buckets",
+        type=_int_at_least(1, MAX_BUCKETS),
+        required=required,
+        help="number of salt buckets N" + ("" if required else " (default: the record's)"),
+    )
+    _add_hash_options(parser)
+    parser.add_argument("--marker", default="", help="bytes written before every prefix (text)")
+    parser.add_argument("--cutoff", metavar="ISO", help="the cutoff of a forward-only migration")
+    add_time_arguments(parser)
+
+
+def _located(args: argparse.Namespace) -> tuple[str, str]:
+    project = args.project or os.environ.get("SALTEDTABLE_PROJECT")
+    instance = args.instance or os.environ.get("SALTEDTABLE_INSTANCE")
+    if not project or not instance:
+        raise UsageError("give --project and --instance (or $SALTEDTABLE_PROJECT/_INSTANCE)")
+    return project, instance
+
+
+def _layout(args: argparse.Namespace) -> tuple[SaltScheme, Any]:
+    from ._specs import cutoff_policy_from_args, key_part_from_spec
+
+    scheme = SaltScheme(
+        args.buckets,
+        hash=args.hash,
+        key_part=key_part_from_spec(args.key_part),
+        separator=args.separator.encode(),
+        marker=args.marker.encode(),
+    )
+    cutoff = cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable)
+    return scheme, cutoff
+
+
+def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """One line for an admin or data API refusal (exit 1), naming what was not found."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        from google.api_core.exceptions import GoogleAPICallError, NotFound
+
+        from ._record import open_differences
+
+        try:
+            return run(args)
+        except SchemeMismatchError as exc:
+            diffs = "; ".join(open_differences(exc.stored, exc.current))
+            raise DataError(
+                f"the table's layout record differs ({diffs}): give the stored scheme"
+            ) from None
+        except LayoutError as exc:
+            raise DataError(" ".join(line.strip() for line in str(exc).splitlines())) from None
+        except NotFound as exc:
+            raise DataError(
+                f"not found: table {args.table!r} in instance {args.instance!r} of project "
+                f"{args.project!r} ({exc.message})"
+            ) from None
+        except GoogleAPICallError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DataError(f"the Bigtable API refused: {first}") from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+    return wrapped
+
+
+# -- create ------------------------------------------------------------------------------------
+
+
+def _cmd_create(args: argparse.Namespace) -> int:
+    from ._admin import create_salted_table
+
+    args.project, args.instance = _located(args)
+    scheme, cutoff = _layout(args)
+    for spec in args.family:
+        parse_family(spec)  # bad ids and rules are usage errors, before any request
+    splits = [s.encode("utf-8", "surrogateescape") for s in args.split]
+    result = create_salted_table(
+        args.project,
+        args.instance,
+        args.table,
+        scheme,
+        families=args.family or ["cf"],
+        cutoff=cutoff,
+        extra_splits=splits,
+        if_not_exists=args.if_not_exists,
+    )
+    if result.created:
+        print(
+            f"created {args.table}: {len(result.splits)} split points (every bucket prefix), "
+            f"layout record in family {result.record_family!r}"
+        )
+    else:
+        print(f"{args.table} exists; its layout record agrees (family {result.record_family!r})")
+    return 0
+
+
+# -- guard ---------------------------------------------------------------------------------------
+
+
+def _cmd_guard(args: argparse.Namespace) -> int:
+    from google.cloud.bigtable_admin_v2 import types
+
+    from ._admin import admin_client, data_client, read_schema, table_path
+    from ._sync import SaltedTable
+
+    args.project, args.instance = _located(args)
+    scheme, cutoff = _layout(args)
+    if args.family is not None and args.add_family:
+        raise UsageError("give --family or --add-family, not both")
+    if args.family is not None:
+        check_family_name(args.family)
+    family = RECORD_FAMILY if args.add_family else args.family
+    if args.add_family:
+        name = table_path(args.project, args.instance, args.table)
+        with admin_client() as admin:
+            schema = read_schema(admin, name)
+            if RECORD_FAMILY not in schema:
+                request = types.ModifyColumnFamiliesRequest(
+                    name=name,
+                    modifications=[
+                        types.ModifyColumnFamiliesRequest.Modification(
+                            id=RECORD_FAMILY, create=types.ColumnFamily()
+                        )
+                    ],
+                )
+                admin.modify_column_families(request=request)
+                print(f"added the column family {RECORD_FAMILY!r} (no GC rule)")
+            else:
+                problem = record_family_problem(schema[RECORD_FAMILY])
+                if problem is not None:
+                    raise LayoutError(f"{problem}; give it no GC rule, or a max-versions one")
+    with data_client(args.project) as client:
+        table = SaltedTable.from_client(
+            client, args.instance, args.table, scheme, cutoff=cutoff, record_refresh=None
+        )
+        table.guard_scheme(family=family)
+        stored, where = table.stored_layout, table._guard.stored_family
+    if stored is None:
+        print(
+            f"{args.table} has no layout record; store one with --add-family "
+            f"(the reserved family {RECORD_FAMILY!r}) or --family FAMILY"
+        )
+        return 1
+    print(f"{args.table}: the layout record agrees, in family {where!r}: {json.dumps(stored)}")
+    return 0
+
+
+# -- inspect ---------------------------------------------------------------------------------------
+
+
+def _scheme_from_record(record: dict[str, Any]) -> SaltScheme:
+    return SaltScheme(
+        int(record["buckets"]),
+        hash=record.get("hash", "crc32"),
+        separator=bytes.fromhex(record.get("separator", "2d")),
+        marker=bytes.fromhex(record.get("marker", "")),
+    )
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import PermissionDenied
+
+    from ._admin import admin_client, data_client, read_schema, table_path
+    from ._guard import layout_offenders, sample_queries
+    from ._inspect import Inspection, bucket_sizes, skew, split_alignment
+    from ._layout import Layout
+    from ._record import decode_layout, describe_layout, newest_record_cell, open_differences
+    from ._salt import SCHEME_ROW_KEY, format_key
+
+    args.project, args.instance = _located(args)
+    given = _layout(args) if args.buckets is not None else None
+    report = Inspection(table=args.table)
+    name = table_path(args.project, args.instance, args.table)
+    schema = None
+    try:
+        with admin_client() as admin:
+            schema = read_schema(admin, name)
+    except PermissionDenied as exc:
+        report.notes.append(f"the schema cannot be read ({exc.message}): GC rules not checked")
+    if schema is not None:
+        for info in schema.values():
+            report.families.append(
+                {"name": info.name, "gc_rule": info.gc_rule, "aggregate": info.aggregate}
+            )
+    with data_client(args.project) as client:
+        table = client.get_table(args.instance, args.table)
+        try:
+            cell = newest_record_cell(table.read_row(SCHEME_ROW_KEY))
+            if cell is not None:
+                report.record, report.record_family = decode_layout(cell.value), cell.family
+            if report.record is None:
+                report.problems.append(
+                    "no layout record: nothing stops a reader with another layout; store one "
+                    f"with `saltedtable guard {args.table} --add-family` and the scheme options"
+                )
+            elif schema is not None and report.record_family in schema:
+                problem = record_family_problem(schema[report.record_family])
+                if problem is not None:
+                    report.problems.append(
+                        f"the record lives in {problem}; move it with "
+                        f"`saltedtable guard {args.table} --add-family`"
+                    )
+            if given is not None:
+                scheme, cutoff = given
+                if report.record is not None:
+                    diffs = open_differences(report.record, describe_layout(scheme, cutoff))
+                    if diffs:
+                        report.problems.append(
+                            "the given layout disagrees with the record: " + "; ".join(diffs)
+                        )
+            elif report.record is not None:
+                scheme, cutoff = _scheme_from_record(report.record), None
+                if report.record.get("cutoff") is not None or report.record.get("key_part"):
+                    report.notes.append(
+                        "the record has a key part or cutoff: give the scheme options "
+                        "to check where keys belong"
+                    )
+            else:
+                return _emit(report, args)  # no record and no scheme: nothing more to judge
+            layout = Layout(scheme, cutoff)
+            report.scheme = str(scheme) + ("" if cutoff is None else f", {cutoff!r}")
+            samples = [(bytes(k), int(o)) for k, o in table.sample_row_keys()]
+            report.samples = len(samples)
+            report.buckets = bucket_sizes(scheme, samples)
+            report.skew = skew(report.buckets)
+            aligned, missing = split_alignment(scheme, samples)
+            report.splits_aligned = [format_key(p) for p in aligned]
+            report.splits_missing = [format_key(p) for p in missing]
+            if (
+                args.max_skew is not None
+                and report.skew is not None
+                and report.skew > args.max_skew
+            ):
+                report.problems.append(
+                    f"skew {report.skew:.2f} is above --max-skew {args.max_skew}"
+                )
+            checkable = given is not None or not (
+                report.record and (report.record.get("key_part") or report.record.get("cutoff"))
+            )
+            if checkable:
+                queries = sample_queries(layout, args.sample_rows, report.record)
+                keys = [[row.row_key for row in table.read_rows(q)] for q in queries]
+                report.stray = layout_offenders(layout, keys, report.record)[: args.show]
+                if report.stray:
+                    report.problems.append(
+                        f"{len(report.stray)} sampled key(s) do not fit the layout"
+                    )
+        finally:
+            table.close()  # type: ignore[no-untyped-call]
+    return _emit(report, args)
+
+
+def _emit(report: Any, args: argparse.Namespace) -> int:
+    print(json.dumps(report.as_json(), indent=2) if args.json else report.text())
+    return 1 if report.problems else 0
+
+
+# -- the parsers ---------------------------------------------------------------------------------
+
+
+def add_table_commands(sub: Any) -> None:
+    """Add ``create``, ``inspect`` and ``guard`` to the main parser's subcommands."""
+    from ._cli import _float_above, _int_at_least
+
+    create = sub.add_parser(
+        "create",
+        help="create a salted table: pre-split, with a family for its layout record",
+        description="Create a table split at every bucket prefix, with the given column "
+        f"families plus {RECORD_FAMILY!r} (no GC rule) holding the layout record, which is "
+        "stored before this returns. A failed create leaves no table.",
+    )
+    _where(create)
+    _layout_options(create, required=True)
+    create.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME[:RULE]",
+        help="a column family (repeatable; default cf); RULE: max_age=7d, max_versions=3, "
+        "A|B (union), A&B (intersection), or agg=sum|min|max|hll",
+    )
+    create.add_argument(
+        "--split",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="another split point (the legacy key space's own; repeatable)",
+    )
+    create.add_argument(
+        "--if-not-exists",
+        action="store_true",
+        help="accept an existing table whose layout record agrees",
+    )
+    create.set_defaults(func=_api_errors(_cmd_create))
+
+    guard = sub.add_parser(
+        "guard",
+        help="check a table's layout record; store or move it",
+        description="Check the table's layout record against the scheme; with --add-family "
+        f"add the reserved family {RECORD_FAMILY!r} and store (or move) the record there, "
+        "with --family store (or move) it in that family, after checking its GC rule.",
+    )
+    _where(guard)
+    _layout_options(guard, required=True)
+    guard.add_argument("--family", help="store or move the record into this family")
+    guard.add_argument(
+        "--add-family",
+        action="store_true",
+        help=f"add the family {RECORD_FAMILY!r} if missing and keep the record there",
+    )
+    guard.set_defaults(func=_api_errors(_cmd_guard))
+
+    inspect = sub.add_parser(
+        "inspect",
+        help="show a table's salted state: record, families, bucket sizes, splits, strays",
+        description="Show the layout record and where it lives, the column families with "
+        "their GC rules and types, per-bucket size estimates from sample_row_keys with the "
+        "skew, which bucket boundaries are split points, and a sample of keys that do not "
+        "fit the layout. Exit 1 when it finds a problem.",
+    )
+    _where(inspect)
+    _layout_options(inspect, required=False)
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.add_argument(
+        "--sample-rows",
+        type=_int_at_least(1),
+        default=100,
+        metavar="ROWS",
+        help="rows sampled from each bucket and outside them (default 100)",
+    )
+    inspect.add_argument(
+        "--show", type=_int_at_least(1), default=10, metavar="K", help="stray keys shown (10)"
+    )
+    inspect.add_argument(
+        "--max-skew",
+        type=_float_above(1),
+        metavar="X",
+        help="report a skew (max/mean bucket size) above X as a problem",
+    )
+    inspect.set_defaults(func=_api_errors(_cmd_inspect))

@@ -1,0 +1,154 @@
+"""What ``saltedtable inspect`` works out from a table's samples and record (pure).
+
+:func:`bucket_sizes` estimates each bucket's share of the data from
+``sample_row_keys`` (Bigtable answers with keys that cut the table into
+pieces of about equal size and the bytes before each); :func:`split_alignment`
+tells which bucket boundaries are split points; :func:`skew` is the largest
+bucket over the mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, final
+
+from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
+
+__all__ = ["Inspection", "bucket_sizes", "skew", "split_alignment"]
+
+
+def _buckets_between(scheme: SaltScheme, start: bytes, end: bytes) -> list[int]:
+    """The buckets whose prefix range meets ``[start, end)`` (``end`` b"": the table's end)."""
+    found = []
+    for bucket in scheme.bucket_ids:
+        prefix = scheme.prefix(bucket)
+        stop = prefix_end(prefix)
+        if (not end or prefix < end) and (not stop or start < stop):
+            found.append(bucket)
+    return found
+
+
+def bucket_sizes(scheme: SaltScheme, samples: Sequence[tuple[bytes, int]]) -> dict[int, float]:
+    """Estimated bytes per bucket from ``sample_row_keys`` answers.
+
+    The bytes between two samples belong to the key range between them; a
+    range that spans several buckets is shared among them evenly, so the
+    estimate is as fine as the samples are (one per tablet on Cloud Bigtable).
+    Bytes outside every bucket (legacy rows, the record row) are left out.
+    """
+    sizes = dict.fromkeys(scheme.bucket_ids, 0.0)
+    previous_key, previous_offset = b"", 0
+    for key, offset in samples:
+        delta = offset - previous_offset
+        if delta > 0:
+            end = key if key else b""
+            if end.startswith(SCHEME_ROW_KEY):
+                end = SCHEME_ROW_KEY
+            buckets = _buckets_between(scheme, previous_key, end)
+            for bucket in buckets:
+                sizes[bucket] += delta / len(buckets)
+        previous_key, previous_offset = key, offset
+    return sizes
+
+
+def skew(sizes: dict[int, float]) -> float | None:
+    """The largest bucket over the mean (1.0: even); None without data."""
+    total = sum(sizes.values())
+    if total <= 0 or not sizes:
+        return None
+    return max(sizes.values()) / (total / len(sizes))
+
+
+def split_alignment(
+    scheme: SaltScheme, samples: Sequence[tuple[bytes, int]]
+) -> tuple[list[bytes], list[bytes]]:
+    """``(aligned, missing)``: bucket boundaries that are split points, and those that are not.
+
+    A boundary is a bucket's prefix (the lowest one too: it divides the
+    buckets from the key space before them). A tablet split inside a
+    bucket is fine; one bucket sharing a tablet with the next is what
+    pre-splitting avoids.
+    """
+    keys = {key for key, _ in samples}
+    aligned: list[bytes] = []
+    missing: list[bytes] = []
+    for prefix in sorted(scheme.prefixes):
+        (aligned if prefix in keys else missing).append(prefix)
+    return aligned, missing
+
+
+@final
+@dataclass
+class Inspection:
+    """What ``saltedtable inspect`` found about one table.
+
+    ``problems`` decide the exit status (1 when any); ``notes`` are shown only.
+    """
+
+    table: str
+    record: dict[str, Any] | None = None
+    record_family: str | None = None
+    families: list[dict[str, Any]] = field(default_factory=list)
+    scheme: str | None = None
+    buckets: dict[int, float] = field(default_factory=dict)
+    skew: float | None = None
+    samples: int = 0
+    splits_aligned: list[str] = field(default_factory=list)
+    splits_missing: list[str] = field(default_factory=list)
+    stray: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON-friendly form (bucket ids as strings, sizes in bytes)."""
+        return {
+            "table": self.table,
+            "record": self.record,
+            "record_family": self.record_family,
+            "families": self.families,
+            "scheme": self.scheme,
+            "bucket_bytes": {str(b): round(v) for b, v in sorted(self.buckets.items())},
+            "skew": self.skew,
+            "samples": self.samples,
+            "splits": {"aligned": self.splits_aligned, "missing": self.splits_missing},
+            "stray_keys": self.stray,
+            "problems": self.problems,
+            "notes": self.notes,
+        }
+
+    def text(self) -> str:
+        """The report for people."""
+        lines = [f"table {self.table}"]
+        if self.record is None:
+            lines.append("record: none")
+        else:
+            lines.append(f"record: in family {self.record_family!r}: {self.record}")
+        lines.append("families:")
+        for fam in self.families:
+            kind = f", aggregate {fam['aggregate']}" if fam.get("aggregate") else ""
+            lines.append(f"  {fam['name']}: gc {fam['gc_rule']}{kind}")
+        if self.scheme is not None:
+            lines.append(f"layout: {self.scheme}")
+        if self.buckets:
+            total = sum(self.buckets.values())
+            shown = "n/a" if self.skew is None else f"{self.skew:.2f}"
+            lines.append(
+                f"buckets: {len(self.buckets)}, about {total:,.0f} bytes from {self.samples} "
+                f"samples, skew (max/mean) {shown}"
+            )
+            for bucket, size in sorted(self.buckets.items()):
+                lines.append(f"  bucket {bucket}: ~{size:,.0f} bytes")
+            lines.append(
+                f"splits: {len(self.splits_aligned)} of "
+                f"{len(self.splits_aligned) + len(self.splits_missing)} bucket boundaries "
+                "are split points"
+            )
+        if self.stray:
+            lines.append(f"stray or misplaced keys (sample of {len(self.stray)}):")
+            lines.extend(f"  {s}" for s in self.stray)
+        lines.extend(f"note: {n}" for n in self.notes)
+        lines.extend(f"PROBLEM: {p}" for p in self.problems)
+        if not self.problems:
+            lines.append("no problems found")
+        return "\n".join(lines)

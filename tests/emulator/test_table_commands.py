@@ -1,0 +1,177 @@
+"""`saltedtable create`, `guard` and `inspect` on the emulator, through main([...])."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry, SetCell
+
+from saltedtable import SCHEME_ROW_KEY, SaltedTableAsync, SaltScheme
+from saltedtable._families import RECORD_FAMILY
+from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delete_table, list_tables
+from tests.cli_helpers import assert_one_line_error, run
+
+pytestmark = pytest.mark.emulator
+WHERE = ("--project", PROJECT, "--instance", INSTANCE)
+
+
+@pytest.fixture
+def table_id(emulator: Emulator) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    yield name
+    delete_table(emulator.address, name, missing_ok=True)
+
+
+async def fill(client: BigtableDataClientAsync, table_id: str, scheme: SaltScheme, n: int) -> None:
+    table = SaltedTableAsync.from_client(client, INSTANCE, table_id, scheme)
+    entries = [RowMutationEntry(f"user{i:05d}", SetCell("cf", b"q", b"v" * 100)) for i in range(n)]
+    await table.bulk_mutate_rows(entries)
+
+
+async def test_create_then_inspect_shows_the_record_families_buckets_and_no_problem(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    bigtable_data_client: BigtableDataClientAsync,
+) -> None:
+    code, out, err = run(
+        capsys, "create", table_id, *WHERE, "-n", "4", "--family", "cf", "--family",
+        "ts:max_age=7d|max_versions=2",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert f"created {table_id}: 4 split points" in out
+    await fill(bigtable_data_client, table_id, SaltScheme(4), 400)
+    code, out, err = run(capsys, "inspect", table_id, *WHERE, "--json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert report["record"]["buckets"] == 4
+    assert report["record_family"] == RECORD_FAMILY
+    families = {f["name"]: f["gc_rule"] for f in report["families"]}
+    assert families == {"cf": "none", "ts": "(max_age=7d or max_versions=2)", RECORD_FAMILY: "none"}
+    assert sorted(report["bucket_bytes"]) == ["0", "1", "2", "3"]
+    assert sum(report["bucket_bytes"].values()) > 0
+    assert report["skew"] >= 1.0
+    assert report["stray_keys"] == []
+    assert report["problems"] == []
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE)
+    assert code == 0
+    assert "no problems found" in out
+    assert f"record: in family {RECORD_FAMILY!r}" in out
+
+
+def test_create_refuses_an_existing_table_in_one_line(
+    emulator: Emulator, table_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "create", table_id, *WHERE, "-n", "4")[0] == 0
+    code, _, err = run(capsys, "create", table_id, *WHERE, "-n", "4")
+    assert code == 1
+    assert_one_line_error(err, "already exists", "--if-not-exists")
+    code, out, _ = run(capsys, "create", table_id, *WHERE, "-n", "4", "--if-not-exists")
+    assert code == 0
+    assert "agrees" in out
+    code, _, err = run(capsys, "create", table_id, *WHERE, "-n", "8", "--if-not-exists")
+    assert code == 1
+    assert_one_line_error(err, "buckets: stored 4, now 8")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--family", "bad name"), "not a valid Bigtable family id"),
+        (("--family", "cf:max_age=soon"), "max_age needs"),
+        (("--family", f"{RECORD_FAMILY}:max_age=1d"), "must keep its latest version"),
+        (("--family", "cf:agg=median"), "aggregate 'median'"),
+        (("--hash", "md5"), "unknown hash"),
+    ],
+)
+def test_create_usage_errors_exit_2_and_create_nothing(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    needle: str,
+) -> None:
+    code, _, err = run(capsys, "create", table_id, *WHERE, "-n", "4", *args)
+    assert code == 2
+    assert_one_line_error(err, needle)
+    assert table_id not in list_tables(emulator.address)
+
+
+def test_inspect_of_an_unknown_table_names_it(
+    emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "inspect", "no-such-table", *WHERE)
+    assert code == 1
+    assert_one_line_error(err, "not found", "'no-such-table'")
+
+
+def test_inspect_without_project_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SALTEDTABLE_PROJECT", raising=False)
+    code, _, err = run(capsys, "inspect", "t", "--instance", INSTANCE)
+    assert code == 2
+    assert_one_line_error(err, "--project")
+
+
+async def test_guard_add_family_moves_a_record_out_of_a_ttl_family_and_inspect_agrees(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    bigtable_data_client: BigtableDataClientAsync,
+) -> None:
+    """An old record in a max-age family: inspect says so (exit 1); guard --add-family fixes it."""
+    from google.cloud.bigtable_admin_v2 import types
+
+    from saltedtable._admin import admin_client
+    from saltedtable._families import parse_family
+    from saltedtable._record import encode_layout
+
+    with admin_client(emulator_host=emulator.address) as admin:
+        admin.create_table(
+            request=types.CreateTableRequest(
+                parent=f"projects/{PROJECT}/instances/{INSTANCE}",
+                table_id=table_id,
+                table=types.Table(column_families=dict([parse_family("cf:max_age=30d")])),
+            )
+        )
+    from saltedtable import describe_layout
+
+    raw = bigtable_data_client.get_table(INSTANCE, table_id)
+    await raw.mutate_row(
+        SCHEME_ROW_KEY, SetCell("cf", b"scheme", encode_layout(describe_layout(SaltScheme(4))))
+    )
+    await fill(bigtable_data_client, table_id, SaltScheme(4), 50)
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE)
+    assert code == 1
+    assert "PROBLEM: the record lives in column family 'cf' has the GC rule max_age=30d" in out
+    assert "--add-family" in out
+    code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--add-family")
+    assert (code, err) == (0, "")
+    assert f"in family {RECORD_FAMILY!r}" in out
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE)
+    assert code == 0, out
+    code, _, err = run(capsys, "guard", table_id, *WHERE, "-n", "8")
+    assert code == 1
+    assert_one_line_error(err, "buckets: stored 4, now 8")
+
+
+def test_guard_reports_a_table_without_record_and_refuses_a_ttl_family(
+    emulator: Emulator, table_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    create_table(emulator.address, table_id, ["cf"])
+    code, out, _ = run(capsys, "guard", table_id, *WHERE, "-n", "4")
+    assert code == 1
+    assert "no layout record" in out
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE)
+    assert code == 1
+    assert "PROBLEM: no layout record" in out
+    code, _, err = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--family", "nope")
+    assert code == 1
+    assert_one_line_error(err, "no column family 'nope'")
+    code, out, _ = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--family", "cf")
+    assert code == 0
+    assert "in family 'cf'" in out

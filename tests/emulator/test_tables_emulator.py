@@ -1,0 +1,285 @@
+"""Tables you can trust, on the emulator: where the record lives, create, and AddToCell.
+
+The emulator keeps GC rules and aggregate families in the schema and applies
+``AddToCell``; it accepts a ``SetCell`` in an aggregate family (Cloud Bigtable
+refuses it), so these tests check where the record is written, not that
+Bigtable refuses a wrong place.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import aclosing
+
+import pytest
+from google.cloud.bigtable.data import (
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+    SetCell,
+)
+from google.cloud.bigtable.data.mutations import AddToCell, DeleteAllFromRow
+from google.cloud.bigtable_admin_v2 import types
+
+from saltedtable import (
+    SCHEME_ROW_KEY,
+    CutoffPolicy,
+    LayoutError,
+    ReadBudget,
+    SaltedTableAsync,
+    SaltScheme,
+    SchemeMismatchError,
+    describe_layout,
+    epoch_field,
+)
+from saltedtable._admin import admin_client, create_salted_table, read_schema, table_path
+from saltedtable._families import RECORD_FAMILY, parse_family
+from saltedtable._migration import migration_record
+from saltedtable._record import encode_layout
+from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table, list_tables
+
+pytestmark = pytest.mark.emulator
+
+
+@pytest.fixture
+def table_ids(emulator: Emulator) -> Iterator[list[str]]:
+    """Ids handed out by new_id(), deleted after the test."""
+    made: list[str] = []
+    yield made
+    for table_id in made:
+        delete_table(emulator.address, table_id, missing_ok=True)
+
+
+def new_id(made: list[str]) -> str:
+    made.append(f"t-{uuid.uuid4().hex[:12]}")
+    return made[-1]
+
+
+def plain_table(emulator: Emulator, made: list[str], *specs: str) -> str:
+    """A table with these families (``NAME[:RULE]``) and no reserved family."""
+    table_id = new_id(made)
+    with admin_client(emulator_host=emulator.address) as admin:
+        admin.create_table(
+            request=types.CreateTableRequest(
+                parent=f"projects/{PROJECT}/instances/{INSTANCE}",
+                table_id=table_id,
+                table=types.Table(column_families=dict(parse_family(s) for s in specs)),
+            )
+        )
+    return table_id
+
+
+async def record_cells(client: BigtableDataClientAsync, table_id: str) -> list[str]:
+    row = await client.get_table(INSTANCE, table_id).read_row(SCHEME_ROW_KEY)
+    return [] if row is None else [cell.family for cell in row.cells]
+
+
+# -- goal 2: the record lives where nothing collects it -------------------------------------
+
+
+async def test_a_family_with_a_one_second_max_age_never_holds_the_record(
+    emulator: Emulator,
+    table_ids: list[str],
+    data_client: BigtableDataClientAsync,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Writes to a 1 s max-age family store no record there; naming it is refused."""
+    table_id = plain_table(emulator, table_ids, "ts:max_age=1s", "cf")
+    table = SaltedTableAsync.from_client(data_client, INSTANCE, table_id, SaltScheme(4))
+    with caplog.at_level(logging.WARNING, "saltedtable.guard"):
+        await table.mutate_row(b"sensor-1", SetCell("ts", b"t", b"20.5"))
+    assert await record_cells(data_client, table_id) == []
+    assert "max_age=1s" in caplog.text
+    assert f"saltedtable guard {table_id}" in caplog.text
+    with pytest.raises(LayoutError, match="'ts' has the GC rule max_age=1s"):
+        await SaltedTableAsync.open(
+            data_client.get_table(INSTANCE, table_id), SaltScheme(4), family="ts"
+        )
+    assert await record_cells(data_client, table_id) == []
+    # A family without a rule may hold it when named.
+    await SaltedTableAsync.open(
+        data_client.get_table(INSTANCE, table_id), SaltScheme(4), family="cf"
+    )
+    assert await record_cells(data_client, table_id) == ["cf"]
+
+
+async def test_the_reserved_family_holds_the_record_beside_a_ttl_family(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    table_id = plain_table(emulator, table_ids, "ts:max_age=1s", RECORD_FAMILY)
+    table = SaltedTableAsync.from_client(data_client, INSTANCE, table_id, SaltScheme(4))
+    await table.mutate_row(b"sensor-1", SetCell("ts", b"t", b"20.5"))
+    assert await record_cells(data_client, table_id) == [RECORD_FAMILY]
+    assert table.stored_layout == describe_layout(SaltScheme(4))
+
+
+async def test_add_to_cell_through_a_salted_table(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    """Counters in an aggregate family add up; the record never goes into that family."""
+    only_counters = plain_table(emulator, table_ids, "counts:agg=sum")
+    created = new_id(table_ids)
+    create_salted_table(
+        PROJECT, INSTANCE, created, SaltScheme(4), families=["counts:agg=sum"],
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    for table_id, record in ((only_counters, []), (created, [RECORD_FAMILY])):
+        table = SaltedTableAsync.from_client(data_client, INSTANCE, table_id, SaltScheme(4))
+        await table.mutate_row(b"page-1", AddToCell("counts", b"views", 5, 0))
+        await table.mutate_row(b"page-1", AddToCell("counts", b"views", 6, 0))
+        row = await table.read_row(b"page-1")
+        assert row is not None
+        assert int.from_bytes(row.cells[0].value, "big") == 11
+        assert await record_cells(data_client, table_id) == record
+
+
+# -- goal 1: create ---------------------------------------------------------------------------
+
+
+async def test_create_splits_adds_the_record_family_and_stores_the_record(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    table_id = new_id(table_ids)
+    scheme = SaltScheme(8)
+    result = create_salted_table(
+        PROJECT, INSTANCE, table_id, scheme, families=["cf", "ts:max_age=7d"],
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    assert result.created
+    assert result.splits == tuple(sorted(scheme.prefixes))
+    with admin_client(emulator_host=emulator.address) as admin:
+        schema = read_schema(admin, table_path(PROJECT, INSTANCE, table_id))
+    assert sorted(schema) == ["cf", RECORD_FAMILY, "ts"]
+    assert schema["ts"].gc_rule == "max_age=7d"
+    assert schema[RECORD_FAMILY].gc_rule == "none"
+    assert await record_cells(data_client, table_id) == [RECORD_FAMILY]
+    table = SaltedTableAsync.from_client(
+        data_client, INSTANCE, table_id, scheme, require_record=True
+    )
+    await table.mutate_row(b"a", SetCell("cf", b"q", b"v"))
+    assert [r.row_key for r in await table.read_rows(ReadRowsQuery())] == [b"a"]
+
+
+def test_create_refuses_an_existing_table_and_accepts_it_if_asked(
+    emulator: Emulator, table_ids: list[str]
+) -> None:
+    table_id = new_id(table_ids)
+    create_salted_table(PROJECT, INSTANCE, table_id, SaltScheme(8), emulator_host=emulator.address)
+    with pytest.raises(LayoutError, match=f"table '{table_id}' already exists"):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(8), emulator_host=emulator.address
+        )
+    again = create_salted_table(
+        PROJECT, INSTANCE, table_id, SaltScheme(8), if_not_exists=True,
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    assert not again.created
+    with pytest.raises(LayoutError, match="buckets: stored 8, now 16"):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(16), if_not_exists=True,
+            emulator_host=emulator.address,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("families", "message"),
+    [
+        (["bad name"], "not a valid Bigtable family id"),
+        (["cf", "cf"], "given twice"),
+        (["cf:max_age=forever"], "max_age needs"),
+        ([f"{RECORD_FAMILY}:max_age=1d"], "must keep its latest version"),
+        ([f"{RECORD_FAMILY}:agg=sum"], "aggregate"),
+    ],
+)
+def test_create_refuses_bad_families_and_creates_nothing(
+    emulator: Emulator, table_ids: list[str], families: list[str], message: str
+) -> None:
+    table_id = new_id(table_ids)
+    with pytest.raises(ValueError, match=message):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(4), families=families,
+            emulator_host=emulator.address,
+        )  # fmt: skip
+    assert table_id not in list_tables(emulator.address)
+
+
+def test_a_failed_create_leaves_no_table(
+    emulator: Emulator, table_ids: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record cannot be stored (injected): the new table is deleted again."""
+    import saltedtable._admin as admin_module
+
+    def refuse(*args: object) -> str:
+        raise LayoutError("injected: the record could not be stored")
+
+    monkeypatch.setattr(admin_module, "_store_record", refuse)
+    table_id = new_id(table_ids)
+    with pytest.raises(LayoutError, match="injected"):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
+        )
+    assert table_id not in list_tables(emulator.address)
+
+
+# -- goal 4: long-lived objects see migrations ------------------------------------------------
+
+
+async def test_a_running_cutoff_reader_stops_when_the_record_moves_to_deleting(
+    bigtable_table_factory: Callable[..., str], data_client: BigtableDataClientAsync
+) -> None:
+    """The record moves under a running scan: the scan stops, it does not miss rows quietly."""
+    scheme = SaltScheme(4)
+    cutoff = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+    at = int(cutoff.cutoff.timestamp())
+    raw = data_client.get_table(INSTANCE, bigtable_table_factory(["cf"]))
+    legacy = [b"s%d#%010d" % (i, at - 1000 + i) for i in range(40)]
+    await raw.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", b"v")) for k in legacy])
+    writer = await SaltedTableAsync.open(raw, scheme, cutoff=cutoff, family="cf")
+    salted = [b"s%d#%010d" % (i, at + i) for i in range(40)]
+    await writer.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", b"v")) for k in salted])
+    # A reader that reads the record again whenever it is due (every row, here).
+    reader = SaltedTableAsync(
+        raw, scheme, cutoff=cutoff, record_refresh=1e-9, budget=ReadBudget(rows=8)
+    )
+    deleting = migration_record(scheme, cutoff, "deleting")
+    got: list[bytes] = []
+
+    async def scan() -> None:
+        stream = await reader.read_rows_stream(ReadRowsQuery())
+        async with aclosing(stream):
+            async for row in stream:
+                got.append(row.row_key)
+                if len(got) == 10:  # `migrate delete-legacy` moves the record now
+                    await raw.mutate_row(
+                        SCHEME_ROW_KEY,
+                        [DeleteAllFromRow(), SetCell("cf", b"scheme", encode_layout(deleting))],
+                    )
+
+    with pytest.raises(SchemeMismatchError, match="migration: stored 'deleting'"):
+        await scan()
+    assert len(got) == 10
+    # From then on the object refuses every operation; a fully salted reader opens.
+    with pytest.raises(SchemeMismatchError):
+        await reader.read_row(legacy[0])
+    await SaltedTableAsync(raw, scheme).read_row(salted[0])
+
+
+async def test_a_reader_without_refresh_reads_the_record_once(
+    bigtable_table_factory: Callable[..., str], data_client: BigtableDataClientAsync
+) -> None:
+    """record_refresh=None keeps the old behaviour: the record is read once per object."""
+    scheme = SaltScheme(4)
+    cutoff = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+    raw = data_client.get_table(INSTANCE, bigtable_table_factory(["cf"]))
+    writer = await SaltedTableAsync.open(raw, scheme, cutoff=cutoff, family="cf")
+    await writer.mutate_row(b"s#%010d" % 1, SetCell("cf", b"q", b"v"))
+    reader = SaltedTableAsync(raw, scheme, cutoff=cutoff, record_refresh=None)
+    assert await reader.read_row(b"s#%010d" % 1) is not None
+    deleting = migration_record(scheme, cutoff, "deleting")
+    await raw.mutate_row(
+        SCHEME_ROW_KEY, [DeleteAllFromRow(), SetCell("cf", b"scheme", encode_layout(deleting))]
+    )
+    assert len(await reader.read_rows(ReadRowsQuery())) == 1

@@ -1,0 +1,94 @@
+"""What `saltedtable inspect` works out from sample_row_keys (pure), and GC rule specs."""
+
+from __future__ import annotations
+
+import pytest
+
+from saltedtable import SCHEME_ROW_KEY, SaltScheme
+from saltedtable._admin import split_points
+from saltedtable._families import family_info, parse_family, parse_gc_rule
+from saltedtable._inspect import Inspection, bucket_sizes, skew, split_alignment
+
+SCHEME = SaltScheme(4)
+
+
+def cloud_samples(sizes: list[int]) -> list[tuple[bytes, int]]:
+    """What Cloud Bigtable answers for a table split at every prefix: tablet ends and bytes."""
+    out, total = [], 0
+    prefixes = sorted(SCHEME.prefixes)
+    out.append((prefixes[0], 0))  # the empty tablet before the first bucket
+    for prefix, size in zip([*prefixes[1:], b""], sizes, strict=True):
+        total += size
+        out.append((prefix, total))
+    return out
+
+
+def test_a_table_created_split_at_every_prefix_is_aligned_and_even() -> None:
+    samples = cloud_samples([100, 100, 100, 100])
+    assert split_points(SCHEME) == sorted(SCHEME.prefixes)
+    aligned, missing = split_alignment(SCHEME, samples)
+    assert (aligned, missing) == (sorted(SCHEME.prefixes), [])
+    sizes = bucket_sizes(SCHEME, samples)
+    assert sizes == {0: 100, 1: 100, 2: 100, 3: 100}
+    assert skew(sizes) == 1.0
+
+
+def test_a_hot_bucket_shows_as_skew() -> None:
+    sizes = bucket_sizes(SCHEME, cloud_samples([100, 700, 100, 100]))
+    assert sizes[1] == 700
+    assert skew(sizes) == pytest.approx(700 / 250)
+
+
+def test_an_unsplit_table_shares_its_bytes_and_misses_every_boundary() -> None:
+    samples = [(b"", 400)]  # one tablet
+    sizes = bucket_sizes(SCHEME, samples)
+    assert sizes == {0: 100, 1: 100, 2: 100, 3: 100}
+    assert split_alignment(SCHEME, samples) == ([], sorted(SCHEME.prefixes))
+
+
+def test_bytes_outside_the_buckets_and_the_record_row_are_left_out() -> None:
+    samples = [(b"0-", 50), (b"3-zz", 150), (SCHEME_ROW_KEY, 250), (b"", 260)]
+    sizes = bucket_sizes(SCHEME, samples)
+    assert sum(sizes.values()) == pytest.approx(100 + 100)
+    assert skew({0: 0.0}) is None
+
+
+def test_a_cutoff_layout_is_also_split_where_the_legacy_key_space_resumes() -> None:
+    import datetime as dt
+
+    from saltedtable import CutoffPolicy, epoch_field
+
+    cutoff = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+    points = split_points(SCHEME, cutoff, extra=[b"legacy-m"])
+    assert points == sorted([*SCHEME.prefixes, b"3.", b"legacy-m"])
+
+
+def test_the_report_text_and_json_name_problems() -> None:
+    report = Inspection(table="events", problems=["no layout record"])
+    assert "PROBLEM: no layout record" in report.text()
+    assert report.as_json()["problems"] == ["no layout record"]
+    assert "no problems found" in Inspection(table="t").text()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("cf:max_age=0d", "max_age needs"),
+        ("cf:max_versions=0", "max_versions needs"),
+        ("cf:max_age=1d|", "an empty part"),
+        ("cf:ttl=1d", "expected max_age"),
+        ("cf:agg=avg", "aggregate 'avg'"),
+        ("-cf", "not a valid Bigtable family id"),
+    ],
+)
+def test_bad_family_specs_are_refused_naming_the_part(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_family(spec)
+
+
+def test_family_specs() -> None:
+    assert parse_gc_rule("none") is None
+    assert family_info(*parse_family("ts:max_age=90m")).gc_rule == "max_age=90m"
+    both = family_info(*parse_family("x:max_age=1d&max_versions=1"))
+    assert (both.gc_rule, both.may_drop_latest) == ("(max_age=1d and max_versions=1)", False)
+    assert family_info(*parse_family("n:agg=max")).aggregate == "int64 max"

@@ -53,7 +53,7 @@ from ._strategy import ReadBudget
 from ._views import view_row_prefixes
 
 if TYPE_CHECKING:
-    from ._admin import CreateResult, create_salted_table
+    from ._create import CreateResult, create_salted_table
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
     from ._sync import SaltedTable, SyncTableLike
@@ -63,8 +63,8 @@ if TYPE_CHECKING:
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
 _LAZY: dict[str, str] = {
-    "CreateResult": "._admin",
-    "create_salted_table": "._admin",
+    "CreateResult": "._create",
+    "create_salted_table": "._create",
     "ReadPlan": "._plan",
     "SubQuery": "._plan",
     "plan_reads": "._plan",

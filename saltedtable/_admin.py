@@ -1,4 +1,4 @@
-"""The Bigtable admin API, as saltedtable uses it: table schemas (and, below, create and inspect).
+"""The Bigtable admin API, as saltedtable uses it: clients and table schemas.
 
 The generated admin client ignores ``BIGTABLE_EMULATOR_HOST``; :func:`admin_client`
 honours it (a plaintext channel to the emulator) and otherwise uses the
@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
 
-from ._cutoff import CutoffPolicy
-from ._families import FamilyInfo, TableSchema, check_family_name, family_info, parse_family
-from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
+from ._families import FamilyInfo, TableSchema, family_info
 
 if TYPE_CHECKING:
     from google.cloud.bigtable.data import BigtableDataClient
@@ -30,13 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMULATOR_HOST_ENV",
-    "CreateResult",
     "admin_client",
-    "create_salted_table",
     "data_client",
     "read_schema",
     "schema_reader_for",
-    "split_points",
     "table_label",
     "table_path",
 ]
@@ -141,187 +134,6 @@ def schema_reader_for(table: Any) -> Callable[[], TableSchema] | None:
 
 
 # -- create ------------------------------------------------------------------------------
-
-
-def split_points(
-    scheme: SaltScheme, cutoff: CutoffPolicy | None = None, extra: Sequence[bytes] = ()
-) -> list[bytes]:
-    """Where a new salted table is split: every bucket prefix, sorted.
-
-    With a cutoff the legacy key space after the salted one starts its own
-    tablet too (the end of the last prefix), and ``extra`` keys (the legacy
-    key space's own split points) are added. The reserved record row needs
-    no split of its own.
-    """
-    points = set(scheme.prefixes)
-    if cutoff is not None:
-        end = prefix_end(max(scheme.prefixes))
-        if end:
-            points.add(end)
-    points.update(key for key in extra if key)
-    return sorted(points)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class CreateResult:
-    """What :func:`create_salted_table` did.
-
-    Args:
-        table: The table's admin resource name.
-        created: False when the table existed and ``if_not_exists`` accepted it.
-        splits: The split points the table was created with (empty if it existed).
-        record_family: The family holding the layout record.
-    """
-
-    table: str
-    created: bool
-    splits: tuple[bytes, ...]
-    record_family: str
-
-
-def _families_of(families: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
-    from google.cloud.bigtable_admin_v2 import types
-
-    out: dict[str, Any] = {}
-    items = (
-        [parse_family(spec) for spec in families]
-        if not isinstance(families, Mapping)
-        else list(families.items())
-    )
-    for name, value in items:
-        check_family_name(name)
-        if name in out:
-            raise ValueError(f"column family {name!r} is given twice")
-        if value is None:
-            value = types.ColumnFamily()
-        elif isinstance(value, str):
-            value = parse_family(f"{name}:{value}")[1]
-        out[name] = value
-    return out
-
-
-def create_salted_table(
-    project: str,
-    instance: str,
-    table_id: str,
-    scheme: SaltScheme,
-    *,
-    families: Mapping[str, Any] | Sequence[str] = ("cf",),
-    cutoff: CutoffPolicy | None = None,
-    extra_splits: Sequence[bytes] = (),
-    if_not_exists: bool = False,
-    credentials: Any = None,
-    emulator_host: str | None = None,
-) -> CreateResult:
-    """Create a salted table: split at every bucket prefix, with a family for its layout record.
-
-    The table gets the caller's column families (with their GC rules or
-    aggregate types) plus :data:`~saltedtable._families.RECORD_FAMILY`
-    (no GC rule), and the layout record of ``scheme`` and ``cutoff`` is
-    stored there before this returns. Everything is checked before anything
-    is created, and a record that cannot be stored deletes the new table
-    again: a failed create leaves no table.
-
-    Args:
-        project: Google Cloud project id.
-        instance: Bigtable instance id.
-        table_id: The new table's id.
-        scheme: The salt scheme.
-        families: ``NAME[:RULE]`` specs (see ``parse_family``) or a mapping of
-            family id to an admin ``ColumnFamily``, a rule spec, or None.
-        cutoff: The cutoff of a forward-only migration's layout.
-        extra_splits: More split points (the legacy key space's own).
-        if_not_exists: Accept an existing table whose record agrees (a
-            missing record is stored as for a new table).
-        credentials: Credentials for the admin and data clients.
-        emulator_host: An emulator's ``host:port`` (default ``$BIGTABLE_EMULATOR_HOST``).
-
-    Raises:
-        LayoutError: The table exists (without ``if_not_exists``), its record
-            differs, or the record cannot be stored.
-        ValueError: A bad family id or rule, a family given twice, a record
-            family with a rule that can collect it, or a scheme whose
-            prefixes cover the record row.
-        google.api_core.exceptions.GoogleAPICallError: The admin API refused
-            (an unknown instance or project: ``NotFound``).
-    """
-    from google.api_core.exceptions import AlreadyExists, NotFound
-    from google.cloud.bigtable_admin_v2 import types
-
-    from ._exceptions import LayoutError
-    from ._families import RECORD_FAMILY, record_family_problem
-
-    if not table_id or not re.fullmatch(r"[-_.a-zA-Z0-9]{1,50}", table_id):
-        raise ValueError(f"table id {table_id!r} is not a valid Bigtable table id")
-    wanted = _families_of(families)
-    reserved = wanted.setdefault(RECORD_FAMILY, types.ColumnFamily())
-    problem = record_family_problem(family_info(RECORD_FAMILY, reserved))
-    if problem is not None:
-        raise ValueError(f"{problem}: the record family must keep its latest version")
-    if scheme.has_prefix(SCHEME_ROW_KEY):
-        raise ValueError(
-            f"{scheme} has a prefix covering the reserved row {SCHEME_ROW_KEY!r}, so the "
-            "layout record cannot be stored; give the scheme a marker"
-        )
-    splits = split_points(scheme, cutoff, extra_splits)
-    name = table_path(project, instance, table_id)
-    with admin_client(credentials=credentials, emulator_host=emulator_host) as admin:
-        try:
-            read_schema(admin, name)
-            exists = True
-        except NotFound:
-            exists = False
-        if exists and not if_not_exists:
-            raise LayoutError(
-                f"table {table_id!r} already exists in instance {instance!r}: "
-                "give another id, or --if-not-exists to accept it when its record agrees"
-            )
-        if exists:
-            stored_in = _store_record(
-                project, instance, table_id, scheme, cutoff, credentials, emulator_host
-            )
-            return CreateResult(name, False, (), stored_in)
-        request = types.CreateTableRequest(
-            parent=f"projects/{project}/instances/{instance}",
-            table_id=table_id,
-            table=types.Table(column_families=wanted),
-            initial_splits=[types.CreateTableRequest.Split(key=key) for key in splits],
-        )
-        try:
-            admin.create_table(request=request, timeout=ADMIN_TIMEOUT)
-        except AlreadyExists:
-            raise LayoutError(
-                f"table {table_id!r} was created meanwhile by someone else; nothing was changed"
-            ) from None
-        try:
-            stored_in = _store_record(
-                project, instance, table_id, scheme, cutoff, credentials, emulator_host
-            )
-        except BaseException:
-            admin.delete_table(name=name, timeout=ADMIN_TIMEOUT)
-            raise
-    return CreateResult(name, True, tuple(splits), stored_in)
-
-
-def _store_record(
-    project: str,
-    instance: str,
-    table_id: str,
-    scheme: SaltScheme,
-    cutoff: CutoffPolicy | None,
-    credentials: Any,
-    emulator_host: str | None,
-) -> str:
-    """Store (or check) the layout record of a table: the family it lives in."""
-    from ._families import RECORD_FAMILY
-    from ._sync import SaltedTable
-
-    with data_client(project, credentials=credentials, emulator_host=emulator_host) as client:
-        table = SaltedTable.from_client(client, instance, table_id, scheme, cutoff=cutoff)
-        table.guard_scheme(family=RECORD_FAMILY)
-        family = table._guard.stored_family
-    return family or RECORD_FAMILY
 
 
 @contextlib.contextmanager

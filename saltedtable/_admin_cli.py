@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ._args import add_hash_options, float_above, int_at_least
 from ._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from ._families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
 from ._salt import MAX_BUCKETS, SaltScheme
@@ -27,17 +28,16 @@ def _where(parser: argparse.ArgumentParser) -> None:
 
 
 def _layout_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    from ._cli import _add_hash_options, _int_at_least
     from ._specs import add_time_arguments
 
     parser.add_argument(
         "-n",
         "--buckets",
-        type=_int_at_least(1, MAX_BUCKETS),
+        type=int_at_least(1, MAX_BUCKETS),
         required=required,
         help="number of salt buckets N" + ("" if required else " (default: the record's)"),
     )
-    _add_hash_options(parser)
+    add_hash_options(parser)
     parser.add_argument("--marker", default="", help="bytes written before every prefix (text)")
     parser.add_argument("--cutoff", metavar="ISO", help="the cutoff of a forward-only migration")
     add_time_arguments(parser)
@@ -100,7 +100,7 @@ def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
-    from ._admin import create_salted_table
+    from ._create import create_salted_table
 
     args.project, args.instance = _located(args)
     scheme, cutoff = _layout(args)
@@ -293,7 +293,6 @@ def _emit(report: Any, args: argparse.Namespace) -> int:
 
 def add_table_commands(sub: Any) -> None:
     """Add ``create``, ``inspect`` and ``guard`` to the main parser's subcommands."""
-    from ._cli import _float_above, _int_at_least
 
     create = sub.add_parser(
         "create",
@@ -356,17 +355,17 @@ def add_table_commands(sub: Any) -> None:
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.add_argument(
         "--sample-rows",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=100,
         metavar="ROWS",
         help="rows sampled from each bucket and outside them (default 100)",
     )
     inspect.add_argument(
-        "--show", type=_int_at_least(1), default=10, metavar="K", help="stray keys shown (10)"
+        "--show", type=int_at_least(1), default=10, metavar="K", help="stray keys shown (10)"
     )
     inspect.add_argument(
         "--max-skew",
-        type=_float_above(1),
+        type=float_above(1),
         metavar="X",
         help="report a skew (max/mean bucket size) above X as a problem",
     )

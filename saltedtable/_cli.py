@@ -22,19 +22,18 @@ import contextlib
 import importlib
 import io
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final, NoReturn
 
+from ._args import add_hash_options, float_above, int_at_least
 from ._cutoff import (
     CutoffPolicy,
 )
 from ._exceptions import CutoffError, SaltedTableError, SaltSchemeError, UsageError
 from ._migrate_args import parse as parse_migrate
 from ._salt import (
-    HASHES,
     MAX_BUCKETS,
     SaltScheme,
     format_key,
@@ -76,23 +75,11 @@ def _parse_key(text: str, as_hex: bool) -> bytes:
         raise argparse.ArgumentTypeError(f"{text!r} is not hex: {exc}") from exc
 
 
-def _add_hash_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hash", default="crc32", help=f"one of {', '.join(HASHES)}")
-    parser.add_argument(
-        "--key-part",
-        metavar="SPEC",
-        help="hash part of the key: fields:K[:SEP] (first K fields, SEP default '#') "
-        "or before-last[:SEP] (before the last SEP, default '-')",
-    )
-    parser.add_argument("--separator", default="-", help="separator after a decimal prefix")
-    parser.add_argument("--hex", action="store_true", help="keys are given (and shown) as hex")
-
-
 def _add_scheme_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-n", "--buckets", type=_int_at_least(1), required=True, help="number of salt buckets N"
+        "-n", "--buckets", type=int_at_least(1), required=True, help="number of salt buckets N"
     )
-    _add_hash_options(parser)
+    add_hash_options(parser)
 
 
 def _scheme_factory(args: argparse.Namespace) -> Callable[[int], SaltScheme]:
@@ -114,35 +101,8 @@ def _show(key: bytes, as_hex: bool) -> str:
     return key.hex() if as_hex else format_key(key)
 
 
-def _int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low or (high is not None and value > high):
-            bound = f">= {low}" if high is None else f"from {low} to {high}"
-            raise argparse.ArgumentTypeError(f"must be an integer {bound}, got {value}")
-        return value
-
-    return parse
-
-
-def _float_above(low: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not (value > low and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be a number > {low:g}, got {text}")
-        return value
-
-    return parse
-
-
 def _candidates(text: str) -> tuple[int, ...]:
-    parse = _int_at_least(1, MAX_BUCKETS)
+    parse = int_at_least(1, MAX_BUCKETS)
     try:
         values = tuple(parse(part.strip()) for part in text.split(",") if part.strip())
     except argparse.ArgumentTypeError as exc:
@@ -355,7 +315,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--prefix", help="a key prefix to scan")
     explain.add_argument("--start", help="range start (inclusive)")
     explain.add_argument("--end", help="range end (exclusive)")
-    explain.add_argument("--limit", type=_int_at_least(1), help="row limit")
+    explain.add_argument("--limit", type=int_at_least(1), help="row limit")
     explain.add_argument(
         "--cutoff",
         metavar="ISO",
@@ -383,14 +343,14 @@ def _parser() -> argparse.ArgumentParser:
     adv.add_argument("--project", help="Google Cloud project (default: $SALTEDTABLE_PROJECT)")
     adv.add_argument(
         "--sample-limit",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=DEFAULT_SAMPLE_LIMIT,
         metavar="ROWS",
         help=f"rows to sample with --table (default {DEFAULT_SAMPLE_LIMIT:,})",
     )
     adv.add_argument(
         "--timeout",
-        type=_float_above(0),
+        type=float_above(0),
         default=120.0,
         metavar="SECONDS",
         help="operation timeout of each Bigtable call with --table (default 120)",
@@ -403,25 +363,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     adv.add_argument(
         "--tablets",
-        type=_int_at_least(1, 100_000),
+        type=int_at_least(1, 100_000),
         metavar="T",
         help="tablets the key space is split into (default 32)",
     )
     adv.add_argument(
         "--target",
-        type=_float_above(1),
+        type=float_above(1),
         help="max/mean to reach (default 1.5)",
     )
     adv.add_argument(
         "--windows",
-        type=_int_at_least(1, 10_000),
+        type=int_at_least(1, 10_000),
         metavar="W",
         help="time windows (default: chosen from the data, the coarsest of 1, 2, 4 .. 64 "
         "that still show the unsalted hot spot, at least 32 accesses per tablet per window)",
     )
     adv.add_argument(
         "--count-unit",
-        type=_float_above(0),
+        type=float_above(0),
         metavar="U",
         help="the count of one access: a line of count c is c/U accesses (default: the "
         "count when every line has the same one, a 1-in-U sample; else 1)",
@@ -433,12 +393,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     adv.add_argument(
         "--limit",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         help="row limit of the scan whose read cost is shown (default 100)",
     )
     adv.add_argument(
         "--resamples",
-        type=_int_at_least(20, 100_000),
+        type=int_at_least(20, 100_000),
         metavar="R",
         help="resamples behind each 95%% interval (default 200)",
     )
@@ -448,10 +408,10 @@ def _parser() -> argparse.ArgumentParser:
     adv.add_argument(
         "-n",
         "--buckets",
-        type=_int_at_least(1, MAX_BUCKETS),
+        type=int_at_least(1, MAX_BUCKETS),
         help="also simulate N and draw it in --plot (default: the recommended N)",
     )
-    _add_hash_options(adv)
+    add_hash_options(adv)
     adv.add_argument("--json", action="store_true", help="print the report as JSON")
     adv.add_argument("--plot", metavar="PNG", help="write a Key Visualizer-style heat map")
     adv.add_argument(
@@ -479,7 +439,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     emu.add_argument(
         "--port",
-        type=_int_at_least(1, 65535),
+        type=int_at_least(1, 65535),
         metavar="N",
         help="port on 127.0.0.1 (default: a free one)",
     )
@@ -500,7 +460,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     emu.add_argument(
         "--startup-timeout",
-        type=_float_above(0),
+        type=float_above(0),
         default=30.0,
         metavar="SECONDS",
         help="seconds to wait for the emulator (default 30)",

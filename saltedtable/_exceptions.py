@@ -58,6 +58,7 @@ __all__ = [
     "UnsaltableKeyError",
     "UsageError",
     "WriteFailedError",
+    "layout_differences",
 ]
 
 
@@ -101,6 +102,26 @@ class LayoutError(SaltedTableError):
     """
 
 
+def layout_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two layout records (empty when they agree).
+
+    What :class:`SchemeMismatchError` shows; migrations compare records with it too.
+
+    The cutoff's ``at`` text is not compared, only the instant it names.
+    """
+    diffs = []
+    for name in sorted(stored.keys() | current.keys()):
+        if name == "version":
+            continue
+        a, b = stored.get(name), current.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            a = {k: v for k, v in a.items() if k != "at"}
+            b = {k: v for k, v in b.items() if k != "at"}
+        if a != b:
+            diffs.append(f"{name}: stored {a!r}, now {b!r}")
+    return diffs
+
+
 class SchemeMismatchError(LayoutError):
     """The table was written with a different layout than the one it is opened with.
 
@@ -110,8 +131,6 @@ class SchemeMismatchError(LayoutError):
     """
 
     def __init__(self, stored: dict[str, Any], current: dict[str, Any]) -> None:
-        from ._record import layout_differences
-
         self.stored = stored
         self.current = current
         lines = "\n".join(f"  {d}" for d in layout_differences(stored, current))

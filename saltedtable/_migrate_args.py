@@ -11,10 +11,10 @@ the step runs.
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final, NoReturn
 
+from ._args import float_above, float_at_least, int_at_least
 from ._salt import HASHES
 from ._specs import add_time_arguments
 
@@ -50,39 +50,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse_int(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-
-    return parse_int
-
-
-def _positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
-    return value
-
-
-def _non_negative_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
-    return value
-
-
 def _common_options() -> _Parser:
     p = _Parser(add_help=False, allow_abbrev=False)
     table = p.add_argument_group("the table")
@@ -98,7 +65,7 @@ def _common_options() -> _Parser:
     )
     scheme = p.add_argument_group("its layout")
     scheme.add_argument(
-        "-n", "--buckets", type=_int_at_least(1), required=True, help="the table's bucket count"
+        "-n", "--buckets", type=int_at_least(1), required=True, help="the table's bucket count"
     )
     scheme.add_argument("--hash", default="crc32", help=f"one of {', '.join(HASHES)}")
     scheme.add_argument("--key-part", metavar="SPEC", help="fields:K[:SEP] or before-last[:SEP]")
@@ -109,7 +76,7 @@ def _common_options() -> _Parser:
     run = p.add_argument_group("running")
     run.add_argument(
         "--split-mb",
-        type=_positive_number,
+        type=float_above(0),
         default=64.0,
         help="about how much one split reads (MB, 64)",
     )
@@ -123,7 +90,7 @@ def _common_options() -> _Parser:
 def _add_new_scheme(p: argparse.ArgumentParser, *, required: bool) -> None:
     new = p.add_argument_group("the resalted copy")
     new.add_argument("--to-table", required=required, help=_RESALT_HELP)
-    new.add_argument("--to-buckets", type=_int_at_least(1), help="the new bucket count")
+    new.add_argument("--to-buckets", type=int_at_least(1), help="the new bucket count")
     new.add_argument("--to-hash", help="the new hash (default: unchanged)")
     new.add_argument("--to-key-part", metavar="SPEC", help="the new key part")
     new.add_argument("--to-separator", help="the new separator")
@@ -174,7 +141,7 @@ def parser() -> argparse.ArgumentParser:
     )
     delete.add_argument(
         "--grace",
-        type=_non_negative_number,
+        type=float_at_least(0),
         default=30.0,
         metavar="SECONDS",
         help="wait this long after moving the record to deleting, before deleting a row, "

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ._cutoff import CutoffPolicy
-from ._exceptions import LayoutError, SchemeMismatchError
+from ._exceptions import LayoutError, SchemeMismatchError, layout_differences
 from ._named import key_part_identity
 from ._salt import SCHEME_ROW_KEY, SaltScheme
 
@@ -39,7 +39,6 @@ __all__ = [
     "encode_layout",
     "family_of",
     "guard_action",
-    "layout_differences",
     "newest_record_cell",
     "open_differences",
     "record_of_row",
@@ -117,24 +116,6 @@ def decode_layout(value: bytes) -> dict[str, Any]:
     if not isinstance(record, dict) or "buckets" not in record:
         raise LayoutError(f"the reserved row {SCHEME_ROW_KEY!r} holds {record!r}")
     return record
-
-
-def layout_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Human-readable differences between two records (empty when they agree).
-
-    The cutoff's ``at`` text is not compared, only the instant it names.
-    """
-    diffs = []
-    for name in sorted(stored.keys() | current.keys()):
-        if name == "version":
-            continue
-        a, b = stored.get(name), current.get(name)
-        if isinstance(a, dict) and isinstance(b, dict):
-            a = {k: v for k, v in a.items() if k != "at"}
-            b = {k: v for k, v in b.items() if k != "at"}
-        if a != b:
-            diffs.append(f"{name}: stored {a!r}, now {b!r}")
-    return diffs
 
 
 def newest_record_cell(row: Row | None) -> Cell | None:

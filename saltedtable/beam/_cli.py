@@ -21,9 +21,16 @@ from typing import IO, TypedDict
 from apache_beam.options.pipeline_options import PipelineOptions
 from google.api_core.exceptions import GoogleAPICallError, NotFound
 
-from .._exceptions import CutoffError, DataError, SaltedTableError, SaltSchemeError, UsageError
+from .._exceptions import (
+    CutoffError,
+    DataError,
+    SaltedTableError,
+    SaltSchemeError,
+    UsageError,
+    layout_differences,
+)
 from .._migrate_args import NEW_SCHEME_FIELDS, PROG, parse
-from .._record import describe_layout, layout_differences
+from .._record import describe_layout
 from .._salt import SaltScheme
 from .._specs import cutoff_policy_from_args, key_part_from_spec
 from ._io import BigtableTarget

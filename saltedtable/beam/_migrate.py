@@ -45,8 +45,8 @@ from google.cloud.bigtable.data.mutations import DeleteAllFromRow
 from google.cloud.bigtable.data.row import Row
 
 from .._cutoff import CutoffPolicy
-from .._exceptions import LayoutError, RowKeyError
-from .._guard import KEYS_ONLY, SchemeMismatchError, describe_layout, layout_differences
+from .._exceptions import LayoutError, RowKeyError, SchemeMismatchError, layout_differences
+from .._guard import KEYS_ONLY, describe_layout
 from .._layout import Layout
 from .._migration import (
     BACKFILL,

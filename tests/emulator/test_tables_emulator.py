@@ -35,7 +35,8 @@ from saltedtable import (
     describe_layout,
     epoch_field,
 )
-from saltedtable._admin import admin_client, create_salted_table, read_schema, table_path
+from saltedtable._admin import admin_client, read_schema, table_path
+from saltedtable._create import create_salted_table
 from saltedtable._families import RECORD_FAMILY, parse_family
 from saltedtable._migration import migration_record
 from saltedtable._record import encode_layout

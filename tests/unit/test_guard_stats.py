@@ -27,7 +27,8 @@ from saltedtable import (
     epoch_field,
     fields,
 )
-from saltedtable._guard import decode_layout, encode_layout, layout_differences
+from saltedtable._exceptions import layout_differences
+from saltedtable._guard import decode_layout, encode_layout
 from saltedtable._layout import _legacy_gaps
 from saltedtable.otel import stats_hook
 from tests.fakes import FakeTable

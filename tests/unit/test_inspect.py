@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from saltedtable import SCHEME_ROW_KEY, SaltScheme
-from saltedtable._admin import split_points
+from saltedtable._create import split_points
 from saltedtable._families import family_info, parse_family, parse_gc_rule
 from saltedtable._inspect import Inspection, bucket_sizes, skew, split_alignment
 

@@ -11,7 +11,9 @@ appended and whether more may follow. The engine decides when each source runs
 its next request and how large it is (see :mod:`saltedtable._strategy`):
 
 * every item a request may return has room before the request starts, so a
-  source never waits for the consumer in the middle of a request. It holds no
+  source never waits for the consumer in the middle of a request: room in
+  items (its size) and in bytes (its :attr:`Feed.cap`; the source stops after
+  the item that takes it past the cap). It holds no
   concurrency slot and keeps no stream open while the consumer is behind, so
   no limiter bound, however small or shared, can deadlock;
 * without a limit each source is topped up to its share of the read's
@@ -51,11 +53,14 @@ import anyio
 
 from ._strategy import (
     DEFAULT_ROW_BYTES,
+    Ask,
     ReadBudget,
     allowance,
+    capped_ask,
     fetch_bound,
     first_request,
     first_round,
+    page_ask,
     refills,
     unordered_shares,
 )
@@ -85,8 +90,6 @@ WAKE_DELAY: Final = 0.002
 _NEVER: Final = 1 << 62
 #: Seconds a limited read that is complete waits for its last requests to end by themselves.
 DRAIN_SECONDS: Final = 1.0
-#: Rows measured before the estimate of a row's size replaces the default.
-_SIZED_ENOUGH: Final = 16
 
 
 class Sent(NamedTuple):
@@ -111,23 +114,30 @@ class Feed(Generic[T]):
     A source appends to :attr:`items` and :attr:`keys` (same length, keys
     ascending in an ordered merge) and, whenever ``len(keys) >= wake_at``,
     calls :meth:`wake`. That check is all a source pays per item while the
-    consumer does not wait for it. A source may also add to
-    :attr:`sampled_rows` and :attr:`sampled_bytes` the size of some of its
-    items, which the budget uses to turn bytes into items.
+    consumer does not wait for it.
+
+    Bytes: a source adds each item's size to :attr:`got_bytes` and keeps
+    :attr:`largest` up to date, and stops its request after the item that
+    takes :attr:`got_bytes` past :attr:`cap` (unless that item is the
+    request's last anyway); the engine reads both when the request ends.
     """
 
     __slots__ = (
         "_merge",
         "_waiter",
         "asked",
+        "cap",
+        "charged",
         "done",
+        "got_bytes",
         "grant",
         "index",
         "items",
         "keys",
+        "largest",
+        "pending",
         "requests",
-        "sampled_bytes",
-        "sampled_rows",
+        "running_taken",
         "taken_last",
         "wake_at",
     )
@@ -147,8 +157,18 @@ class Feed(Generic[T]):
         self.requests = 0
         #: The last key the consumer took from this feed.
         self.taken_last: Any = None
-        self.sampled_rows = 0
-        self.sampled_bytes = 0
+        #: Bytes the running request may deliver: it stops after the item that passes them.
+        self.cap = 0
+        #: Bytes the running request delivered so far (the source adds them).
+        self.got_bytes = 0
+        #: Bytes of the largest item the source has delivered.
+        self.largest = 0
+        #: Per finished request whose items are not all taken: [items left, bytes].
+        self.pending: list[list[int]] = []
+        #: Bytes of those requests (each charged in full until its last item is taken).
+        self.charged = 0
+        #: Items of the running request the consumer took while it ran.
+        self.running_taken = 0
         self.index = index
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
@@ -227,8 +247,12 @@ class MergeCore(Generic[T]):
         self._received = 0  # items every request so far delivered
         self._held = 0  # items delivered by finished requests and not taken
         self._peak = 0
-        self._sampled_rows = 0
-        self._sampled_bytes = 0
+        # Bytes: the caps of running requests plus what feeds are charged for.
+        self._reserved = 0
+        self._peak_bytes = 0
+        self._largest: int | None = None  # the largest item seen (None: none yet)
+        self._got_items = 0
+        self._got_bytes = 0
         self._room_waiters: list[Feed[T]] = []
         self._emitted = 0
         self._rounds = 0
@@ -260,11 +284,26 @@ class MergeCore(Generic[T]):
         return sum(feed.requests for feed in self._feeds)
 
     @property
+    def peak_bytes(self) -> int:
+        """The most bytes asked of sources and not yet handed over, at any one time.
+
+        Running requests count their byte cap (or what they delivered past
+        it, once they end); finished requests what they delivered, until
+        their last item is taken.
+        """
+        return self._peak_bytes
+
+    @property
     def row_bytes(self) -> float:
-        """The size of an item the budget uses: measured, or the default until measured."""
-        if self._sampled_rows < _SIZED_ENOUGH:
+        """The mean size of the items delivered (the default size until one is)."""
+        if not self._got_items:
             return float(DEFAULT_ROW_BYTES)
-        return self._sampled_bytes / self._sampled_rows
+        return self._got_bytes / self._got_items
+
+    @property
+    def largest(self) -> int | None:
+        """Bytes of the largest item delivered so far, which sizes requests (None: none yet)."""
+        return self._largest
 
     # -- what a driver provides ----------------------------------------------------
 
@@ -279,42 +318,87 @@ class MergeCore(Generic[T]):
     # -- producers -------------------------------------------------------------
 
     def _demand(self, feed: Feed[T]) -> int | None:
-        """Size of the feed's next request; 0 to stop; None to wait for the consumer."""
+        """Size of the feed's next request; 0 to stop; None to wait for the consumer.
+
+        Sets the request's byte cap (:attr:`Feed.cap`) too.
+        """
         if self._stopping:
             return 0
-        if self._limit is not None:
-            size, feed.grant = feed.grant, 0
-            return size or None
+        ask = self._ask_limited(feed) if self._limit is not None else self._ask_page(feed)
+        if ask is None:
+            return None
+        feed.cap = ask.cap
+        return ask.rows
+
+    def _ask_page(self, feed: Feed[T]) -> Ask | None:
+        """The next request of a read without a limit (see :func:`~._strategy.page_ask`)."""
         held = len(feed.keys)
-        share = allowance(self._budget, self._live, self.row_bytes)
-        if held > share // 2:
-            return None  # woken when the consumer takes from this feed
-        size = min(share - held, self._room())
-        if size >= 1:
-            if not feed.requests and self._ordered:
-                size = min(size, first_request(share, len(self._feeds), self._slots))
-            return size
-        if held == 0:
-            return 1  # the merge needs a head item from every source
-        self._room_waiters.append(feed)
-        return None
+        ask = page_ask(
+            self._budget,
+            live=self._live,
+            largest=self._largest,
+            held_rows=held,
+            held_bytes=feed.charged,
+            rows_room=self._room(),
+            bytes_room=self._budget.bytes - self._reserved,
+        )
+        if ask is None:
+            if held:
+                # Woken when the consumer takes from this feed, or room comes free.
+                self._room_waiters.append(feed)
+            return None
+        if not feed.requests and self._ordered and ask.cap:
+            est = self._largest or DEFAULT_ROW_BYTES
+            share = allowance(self._budget, self._live, est)
+            rows = min(ask.rows, first_request(share, len(self._feeds), self._slots))
+            ask = Ask(rows, ask.cap)
+        return ask
+
+    def _ask_limited(self, feed: Feed[T]) -> Ask | None:
+        """A granted request of a read with a limit, within the bytes the budget has left."""
+        if not feed.grant:
+            return None
+        share = self._budget.bytes // max(1, self._live)
+        cap = min(share, self._budget.bytes - self._reserved)
+        ask = capped_ask(feed.grant, largest=self._largest, cap=cap)
+        if ask is None:
+            if feed.keys:
+                # No bytes left for it: the next round asks again (as for rows).
+                feed.grant = 0
+                return None
+            ask = Ask(1, 0)  # the merge needs a head item from every source
+        feed.grant = 0
+        return ask
 
     def _start(self, feed: Feed[T], size: int) -> None:
         feed.asked = size
         feed.requests += 1
         self._asked += size
         self._peak = max(self._peak, self._asked + self._held)
+        self._reserved += feed.cap
+        self._peak_bytes = max(self._peak_bytes, self._reserved)
 
     def _end(self, feed: Feed[T], size: int, pushed: int) -> None:
         feed.asked = 0
         self._asked -= size
         self._held += pushed
         self._received += pushed
-        if feed.sampled_rows:
-            self._sampled_rows += feed.sampled_rows
-            self._sampled_bytes += feed.sampled_bytes
-            feed.sampled_rows = feed.sampled_bytes = 0
-        if self._room_waiters and pushed < size:
+        got, feed.got_bytes = feed.got_bytes, 0
+        self._reserved -= feed.cap
+        feed.cap = 0
+        left, feed.running_taken = pushed - feed.running_taken, 0
+        if left > 0:
+            feed.pending.append([left, got])
+            feed.charged += got
+            self._reserved += got
+            self._peak_bytes = max(self._peak_bytes, self._reserved)
+        if pushed:
+            self._got_items += pushed
+            self._got_bytes += got
+            largest = max(1, feed.largest)
+            if self._largest is None or largest > self._largest:
+                self._largest = largest
+        if self._room_waiters:
             self._release_room()
         self._wake()
 
@@ -344,6 +428,19 @@ class MergeCore(Generic[T]):
     def _taken(self, feed: Feed[T], count: int) -> None:
         """Account for ``count`` items the consumer took; let the producer ask again."""
         self._held -= count
+        pending = feed.pending
+        while pending:
+            entry = pending[0]
+            if entry[0] > count:
+                entry[0] -= count
+                count = 0
+                break
+            # The request's last item is taken: its bytes are free.
+            count -= entry[0]
+            feed.charged -= entry[1]
+            self._reserved -= entry[1]
+            del pending[0]
+        feed.running_taken += count  # items of the running request
         self._release(feed)
         if self._room_waiters:
             self._release_room()
@@ -453,7 +550,7 @@ class MergeCore(Generic[T]):
         return out, [feed for feed in live if not feed.done]
 
     def _cap_per_source(self) -> int:
-        return allowance(self._budget, self._live, self.row_bytes)
+        return allowance(self._budget, self._live, self._largest or DEFAULT_ROW_BYTES)
 
     def _grant_ordered(self, live: list[Feed[T]]) -> None:
         """Start the next round of a limited ordered read once no request runs."""
@@ -498,7 +595,8 @@ class MergeCore(Generic[T]):
 
     def _room(self) -> int:
         """Items the budget still allows to be asked for."""
-        return self._budget.rows_for(self.row_bytes) - self._asked - self._held
+        est = self._largest or DEFAULT_ROW_BYTES
+        return self._budget.rows_for(est) - self._asked - self._held
 
     def _grant_unordered(self, live: list[Feed[T]]) -> None:
         """Ask idle sources for what a limited unordered read still misses."""

@@ -66,6 +66,8 @@ from ._strategy import (
 )
 
 __all__ = [
+    "STALL_SECONDS",
+    "UNWATCHED",
     "WAKE_BATCH",
     "WAKE_DELAY",
     "Feed",
@@ -88,6 +90,11 @@ WAKE_BATCH: Final = 8
 #: short of :data:`WAKE_BATCH`: the most batching adds to an item's latency.
 WAKE_DELAY: Final = 0.002
 _NEVER: Final = 1 << 62
+#: :attr:`Feed.wake_at` while the consumer does not wait for the feed: a source
+#: may skip the length check while ``wake_at >= UNWATCHED``.
+UNWATCHED: Final = _NEVER
+#: A wait without a timer that lasted this long makes the next waits timed (see ``Merge._wait``).
+STALL_SECONDS: Final = 0.05
 #: Seconds a limited read that is complete waits for its last requests to end by themselves.
 DRAIN_SECONDS: Final = 1.0
 
@@ -499,7 +506,8 @@ class MergeCore(Generic[T]):
         for feed in live:
             if feed.done:
                 continue
-            bound = feed.bound
+            keys = feed.keys  # (feed.bound, without a call per feed)
+            bound = keys[-1] if keys else feed.taken_last
             if bound is None:
                 lagging.append(feed)
             elif mark is None or bound < mark:
@@ -668,6 +676,7 @@ class Merge(MergeCore[T]):
         self._sources = list(sources)
         self._stop_requests = stop_requests
         self._waiter: asyncio.Future[None] | None = None
+        self._timed = True  # the next batch wait has a timer (see _wait)
         self._scope = anyio.CancelScope()
         self._task: asyncio.Task[None] | None = None
         self._iter: AsyncGenerator[list[T], None] | None = None
@@ -827,8 +836,16 @@ class Merge(MergeCore[T]):
     async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None) -> None:
         """Wait until one of ``feeds`` holds ``batch`` items, a request ends, or the merge stops.
 
-        With ``batch > 1`` a timer ends the wait after ``wake_delay`` seconds;
-        with None only a request's end (or a failure) wakes.
+        With ``batch > 1`` some waits are timed: a timer ends them after
+        ``wake_delay`` seconds. A pending timer costs the event loop work on
+        every iteration (about five calls a row on a scan), so only waits
+        where rows come slowly have one: the first wait of a merge, a wait
+        after a timed one in which no item came, and a wait after one that
+        lasted :data:`STALL_SECONDS`. While rows flow, batches fill without
+        a timer. So an item that comes slowly waits at most ``wake_delay``,
+        except that a stall right after rows flowed can hold up to ``batch -
+        1`` items until it ends, the batch fills or the request ends.
+        With None only a request's end (or a failure) wakes.
         """
         if self._error is not None or self._gone or self._closed:
             self._stopped()
@@ -837,14 +854,27 @@ class Merge(MergeCore[T]):
             for feed in feeds:
                 feed.wake_at = batch
         waiter = self._waiter = loop.create_future()
-        timed = batch is not None and batch > 1
-        timer = loop.call_later(self._wake_delay, self._wake) if timed else None
+        timer = None
+        started = 0.0
+        held = 0
+        if batch is not None and batch > 1:
+            if self._timed:
+                timer = loop.call_later(self._wake_delay, self._wake)
+                held = sum(len(feed.keys) for feed in feeds)
+            else:
+                started = loop.time()
         try:
             await waiter
         finally:
             self._waiter = None
             if timer is not None:
                 timer.cancel()
+                # Timed out with no new item: rows come slowly, keep timing.
+                self._timed = (
+                    timer.when() <= loop.time() and sum(len(f.keys) for f in feeds) <= held
+                )
+            elif started:
+                self._timed = loop.time() - started >= STALL_SECONDS
             for feed in feeds:
                 feed.wake_at = _NEVER
         if self._error is not None or self._closed:

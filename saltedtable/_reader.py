@@ -45,6 +45,7 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from ._cancel import end_stream, stop_reads
+from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
@@ -202,22 +203,15 @@ class BucketSource(_BucketRequests):
         stats = self._bstats
         token = None if stats is None else current_bucket().set(stats)
         limiter = self._limiter
+        # The slot is held for this one request; waiting for it counts
+        # against the read's operation_timeout like the request itself.
         try:
-            # The slot is held for this one request; waiting for it counts
-            # against the read's operation_timeout like the request itself.
             if not await take_slot(limiter, self._deadline):
                 raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
-            try:
-                return await self._request(query, size, feed, stats)
-            finally:
-                limiter.release()
-        finally:
+        except BaseException:
             if token is not None:
                 current_bucket().reset(token)
-
-    async def _request(
-        self, query: Any, size: int, feed: Feed[Row], stats: BucketStats | None
-    ) -> Sent:
+            raise
         started = time.monotonic()
         cut = self._cut
         keys, items = feed.keys, feed.items
@@ -234,7 +228,8 @@ class BucketSource(_BucketRequests):
             )
             if self.stopped:  # (stopped while the request was being made)
                 return Sent(0, False)
-            # The hot loop: the bare client loop, the relabelling and sizing, a length check.
+            # The hot loop: the bare client loop, the relabelling and sizing, a
+            # length check only while the consumer waits for this feed.
             async for row in stream:
                 if self.stopped:
                     break  # between rows: end_stream below cancels the RPC, nothing leaks
@@ -255,7 +250,7 @@ class BucketSource(_BucketRequests):
                 got += nbytes
                 if nbytes > largest:
                     largest = nbytes
-                if len(keys) >= feed.wake_at:
+                if feed.wake_at < _UNWATCHED and len(keys) >= feed.wake_at:
                     feed.wake()
                 if got > cap and received < size:
                     # A row larger than any seen took the request past its byte
@@ -277,13 +272,18 @@ class BucketSource(_BucketRequests):
             feed.largest = largest
             if stats is not None:
                 count_request(stats, time.monotonic() - started)
-            if stream is not None:
-                with anyio.CancelScope(shield=True):
-                    if complete:
-                        await stream.aclose()
-                    else:
-                        # Stopped at its cap, failed or cancelled: make sure the RPC ends too.
-                        await end_stream(stream)
+            try:
+                if stream is not None:
+                    with anyio.CancelScope(shield=True):
+                        if complete:
+                            await stream.aclose()
+                        else:
+                            # Stopped at its cap, failed or cancelled: make sure the RPC ends too.
+                            await end_stream(stream)
+            finally:
+                limiter.release()
+                if token is not None:
+                    current_bucket().reset(token)
         if capped:
             return Sent(pushed, self._advance(received, received, key))
         if not complete:  # stopped: the read is ending

@@ -535,6 +535,8 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
                 f"ReadSaltedRows reads in parallel and in no order, so limit={query.limit} "
                 "has no meaning; drop the limit (or read with SaltedTableAsync.read_rows)"
             )
+        if budget is not None and not isinstance(budget, ReadBudget):
+            raise TypeError(f"budget must be a ReadBudget, got {budget!r}")
         self.layout = Layout(scheme, cutoff)
         self.plan: ReadPlan = plan_reads(query, self.layout)
         self._read = ReadSplitRows(

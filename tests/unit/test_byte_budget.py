@@ -426,3 +426,26 @@ def test_a_one_request_read_of_wide_rows_stops_at_the_budget_and_goes_on(sync: b
     assert stats.peak_buffered_bytes <= bound
     # (The one request's rows are dropped, not handed over: count them as sent only.)
     assert meter.peak <= bound + (8 << 20) + (65 << 10)
+
+
+# -- bad budgets ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"rows": 0}, {"rows": -5}, {"bytes": 0}, {"bytes": -1}, {"rows": 2.5}, {"bytes": "8MiB"}],
+)
+def test_a_bad_budget_is_refused_naming_the_value(bad: dict[str, object]) -> None:
+    ((name, value),) = bad.items()
+    with pytest.raises(ValueError, match=f"ReadBudget.{name} must be an int >= 1, got {value!r}"):
+        ReadBudget(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_table_refuses_a_budget_of_the_wrong_type_before_sending_anything(sync: bool) -> None:
+    fake = FakeTable()
+    make: Any = SaltedTable if sync else SaltedTableAsync
+    physical = SyncFakeTable(fake) if sync else fake
+    with pytest.raises(TypeError, match="budget must be a ReadBudget, got dict"):
+        make(physical, SaltScheme(4), budget={"rows": 10})
+    assert fake.stats.queries == []

@@ -198,6 +198,8 @@ class Wait(NamedTuple):
     feeds: Sequence[Feed[Any]]
     #: Items one of them must hold to wake the consumer early (None: only a request's end).
     batch: int | None
+    #: The feeds have sent nothing yet (a timer still bounds the wait).
+    first: bool = False
 
 
 class MergeCore(Generic[T]):
@@ -492,6 +494,10 @@ class MergeCore(Generic[T]):
                 else:
                     self._grant_unordered(live)
                 yield Wait((), None)  # a request's end or a failure wakes it
+            elif self._ordered and waits and waits[0].taken_last is None and not waits[0].keys:
+                # Buckets that have sent nothing yet: any first row moves the merge
+                # on (the first rows of a read come sooner than a batch would).
+                yield Wait(waits, 1, first=True)
             else:
                 yield Wait(waits, self._wake_batch)
         if self._error is not None:
@@ -829,11 +835,11 @@ class Merge(MergeCore[T]):
     async def _batches(self) -> AsyncGenerator[list[T], None]:
         for step in self._steps():
             if isinstance(step, Wait):
-                await self._wait(step.feeds, step.batch)
+                await self._wait(step.feeds, step.batch, step.first)
             else:
                 yield step
 
-    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None) -> None:
+    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None, first: bool = False) -> None:
         """Wait until one of ``feeds`` holds ``batch`` items, a request ends, or the merge stops.
 
         With ``batch > 1`` some waits are timed: a timer ends them after
@@ -845,7 +851,8 @@ class Merge(MergeCore[T]):
         a timer. So an item that comes slowly waits at most ``wake_delay``,
         except that a stall right after rows flowed can hold up to ``batch -
         1`` items until it ends, the batch fills or the request ends.
-        With None only a request's end (or a failure) wakes.
+        With None only a request's end (or a failure) wakes. A wait for the
+        ``first`` items of feeds is always timed.
         """
         if self._error is not None or self._gone or self._closed:
             self._stopped()
@@ -857,7 +864,9 @@ class Merge(MergeCore[T]):
         timer = None
         started = 0.0
         held = 0
-        if batch is not None and batch > 1:
+        if first:
+            timer = loop.call_later(self._wake_delay, self._wake)
+        elif batch is not None and batch > 1:
             if self._timed:
                 timer = loop.call_later(self._wake_delay, self._wake)
                 held = sum(len(feed.keys) for feed in feeds)
@@ -867,7 +876,9 @@ class Merge(MergeCore[T]):
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
+            if first:
+                timer.cancel()  # type: ignore[union-attr]
+            elif timer is not None:
                 timer.cancel()
                 # Timed out with no new item: rows come slowly, keep timing.
                 self._timed = (

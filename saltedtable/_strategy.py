@@ -17,11 +17,12 @@ any seen before), so bytes asked for and not handed over never exceed the
 byte budget plus one row per bucket, whatever the row sizes.
 
 Reads without a limit keep each bucket topped up to its share of the budget
-(:func:`allowance`), in pages of half a share. Reads with a limit go in rounds: the first asks every
-bucket for enough that data spread evenly by the salt is answered in one
-round (:func:`first_round`), and the second asks each bucket that may still
-hold one of the first ``limit`` rows for at most what it could contribute
-(:func:`refills`), which answers any data in two rounds.
+(:func:`allowance`), in pages of at most half a share of bytes. Reads with
+a limit go in rounds: the first asks every bucket for enough that data
+spread evenly by the salt is answered in one round (:func:`first_round`),
+and the second asks each bucket that may still hold one of the first
+``limit`` rows for at most what it could contribute (:func:`refills`),
+which answers any data in two rounds.
 """
 
 from __future__ import annotations
@@ -209,11 +210,13 @@ def page_ask(
 ) -> Ask | None:
     """The next request of one of ``live`` buckets of a read without a limit (None: wait).
 
-    Each bucket has a share of the budget's rows and bytes and asks in pages
-    of half a share, once it holds half a share or less: one page is read
-    while the one before is handed over. A page's row limit is what its byte
-    cap allows at the ``largest`` row seen (None: none measured yet, so
-    :data:`DEFAULT_ROW_BYTES`). With no room left, a bucket that holds
+    Each bucket has a share of the budget's rows and bytes and asks again
+    once it holds half a share or less: for the rest of its share of rows,
+    within a byte cap of at most half its share of bytes, so that one page
+    is read while the one before is handed over even where bytes bind (a
+    page's bytes count until its last row is handed over). The row limit is
+    what the cap allows at the ``largest`` row seen (None: none measured
+    yet, so :data:`DEFAULT_ROW_BYTES`). With no room left, a bucket that holds
     nothing still asks one row (cap 0).
 
     Args:
@@ -231,7 +234,7 @@ def page_ask(
     if held_rows > share_rows // 2 or held_bytes > share_bytes // 2:
         return None
     cap = min((share_bytes + 1) // 2, share_bytes - held_bytes, bytes_room)
-    rows = min((share_rows + 1) // 2, share_rows - held_rows, rows_room, max(0, cap) // est)
+    rows = min(share_rows - held_rows, rows_room, max(0, cap) // est)
     if rows >= 1:
         return Ask(rows, cap)
     if held_rows == 0:

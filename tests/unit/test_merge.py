@@ -274,8 +274,7 @@ def test_evenly_salted_limited_reads_usually_take_one_round(n: int, limit: int) 
 
 
 def test_a_read_without_a_limit_keeps_each_source_within_its_share() -> None:
-    """Requests are sized by the budget: pages of half a share (N sources share it),
-    each asked once a source holds half a share or less."""
+    """Requests are sized by the budget: N sources share it, asking again at half."""
     sources = [Source(range(s, 4000, 4)) for s in range(4)]
 
     async def main() -> list[int]:
@@ -290,8 +289,8 @@ def test_a_read_without_a_limit_keeps_each_source_within_its_share() -> None:
 @pytest.mark.parametrize("ordered", [True, False])
 def test_with_more_sources_than_slots_first_requests_ask_less(ordered: bool) -> None:
     """256 sources, 64 slots: an ordered read's first requests ask a quarter of a share
-    (every source answers once sooner), later ones pages of half a share; unordered
-    reads ask pages from the start."""
+    (every source answers once sooner), later ones the full share; unordered reads
+    ask full shares from the start."""
     n, slots = 256, 64
     budget = ReadBudget(rows=25_600)
     sources = [Source(range(s, n * 400, n)) for s in range(n)]
@@ -304,10 +303,11 @@ def test_with_more_sources_than_slots_first_requests_ask_less(ordered: bool) -> 
     unmeasured = allowance(budget, n, 512)  # first requests: rows of 512 B until measured
     share = allowance(budget, n, 1)  # then: the items measure 1 byte
     first = [s.sizes[0] for s in sources]
+    # (At 512 B a row the bytes bind: a page is half a share of bytes.)
     assert set(first) == {unmeasured // 4 if ordered else unmeasured // 2}
     later = [size for s in sources for size in s.sizes[1:-1]]
     assert later
-    assert max(later) <= share // 2
+    assert max(later) <= share
     assert min(later) >= unmeasured // 4
 
 
@@ -328,7 +328,7 @@ def test_the_bytes_budget_uses_the_measured_row_size() -> None:
 
     assert run(main) == list(range(2000))
     # 200 KB of 10 KB rows is 20 rows across 2 sources once the size is known:
-    # pages of half a share (5 rows), and 10 for a source that outlives the other.
+    # pages of half a share of bytes (5 rows), and 10 for a source that outlives the other.
     assert all(max(s.sizes[1:]) <= 10 for s in sources)
     assert all(sorted(s.sizes[1:])[len(s.sizes[1:]) // 2] <= 5 for s in sources)
 

@@ -30,8 +30,7 @@ async def filled(**kwargs: object) -> tuple[FakeTable, SaltedTableAsync]:
 
 @pytest.mark.parametrize("ordered", [True, False])
 async def test_small_budgets_read_in_many_requests_without_gaps_or_repeats(ordered: bool) -> None:
-    """A budget of 28 rows over 4 buckets: pages of half a share (7 / 2: 4 rows) while
-    all 4 read, every row once."""
+    """A budget of 28 rows over 4 buckets: requests of 7 rows while all 4 read, every row once."""
     fake, table = await filled(budget=ReadBudget(rows=28))
     rows = await table.read_rows(ReadRowsQuery(), ordered=ordered)
     got = [r.row_key for r in rows]
@@ -40,7 +39,7 @@ async def test_small_budgets_read_in_many_requests_without_gaps_or_repeats(order
     firsts: dict[bytes, int | None] = {}
     for q in fake.stats.queries:
         firsts.setdefault(q.row_ranges[0].start_key[:2], q.limit)
-    assert list(firsts.values()) == [4, 4, 4, 4]
+    assert list(firsts.values()) == [7, 7, 7, 7]
     # A bucket's share grows to 28 / 3, 28 / 2, 28 as the others finish first.
     assert all(q.limit is not None and q.limit <= 28 for q in fake.stats.queries)
     assert len(fake.stats.queries) >= len(KEYS) // 7

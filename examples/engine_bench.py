@@ -311,7 +311,7 @@ async def main(project, instance, table_id, how):
             ):
                 n += 1
     print(json.dumps({"rows": n, "baseline_mb": round(base, 1), "peak_mb": round(peak_mb(), 1),
-                      "peak_buffered_bytes": stats.peak_buffered_bytes,
+                      "peak_buffered_bytes": getattr(stats, "peak_buffered_bytes", None),
                       "peak_buffered_rows": stats.peak_buffered_rows,
                       "requests": stats.requests}))
 

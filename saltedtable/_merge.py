@@ -350,11 +350,12 @@ class MergeCore(Generic[T]):
             held_bytes=feed.charged,
             rows_room=self._room(),
             bytes_room=self._budget.bytes - self._reserved,
+            needs_head=self._ordered,
+            alone=not self._asked and not self._held,
         )
         if ask is None:
-            if held:
-                # Woken when the consumer takes from this feed, or room comes free.
-                self._room_waiters.append(feed)
+            # Woken when the consumer takes from this feed, or room comes free.
+            self._room_waiters.append(feed)
             return None
         if not feed.requests and self._ordered and ask.cap:
             est = self._largest or DEFAULT_ROW_BYTES

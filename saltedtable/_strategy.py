@@ -207,6 +207,8 @@ def page_ask(
     held_bytes: int,
     rows_room: int,
     bytes_room: int,
+    needs_head: bool = True,
+    alone: bool = False,
 ) -> Ask | None:
     """The next request of one of ``live`` buckets of a read without a limit (None: wait).
 
@@ -216,8 +218,13 @@ def page_ask(
     is read while the one before is handed over even where bytes bind (a
     page's bytes count until its last row is handed over). The row limit is
     what the cap allows at the ``largest`` row seen (None: none measured
-    yet, so :data:`DEFAULT_ROW_BYTES`). With no room left, a bucket that holds
-    nothing still asks one row (cap 0).
+    yet, so :data:`DEFAULT_ROW_BYTES`). When its share allows no row (rows
+    larger than half a bucket's share of bytes), a bucket that holds nothing
+    asks one row: always in an ordered read (``needs_head``: the merge needs
+    the head of every bucket; cap 0), otherwise only while the budget has
+    room for a row of the ``largest`` size, or when no other request runs
+    and nothing is held (``alone``), so an unordered read of rows wider than
+    a share holds about the budget, not a row per bucket.
 
     Args:
         budget: The read's budget.
@@ -227,6 +234,8 @@ def page_ask(
         held_bytes: Bytes the bucket is charged for what it holds.
         rows_room: Rows the budget still allows across the read.
         bytes_room: Bytes the budget still allows across the read.
+        needs_head: The read merges in key order (it needs a row of every bucket).
+        alone: No request of the read runs and it holds no row.
     """
     est = DEFAULT_ROW_BYTES if largest is None else max(1, largest)
     share_rows = allowance(budget, live, est)
@@ -238,7 +247,10 @@ def page_ask(
     if rows >= 1:
         return Ask(rows, cap)
     if held_rows == 0:
-        return Ask(1, 0)
+        if needs_head or alone:
+            return Ask(1, 0)
+        if bytes_room >= est and rows_room >= 1:
+            return Ask(1, est)
     return None
 
 

@@ -216,6 +216,9 @@ class Config:
 
 #: What ``--only`` and ``--skip`` choose from, in the order they run.
 SECTIONS: Final = ("core", "cpu", "rounds", "sweep", "memory")
+#: Sections run only when ``--only`` names them: ``engine`` runs examples/engine_bench.py
+#: (issue 23: calls per row, throughput, first row, a delay per request, wide-row RSS).
+OPTIONAL_SECTIONS: Final = ("engine",)
 
 # (full default, --quick) for every size a flag can override.
 DEFAULTS: Final[dict[str, tuple[int, int]]] = {
@@ -1424,6 +1427,24 @@ def bench_memory(target: Target, cfg: Config, made: TableSet) -> dict[str, Any]:
         "growth_difference_mb": round(big["growth_mb"] - little["growth_mb"], 2),
         "tolerance_mb": MEMORY_TOLERANCE_MB,
     }
+
+
+def bench_engine(cfg: Config) -> dict[str, Any]:
+    """The read engine's section (issue 23): examples/engine_bench.py in a process of its own.
+
+    It uses the emulator this run uses (``BIGTABLE_EMULATOR_HOST``) and
+    ``--quick`` picks small sizes; its report is added as ``engine``.
+    """
+    out = Path("bench-results", f"engine-{uuid.uuid4().hex[:8]}.json")
+    command = [sys.executable, str(Path(__file__).with_name("engine_bench.py")), "--out", str(out)]
+    if cfg.quick:
+        command += ["--rows", "4000", "--rounds", "2", "--wide-mb", "32"]
+    _progress("engine: " + " ".join(command[1:]))
+    done = subprocess.run(command, check=False, env=os.environ)
+    if done.returncode != 0:
+        raise RuntimeError(f"engine section failed ({done.returncode})")
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
 
 
 def _median_run(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -2959,11 +2980,11 @@ def _int_list(text: str) -> tuple[int, ...]:
 def _section_list(text: str) -> frozenset[str]:
     """``"core,sweep"`` -> the named sections, each one of :data:`SECTIONS`."""
     names = frozenset(part.strip() for part in text.split(",") if part.strip())
-    unknown = sorted(names - set(SECTIONS))
+    unknown = sorted(names - set(SECTIONS) - set(OPTIONAL_SECTIONS))
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"unknown section(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(SECTIONS)}"
+            f"choose from {', '.join(SECTIONS + OPTIONAL_SECTIONS)}"
         )
     return names
 
@@ -3173,6 +3194,9 @@ def _run(
         lap("memory")
     else:
         results["memory"] = {"skipped": True}
+    if "engine" in cfg.sections:
+        results["engine"] = bench_engine(cfg)
+        lap("engine")
     where = (
         f"instance {target.project}/{target.instance}"
         if target.mode == "instance"
@@ -3208,7 +3232,10 @@ def _run(
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
     }
     results["targets"] = evaluate(results, cfg)
-    return {key: results[key] for key in REPORT_ORDER}
+    report = {key: results[key] for key in REPORT_ORDER}
+    if "engine" in results:
+        report["engine"] = results["engine"]
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:

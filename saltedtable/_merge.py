@@ -11,7 +11,9 @@ appended and whether more may follow. The engine decides when each source runs
 its next request and how large it is (see :mod:`saltedtable._strategy`):
 
 * every item a request may return has room before the request starts, so a
-  source never waits for the consumer in the middle of a request. It holds no
+  source never waits for the consumer in the middle of a request: room in
+  items (its size) and in bytes (its :attr:`Feed.cap`; the source stops after
+  the item that takes it past the cap). It holds no
   concurrency slot and keeps no stream open while the consumer is behind, so
   no limiter bound, however small or shared, can deadlock;
 * without a limit each source is topped up to its share of the read's
@@ -53,16 +55,21 @@ import anyio
 
 from ._strategy import (
     DEFAULT_ROW_BYTES,
+    Ask,
     ReadBudget,
     allowance,
+    capped_ask,
     fetch_bound,
     first_request,
     first_round,
+    page_ask,
     refills,
     unordered_shares,
 )
 
 __all__ = [
+    "STALL_SECONDS",
+    "UNWATCHED",
     "WAKE_BATCH",
     "WAKE_DELAY",
     "Feed",
@@ -85,10 +92,13 @@ WAKE_BATCH: Final = 8
 #: short of :data:`WAKE_BATCH`: the most batching adds to an item's latency.
 WAKE_DELAY: Final = 0.002
 _NEVER: Final = 1 << 62
+#: :attr:`Feed.wake_at` while the consumer does not wait for the feed: a source
+#: may skip the length check while ``wake_at >= UNWATCHED``.
+UNWATCHED: Final = _NEVER
+#: A wait without a timer that lasted this long makes the next waits timed (see ``Merge._wait``).
+STALL_SECONDS: Final = 0.05
 #: Seconds a limited read that is complete waits for its last requests to end by themselves.
 DRAIN_SECONDS: Final = 1.0
-#: Rows measured before the estimate of a row's size replaces the default.
-_SIZED_ENOUGH: Final = 16
 
 
 class Sent(NamedTuple):
@@ -113,23 +123,30 @@ class Feed(Generic[T]):
     A source appends to :attr:`items` and :attr:`keys` (same length, keys
     ascending in an ordered merge) and, whenever ``len(keys) >= wake_at``,
     calls :meth:`wake`. That check is all a source pays per item while the
-    consumer does not wait for it. A source may also add to
-    :attr:`sampled_rows` and :attr:`sampled_bytes` the size of some of its
-    items, which the budget uses to turn bytes into items.
+    consumer does not wait for it.
+
+    Bytes: a source adds each item's size to :attr:`got_bytes` and keeps
+    :attr:`largest` up to date, and stops its request after the item that
+    takes :attr:`got_bytes` past :attr:`cap` (unless that item is the
+    request's last anyway); the engine reads both when the request ends.
     """
 
     __slots__ = (
         "_merge",
         "_waiter",
         "asked",
+        "cap",
+        "charged",
         "done",
+        "got_bytes",
         "grant",
         "index",
         "items",
         "keys",
+        "largest",
+        "pending",
         "requests",
-        "sampled_bytes",
-        "sampled_rows",
+        "running_taken",
         "taken_last",
         "wake_at",
     )
@@ -149,8 +166,18 @@ class Feed(Generic[T]):
         self.requests = 0
         #: The last key the consumer took from this feed.
         self.taken_last: Any = None
-        self.sampled_rows = 0
-        self.sampled_bytes = 0
+        #: Bytes the running request may deliver: it stops after the item that passes them.
+        self.cap = 0
+        #: Bytes the running request delivered so far (the source adds them).
+        self.got_bytes = 0
+        #: Bytes of the largest item the source has delivered.
+        self.largest = 0
+        #: Per finished request whose items are not all taken: [items left, bytes].
+        self.pending: list[list[int]] = []
+        #: Bytes of those requests (each charged in full until its last item is taken).
+        self.charged = 0
+        #: Items of the running request the consumer took while it ran.
+        self.running_taken = 0
         self.index = index
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
@@ -173,6 +200,8 @@ class Wait(NamedTuple):
     feeds: Sequence[Feed[Any]]
     #: Items one of them must hold to wake the consumer early (None: only a request's end).
     batch: int | None
+    #: The feeds have sent nothing yet (a timer still bounds the wait).
+    first: bool = False
 
 
 class MergeCore(Generic[T]):
@@ -229,8 +258,12 @@ class MergeCore(Generic[T]):
         self._received = 0  # items every request so far delivered
         self._held = 0  # items delivered by finished requests and not taken
         self._peak = 0
-        self._sampled_rows = 0
-        self._sampled_bytes = 0
+        # Bytes: the caps of running requests plus what feeds are charged for.
+        self._reserved = 0
+        self._peak_bytes = 0
+        self._largest: int | None = None  # the largest item seen (None: none yet)
+        self._got_items = 0
+        self._got_bytes = 0
         self._room_waiters: list[Feed[T]] = []
         self._emitted = 0
         self._rounds = 0
@@ -262,11 +295,26 @@ class MergeCore(Generic[T]):
         return sum(feed.requests for feed in self._feeds)
 
     @property
+    def peak_bytes(self) -> int:
+        """The most bytes asked of sources and not yet handed over, at any one time.
+
+        Running requests count their byte cap (or what they delivered past
+        it, once they end); finished requests what they delivered, until
+        their last item is taken.
+        """
+        return self._peak_bytes
+
+    @property
     def row_bytes(self) -> float:
-        """The size of an item the budget uses: measured, or the default until measured."""
-        if self._sampled_rows < _SIZED_ENOUGH:
+        """The mean size of the items delivered (the default size until one is)."""
+        if not self._got_items:
             return float(DEFAULT_ROW_BYTES)
-        return self._sampled_bytes / self._sampled_rows
+        return self._got_bytes / self._got_items
+
+    @property
+    def largest(self) -> int | None:
+        """Bytes of the largest item delivered so far, which sizes requests (None: none yet)."""
+        return self._largest
 
     # -- what a driver provides ----------------------------------------------------
 
@@ -281,42 +329,88 @@ class MergeCore(Generic[T]):
     # -- producers -------------------------------------------------------------
 
     def _demand(self, feed: Feed[T]) -> int | None:
-        """Size of the feed's next request; 0 to stop; None to wait for the consumer."""
+        """Size of the feed's next request; 0 to stop; None to wait for the consumer.
+
+        Sets the request's byte cap (:attr:`Feed.cap`) too.
+        """
         if self._stopping:
             return 0
-        if self._limit is not None:
-            size, feed.grant = feed.grant, 0
-            return size or None
+        ask = self._ask_limited(feed) if self._limit is not None else self._ask_page(feed)
+        if ask is None:
+            return None
+        feed.cap = ask.cap
+        return ask.rows
+
+    def _ask_page(self, feed: Feed[T]) -> Ask | None:
+        """The next request of a read without a limit (see :func:`~._strategy.page_ask`)."""
         held = len(feed.keys)
-        share = allowance(self._budget, self._live, self.row_bytes)
-        if held > share // 2:
-            return None  # woken when the consumer takes from this feed
-        size = min(share - held, self._room())
-        if size >= 1:
-            if not feed.requests and self._ordered:
-                size = min(size, first_request(share, len(self._feeds), self._slots))
-            return size
-        if held == 0:
-            return 1  # the merge needs a head item from every source
-        self._room_waiters.append(feed)
-        return None
+        ask = page_ask(
+            self._budget,
+            live=self._live,
+            largest=self._largest,
+            held_rows=held,
+            held_bytes=feed.charged,
+            rows_room=self._room(),
+            bytes_room=self._budget.bytes - self._reserved,
+            needs_head=self._ordered,
+            alone=not self._asked and not self._held,
+        )
+        if ask is None:
+            # Woken when the consumer takes from this feed, or room comes free.
+            self._room_waiters.append(feed)
+            return None
+        if not feed.requests and self._ordered and ask.cap:
+            est = self._largest or DEFAULT_ROW_BYTES
+            share = allowance(self._budget, self._live, est)
+            rows = min(ask.rows, first_request(share, len(self._feeds), self._slots))
+            ask = Ask(rows, ask.cap)
+        return ask
+
+    def _ask_limited(self, feed: Feed[T]) -> Ask | None:
+        """A granted request of a read with a limit, within the bytes the budget has left."""
+        if not feed.grant:
+            return None
+        share = self._budget.bytes // max(1, self._live)
+        cap = min(share, self._budget.bytes - self._reserved)
+        ask = capped_ask(feed.grant, largest=self._largest, cap=cap)
+        if ask is None:
+            if feed.keys:
+                # No bytes left for it: the next round asks again (as for rows).
+                feed.grant = 0
+                return None
+            ask = Ask(1, 0)  # the merge needs a head item from every source
+        feed.grant = 0
+        return ask
 
     def _start(self, feed: Feed[T], size: int) -> None:
         feed.asked = size
         feed.requests += 1
         self._asked += size
         self._peak = max(self._peak, self._asked + self._held)
+        self._reserved += feed.cap
+        self._peak_bytes = max(self._peak_bytes, self._reserved)
 
     def _end(self, feed: Feed[T], size: int, pushed: int) -> None:
         feed.asked = 0
         self._asked -= size
         self._held += pushed
         self._received += pushed
-        if feed.sampled_rows:
-            self._sampled_rows += feed.sampled_rows
-            self._sampled_bytes += feed.sampled_bytes
-            feed.sampled_rows = feed.sampled_bytes = 0
-        if self._room_waiters and pushed < size:
+        got, feed.got_bytes = feed.got_bytes, 0
+        self._reserved -= feed.cap
+        feed.cap = 0
+        left, feed.running_taken = pushed - feed.running_taken, 0
+        if left > 0:
+            feed.pending.append([left, got])
+            feed.charged += got
+            self._reserved += got
+            self._peak_bytes = max(self._peak_bytes, self._reserved)
+        if pushed:
+            self._got_items += pushed
+            self._got_bytes += got
+            largest = max(1, feed.largest)
+            if self._largest is None or largest > self._largest:
+                self._largest = largest
+        if self._room_waiters:
             self._release_room()
         self._wake()
 
@@ -346,6 +440,19 @@ class MergeCore(Generic[T]):
     def _taken(self, feed: Feed[T], count: int) -> None:
         """Account for ``count`` items the consumer took; let the producer ask again."""
         self._held -= count
+        pending = feed.pending
+        while pending:
+            entry = pending[0]
+            if entry[0] > count:
+                entry[0] -= count
+                count = 0
+                break
+            # The request's last item is taken: its bytes are free.
+            count -= entry[0]
+            feed.charged -= entry[1]
+            self._reserved -= entry[1]
+            del pending[0]
+        feed.running_taken += count  # items of the running request
         self._release(feed)
         if self._room_waiters:
             self._release_room()
@@ -390,6 +497,10 @@ class MergeCore(Generic[T]):
                 else:
                     self._grant_unordered(live)
                 yield Wait((), None)  # a request's end or a failure wakes it
+            elif self._ordered and waits and waits[0].taken_last is None and not waits[0].keys:
+                # Buckets that have sent nothing yet: any first row moves the merge
+                # on (the first rows of a read come sooner than a batch would).
+                yield Wait(waits, 1, first=True)
             else:
                 yield Wait(waits, self._wake_batch)
         if self._error is not None:
@@ -404,7 +515,8 @@ class MergeCore(Generic[T]):
         for feed in live:
             if feed.done:
                 continue
-            bound = feed.bound
+            keys = feed.keys  # (feed.bound, without a call per feed)
+            bound = keys[-1] if keys else feed.taken_last
             if bound is None:
                 lagging.append(feed)
             elif mark is None or bound < mark:
@@ -455,7 +567,7 @@ class MergeCore(Generic[T]):
         return out, [feed for feed in live if not feed.done]
 
     def _cap_per_source(self) -> int:
-        return allowance(self._budget, self._live, self.row_bytes)
+        return allowance(self._budget, self._live, self._largest or DEFAULT_ROW_BYTES)
 
     def _grant_ordered(self, live: list[Feed[T]]) -> None:
         """Start the next round of a limited ordered read once no request runs."""
@@ -500,7 +612,8 @@ class MergeCore(Generic[T]):
 
     def _room(self) -> int:
         """Items the budget still allows to be asked for."""
-        return self._budget.rows_for(self.row_bytes) - self._asked - self._held
+        est = self._largest or DEFAULT_ROW_BYTES
+        return self._budget.rows_for(est) - self._asked - self._held
 
     def _grant_unordered(self, live: list[Feed[T]]) -> None:
         """Ask idle sources for what a limited unordered read still misses."""
@@ -572,6 +685,7 @@ class Merge(MergeCore[T]):
         self._sources = list(sources)
         self._stop_requests = stop_requests
         self._waiter: asyncio.Future[None] | None = None
+        self._timed = True  # the next batch wait has a timer (see _wait)
         self._scope = anyio.CancelScope()
         self._task: asyncio.Task[None] | None = None
         self._iter: AsyncGenerator[list[T], None] | None = None
@@ -724,15 +838,24 @@ class Merge(MergeCore[T]):
     async def _batches(self) -> AsyncGenerator[list[T], None]:
         for step in self._steps():
             if isinstance(step, Wait):
-                await self._wait(step.feeds, step.batch)
+                await self._wait(step.feeds, step.batch, step.first)
             else:
                 yield step
 
-    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None) -> None:
+    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None, first: bool = False) -> None:
         """Wait until one of ``feeds`` holds ``batch`` items, a request ends, or the merge stops.
 
-        With ``batch > 1`` a timer ends the wait after ``wake_delay`` seconds;
-        with None only a request's end (or a failure) wakes.
+        With ``batch > 1`` some waits are timed: a timer ends them after
+        ``wake_delay`` seconds. A pending timer costs the event loop work on
+        every iteration (about five calls a row on a scan), so only waits
+        where rows come slowly have one: the first wait of a merge, a wait
+        after a timed one in which no item came, and a wait after one that
+        lasted :data:`STALL_SECONDS`. While rows flow, batches fill without
+        a timer. So an item that comes slowly waits at most ``wake_delay``,
+        except that a stall right after rows flowed can hold up to ``batch -
+        1`` items until it ends, the batch fills or the request ends.
+        With None only a request's end (or a failure) wakes. A wait for the
+        ``first`` items of feeds is always timed.
         """
         if self._error is not None or self._gone or self._closed:
             self._stopped()
@@ -741,14 +864,31 @@ class Merge(MergeCore[T]):
             for feed in feeds:
                 feed.wake_at = batch
         waiter = self._waiter = loop.create_future()
-        timed = batch is not None and batch > 1
-        timer = loop.call_later(self._wake_delay, self._wake) if timed else None
+        timer = None
+        started = 0.0
+        held = 0
+        if first:
+            timer = loop.call_later(self._wake_delay, self._wake)
+        elif batch is not None and batch > 1:
+            if self._timed:
+                timer = loop.call_later(self._wake_delay, self._wake)
+                held = sum(len(feed.keys) for feed in feeds)
+            else:
+                started = loop.time()
         try:
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
+            if first:
+                timer.cancel()  # type: ignore[union-attr]
+            elif timer is not None:
                 timer.cancel()
+                # Timed out with no new item: rows come slowly, keep timing.
+                self._timed = (
+                    timer.when() <= loop.time() and sum(len(f.keys) for f in feeds) <= held
+                )
+            elif started:
+                self._timed = loop.time() - started >= STALL_SECONDS
             for feed in feeds:
                 feed.wake_at = _NEVER
         if self._error is not None or self._closed:

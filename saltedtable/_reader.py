@@ -39,7 +39,7 @@ import operator
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Generic, NamedTuple, TypeVar, final
+from typing import Any, Generic, NamedTuple, TypeVar, final
 
 import anyio
 from google.api_core.exceptions import DeadlineExceeded
@@ -47,6 +47,7 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
+from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._slots import Slots
@@ -55,7 +56,6 @@ from ._strategy import OneRequestOdds, ReadBudget, one_request_size
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
-    "SAMPLE_EVERY",
     "BucketSource",
     "OneOutcome",
     "OneRequestSource",
@@ -78,9 +78,6 @@ _log = logging.getLogger("saltedtable.reader")
 
 #: What the table's guard check returns: an awaitable (async) or a bool (sync).
 G = TypeVar("G")
-
-#: One row in this many has its size measured for the budget.
-SAMPLE_EVERY: Final = 8
 
 
 @final
@@ -116,6 +113,10 @@ class OneOutcome(NamedTuple):
     #: The read went on bucket by bucket after it (False: it answered the
     #: read, or its failure or the caller's leaving ended the read).
     went_on: bool = False
+    #: Bytes of the rows it returned.
+    bytes: int = 0
+    #: It stopped after the row that took it past the read's byte budget.
+    capped: bool = False
 
 
 class _BucketRequests:
@@ -153,7 +154,10 @@ class _BucketRequests:
         self._stray = stray
 
     def _advance(self, received: int, size: int, key: bytes | None) -> bool:
-        """After a request that ran to its end: move past what it read; True if more may follow."""
+        """After a request that ran to its end: move past what it read; True if more may follow.
+
+        A request stopped at its byte cap passes ``size == received``: it may have more.
+        """
         # A full request may have more after its last row; a short one ends its window.
         self._cursor.advance(received, size, None if key is None else self.sub.prefix + key)
         return not self._cursor.done
@@ -202,57 +206,60 @@ class BucketSource(_BucketRequests):
         stats = self._bstats
         token = None if stats is None else current_bucket().set(stats)
         limiter = self._limiter
+        # The slot is held for this one request; waiting for it counts
+        # against the read's operation_timeout like the request itself.
         try:
-            # The slot is held for this one request; waiting for it counts
-            # against the read's operation_timeout like the request itself.
             if not await take_slot(limiter, self._deadline):
                 raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
-            try:
-                return await self._request(query, size, feed, stats)
-            finally:
-                limiter.release()
-        finally:
+        except BaseException:
             if token is not None:
                 current_bucket().reset(token)
-
-    async def _request(
-        self, query: Any, size: int, feed: Feed[Row], stats: BucketStats | None
-    ) -> Sent:
+            raise
         started = time.monotonic()
         cut = self._cut
         keys, items = feed.keys, feed.items
         stray = self._stray
-        received = pushed = 0
+        cap = feed.cap
+        received = pushed = got = 0
+        largest = feed.largest
         key: bytes | None = None
         stream = None
-        complete = False
+        complete = capped = False
         try:
             stream = self.stream = await self._read_rows_stream(
                 query, **request_timeouts(self._deadline, self._timeouts)
             )
             if self.stopped:  # (stopped while the request was being made)
                 return Sent(0, False)
-            # The hot loop: the bare client loop, the relabelling, a length check.
+            # The hot loop: the bare client loop, the relabelling and sizing, a
+            # length check only while the consumer waits for this feed.
             async for row in stream:
                 if self.stopped:
                     break  # between rows: end_stream below cancels the RPC, nothing leaks
                 key = row.row_key[cut:]
                 row.row_key = key
+                nbytes = len(key)
                 for cell in row.cells:
                     cell.row_key = key
+                    nbytes += len(cell.value)
                 received += 1
                 if stray is not None and stray(key):
                     continue
-                if received % SAMPLE_EVERY == 1:
-                    feed.sampled_rows += 1
-                    feed.sampled_bytes += row_bytes(row)
                 if stats is not None:
-                    count_row(stats, row, started)
+                    count_row(stats, nbytes, started)
                 keys.append(key)
                 items.append(row)
                 pushed += 1
-                if len(keys) >= feed.wake_at:
+                got += nbytes
+                if nbytes > largest:
+                    largest = nbytes
+                if feed.wake_at < _UNWATCHED and len(keys) >= feed.wake_at:
                     feed.wake()
+                if got > cap and received < size:
+                    # A row larger than any seen took the request past its byte
+                    # cap: end it here (between rows, so nothing leaks).
+                    capped = True
+                    break
             else:
                 complete = True
         except asyncio.CancelledError:
@@ -264,15 +271,24 @@ class BucketSource(_BucketRequests):
             raise self._annotate(exc, key) from None
         finally:
             self.stream = None
+            feed.got_bytes += got
+            feed.largest = largest
             if stats is not None:
                 count_request(stats, time.monotonic() - started)
-            if stream is not None:
-                with anyio.CancelScope(shield=True):
-                    if complete:
-                        await stream.aclose()
-                    else:
-                        # A failure or a cancellation: make sure the RPC ends too.
-                        await end_stream(stream)
+            try:
+                if stream is not None:
+                    with anyio.CancelScope(shield=True):
+                        if complete:
+                            await stream.aclose()
+                        else:
+                            # Stopped at its cap, failed or cancelled: make sure the RPC ends too.
+                            await end_stream(stream)
+            finally:
+                limiter.release()
+                if token is not None:
+                    current_bucket().reset(token)
+        if capped:
+            return Sent(pushed, self._advance(received, received, key))
         if not complete:  # stopped: the read is ending
             return Sent(pushed, False)
         return Sent(pushed, self._advance(received, size, key))
@@ -289,6 +305,10 @@ class _OneRequest:
         "_stats",
         "_subs",
         "_timeouts",
+        "cap",
+        "capped",
+        "got",
+        "largest",
         "last",
         "received",
     )
@@ -302,6 +322,7 @@ class _OneRequest:
         deadline: float,
         timeouts: Timeouts,
         stats: list[BucketStats | None],
+        cap: int,
     ) -> None:
         self._read_rows_stream = read_rows_stream
         self._one = one
@@ -314,20 +335,38 @@ class _OneRequest:
         self._at = 0  # the sub-query of the last row
         #: The logical key of the last row.
         self.last: bytes | None = None
+        #: Bytes the request may return (the read's budget): it stops after the row past them.
+        self.cap = cap
+        #: It stopped there (a miss: the read goes on bucket by bucket).
+        self.capped = False
+        #: Bytes of the rows it returned, and of the largest.
+        self.got = 0
+        self.largest = 0
+
+    def over_cap(self) -> bool:
+        """True (and :attr:`capped` set) once the rows returned pass the cap before the limit."""
+        if self.got > self.cap and self.received < self._one.rows:
+            self.capped = True
+        return self.capped
 
     def _relabel(self, row: Row, started: float) -> bytes:
-        """Make the row's key logical, and count it for its bucket."""
+        """Make the row's key logical, measure it, and count it for its bucket."""
         i = self._one.owner(row.row_key)
         if i is None:  # cannot happen: Bigtable returns only rows of the ranges asked
             raise RuntimeError(f"a row outside every bucket asked: {row.row_key!r}")
         self._at = i
         key = self.last = row.row_key[len(self._subs[i].prefix) :]
         row.row_key = key
+        nbytes = len(key)
         for cell in row.cells:
             cell.row_key = key
+            nbytes += len(cell.value)
         if (stats := self._stats[i]) is not None:
-            count_row(stats, row, started)
+            count_row(stats, nbytes, started)
         self.received += 1
+        self.got += nbytes
+        if nbytes > self.largest:
+            self.largest = nbytes
         return key
 
     def annotate(self, exc: BaseException) -> BaseException:
@@ -359,9 +398,16 @@ class OneRequestSource(_OneRequest):
         timeouts: Timeouts,
         limiter: anyio.CapacityLimiter,
         stats: list[BucketStats | None],
+        cap: int,
     ) -> None:
         super().__init__(
-            read_rows_stream, one, subs, deadline=deadline, timeouts=timeouts, stats=stats
+            read_rows_stream,
+            one,
+            subs,
+            deadline=deadline,
+            timeouts=timeouts,
+            stats=stats,
+            cap=cap,
         )
         self._limiter = limiter
         self.stream: Any = None
@@ -397,6 +443,8 @@ class OneRequestSource(_OneRequest):
                 feed.items.append(row)
                 if len(feed.keys) >= feed.wake_at:
                     feed.wake()
+                if self.over_cap():
+                    break  # rows too wide for the budget: end_stream below cancels the RPC
             else:
                 complete = True
         except asyncio.CancelledError:
@@ -439,12 +487,12 @@ def row_bytes(row: Row) -> int:
     return len(row.row_key) + sum(len(c.value) for c in row.cells)
 
 
-def count_row(stats: BucketStats, row: Row, started: float) -> None:
-    """Count a row a bucket sent (and, for its first, the latency to it)."""
+def count_row(stats: BucketStats, nbytes: int, started: float) -> None:
+    """Count a row of ``nbytes`` bytes a bucket sent (and, for its first, the latency to it)."""
     if stats.first_page_seconds is None:
         stats.first_page_seconds = time.monotonic() - started  # to the first row
     stats.rows += 1
-    stats.bytes += row_bytes(row)
+    stats.bytes += nbytes
 
 
 def count_request(stats: BucketStats, took: float) -> None:
@@ -544,7 +592,16 @@ class _Read(Generic[G]):
     ) -> OneOutcome:
         assert self._one is not None
         limited = self._row_limit is not None
-        return OneOutcome(fitted, self._one.rows, source.received, limited, error, went_on)
+        return OneOutcome(
+            fitted,
+            self._one.rows,
+            source.received,
+            limited,
+            error,
+            went_on,
+            source.got,
+            source.capped,
+        )
 
     def _one_failed(self, exc: BaseException, source: _OneRequest) -> None:
         """The one request failed: go on bucket by bucket, unless time is up or the caller left."""
@@ -570,7 +627,7 @@ class _Read(Generic[G]):
         received, limit = source.received, self._row_limit
         # Fewer rows than asked: every row of the read. An unordered read
         # with a limit takes any `limit` rows.
-        fitted = received < self._one.rows or (
+        fitted = (received < self._one.rows and not source.capped) or (
             not self._ordered and limit is not None and received >= limit
         )
         if self._odds is not None:
@@ -660,6 +717,7 @@ class ReadCall(_Read[Awaitable[bool]]):
                 timeouts=timeouts,
                 limiter=limiter,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
+                cap=budget.bytes,
             )
             merge = Merge(
                 [first], ordered=False, budget=_one_budget(self._one), stop_requests=first.stop
@@ -843,9 +901,11 @@ class SyncBucketSource(_BucketRequests):
         started = time.monotonic()
         cut = self._cut
         stray = self._stray
-        received = pushed = 0
+        cap = feed.cap
+        received = pushed = got = 0
+        largest = feed.largest
         key: bytes | None = None
-        complete = False
+        complete = capped = False
         request = self.request
         if not request.begin():
             return Sent(0, False)
@@ -859,18 +919,23 @@ class SyncBucketSource(_BucketRequests):
                         break  # left early, or another sub-scan failed: end this one here
                     key = row.row_key[cut:]
                     row.row_key = key
+                    nbytes = len(key)
                     for cell in row.cells:
                         cell.row_key = key
+                        nbytes += len(cell.value)
                     received += 1
                     if stray is not None and stray(key):
                         continue
-                    if received % SAMPLE_EVERY == 1:
-                        feed.sampled_rows += 1
-                        feed.sampled_bytes += row_bytes(row)
                     if stats is not None:
-                        count_row(stats, row, started)
+                        count_row(stats, nbytes, started)
                     merge.push(feed, row, key)
                     pushed += 1
+                    got += nbytes
+                    if nbytes > largest:
+                        largest = nbytes
+                    if got > cap and received < size:
+                        capped = True  # past the byte cap (a row wider than any seen)
+                        break
                 else:
                     complete = not request.stopped
             finally:
@@ -886,8 +951,12 @@ class SyncBucketSource(_BucketRequests):
             # The read stopped it (its RPC cancelled, or its next attempt refused).
         finally:
             request.end()
+            feed.got_bytes += got
+            feed.largest = largest
             if stats is not None:
                 count_request(stats, time.monotonic() - started)
+        if capped:
+            return Sent(pushed, self._advance(received, received, key))
         if not complete:
             return Sent(pushed, False)
         return Sent(pushed, self._advance(received, size, key))
@@ -912,9 +981,16 @@ class SyncOneRequestSource(_OneRequest):
         timeouts: Timeouts,
         slots: Slots,
         stats: list[BucketStats | None],
+        cap: int,
     ) -> None:
         super().__init__(
-            read_rows_stream, one, subs, deadline=deadline, timeouts=timeouts, stats=stats
+            read_rows_stream,
+            one,
+            subs,
+            deadline=deadline,
+            timeouts=timeouts,
+            stats=stats,
+            cap=cap,
         )
         self._slots = slots
         #: The request, which the read ends when the caller leaves.
@@ -943,6 +1019,8 @@ class SyncOneRequestSource(_OneRequest):
                     if merge.stopping:
                         break  # the caller left: end the request here
                     merge.push(feed, row, self._relabel(row, started))
+                    if self.over_cap():
+                        break  # rows too wide for the budget: end the request here
             finally:
                 close = getattr(stream, "close", None)
                 if close is not None:
@@ -1013,6 +1091,7 @@ class SyncReadCall(_Read[bool]):
                 timeouts=timeouts,
                 slots=slots,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
+                cap=budget.bytes,
             )
             one_merge = ThreadMerge(
                 [first],
@@ -1153,9 +1232,11 @@ def finish_read(
     stats.requests = merge.requests
     stats.rounds = merge.rounds
     stats.peak_buffered_rows = merge.peak_outstanding
+    stats.peak_buffered_bytes = merge.peak_bytes
     if one is not None:
         stats.requests += 1
         stats.peak_buffered_rows = max(stats.peak_buffered_rows, one.asked)
+        stats.peak_buffered_bytes = max(stats.peak_buffered_bytes, one.bytes)
         if one.limited:  # the one request was the read's first round
             stats.rounds += 1
         what = f"; one request over every bucket for up to {one.asked} rows"
@@ -1163,6 +1244,8 @@ def finish_read(
             what += f" answered the read ({one.rows} rows)"
         elif one.error:
             what += f" failed ({one.error}) after {one.rows} rows"
+        elif one.capped:
+            what += f" passed the byte budget after {one.rows} rows"
         else:
             what += f" came back full ({one.rows} rows)"
         if one.went_on:

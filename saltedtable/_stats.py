@@ -73,7 +73,11 @@ class CallStats:
         rounds: Rounds of requests a read with a limit took (0 without a limit).
         peak_buffered_rows: The most rows the read had asked for and not yet
             handed over, at any one time (see :class:`~saltedtable.ReadBudget`).
-        row_bytes: The average row size (key and values) the budget used.
+        peak_buffered_bytes: The same in bytes (keys and values): a running
+            request counts its byte cap, or what it returned past it; rows
+            returned count until the last row of their request is handed
+            over. At most the budget's ``bytes`` plus one row per bucket.
+        row_bytes: The mean size (key and values) of the rows read.
         stray_rows: Legacy-side rows a cutoff read left out because their key
             says they live on the salted side (see ``check_layout``).
     """
@@ -89,6 +93,7 @@ class CallStats:
     requests: int = 0
     rounds: int = 0
     peak_buffered_rows: int = 0
+    peak_buffered_bytes: int = 0
     row_bytes: float = 0.0
     stray_rows: int = 0
 
@@ -137,6 +142,7 @@ class CallStats:
             "requests": self.requests,
             "rounds": self.rounds,
             "peak_buffered_rows": self.peak_buffered_rows,
+            "peak_buffered_bytes": self.peak_buffered_bytes,
             "row_bytes": round(self.row_bytes, 1),
             "stray_rows": self.stray_rows,
             "buckets": {

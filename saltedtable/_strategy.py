@@ -8,12 +8,21 @@ behind; what a read can hold at once is what its buckets have asked for and
 not handed over yet. :class:`ReadBudget` bounds that across all buckets, in
 rows and in bytes, so memory does not grow with N or with the scan's size.
 
+Bytes are counted as well as rows: every request carries a byte cap, and its
+row limit is what that cap allows at the largest row the read has seen
+(:class:`Ask`, :func:`page_ask`, :func:`capped_ask`; at
+:data:`DEFAULT_ROW_BYTES` before the read has measured a row). A source
+stops after the row that takes its request past the cap (a row larger than
+any seen before), so bytes asked for and not handed over never exceed the
+byte budget plus one row per bucket, whatever the row sizes.
+
 Reads without a limit keep each bucket topped up to its share of the budget
-(:func:`allowance`). Reads with a limit go in rounds: the first asks every
-bucket for enough that data spread evenly by the salt is answered in one
-round (:func:`first_round`), and the second asks each bucket that may still
-hold one of the first ``limit`` rows for at most what it could contribute
-(:func:`refills`), which answers any data in two rounds.
+(:func:`allowance`), in pages of at most half a share of bytes. Reads with
+a limit go in rounds: the first asks every bucket for enough that data
+spread evenly by the salt is answered in one round (:func:`first_round`),
+and the second asks each bucket that may still hold one of the first
+``limit`` rows for at most what it could contribute (:func:`refills`),
+which answers any data in two rounds.
 """
 
 from __future__ import annotations
@@ -24,25 +33,28 @@ import math
 import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, NamedTuple, final
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_SUBSCANS",
     "DEFAULT_ROW_BYTES",
+    "Ask",
     "OneRequestOdds",
     "ReadBudget",
     "allowance",
+    "capped_ask",
     "fetch_bound",
     "first_request",
     "first_round",
     "one_request_size",
+    "page_ask",
     "refills",
     "unordered_shares",
 ]
 
 #: Sub-scan requests in flight per table when the caller does not say otherwise.
 DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
-#: Bytes assumed per row until a read has measured its own rows.
+#: Bytes assumed per row, to turn a byte cap into a row limit, until a read has measured a row.
 DEFAULT_ROW_BYTES: Final = 512
 #: The first round of a limited read is sized so that rows spread evenly over
 #: the buckets need no second round with at least this probability...
@@ -57,10 +69,18 @@ MEDIAN_ONE_ROUND: Final = 0.5
 class ReadBudget:
     """The most one read holds: rows asked of buckets and not yet handed to the caller.
 
-    Both bounds apply; ``bytes`` counts row keys and cell values, estimated
-    from the rows the read has seen. A read always allows one row per bucket
-    that still has rows, whatever the budget: an ordered merge cannot emit a
-    row before it has seen the head of every bucket.
+    Both bounds apply; ``bytes`` counts row keys and cell values. Each
+    request's row limit is what its share of the bytes allows at the largest
+    row the read has seen (:data:`DEFAULT_ROW_BYTES` before it has seen
+    one), and each request stops after the row that takes it past its byte
+    cap, so a row larger than any seen before (the first wide rows of a
+    read, say) overshoots by that one row at most: the request ends there
+    and the next one is sized by that row. A read always allows one row
+    per bucket that still has rows, whatever the budget: an ordered merge
+    cannot emit a row before it has seen the head of every bucket. So the
+    bytes a read holds stay within ``bytes`` plus one row per bucket, and a
+    row larger than the whole budget is still read, one row at a time per
+    bucket.
 
     Args:
         rows: Rows across all buckets.
@@ -135,16 +155,26 @@ class OneRequestOdds:
             self._skip = min(2**self._misses - 1, self.MAX_SKIP)
 
 
-def one_request_size(budget: ReadBudget, limit: int | None, buckets: int, *, ordered: bool) -> int:
+def one_request_size(
+    budget: ReadBudget,
+    limit: int | None,
+    buckets: int,
+    *,
+    ordered: bool,
+    largest: int | None = None,
+) -> int:
     """The row limit of a small read's one request over every bucket (0: do not try it).
 
-    ``budget.one_request_rows``, within what the budget allows; for an
+    ``budget.one_request_rows``, within what the budget allows at rows of
+    ``largest`` bytes (the largest row the table's reads have seen; None:
+    :data:`DEFAULT_ROW_BYTES`). The request also stops after the row that
+    takes it past ``budget.bytes``, which makes it a miss. For an
     ordered read with a limit, at most :func:`fetch_bound` (a read bigger
     than that is better served by rounds, and a miss costs no more); for an
     unordered read with a limit, the limit itself (any ``limit`` rows answer
     it, so the one request always does).
     """
-    rows = min(budget.one_request_rows, budget.rows_for(DEFAULT_ROW_BYTES))
+    rows = min(budget.one_request_rows, budget.rows_for(largest or DEFAULT_ROW_BYTES))
     if limit is not None:
         rows = min(rows, fetch_bound(limit, buckets) if ordered else limit)
     return max(0, rows)
@@ -153,6 +183,87 @@ def one_request_size(budget: ReadBudget, limit: int | None, buckets: int, *, ord
 def allowance(budget: ReadBudget, live: int, row_bytes: float) -> int:
     """Rows one of ``live`` buckets may have asked for and not handed over (at least 1)."""
     return max(1, budget.rows_for(row_bytes) // max(1, live))
+
+
+class Ask(NamedTuple):
+    """One request's size: at most ``rows`` rows, and a byte cap.
+
+    The source stops after the row that takes the bytes it delivered past
+    ``cap`` (a row larger than the read had seen), so a request delivers at
+    most ``cap`` bytes plus one row. A cap of 0 is a single row the merge
+    needs whatever the budget (the head of a bucket that holds nothing).
+    """
+
+    rows: int
+    cap: int
+
+
+def page_ask(
+    budget: ReadBudget,
+    *,
+    live: int,
+    largest: int | None,
+    held_rows: int,
+    held_bytes: int,
+    rows_room: int,
+    bytes_room: int,
+    needs_head: bool = True,
+    alone: bool = False,
+) -> Ask | None:
+    """The next request of one of ``live`` buckets of a read without a limit (None: wait).
+
+    Each bucket has a share of the budget's rows and bytes and asks again
+    once it holds half a share or less: for the rest of its share of rows,
+    within a byte cap of at most half its share of bytes, so that one page
+    is read while the one before is handed over even where bytes bind (a
+    page's bytes count until its last row is handed over). The row limit is
+    what the cap allows at the ``largest`` row seen (None: none measured
+    yet, so :data:`DEFAULT_ROW_BYTES`). When its share allows no row (rows
+    larger than half a bucket's share of bytes), a bucket that holds nothing
+    asks one row: always in an ordered read (``needs_head``: the merge needs
+    the head of every bucket; cap 0), otherwise only while the budget has
+    room for a row of the ``largest`` size, or when no other request runs
+    and nothing is held (``alone``), so an unordered read of rows wider than
+    a share holds about the budget, not a row per bucket.
+
+    Args:
+        budget: The read's budget.
+        live: Buckets that may still have rows.
+        largest: Bytes of the largest row the read has seen (None: none yet).
+        held_rows: Rows the bucket holds (delivered and not handed over).
+        held_bytes: Bytes the bucket is charged for what it holds.
+        rows_room: Rows the budget still allows across the read.
+        bytes_room: Bytes the budget still allows across the read.
+        needs_head: The read merges in key order (it needs a row of every bucket).
+        alone: No request of the read runs and it holds no row.
+    """
+    est = DEFAULT_ROW_BYTES if largest is None else max(1, largest)
+    share_rows = allowance(budget, live, est)
+    share_bytes = max(1, budget.bytes // max(1, live))
+    if held_rows > share_rows // 2 or held_bytes > share_bytes // 2:
+        return None
+    cap = min((share_bytes + 1) // 2, share_bytes - held_bytes, bytes_room)
+    rows = min(share_rows - held_rows, rows_room, max(0, cap) // est)
+    if rows >= 1:
+        return Ask(rows, cap)
+    if held_rows == 0:
+        if needs_head or alone:
+            return Ask(1, 0)
+        if bytes_room >= est and rows_room >= 1:
+            return Ask(1, est)
+    return None
+
+
+def capped_ask(rows: int, *, largest: int | None, cap: int) -> Ask | None:
+    """A request of up to ``rows`` rows within ``cap`` bytes (None: the cap allows no row).
+
+    The row limit is what ``cap`` allows at the ``largest`` row seen (before
+    any, at :data:`DEFAULT_ROW_BYTES`); rows larger than that stop the
+    request at its cap.
+    """
+    est = DEFAULT_ROW_BYTES if largest is None else max(1, largest)
+    fit = min(rows, max(0, cap) // est)
+    return Ask(fit, cap) if fit >= 1 else None
 
 
 def first_request(share: int, sources: int, slots: int | None) -> int:

@@ -209,33 +209,54 @@ PROGRESS: Final = LocalProgress()
 
 @final
 class PageSizer:
-    """Rows to ask for in the next page of a split: the budget over the measured row size.
+    """Rows to ask for in the next page of a split: the budget's bytes over the largest row seen.
 
     A page is read whole before its rows are handed on, so the budget bounds
-    what one page holds. The size grows by doubling from one row, so a reader
-    that has not measured any row yet never asks for many rows that turn out
-    to be wide.
+    what one page holds. The size grows by doubling from one row, and never
+    asks more rows than ``budget.bytes`` allows at the largest row measured
+    so far; a page stops after the row that takes it past ``budget.bytes``
+    (:func:`read_page`), so a page holds at most the budget plus one row,
+    whatever the row sizes (a row larger than the budget: one row a page).
     """
 
-    __slots__ = ("_cap", "_row_bytes", "budget", "last_page_bytes")
+    __slots__ = ("_cap", "_largest", "budget", "last_page_bytes")
 
     def __init__(self, budget: ReadBudget) -> None:
         self.budget = budget
         self._cap = 1
-        self._row_bytes = 1.0
+        self._largest = 1
         #: What the last page held (keys and values), for metrics.
         self.last_page_bytes = 0
 
     def rows(self) -> int:
         """Rows the next page may hold."""
-        return min(self._cap, self.budget.rows_for(self._row_bytes))
+        return min(self._cap, self.budget.rows_for(self._largest))
 
     def measure(self, page: Sequence[Row]) -> None:
-        """Learn from a page that came back: its mean row size sizes the next one."""
-        self.last_page_bytes = sum(row_bytes(row) for row in page)
-        if page:
-            self._row_bytes = self.last_page_bytes / len(page)
+        """Learn from a page that came back: its largest row sizes the next one."""
+        sizes = [row_bytes(row) for row in page]
+        self.last_page_bytes = sum(sizes)
+        if sizes:
+            self._largest = max(self._largest, *sizes)
             self._cap = min(self._cap * 2, self.budget.rows)
+
+
+def read_page(table: Table, query: ReadRowsQuery, size: int, cap: int) -> tuple[list[Row], bool]:
+    """The rows of one page request, and whether it stopped after the row past ``cap`` bytes."""
+    page: list[Row] = []
+    got = 0
+    stream = iter(table.read_rows_stream(query))
+    try:
+        for row in stream:
+            page.append(row)
+            got += row_bytes(row)
+            if got > cap and len(page) < size:
+                return page, True  # closing the stream below cancels the rest
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    return page, False
 
 
 def scan_pages(table: Table, sub: SubQuery, sizer: PageSizer) -> Iterator[list[Row]]:
@@ -244,8 +265,9 @@ def scan_pages(table: Table, sub: SubQuery, sizer: PageSizer) -> Iterator[list[R
     while (query := cursor.next_query(size := sizer.rows())) is not None:
         # A whole page is read before any row is handed on, so no RPC stays
         # open while the rest of the pipeline works.
-        page = table.read_rows(query)
-        cursor.advance(len(page), size, page[-1].row_key if page else None)
+        page, capped = read_page(table, query, size, sizer.budget.bytes)
+        # A page stopped at the byte cap may have more after its last row.
+        cursor.advance(len(page), len(page) if capped else size, page[-1].row_key if page else None)
         sizer.measure(page)
         yield page
 
@@ -514,6 +536,8 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
                 f"ReadSaltedRows reads in parallel and in no order, so limit={query.limit} "
                 "has no meaning; drop the limit (or read with SaltedTableAsync.read_rows)"
             )
+        if budget is not None and not isinstance(budget, ReadBudget):
+            raise TypeError(f"budget must be a ReadBudget, got {budget!r}")
         self.layout = Layout(scheme, cutoff)
         self.plan: ReadPlan = plan_reads(query, self.layout)
         self._read = ReadSplitRows(

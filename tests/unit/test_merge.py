@@ -283,7 +283,7 @@ def test_a_read_without_a_limit_keeps_each_source_within_its_share() -> None:
     assert run(main) == list(range(4000))
     for s in sources:
         assert max(s.sizes) <= 100
-        assert min(s.sizes[:-1]) >= 50  # topped up from half
+        assert min(s.sizes[:-1]) >= 50
 
 
 @pytest.mark.parametrize("ordered", [True, False])
@@ -300,13 +300,15 @@ def test_with_more_sources_than_slots_first_requests_ask_less(ordered: bool) -> 
 
     got = run(main)
     assert sorted(got) == list(range(n * 400))
-    share = allowance(budget, n, 512)
+    unmeasured = allowance(budget, n, 512)  # first requests: rows of 512 B until measured
+    share = allowance(budget, n, 1)  # then: the items measure 1 byte
     first = [s.sizes[0] for s in sources]
-    assert set(first) == {share // 4 if ordered else share}
+    # (At 512 B a row the bytes bind: a page is half a share of bytes.)
+    assert set(first) == {unmeasured // 4 if ordered else unmeasured // 2}
     later = [size for s in sources for size in s.sizes[1:-1]]
     assert later
     assert max(later) <= share
-    assert min(later) >= share // 2
+    assert min(later) >= unmeasured // 4
 
 
 def test_the_bytes_budget_uses_the_measured_row_size() -> None:
@@ -315,8 +317,8 @@ def test_the_bytes_budget_uses_the_measured_row_size() -> None:
     class Sized(Source):
         async def __call__(self, size: int, feed: Feed[int]) -> Sent:
             sent = await super().__call__(size, feed)
-            feed.sampled_rows += sent.pushed
-            feed.sampled_bytes += 10_000 * sent.pushed
+            feed.got_bytes += 10_000 * sent.pushed
+            feed.largest = 10_000
             return sent
 
     sources = [Sized(range(s, 2000, 2)) for s in range(2)]
@@ -326,9 +328,9 @@ def test_the_bytes_budget_uses_the_measured_row_size() -> None:
 
     assert run(main) == list(range(2000))
     # 200 KB of 10 KB rows is 20 rows across 2 sources once the size is known:
-    # 10 each, and 20 for the last requests of a source that outlives the other.
-    assert all(max(s.sizes[2:]) <= 20 for s in sources)
-    assert all(sorted(s.sizes[2:])[len(s.sizes[2:]) // 2] <= 10 for s in sources)
+    # pages of half a share of bytes (5 rows), and 10 for a source that outlives the other.
+    assert all(max(s.sizes[1:]) <= 10 for s in sources)
+    assert all(sorted(s.sizes[1:])[len(s.sizes[1:]) // 2] <= 5 for s in sources)
 
 
 def test_no_sources_yields_nothing() -> None:

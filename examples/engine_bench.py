@@ -1,0 +1,437 @@
+"""The read engine against the raw client on the emulator: calls per row, throughput,
+first row, a delay per request, and wide-row memory (issue 23).
+
+Run: ``.venv/bin/python examples/engine_bench.py`` (or ``make bench ARGS="--only engine"``,
+which runs this file's sections). It starts its own emulator unless
+``BIGTABLE_EMULATOR_HOST`` is set, and prints one JSON report (also written
+under ``bench-results/``).
+
+Sections (``--sections``, default all):
+
+* ``profile``: cProfile of one 16-bucket scan of ``--rows`` rows: the raw client's
+  16 concurrent sub-scans (one per bucket, unordered) against saltedtable ordered and
+  ``ordered=False``. Python function calls per row: deterministic, unlike timings
+  on a shared machine.
+* ``throughput``: the same scans timed, A/B alternating, ``--rounds`` times, plus one
+  raw scan of the whole table; paired ratios (median and range), and the time to the
+  first row as a fraction of each salted scan.
+* ``delay``: every request first sleeps 1 ms or 5 ms (a proxy in front of the table):
+  the full scans, a 100-row prefix and a ``limit=10`` read, salted against raw in the
+  same run.
+* ``wide``: a fresh process streams a table of 64 KiB rows (and one of 1 MiB rows),
+  raw single scan against saltedtable ordered and unordered with the default budget;
+  peak RSS (VmHWM) of each, and saltedtable's ``peak_buffered_bytes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from google.cloud.bigtable.data import (
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+    RowRange,
+    SetCell,
+)
+
+from saltedtable import SaltedTableAsync, SaltScheme, prefix_end
+from saltedtable.testing import (
+    EMULATOR_HOST_ENV,
+    INSTANCE,
+    PROJECT,
+    create_table,
+    delete_table,
+    emulator_env,
+    start_emulator,
+)
+
+FAMILY = "cf"
+BUCKETS = 16
+ROWS_PER_PREFIX = 100
+
+
+def key_of(i: int) -> bytes:
+    """Row ``i``'s logical key: 100 rows per ``user`` prefix, in row order."""
+    return b"user%05d#%05d" % (i // ROWS_PER_PREFIX, i % ROWS_PER_PREFIX)
+
+
+async def load(client: BigtableDataClientAsync, table_id: str, rows: int, size: int) -> None:
+    """``rows`` rows of one ``size``-byte cell, written through a salted table."""
+    table = SaltedTableAsync.from_client(
+        client, INSTANCE, table_id, SaltScheme(BUCKETS), guard=False
+    )
+    batch = max(1, min(2000, (8 << 20) // size))
+    for start in range(0, rows, batch):
+        entries = [
+            RowMutationEntry(key_of(i), SetCell(FAMILY, b"q", b"%010d" % i * (size // 10), 1000))
+            for i in range(start, min(rows, start + batch))
+        ]
+        await table.bulk_mutate_rows(entries)
+
+
+class Delayed:
+    """The raw table with ``delay`` seconds before every read request (rows pass untouched)."""
+
+    def __init__(self, table: Any, delay: float) -> None:
+        self._table = table
+        self.delay = delay
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+    async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Any:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return await self._table.read_rows_stream(query, **kwargs)
+
+
+async def count(stream: AsyncIterable[Any]) -> int:
+    n = 0
+    async for _ in stream:
+        n += 1
+    return n
+
+
+class Scans:
+    """The scans compared, over one physical table (optionally through a delay)."""
+
+    def __init__(self, raw: Any, salted: SaltedTableAsync) -> None:
+        self.raw = raw
+        self.salted = salted
+        self.subs = [
+            ReadRowsQuery(row_ranges=[r.to_row_range() for r in sub.ranges])
+            for sub in salted.plan(ReadRowsQuery()).subqueries
+        ]
+        self.first: float | None = None
+
+    async def raw16(self, query: ReadRowsQuery | None = None) -> int:
+        subs = self.subs if query is None else self.sub_queries(query)
+
+        async def one(q: ReadRowsQuery) -> int:
+            return await count(await self.raw.read_rows_stream(q))
+
+        return sum(await asyncio.gather(*(one(q) for q in subs)))
+
+    def sub_queries(self, query: ReadRowsQuery) -> list[ReadRowsQuery]:
+        return [
+            ReadRowsQuery(
+                row_keys=list(sub.keys) or None,
+                row_ranges=[r.to_row_range() for r in sub.ranges] or None,
+                limit=query.limit,
+            )
+            for sub in self.salted.plan(query).subqueries
+        ]
+
+    async def raw1(self) -> int:
+        return await count(await self.raw.read_rows_stream(ReadRowsQuery()))
+
+    async def salted_scan(self, ordered: bool, query: ReadRowsQuery | None = None) -> int:
+        start = time.perf_counter()
+        n = 0
+        self.first = None
+        stream = await self.salted.read_rows_stream(query or ReadRowsQuery(), ordered=ordered)
+        async for _ in stream:
+            if not n:
+                self.first = time.perf_counter() - start
+            n += 1
+        return n
+
+    async def salted_ordered(self, query: ReadRowsQuery) -> int:
+        return await self.salted_scan(True, query)
+
+    async def ordered(self) -> int:
+        return await self.salted_scan(True)
+
+    async def unordered(self) -> int:
+        return await self.salted_scan(False)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "median": round(statistics.median(ordered), 3),
+        "min": round(ordered[0], 3),
+        "max": round(ordered[-1], 3),
+    }
+
+
+async def profile(scans: Scans, rows: int) -> dict[str, Any]:
+    """Python function calls per row of each scan under cProfile (after a warm-up scan)."""
+    out: dict[str, Any] = {}
+    variants: dict[str, Callable[[], Awaitable[int]]] = {
+        "raw_16_subscans": scans.raw16,
+        "salted_ordered": scans.ordered,
+        "salted_unordered": scans.unordered,
+    }
+    per_function: dict[str, dict[str, float]] = {}
+    for name, scan in variants.items():
+        await scan()  # warm-up: channels, caches
+        prof = cProfile.Profile()
+        prof.enable()
+        got = await scan()
+        prof.disable()
+        assert got == rows, (name, got)
+        st: Any = pstats.Stats(prof)
+        per_function[name] = {
+            f"{Path(f).name}:{line}({fn})": calls / rows
+            for (f, line, fn), (_, calls, *_) in st.stats.items()
+        }
+        out[name] = {
+            "calls_per_row": round(st.total_calls / rows, 2),
+            "cpu_seconds": round(st.total_tt, 3),
+        }
+    raw = per_function["raw_16_subscans"]
+    for name in ("salted_ordered", "salted_unordered"):
+        out[name]["above_raw"] = round(
+            out[name]["calls_per_row"] - out["raw_16_subscans"]["calls_per_row"], 2
+        )
+        mine = per_function[name]
+        diff = {f: mine.get(f, 0.0) - raw.get(f, 0.0) for f in set(mine) | set(raw)}
+        out[name]["extra_calls_per_row"] = {
+            f: round(d, 2) for f, d in sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:25]
+        }
+    return out
+
+
+async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
+    """Rows per second of each scan, alternating; paired ratios against the raw sub-scans."""
+    names = ["raw_16_subscans", "salted_ordered", "salted_unordered", "raw_1_scan"]
+    fns = [scans.raw16, scans.ordered, scans.unordered, scans.raw1]
+    took: dict[str, list[float]] = {n: [] for n in names}
+    first: dict[str, list[float]] = {"salted_ordered": [], "salted_unordered": []}
+    for r in range(rounds):
+        order = list(range(len(names)))
+        order = order[r % len(order) :] + order[: r % len(order)]
+        for i in order:
+            start = time.perf_counter()
+            got = await fns[i]()
+            seconds = time.perf_counter() - start
+            assert got == rows
+            took[names[i]].append(seconds)
+            if names[i] in first and scans.first is not None:
+                first[names[i]].append(scans.first / seconds)
+    raw = took["raw_16_subscans"]
+    return {
+        "rows_per_s": {n: spread([rows / t for t in took[n]]) for n in names},
+        "ratio_vs_raw_16": {
+            n: spread([a / b for a, b in zip(raw, took[n], strict=True)])
+            for n in ("salted_ordered", "salted_unordered")
+        },
+        "ordered_vs_raw_1_scan": spread(
+            [a / b for a, b in zip(took["raw_1_scan"], took["salted_ordered"], strict=True)]
+        ),
+        "first_row_fraction": {n: spread(v) for n, v in first.items() if v},
+    }
+
+
+async def delays(
+    client: BigtableDataClientAsync, table_id: str, rows: int, rounds: int
+) -> dict[str, Any]:
+    """Full and small scans with 0, 1 and 5 ms before every request, salted and raw."""
+    out: dict[str, Any] = {}
+    for ms in (0.0, 1.0, 5.0):
+        raw = Delayed(client.get_table(INSTANCE, table_id), ms / 1000)
+        salted = SaltedTableAsync(raw, SaltScheme(BUCKETS), guard=False)
+        scans = Scans(raw, salted)
+        prefix = key_of(ROWS_PER_PREFIX * 7)[:9]
+        small = ReadRowsQuery(row_ranges=RowRange(start_key=prefix, end_key=prefix_end(prefix)))
+        limit = ReadRowsQuery(limit=10)
+        full = await throughput(scans, rows, rounds)
+        small_took: dict[str, list[float]] = {
+            "prefix_salted": [],
+            "prefix_raw_16": [],
+            "limit10_salted": [],
+            "limit10_raw_16": [],
+        }
+        for _ in range(rounds * 4):
+            for name, fn, query in (
+                ("prefix_salted", scans.salted_ordered, small),
+                ("prefix_raw_16", scans.raw16, small),
+                ("limit10_salted", scans.salted_ordered, limit),
+                ("limit10_raw_16", scans.raw16, limit),
+            ):
+                start = time.perf_counter()
+                await fn(query)
+                small_took[name].append(time.perf_counter() - start)
+        out[f"{ms:g}ms"] = {
+            "full_ratio_vs_raw_16": full["ratio_vs_raw_16"],
+            "full_rows_per_s": full["rows_per_s"],
+            "small_ms": {n: spread([t * 1000 for t in v]) for n, v in small_took.items()},
+            "small_over_delay": (
+                {n: round(statistics.median(v) / (ms / 1000), 2) for n, v in small_took.items()}
+                if ms
+                else None
+            ),
+        }
+    return out
+
+
+CHILD = """
+import asyncio, json, sys
+from pathlib import Path
+from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
+from saltedtable import CallStats, SaltedTableAsync, SaltScheme
+
+def peak_mb():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+
+async def main(project, instance, table_id, how):
+    async with BigtableDataClientAsync(project=project) as client:
+        raw = client.get_table(instance, table_id)
+        await raw.read_rows(ReadRowsQuery(limit=1))
+        base = peak_mb()
+        stats = CallStats()
+        n = 0
+        if how == "raw":
+            async for _ in await raw.read_rows_stream(ReadRowsQuery()):
+                n += 1
+        else:
+            table = SaltedTableAsync.from_client(
+                client, instance, table_id, SaltScheme(16), guard=False
+            )
+            async for _ in await table.read_rows_stream(
+                ReadRowsQuery(), ordered=how == "ordered", stats=stats
+            ):
+                n += 1
+    print(json.dumps({"rows": n, "baseline_mb": round(base, 1), "peak_mb": round(peak_mb(), 1),
+                      "peak_buffered_bytes": getattr(stats, "peak_buffered_bytes", None),
+                      "peak_buffered_rows": stats.peak_buffered_rows,
+                      "requests": stats.requests}))
+
+asyncio.run(main(*sys.argv[1:5]))
+"""
+
+
+def child(table_id: str, how: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, PROJECT, INSTANCE, table_id, how],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ,
+    )
+    if done.returncode:
+        raise RuntimeError(done.stderr[-2000:])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def wide(
+    address: str, client: BigtableDataClientAsync, megabytes: int, runs: int
+) -> dict[str, Any]:
+    """Peak RSS of fresh processes streaming tables of 64 KiB and 1 MiB rows."""
+    out: dict[str, Any] = {}
+    for size in (64 << 10, 1 << 20):
+        rows = megabytes * (1 << 20) // size
+        table_id = f"wide-{uuid.uuid4().hex[:8]}"
+        create_table(address, table_id, (FAMILY,))
+        try:
+            start = time.perf_counter()
+            await load(client, table_id, rows, size)
+            loaded = time.perf_counter() - start
+            reports: dict[str, list[dict[str, Any]]] = {"raw": [], "ordered": [], "unordered": []}
+            for r in range(runs):
+                hows = ["raw", "ordered", "unordered"]
+                for how in hows[r % 3 :] + hows[: r % 3]:
+                    reports[how].append(child(table_id, how))
+            peak = {h: statistics.median(x["peak_mb"] for x in v) for h, v in reports.items()}
+            out[f"{size >> 10}KiB"] = {
+                "rows": rows,
+                "table_mb": megabytes,
+                "load_seconds": round(loaded, 1),
+                "peak_rss_mb": peak,
+                "salted_minus_raw_mb": {
+                    h: round(peak[h] - peak["raw"], 1) for h in ("ordered", "unordered")
+                },
+                "runs": reports,
+            }
+        finally:
+            delete_table(address, table_id, missing_ok=True)
+    return out
+
+
+@contextlib.contextmanager
+def emulator() -> Iterator[str]:
+    if os.environ.get(EMULATOR_HOST_ENV):
+        yield os.environ[EMULATOR_HOST_ENV]
+        return
+    with start_emulator() as emu:
+        os.environ.update(emulator_env(emu))
+        yield emu.address
+
+
+async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "rows": args.rows,
+        "buckets": BUCKETS,
+        "python": sys.version.split()[0],
+    }
+    async with BigtableDataClientAsync(project=PROJECT) as client:
+        if {"profile", "throughput", "delay"} & set(args.sections):
+            table_id = f"engine-{uuid.uuid4().hex[:8]}"
+            create_table(address, table_id, (FAMILY,))
+            try:
+                await load(client, table_id, args.rows, 100)
+                raw = client.get_table(INSTANCE, table_id)
+                salted = SaltedTableAsync(raw, SaltScheme(BUCKETS), guard=False)
+                scans = Scans(raw, salted)
+                if "profile" in args.sections:
+                    report["profile"] = await profile(scans, args.rows)
+                    print(json.dumps(report["profile"], indent=1), file=sys.stderr)
+                if "throughput" in args.sections:
+                    report["throughput"] = await throughput(scans, args.rows, args.rounds)
+                    print(json.dumps(report["throughput"], indent=1), file=sys.stderr)
+                if "delay" in args.sections:
+                    report["delay"] = await delays(
+                        client, table_id, args.rows, max(1, args.rounds // 2)
+                    )
+                    print(json.dumps(report["delay"], indent=1), file=sys.stderr)
+            finally:
+                delete_table(address, table_id, missing_ok=True)
+        if "wide" in args.sections:
+            report["wide"] = await wide(address, client, args.wide_mb, args.wide_runs)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=40_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--wide-mb", type=int, default=512, help="size of each wide-row table")
+    parser.add_argument("--wide-runs", type=int, default=1, help="fresh processes per scan")
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        default=["profile", "throughput", "delay", "wide"],
+        choices=["profile", "throughput", "delay", "wide"],
+    )
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
+    args = parser.parse_args()
+    with emulator() as address:
+        report = asyncio.run(run(args, address))
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

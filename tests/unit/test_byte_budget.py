@@ -1,0 +1,451 @@
+"""Bytes are the budget: requests sized at the largest row seen, capped, at any row size.
+
+The bound under test (issue 23): bytes asked of sources and not yet handed to
+the caller never exceed ``ReadBudget.bytes`` plus one row per bucket, for
+any row sizes, N, mode (ordered, unordered, limited, one request) and driver
+(async :class:`Merge`, sync :class:`ThreadMerge`, and the readers over a fake
+table). "Asked for" counts, for every request from the moment it starts, all
+the bytes it will deliver: a source stops after the row that takes it past
+its byte cap, and the fake sources here follow that contract exactly as the
+readers do (the reader tests check the readers themselves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange
+from google.cloud.bigtable.data.mutations import SetCell
+from google.cloud.bigtable.data.row import Row
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from saltedtable import CallStats, ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable._merge import Feed, Merge, Sent, ThreadMerge
+from saltedtable._strategy import DEFAULT_ROW_BYTES, Ask, capped_ask, page_ask
+from tests.fakes import FakeTable, SyncFakeTable
+
+PROPERTY = settings(max_examples=25, deadline=None)
+
+Item = tuple[int, int]  # (key, bytes)
+
+
+class Meter:
+    """Bytes asked of sources (all a request will deliver) and bytes handed over."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.taken = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+        #: (rows asked, byte cap, the merge's largest row when asked) per request.
+        self.requests: list[tuple[int, int, int | None]] = []
+
+    def ask(self, will: int) -> None:
+        with self.lock:
+            self.asked += will
+            self.peak = max(self.peak, self.asked - self.taken)
+
+    def take(self, batch: Sequence[Item]) -> None:
+        with self.lock:
+            self.taken += sum(nbytes for _, nbytes in batch)
+
+
+def record_asks(merge: Any, meter: Meter) -> None:
+    """Record every request's (rows, byte cap, largest row seen) when the merge decides it."""
+    demand = merge._demand
+
+    def recorded(feed: Feed[Item]) -> int | None:
+        size = demand(feed)
+        if size:
+            meter.requests.append((size, feed.cap, merge.largest))
+        return size
+
+    merge._demand = recorded
+
+
+def will_deliver(items: Sequence[Item], size: int, cap: int) -> int:
+    """Bytes a request of ``size`` rows with byte ``cap`` delivers under the source contract."""
+    got = 0
+    for n, (_, nbytes) in enumerate(items[:size], 1):
+        got += nbytes
+        if got > cap and n < size:
+            break
+    return got
+
+
+class AsyncSized:
+    """An async source over (key, bytes) items that stops after the row past its cap."""
+
+    def __init__(self, items: Sequence[Item], meter: Meter) -> None:
+        self.items = list(items)
+        self.pos = 0
+        self.meter = meter
+
+    async def __call__(self, size: int, feed: Feed[Item]) -> Sent:
+        cap = feed.cap
+        self.meter.ask(will_deliver(self.items[self.pos :], size, cap))
+        got = pushed = 0
+        for key, nbytes in self.items[self.pos : self.pos + size]:
+            await anyio.lowlevel.checkpoint()
+            feed.items.append((key, nbytes))
+            feed.keys.append(key)
+            self.pos += 1
+            pushed += 1
+            got += nbytes
+            feed.largest = max(feed.largest, nbytes)
+            if len(feed.keys) >= feed.wake_at:
+                feed.wake()
+            if got > cap and pushed < size:
+                break
+        feed.got_bytes += got
+        return Sent(pushed, self.pos < len(self.items))
+
+
+class SyncSized:
+    """The same, for the thread driver."""
+
+    def __init__(self, items: Sequence[Item], meter: Meter) -> None:
+        self.items = list(items)
+        self.pos = 0
+        self.meter = meter
+
+    def __call__(self, size: int, feed: Feed[Item], merge: ThreadMerge[Item]) -> Sent:
+        cap = feed.cap
+        self.meter.ask(will_deliver(self.items[self.pos :], size, cap))
+        got = pushed = 0
+        for key, nbytes in self.items[self.pos : self.pos + size]:
+            if merge.stopping:
+                break
+            merge.push(feed, (key, nbytes), key)
+            self.pos += 1
+            pushed += 1
+            got += nbytes
+            feed.largest = max(feed.largest, nbytes)
+            if got > cap and pushed < size:
+                break
+        feed.got_bytes += got
+        return Sent(pushed, self.pos < len(self.items))
+
+
+#: Row sizes relative to an 8 MiB budget: 64 KiB-like, 1 MiB-like, larger than the budget.
+BUDGET_BYTES = 256 * 1024
+ROW_SIZES = {
+    "64KiB": (BUDGET_BYTES // 256, BUDGET_BYTES // 64),
+    "1MiB": (BUDGET_BYTES // 16, BUDGET_BYTES // 4),
+    "mixed": (16, BUDGET_BYTES // 2),
+    "over-budget": (BUDGET_BYTES, BUDGET_BYTES * 2),
+}
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> tuple[list[list[Item]], int]:
+    """Sources of random-size rows: (rows per source, the largest row)."""
+    n = draw(st.sampled_from([1, 16, 64]))
+    low, high = ROW_SIZES[draw(st.sampled_from(sorted(ROW_SIZES)))]
+    per = draw(st.integers(0, 12 if n < 64 else 4))
+    sizes = draw(st.lists(st.integers(low, high), min_size=n * per, max_size=n * per))
+    parts: list[list[Item]] = [[] for _ in range(n)]
+    for i, nbytes in enumerate(sizes):
+        parts[i % n].append((i, nbytes))  # keys interleave across sources
+    return parts, max(sizes, default=0)
+
+
+def check_requests(meter: Meter) -> None:
+    """No request asks more rows than its cap allows at the largest row seen when asked."""
+    for rows, cap, largest in meter.requests:
+        if cap == 0:
+            assert rows == 1  # the one row a bucket that holds nothing may always ask
+            continue
+        est = DEFAULT_ROW_BYTES if largest is None else largest
+        assert rows * est <= cap, (rows, cap, largest)
+
+
+MODES = st.sampled_from(["ordered", "unordered", "limited", "limited-unordered"])
+
+
+@PROPERTY
+@given(table=tables(), mode=MODES, limit=st.integers(1, 40))
+def test_async_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
+    table: tuple[list[list[Item]], int], mode: str, limit: int
+) -> None:
+    parts, largest = table
+    meter = Meter()
+    budget = ReadBudget(bytes=BUDGET_BYTES)
+    ordered = mode in ("ordered", "limited")
+    lim = limit if mode.startswith("limited") else None
+    sources = [AsyncSized(p, meter) for p in parts]
+
+    async def main() -> list[Item]:
+        merge = Merge(sources, ordered=ordered, limit=lim, budget=budget)
+        record_asks(merge, meter)
+        out: list[Item] = []
+        async with merge:
+            async for batch in merge:
+                meter.take(batch)
+                out += batch
+        assert merge.peak_bytes <= budget.bytes + len(parts) * largest
+        return out
+
+    got = asyncio.run(main())
+    expected = sorted(item for p in parts for item in p)
+    if ordered:
+        assert got == expected[:lim]
+    else:
+        assert len(set(got)) == len(got) == len(expected[:lim])
+    assert meter.peak <= budget.bytes + len(parts) * largest
+    check_requests(meter)
+
+
+@PROPERTY
+@given(table=tables(), mode=MODES, limit=st.integers(1, 40))
+def test_thread_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
+    table: tuple[list[list[Item]], int], mode: str, limit: int
+) -> None:
+    parts, largest = table
+    meter = Meter()
+    budget = ReadBudget(bytes=BUDGET_BYTES)
+    ordered = mode in ("ordered", "limited")
+    lim = limit if mode.startswith("limited") else None
+    sources = [SyncSized(p, meter) for p in parts]
+    got: list[Item] = []
+    merge = ThreadMerge(sources, threads=8, ordered=ordered, limit=lim, budget=budget)
+    record_asks(merge, meter)
+    with merge:
+        for batch in merge:
+            meter.take(batch)
+            got += batch
+    expected = sorted(item for p in parts for item in p)
+    if ordered:
+        assert got == expected[:lim]
+    else:
+        assert len(set(got)) == len(got) == len(expected[:lim])
+    assert merge.peak_bytes <= budget.bytes + len(parts) * largest
+    assert meter.peak <= budget.bytes + len(parts) * largest
+    check_requests(meter)
+
+
+# -- the sizing rules themselves --------------------------------------------------------
+
+
+def test_pages_are_half_a_share_at_the_largest_row_seen() -> None:
+    budget = ReadBudget(rows=20_000, bytes=8 << 20)
+    first = page_ask(
+        budget,
+        live=16,
+        largest=None,
+        held_rows=0,
+        held_bytes=0,
+        rows_room=20_000,
+        bytes_room=8 << 20,
+    )
+    assert first == Ask(512, 256 << 10)  # half a bucket's share (512 KiB), at 512 B a row
+    wide = page_ask(
+        budget,
+        live=16,
+        largest=64 << 10,
+        held_rows=0,
+        held_bytes=0,
+        rows_room=20_000,
+        bytes_room=8 << 20,
+    )
+    assert wide == Ask(4, 256 << 10)  # 256 KiB of 64 KiB rows
+    assert page_ask(
+        budget,
+        live=16,
+        largest=1 << 20,
+        held_rows=0,
+        held_bytes=0,
+        rows_room=20_000,
+        bytes_room=8 << 20,
+    ) == Ask(1, 0)  # a row wider than a page: one row at a time
+    assert (
+        page_ask(
+            budget,
+            live=16,
+            largest=1 << 20,
+            held_rows=1,
+            held_bytes=1 << 20,
+            rows_room=20_000,
+            bytes_room=0,
+        )
+        is None
+    )  # it holds a row: it waits until that one is handed over
+
+
+def test_limited_requests_are_capped_by_bytes() -> None:
+    assert capped_ask(100, largest=64 << 10, cap=512 << 10) == Ask(8, 512 << 10)
+    assert capped_ask(100, largest=None, cap=512 << 10) == Ask(100, 512 << 10)
+    assert capped_ask(100, largest=1 << 20, cap=512 << 10) is None
+
+
+# -- the readers over a fake table ------------------------------------------------------
+
+
+def fill(fake: FakeTable, scheme: SaltScheme, sizes: Sequence[int]) -> list[bytes]:
+    """Logical rows k00000.. with one cell of the given sizes, written through a salted table."""
+    table = SaltedTableAsync(fake, scheme, guard=False)
+    keys = [b"k%05d" % i for i in range(len(sizes))]
+    entries = [
+        RowMutationEntry(k, SetCell("f", b"q", b"v" * max(0, n - len(k)), 1))
+        for k, n in zip(keys, sizes, strict=True)
+    ]
+
+    async def write() -> None:
+        await table.bulk_mutate_rows(entries)
+
+    asyncio.run(write())
+    return keys
+
+
+class ServerMeter:
+    """Bytes the fake server has sent and not yet been handed to the caller."""
+
+    def __init__(self, fake: FakeTable) -> None:
+        self.sent = 0
+        self.handed = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+        original = fake.read_rows_stream
+
+        async def read_rows_stream(query: ReadRowsQuery, **kwargs: Any) -> Any:
+            stream = await original(query, **kwargs)
+
+            async def counted() -> Any:
+                async for row in stream:
+                    self.send(row)
+                    yield row
+
+            return counted()
+
+        fake.read_rows_stream = read_rows_stream  # type: ignore[method-assign]
+
+    def send(self, row: Row) -> None:
+        with self.lock:
+            self.sent += len(row.row_key) + sum(len(c.value) for c in row.cells)
+            self.peak = max(self.peak, self.sent - self.handed)
+
+    def hand(self, row: Row) -> None:
+        with self.lock:
+            # The server's key is salted; the caller's is logical: count the server's size.
+            self.handed += len(row.row_key) + sum(len(c.value) for c in row.cells)
+
+
+READS = ["ordered", "unordered", "limited", "one-request"]
+
+
+def query_of(read: str, rows: int) -> tuple[ReadRowsQuery, bool]:
+    if read == "limited":
+        return ReadRowsQuery(limit=max(1, rows // 2)), True
+    if read == "one-request":  # a bounded range: tried as one request over every bucket
+        return ReadRowsQuery(row_ranges=RowRange(b"k", b"l")), True
+    return ReadRowsQuery(), read == "ordered"
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    n=st.sampled_from([1, 16, 64]),
+    kind=st.sampled_from(sorted(ROW_SIZES)),
+    read=st.sampled_from(READS),
+    sync=st.booleans(),
+    data=st.data(),
+)
+def test_readers_keep_bytes_sent_and_not_handed_over_within_the_bound(
+    n: int, kind: str, read: str, sync: bool, data: st.DataObject
+) -> None:
+    low, high = ROW_SIZES[kind]
+    count = data.draw(st.integers(1, 3 * n if n < 64 else 96))
+    sizes = data.draw(st.lists(st.integers(low, high), min_size=count, max_size=count))
+    scheme = SaltScheme(n)
+    fake = FakeTable()
+    keys = fill(fake, scheme, sizes)
+    meter = ServerMeter(fake)
+    budget = ReadBudget(bytes=BUDGET_BYTES)
+    query, ordered = query_of(read, count)
+    stats = CallStats()
+    got: list[bytes] = []
+    # Salted keys carry a prefix the logical ones do not: allow for it per row.
+    slack = len(scheme.prefix(0))
+    if sync:
+        table = SaltedTable(SyncFakeTable(fake), scheme, guard=False, budget=budget)  # type: ignore[arg-type]
+        for row in table.read_rows_stream(query, ordered=ordered, stats=stats):
+            meter.hand(row)
+            meter.handed += slack
+            got.append(row.row_key)
+    else:
+
+        async def main() -> None:
+            table = SaltedTableAsync(fake, scheme, guard=False, budget=budget)
+            async for row in await table.read_rows_stream(query, ordered=ordered, stats=stats):
+                meter.hand(row)
+                meter.handed += slack
+                got.append(row.row_key)
+
+        asyncio.run(main())
+    expected = keys[: query.limit] if query.limit else keys
+    assert (got if ordered else sorted(got)) == expected
+    bound = budget.bytes + n * (max(sizes) + slack)
+    assert meter.peak <= bound, (meter.peak, bound)
+    assert 0 < stats.peak_buffered_bytes <= bound
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_one_request_read_of_wide_rows_stops_at_the_budget_and_goes_on(sync: bool) -> None:
+    """The one request of a bounded read asks up to 1,000 rows; rows of 64 KiB pass an
+    8 MiB budget after about 128: it stops there, and the buckets' own requests answer."""
+    scheme = SaltScheme(16)
+    fake = FakeTable()
+    keys = fill(fake, scheme, [64 << 10] * 400)
+    meter = ServerMeter(fake)
+    stats = CallStats()
+    query = ReadRowsQuery(row_ranges=RowRange(b"k", b"l"))
+    got: list[bytes] = []
+    if sync:
+        table = SaltedTable(SyncFakeTable(fake), scheme, guard=False)  # type: ignore[arg-type]
+        for row in table.read_rows_stream(query, stats=stats):
+            meter.hand(row)
+            got.append(row.row_key)
+    else:
+
+        async def main() -> None:
+            table = SaltedTableAsync(fake, scheme, guard=False)
+            async for row in await table.read_rows_stream(query, stats=stats):
+                meter.hand(row)
+                got.append(row.row_key)
+
+        asyncio.run(main())
+    assert got == keys
+    assert "passed the byte budget" in stats.strategy
+    bound = (8 << 20) + 16 * (65 << 10)
+    assert stats.peak_buffered_bytes <= bound
+    # (The one request's rows are dropped, not handed over: count them as sent only.)
+    assert meter.peak <= bound + (8 << 20) + (65 << 10)
+
+
+# -- bad budgets ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"rows": 0}, {"rows": -5}, {"bytes": 0}, {"bytes": -1}, {"rows": 2.5}, {"bytes": "8MiB"}],
+)
+def test_a_bad_budget_is_refused_naming_the_value(bad: dict[str, object]) -> None:
+    ((name, value),) = bad.items()
+    with pytest.raises(ValueError, match=f"ReadBudget.{name} must be an int >= 1, got {value!r}"):
+        ReadBudget(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_table_refuses_a_budget_of_the_wrong_type_before_sending_anything(sync: bool) -> None:
+    fake = FakeTable()
+    make: Any = SaltedTable if sync else SaltedTableAsync
+    physical = SyncFakeTable(fake) if sync else fake
+    with pytest.raises(TypeError, match="budget must be a ReadBudget, got dict"):
+        make(physical, SaltScheme(4), budget={"rows": 10})
+    assert fake.stats.queries == []

@@ -86,7 +86,7 @@ emulator: $(STAMP)
 ## make bench: saltedtable vs the raw client on the emulator, alternating A/B
 ## (ARGS=--quick for a ~30 s run; results also written as JSON under bench-results/)
 bench: $(STAMP)
-	$(BIN)/python examples/benchmark.py $(ARGS)
+	$(BIN)/python examples/tools/benchmark.py $(ARGS)
 
 ## make bench-beam: ReadSaltedRows with 1, 2 and 4 local workers vs the async scan
 bench-beam: $(BEAM_STAMP)

@@ -1,4 +1,4 @@
-"""examples/benchmark.py runs end to end on the emulator and writes every section (no timings)."""
+"""examples/tools/benchmark.py runs end to end on the emulator, writing every section (untimed)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from saltedtable.testing import EMULATOR_HOST_ENV, Emulator, delete_table, list_tables
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "benchmark.py"
+BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "tools" / "benchmark.py"
 
 SECTIONS = (
     "meta",

@@ -1,4 +1,4 @@
-"""The helpers of examples/benchmark.py: row counting, statistics, the data set (no timings)."""
+"""The helpers of examples/tools/benchmark.py: row counting, statistics, the data set (untimed)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, prefix_end
 from tests.fakes import ABANDONED, FakeTable, query_keys
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "benchmark.py"
+BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "tools" / "benchmark.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    """examples/benchmark.py imported as a module (examples/ is not a package)."""
+    """examples/tools/benchmark.py imported as a module (examples/ is not a package)."""
     spec = importlib.util.spec_from_file_location("saltedtable_benchmark", BENCHMARK)
     assert spec is not None
     assert spec.loader is not None

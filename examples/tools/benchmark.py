@@ -7,7 +7,8 @@ plain table through the raw client and into a salted table through
 client slow down over time, so running all of A and then all of B would
 measure the drift, not the wrapper)::
 
-    python examples/benchmark.py [--rows N] [--buckets 16] [--repeats R] [--json PATH] [--quick]
+    python examples/tools/benchmark.py [--rows N] [--buckets 16] [--repeats R] [--json PATH]
+                                       [--quick]
 
 Sections: salt computation (keys/s), point reads / writes / check-and-mutate
 (ops/s, p50/p99; sequential and concurrent), bulk writes (rows/s), a full scan
@@ -216,7 +217,7 @@ class Config:
 
 #: What ``--only`` and ``--skip`` choose from, in the order they run.
 SECTIONS: Final = ("core", "cpu", "rounds", "sweep", "memory")
-#: Sections run only when ``--only`` names them: ``engine`` runs examples/engine_bench.py
+#: Sections run only when ``--only`` names them: ``engine`` runs examples/tools/engine_bench.py
 #: (issue 23: calls per row, throughput, first row, a delay per request, wide-row RSS).
 OPTIONAL_SECTIONS: Final = ("engine",)
 
@@ -1430,7 +1431,7 @@ def bench_memory(target: Target, cfg: Config, made: TableSet) -> dict[str, Any]:
 
 
 def bench_engine(cfg: Config) -> dict[str, Any]:
-    """The read engine's section (issue 23): examples/engine_bench.py in a process of its own.
+    """The read engine's section (issue 23): examples/tools/engine_bench.py in a process of its own.
 
     It uses the emulator this run uses (``BIGTABLE_EMULATOR_HOST``) and
     ``--quick`` picks small sizes; its report is added as ``engine``.
@@ -2831,7 +2832,7 @@ def _render_sweep(sweep: dict[str, Any], by_name: dict[str, Any]) -> list[str]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="examples/benchmark.py",
+        prog="examples/tools/benchmark.py",
         description=(
             "Benchmark saltedtable against the raw google-cloud-bigtable async client. "
             "Starts the official emulator unless BIGTABLE_EMULATOR_HOST is set; with "
@@ -3212,7 +3213,7 @@ def _run(
         "instance": target.instance,
         "table_prefix": target.prefix,
         "emulator_pid_known": emulator_pid is not None,
-        "command": " ".join(["examples/benchmark.py", *sys.argv[1:]]),
+        "command": " ".join(["examples/tools/benchmark.py", *sys.argv[1:]]),
         "config": {
             **{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
             "sections": [name for name in SECTIONS if name in cfg.sections],

@@ -1,7 +1,7 @@
 """The read engine against the raw client on the emulator: calls per row, throughput,
 first row, a delay per request, and wide-row memory (issue 23).
 
-Run: ``.venv/bin/python examples/engine_bench.py`` (or ``make bench ARGS="--only engine"``,
+Run: ``.venv/bin/python examples/tools/engine_bench.py`` (or ``make bench ARGS="--only engine"``,
 which runs this file's sections). It starts its own emulator unless
 ``BIGTABLE_EMULATOR_HOST`` is set, and prints one JSON report (also written
 under ``bench-results/``).

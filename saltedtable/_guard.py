@@ -51,6 +51,7 @@ from ._layout import Layout
 from ._migration import tolerates_copies, tolerates_legacy_rows
 from ._plan import PageCursor, SubQuery
 from ._record import (
+    DEFAULT_RECORD_REFRESH,
     SCHEME_QUALIFIER,
     SCHEME_ROW_KEY,
     decode_layout,
@@ -169,9 +170,6 @@ def _fresh(error: BaseException) -> BaseException:
     return copy
 
 
-#: Seconds between two reads of the record by one table object (see ``record_refresh``).
-DEFAULT_RECORD_REFRESH: Final = 30.0
-
 #: What reading the record answers: the record and the family it lives in, or None.
 Found = tuple[dict[str, Any], str] | None
 #: One I/O step the guard asks its driver for, and what the driver sends back.
@@ -257,6 +255,7 @@ class GuardCore:
         self._require = require_record
         self._refresh = refresh
         self._due = 0.0
+        self._read_at = 0.0  # when the last read of the record was sent (monotonic)
         self._stored: dict[str, Any] | None = None
         self._stored_family: str | None = None
         self._error: BaseException | None = None
@@ -371,6 +370,9 @@ class GuardCore:
         self, family: str | None, override: bool = False, explicit: bool = False
     ) -> Generator[Step, Any, None]:
         try:
+            # The interval runs from before the read is sent: a record the
+            # reply shows may have been read by the server at any time since.
+            self._read_at = time.monotonic()
             found: Found = yield ("read", None)
             stored, where = found if found is not None else (None, None)
             if stored is None and self._require and not (explicit and family is not None):
@@ -468,7 +470,7 @@ class GuardCore:
 
     def _settled(self) -> None:
         if self._refresh is not None:
-            self._due = time.monotonic() + self._refresh
+            self._due = self._read_at + self._refresh
 
     def _schema_answer(self) -> tuple[TableSchema | None, str | None]:
         return self._schema, self._schema_reason

@@ -305,3 +305,39 @@ def test_a_running_sync_cutoff_scan_stops_when_the_record_moves_to_deleting() ->
 def test_a_refresh_interval_must_be_positive(refresh: float) -> None:
     with pytest.raises(ValueError, match="record_refresh must be"):
         SaltedTableAsync(FakeTable(), SaltScheme(4), record_refresh=refresh)
+
+
+def test_the_refresh_interval_runs_from_before_the_read_is_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reply that takes longer than the interval leaves the record due at once."""
+    import types as pytypes
+
+    import saltedtable._guard as guard_module
+    from saltedtable._layout import Layout
+
+    clock = [1000.0]
+    monkeypatch.setattr(guard_module, "time", pytypes.SimpleNamespace(monotonic=lambda: clock[0]))
+    fake = FakeTable(families=["cf"])
+    scheme = SaltScheme(4)
+    fake.set_cell(SCHEME_ROW_KEY, "cf", b"scheme", encode_layout(describe_layout(scheme, CUTOFF)))
+    table = SyncFakeTable(fake)
+    delay = [45.0]
+    fast_read = table.read_row
+
+    def read_row(*args: object, **kwargs: object) -> object:
+        answer = fast_read(*args, **kwargs)
+        clock[0] += delay[0]  # the reply arrives this long after the request left
+        return answer
+
+    table.read_row = read_row
+    guard = guard_module.SyncTableGuard(table, Layout(scheme, CUTOFF), refresh=30.0)
+    guard.check()
+    assert guard.stored == describe_layout(scheme, CUTOFF)
+    assert guard.due()  # sent at 1000, so due at 1030; the reply came at 1045
+    delay[0] = 1.0
+    guard.check()  # sent at 1045, answered at 1046: due at 1075
+    clock[0] = 1074.0
+    assert not guard.due()
+    clock[0] = 1075.0
+    assert guard.due()

@@ -110,14 +110,17 @@ def create_salted_table(
             family id to an admin ``ColumnFamily``, a rule spec, or None.
         cutoff: The cutoff of a forward-only migration's layout.
         extra_splits: More split points (the legacy key space's own).
-        if_not_exists: Accept an existing table whose record agrees (a
-            missing record is stored as for a new table).
+        if_not_exists: Accept an existing table whose record agrees, in
+            whichever family it lives; a table without a record gets one in
+            its family ``saltedtable``, and one without that family is
+            refused with the command that adds it.
         credentials: Credentials for the admin and data clients.
         emulator_host: An emulator's ``host:port`` (default ``$BIGTABLE_EMULATOR_HOST``).
 
     Raises:
         LayoutError: The table exists (without ``if_not_exists``), its record
-            differs, or the record cannot be stored.
+            differs, it has neither a record nor the family ``saltedtable``,
+            or the record cannot be stored.
         ValueError: A bad family id or rule, a family given twice, a record
             family with a rule that can collect it, or a scheme whose
             prefixes cover the record row.
@@ -146,7 +149,7 @@ def create_salted_table(
     name = table_path(project, instance, table_id)
     with admin_client(credentials=credentials, emulator_host=emulator_host) as admin:
         try:
-            read_schema(admin, name)
+            schema = read_schema(admin, name)
             exists = True
         except NotFound:
             exists = False
@@ -156,9 +159,10 @@ def create_salted_table(
                 "give another id, or --if-not-exists to accept it when its record agrees"
             )
         if exists:
-            stored_in = _store_record(
-                project, instance, table_id, scheme, cutoff, credentials, emulator_host
-            )
+            stored_in = _accept_existing(
+                project, instance, table_id, scheme, cutoff, credentials, emulator_host,
+                has_reserved=RECORD_FAMILY in schema,
+            )  # fmt: skip
             return CreateResult(name, False, (), stored_in)
         request = types.CreateTableRequest(
             parent=f"projects/{project}/instances/{instance}",
@@ -180,6 +184,47 @@ def create_salted_table(
             admin.delete_table(name=name, timeout=ADMIN_TIMEOUT)
             raise
     return CreateResult(name, True, tuple(splits), stored_in)
+
+
+def _accept_existing(
+    project: str,
+    instance: str,
+    table_id: str,
+    scheme: SaltScheme,
+    cutoff: CutoffPolicy | None,
+    credentials: Any,
+    emulator_host: str | None,
+    *,
+    has_reserved: bool,
+) -> str:
+    """``if_not_exists`` on an existing table: the family of its agreeing record.
+
+    A record that agrees is accepted in whatever family holds it. A table
+    without one gets one in the reserved family when it has that family;
+    otherwise it is refused with the command that adds the family (create
+    does not change an existing table's schema).
+
+    Raises:
+        SchemeMismatchError: The stored record differs.
+        LayoutError: No record, and no reserved family to store one in.
+    """
+    from ._exceptions import LayoutError
+
+    with data_client(project, credentials=credentials, emulator_host=emulator_host) as client:
+        table = SaltedTable.from_client(client, instance, table_id, scheme, cutoff=cutoff)
+        table.guard_scheme()  # reads the record wherever it lives; refuses a different one
+        family = table._guard.stored_family
+    if family is not None:
+        return family
+    if not has_reserved:
+        raise LayoutError(
+            f"table {table_id!r} exists in instance {instance!r} without a layout record and "
+            f"without the column family {RECORD_FAMILY!r} to store one in; nothing was "
+            f"changed: add both with `saltedtable guard {table_id} --project {project} "
+            f"--instance {instance} -n {scheme.buckets} --add-family` (and the scheme's other "
+            "options)"
+        )
+    return _store_record(project, instance, table_id, scheme, cutoff, credentials, emulator_host)
 
 
 def _store_record(

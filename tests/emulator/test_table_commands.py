@@ -77,6 +77,20 @@ def test_create_refuses_an_existing_table_in_one_line(
     assert_one_line_error(err, "buckets: stored 4, now 8")
 
 
+def test_create_if_not_exists_names_the_fix_for_a_table_without_record_or_family(
+    emulator: Emulator, table_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    create_table(emulator.address, table_id, ["cf"])
+    code, _, err = run(capsys, "create", table_id, *WHERE, "-n", "4", "--if-not-exists")
+    assert code == 1
+    assert_one_line_error(err, table_id, f"saltedtable guard {table_id} ", "--add-family")
+    code, _, _ = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--add-family")
+    assert code == 0
+    code, out, _ = run(capsys, "create", table_id, *WHERE, "-n", "4", "--if-not-exists")
+    assert code == 0
+    assert f"family {RECORD_FAMILY!r}" in out
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -438,3 +438,51 @@ def test_a_sync_cutoff_scan_whose_tail_is_deleted_under_it_stops_at_its_end(
             reader.close()
         assert moved == []
         assert sorted(got) == TAIL_SALTED
+
+
+# -- create --if-not-exists on a table made elsewhere -------------------------------------------
+
+
+async def test_create_if_not_exists_accepts_an_agreeing_record_in_another_family(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    table_id = plain_table(emulator, table_ids, "cf")
+    await SaltedTableAsync.open(
+        data_client.get_table(INSTANCE, table_id), SaltScheme(4), family="cf"
+    )
+    result = create_salted_table(
+        PROJECT, INSTANCE, table_id, SaltScheme(4), if_not_exists=True,
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    assert not result.created
+    assert result.record_family == "cf"
+    assert await record_cells(data_client, table_id) == ["cf"]  # left where it was
+    with pytest.raises(SchemeMismatchError, match="buckets: stored 4, now 8"):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(8), if_not_exists=True,
+            emulator_host=emulator.address,
+        )  # fmt: skip
+
+
+async def test_create_if_not_exists_gives_a_record_less_table_one_or_names_the_fix(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    with_reserved = plain_table(emulator, table_ids, "cf", RECORD_FAMILY)
+    result = create_salted_table(
+        PROJECT, INSTANCE, with_reserved, SaltScheme(4), if_not_exists=True,
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    assert (result.created, result.record_family) == (False, RECORD_FAMILY)
+    assert await record_cells(data_client, with_reserved) == [RECORD_FAMILY]
+
+    without = plain_table(emulator, table_ids, "cf")
+    with pytest.raises(LayoutError, match=f"table '{without}' exists") as refused:
+        create_salted_table(
+            PROJECT, INSTANCE, without, SaltScheme(4), if_not_exists=True,
+            emulator_host=emulator.address,
+        )  # fmt: skip
+    assert f"saltedtable guard {without} " in str(refused.value)
+    assert "--add-family" in str(refused.value)
+    assert await record_cells(data_client, without) == []  # nothing written
+    with admin_client(emulator_host=emulator.address) as admin:
+        assert sorted(read_schema(admin, table_path(PROJECT, INSTANCE, without))) == ["cf"]

@@ -218,7 +218,8 @@ class GuardCore:
             (:class:`~saltedtable.RecordMissingError`) instead of reading it.
         refresh: Seconds after which the next operation reads the record
             again (None: read it once per object).
-        schema: Reads the table's column families (None: it cannot be read).
+        schema: Reads the table's column families within the timeout it is
+            given (seconds; None: the admin default) (None: it cannot be read).
         name: How messages name the table.
         view: The table object is an authorized view: the record is read
             through it when the view includes the record row (the guard is
@@ -233,7 +234,7 @@ class GuardCore:
         enabled: bool = True,
         require_record: bool = False,
         refresh: float | None = DEFAULT_RECORD_REFRESH,
-        schema: Callable[[], TableSchema] | None = None,
+        schema: Callable[[float | None], TableSchema] | None = None,
         name: str = "TABLE",
         view: bool = False,
     ) -> None:
@@ -478,6 +479,20 @@ class GuardCore:
     def _schema_failed(self, error: BaseException) -> None:
         self._schema_reason = f"{type(error).__name__}: {error}".splitlines()[0]
 
+    def _schema_timeout(self, limit: GuardTime) -> float | None:
+        """What is left of the operation's budget for the admin read (None: no deadline).
+
+        Raises:
+            DeadlineExceeded: Nothing is left (the read is not sent; handled
+                like a refused one).
+        """
+        if limit is None:
+            return None
+        left = limit[0] - time.monotonic()
+        if left <= 0:
+            raise deadline_exceeded("no time left in operation_timeout to read the table schema")
+        return left
+
     def _record_mutations(self, kind: str, family: str, record: dict[str, Any]) -> list[Mutation]:
         cell = SetCell(family, SCHEME_QUALIFIER, encode_layout(record))
         return [cell] if kind == "create" else [DeleteAllFromRow(), cell]
@@ -614,12 +629,13 @@ class TableGuard(GuardCore):
             )
         )
 
-    async def _read_schema(self) -> tuple[TableSchema | None, str | None]:
+    async def _read_schema(self, limit: GuardTime = None) -> tuple[TableSchema | None, str | None]:
         reader = self._schema_reader
         if self._schema is None and reader is not None:
             try:
-                self._schema = await anyio.to_thread.run_sync(reader)
-            except GoogleAPICallError as exc:
+                timeout = self._schema_timeout(limit)
+                self._schema = await anyio.to_thread.run_sync(reader, timeout)
+            except GoogleAPICallError as exc:  # a timeout too: as for an unreadable schema
                 self._schema_failed(exc)
                 self._schema_reader = None  # one try per object
         return self._schema_answer()
@@ -659,7 +675,7 @@ class TableGuard(GuardCore):
                         self._blind(exc)
                         return
                 elif kind == "schema":
-                    answer = await self._read_schema()
+                    answer = await self._read_schema(limit)
                 elif kind == "create":
                     answer = await self._create(arg, limit)
                 else:
@@ -788,12 +804,12 @@ class SyncTableGuard(GuardCore):
             self._table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit))
         )
 
-    def _read_schema(self) -> tuple[TableSchema | None, str | None]:
+    def _read_schema(self, limit: GuardTime = None) -> tuple[TableSchema | None, str | None]:
         reader = self._schema_reader
         if self._schema is None and reader is not None:
             try:
-                self._schema = reader()
-            except GoogleAPICallError as exc:
+                self._schema = reader(self._schema_timeout(limit))
+            except GoogleAPICallError as exc:  # a timeout too: as for an unreadable schema
                 self._schema_failed(exc)
                 self._schema_reader = None  # one try per object
         return self._schema_answer()
@@ -833,7 +849,7 @@ class SyncTableGuard(GuardCore):
                         self._blind(exc)
                         return
                 elif kind == "schema":
-                    answer = self._read_schema()
+                    answer = self._read_schema(limit)
                 elif kind == "create":
                     answer = self._create(arg, limit)
                 else:

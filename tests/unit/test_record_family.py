@@ -341,3 +341,78 @@ def test_the_refresh_interval_runs_from_before_the_read_is_sent(
     assert not guard.due()
     clock[0] = 1075.0
     assert guard.due()
+
+
+# -- the admin schema read keeps to the operation's deadline ------------------------------------
+
+
+def test_the_schema_read_gets_what_is_left_of_the_operation_budget() -> None:
+    import time
+
+    from saltedtable._guard import SyncTableGuard
+    from saltedtable._layout import Layout
+
+    fake = FakeTable(families=["cf"])
+    asked: list[float | None] = []
+
+    def reader(timeout: float | None) -> dict[str, FamilyInfo]:
+        asked.append(timeout)
+        return fake.saltedtable_schema()
+
+    guard = SyncTableGuard(SyncFakeTable(fake), Layout(SaltScheme(4)), schema=reader)
+    guard.before_write("cf", (time.monotonic() + 5.0, 5.0))
+    assert len(asked) == 1
+    assert asked[0] is not None
+    assert 0 < asked[0] <= 5.0
+    assert guard.stored_family == "cf"
+
+
+def test_a_schema_read_that_times_out_is_an_unreadable_schema(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import time
+
+    from google.api_core.exceptions import DeadlineExceeded
+
+    from saltedtable._guard import SyncTableGuard
+    from saltedtable._layout import Layout
+
+    fake = FakeTable(families=["cf"])
+    asked: list[float | None] = []
+
+    def reader(timeout: float | None) -> dict[str, FamilyInfo]:
+        asked.append(timeout)
+        raise DeadlineExceeded("the admin API did not answer in time")
+
+    table = SyncFakeTable(fake)
+    guard = SyncTableGuard(table, Layout(SaltScheme(4)), schema=reader)
+    with caplog.at_level(logging.WARNING, "saltedtable.guard"):
+        for _ in range(2):
+            guard.before_write("cf", (time.monotonic() + 5.0, 5.0))
+            table.mutate_row(b"0-a", SetCell("cf", b"q", b"v"))
+    assert len(asked) == 1  # tried once per object, within the budget
+    assert fake.row_keys() == [b"0-a"]  # the writes went on
+    assert guard.stored is None  # nothing stored in an unchecked family
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "DeadlineExceeded" in warnings[0].getMessage()
+    assert "--add-family" in warnings[0].getMessage()
+
+
+def test_read_schema_passes_the_timeout_without_retries() -> None:
+    from google.cloud.bigtable_admin_v2 import types as admin_types
+
+    from saltedtable._admin import ADMIN_TIMEOUT, read_schema
+
+    calls: list[dict[str, object]] = []
+
+    class Admin:
+        def get_table(self, **kwargs: object) -> admin_types.Table:
+            calls.append(kwargs)
+            return admin_types.Table(column_families={"cf": admin_types.ColumnFamily()})
+
+    assert sorted(read_schema(Admin(), "t", timeout=2.5)) == ["cf"]  # type: ignore[arg-type]
+    assert (calls[0]["timeout"], calls[0]["retry"]) == (2.5, None)
+    read_schema(Admin(), "t")  # type: ignore[arg-type]
+    assert calls[1]["timeout"] == ADMIN_TIMEOUT
+    assert "retry" not in calls[1]

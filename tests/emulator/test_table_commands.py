@@ -189,3 +189,22 @@ def test_guard_reports_a_table_without_record_and_refuses_a_ttl_family(
     code, out, _ = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--family", "cf")
     assert code == 0
     assert "in family 'cf'" in out
+
+
+async def test_guard_add_family_says_what_it_did_when_the_record_cannot_be_stored(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    bigtable_data_client: BigtableDataClientAsync,
+) -> None:
+    """The family is added, then the record differs: the error names the change made."""
+    create_table(emulator.address, table_id, ["cf"])
+    await SaltedTableAsync.open(
+        bigtable_data_client.get_table(INSTANCE, table_id), SaltScheme(8), family="cf"
+    )
+    code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--add-family")
+    assert code == 1
+    assert f"added the column family {RECORD_FAMILY!r}" in out
+    assert_one_line_error(
+        err, f"added the column family {RECORD_FAMILY!r} to {table_id}", "buckets: stored 8, now 4"
+    )

@@ -72,10 +72,11 @@ def _refusal(exc: Exception) -> str:
     if isinstance(exc, SchemeMismatchError):
         diffs = "; ".join(open_differences(exc.stored, exc.current))
         return f"the table's layout record differs ({diffs}): give the stored scheme"
+    notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
     if isinstance(exc, LayoutError):
-        return " ".join(line.strip() for line in str(exc).splitlines())
+        return " ".join(line.strip() for line in str(exc).splitlines()) + notes
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"the Bigtable API refused: {first}"
+    return f"the Bigtable API refused: {first}{notes}"
 
 
 def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

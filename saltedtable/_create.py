@@ -99,7 +99,8 @@ def create_salted_table(
     (no GC rule), and the layout record of ``scheme`` and ``cutoff`` is
     stored there before this returns. Everything is checked before anything
     is created, and a record that cannot be stored deletes the new table
-    again: a failed create leaves no table.
+    again: a failed create leaves no table (if that delete fails too, the
+    first error is raised with a note naming the table left behind).
 
     Args:
         project: Google Cloud project id.
@@ -180,8 +181,16 @@ def create_salted_table(
             stored_in = _store_record(
                 project, instance, table_id, scheme, cutoff, credentials, emulator_host
             )
-        except BaseException:
-            admin.delete_table(name=name, timeout=ADMIN_TIMEOUT)
+        except BaseException as exc:
+            try:
+                admin.delete_table(name=name, timeout=ADMIN_TIMEOUT)
+            except Exception as cleanup:  # the first error is the one to raise
+                first = str(cleanup).splitlines()[0] if str(cleanup) else ""
+                exc.add_note(
+                    f"the new table {table_id!r} in instance {instance!r} was left behind: "
+                    f"deleting it failed ({type(cleanup).__name__}: {first}); delete it "
+                    "before creating it again"
+                )
             raise
     return CreateResult(name, True, tuple(splits), stored_in)
 

@@ -231,6 +231,34 @@ def test_a_failed_create_leaves_no_table(
     assert table_id not in list_tables(emulator.address)
 
 
+def test_a_failed_cleanup_keeps_the_first_error_and_names_the_table_left(
+    emulator: Emulator, table_ids: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record cannot be stored and the delete fails too (both injected)."""
+    from google.api_core.exceptions import ServiceUnavailable
+    from google.cloud.bigtable_admin_v2 import BigtableTableAdminClient
+
+    import saltedtable._create as create_module
+
+    def refuse(*args: object) -> str:
+        raise LayoutError("injected: the record could not be stored")
+
+    def fail_delete(*args: object, **kwargs: object) -> None:
+        raise ServiceUnavailable("injected: the admin API is away")
+
+    monkeypatch.setattr(create_module, "_store_record", refuse)
+    monkeypatch.setattr(BigtableTableAdminClient, "delete_table", fail_delete)
+    table_id = new_id(table_ids)
+    with pytest.raises(LayoutError, match="injected: the record") as failed:
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
+        )
+    notes = " ".join(getattr(failed.value, "__notes__", []))
+    assert f"the new table {table_id!r}" in notes
+    assert "ServiceUnavailable" in notes
+    assert table_id in list_tables(emulator.address)  # left behind, as the note says
+
+
 # -- goal 4: long-lived objects see migrations ------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Final, final
 
 from ._admin import ADMIN_TIMEOUT, admin_client, data_client, read_schema, table_path
 from ._cutoff import CutoffPolicy
@@ -19,6 +19,10 @@ from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
 from ._sync import SaltedTable
 
 __all__ = ["CreateResult", "create_salted_table", "split_points"]
+
+#: Bigtable's rule for table ids: a letter, digit or underscore, then up to 49 more
+#: letters, digits, underscores, hyphens or dots.
+_TABLE_ID: Final = re.compile(r"[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}")
 
 
 def split_points(
@@ -134,8 +138,11 @@ def create_salted_table(
     from ._exceptions import LayoutError
     from ._families import RECORD_FAMILY, record_family_problem
 
-    if not table_id or not re.fullmatch(r"[-_.a-zA-Z0-9]{1,50}", table_id):
-        raise ValueError(f"table id {table_id!r} is not a valid Bigtable table id")
+    if not _TABLE_ID.fullmatch(table_id):
+        raise ValueError(
+            f"table id {table_id!r} is not a valid Bigtable table id (1 to 50 of "
+            "a-z A-Z 0-9 _ - ., not starting with - or .)"
+        )
     wanted = _families_of(families)
     reserved = wanted.setdefault(RECORD_FAMILY, types.ColumnFamily())
     problem = record_family_problem(family_info(RECORD_FAMILY, reserved))

@@ -213,6 +213,26 @@ def test_create_refuses_bad_families_and_creates_nothing(
     assert table_id not in list_tables(emulator.address)
 
 
+@pytest.mark.parametrize("table_id", ["-events", ".events", "e" * 51, "", "ev ents", "ev/ents"])
+def test_create_refuses_a_table_id_bigtable_refuses(emulator: Emulator, table_id: str) -> None:
+    with pytest.raises(ValueError, match="not a valid Bigtable table id"):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
+        )
+    assert table_id not in list_tables(emulator.address)
+
+
+def test_create_accepts_the_longest_and_underscore_ids(
+    emulator: Emulator, table_ids: list[str]
+) -> None:
+    for table_id in ("_e-v.1", "e" * 50):
+        table_ids.append(table_id)
+        result = create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
+        )
+        assert result.created
+
+
 def test_a_failed_create_leaves_no_table(
     emulator: Emulator, table_ids: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

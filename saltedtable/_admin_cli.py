@@ -106,6 +106,8 @@ def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import NotFound
+
     from ._create import create_salted_table
 
     args.project, args.instance = _located(args)
@@ -113,16 +115,22 @@ def _cmd_create(args: argparse.Namespace) -> int:
     for spec in args.family:
         parse_family(spec)  # bad ids and rules are usage errors, before any request
     splits = [s.encode("utf-8", "surrogateescape") for s in args.split]
-    result = create_salted_table(
-        args.project,
-        args.instance,
-        args.table,
-        scheme,
-        families=args.family or ["cf"],
-        cutoff=cutoff,
-        extra_splits=splits,
-        if_not_exists=args.if_not_exists,
-    )
+    try:
+        result = create_salted_table(
+            args.project,
+            args.instance,
+            args.table,
+            scheme,
+            families=args.family or ["cf"],
+            cutoff=cutoff,
+            extra_splits=splits,
+            if_not_exists=args.if_not_exists,
+        )
+    except NotFound as exc:  # a missing table is no error here: the instance or project
+        raise DataError(
+            f"not found: instance {args.instance!r} of project {args.project!r} "
+            f"({exc.message}); nothing was created"
+        ) from None
     if result.created:
         print(
             f"created {args.table}: {len(result.splits)} split points (every bucket prefix), "

@@ -180,6 +180,9 @@ def create_salted_table(
         )
         try:
             admin.create_table(request=request, timeout=ADMIN_TIMEOUT)
+        except NotFound as exc:
+            exc.add_note(f"instance {instance!r} of project {project!r} was not found")
+            raise
         except AlreadyExists:
             raise LayoutError(
                 f"table {table_id!r} was created meanwhile by someone else; nothing was changed"

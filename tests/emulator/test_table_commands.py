@@ -208,3 +208,24 @@ async def test_guard_add_family_says_what_it_did_when_the_record_cannot_be_store
     assert_one_line_error(
         err, f"added the column family {RECORD_FAMILY!r} to {table_id}", "buckets: stored 8, now 4"
     )
+
+
+def test_create_in_an_unknown_instance_names_the_instance_and_project(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The emulator creates tables in any instance: Cloud Bigtable's NotFound is injected."""
+    from google.api_core.exceptions import NotFound
+    from google.cloud.bigtable_admin_v2 import BigtableTableAdminClient
+
+    def no_instance(*args: object, **kwargs: object) -> None:
+        raise NotFound("Instance projects/test-project/instances/nope not found.")
+
+    monkeypatch.setattr(BigtableTableAdminClient, "create_table", no_instance)
+    code, _, err = run(capsys, "create", table_id, "--project", PROJECT, "--instance", "nope",
+                       "-n", "4")  # fmt: skip
+    assert code == 1
+    assert_one_line_error(err, "not found: instance 'nope'", f"of project {PROJECT!r}")
+    assert "table" not in err.split("error: ", 1)[1].split("(")[0]

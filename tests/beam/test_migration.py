@@ -470,3 +470,14 @@ def test_a_migration_record_never_goes_into_a_ttl_family(emulator: Any) -> None:
             client.close()
     finally:
         delete_table(emulator.address, table_id, missing_ok=True)
+
+
+def test_delete_legacy_waits_by_default_as_long_as_the_command() -> None:
+    """Python callers get the command's grace, longer than the default record_refresh."""
+    import inspect
+
+    from saltedtable._record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
+
+    default = inspect.signature(delete_legacy).parameters["grace"].default
+    assert default == DEFAULT_LEGACY_GRACE
+    assert default > DEFAULT_RECORD_REFRESH

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMULATOR_HOST_ENV",
+    "SchemaReader",
     "admin_client",
     "data_client",
     "read_schema",
@@ -94,29 +95,49 @@ def schema_of(table: Any) -> dict[str, FamilyInfo]:
     return {name: family_info(name, fam) for name, fam in table.column_families.items()}
 
 
-def read_schema(client: BigtableTableAdminClient, name: str) -> dict[str, FamilyInfo]:
+def read_schema(
+    client: BigtableTableAdminClient, name: str, *, timeout: float | None = None
+) -> dict[str, FamilyInfo]:
     """The column families of the table ``name`` (its admin resource name).
+
+    Args:
+        client: The admin client.
+        name: The table's admin resource name.
+        timeout: Seconds the read may take, one attempt and no retry (what is
+            left of an operation's budget). None: :data:`ADMIN_TIMEOUT`, with
+            the client's own retries.
 
     Raises:
         google.api_core.exceptions.GoogleAPICallError: The call failed
-            (``NotFound``, ``PermissionDenied`` ...).
+            (``NotFound``, ``PermissionDenied``, ``DeadlineExceeded`` ...).
     """
     from google.cloud.bigtable_admin_v2 import types
 
     request = types.GetTableRequest(name=name, view=types.Table.View.SCHEMA_VIEW)
-    return schema_of(client.get_table(request=request, timeout=ADMIN_TIMEOUT))
+    if timeout is None:
+        return schema_of(client.get_table(request=request, timeout=ADMIN_TIMEOUT))
+    return schema_of(client.get_table(request=request, timeout=timeout, retry=None))
 
 
-def schema_reader_for(table: Any) -> Callable[[], TableSchema] | None:
+#: Reads a table's column families within a timeout (seconds; None: the default).
+SchemaReader = Callable[[float | None], TableSchema]
+
+
+def schema_reader_for(table: Any) -> SchemaReader | None:
     """How the guard reads the schema of a data-API table object (None: it cannot).
 
     A ``TableAsync``/``Table`` of the Bigtable client is read through the admin
-    API with its data client's credentials (and emulator). Any other object
-    may answer itself with a ``saltedtable_schema()`` method (test doubles do).
+    API with its data client's credentials (and emulator), within the timeout
+    the reader is called with. Any other object may answer itself with a
+    ``saltedtable_schema()`` method (test doubles do; it is given no timeout).
     """
     own = getattr(table, "saltedtable_schema", None)
     if callable(own):
-        return own  # type: ignore[no-any-return]
+
+        def read_own(timeout: float | None) -> TableSchema:
+            return own()  # type: ignore[no-any-return]
+
+        return read_own
     client = getattr(table, "client", None)
     project = getattr(client, "project", None)
     instance = getattr(table, "instance_id", None)
@@ -126,9 +147,9 @@ def schema_reader_for(table: Any) -> Callable[[], TableSchema] | None:
     credentials = getattr(client, "_credentials", None)
     emulator_host = getattr(client, "_emulator_host", None)
 
-    def read() -> TableSchema:
+    def read(timeout: float | None) -> TableSchema:
         with admin_client(credentials=credentials, emulator_host=emulator_host) as admin:
-            return read_schema(admin, table_path(project, instance, table_id))
+            return read_schema(admin, table_path(project, instance, table_id), timeout=timeout)
 
     return read
 

@@ -65,31 +65,37 @@ def _layout(args: argparse.Namespace) -> tuple[SaltScheme, Any]:
     return scheme, cutoff
 
 
+def _refusal(exc: Exception) -> str:
+    """One line for a layout refusal or an API error."""
+    from ._record import open_differences
+
+    if isinstance(exc, SchemeMismatchError):
+        diffs = "; ".join(open_differences(exc.stored, exc.current))
+        return f"the table's layout record differs ({diffs}): give the stored scheme"
+    notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+    if isinstance(exc, LayoutError):
+        return " ".join(line.strip() for line in str(exc).splitlines()) + notes
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"the Bigtable API refused: {first}{notes}"
+
+
 def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """One line for an admin or data API refusal (exit 1), naming what was not found."""
 
     def wrapped(args: argparse.Namespace) -> int:
         from google.api_core.exceptions import GoogleAPICallError, NotFound
 
-        from ._record import open_differences
-
         try:
             return run(args)
-        except SchemeMismatchError as exc:
-            diffs = "; ".join(open_differences(exc.stored, exc.current))
-            raise DataError(
-                f"the table's layout record differs ({diffs}): give the stored scheme"
-            ) from None
         except LayoutError as exc:
-            raise DataError(" ".join(line.strip() for line in str(exc).splitlines())) from None
+            raise DataError(_refusal(exc)) from None
         except NotFound as exc:
             raise DataError(
                 f"not found: table {args.table!r} in instance {args.instance!r} of project "
                 f"{args.project!r} ({exc.message})"
             ) from None
         except GoogleAPICallError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise DataError(f"the Bigtable API refused: {first}") from None
+            raise DataError(_refusal(exc)) from None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
 
@@ -100,6 +106,8 @@ def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import NotFound
+
     from ._create import create_salted_table
 
     args.project, args.instance = _located(args)
@@ -107,16 +115,22 @@ def _cmd_create(args: argparse.Namespace) -> int:
     for spec in args.family:
         parse_family(spec)  # bad ids and rules are usage errors, before any request
     splits = [s.encode("utf-8", "surrogateescape") for s in args.split]
-    result = create_salted_table(
-        args.project,
-        args.instance,
-        args.table,
-        scheme,
-        families=args.family or ["cf"],
-        cutoff=cutoff,
-        extra_splits=splits,
-        if_not_exists=args.if_not_exists,
-    )
+    try:
+        result = create_salted_table(
+            args.project,
+            args.instance,
+            args.table,
+            scheme,
+            families=args.family or ["cf"],
+            cutoff=cutoff,
+            extra_splits=splits,
+            if_not_exists=args.if_not_exists,
+        )
+    except NotFound as exc:  # a missing table is no error here: the instance or project
+        raise DataError(
+            f"not found: instance {args.instance!r} of project {args.project!r} "
+            f"({exc.message}); nothing was created"
+        ) from None
     if result.created:
         print(
             f"created {args.table}: {len(result.splits)} split points (every bucket prefix), "
@@ -131,9 +145,10 @@ def _cmd_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_guard(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import GoogleAPICallError
     from google.cloud.bigtable_admin_v2 import types
 
-    from ._admin import admin_client, data_client, read_schema, table_path
+    from ._admin import ADMIN_TIMEOUT, admin_client, data_client, read_schema, table_path
     from ._sync import SaltedTable
 
     args.project, args.instance = _located(args)
@@ -143,6 +158,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     if args.family is not None:
         check_family_name(args.family)
     family = RECORD_FAMILY if args.add_family else args.family
+    added = False
     if args.add_family:
         name = table_path(args.project, args.instance, args.table)
         with admin_client() as admin:
@@ -156,18 +172,30 @@ def _cmd_guard(args: argparse.Namespace) -> int:
                         )
                     ],
                 )
-                admin.modify_column_families(request=request)
+                admin.modify_column_families(request=request, timeout=ADMIN_TIMEOUT)
+                added = True
                 print(f"added the column family {RECORD_FAMILY!r} (no GC rule)")
             else:
                 problem = record_family_problem(schema[RECORD_FAMILY])
                 if problem is not None:
                     raise LayoutError(f"{problem}; give it no GC rule, or a max-versions one")
-    with data_client(args.project) as client:
-        table = SaltedTable.from_client(
-            client, args.instance, args.table, scheme, cutoff=cutoff, record_refresh=None
-        )
-        table.guard_scheme(family=family)
-        stored, where = table.stored_layout, table._guard.stored_family
+    try:
+        with data_client(args.project) as client:
+            table = SaltedTable.from_client(
+                client, args.instance, args.table, scheme, cutoff=cutoff, record_refresh=None
+            )
+            table.guard_scheme(family=family)
+            stored, where = table.stored_layout, table._guard.stored_family
+    except (GoogleAPICallError, LayoutError) as exc:
+        if not added:
+            raise
+        # Half done: say what was changed (the empty family is harmless and stays).
+        why = _refusal(exc)
+        raise DataError(
+            f"added the column family {RECORD_FAMILY!r} to {args.table}, but the layout "
+            f"record was not stored there: {why}; the new family is empty, and the command "
+            "may be run again"
+        ) from None
     if stored is None:
         print(
             f"{args.table} has no layout record; store one with --add-family "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Final, final
 
 from ._admin import ADMIN_TIMEOUT, admin_client, data_client, read_schema, table_path
 from ._cutoff import CutoffPolicy
@@ -19,6 +19,10 @@ from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
 from ._sync import SaltedTable
 
 __all__ = ["CreateResult", "create_salted_table", "split_points"]
+
+#: Bigtable's rule for table ids: a letter, digit or underscore, then up to 49 more
+#: letters, digits, underscores, hyphens or dots.
+_TABLE_ID: Final = re.compile(r"[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}")
 
 
 def split_points(
@@ -99,7 +103,8 @@ def create_salted_table(
     (no GC rule), and the layout record of ``scheme`` and ``cutoff`` is
     stored there before this returns. Everything is checked before anything
     is created, and a record that cannot be stored deletes the new table
-    again: a failed create leaves no table.
+    again: a failed create leaves no table (if that delete fails too, the
+    first error is raised with a note naming the table left behind).
 
     Args:
         project: Google Cloud project id.
@@ -110,14 +115,17 @@ def create_salted_table(
             family id to an admin ``ColumnFamily``, a rule spec, or None.
         cutoff: The cutoff of a forward-only migration's layout.
         extra_splits: More split points (the legacy key space's own).
-        if_not_exists: Accept an existing table whose record agrees (a
-            missing record is stored as for a new table).
+        if_not_exists: Accept an existing table whose record agrees, in
+            whichever family it lives; a table without a record gets one in
+            its family ``saltedtable``, and one without that family is
+            refused with the command that adds it.
         credentials: Credentials for the admin and data clients.
         emulator_host: An emulator's ``host:port`` (default ``$BIGTABLE_EMULATOR_HOST``).
 
     Raises:
         LayoutError: The table exists (without ``if_not_exists``), its record
-            differs, or the record cannot be stored.
+            differs, it has neither a record nor the family ``saltedtable``,
+            or the record cannot be stored.
         ValueError: A bad family id or rule, a family given twice, a record
             family with a rule that can collect it, or a scheme whose
             prefixes cover the record row.
@@ -130,8 +138,11 @@ def create_salted_table(
     from ._exceptions import LayoutError
     from ._families import RECORD_FAMILY, record_family_problem
 
-    if not table_id or not re.fullmatch(r"[-_.a-zA-Z0-9]{1,50}", table_id):
-        raise ValueError(f"table id {table_id!r} is not a valid Bigtable table id")
+    if not _TABLE_ID.fullmatch(table_id):
+        raise ValueError(
+            f"table id {table_id!r} is not a valid Bigtable table id (1 to 50 of "
+            "a-z A-Z 0-9 _ - ., not starting with - or .)"
+        )
     wanted = _families_of(families)
     reserved = wanted.setdefault(RECORD_FAMILY, types.ColumnFamily())
     problem = record_family_problem(family_info(RECORD_FAMILY, reserved))
@@ -146,7 +157,7 @@ def create_salted_table(
     name = table_path(project, instance, table_id)
     with admin_client(credentials=credentials, emulator_host=emulator_host) as admin:
         try:
-            read_schema(admin, name)
+            schema = read_schema(admin, name)
             exists = True
         except NotFound:
             exists = False
@@ -156,9 +167,10 @@ def create_salted_table(
                 "give another id, or --if-not-exists to accept it when its record agrees"
             )
         if exists:
-            stored_in = _store_record(
-                project, instance, table_id, scheme, cutoff, credentials, emulator_host
-            )
+            stored_in = _accept_existing(
+                project, instance, table_id, scheme, cutoff, credentials, emulator_host,
+                has_reserved=RECORD_FAMILY in schema,
+            )  # fmt: skip
             return CreateResult(name, False, (), stored_in)
         request = types.CreateTableRequest(
             parent=f"projects/{project}/instances/{instance}",
@@ -168,6 +180,9 @@ def create_salted_table(
         )
         try:
             admin.create_table(request=request, timeout=ADMIN_TIMEOUT)
+        except NotFound as exc:
+            exc.add_note(f"instance {instance!r} of project {project!r} was not found")
+            raise
         except AlreadyExists:
             raise LayoutError(
                 f"table {table_id!r} was created meanwhile by someone else; nothing was changed"
@@ -176,10 +191,59 @@ def create_salted_table(
             stored_in = _store_record(
                 project, instance, table_id, scheme, cutoff, credentials, emulator_host
             )
-        except BaseException:
-            admin.delete_table(name=name, timeout=ADMIN_TIMEOUT)
+        except BaseException as exc:
+            try:
+                admin.delete_table(name=name, timeout=ADMIN_TIMEOUT)
+            except Exception as cleanup:  # the first error is the one to raise
+                first = str(cleanup).splitlines()[0] if str(cleanup) else ""
+                exc.add_note(
+                    f"the new table {table_id!r} in instance {instance!r} was left behind: "
+                    f"deleting it failed ({type(cleanup).__name__}: {first}); delete it "
+                    "before creating it again"
+                )
             raise
     return CreateResult(name, True, tuple(splits), stored_in)
+
+
+def _accept_existing(
+    project: str,
+    instance: str,
+    table_id: str,
+    scheme: SaltScheme,
+    cutoff: CutoffPolicy | None,
+    credentials: Any,
+    emulator_host: str | None,
+    *,
+    has_reserved: bool,
+) -> str:
+    """``if_not_exists`` on an existing table: the family of its agreeing record.
+
+    A record that agrees is accepted in whatever family holds it. A table
+    without one gets one in the reserved family when it has that family;
+    otherwise it is refused with the command that adds the family (create
+    does not change an existing table's schema).
+
+    Raises:
+        SchemeMismatchError: The stored record differs.
+        LayoutError: No record, and no reserved family to store one in.
+    """
+    from ._exceptions import LayoutError
+
+    with data_client(project, credentials=credentials, emulator_host=emulator_host) as client:
+        table = SaltedTable.from_client(client, instance, table_id, scheme, cutoff=cutoff)
+        table.guard_scheme()  # reads the record wherever it lives; refuses a different one
+        family = table._guard.stored_family
+    if family is not None:
+        return family
+    if not has_reserved:
+        raise LayoutError(
+            f"table {table_id!r} exists in instance {instance!r} without a layout record and "
+            f"without the column family {RECORD_FAMILY!r} to store one in; nothing was "
+            f"changed: add both with `saltedtable guard {table_id} --project {project} "
+            f"--instance {instance} -n {scheme.buckets} --add-family` (and the scheme's other "
+            "options)"
+        )
+    return _store_record(project, instance, table_id, scheme, cutoff, credentials, emulator_host)
 
 
 def _store_record(

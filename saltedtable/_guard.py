@@ -51,6 +51,7 @@ from ._layout import Layout
 from ._migration import tolerates_copies, tolerates_legacy_rows
 from ._plan import PageCursor, SubQuery
 from ._record import (
+    DEFAULT_RECORD_REFRESH,
     SCHEME_QUALIFIER,
     SCHEME_ROW_KEY,
     decode_layout,
@@ -169,9 +170,6 @@ def _fresh(error: BaseException) -> BaseException:
     return copy
 
 
-#: Seconds between two reads of the record by one table object (see ``record_refresh``).
-DEFAULT_RECORD_REFRESH: Final = 30.0
-
 #: What reading the record answers: the record and the family it lives in, or None.
 Found = tuple[dict[str, Any], str] | None
 #: One I/O step the guard asks its driver for, and what the driver sends back.
@@ -220,7 +218,8 @@ class GuardCore:
             (:class:`~saltedtable.RecordMissingError`) instead of reading it.
         refresh: Seconds after which the next operation reads the record
             again (None: read it once per object).
-        schema: Reads the table's column families (None: it cannot be read).
+        schema: Reads the table's column families within the timeout it is
+            given (seconds; None: the admin default) (None: it cannot be read).
         name: How messages name the table.
         view: The table object is an authorized view: the record is read
             through it when the view includes the record row (the guard is
@@ -235,7 +234,7 @@ class GuardCore:
         enabled: bool = True,
         require_record: bool = False,
         refresh: float | None = DEFAULT_RECORD_REFRESH,
-        schema: Callable[[], TableSchema] | None = None,
+        schema: Callable[[float | None], TableSchema] | None = None,
         name: str = "TABLE",
         view: bool = False,
     ) -> None:
@@ -257,6 +256,7 @@ class GuardCore:
         self._require = require_record
         self._refresh = refresh
         self._due = 0.0
+        self._read_at = 0.0  # when the last read of the record was sent (monotonic)
         self._stored: dict[str, Any] | None = None
         self._stored_family: str | None = None
         self._error: BaseException | None = None
@@ -371,6 +371,9 @@ class GuardCore:
         self, family: str | None, override: bool = False, explicit: bool = False
     ) -> Generator[Step, Any, None]:
         try:
+            # The interval runs from before the read is sent: a record the
+            # reply shows may have been read by the server at any time since.
+            self._read_at = time.monotonic()
             found: Found = yield ("read", None)
             stored, where = found if found is not None else (None, None)
             if stored is None and self._require and not (explicit and family is not None):
@@ -468,13 +471,27 @@ class GuardCore:
 
     def _settled(self) -> None:
         if self._refresh is not None:
-            self._due = time.monotonic() + self._refresh
+            self._due = self._read_at + self._refresh
 
     def _schema_answer(self) -> tuple[TableSchema | None, str | None]:
         return self._schema, self._schema_reason
 
     def _schema_failed(self, error: BaseException) -> None:
         self._schema_reason = f"{type(error).__name__}: {error}".splitlines()[0]
+
+    def _schema_timeout(self, limit: GuardTime) -> float | None:
+        """What is left of the operation's budget for the admin read (None: no deadline).
+
+        Raises:
+            DeadlineExceeded: Nothing is left (the read is not sent; handled
+                like a refused one).
+        """
+        if limit is None:
+            return None
+        left = limit[0] - time.monotonic()
+        if left <= 0:
+            raise deadline_exceeded("no time left in operation_timeout to read the table schema")
+        return left
 
     def _record_mutations(self, kind: str, family: str, record: dict[str, Any]) -> list[Mutation]:
         cell = SetCell(family, SCHEME_QUALIFIER, encode_layout(record))
@@ -612,12 +629,13 @@ class TableGuard(GuardCore):
             )
         )
 
-    async def _read_schema(self) -> tuple[TableSchema | None, str | None]:
+    async def _read_schema(self, limit: GuardTime = None) -> tuple[TableSchema | None, str | None]:
         reader = self._schema_reader
         if self._schema is None and reader is not None:
             try:
-                self._schema = await anyio.to_thread.run_sync(reader)
-            except GoogleAPICallError as exc:
+                timeout = self._schema_timeout(limit)
+                self._schema = await anyio.to_thread.run_sync(reader, timeout)
+            except GoogleAPICallError as exc:  # a timeout too: as for an unreadable schema
                 self._schema_failed(exc)
                 self._schema_reader = None  # one try per object
         return self._schema_answer()
@@ -657,7 +675,7 @@ class TableGuard(GuardCore):
                         self._blind(exc)
                         return
                 elif kind == "schema":
-                    answer = await self._read_schema()
+                    answer = await self._read_schema(limit)
                 elif kind == "create":
                     answer = await self._create(arg, limit)
                 else:
@@ -786,12 +804,12 @@ class SyncTableGuard(GuardCore):
             self._table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit))
         )
 
-    def _read_schema(self) -> tuple[TableSchema | None, str | None]:
+    def _read_schema(self, limit: GuardTime = None) -> tuple[TableSchema | None, str | None]:
         reader = self._schema_reader
         if self._schema is None and reader is not None:
             try:
-                self._schema = reader()
-            except GoogleAPICallError as exc:
+                self._schema = reader(self._schema_timeout(limit))
+            except GoogleAPICallError as exc:  # a timeout too: as for an unreadable schema
                 self._schema_failed(exc)
                 self._schema_reader = None  # one try per object
         return self._schema_answer()
@@ -831,7 +849,7 @@ class SyncTableGuard(GuardCore):
                         self._blind(exc)
                         return
                 elif kind == "schema":
-                    answer = self._read_schema()
+                    answer = self._read_schema(limit)
                 elif kind == "create":
                     answer = self._create(arg, limit)
                 else:

@@ -100,13 +100,17 @@ class Inspection:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def sorted_families(self) -> list[dict[str, Any]]:
+        """The families by name (the admin API answers them in no set order)."""
+        return sorted(self.families, key=lambda fam: str(fam["name"]))
+
     def as_json(self) -> dict[str, Any]:
         """A JSON-friendly form (bucket ids as strings, sizes in bytes)."""
         return {
             "table": self.table,
             "record": self.record,
             "record_family": self.record_family,
-            "families": self.families,
+            "families": self.sorted_families(),
             "scheme": self.scheme,
             "bucket_bytes": {str(b): round(v) for b, v in sorted(self.buckets.items())},
             "skew": self.skew,
@@ -125,7 +129,7 @@ class Inspection:
         else:
             lines.append(f"record: in family {self.record_family!r}: {self.record}")
         lines.append("families:")
-        for fam in self.families:
+        for fam in self.sorted_families():
             kind = f", aggregate {fam['aggregate']}" if fam.get("aggregate") else ""
             lines.append(f"  {fam['name']}: gc {fam['gc_rule']}{kind}")
         if self.scheme is not None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Final, NoReturn
 
 from ._args import float_above, float_at_least, int_at_least
+from ._record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
 from ._salt import HASHES
 from ._specs import add_time_arguments
 
@@ -142,11 +143,12 @@ def parser() -> argparse.ArgumentParser:
     delete.add_argument(
         "--grace",
         type=float_at_least(0),
-        default=30.0,
+        default=DEFAULT_LEGACY_GRACE,
         metavar="SECONDS",
         help="wait this long after moving the record to deleting, before deleting a row, "
-        "so table objects still open with the cutoff (record_refresh, 30 s by default) "
-        "stop (default 30)",
+        "so table objects still open with the cutoff (record_refresh, "
+        f"{DEFAULT_RECORD_REFRESH:g} s by default) stop; keep it longer than their "
+        f"record_refresh (default {DEFAULT_LEGACY_GRACE:g})",
     )
     copy = step("resalt", "Copy the table under a new scheme into --to-table and verify it.")
     _add_new_scheme(copy, required=True)

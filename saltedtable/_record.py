@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKFILL",
     "CUTOVER",
+    "DEFAULT_LEGACY_GRACE",
+    "DEFAULT_RECORD_REFRESH",
     "DELETING",
     "MIGRATION_KEY",
     "MIGRATION_STATES",
@@ -55,6 +57,14 @@ BACKFILL: Final = "backfill"
 CUTOVER: Final = "cutover"
 DELETING: Final = "deleting"
 MIGRATION_STATES: Final[tuple[MigrationState, ...]] = (BACKFILL, CUTOVER, DELETING)
+
+#: Seconds between two reads of the record by one table object (``record_refresh``).
+DEFAULT_RECORD_REFRESH: Final = 30.0
+#: Seconds ``delete-legacy`` waits between moving the record to ``deleting`` and
+#: deleting the first legacy row: strictly longer than the default refresh, so that
+#: a cutoff reader with the default interval has read the record again (the margin
+#: covers clocks that run at slightly different rates on two machines).
+DEFAULT_LEGACY_GRACE: Final = DEFAULT_RECORD_REFRESH + 10.0
 
 #: What the guard does next (see :func:`guard_action`).
 Action = Literal["ok", "create", "replace", "skip"]

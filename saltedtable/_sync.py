@@ -152,6 +152,10 @@ def _watch(rows: Iterator[Row], guard: SyncTableGuard) -> Iterator[Row]:
             if guard.due():
                 guard.check()
             yield row
+    # The scan may end because the rows behind it were deleted: when the record
+    # is due, read it before ending cleanly (see SaltedTableAsync._watched).
+    if guard.due():
+        guard.check()
 
 
 @final

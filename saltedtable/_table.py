@@ -137,6 +137,10 @@ async def _watch(rows: AsyncGenerator[Row, None], guard: TableGuard) -> AsyncGen
             if guard.due():
                 await guard.check()
             yield row
+    # The scan may end because the rows behind it were deleted: when the record
+    # is due, read it before ending cleanly (see _watched).
+    if guard.due():
+        await guard.check()
 
 
 @final
@@ -171,7 +175,7 @@ class SaltedTableAsync(TableAttributes):
             record again, so a long-lived object sees a migration move on
             (one ``ReadRow`` of the reserved row per interval, only while
             operations run; None: once per object). A scan with a cutoff
-            checks it between rows and stops with
+            checks it between rows and at its end, and stops with
             :class:`~saltedtable.SchemeMismatchError`.
         budget: What one read may hold at once (rows and bytes asked of
             buckets and not yet handed over); see :class:`ReadBudget`.
@@ -455,11 +459,16 @@ class SaltedTableAsync(TableAttributes):
         return self._watched(call.stream())
 
     def _watched(self, rows: AsyncGenerator[Row, None]) -> AsyncGenerator[Row, None]:
-        """A cutoff layout's scan reads the record again when due, between rows.
+        """A cutoff layout's scan reads the record again when due, between rows and at its end.
 
         A migration that moves the record to ``deleting`` starts removing the
         legacy rows such a scan reads: it stops with SchemeMismatchError
-        instead of missing them. Other scans are handed over as they are.
+        instead of missing them, also when it ends because the rows after its
+        last one were deleted. The end is checked only when the record is due:
+        ``delete-legacy`` waits longer than the refresh interval (counted from
+        before the record's last read was sent) after the move before it
+        deletes a row, so a record that is not due yet was read after any
+        deletion could have started. Other scans are handed over as they are.
         """
         if self._layout.cutoff is None or not self._guard.refreshes:
             return rows

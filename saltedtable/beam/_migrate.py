@@ -58,6 +58,7 @@ from .._migration import (
     open_differences,
 )
 from .._plan import SubQuery, plan_reads
+from .._record import DEFAULT_LEGACY_GRACE
 from .._salt import SaltScheme
 from .._split import DEFAULT_SPLIT_BYTES, Split
 from .._strategy import ReadBudget
@@ -780,7 +781,7 @@ def delete_legacy(
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
     notify: Callable[[str], None] | None = None,
-    grace: float = 0.0,
+    grace: float = DEFAULT_LEGACY_GRACE,
 ) -> MigrationReport:
     """Step 4: record -> ``deleting``, delete every legacy row, record -> fully salted.
 
@@ -802,7 +803,8 @@ def delete_legacy(
         grace: Seconds to wait after moving the record to ``deleting`` before
             deleting a row, so table objects still open with the cutoff read
             the record again (their ``record_refresh``, 30 s by default) and
-            stop. The command line waits 30 s unless ``--grace`` says otherwise.
+            stop: keep it longer than their ``record_refresh``. The default
+            (40 s) is the command line's ``--grace`` default.
 
     Raises:
         LayoutError: The record is neither in the cut-over nor in the deleting state.

@@ -66,7 +66,7 @@ def record_family(table: Table, family: str | None) -> str | None:
     """
     reader = schema_reader_for(table)
     try:
-        schema = None if reader is None else reader()
+        schema = None if reader is None else reader(None)
     except GoogleAPICallError:
         return family
     if schema is None:

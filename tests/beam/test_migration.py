@@ -202,7 +202,7 @@ async def test_backfill_cutover_delete_while_reading(tables: Tables) -> None:
     # Every service now runs without the cutoff: only fully salted readers are left.
     watch.readers = [r for r in watch.readers if r.cutoff is None]
     report = await watch.during(
-        "delete", lambda: delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000)
+        "delete", lambda: delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000, grace=0)
     )
     assert report.counters["legacy_rows_deleted"] == len(LEGACY)
     assert report.record == describe_layout(SCHEME)
@@ -396,7 +396,7 @@ async def test_delete_legacy_finishes_after_fully_salted_writes_to_old_keys(
     await t.plain.mutate_row(updated, SetCell("cf", b"temp", b"after the cut-over", 9_000_000))
     await t.plain.mutate_row(deleted, DeleteAllFromRow())
 
-    report = delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000)
+    report = delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000, grace=0)
     assert report.record == describe_layout(SCHEME), "\n".join(report.lines())
     assert report.counters["legacy_rows_deleted"] == len(LEGACY)
     assert all(SCHEME.has_prefix(key) for key in await physical(t.raw))
@@ -428,7 +428,7 @@ async def test_delete_legacy_refuses_cutoff_readers_first_and_resumes_after_a_cr
         backfill(t.target, SCHEME, POLICY)
 
     said: list[str] = []
-    report = delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000, notify=said.append)
+    report = delete_legacy(t.target, SCHEME, POLICY, split_bytes=2000, grace=0, notify=said.append)
     assert report.ok
     assert report.counters["legacy_rows_deleted"] == len(LEGACY) - len(LEGACY[::2])
     assert report.record == describe_layout(SCHEME)
@@ -470,3 +470,14 @@ def test_a_migration_record_never_goes_into_a_ttl_family(emulator: Any) -> None:
             client.close()
     finally:
         delete_table(emulator.address, table_id, missing_ok=True)
+
+
+def test_delete_legacy_waits_by_default_as_long_as_the_command() -> None:
+    """Python callers get the command's grace, longer than the default record_refresh."""
+    import inspect
+
+    from saltedtable._record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
+
+    default = inspect.signature(delete_legacy).parameters["grace"].default
+    assert default == DEFAULT_LEGACY_GRACE
+    assert default > DEFAULT_RECORD_REFRESH

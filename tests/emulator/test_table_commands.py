@@ -77,6 +77,20 @@ def test_create_refuses_an_existing_table_in_one_line(
     assert_one_line_error(err, "buckets: stored 4, now 8")
 
 
+def test_create_if_not_exists_names_the_fix_for_a_table_without_record_or_family(
+    emulator: Emulator, table_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    create_table(emulator.address, table_id, ["cf"])
+    code, _, err = run(capsys, "create", table_id, *WHERE, "-n", "4", "--if-not-exists")
+    assert code == 1
+    assert_one_line_error(err, table_id, f"saltedtable guard {table_id} ", "--add-family")
+    code, _, _ = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--add-family")
+    assert code == 0
+    code, out, _ = run(capsys, "create", table_id, *WHERE, "-n", "4", "--if-not-exists")
+    assert code == 0
+    assert f"family {RECORD_FAMILY!r}" in out
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -175,3 +189,43 @@ def test_guard_reports_a_table_without_record_and_refuses_a_ttl_family(
     code, out, _ = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--family", "cf")
     assert code == 0
     assert "in family 'cf'" in out
+
+
+async def test_guard_add_family_says_what_it_did_when_the_record_cannot_be_stored(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    bigtable_data_client: BigtableDataClientAsync,
+) -> None:
+    """The family is added, then the record differs: the error names the change made."""
+    create_table(emulator.address, table_id, ["cf"])
+    await SaltedTableAsync.open(
+        bigtable_data_client.get_table(INSTANCE, table_id), SaltScheme(8), family="cf"
+    )
+    code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--add-family")
+    assert code == 1
+    assert f"added the column family {RECORD_FAMILY!r}" in out
+    assert_one_line_error(
+        err, f"added the column family {RECORD_FAMILY!r} to {table_id}", "buckets: stored 8, now 4"
+    )
+
+
+def test_create_in_an_unknown_instance_names_the_instance_and_project(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The emulator creates tables in any instance: Cloud Bigtable's NotFound is injected."""
+    from google.api_core.exceptions import NotFound
+    from google.cloud.bigtable_admin_v2 import BigtableTableAdminClient
+
+    def no_instance(*args: object, **kwargs: object) -> None:
+        raise NotFound("Instance projects/test-project/instances/nope not found.")
+
+    monkeypatch.setattr(BigtableTableAdminClient, "create_table", no_instance)
+    code, _, err = run(capsys, "create", table_id, "--project", PROJECT, "--instance", "nope",
+                       "-n", "4")  # fmt: skip
+    assert code == 1
+    assert_one_line_error(err, "not found: instance 'nope'", f"of project {PROJECT!r}")
+    assert "table" not in err.split("error: ", 1)[1].split("(")[0]

@@ -8,17 +8,22 @@ Bigtable refuses a wrong place.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import aclosing
+from typing import Any
 
 import pytest
 from google.cloud.bigtable.data import (
+    BigtableDataClient,
     BigtableDataClientAsync,
     ReadRowsQuery,
     RowMutationEntry,
+    RowRange,
     SetCell,
 )
 from google.cloud.bigtable.data.mutations import AddToCell, DeleteAllFromRow
@@ -29,6 +34,7 @@ from saltedtable import (
     CutoffPolicy,
     LayoutError,
     ReadBudget,
+    SaltedTable,
     SaltedTableAsync,
     SaltScheme,
     SchemeMismatchError,
@@ -207,22 +213,70 @@ def test_create_refuses_bad_families_and_creates_nothing(
     assert table_id not in list_tables(emulator.address)
 
 
+@pytest.mark.parametrize("table_id", ["-events", ".events", "e" * 51, "", "ev ents", "ev/ents"])
+def test_create_refuses_a_table_id_bigtable_refuses(emulator: Emulator, table_id: str) -> None:
+    with pytest.raises(ValueError, match="not a valid Bigtable table id"):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
+        )
+    assert table_id not in list_tables(emulator.address)
+
+
+def test_create_accepts_the_longest_and_underscore_ids(
+    emulator: Emulator, table_ids: list[str]
+) -> None:
+    for table_id in ("_e-v.1", "e" * 50):
+        table_ids.append(table_id)
+        result = create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
+        )
+        assert result.created
+
+
 def test_a_failed_create_leaves_no_table(
     emulator: Emulator, table_ids: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The record cannot be stored (injected): the new table is deleted again."""
-    import saltedtable._admin as admin_module
+    import saltedtable._create as create_module
 
     def refuse(*args: object) -> str:
         raise LayoutError("injected: the record could not be stored")
 
-    monkeypatch.setattr(admin_module, "_store_record", refuse)
+    monkeypatch.setattr(create_module, "_store_record", refuse)
     table_id = new_id(table_ids)
     with pytest.raises(LayoutError, match="injected"):
         create_salted_table(
             PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
         )
     assert table_id not in list_tables(emulator.address)
+
+
+def test_a_failed_cleanup_keeps_the_first_error_and_names_the_table_left(
+    emulator: Emulator, table_ids: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record cannot be stored and the delete fails too (both injected)."""
+    from google.api_core.exceptions import ServiceUnavailable
+    from google.cloud.bigtable_admin_v2 import BigtableTableAdminClient
+
+    import saltedtable._create as create_module
+
+    def refuse(*args: object) -> str:
+        raise LayoutError("injected: the record could not be stored")
+
+    def fail_delete(*args: object, **kwargs: object) -> None:
+        raise ServiceUnavailable("injected: the admin API is away")
+
+    monkeypatch.setattr(create_module, "_store_record", refuse)
+    monkeypatch.setattr(BigtableTableAdminClient, "delete_table", fail_delete)
+    table_id = new_id(table_ids)
+    with pytest.raises(LayoutError, match="injected: the record") as failed:
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(4), emulator_host=emulator.address
+        )
+    notes = " ".join(getattr(failed.value, "__notes__", []))
+    assert f"the new table {table_id!r}" in notes
+    assert "ServiceUnavailable" in notes
+    assert table_id in list_tables(emulator.address)  # left behind, as the note says
 
 
 # -- goal 4: long-lived objects see migrations ------------------------------------------------
@@ -284,3 +338,199 @@ async def test_a_reader_without_refresh_reads_the_record_once(
         SCHEME_ROW_KEY, [DeleteAllFromRow(), SetCell("cf", b"scheme", encode_layout(deleting))]
     )
     assert len(await reader.read_rows(ReadRowsQuery())) == 1
+
+
+# A scan whose last rows are deleted under it: the end of the stream checks the record.
+
+#: A real refresh interval, short; the tests wait it out before the record moves.
+SHORT_REFRESH = 0.5
+TAIL_CUTOFF = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+TAIL_AT = int(TAIL_CUTOFF.cutoff.timestamp())
+#: Logical keys after the cutoff (salted) and before it (legacy, unsalted), all from b"z".
+TAIL_SALTED = [b"z%d#%010d" % (i, TAIL_AT + i) for i in range(8)]
+TAIL_LEGACY = [b"z%d#%010d" % (i, TAIL_AT - 1000 + i) for i in range(20)]
+TAIL_QUERY = ReadRowsQuery(row_ranges=RowRange(start_key=b"z"))
+
+
+def _legacy_scan(query: Any) -> bool:
+    """Whether a sub-scan reads the legacy (unsalted) key space: its keys start with b"z"."""
+    return any((r.start_key or b"").startswith(b"z") for r in query.row_ranges)
+
+
+class HeldLegacyAsync:
+    """The raw table; a scan of the legacy key space starts only once ``go`` is set."""
+
+    def __init__(self, table: Any, go: asyncio.Event) -> None:
+        self._table, self._go = table, go
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+    async def read_rows_stream(self, query: Any, **kwargs: Any) -> Any:
+        if _legacy_scan(query):
+            await self._go.wait()
+        return await self._table.read_rows_stream(query, **kwargs)
+
+
+class HeldLegacy:
+    """The sync raw table; a scan of the legacy key space starts only once ``go`` is set."""
+
+    def __init__(self, table: Any, go: threading.Event) -> None:
+        self._table, self._go = table, go
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+    def read_rows_stream(self, query: Any, **kwargs: Any) -> Any:
+        if _legacy_scan(query):
+            self._go.wait()
+        return self._table.read_rows_stream(query, **kwargs)
+
+
+def _deleting_then_gone() -> tuple[list[Any], list[RowMutationEntry]]:
+    """What `migrate delete-legacy` does: move the record, then delete the legacy rows."""
+    deleting = migration_record(SaltScheme(4), TAIL_CUTOFF, "deleting")
+    move = [DeleteAllFromRow(), SetCell("cf", b"scheme", encode_layout(deleting))]
+    return move, [RowMutationEntry(k, DeleteAllFromRow()) for k in TAIL_LEGACY]
+
+
+async def test_a_cutoff_scan_whose_tail_is_deleted_under_it_stops_at_its_end(
+    bigtable_table_factory: Callable[..., str], data_client: BigtableDataClientAsync
+) -> None:
+    """No row comes after the deletion, so only the end's check can see the record move."""
+    scheme = SaltScheme(4)
+    raw = data_client.get_table(INSTANCE, bigtable_table_factory(["cf"]))
+    await raw.bulk_mutate_rows(
+        [RowMutationEntry(k, SetCell("cf", b"q", b"v")) for k in TAIL_LEGACY]
+    )
+    writer = await SaltedTableAsync.open(raw, scheme, cutoff=TAIL_CUTOFF, family="cf")
+    await writer.bulk_mutate_rows(
+        [RowMutationEntry(k, SetCell("cf", b"q", b"v")) for k in TAIL_SALTED]
+    )
+    go, salted_seen = asyncio.Event(), asyncio.Event()
+    reader = SaltedTableAsync(
+        HeldLegacyAsync(raw, go), scheme, cutoff=TAIL_CUTOFF, record_refresh=SHORT_REFRESH
+    )
+    move, delete = _deleting_then_gone()
+
+    async def migrate() -> None:
+        await salted_seen.wait()
+        await asyncio.sleep(SHORT_REFRESH)  # the reader's record is due from now on
+        await raw.mutate_row(SCHEME_ROW_KEY, move)
+        await raw.bulk_mutate_rows(delete)
+        go.set()
+
+    got: list[bytes] = []
+
+    async def scan() -> None:
+        stream = await reader.read_rows_stream(TAIL_QUERY, ordered=False)
+        async with aclosing(stream):
+            async for row in stream:
+                got.append(row.row_key)
+                if len(got) == len(TAIL_SALTED):
+                    salted_seen.set()
+
+    mover = asyncio.create_task(migrate())
+    with pytest.raises(SchemeMismatchError, match="migration: stored 'deleting'"):
+        await scan()
+    await mover
+    assert sorted(got) == TAIL_SALTED  # the legacy rows were gone before the scan got there
+
+
+def test_a_sync_cutoff_scan_whose_tail_is_deleted_under_it_stops_at_its_end(
+    emulator: Emulator, bigtable_table_factory: Callable[..., str]
+) -> None:
+    """The sync table: as above."""
+    scheme = SaltScheme(4)
+    with BigtableDataClient(project=PROJECT) as client:
+        raw = client.get_table(INSTANCE, bigtable_table_factory(["cf"]))
+        raw.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", b"v")) for k in TAIL_LEGACY])
+        writer = SaltedTable.open(raw, scheme, cutoff=TAIL_CUTOFF, family="cf")
+        writer.bulk_mutate_rows(
+            [RowMutationEntry(k, SetCell("cf", b"q", b"v")) for k in TAIL_SALTED]
+        )
+        go, salted_seen = threading.Event(), threading.Event()
+        reader = SaltedTable(
+            HeldLegacy(raw, go), scheme, cutoff=TAIL_CUTOFF, record_refresh=SHORT_REFRESH
+        )
+        move, delete = _deleting_then_gone()
+        moved: list[BaseException] = []
+
+        def migrate() -> None:
+            try:
+                salted_seen.wait()
+                threading.Event().wait(SHORT_REFRESH)  # the reader's record is due from now on
+                raw.mutate_row(SCHEME_ROW_KEY, move)
+                raw.bulk_mutate_rows(delete)
+            except BaseException as exc:  # reported below
+                moved.append(exc)
+            finally:
+                go.set()
+
+        mover = threading.Thread(target=migrate)
+        mover.start()
+        got: list[bytes] = []
+
+        def scan() -> None:
+            for row in reader.read_rows_stream(TAIL_QUERY, ordered=False):
+                got.append(row.row_key)
+                if len(got) == len(TAIL_SALTED):
+                    salted_seen.set()
+
+        try:
+            with pytest.raises(SchemeMismatchError, match="migration: stored 'deleting'"):
+                scan()
+        finally:
+            salted_seen.set()
+            mover.join()
+            reader.close()
+        assert moved == []
+        assert sorted(got) == TAIL_SALTED
+
+
+# -- create --if-not-exists on a table made elsewhere -------------------------------------------
+
+
+async def test_create_if_not_exists_accepts_an_agreeing_record_in_another_family(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    table_id = plain_table(emulator, table_ids, "cf")
+    await SaltedTableAsync.open(
+        data_client.get_table(INSTANCE, table_id), SaltScheme(4), family="cf"
+    )
+    result = create_salted_table(
+        PROJECT, INSTANCE, table_id, SaltScheme(4), if_not_exists=True,
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    assert not result.created
+    assert result.record_family == "cf"
+    assert await record_cells(data_client, table_id) == ["cf"]  # left where it was
+    with pytest.raises(SchemeMismatchError, match="buckets: stored 4, now 8"):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(8), if_not_exists=True,
+            emulator_host=emulator.address,
+        )  # fmt: skip
+
+
+async def test_create_if_not_exists_gives_a_record_less_table_one_or_names_the_fix(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    with_reserved = plain_table(emulator, table_ids, "cf", RECORD_FAMILY)
+    result = create_salted_table(
+        PROJECT, INSTANCE, with_reserved, SaltScheme(4), if_not_exists=True,
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    assert (result.created, result.record_family) == (False, RECORD_FAMILY)
+    assert await record_cells(data_client, with_reserved) == [RECORD_FAMILY]
+
+    without = plain_table(emulator, table_ids, "cf")
+    with pytest.raises(LayoutError, match=f"table '{without}' exists") as refused:
+        create_salted_table(
+            PROJECT, INSTANCE, without, SaltScheme(4), if_not_exists=True,
+            emulator_host=emulator.address,
+        )  # fmt: skip
+    assert f"saltedtable guard {without} " in str(refused.value)
+    assert "--add-family" in str(refused.value)
+    assert await record_cells(data_client, without) == []  # nothing written
+    with admin_client(emulator_host=emulator.address) as admin:
+        assert sorted(read_schema(admin, table_path(PROJECT, INSTANCE, without))) == ["cf"]

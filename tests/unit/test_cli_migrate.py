@@ -92,3 +92,17 @@ def test_importing_saltedtable_beam_without_beam_names_the_package() -> None:
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'apache-beam>=2\.60'") as caught:
         importlib.import_module("saltedtable.beam")
     assert caught.value.name == "apache_beam"
+
+
+def test_delete_legacy_waits_longer_than_the_default_record_refresh() -> None:
+    """A reader with the default record_refresh has read the record again before a row goes."""
+    from saltedtable._migrate_args import parse
+    from saltedtable._record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
+
+    parsed = parse(
+        ["delete-legacy", "--bigtable-project", "p", "--instance", "i", "--table", "t", "-n", "4"]
+    )
+    assert not isinstance(parsed, int)
+    args, _ = parsed
+    assert args.grace == DEFAULT_LEGACY_GRACE
+    assert args.grace > DEFAULT_RECORD_REFRESH

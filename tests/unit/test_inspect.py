@@ -70,6 +70,17 @@ def test_the_report_text_and_json_name_problems() -> None:
     assert "no problems found" in Inspection(table="t").text()
 
 
+def test_families_are_shown_by_name_in_text_and_json() -> None:
+    names = ["ts", "saltedtable", "cf", "counts"]
+    report = Inspection(
+        table="events",
+        families=[{"name": n, "gc_rule": "none", "aggregate": None} for n in names],
+    )
+    assert [f["name"] for f in report.as_json()["families"]] == sorted(names)
+    shown = [line.split(":")[0].strip() for line in report.text().splitlines() if ": gc " in line]
+    assert shown == sorted(names)
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [

@@ -305,3 +305,114 @@ def test_a_running_sync_cutoff_scan_stops_when_the_record_moves_to_deleting() ->
 def test_a_refresh_interval_must_be_positive(refresh: float) -> None:
     with pytest.raises(ValueError, match="record_refresh must be"):
         SaltedTableAsync(FakeTable(), SaltScheme(4), record_refresh=refresh)
+
+
+def test_the_refresh_interval_runs_from_before_the_read_is_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reply that takes longer than the interval leaves the record due at once."""
+    import types as pytypes
+
+    import saltedtable._guard as guard_module
+    from saltedtable._layout import Layout
+
+    clock = [1000.0]
+    monkeypatch.setattr(guard_module, "time", pytypes.SimpleNamespace(monotonic=lambda: clock[0]))
+    fake = FakeTable(families=["cf"])
+    scheme = SaltScheme(4)
+    fake.set_cell(SCHEME_ROW_KEY, "cf", b"scheme", encode_layout(describe_layout(scheme, CUTOFF)))
+    table = SyncFakeTable(fake)
+    delay = [45.0]
+    fast_read = table.read_row
+
+    def read_row(*args: object, **kwargs: object) -> object:
+        answer = fast_read(*args, **kwargs)
+        clock[0] += delay[0]  # the reply arrives this long after the request left
+        return answer
+
+    table.read_row = read_row
+    guard = guard_module.SyncTableGuard(table, Layout(scheme, CUTOFF), refresh=30.0)
+    guard.check()
+    assert guard.stored == describe_layout(scheme, CUTOFF)
+    assert guard.due()  # sent at 1000, so due at 1030; the reply came at 1045
+    delay[0] = 1.0
+    guard.check()  # sent at 1045, answered at 1046: due at 1075
+    clock[0] = 1074.0
+    assert not guard.due()
+    clock[0] = 1075.0
+    assert guard.due()
+
+
+# -- the admin schema read keeps to the operation's deadline ------------------------------------
+
+
+def test_the_schema_read_gets_what_is_left_of_the_operation_budget() -> None:
+    import time
+
+    from saltedtable._guard import SyncTableGuard
+    from saltedtable._layout import Layout
+
+    fake = FakeTable(families=["cf"])
+    asked: list[float | None] = []
+
+    def reader(timeout: float | None) -> dict[str, FamilyInfo]:
+        asked.append(timeout)
+        return fake.saltedtable_schema()
+
+    guard = SyncTableGuard(SyncFakeTable(fake), Layout(SaltScheme(4)), schema=reader)
+    guard.before_write("cf", (time.monotonic() + 5.0, 5.0))
+    assert len(asked) == 1
+    assert asked[0] is not None
+    assert 0 < asked[0] <= 5.0
+    assert guard.stored_family == "cf"
+
+
+def test_a_schema_read_that_times_out_is_an_unreadable_schema(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import time
+
+    from google.api_core.exceptions import DeadlineExceeded
+
+    from saltedtable._guard import SyncTableGuard
+    from saltedtable._layout import Layout
+
+    fake = FakeTable(families=["cf"])
+    asked: list[float | None] = []
+
+    def reader(timeout: float | None) -> dict[str, FamilyInfo]:
+        asked.append(timeout)
+        raise DeadlineExceeded("the admin API did not answer in time")
+
+    table = SyncFakeTable(fake)
+    guard = SyncTableGuard(table, Layout(SaltScheme(4)), schema=reader)
+    with caplog.at_level(logging.WARNING, "saltedtable.guard"):
+        for _ in range(2):
+            guard.before_write("cf", (time.monotonic() + 5.0, 5.0))
+            table.mutate_row(b"0-a", SetCell("cf", b"q", b"v"))
+    assert len(asked) == 1  # tried once per object, within the budget
+    assert fake.row_keys() == [b"0-a"]  # the writes went on
+    assert guard.stored is None  # nothing stored in an unchecked family
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "DeadlineExceeded" in warnings[0].getMessage()
+    assert "--add-family" in warnings[0].getMessage()
+
+
+def test_read_schema_passes_the_timeout_without_retries() -> None:
+    from google.cloud.bigtable_admin_v2 import types as admin_types
+
+    from saltedtable._admin import ADMIN_TIMEOUT, read_schema
+
+    calls: list[dict[str, object]] = []
+
+    class Admin:
+        def get_table(self, **kwargs: object) -> admin_types.Table:
+            calls.append(kwargs)
+            return admin_types.Table(column_families={"cf": admin_types.ColumnFamily()})
+
+    assert sorted(read_schema(Admin(), "t", timeout=2.5)) == ["cf"]  # type: ignore[arg-type]
+    assert (calls[0]["timeout"], calls[0]["retry"]) == (2.5, None)
+    read_schema(Admin(), "t")  # type: ignore[arg-type]
+    assert calls[1]["timeout"] == ADMIN_TIMEOUT
+    assert "retry" not in calls[1]

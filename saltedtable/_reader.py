@@ -542,6 +542,7 @@ class _Read(Generic[G]):
         if stats is not None:
             stats.operation = operation
             stats.settings = settings
+            stats.one_request = None
         self._stats = stats
         self._hook = hook
         self._guard = guard

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -427,6 +428,33 @@ def test_otel_span_of_a_failed_call_has_an_error_status() -> None:
     assert span.status.status_code is StatusCode.ERROR
     assert [e.name for e in span.events] == ["exception"]
     assert attributes(stats)["saltedtable.operation"] == "read_rows"
+
+
+async def test_the_observability_snippet_runs_and_prints_what_the_docs_say(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The "What a read did" snippet of docs/observability.md, run on a 4-bucket table
+    of 10 ``user1#`` rows, prints what the text after it says."""
+    doc = (Path(__file__).parents[2] / "docs" / "observability.md").read_text(encoding="utf-8")
+    section = doc.split("## What a read did", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "observability.md", "exec"), namespace)
+    table = SaltedTableAsync(FakeTable(), SaltScheme(4))
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(f"user1#{i}", SetCell("f1", b"q", b"v")) for i in range(10)]
+        + [RowMutationEntry(f"user2#{i}", SetCell("f1", b"q", b"v")) for i in range(5)]
+    )
+    stats = await namespace["how_it_ran"](table)
+    assert stats.rows == 10
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "sub-queries: 4 ordered: True",
+        "one request of up to 1000 rows",
+        "answered 10 rows, went on: False",
+    ]
+    for line in printed:  # the docs quote each line
+        assert f"`{line}`" in " ".join(section.split())
 
 
 # -- the guard by default ------------------------------------------------------------

@@ -537,7 +537,7 @@ class _Read(Generic[G]):
         if settings.one_request_rows and (
             odds is None or self._stray is not None or self._in_buckets is not None
         ):
-            # cutoff layouts: rows are checked one by one, per side
+            # No odds: never try it. Cutoff layouts: rows are checked one by one, per side.
             settings = dataclasses.replace(settings, one_request_rows=0)
         if stats is not None:
             stats.operation = operation
@@ -555,8 +555,8 @@ class _Read(Generic[G]):
 
     def _choose_one(self, plan: ReadPlan, settings: ReadSettings) -> OneRequest | None:
         """The one request over every bucket to try first, if this read should."""
-        rows = settings.one_request_rows
-        one = one_request(plan, rows) if rows and self._odds is not None else None
+        rows = settings.one_request_rows  # 0 where the read does not try it
+        one = one_request(plan, rows) if rows else None
         if one is None or self._odds is None:
             return None
         if not self._ordered and rows == plan.limit:
@@ -574,15 +574,13 @@ class _Read(Generic[G]):
         self, source: _OneRequest, *, fitted: bool, error: str = "", went_on: bool = False
     ) -> OneRequestOutcome:
         assert self._one is not None
-        result: OneRequestResult = (
-            "answered"
-            if fitted
-            else "failed"
-            if error
-            else "over_budget"
-            if source.capped
-            else "full"
-        )
+        result: OneRequestResult = "full"
+        if fitted:
+            result = "answered"
+        elif error:
+            result = "failed"
+        elif source.capped:
+            result = "over_budget"
         return OneRequestOutcome(
             result, self._one.rows, source.received, source.got, error, went_on
         )

@@ -65,7 +65,10 @@ async def main() -> None:
         async with aclosing(table.read_prefix(b"user2#", limit=3, stats=stats)) as rows:
             async for row in rows:
                 print(f"  {row.row_key!r}")
-        print(f"  ({stats.requests} request: {stats.strategy.rsplit('; ', 1)[-1]})")
+        one = stats.one_request  # how the small read's one request went, as data
+        if one is not None:
+            where = f"{stats.requests} request over every bucket"
+            print(f"  ({where}: {one.result}, up to {one.asked} rows)")
 
         # 4. The plan behind such a scan.
         print(table.plan(ReadRowsQuery(limit=3)).explain())

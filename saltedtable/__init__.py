@@ -48,8 +48,8 @@ from ._salt import (
     fields,
     prefix_end,
 )
-from ._stats import BucketStats, CallStats, StatsHook
-from ._strategy import ReadBudget
+from ._stats import BucketStats, CallStats, OneRequestOutcome, OneRequestResult, StatsHook
+from ._strategy import ReadBudget, ReadSettings
 from ._views import view_row_prefixes
 
 if TYPE_CHECKING:
@@ -123,9 +123,12 @@ __all__ = [
     "Layout",
     "LayoutError",
     "NamedKeyPart",
+    "OneRequestOutcome",
+    "OneRequestResult",
     "QueryPlanError",
     "ReadBudget",
     "ReadPlan",
+    "ReadSettings",
     "RecordMissingError",
     "RowKeyError",
     "RowKeyTypeError",

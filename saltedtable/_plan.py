@@ -30,16 +30,7 @@ from ._exceptions import QueryPlanError, UnsaltableKeyError
 from ._layout import Layout
 from ._ranges import KeyRange
 from ._salt import SaltScheme, prefix_end
-from ._strategy import (
-    DEFAULT_MAX_CONCURRENT_SUBSCANS,
-    DEFAULT_ROW_BYTES,
-    ReadBudget,
-    allowance,
-    fetch_bound,
-    first_request,
-    first_round,
-    one_request_size,
-)
+from ._strategy import ReadBudget, ReadSettings, one_request_size
 
 __all__ = [
     "KeyRange",
@@ -125,8 +116,10 @@ class ReadPlan:
         """The buckets this plan reads (None: the legacy side of a cutoff layout)."""
         return tuple(s.bucket for s in self.subqueries)
 
-    def strategy(self, budget: ReadBudget | None = None, *, ordered: bool | None = None) -> str:
-        """How the read runs, in words: requests per bucket and what it holds at most.
+    def settings(
+        self, budget: ReadBudget | None = None, *, ordered: bool | None = None
+    ) -> ReadSettings:
+        """How the read runs (see :class:`~saltedtable.ReadSettings`).
 
         Args:
             budget: The read's budget (default: the plan's, else the default budget).
@@ -135,54 +128,23 @@ class ReadPlan:
         budget = budget or self.budget or ReadBudget()
         ordered = self.ordered if ordered is None else ordered
         n = len(self.subqueries)
-        if n == 0:
-            return "nothing to read"
-        merged = "merged in logical key order" if ordered else "unordered"
-        rows = budget.rows_for(DEFAULT_ROW_BYTES)
-        holds = (
-            f"budget {budget.rows} rows / {_size(budget.bytes)}, about {rows} rows at "
-            f"{DEFAULT_ROW_BYTES} B a row until the read measures its rows"
-        )
-        where = "1 sub-query" if n == 1 else f"{n} sub-queries read concurrently, {merged}"
         rows_first = one_request_size(budget, self.limit, n, ordered=ordered)
-        if self.try_one_request and rows_first and _one_request_order(self.subqueries):
-            where = (
-                f"first one request naming all {n} sub-queries' keys and ranges, for up to "
-                f"{_rows(rows_first)} (fewer back: that was the whole read; the table tries "
-                f"it less often after full ones); else {where}"
-            )
-        if self.limit is None:
-            share = allowance(budget, n, DEFAULT_ROW_BYTES)
-            each = "it keeps" if n == 1 else "each keeps"
-            slots_note = ""
-            slots = self.slots or DEFAULT_MAX_CONCURRENT_SUBSCANS
-            if ordered and n > slots:
-                slots_note = (
-                    f"; with {n} sub-queries and {slots} requests at once "
-                    f"(max_concurrent_subscans), each first request asks "
-                    f"{_rows(first_request(share, n, slots))}"
-                )
-            return (
-                f"{where}; {each} up to {_rows(share)} asked for and not yet handed over, "
-                f"asking again at half{slots_note} ({holds})"
-            )
-        if not ordered or n == 1:
-            first = -(-self.limit // n)
-            return (
-                f"{where}; limit {self.limit}: {_rows(first)} asked of each, then what is "
-                f"still missing ({holds})"
-            )
-        sizes = first_round(self.limit, n, allowance(budget, n, DEFAULT_ROW_BYTES))
-        low, high = min(sizes), max(sizes)
-        each = _rows(low) if low == high else f"{low} or {high} rows"
-        return (
-            f"{where}; limit {self.limit} in rounds: the first asks {each} of each, "
-            f"{sum(sizes)} in all (enough for evenly salted data more often than not), a "
-            f"second asks each sub-query that may hold more of the first {self.limit} rows "
-            f"at most what it could add, together about what is left of "
-            f"{fetch_bound(self.limit, n)} rows (2 x limit + 2 x sub-queries), and a rare "
-            f"third all it could add ({holds})"
+        tries = self.try_one_request and _one_request_order(self.subqueries) is not None
+        return ReadSettings(
+            ordered=ordered,
+            budget=budget,
+            slots=self.slots,
+            subqueries=n,
+            limit=self.limit,
+            one_request_rows=rows_first if tries else 0,
         )
+
+    def strategy(self, budget: ReadBudget | None = None, *, ordered: bool | None = None) -> str:
+        """How the read runs, in words: requests per bucket and what it holds at most.
+
+        The same as ``self.settings(budget, ordered=ordered).describe()``.
+        """
+        return self.settings(budget, ordered=ordered).describe()
 
     def explain(self, max_lines: int = 32) -> str:
         """A human-readable description: how the read runs, then one sub-query a line.
@@ -200,17 +162,6 @@ class ReadPlan:
         if len(self.subqueries) > max_lines:
             lines.append(f"  ... and {len(self.subqueries) - max_lines} more sub-queries")
         return "\n".join(lines)
-
-
-def _rows(n: int) -> str:
-    return f"{n} row" if n == 1 else f"{n} rows"
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n} B"
 
 
 def _shared_prefix(rng: KeyRange) -> bytes:

@@ -34,12 +34,13 @@ and a :class:`~saltedtable.SubScan` in its ``saltedtable_subscan`` attribute.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import operator
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, TypeVar, final
+from typing import Any, Generic, TypeVar, final
 
 import anyio
 from google.api_core.exceptions import DeadlineExceeded
@@ -51,13 +52,20 @@ from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._slots import Slots
-from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
-from ._strategy import OneRequestOdds, ReadBudget, one_request_size
+from ._stats import (
+    BucketStats,
+    CallStats,
+    OneRequestOutcome,
+    OneRequestResult,
+    StatsHook,
+    current_bucket,
+    report,
+)
+from ._strategy import OneRequestOdds, ReadBudget, ReadSettings
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
     "BucketSource",
-    "OneOutcome",
     "OneRequestSource",
     "ReadCall",
     "StrayRows",
@@ -68,7 +76,6 @@ __all__ = [
     "annotate",
     "count_request",
     "count_row",
-    "describe_read",
     "finish_read",
     "row_bytes",
     "take_slot",
@@ -94,29 +101,6 @@ class SubScan:
     bucket: int | None
     subquery: SubQuery
     after_key: bytes | None
-
-
-class OneOutcome(NamedTuple):
-    """How a read's one request over every bucket went (see :func:`~._plan.one_request`)."""
-
-    #: It answered the read (fewer rows came back than it asked for, or an
-    #: unordered read with a limit got that many).
-    fitted: bool
-    #: Rows it asked for (its row limit).
-    asked: int
-    #: Rows it returned.
-    rows: int
-    #: The read has a limit (the one request was its first round).
-    limited: bool
-    #: Why it failed, if it did.
-    error: str = ""
-    #: The read went on bucket by bucket after it (False: it answered the
-    #: read, or its failure or the caller's leaving ended the read).
-    went_on: bool = False
-    #: Bytes of the rows it returned.
-    bytes: int = 0
-    #: It stopped after the row that took it past the read's byte budget.
-    capped: bool = False
 
 
 class _BucketRequests:
@@ -549,9 +533,16 @@ class _Read(Generic[G]):
         self._stray = None if stray is None else StrayRows(stray)
         # Bucket rows on the legacy side are a migration's copies: left out, not reported.
         self._in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        settings = plan.settings(budget, ordered=ordered)
+        if settings.one_request_rows and (
+            odds is None or self._stray is not None or self._in_buckets is not None
+        ):
+            # No odds: never try it. Cutoff layouts: rows are checked one by one, per side.
+            settings = dataclasses.replace(settings, one_request_rows=0)
         if stats is not None:
             stats.operation = operation
-            stats.strategy = describe_read(plan, budget, ordered)
+            stats.settings = settings
+            stats.one_request = None
         self._stats = stats
         self._hook = hook
         self._guard = guard
@@ -559,19 +550,14 @@ class _Read(Generic[G]):
         self._row_limit = plan.limit
         self._odds = odds
         #: The one request to try first (small reads), and how it went (see finish_read).
-        self._one = self._choose_one(plan, budget)
-        self._one_outcome: OneOutcome | None = None
+        self._one = self._choose_one(plan, settings)
+        self._one_outcome: OneRequestOutcome | None = None
 
-    def _choose_one(self, plan: ReadPlan, budget: ReadBudget) -> OneRequest | None:
+    def _choose_one(self, plan: ReadPlan, settings: ReadSettings) -> OneRequest | None:
         """The one request over every bucket to try first, if this read should."""
-        if self._odds is None or not plan.try_one_request:
-            return None
-        if self._stray is not None or self._in_buckets is not None:
-            return None  # cutoff layouts: rows are checked one by one, per side
-        n = len(plan.subqueries)
-        rows = one_request_size(budget, plan.limit, n, ordered=self._ordered)
+        rows = settings.one_request_rows  # 0 where the read does not try it
         one = one_request(plan, rows) if rows else None
-        if one is None:
+        if one is None or self._odds is None:
             return None
         if not self._ordered and rows == plan.limit:
             # Any `limit` rows answer an unordered read: this one request always
@@ -580,27 +566,23 @@ class _Read(Generic[G]):
             return one
         if not self._odds.try_now():
             if self._stats is not None:
-                self._stats.strategy += (
-                    "; the one request over every bucket skipped this time "
-                    "(the table's last ones came back full or failed)"
-                )
+                self._stats.one_request = OneRequestOutcome("skipped", rows)
             return None
         return one
 
     def _one_outcome_of(
         self, source: _OneRequest, *, fitted: bool, error: str = "", went_on: bool = False
-    ) -> OneOutcome:
+    ) -> OneRequestOutcome:
         assert self._one is not None
-        limited = self._row_limit is not None
-        return OneOutcome(
-            fitted,
-            self._one.rows,
-            source.received,
-            limited,
-            error,
-            went_on,
-            source.got,
-            source.capped,
+        result: OneRequestResult = "full"
+        if fitted:
+            result = "answered"
+        elif error:
+            result = "failed"
+        elif source.capped:
+            result = "over_budget"
+        return OneRequestOutcome(
+            result, self._one.rows, source.received, source.got, error, went_on
         )
 
     def _one_failed(self, exc: BaseException, source: _OneRequest) -> None:
@@ -1210,7 +1192,7 @@ def finish_read(
     stray: StrayRows | None,
     emitted: int,
     error: BaseException | None,
-    one: OneOutcome | None = None,
+    one: OneRequestOutcome | None = None,
 ) -> None:
     """End a read: warn once about stray rows, fill in and report its statistics.
 
@@ -1234,23 +1216,12 @@ def finish_read(
     stats.peak_buffered_rows = merge.peak_outstanding
     stats.peak_buffered_bytes = merge.peak_bytes
     if one is not None:
+        stats.one_request = one
         stats.requests += 1
         stats.peak_buffered_rows = max(stats.peak_buffered_rows, one.asked)
         stats.peak_buffered_bytes = max(stats.peak_buffered_bytes, one.bytes)
-        if one.limited:  # the one request was the read's first round
-            stats.rounds += 1
-        what = f"; one request over every bucket for up to {one.asked} rows"
-        if one.fitted:
-            what += f" answered the read ({one.rows} rows)"
-        elif one.error:
-            what += f" failed ({one.error}) after {one.rows} rows"
-        elif one.capped:
-            what += f" passed the byte budget after {one.rows} rows"
-        else:
-            what += f" came back full ({one.rows} rows)"
-        if one.went_on:
-            what += ", so the read went on bucket by bucket"
-        stats.strategy += what
+        if stats.settings is not None and stats.settings.limit is not None:
+            stats.rounds += 1  # the one request was the read's first round
     stats.row_bytes = merge.row_bytes
     if isinstance(error, GeneratorExit | asyncio.CancelledError):
         # The caller left (break, aclose, cancellation): not a failure.
@@ -1278,8 +1249,3 @@ class StrayRows:
             self.first = (key, why)
         self.count += 1
         return True
-
-
-def describe_read(plan: ReadPlan, budget: ReadBudget, ordered: bool) -> str:
-    """One line saying how a read of ``plan`` runs (for statistics and ``explain()``)."""
-    return plan.strategy(budget, ordered=ordered)

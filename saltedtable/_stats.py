@@ -19,9 +19,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Any, Final, Literal, final
 
-__all__ = ["BucketStats", "CallStats", "StatsHook", "install_retry_counter", "report"]
+from ._strategy import ReadSettings
+
+__all__ = [
+    "BucketStats",
+    "CallStats",
+    "OneRequestOutcome",
+    "OneRequestResult",
+    "StatsHook",
+    "install_retry_counter",
+    "report",
+]
 
 _log = logging.getLogger("saltedtable.stats")
 
@@ -53,6 +63,77 @@ class BucketStats:
     retries: int = 0
 
 
+OneRequestResult = Literal["answered", "full", "over_budget", "failed", "skipped"]
+"""How a small read's one request over every bucket went (:attr:`OneRequestOutcome.result`)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class OneRequestOutcome:
+    """How a small read's one request over every bucket went (``CallStats.one_request``).
+
+    A small read (see :attr:`ReadSettings.one_request_rows
+    <saltedtable.ReadSettings.one_request_rows>`) first sends one request
+    naming every bucket's keys and ranges. When fewer rows come back than it
+    asked for, that was the whole read; otherwise the read goes on bucket by
+    bucket, and the table tries the one request less often for a while.
+
+    Attributes:
+        result: ``"answered"``: it was the whole read (fewer rows came back
+            than it asked for, or an unordered read with a limit got that
+            many); ``"full"``: it came back full, so there may be more;
+            ``"over_budget"``: it stopped after the row that took it past the
+            budget's bytes; ``"failed"``: see ``error``; ``"skipped"``: not
+            sent this time, because the table's last ones came back full or
+            failed.
+        asked: Rows it asked for (its row limit; when skipped, what it would have).
+        rows: Rows it returned.
+        bytes: Bytes (keys and values) of the rows it returned.
+        error: Why it failed: the exception's type name, or ``"cancelled"``
+            ("" unless ``result`` is ``"failed"``).
+        went_on: The read went on bucket by bucket after it (False when it
+            answered the read, or when its failure or the caller's leaving
+            ended the read).
+    """
+
+    result: OneRequestResult
+    asked: int
+    rows: int = 0
+    bytes: int = 0
+    error: str = ""
+    went_on: bool = False
+
+    @property
+    def tried(self) -> bool:
+        """It was sent (it was not skipped)."""
+        return self.result != "skipped"
+
+    @property
+    def fitted(self) -> bool:
+        """The whole read fitted in it: ``result == "answered"``."""
+        return self.result == "answered"
+
+    def describe(self) -> str:
+        """What happened, in words (the end of :attr:`CallStats.strategy`)."""
+        if self.result == "skipped":
+            return (
+                "the one request over every bucket skipped this time "
+                "(the table's last ones came back full or failed)"
+            )
+        what = f"one request over every bucket for up to {self.asked} rows"
+        if self.result == "answered":
+            what += f" answered the read ({self.rows} rows)"
+        elif self.result == "failed":
+            what += f" failed ({self.error}) after {self.rows} rows"
+        elif self.result == "over_budget":
+            what += f" passed the byte budget after {self.rows} rows"
+        else:
+            what += f" came back full ({self.rows} rows)"
+        if self.went_on:
+            what += ", so the read went on bucket by bucket"
+        return what
+
+
 @final
 @dataclass(slots=True)
 class CallStats:
@@ -68,7 +149,10 @@ class CallStats:
             stream early (``break``, ``aclose()``, cancellation) is not an
             error: see ``ended_early``.
         ended_early: The caller stopped reading before the read was complete.
-        strategy: How the read ran, in words (the same as ``plan(...).explain()``).
+        settings: How a read ran: its budget, ordering, slots, sub-queries,
+            limit and one-request size (None for writes).
+        one_request: How a small read's one request over every bucket went
+            (None: the read did not consider one; see ``settings.one_request_rows``).
         requests: ReadRows requests the read sent across every bucket.
         rounds: Rounds of requests a read with a limit took (0 without a limit).
         peak_buffered_rows: The most rows the read had asked for and not yet
@@ -89,7 +173,8 @@ class CallStats:
     elapsed: float | None = None
     error: BaseException | None = None
     ended_early: bool = False
-    strategy: str = ""
+    settings: ReadSettings | None = None
+    one_request: OneRequestOutcome | None = None
     requests: int = 0
     rounds: int = 0
     peak_buffered_rows: int = 0
@@ -119,6 +204,21 @@ class CallStats:
         return max(counts) / (total / len(counts))
 
     @property
+    def strategy(self) -> str:
+        """How the read ran, in words ("" for writes).
+
+        Rendered from :attr:`settings` (the ``how:`` line of
+        ``plan(query).explain()``) and :attr:`one_request`. The words may
+        change between versions: a program reads the fields.
+        """
+        if self.settings is None:
+            return ""
+        text = self.settings.describe()
+        if self.one_request is not None:
+            text += "; " + self.one_request.describe()
+        return text
+
+    @property
     def retries(self) -> int:
         """Client-side retries across every bucket."""
         return sum(b.retries for b in self.buckets.values())
@@ -139,6 +239,10 @@ class CallStats:
             "error": None if self.error is None else repr(self.error),
             "ended_early": self.ended_early,
             "strategy": self.strategy,
+            "settings": None if self.settings is None else _settings_dict(self.settings),
+            "one_request": None
+            if self.one_request is None
+            else {name: getattr(self.one_request, name) for name in _ONE_FIELDS},
             "requests": self.requests,
             "rounds": self.rounds,
             "peak_buffered_rows": self.peak_buffered_rows,
@@ -157,6 +261,21 @@ class CallStats:
                 for k, b in sorted(self.buckets.items(), key=lambda kv: (kv[0] is not None, kv[0]))
             },
         }
+
+
+_ONE_FIELDS: Final = ("result", "asked", "rows", "bytes", "error", "went_on")
+
+
+def _settings_dict(settings: ReadSettings) -> dict[str, Any]:
+    return {
+        "ordered": settings.ordered,
+        "budget_rows": settings.budget.rows,
+        "budget_bytes": settings.budget.bytes,
+        "slots": settings.slots,
+        "subqueries": settings.subqueries,
+        "limit": settings.limit,
+        "one_request_rows": settings.one_request_rows,
+    }
 
 
 StatsHook = Callable[[CallStats], None]

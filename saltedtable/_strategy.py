@@ -41,6 +41,7 @@ __all__ = [
     "Ask",
     "OneRequestOdds",
     "ReadBudget",
+    "ReadSettings",
     "allowance",
     "capped_ask",
     "fetch_bound",
@@ -452,3 +453,98 @@ def unordered_shares(missing: int, idle: int, refill: int) -> int:
     """
     share = math.ceil(missing / max(1, idle)) << min(max(refill - 1, 0), 20)
     return max(1, min(missing, share))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    """How a read runs: what the table set it up with, and the shape of its plan.
+
+    A read's statistics carry it (:attr:`~saltedtable.CallStats.settings`);
+    ``plan(query).settings()`` gives the same without reading. Its
+    :meth:`describe` is the ``how:`` line of ``explain()``.
+
+    Attributes:
+        ordered: Rows are merged in logical key order (False: handed over as
+            they arrive).
+        budget: What the read may hold at once (the table's
+            :class:`ReadBudget`).
+        slots: Requests the table runs at once (``max_concurrent_subscans``),
+            or None where it is not known.
+        subqueries: Sub-queries the read runs: one per bucket that can hold
+            matching rows, plus the legacy side of a cutoff layout.
+        limit: The logical row limit (None: no limit).
+        one_request_rows: The row limit of the one request over every bucket
+            that the read sends first, when the table's recent ones fitted;
+            0 when the read does not try one (it is not small, its sub-queries
+            cannot be one request, or the layout has a cutoff).
+    """
+
+    ordered: bool
+    budget: ReadBudget
+    slots: int | None
+    subqueries: int
+    limit: int | None = None
+    one_request_rows: int = 0
+
+    def describe(self) -> str:
+        """How the read runs, in words: requests per bucket and what it holds at most."""
+        budget, ordered, n, limit = self.budget, self.ordered, self.subqueries, self.limit
+        if n == 0:
+            return "nothing to read"
+        merged = "merged in logical key order" if ordered else "unordered"
+        rows = budget.rows_for(DEFAULT_ROW_BYTES)
+        holds = (
+            f"budget {budget.rows} rows / {_size(budget.bytes)}, about {rows} rows at "
+            f"{DEFAULT_ROW_BYTES} B a row until the read measures its rows"
+        )
+        where = "1 sub-query" if n == 1 else f"{n} sub-queries read concurrently, {merged}"
+        if self.one_request_rows:
+            where = (
+                f"first one request naming all {n} sub-queries' keys and ranges, for up to "
+                f"{_rows(self.one_request_rows)} (fewer back: that was the whole read; the "
+                f"table tries it less often after full ones); else {where}"
+            )
+        if limit is None:
+            share = allowance(budget, n, DEFAULT_ROW_BYTES)
+            each = "it keeps" if n == 1 else "each keeps"
+            slots_note = ""
+            slots = self.slots or DEFAULT_MAX_CONCURRENT_SUBSCANS
+            if ordered and n > slots:
+                slots_note = (
+                    f"; with {n} sub-queries and {slots} requests at once "
+                    f"(max_concurrent_subscans), each first request asks "
+                    f"{_rows(first_request(share, n, slots))}"
+                )
+            return (
+                f"{where}; {each} up to {_rows(share)} asked for and not yet handed over, "
+                f"asking again at half{slots_note} ({holds})"
+            )
+        if not ordered or n == 1:
+            first = -(-limit // n)
+            return (
+                f"{where}; limit {limit}: {_rows(first)} asked of each, then what is "
+                f"still missing ({holds})"
+            )
+        sizes = first_round(limit, n, allowance(budget, n, DEFAULT_ROW_BYTES))
+        low, high = min(sizes), max(sizes)
+        each = _rows(low) if low == high else f"{low} or {high} rows"
+        return (
+            f"{where}; limit {limit} in rounds: the first asks {each} of each, "
+            f"{sum(sizes)} in all (enough for evenly salted data more often than not), a "
+            f"second asks each sub-query that may hold more of the first {limit} rows "
+            f"at most what it could add, together about what is left of "
+            f"{fetch_bound(limit, n)} rows (2 x limit + 2 x sub-queries), and a rare "
+            f"third all it could add ({holds})"
+        )
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"

@@ -1990,7 +1990,8 @@ async def _rounds_prefix_limit(
 
         sample, got = await timed_through(proxy, read)
         samples.append(sample)
-        tried += "one request over every bucket for up to" in seen[-1].strategy
+        one = seen[-1].one_request
+        tried += one is not None and one.tried
         if got != min(limit, ROWS_PER_USER):
             errors.append(f"rounds N={n} prefix limit={limit}: {got} rows")
     out = summarize_rounds(samples, proxy.delay)

@@ -31,7 +31,7 @@ def test_both_quickstarts_run_on_a_fresh_emulator() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "point read: b'user2#1700000003' -> b'click 2/3'" in out
-    assert "(1 request: one request over every bucket for up to 22 rows answered the read" in out
+    assert "(1 request over every bucket: answered, up to 22 rows)" in out
     assert "sync point read: b'user4#1700000002' -> b'view'" in out
     scan = out.split("sync scan, limit 4:")[1].split()
     assert scan == [repr(b"user1#%d" % (1700000000 + t)) for t in range(4)]

@@ -173,12 +173,18 @@ def test_a_small_sync_read_is_one_request_and_a_big_one_goes_on_by_bucket(
     rows = list(loaded.read_prefix(b"user012", stats=stats))
     assert [r.row_key for r in rows] == KEYS[1200:1300]
     assert stats.requests == 1
-    assert "answered the read (100 rows)" in stats.strategy
+    one = stats.one_request
+    assert one is not None
+    assert (one.result, one.asked, one.rows, one.went_on) == ("answered", 1000, 100, False)
 
     small = SaltedTable(loaded.table, SCHEME, budget=ReadBudget(one_request_rows=10))
     again = list(small.read_prefix(b"user012", stats=stats))
     assert [r.row_key for r in again] == KEYS[1200:1300]
-    assert "came back full (10 rows)" in stats.strategy
+    one = stats.one_request
+    assert one is not None
+    assert (one.result, one.asked, one.rows, one.went_on) == ("full", 10, 10, True)
+    assert stats.settings is not None
+    assert stats.settings.one_request_rows == 10
     assert stats.requests > 16
 
     stream = loaded.read_prefix(b"user03")

@@ -54,6 +54,7 @@ from hypothesis import strategies as st
 from saltedtable import (
     SCHEME_ROW_KEY,
     CallStats,
+    OneRequestOutcome,
     QueryPlanError,
     ReadBudget,
     SaltedTable,
@@ -1159,7 +1160,13 @@ async def test_a_small_bounded_read_is_one_request_over_every_bucket(
     assert len(proxy.records) == 1
     assert len(proxy.records[0].query.row_ranges) == 16
     assert stats.requests == 1
-    assert "answered the read (100 rows)" in stats.strategy
+    one = stats.one_request
+    assert one is not None
+    assert one == OneRequestOutcome("answered", 1000, 100, one.bytes)
+    assert one.bytes == sum(b.bytes for b in stats.buckets.values()) > 0
+    assert stats.settings is not None
+    assert (stats.settings.subqueries, stats.settings.one_request_rows) == (16, 1000)
+    assert stats.settings.ordered is ordered
     assert stats.rows == 100
 
     proxy.records.clear()
@@ -1197,14 +1204,19 @@ async def test_a_bounded_read_bigger_than_one_request_goes_on_bucket_by_bucket(
     first = proxy.records[0].query
     assert (len(first.row_ranges), first.limit) == (16, 50)
     assert all(len(r.query.row_ranges) == 1 for r in proxy.records[1:])
-    assert "came back full (50 rows)" in stats.strategy
+    one = stats.one_request
+    assert one is not None
+    assert one == OneRequestOutcome("full", 50, 50, one.bytes, went_on=True)
     assert stats.requests == len(proxy.records)
 
     proxy.records.clear()
     again = await salted.read_rows(query, stats=stats)
     assert [r.row_key for r in again] == keys[1000:1400]
     assert all(len(r.query.row_ranges) == 1 for r in proxy.records)
-    assert "skipped" in stats.strategy
+    assert stats.one_request == OneRequestOutcome("skipped", 50)
+    assert not stats.one_request.tried
+    assert "skipped this time" in stats.strategy  # the words say what the fields say
+    assert stats.requests == len(proxy.records)  # the skipped one request is not counted
     proxy.assert_clean()
     await assert_no_tasks_left(before)
 
@@ -1222,7 +1234,14 @@ async def test_a_failed_one_request_falls_back_to_the_buckets(
     rows = await collect(salted.read_prefix(b"key-002", stats=stats))
     assert [r.row_key for r in rows] == keys[200:300]
     assert [r.outcome for r in proxy.records].count("failed") == 1
-    assert "failed (ServiceUnavailable) after 3 rows, so the read went on" in stats.strategy
+    one = stats.one_request
+    assert one is not None
+    assert (one.result, one.error, one.rows, one.went_on) == (
+        "failed",
+        "ServiceUnavailable",
+        3,
+        True,
+    )
     proxy.assert_clean()
     await assert_no_tasks_left(before)
 
@@ -1277,7 +1296,9 @@ async def test_a_caller_that_leaves_during_the_one_request_leaves_nothing_runnin
     assert len(record.query.row_ranges) == 16
     assert (record.outcome, record.rows) == ("cancelled", 2)
     assert stats.requests == 1
-    assert "failed (cancelled) after 2 rows" in stats.strategy
+    one = stats.one_request
+    assert one is not None
+    assert (one.result, one.error, one.rows, one.went_on) == ("failed", "cancelled", 2, False)
     assert stats.ended_early
     proxy.assert_clean()
     await assert_no_tasks_left(before)
@@ -1327,8 +1348,13 @@ async def test_one_request_reads_with_filters_keys_and_limits_match_the_plain_ta
                 else:  # the range keys[100:300] holds 200 rows
                     size, total = (min(rows, 2 * limit + 32) if ordered else min(rows, limit)), 200
                 fits = total < size or (not ordered and limit is not None and size >= limit)
-                expect = "answered the read" if fits else "came back full"
-                assert expect in stats.strategy, (rows, count, stats.strategy)
+                assert stats.one_request is not None
+                assert stats.one_request.result == ("answered" if fits else "full"), (
+                    rows,
+                    count,
+                    stats.one_request,
+                )
+                assert stats.one_request.asked == size
 
 
 async def test_an_unordered_limited_read_is_always_one_request(
@@ -1345,7 +1371,9 @@ async def test_an_unordered_limited_read_is_always_one_request(
     assert len(rows) == len({r.row_key for r in rows}) == 30
     assert all(keys[0] <= r.row_key < keys[4000] for r in rows)
     assert [(len(r.query.row_ranges), r.query.limit) for r in proxy.records] == [(16, 30)]
-    assert "answered the read (30 rows)" in stats.strategy
+    one = stats.one_request
+    assert one is not None
+    assert (one.result, one.asked, one.rows) == ("answered", 30, 30)
 
     # Ordered limited reads that miss make the table skip their one request for a while;
     # unordered limited reads neither wait for that nor reset it.
@@ -1357,6 +1385,7 @@ async def test_an_unordered_limited_read_is_always_one_request(
     await salted.read_rows(
         ReadRowsQuery(row_ranges=RowRange(keys[0], keys[4000]), limit=10), stats=stats
     )
-    assert "skipped this time" in stats.strategy
+    assert stats.one_request is not None
+    assert stats.one_request.result == "skipped"
     assert all(len(r.query.row_ranges) == 1 for r in proxy.records)
     proxy.assert_clean()

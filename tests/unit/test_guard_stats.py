@@ -5,21 +5,28 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange
 from google.cloud.bigtable.data.mutations import SetCell
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from saltedtable import (
     SCHEME_ROW_KEY,
     CallStats,
     CutoffPolicy,
     LayoutError,
+    OneRequestOutcome,
     ReadBudget,
+    ReadSettings,
     SaltedTableAsync,
     SaltScheme,
     SchemeMismatchError,
@@ -30,7 +37,7 @@ from saltedtable import (
 from saltedtable._exceptions import layout_differences
 from saltedtable._guard import decode_layout, encode_layout
 from saltedtable._layout import _legacy_gaps
-from saltedtable.otel import stats_hook
+from saltedtable.otel import attributes, stats_hook
 from tests.fakes import FakeTable
 
 CUTOFF = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
@@ -290,6 +297,164 @@ async def test_otel_hook_records_instruments() -> None:
     read_rows = sum(p.value for p in points if p.attributes["saltedtable.operation"] == "read_rows")
     assert read_rows == 40
     provider.shutdown()
+
+
+# -- what a read did, as data ---------------------------------------------------------
+
+
+def span_exporter() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+async def test_a_read_records_its_settings_and_its_one_request() -> None:
+    """A small bounded read records the table's settings and that its one request
+    answered it; the next read on the same CallStats replaces both."""
+    budget = ReadBudget(rows=5000, one_request_rows=300)
+    table = SaltedTableAsync(FakeTable(), SaltScheme(4), budget=budget, max_concurrent_subscans=8)
+    await table.bulk_mutate_rows(entries(40))
+    stats = CallStats()
+    query = ReadRowsQuery(row_ranges=RowRange(b"k0000", b"k0020"))
+    assert len(await table.read_rows(query, ordered=False, stats=stats)) == 20
+    assert stats.settings == ReadSettings(
+        ordered=False, budget=budget, slots=8, subqueries=4, limit=None, one_request_rows=300
+    )
+    assert stats.settings == table.plan(query, ordered=False).settings()
+    one = stats.one_request
+    assert one is not None
+    assert one == OneRequestOutcome("answered", asked=300, rows=20, bytes=20 * 15)
+    assert (one.tried, one.fitted) == (True, True)
+    assert stats.requests == 1
+
+    await table.read_rows(ReadRowsQuery(limit=5), stats=stats)  # whole buckets: no one request
+    assert stats.one_request is None
+    assert stats.settings is not None
+    assert (stats.settings.limit, stats.settings.ordered) == (5, True)
+    assert stats.settings.one_request_rows == 0
+    assert stats.as_dict()["settings"]["limit"] == 5
+    assert stats.as_dict()["one_request"] is None
+
+    written = CallStats()
+    await table.bulk_mutate_rows(entries(3), stats=written)  # a write has no read settings
+    assert (written.settings, written.one_request, written.strategy) == (None, None, "")
+
+
+@pytest.mark.parametrize(
+    ("one", "words"),
+    [
+        (OneRequestOutcome("answered", 1000, 42, 900), "for up to 1000 rows answered the read (42"),
+        (
+            OneRequestOutcome("full", 50, 50, went_on=True),
+            "came back full (50 rows), so the read went on bucket by bucket",
+        ),
+        (
+            OneRequestOutcome("over_budget", 1000, 128, went_on=True),
+            "passed the byte budget after 128 rows, so the read went on",
+        ),
+        (
+            OneRequestOutcome("failed", 82, 3, error="ServiceUnavailable", went_on=True),
+            "failed (ServiceUnavailable) after 3 rows, so the read went on",
+        ),
+        (OneRequestOutcome("failed", 82, 2, error="cancelled"), "failed (cancelled) after 2 rows"),
+        (OneRequestOutcome("skipped", 50), "skipped this time"),
+    ],
+)
+def test_the_strategy_words_say_what_the_fields_say(one: OneRequestOutcome, words: str) -> None:
+    """``strategy`` is the settings' words, then the one request's: nothing but the fields."""
+    settings = ReadSettings(
+        ordered=True, budget=ReadBudget(), slots=64, subqueries=16, limit=10, one_request_rows=52
+    )
+    stats = CallStats(settings=settings, one_request=one)
+    assert stats.strategy == f"{settings.describe()}; {one.describe()}"
+    assert words in stats.strategy
+    assert ("went on bucket by bucket" in stats.strategy) is one.went_on
+    assert settings.describe().startswith("first one request naming all 16 sub-queries'")
+    assert "for up to 52 rows" in settings.describe()
+    assert "limit 10 in rounds" in settings.describe()
+    quiet = ReadSettings(ordered=False, budget=ReadBudget(), slots=64, subqueries=4)
+    assert "one request" not in quiet.describe()
+    assert quiet.describe().startswith("4 sub-queries read concurrently, unordered")
+
+
+async def test_otel_exports_settings_and_one_request() -> None:
+    """Spans carry the settings and the one request's outcome; a counter counts outcomes."""
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    tracers, exporter = span_exporter()
+    hook = stats_hook(meters.get_meter("test"), tracer=tracers.get_tracer("test"))
+    table = SaltedTableAsync(FakeTable(), SaltScheme(4), stats_hook=hook)
+    await table.bulk_mutate_rows(entries(40))
+    await table.read_rows(ReadRowsQuery(row_ranges=RowRange(b"k0000", b"k0010")))
+    write, read = exporter.get_finished_spans()
+    assert (write.name, read.name) == ("saltedtable.bulk_mutate_rows", "saltedtable.read_rows")
+    assert not any(k.startswith("saltedtable.read.") for k in write.attributes or {})
+    attrs = dict(read.attributes or {})
+    assert attrs["saltedtable.rows"] == 10
+    assert attrs["saltedtable.read.subqueries"] == 4
+    assert attrs["saltedtable.read.ordered"] is True
+    assert attrs["saltedtable.read.one_request_rows"] == 1000
+    assert attrs["saltedtable.read.budget_bytes"] == ReadBudget().bytes
+    assert "saltedtable.read.limit" not in attrs  # None: left out
+    assert attrs["saltedtable.one_request.result"] == "answered"
+    assert attrs["saltedtable.one_request.rows"] == 10
+    assert "saltedtable.one_request.error" not in attrs
+    assert read.start_time is not None
+    assert read.end_time is not None
+    assert read.start_time <= read.end_time
+    points = [
+        p
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "saltedtable.read.one_request"
+        for p in m.data.data_points
+    ]
+    assert [(p.attributes["saltedtable.one_request.result"], p.value) for p in points] == [
+        ("answered", 1)
+    ]
+    meters.shutdown()
+
+
+def test_otel_span_of_a_failed_call_has_an_error_status() -> None:
+    """A call that failed ends its span with an error status and the exception."""
+    tracers, exporter = span_exporter()
+    hook = stats_hook(MeterProvider().get_meter("test"), tracer=tracers.get_tracer("test"))
+    stats = CallStats(operation="read_rows")
+    stats.finish(RuntimeError("boom"))
+    hook(stats)
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert [e.name for e in span.events] == ["exception"]
+    assert attributes(stats)["saltedtable.operation"] == "read_rows"
+
+
+async def test_the_observability_snippet_runs_and_prints_what_the_docs_say(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The "What a read did" snippet of docs/observability.md, run on a 4-bucket table
+    of 10 ``user1#`` rows, prints what the text after it says."""
+    doc = (Path(__file__).parents[2] / "docs" / "observability.md").read_text(encoding="utf-8")
+    section = doc.split("## What a read did", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "observability.md", "exec"), namespace)
+    table = SaltedTableAsync(FakeTable(), SaltScheme(4))
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(f"user1#{i}", SetCell("f1", b"q", b"v")) for i in range(10)]
+        + [RowMutationEntry(f"user2#{i}", SetCell("f1", b"q", b"v")) for i in range(5)]
+    )
+    stats = await namespace["how_it_ran"](table)
+    assert stats.rows == 10
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "sub-queries: 4 ordered: True",
+        "one request of up to 1000 rows",
+        "answered 10 rows, went on: False",
+    ]
+    for line in printed:  # the docs quote each line
+        assert f"`{line}`" in " ".join(section.split())
 
 
 # -- the guard by default ------------------------------------------------------------

@@ -71,7 +71,12 @@ async def test_limited_reads_ask_little() -> None:
     assert [r.row_key for r in rows] == KEYS[:10]
     assert all(q.limit is not None and q.limit <= 10 for q in fake.stats.queries)
     assert stats.rounds in (1, 2)
-    assert "limit 10 in rounds" in stats.strategy
+    settings = stats.settings
+    assert settings is not None
+    assert (settings.limit, settings.subqueries, settings.ordered) == (10, 4, True)
+    assert settings.budget == table.budget
+    assert settings.one_request_rows == 0  # a read of whole buckets is not one request
+    assert stats.one_request is None
 
 
 @pytest.mark.parametrize("ordered", [True, False])
@@ -197,7 +202,9 @@ async def test_stats_of_a_read_left_early() -> None:
     assert all(b.first_page_seconds is not None for b in stats.buckets.values())
     assert stats.requests >= 4
     assert 0 < stats.peak_buffered_rows <= table.budget.rows + 4
-    assert "4 sub-queries" in stats.strategy
+    assert stats.settings is not None
+    assert stats.settings.subqueries == 4
+    assert stats.settings.limit is None
 
 
 @pytest.mark.parametrize("read", ["one-request", "left-early"])
@@ -246,7 +253,11 @@ async def test_a_read_cancelled_during_its_cleanup_is_still_reported_once(read: 
     assert stats.error is None
     assert stats.operation == "read_rows_stream"
     if read == "one-request":
-        assert "one request over every bucket" in stats.strategy
+        one = stats.one_request
+        assert one is not None
+        assert one.tried
+        assert one.result == "answered"
+        assert one.rows == 10
         assert stats.rows == 10
     else:
         assert stats.rows == 1

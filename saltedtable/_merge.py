@@ -89,13 +89,16 @@ T = TypeVar("T")
 #: work per wake visits every source, so larger batches share it.
 WAKE_BATCH: Final = 8
 #: Seconds after which a waiting consumer takes whatever has arrived, even
-#: short of :data:`WAKE_BATCH`: the most batching adds to an item's latency.
+#: short of :data:`WAKE_BATCH`, while items come slowly; while they flow, a
+#: wait is bounded by :data:`STALL_SECONDS` instead (see ``Merge._wait``):
+#: the most batching adds to an item's latency is the larger of the two.
 WAKE_DELAY: Final = 0.002
 _NEVER: Final = 1 << 62
 #: :attr:`Feed.wake_at` while the consumer does not wait for the feed: a source
 #: may skip the length check while ``wake_at >= UNWATCHED``.
 UNWATCHED: Final = _NEVER
-#: A wait without a timer that lasted this long makes the next waits timed (see ``Merge._wait``).
+#: The coarse timer of a wait while items flow; a wait that lasted this long
+#: makes the next waits timed by :data:`WAKE_DELAY` (see ``Merge._wait``).
 STALL_SECONDS: Final = 0.05
 #: Seconds a limited read that is complete waits for its last requests to end by themselves.
 DRAIN_SECONDS: Final = 1.0
@@ -850,10 +853,11 @@ class Merge(MergeCore[T]):
         every iteration (about five calls a row on a scan), so only waits
         where rows come slowly have one: the first wait of a merge, a wait
         after a timed one in which no item came, and a wait after one that
-        lasted :data:`STALL_SECONDS`. While rows flow, batches fill without
-        a timer. So an item that comes slowly waits at most ``wake_delay``,
-        except that a stall right after rows flowed can hold up to ``batch -
-        1`` items until it ends, the batch fills or the request ends.
+        lasted :data:`STALL_SECONDS`. While rows flow, batches fill with
+        only a coarse timer of :data:`STALL_SECONDS`. So an item that comes
+        slowly waits at most ``wake_delay``, except that a stall right after
+        rows flowed can hold up to ``batch - 1`` items for
+        :data:`STALL_SECONDS` (then the waits are timed again).
         With None only a request's end (or a failure) wakes. A wait for the
         ``first`` items of feeds is always timed.
         """
@@ -874,21 +878,25 @@ class Merge(MergeCore[T]):
                 timer = loop.call_later(self._wake_delay, self._wake)
                 held = sum(len(feed.keys) for feed in feeds)
             else:
+                # A coarse timer: a stall right after fast rows holds what came
+                # before it for STALL_SECONDS at most, not until the batch fills.
                 started = loop.time()
+                timer = loop.call_later(STALL_SECONDS, self._wake)
         try:
             await waiter
         finally:
             self._waiter = None
             if first:
                 timer.cancel()  # type: ignore[union-attr]
+            elif started:
+                timer.cancel()  # type: ignore[union-attr]
+                self._timed = loop.time() - started >= STALL_SECONDS
             elif timer is not None:
                 timer.cancel()
                 # Timed out with no new item: rows come slowly, keep timing.
                 self._timed = (
                     timer.when() <= loop.time() and sum(len(f.keys) for f in feeds) <= held
                 )
-            elif started:
-                self._timed = loop.time() - started >= STALL_SECONDS
             for feed in feeds:
                 feed.wake_at = _NEVER
         if self._error is not None or self._closed:

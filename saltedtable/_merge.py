@@ -65,6 +65,7 @@ from ._strategy import (
     first_request,
     first_round,
     page_ask,
+    ramp,
     refills,
     unordered_shares,
 )
@@ -365,6 +366,8 @@ class MergeCore(Generic[T]):
             # Woken when the consumer takes from this feed, or room comes free.
             self._room_waiters.append(feed)
             return None
+        if not feed.largest:  # none of its rows measured yet: few rows, doubling
+            ask = ramp(ask, requests=feed.requests, measured=False)
         if not feed.requests and self._ordered and ask.cap:
             est = self._largest or DEFAULT_ROW_BYTES
             share = allowance(self._budget, self._live, est)
@@ -413,7 +416,7 @@ class MergeCore(Generic[T]):
         if pushed:
             self._got_items += pushed
             self._got_bytes += got
-            largest = max(1, feed.largest)
+            largest = feed.largest = max(1, feed.largest)  # (> 0: the feed has measured rows)
             if self._largest is None or largest > self._largest:
                 self._largest = largest
         if self._room_waiters:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import contextlib
 import threading
 import time
 import weakref
@@ -919,10 +920,8 @@ class Merge(MergeCore[T]):
         """From the watch's thread: wake the consumer if its untimed wait has lasted too long."""
         since, loop = self._untimed_since, self._loop
         if since and loop is not None and now - since >= STALL_SECONDS:
-            try:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits
                 loop.call_soon_threadsafe(self._wake_stalled, since)
-            except RuntimeError:  # the loop is closed: nothing waits any more
-                pass
 
     def _wake_stalled(self, since: float) -> None:
         if self._untimed_since == since:  # (still the same wait)

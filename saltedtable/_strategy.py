@@ -17,7 +17,8 @@ any seen before), so bytes asked for and not handed over never exceed the
 byte budget plus one row per bucket, whatever the row sizes.
 
 Reads without a limit keep each bucket topped up to its share of the budget
-(:func:`allowance`), in pages of at most half a share of bytes. Reads with
+(:func:`allowance`), in pages of at most half a share of bytes; before any of
+its rows is measured a bucket asks few rows (:func:`ramp`). Reads with
 a limit go in rounds: the first asks every bucket for enough that data
 spread evenly by the salt is answered in one round (:func:`first_round`),
 and the second asks each bucket that may still hold one of the first

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 

@@ -28,7 +28,14 @@ from hypothesis import strategies as st
 
 from saltedtable import CallStats, ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable._merge import Feed, Merge, Sent, ThreadMerge
-from saltedtable._strategy import DEFAULT_ROW_BYTES, Ask, capped_ask, page_ask
+from saltedtable._strategy import (
+    DEFAULT_ROW_BYTES,
+    FIRST_PAGE_ROWS,
+    Ask,
+    capped_ask,
+    page_ask,
+    ramp,
+)
 from tests.fakes import FakeTable, SyncFakeTable
 
 PROPERTY = settings(max_examples=25, deadline=None)
@@ -249,13 +256,13 @@ def test_pages_are_half_a_share_at_the_largest_row_seen() -> None:
     wide = page_ask(
         budget,
         live=16,
-        largest=64 << 10,
+        largest=(64 << 10) + len(b"k00000"),  # a row: 64 KiB of value and its key
         held_rows=0,
         held_bytes=0,
         rows_room=20_000,
         bytes_room=8 << 20,
     )
-    assert wide == Ask(4, 256 << 10)  # 256 KiB of 64 KiB rows
+    assert wide == Ask(3, 256 << 10)  # 256 KiB holds 3 such rows, not 4
     assert page_ask(
         budget,
         live=16,
@@ -277,6 +284,40 @@ def test_pages_are_half_a_share_at_the_largest_row_seen() -> None:
         )
         is None
     )  # it holds a row: it waits until that one is handed over
+
+
+def test_a_bucket_asks_few_rows_until_its_rows_are_measured() -> None:
+    page = Ask(512, 256 << 10)
+    assert ramp(page, requests=0, measured=False) == Ask(FIRST_PAGE_ROWS, 256 << 10)
+    # A request that brought nothing: twice as many, up to what the cap allows.
+    assert ramp(page, requests=1, measured=False) == Ask(2 * FIRST_PAGE_ROWS, 256 << 10)
+    assert ramp(page, requests=10, measured=False) == page
+    assert ramp(page, requests=0, measured=True) == page  # measured: the cap sizes it
+    assert ramp(Ask(1, 0), requests=0, measured=False) == Ask(1, 0)
+
+
+def test_a_read_of_narrow_rows_pages_by_bytes_after_its_first_requests() -> None:
+    """The first request of each source is FIRST_PAGE_ROWS; once measured, pages are
+    what the byte cap allows (the ramp does not keep a scan's pages small)."""
+    meter = Meter()
+    parts = [[(i * 4 + s, 100) for i in range(2000)] for s in range(4)]
+    sizes: dict[int, list[int]] = {}
+
+    class Recorded(AsyncSized):
+        async def __call__(self, size: int, feed: Feed[Item]) -> Sent:
+            sizes.setdefault(feed.index, []).append(size)
+            return await super().__call__(size, feed)
+
+    async def main() -> None:
+        merge = Merge([Recorded(p, meter) for p in parts], budget=ReadBudget(bytes=1 << 20))
+        async with merge:
+            async for batch in merge:
+                meter.take(batch)
+
+    asyncio.run(main())
+    for asked in sizes.values():
+        assert asked[0] == FIRST_PAGE_ROWS
+        assert max(asked[1:]) > 8 * FIRST_PAGE_ROWS
 
 
 def test_limited_requests_are_capped_by_bytes() -> None:

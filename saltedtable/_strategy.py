@@ -59,8 +59,10 @@ __all__ = [
 DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
 #: Bytes assumed per row, to turn a byte cap into a row limit, until a read has measured a row.
 DEFAULT_ROW_BYTES: Final = 512
-#: Rows a bucket's first page asks at most before any of its rows is measured (see :func:`ramp`).
-FIRST_PAGE_ROWS: Final = 16
+#: Rows a bucket's first page asks at most before any of its rows is measured (see
+#: :func:`ramp`): enough that a small read (a prefix of a few hundred rows over a few
+#: buckets) still takes one request per bucket.
+FIRST_PAGE_ROWS: Final = 64
 #: The first round of a limited read is sized so that rows spread evenly over
 #: the buckets need no second round with at least this probability...
 ONE_ROUND_PROBABILITY: Final = 0.6

@@ -60,9 +60,10 @@ DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
 #: Bytes assumed per row, to turn a byte cap into a row limit, until a read has measured a row.
 DEFAULT_ROW_BYTES: Final = 512
 #: Rows a bucket's first page asks at most before any of its rows is measured (see
-#: :func:`ramp`): enough that a small read (a prefix of a few hundred rows over a few
-#: buckets) still takes one request per bucket.
-FIRST_PAGE_ROWS: Final = 64
+#: :func:`ramp`): enough that a small read (a few hundred rows per bucket) still takes
+#: one request per bucket; it bounds the first pages of reads over few buckets, whose
+#: pages at the assumed 512 B a row are thousands of rows.
+FIRST_PAGE_ROWS: Final = 256
 #: The first round of a limited read is sized so that rows spread evenly over
 #: the buckets need no second round with at least this probability...
 ONE_ROUND_PROBABILITY: Final = 0.6

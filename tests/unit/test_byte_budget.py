@@ -309,7 +309,7 @@ def test_a_read_of_narrow_rows_pages_by_bytes_after_its_first_requests() -> None
             return await super().__call__(size, feed)
 
     async def main() -> None:
-        merge = Merge([Recorded(p, meter) for p in parts], budget=ReadBudget(bytes=1 << 20))
+        merge = Merge([Recorded(p, meter) for p in parts], budget=ReadBudget(bytes=4 << 20))
         async with merge:
             async for batch in merge:
                 meter.take(batch)

@@ -283,7 +283,7 @@ def test_a_read_without_a_limit_keeps_each_source_within_its_share() -> None:
     assert run(main) == list(range(4000))
     for s in sources:
         assert max(s.sizes) <= 100
-        assert s.sizes[0] == FIRST_PAGE_ROWS  # before its rows are measured: few
+        assert s.sizes[0] == min(FIRST_PAGE_ROWS, 100)  # (the ramp: test_byte_budget)
         assert min(s.sizes[1:-1]) >= 50
 
 

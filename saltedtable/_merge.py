@@ -47,7 +47,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import contextlib
 import threading
+import time
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, final
 
@@ -63,6 +66,7 @@ from ._strategy import (
     first_request,
     first_round,
     page_ask,
+    ramp,
     refills,
     unordered_shares,
 )
@@ -89,13 +93,17 @@ T = TypeVar("T")
 #: work per wake visits every source, so larger batches share it.
 WAKE_BATCH: Final = 8
 #: Seconds after which a waiting consumer takes whatever has arrived, even
-#: short of :data:`WAKE_BATCH`: the most batching adds to an item's latency.
+#: short of :data:`WAKE_BATCH`, while items come slowly; while they flow, a
+#: wait is bounded by about 1.5 x :data:`STALL_SECONDS` instead (see
+#: ``Merge._wait``): the most batching adds to an item's latency.
 WAKE_DELAY: Final = 0.002
 _NEVER: Final = 1 << 62
 #: :attr:`Feed.wake_at` while the consumer does not wait for the feed: a source
 #: may skip the length check while ``wake_at >= UNWATCHED``.
 UNWATCHED: Final = _NEVER
-#: A wait without a timer that lasted this long makes the next waits timed (see ``Merge._wait``).
+#: How long a wait while items flow (no timer) may last before a thread of
+#: saltedtable's wakes it; a wait that lasted this long makes the next waits
+#: timed by :data:`WAKE_DELAY` (see ``Merge._wait``).
 STALL_SECONDS: Final = 0.05
 #: Seconds a limited read that is complete waits for its last requests to end by themselves.
 DRAIN_SECONDS: Final = 1.0
@@ -359,6 +367,8 @@ class MergeCore(Generic[T]):
             # Woken when the consumer takes from this feed, or room comes free.
             self._room_waiters.append(feed)
             return None
+        if not feed.largest:  # none of its rows measured yet: few rows, doubling
+            ask = ramp(ask, requests=feed.requests, measured=False)
         if not feed.requests and self._ordered and ask.cap:
             est = self._largest or DEFAULT_ROW_BYTES
             share = allowance(self._budget, self._live, est)
@@ -407,7 +417,7 @@ class MergeCore(Generic[T]):
         if pushed:
             self._got_items += pushed
             self._got_bytes += got
-            largest = max(1, feed.largest)
+            largest = feed.largest = max(1, feed.largest)  # (> 0: the feed has measured rows)
             if self._largest is None or largest > self._largest:
                 self._largest = largest
         if self._room_waiters:
@@ -686,6 +696,9 @@ class Merge(MergeCore[T]):
         self._stop_requests = stop_requests
         self._waiter: asyncio.Future[None] | None = None
         self._timed = True  # the next batch wait has a timer (see _wait)
+        #: When the untimed batch wait running now began (0.0: none runs; see _StallWatch).
+        self._untimed_since = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._scope = anyio.CancelScope()
         self._task: asyncio.Task[None] | None = None
         self._iter: AsyncGenerator[list[T], None] | None = None
@@ -738,6 +751,7 @@ class Merge(MergeCore[T]):
         Safe to call more than once and from any task; never raises a producer error.
         """
         self._closed = self._stopping = True
+        _STALL_WATCH.discard(self)
         if self._live:
             # (Only while a producer runs: cancelling formats the task's repr,
             # which costs more than a small read's merge.)
@@ -851,9 +865,11 @@ class Merge(MergeCore[T]):
         where rows come slowly have one: the first wait of a merge, a wait
         after a timed one in which no item came, and a wait after one that
         lasted :data:`STALL_SECONDS`. While rows flow, batches fill without
-        a timer. So an item that comes slowly waits at most ``wake_delay``,
-        except that a stall right after rows flowed can hold up to ``batch -
-        1`` items until it ends, the batch fills or the request ends.
+        a timer on the loop; :class:`_StallWatch` wakes such a wait after
+        :data:`STALL_SECONDS` (checked every half of it, from a thread). So
+        an item that comes slowly waits at most ``wake_delay``, except that a
+        stall right after rows flowed can hold up to ``batch - 1`` items for
+        about 1.5 x :data:`STALL_SECONDS` (then the waits are timed again).
         With None only a request's end (or a failure) wakes. A wait for the
         ``first`` items of feeds is always timed.
         """
@@ -874,25 +890,91 @@ class Merge(MergeCore[T]):
                 timer = loop.call_later(self._wake_delay, self._wake)
                 held = sum(len(feed.keys) for feed in feeds)
             else:
-                started = loop.time()
+                # No timer on the loop: _StallWatch wakes a wait that lasts
+                # STALL_SECONDS (a stall right after fast rows), from its thread.
+                started = self._untimed_since = loop.time()
+                if self._loop is None:
+                    self._loop = loop
+                    _STALL_WATCH.add(self)
         try:
             await waiter
         finally:
             self._waiter = None
             if first:
                 timer.cancel()  # type: ignore[union-attr]
+            elif started:
+                self._untimed_since = 0.0
+                self._timed = loop.time() - started >= STALL_SECONDS
             elif timer is not None:
                 timer.cancel()
                 # Timed out with no new item: rows come slowly, keep timing.
                 self._timed = (
                     timer.when() <= loop.time() and sum(len(f.keys) for f in feeds) <= held
                 )
-            elif started:
-                self._timed = loop.time() - started >= STALL_SECONDS
             for feed in feeds:
                 feed.wake_at = _NEVER
         if self._error is not None or self._closed:
             self._stopped()
+
+    def _check_stall(self, now: float) -> None:
+        """From the watch's thread: wake the consumer if its untimed wait has lasted too long."""
+        since, loop = self._untimed_since, self._loop
+        if since and loop is not None and now - since >= STALL_SECONDS:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits
+                loop.call_soon_threadsafe(self._wake_stalled, since)
+
+    def _wake_stalled(self, since: float) -> None:
+        if self._untimed_since == since:  # (still the same wait)
+            self._wake()
+
+
+@final
+class _StallWatch:
+    """Wakes async merges whose untimed batch wait has lasted :data:`STALL_SECONDS`.
+
+    While rows flow, a consumer waits for full batches without a timer: a
+    pending timer costs the event loop work on every turn (about five calls
+    a row on a scan), which a thread that looks every half
+    :data:`STALL_SECONDS` does not. So rows that came just before a stall (a
+    sparse filter: the server scans without sending rows) wait at most
+    about 1.5 x :data:`STALL_SECONDS`, not until the stall ends. One thread
+    per process, started with the first such wait and gone once no merge is
+    left to watch (merges are held weakly).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._merges: weakref.WeakSet[Merge[Any]] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+
+    def add(self, merge: Merge[Any]) -> None:
+        with self._lock:
+            self._merges.add(merge)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="saltedtable-stall-watch", daemon=True
+                )
+                self._thread.start()
+
+    def discard(self, merge: Merge[Any]) -> None:
+        with self._lock:
+            self._merges.discard(merge)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(STALL_SECONDS / 2)
+            with self._lock:
+                merges = list(self._merges)
+                if not merges:
+                    self._thread = None
+                    return
+            now = time.monotonic()
+            for merge in merges:
+                merge._check_stall(now)
+            del merges
+
+
+_STALL_WATCH: Final = _StallWatch()
 
 
 # -- the thread driver (the sync table's) -------------------------------------------------

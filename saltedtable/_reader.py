@@ -560,8 +560,9 @@ class _Read(Generic[G]):
         if one is None or self._odds is None:
             return None
         if not self._ordered and rows == plan.limit:
-            # Any `limit` rows answer an unordered read: this one request always
-            # does (unless it fails), so it neither waits for nor moves the odds.
+            # Any `limit` rows answer an unordered read: this one request does
+            # unless it fails or stops at the budget's bytes (rows too wide), so
+            # it neither waits for nor moves the odds.
             self._odds = None
             return one
         if not self._odds.try_now():

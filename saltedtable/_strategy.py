@@ -17,7 +17,8 @@ any seen before), so bytes asked for and not handed over never exceed the
 byte budget plus one row per bucket, whatever the row sizes.
 
 Reads without a limit keep each bucket topped up to its share of the budget
-(:func:`allowance`), in pages of at most half a share of bytes. Reads with
+(:func:`allowance`), in pages of at most half a share of bytes; before any of
+its rows is measured a bucket asks few rows (:func:`ramp`). Reads with
 a limit go in rounds: the first asks every bucket for enough that data
 spread evenly by the salt is answered in one round (:func:`first_round`),
 and the second asks each bucket that may still hold one of the first
@@ -38,6 +39,7 @@ from typing import Any, Final, NamedTuple, final
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_SUBSCANS",
     "DEFAULT_ROW_BYTES",
+    "FIRST_PAGE_ROWS",
     "Ask",
     "OneRequestOdds",
     "ReadBudget",
@@ -49,6 +51,7 @@ __all__ = [
     "first_round",
     "one_request_size",
     "page_ask",
+    "ramp",
     "refills",
     "unordered_shares",
 ]
@@ -57,6 +60,11 @@ __all__ = [
 DEFAULT_MAX_CONCURRENT_SUBSCANS: Final = 64
 #: Bytes assumed per row, to turn a byte cap into a row limit, until a read has measured a row.
 DEFAULT_ROW_BYTES: Final = 512
+#: Rows a bucket's first page asks at most before any of its rows is measured (see
+#: :func:`ramp`): enough that a small read (a few hundred rows per bucket) still takes
+#: one request per bucket; it bounds the first pages of reads over few buckets, whose
+#: pages at the assumed 512 B a row are thousands of rows.
+FIRST_PAGE_ROWS: Final = 256
 #: The first round of a limited read is sized so that rows spread evenly over
 #: the buckets need no second round with at least this probability...
 ONE_ROUND_PROBABILITY: Final = 0.6
@@ -162,20 +170,19 @@ def one_request_size(
     buckets: int,
     *,
     ordered: bool,
-    largest: int | None = None,
 ) -> int:
     """The row limit of a small read's one request over every bucket (0: do not try it).
 
     ``budget.one_request_rows``, within what the budget allows at rows of
-    ``largest`` bytes (the largest row the table's reads have seen; None:
-    :data:`DEFAULT_ROW_BYTES`). The request also stops after the row that
-    takes it past ``budget.bytes``, which makes it a miss. For an
+    :data:`DEFAULT_ROW_BYTES` (nothing of the read is measured yet). The
+    request also stops after the row that takes it past ``budget.bytes``,
+    which makes it a miss. For an
     ordered read with a limit, at most :func:`fetch_bound` (a read bigger
     than that is better served by rounds, and a miss costs no more); for an
     unordered read with a limit, the limit itself (any ``limit`` rows answer
     it, so the one request always does).
     """
-    rows = min(budget.one_request_rows, budget.rows_for(largest or DEFAULT_ROW_BYTES))
+    rows = min(budget.one_request_rows, budget.rows_for(DEFAULT_ROW_BYTES))
     if limit is not None:
         rows = min(rows, fetch_bound(limit, buckets) if ordered else limit)
     return max(0, rows)
@@ -253,6 +260,25 @@ def page_ask(
         if bytes_room >= est and rows_room >= 1:
             return Ask(1, est)
     return None
+
+
+def ramp(ask: Ask, *, requests: int, measured: bool) -> Ask:
+    """``ask``, limited to few rows while the bucket has measured none of its rows.
+
+    Before a bucket has delivered a row, its rows' size is a guess (the
+    largest row of other buckets, or :data:`DEFAULT_ROW_BYTES`), so its
+    first request asks at most :data:`FIRST_PAGE_ROWS` rows, and each
+    request after one that delivered nothing twice as many as the one
+    before. Once a row is measured the byte cap at the largest row seen
+    sizes the request alone. A row wider than any seen still ends its
+    request at the cap (the source's cut), so the bound holds either way;
+    this keeps the first wave of a read of wide rows small instead of
+    cutting it short.
+    """
+    if measured:
+        return ask
+    most = FIRST_PAGE_ROWS << min(requests, 20)
+    return ask if ask.rows <= most else Ask(most, ask.cap)
 
 
 def capped_ask(rows: int, *, largest: int | None, cap: int) -> Ask | None:

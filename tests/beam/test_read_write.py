@@ -280,6 +280,36 @@ async def test_pages_stay_within_the_byte_budget(
     assert 20_000 < largest <= budget.bytes
 
 
+async def test_a_page_cut_at_the_budget_resumes_after_its_last_row(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """Narrow rows grow the pages (sized at the largest row seen); wide rows after them
+    take a page past the budget's bytes: read_page stops after that row and the next
+    page starts right after it, so every row is read exactly once."""
+    table_id = make_table(("cf",))
+    scheme = SaltScheme(2)
+    table = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), scheme)
+    narrow = [b"a%03d" % i for i in range(200)]  # 100 B each: pages double to 64 rows
+    wide = [b"b%03d" % i for i in range(40)]  # 20 KB each: a 64-row page passes 64 KiB
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(key, SetCell("cf", b"q", b"n" * 100, 1000)) for key in narrow]
+        + [RowMutationEntry(key, SetCell("cf", b"q", b"w" * 20_000, 1000)) for key in wide]
+    )
+    budget = ReadBudget(bytes=64 * 1024)
+    rows, _ = run_collect(
+        lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, scheme, budget=budget)
+    )
+    keys = sorted(row.row_key for row in rows)
+    assert keys == narrow + wide  # each once: the cursor resumed exactly after the cut
+    result = run_pipeline(
+        lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, scheme, budget=budget)
+    )
+    pages = result.metrics().query(MetricsFilter().with_name("page_bytes"))["distributions"]
+    largest = max(p.committed.max for p in pages)
+    # Only a page cut after the row past the budget holds more than the budget.
+    assert budget.bytes < largest <= budget.bytes + 20_000 + 8
+
+
 async def test_dict_queries_read_like_read_rows_query(
     data_client: BigtableDataClientAsync, make_table: MakeTable
 ) -> None:

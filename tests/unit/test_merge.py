@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saltedtable._merge import Feed, Merge, Sent
-from saltedtable._strategy import ReadBudget, allowance, fetch_bound
+from saltedtable._strategy import FIRST_PAGE_ROWS, ReadBudget, allowance, fetch_bound
 
 PROPERTY = settings(max_examples=80, deadline=None)
 
@@ -283,7 +283,8 @@ def test_a_read_without_a_limit_keeps_each_source_within_its_share() -> None:
     assert run(main) == list(range(4000))
     for s in sources:
         assert max(s.sizes) <= 100
-        assert min(s.sizes[:-1]) >= 50
+        assert s.sizes[0] == min(FIRST_PAGE_ROWS, 100)  # (the ramp: test_byte_budget)
+        assert min(s.sizes[1:-1]) >= 50
 
 
 @pytest.mark.parametrize("ordered", [True, False])
@@ -304,7 +305,8 @@ def test_with_more_sources_than_slots_first_requests_ask_less(ordered: bool) -> 
     share = allowance(budget, n, 1)  # then: the items measure 1 byte
     first = [s.sizes[0] for s in sources]
     # (At 512 B a row the bytes bind: a page is half a share of bytes.)
-    assert set(first) == {unmeasured // 4 if ordered else unmeasured // 2}
+    # (And before a source's rows are measured it asks FIRST_PAGE_ROWS at most.)
+    assert set(first) == {min(FIRST_PAGE_ROWS, unmeasured // 4 if ordered else unmeasured // 2)}
     later = [size for s in sources for size in s.sizes[1:-1]]
     assert later
     assert max(later) <= share

@@ -50,7 +50,7 @@ from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
-from ._slots import Slots
+from ._slots import AsyncSlots, Slots
 from ._stats import BucketStats, CallStats, StatsHook, current_bucket, report
 from ._strategy import OneRequestOdds, ReadBudget, one_request_size
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
@@ -181,7 +181,7 @@ class BucketSource(_BucketRequests):
         *,
         deadline: float,
         timeouts: Timeouts,
-        limiter: anyio.CapacityLimiter,
+        limiter: AsyncSlots,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
@@ -209,7 +209,9 @@ class BucketSource(_BucketRequests):
         # The slot is held for this one request; waiting for it counts
         # against the read's operation_timeout like the request itself.
         try:
-            if not await take_slot(limiter, self._deadline):
+            # Read-ahead (the consumer does not wait for this bucket) yields to
+            # requests whose consumers wait (see _slots).
+            if not await take_slot(limiter, self._deadline, feed.urgent):
                 raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
         except BaseException:
             if token is not None:
@@ -396,7 +398,7 @@ class OneRequestSource(_OneRequest):
         *,
         deadline: float,
         timeouts: Timeouts,
-        limiter: anyio.CapacityLimiter,
+        limiter: AsyncSlots,
         stats: list[BucketStats | None],
         cap: int,
     ) -> None:
@@ -459,18 +461,16 @@ class OneRequestSource(_OneRequest):
         return Sent(self.received, False)
 
 
-async def take_slot(limiter: anyio.CapacityLimiter, deadline: float) -> bool:
+async def take_slot(
+    limiter: AsyncSlots, deadline: float, urgent: Callable[[], bool] | None = None
+) -> bool:
     """Take one of the table's request slots by ``deadline``; False if none came free.
 
     A free slot is taken at once: no timer, no trip through the event loop.
+    ``urgent`` says whether the request is foreground (None: always; see
+    :mod:`._slots`).
     """
-    try:
-        limiter.acquire_nowait()
-    except anyio.WouldBlock:
-        with anyio.move_on_after(deadline - time.monotonic()) as waiting:
-            await limiter.acquire()
-        return not waiting.cancelled_caught
-    return True
+    return await limiter.take(deadline, urgent)
 
 
 def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
@@ -684,7 +684,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         *,
         operation: str,
         timeouts: Timeouts,
-        limiter: anyio.CapacityLimiter,
+        limiter: AsyncSlots,
         ordered: bool,
         budget: ReadBudget,
         stats: CallStats | None,
@@ -878,7 +878,7 @@ class SyncBucketSource(_BucketRequests):
         try:
             # The slot is held for this one request; waiting for it counts
             # against the read's operation_timeout like the request itself.
-            if not take_sync_slot(self._slots, self._deadline, request):
+            if not take_sync_slot(self._slots, self._deadline, request, feed.urgent):
                 if request.stopped:
                     return Sent(0, False)
                 raise annotate(slot_timeout(self._timeouts, self._slots.total), self.sub, None)
@@ -1036,9 +1036,17 @@ class SyncOneRequestSource(_OneRequest):
         return Sent(self.received, False)
 
 
-def take_sync_slot(slots: Slots, deadline: float, request: SyncRequest) -> bool:
-    """Take one of the sync table's request slots by ``deadline``, unless the read stops first."""
-    return slots.acquire(deadline, request.is_stopped)
+def take_sync_slot(
+    slots: Slots,
+    deadline: float,
+    request: SyncRequest,
+    urgent: Callable[[], bool] | None = None,
+) -> bool:
+    """Take one of the sync table's request slots by ``deadline``, unless the read stops first.
+
+    ``urgent`` says whether the request is foreground (None: always; see :mod:`._slots`).
+    """
+    return slots.acquire(deadline, request.is_stopped, urgent)
 
 
 @final

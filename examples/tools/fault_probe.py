@@ -5,7 +5,8 @@ Run from the repository root (starts its own emulator)::
     .venv/bin/python examples/tools/fault_probe.py r2 [--op 30 --attempt 5 | --defaults]
     .venv/bin/python examples/tools/fault_probe.py r3 [--slots 1 2]
     .venv/bin/python examples/tools/fault_probe.py r4
-    .venv/bin/python examples/tools/fault_probe.py fair [--slots 1 2 8 64 --reads 30 --tables async sync]
+    .venv/bin/python examples/tools/fault_probe.py fair [--slots 1 2 8 64 --reads 20]
+        [--tables async sync] [--budget-rows 20000]
 
 r2: a 20,000-row 16-bucket table read (unordered) by the sync table through a proxy
 that stalls once 300 kB went to the client (requests mid-stream); ``break`` then
@@ -46,7 +47,7 @@ from google.cloud.bigtable.data import (
     SetCell,
 )
 
-from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, create_table, start_emulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -286,7 +287,10 @@ async def _fair_async(address: str, args: argparse.Namespace, slots: int | None)
         table: Any = client.get_table(INSTANCE, "plain")
     else:
         table = SaltedTableAsync(
-            client.get_table(INSTANCE, "fair"), SCHEME, max_concurrent_subscans=slots
+            client.get_table(INSTANCE, "fair"),
+            SCHEME,
+            max_concurrent_subscans=slots,
+            budget=ReadBudget(rows=args.budget_rows),
         )
     await table.read_rows(_fair_small(0))  # connected (and the guard's record read)
     stop = asyncio.Event()
@@ -325,7 +329,12 @@ def _fair_sync(address: str, args: argparse.Namespace, slots: int | None) -> lis
             table: Any = client.get_table(INSTANCE, "plain")
         else:
             table = SaltedTable.from_client(
-                client, INSTANCE, "fair", SCHEME, max_concurrent_subscans=slots
+                client,
+                INSTANCE,
+                "fair",
+                SCHEME,
+                max_concurrent_subscans=slots,
+                budget=ReadBudget(rows=args.budget_rows),
             )
         table.read_rows(_fair_small(0))
         stop = threading.Event()
@@ -413,6 +422,7 @@ def main() -> None:
     parser.add_argument("--stall-after", type=int, default=300_000, help="r2: bytes, then stall")
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--reads", type=int, default=10)
+    parser.add_argument("--budget-rows", type=int, default=20_000, help="fair: the read budget")
     parser.add_argument("--tables", nargs="+", choices=["async", "sync"], default=["async"])
     args = parser.parse_args()
     with start_emulator() as emulator:

@@ -1,0 +1,263 @@
+"""Fair sharing of a table's slots: foreground requests first, FIFO within a class (issue 26).
+
+A background request (read-ahead while its consumer has rows to take) takes a
+slot only while no foreground request (one whose consumer waits) waits; a
+background waiter is served once no foreground waits, or as soon as its own
+consumer waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from saltedtable._merge import Merge, Sent
+from saltedtable._slots import AsyncSlots, Slots, next_waiter
+from saltedtable._strategy import ReadBudget
+
+
+@dataclass
+class W:
+    """A waiter for ``next_waiter``: foreground while ``fg`` holds."""
+
+    name: int
+    fg: bool
+    asked: list[int] = field(default_factory=list)
+
+    @property
+    def urgent(self) -> object:
+        def check() -> bool:
+            self.asked.append(1)
+            return self.fg
+
+        return check
+
+
+@given(st.lists(st.booleans(), max_size=30))
+def test_hand_overs_serve_foreground_in_order_then_background_in_order(classes: list[bool]) -> None:
+    queue = deque(W(i, fg) for i, fg in enumerate(classes))
+    served = [next_waiter(queue).name for _ in classes]
+    fg = [i for i, c in enumerate(classes) if c]
+    bg = [i for i, c in enumerate(classes) if not c]
+    assert served == fg + bg
+    assert not queue
+
+
+def test_a_waiter_without_a_check_is_foreground() -> None:
+    class Plain:
+        urgent = None
+
+    bg, plain = W(0, False), Plain()
+    queue: deque[object] = deque([bg, plain])
+    assert next_waiter(queue) is plain  # type: ignore[arg-type]
+    assert next_waiter(queue) is bg  # type: ignore[arg-type]
+
+
+# -- AsyncSlots against a model, operation by operation ------------------------------------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("ask"), st.booleans()),  # a new waiter, foreground or not
+        st.tuples(st.just("release"), st.just(False)),
+        st.tuples(st.just("promote"), st.integers(0, 40)),  # a waiter's consumer now waits
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(total=st.integers(1, 3), ops=OPS)
+def test_async_slots_follow_the_model(total: int, ops: list[tuple[str, object]]) -> None:
+    """Every hand-over goes to the oldest foreground waiter, else the oldest background one.
+
+    So: FIFO within a class, no background grant while foreground waits, and at the end
+    (foreground idle) every background waiter is served.
+    """
+
+    async def run() -> None:
+        slots = AsyncSlots(total)
+        fg: dict[int, bool] = {}
+        model: list[int] = []  # waiters in the order they asked
+        granted: list[int] = []
+        tasks: list[asyncio.Task[None]] = []
+        held = 0
+        for _ in range(total):  # every slot busy: the waits below queue
+            assert await slots.take(time.monotonic())
+            held += 1
+
+        async def wait(i: int) -> None:
+            assert await slots.take(float("inf"), lambda: fg[i])
+            granted.append(i)
+
+        async def settle() -> None:
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+        def expect() -> int:
+            for i in model:
+                if fg[i]:
+                    return i
+            return model[0]
+
+        async def release() -> None:
+            nonlocal held
+            want = expect() if model else None
+            slots.release()
+            await settle()
+            if want is None:
+                held -= 1
+                assert slots.free == total - held
+            else:
+                assert granted[-1] == want  # (it holds the slot now)
+                model.remove(want)
+
+        for op, arg in ops:
+            if op == "ask":
+                i = len(fg)
+                fg[i] = bool(arg)
+                tasks.append(asyncio.create_task(wait(i)))
+                if held < total:  # a free slot nobody waits for: taken at once
+                    assert not model
+                    held += 1
+                    await settle()
+                    assert granted[-1] == i
+                    continue
+                model.append(i)
+                await settle()
+                assert slots.waiting == len(model)
+            elif op == "release" and held:
+                await release()
+            elif op == "promote" and model:
+                fg[model[int(arg) % len(model)]] = True  # type: ignore[call-overload]
+        while model:  # foreground idle from here: the rest is served, none left waiting
+            await release()
+        await asyncio.gather(*tasks)
+        assert len(granted) == len(fg)
+
+    asyncio.run(run())
+
+
+async def test_an_async_wait_ends_at_its_deadline_and_a_cancelled_one_passes_its_slot_on() -> None:
+    slots = AsyncSlots(1)
+    assert await slots.take(time.monotonic() - 1)  # free: taken even past the deadline
+    assert not await slots.take(time.monotonic() + 0.01)
+    assert slots.waiting == 0
+    waiter = asyncio.create_task(slots.take(float("inf")))
+    behind = asyncio.create_task(slots.take(float("inf"), lambda: False))
+    await asyncio.sleep(0)
+    slots.release()  # handed to `waiter`, which is cancelled before it wakes
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await behind  # the slot went on to the next waiter
+    slots.release()
+    assert slots.free == 1
+    assert slots.borrowed_tokens == 0
+    with pytest.raises(ValueError, match="released more often"):
+        slots.release()
+    with pytest.raises(ValueError, match="total must be >= 1"):
+        AsyncSlots(0)
+    with pytest.raises(anyio.WouldBlock):
+        async with slots:
+            slots.acquire_nowait()
+
+
+# -- the sync Slots ----------------------------------------------------------------------
+
+
+def test_sync_slots_serve_foreground_first_and_background_once_foreground_is_idle() -> None:
+    slots = Slots(1)
+    assert slots.acquire(time.monotonic())
+    fg: dict[str, bool] = {"bg1": False, "bg2": False, "fg1": True, "fg2": True}
+    order: list[str] = []
+    threads = []
+    for name in ("bg1", "bg2", "fg1", "fg2"):
+
+        def wait(name: str = name) -> None:
+            assert slots.acquire(time.monotonic() + 30, urgent=lambda: fg[name])
+            order.append(name)
+            slots.release()
+
+        threads.append(threading.Thread(target=wait))
+        threads[-1].start()
+        count = len(threads)
+        deadline = time.monotonic() + 10
+        while slots.waiting < count:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    fg["bg2"] = True  # its consumer now waits: foreground, in the order it first asked
+    slots.release()
+    for thread in threads:
+        thread.join()
+    assert order == ["bg2", "fg1", "fg2", "bg1"]
+    assert slots.free == 1
+
+
+# -- the signal: Feed.urgent ---------------------------------------------------------------
+
+
+async def test_read_ahead_is_background_until_the_consumer_waits_for_it() -> None:
+    """A feed's first request is foreground; its read-ahead is background while the consumer
+    has items to take, and foreground again once the consumer waits for that feed."""
+    seen: list[tuple[int, bool]] = []
+    gate = asyncio.Event()
+
+    def source(index: int) -> object:
+        keys = iter(range(index, 400, 2))
+
+        async def call(size: int, feed: object) -> Sent:
+            seen.append((index, feed.urgent()))  # type: ignore[attr-defined]
+            if len(seen) > 2:
+                await gate.wait()  # read-ahead waits until the test says
+            pushed = 0
+            for key in keys:
+                feed.keys.append(key)  # type: ignore[attr-defined]
+                feed.items.append(key)  # type: ignore[attr-defined]
+                pushed += 1
+                if pushed == size:
+                    return Sent(pushed, True)
+            return Sent(pushed, False)
+
+        return call
+
+    merge = Merge([source(0), source(1)], budget=ReadBudget(rows=40))  # type: ignore[list-item]
+    async with merge:
+        first = await anext(aiter(merge))
+        assert first[0] == 0
+        assert seen[:2] == [(0, True), (1, True)]  # first requests: foreground
+        with anyio.fail_after(10):
+            while len(seen) < 3:  # noqa: ASYNC110 (polls the sources, no event)
+                await asyncio.sleep(0)
+        assert seen[2][1] is False  # read-ahead, the consumer is busy: background
+        feeds = merge._feeds
+        assert not any(f.urgent() for f in feeds if f.keys)
+        # The consumer drains what it holds and waits: the feeds it waits for are foreground.
+        taker = asyncio.create_task(drain(merge))
+        with anyio.fail_after(10):
+            while not any(f.urgent() for f in feeds if not f.done):  # noqa: ASYNC110 (polls the merge's state)
+                await asyncio.sleep(0)
+        gate.set()
+        rows = first + await taker
+        assert rows == list(range(400))
+
+
+async def drain(merge: Merge[int]) -> list[int]:
+    out: list[int] = []
+    async for batch in merge:
+        out += batch
+    return out
+
+
+async def test_a_limited_read_is_always_foreground() -> None:
+    merge = Merge([lambda size, feed: None], limit=5)  # type: ignore[list-item, arg-type, return-value]
+    feed = merge._feeds[0]
+    feed.keys.append(1)
+    assert feed.urgent()

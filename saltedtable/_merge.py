@@ -192,6 +192,11 @@ class Feed(Generic[T]):
         self.wake_at = _NEVER
         self._merge._wake()
 
+    @property
+    def read(self) -> object:
+        """The merge this feed belongs to: the read whose slots its requests count in."""
+        return self._merge
+
     def urgent(self) -> bool:
         """Whether the consumer waits, or will wait, for this feed's next request.
 

@@ -211,7 +211,7 @@ class BucketSource(_BucketRequests):
         try:
             # Read-ahead (the consumer does not wait for this bucket) yields to
             # requests whose consumers wait (see _slots).
-            if not await take_slot(limiter, self._deadline, feed.urgent):
+            if not await take_slot(limiter, self._deadline, feed.urgent, feed.read):
                 raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
         except BaseException:
             if token is not None:
@@ -286,7 +286,7 @@ class BucketSource(_BucketRequests):
                             # Stopped at its cap, failed or cancelled: make sure the RPC ends too.
                             await end_stream(stream)
             finally:
-                limiter.release()
+                limiter.release(feed.read)
                 if token is not None:
                     current_bucket().reset(token)
         if capped:
@@ -426,7 +426,7 @@ class OneRequestSource(_OneRequest):
         if self.stopped or self.received:
             return Sent(0, False)
         limiter = self._limiter
-        if not await take_slot(limiter, self._deadline):
+        if not await take_slot(limiter, self._deadline, None, self):
             raise slot_timeout(self._timeouts, limiter.total_tokens)
         started = time.monotonic()
         stream = None
@@ -454,7 +454,7 @@ class OneRequestSource(_OneRequest):
                 raise
         finally:
             self.stream = None
-            limiter.release()
+            limiter.release(self)
             if stream is not None:
                 with anyio.CancelScope(shield=True):
                     await (stream.aclose() if complete else end_stream(stream))
@@ -462,15 +462,18 @@ class OneRequestSource(_OneRequest):
 
 
 async def take_slot(
-    limiter: AsyncSlots, deadline: float, urgent: Callable[[], bool] | None = None
+    limiter: AsyncSlots,
+    deadline: float,
+    urgent: Callable[[], bool] | None = None,
+    owner: object = None,
 ) -> bool:
     """Take one of the table's request slots by ``deadline``; False if none came free.
 
     A free slot is taken at once: no timer, no trip through the event loop.
-    ``urgent`` says whether the request is foreground (None: always; see
-    :mod:`._slots`).
+    ``urgent`` says whether the request is foreground (None: always), ``owner``
+    which read it is for (see :mod:`._slots`); release the slot with the same owner.
     """
-    return await limiter.take(deadline, urgent)
+    return await limiter.take(deadline, urgent, owner)
 
 
 def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
@@ -878,14 +881,14 @@ class SyncBucketSource(_BucketRequests):
         try:
             # The slot is held for this one request; waiting for it counts
             # against the read's operation_timeout like the request itself.
-            if not take_sync_slot(self._slots, self._deadline, request, feed.urgent):
+            if not take_sync_slot(self._slots, self._deadline, request, feed.urgent, feed.read):
                 if request.stopped:
                     return Sent(0, False)
                 raise annotate(slot_timeout(self._timeouts, self._slots.total), self.sub, None)
             try:
                 return self._request(query, size, feed, merge, stats)
             finally:
-                self._slots.release()
+                self._slots.release(feed.read)
         finally:
             if token is not None:
                 current_bucket().reset(token)
@@ -1001,7 +1004,7 @@ class SyncOneRequestSource(_OneRequest):
         request = self.request
         if self.received or merge.stopping or request.stopped:
             return Sent(0, False)
-        if not take_sync_slot(self._slots, self._deadline, request):
+        if not take_sync_slot(self._slots, self._deadline, request, None, self):
             if request.stopped:
                 return Sent(0, False)
             raise slot_timeout(self._timeouts, self._slots.total)
@@ -1032,7 +1035,7 @@ class SyncOneRequestSource(_OneRequest):
             # The caller left: the RPC was cancelled under the request.
         finally:
             request.end()
-            self._slots.release()
+            self._slots.release(self)
         return Sent(self.received, False)
 
 
@@ -1041,12 +1044,14 @@ def take_sync_slot(
     deadline: float,
     request: SyncRequest,
     urgent: Callable[[], bool] | None = None,
+    owner: object = None,
 ) -> bool:
     """Take one of the sync table's request slots by ``deadline``, unless the read stops first.
 
-    ``urgent`` says whether the request is foreground (None: always; see :mod:`._slots`).
+    ``urgent`` says whether the request is foreground (None: always), ``owner``
+    which read it is for (see :mod:`._slots`); release the slot with the same owner.
     """
-    return slots.acquire(deadline, request.is_stopped, urgent)
+    return slots.acquire(deadline, request.is_stopped, urgent, owner)
 
 
 @final

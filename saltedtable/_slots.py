@@ -12,13 +12,18 @@ read, a bucket the consumer is waiting for. A *background* request is
 read-ahead: its consumer still has rows to take. Each waiter carries an
 ``urgent`` check, asked again at every hand-over, so a background request
 becomes foreground as soon as its consumer starts to wait for it. A free slot
-goes to the foreground waiter that has waited longest, and to the longest
-background waiter only while no foreground request waits. Within a class it
-is first come, first served. So a slow consumer's read-ahead never keeps a
-slot from a read whose consumer waits, and a background waiter is never
-starved for ever: it is served as soon as no foreground request waits, or
-once its own consumer waits for it (it is then foreground, in the order it
-first asked). A request that runs keeps its slot to its end (one bounded page).
+goes to a foreground waiter, and to a background one only while no
+foreground request waits. Within a class it goes to the waiter whose read
+(its ``owner``) holds the fewest slots, then whose read was served least
+recently (a read not served lately first), then to the one that has waited
+longest: so the reads take turns, a scan with many requests queued gets about
+one turn per turn of every other read, and a small read waits for about one
+request per read ahead of it, not for all their requests. So a slow
+consumer's read-ahead never keeps a slot from a read whose consumer waits,
+and a background waiter is never starved for ever: it is served as soon as
+no foreground request waits, or once its own consumer waits for it (it then
+ranks as foreground). A request that runs keeps its slot to its end (one
+bounded page).
 
 A wait ends at a deadline (the read's ``operation_timeout``) or, sync, as soon
 as the waiter's read stops (:meth:`Slots.interrupt`), so a read that is left
@@ -31,7 +36,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Protocol, TypeVar, final
 
@@ -48,51 +53,112 @@ class _Waiter(Protocol):
     @property
     def urgent(self) -> Callable[[], bool] | None: ...
 
+    @property
+    def owner(self) -> object: ...
+
 
 _W = TypeVar("_W", bound=_Waiter)
 
 
-def next_waiter(queue: deque[_W]) -> _W:
+def next_waiter(
+    queue: deque[_W],
+    held: Mapping[object, int] | None = None,
+    served: Mapping[object, int] | None = None,
+) -> _W:
     """Take the waiter a free slot goes to out of ``queue`` (oldest first, not empty).
 
-    The oldest foreground waiter (``urgent`` None, or returning True now);
-    with none, the oldest background one.
+    A foreground waiter (``urgent`` None, or returning True now) if there is
+    one, else a background one; within the class, the one whose ``owner``
+    holds the fewest slots (``held``), then was served least recently
+    (``served``: a sequence number of its last grant; none: before all), the
+    oldest of those. (None for either: all owners alike.)
     """
+    best = best_bg = -1
+    rank: tuple[int, int] = (0, 0)
+    rank_bg: tuple[int, int] = (0, 0)
     for i, waiter in enumerate(queue):
+        owner = waiter.owner
+        key = (
+            0 if held is None else held.get(owner, 0),
+            -1 if served is None else served.get(owner, -1),
+        )
         urgent = waiter.urgent
         if urgent is None or urgent():
-            del queue[i]
-            return waiter
-    return queue.popleft()
+            if best < 0 or key < rank:
+                best, rank = i, key
+        elif best >= 0:
+            continue  # background waiters matter only while no foreground one waits
+        elif best_bg < 0 or key < rank_bg:
+            best_bg, rank_bg = i, key
+    pick = best if best >= 0 else best_bg
+    waiter = queue[pick]
+    del queue[pick]
+    return waiter
+
+
+@final
+class _Turns:
+    """Slots held per owner, and the order owners were last served in (bounded)."""
+
+    __slots__ = ("_cap", "_seq", "held", "served")
+
+    def __init__(self, total: int) -> None:
+        self.held: dict[object, int] = {}
+        #: Owner -> sequence number of its last grant, least recent first.
+        self.served: dict[object, int] = {}
+        self._seq = 0
+        # Owners forgotten beyond this count were served least recently, and a
+        # forgotten owner ranks as never served: first anyway.
+        self._cap = 4 * total + 64
+
+    def grant(self, owner: object) -> None:
+        self.held[owner] = self.held.get(owner, 0) + 1
+        served = self.served
+        served.pop(owner, None)
+        served[owner] = self._seq
+        self._seq += 1
+        while len(served) > self._cap:
+            del served[next(iter(served))]
+
+    def give_back(self, owner: object, name: str) -> None:
+        count = self.held.get(owner, 0)
+        if count < 1:
+            raise ValueError(f"{name} released more often than acquired (owner {owner!r})")
+        if count == 1:
+            del self.held[owner]
+        else:
+            self.held[owner] = count - 1
 
 
 @final
 class _Ticket:
     """A thread waiting for a slot."""
 
-    __slots__ = ("abort", "granted", "urgent", "wake")
+    __slots__ = ("abort", "granted", "owner", "urgent", "wake")
 
     def __init__(
         self,
         wake: threading.Condition,
         abort: Callable[[], bool],
         urgent: Callable[[], bool] | None,
+        owner: object,
     ) -> None:
         self.wake = wake
         self.abort = abort
         self.urgent = urgent
+        self.owner = owner
         self.granted = False
 
 
 @final
 class Slots:
-    """``total`` slots shared by threads, handed out in the order they were asked for.
+    """``total`` slots shared by threads: foreground first, then fewest held, then oldest.
 
     Args:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_free", "_lock", "_queue", "total")
+    __slots__ = ("_free", "_lock", "_queue", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -104,6 +170,7 @@ class Slots:
         # this thread holds the lock stops its read, which interrupts the waiters.
         self._lock = threading.RLock()
         self._queue: deque[_Ticket] = deque()
+        self._turns = _Turns(total)
 
     @property
     def waiting(self) -> int:
@@ -120,8 +187,9 @@ class Slots:
         deadline: float,
         abort: Callable[[], bool] = _never,
         urgent: Callable[[], bool] | None = None,
+        owner: object = None,
     ) -> bool:
-        """Take a slot, waiting behind those who asked first, until ``deadline`` at most.
+        """Take a slot, waiting for its turn (see the module), until ``deadline`` at most.
 
         A free slot nobody waits for is taken at once, even past the deadline.
 
@@ -130,6 +198,7 @@ class Slots:
             abort: Checked whenever the wait is interrupted; True ends the wait.
             urgent: Whether the request is foreground now (None: always);
                 asked at each hand-over while it waits (see the module).
+            owner: The read it is for (give the same to :meth:`release`).
 
         Returns:
             Whether a slot was taken (False: the deadline passed, or ``abort``).
@@ -137,8 +206,9 @@ class Slots:
         with self._lock:
             if self._free and not self._queue:
                 self._free -= 1
+                self._turns.grant(owner)
                 return True
-            ticket = _Ticket(threading.Condition(self._lock), abort, urgent)
+            ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
             self._queue.append(ticket)
             try:
                 while not ticket.granted:
@@ -148,7 +218,7 @@ class Slots:
                     ticket.wake.wait(left)
             except BaseException:
                 if ticket.granted:  # handed over just as the wait was interrupted: pass it on
-                    self._hand_over()
+                    self._hand_over(owner)
                 else:
                     self._queue.remove(ticket)
                 raise
@@ -156,22 +226,23 @@ class Slots:
                 self._queue.remove(ticket)
             return ticket.granted
 
-    def release(self) -> None:
-        """Give a slot back: to the longest waiter, or to the free ones.
+    def release(self, owner: object = None) -> None:
+        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
 
         Raises:
             ValueError: More slots released than taken.
         """
         with self._lock:
-            self._hand_over()
+            self._hand_over(owner)
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, owner: object) -> None:
+        turns = self._turns
+        turns.give_back(owner, "Slots")
         if self._queue:
-            ticket = next_waiter(self._queue)
+            ticket = next_waiter(self._queue, turns.held, turns.served)
+            turns.grant(ticket.owner)
             ticket.granted = True
             ticket.wake.notify()
-        elif self._free >= self.total:
-            raise ValueError("Slots released more often than acquired")
         else:
             self._free += 1
 
@@ -187,11 +258,14 @@ class Slots:
 class _AsyncTicket:
     """A task waiting for a slot."""
 
-    __slots__ = ("granted", "urgent", "wake")
+    __slots__ = ("granted", "owner", "urgent", "wake")
 
-    def __init__(self, wake: asyncio.Future[None], urgent: Callable[[], bool] | None) -> None:
+    def __init__(
+        self, wake: asyncio.Future[None], urgent: Callable[[], bool] | None, owner: object
+    ) -> None:
         self.wake = wake
         self.urgent = urgent
+        self.owner = owner
         self.granted = False
 
 
@@ -208,7 +282,7 @@ class AsyncSlots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_free", "_queue", "total")
+    __slots__ = ("_free", "_queue", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -217,6 +291,7 @@ class AsyncSlots:
         self.total = total
         self._free = total
         self._queue: deque[_AsyncTicket] = deque()
+        self._turns = _Turns(total)
 
     @property
     def total_tokens(self) -> int:
@@ -247,13 +322,16 @@ class AsyncSlots:
         if not self._free or self._queue:
             raise anyio.WouldBlock
         self._free -= 1
+        self._turns.grant(None)
 
     async def acquire(self) -> None:
         """Take a slot (foreground), waiting as long as it takes."""
         await self.take(float("inf"))
 
-    async def take(self, deadline: float, urgent: Callable[[], bool] | None = None) -> bool:
-        """Take a slot, waiting in its class's turn, until ``deadline`` at most.
+    async def take(
+        self, deadline: float, urgent: Callable[[], bool] | None = None, owner: object = None
+    ) -> bool:
+        """Take a slot, waiting for its turn (see the module), until ``deadline`` at most.
 
         A free slot nobody waits for is taken at once, with no trip through
         the event loop, even past the deadline.
@@ -262,21 +340,23 @@ class AsyncSlots:
             deadline: When to give up (``time.monotonic()``).
             urgent: Whether the request is foreground now (None: always);
                 asked at each hand-over while it waits.
+            owner: The read it is for (give the same to :meth:`release`).
 
         Returns:
             Whether a slot was taken (False: the deadline passed).
         """
         if self._free and not self._queue:
             self._free -= 1
+            self._turns.grant(owner)
             return True
-        ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent)
+        ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
         self._queue.append(ticket)
         try:
             with anyio.move_on_after(deadline - time.monotonic()):
                 await ticket.wake
         except BaseException:
             if ticket.granted:  # handed over just as the wait was cancelled: pass it on
-                self._hand_over()
+                self._hand_over(owner)
             else:
                 self._queue.remove(ticket)
             raise
@@ -284,22 +364,23 @@ class AsyncSlots:
             self._queue.remove(ticket)
         return ticket.granted
 
-    def release(self) -> None:
-        """Give a slot back: to the waiter whose turn it is, or to the free ones.
+    def release(self, owner: object = None) -> None:
+        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
 
         Raises:
             ValueError: More slots released than taken.
         """
-        self._hand_over()
+        self._hand_over(owner)
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, owner: object) -> None:
+        turns = self._turns
+        turns.give_back(owner, "AsyncSlots")
         if self._queue:
-            ticket = next_waiter(self._queue)
+            ticket = next_waiter(self._queue, turns.held, turns.served)
+            turns.grant(ticket.owner)
             ticket.granted = True
             if not ticket.wake.done():
                 ticket.wake.set_result(None)
-        elif self._free >= self.total:
-            raise ValueError("AsyncSlots released more often than acquired")
         else:
             self._free += 1
 

@@ -31,6 +31,7 @@ class W:
     name: int
     fg: bool
     asked: list[int] = field(default_factory=list)
+    owner: object = None
 
     @property
     def urgent(self) -> object:
@@ -51,9 +52,60 @@ def test_hand_overs_serve_foreground_in_order_then_background_in_order(classes: 
     assert not queue
 
 
+@given(
+    st.lists(st.tuples(st.booleans(), st.integers(0, 3)), min_size=1, max_size=30),
+    st.dictionaries(st.integers(0, 3), st.integers(0, 3)),
+    st.dictionaries(st.integers(0, 3), st.integers(0, 50)),
+)
+def test_within_a_class_the_turn_goes_to_fewest_held_then_least_recently_served_then_oldest(
+    waiters: list[tuple[bool, int]], held: dict[object, int], served: dict[object, int]
+) -> None:
+    """So a scan with many queued requests gets one turn per turn of each other read."""
+    queue = deque(W(i, fg, owner=owner) for i, (fg, owner) in enumerate(waiters))
+    everyone = list(queue)
+    chosen = next_waiter(queue, held, served)
+    pool = [w for w in everyone if w.fg] or everyone
+
+    def rank(w: W) -> tuple[int, int]:
+        return held.get(w.owner, 0), served.get(w.owner, -1)
+
+    best = min(rank(w) for w in pool)
+    assert chosen is next(w for w in pool if rank(w) == best)
+    assert list(queue) == [w for w in everyone if w is not chosen]
+
+
+async def test_a_small_read_waits_one_turn_per_read_not_for_every_queued_request() -> None:
+    slots = AsyncSlots(1)
+    assert await slots.take(0.0, owner="scan-a")
+    granted: list[str] = []
+
+    async def wait(owner: str) -> None:
+        assert await slots.take(float("inf"), owner=owner)
+        granted.append(owner)
+
+    tasks = [asyncio.create_task(wait(o)) for o in ["scan-a"] * 3 + ["scan-b"] * 3 + ["small"]]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    owner = "scan-a"
+    while len(granted) < len(tasks):
+        slots.release(owner)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        owner = granted[-1]
+    await asyncio.gather(*tasks)
+    slots.release(owner)
+    # The reads take turns: scan-a was just served, scan-b and the small read not yet.
+    assert granted[:3] == ["scan-b", "small", "scan-a"]
+    assert granted[3:] == ["scan-b", "scan-a", "scan-b", "scan-a"]
+    assert sorted(granted) == sorted(["scan-a"] * 3 + ["scan-b"] * 3 + ["small"])
+    with pytest.raises(ValueError, match="released more often"):
+        slots.release("small")
+
+
 def test_a_waiter_without_a_check_is_foreground() -> None:
     class Plain:
         urgent = None
+        owner = None
 
     bg, plain = W(0, False), Plain()
     queue: deque[object] = deque([bg, plain])

@@ -42,7 +42,7 @@ from typing import Protocol, TypeVar, final
 
 import anyio
 
-__all__ = ["AsyncSlots", "Slots", "next_waiter"]
+__all__ = ["RESERVE_SHARE", "AsyncSlots", "Slots", "next_waiter"]
 
 
 def _never() -> bool:
@@ -57,21 +57,34 @@ class _Waiter(Protocol):
     def owner(self) -> object: ...
 
 
+class _Ticketed(_Waiter, Protocol):
+    granted: bool
+
+
 _W = TypeVar("_W", bound=_Waiter)
+_T = TypeVar("_T", bound=_Ticketed)
+
+#: A set of ``total`` slots keeps ``total // RESERVE_SHARE`` of them for reads
+#: that hold none (a small read, a read's first request): while no more are
+#: free, a read that already holds one waits. So with many slots a newcomer
+#: finds one free at once even while scans' long pages fill the rest.
+RESERVE_SHARE = 8
 
 
 def next_waiter(
     queue: deque[_W],
     held: Mapping[object, int] | None = None,
     served: Mapping[object, int] | None = None,
-) -> _W:
-    """Take the waiter a free slot goes to out of ``queue`` (oldest first, not empty).
+    idle_only: bool = False,
+) -> _W | None:
+    """Take the waiter a free slot goes to out of ``queue`` (oldest first).
 
     A foreground waiter (``urgent`` None, or returning True now) if there is
     one, else a background one; within the class, the one whose ``owner``
     holds the fewest slots (``held``), then was served least recently
     (``served``: a sequence number of its last grant; none: before all), the
-    oldest of those. (None for either: all owners alike.)
+    oldest of those. (None for either: all owners alike.) With ``idle_only``,
+    only waiters whose owner holds no slot count. None: nobody (that counts) waits.
     """
     best = best_bg = -1
     rank: tuple[int, int] = (0, 0)
@@ -82,6 +95,8 @@ def next_waiter(
             0 if held is None else held.get(owner, 0),
             -1 if served is None else served.get(owner, -1),
         )
+        if idle_only and key[0]:
+            continue
         urgent = waiter.urgent
         if urgent is None or urgent():
             if best < 0 or key < rank:
@@ -91,6 +106,8 @@ def next_waiter(
         elif best_bg < 0 or key < rank_bg:
             best_bg, rank_bg = i, key
     pick = best if best >= 0 else best_bg
+    if pick < 0:
+        return None
     waiter = queue[pick]
     del queue[pick]
     return waiter
@@ -98,11 +115,15 @@ def next_waiter(
 
 @final
 class _Turns:
-    """Slots held per owner, and the order owners were last served in (bounded)."""
+    """The books of a set of slots: free ones, held per owner, the order owners were
+    last served in (bounded), and the reserve for reads that hold none."""
 
-    __slots__ = ("_cap", "_seq", "held", "served")
+    __slots__ = ("_cap", "_seq", "free", "held", "reserve", "served")
 
     def __init__(self, total: int) -> None:
+        self.free = total
+        #: While no more than this many are free, only owners holding none take one.
+        self.reserve = total // RESERVE_SHARE
         self.held: dict[object, int] = {}
         #: Owner -> sequence number of its last grant, least recent first.
         self.served: dict[object, int] = {}
@@ -111,7 +132,22 @@ class _Turns:
         # forgotten owner ranks as never served: first anyway.
         self._cap = 4 * total + 64
 
+    def can_take(self, owner: object) -> bool:
+        """Whether ``owner`` may take a free slot now (nobody waiting)."""
+        return self.free > self.reserve or (self.free > 0 and not self.held.get(owner))
+
+    def pick(self, queue: deque[_T]) -> _T | None:
+        """Grant a free slot to the waiter whose turn it is, if any may take it."""
+        if not self.free or not queue:
+            return None
+        ticket = next_waiter(queue, self.held, self.served, self.free <= self.reserve)
+        if ticket is not None:
+            self.grant(ticket.owner)
+            ticket.granted = True
+        return ticket
+
     def grant(self, owner: object) -> None:
+        self.free -= 1
         self.held[owner] = self.held.get(owner, 0) + 1
         served = self.served
         served.pop(owner, None)
@@ -128,6 +164,7 @@ class _Turns:
             del self.held[owner]
         else:
             self.held[owner] = count - 1
+        self.free += 1
 
 
 @final
@@ -158,14 +195,13 @@ class Slots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_free", "_lock", "_queue", "_turns", "total")
+    __slots__ = ("_lock", "_queue", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
             raise ValueError(f"total must be >= 1, got {total}")
         #: How many slots there are.
         self.total = total
-        self._free = total
         # Reentrant: a stream dropped and finalised by the garbage collector while
         # this thread holds the lock stops its read, which interrupts the waiters.
         self._lock = threading.RLock()
@@ -180,7 +216,7 @@ class Slots:
     @property
     def free(self) -> int:
         """Slots nobody holds now."""
-        return self._free
+        return self._turns.free
 
     def acquire(
         self,
@@ -204,12 +240,13 @@ class Slots:
             Whether a slot was taken (False: the deadline passed, or ``abort``).
         """
         with self._lock:
-            if self._free and not self._queue:
-                self._free -= 1
-                self._turns.grant(owner)
+            turns = self._turns
+            if not self._queue and turns.can_take(owner):
+                turns.grant(owner)
                 return True
             ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
             self._queue.append(ticket)
+            self._dispatch()
             try:
                 while not ticket.granted:
                     left = deadline - time.monotonic()
@@ -236,15 +273,12 @@ class Slots:
             self._hand_over(owner)
 
     def _hand_over(self, owner: object) -> None:
-        turns = self._turns
-        turns.give_back(owner, "Slots")
-        if self._queue:
-            ticket = next_waiter(self._queue, turns.held, turns.served)
-            turns.grant(ticket.owner)
-            ticket.granted = True
+        self._turns.give_back(owner, "Slots")
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while (ticket := self._turns.pick(self._queue)) is not None:
             ticket.wake.notify()
-        else:
-            self._free += 1
 
     def interrupt(self) -> None:
         """Wake the waiters whose ``abort`` now says to stop, so that they give up."""
@@ -282,14 +316,13 @@ class AsyncSlots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_free", "_queue", "_turns", "total")
+    __slots__ = ("_queue", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
             raise ValueError(f"total must be >= 1, got {total}")
         #: How many slots there are.
         self.total = total
-        self._free = total
         self._queue: deque[_AsyncTicket] = deque()
         self._turns = _Turns(total)
 
@@ -301,7 +334,7 @@ class AsyncSlots:
     @property
     def borrowed_tokens(self) -> int:
         """Slots held now."""
-        return self.total - self._free
+        return self.total - self._turns.free
 
     @property
     def waiting(self) -> int:
@@ -311,7 +344,7 @@ class AsyncSlots:
     @property
     def free(self) -> int:
         """Slots nobody holds now."""
-        return self._free
+        return self._turns.free
 
     def acquire_nowait(self) -> None:
         """Take a free slot nobody waits for.
@@ -319,9 +352,8 @@ class AsyncSlots:
         Raises:
             anyio.WouldBlock: None is free, or someone waits for one.
         """
-        if not self._free or self._queue:
+        if self._queue or not self._turns.can_take(None):
             raise anyio.WouldBlock
-        self._free -= 1
         self._turns.grant(None)
 
     async def acquire(self) -> None:
@@ -345,12 +377,15 @@ class AsyncSlots:
         Returns:
             Whether a slot was taken (False: the deadline passed).
         """
-        if self._free and not self._queue:
-            self._free -= 1
-            self._turns.grant(owner)
+        turns = self._turns
+        if not self._queue and turns.can_take(owner):
+            turns.grant(owner)
             return True
         ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
         self._queue.append(ticket)
+        self._dispatch()
+        if ticket.granted:
+            return True
         try:
             with anyio.move_on_after(deadline - time.monotonic()):
                 await ticket.wake
@@ -373,16 +408,13 @@ class AsyncSlots:
         self._hand_over(owner)
 
     def _hand_over(self, owner: object) -> None:
-        turns = self._turns
-        turns.give_back(owner, "AsyncSlots")
-        if self._queue:
-            ticket = next_waiter(self._queue, turns.held, turns.served)
-            turns.grant(ticket.owner)
-            ticket.granted = True
+        self._turns.give_back(owner, "AsyncSlots")
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while (ticket := self._turns.pick(self._queue)) is not None:
             if not ticket.wake.done():
                 ticket.wake.set_result(None)
-        else:
-            self._free += 1
 
     async def __aenter__(self) -> None:
         await self.acquire()

@@ -313,3 +313,46 @@ async def test_a_limited_read_is_always_foreground() -> None:
     feed = merge._feeds[0]
     feed.keys.append(1)
     assert feed.urgent()
+
+
+async def test_a_reserve_keeps_slots_for_reads_that_hold_none() -> None:
+    """With many slots, scans holding some cannot take the last ``total // 8``: a newcomer
+    (a small read, a read's first request) finds one free at once."""
+    slots = AsyncSlots(16)  # a reserve of 2
+    for _ in range(14):
+        assert await slots.take(0.0, owner="scan")
+    assert not await slots.take(0.0, owner="scan")  # only the reserve is left
+    assert await slots.take(0.0, owner="other-scan")  # holds none: its first request
+    assert await slots.take(0.0, owner="small")  # holds none: the last slot
+    assert slots.free == 0
+    waiting = asyncio.create_task(slots.take(float("inf"), owner="scan"))
+    await asyncio.sleep(0)
+    slots.release("small")  # one free again, but the reserve: scan (holding 14) waits
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert slots.free == 1
+    slots.release("scan")  # two free: still the reserve
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    slots.release("scan")  # three free: more than the reserve, so scan's waiter takes one
+    assert await waiting
+    assert slots.free == 2
+    slots.acquire_nowait()  # an owner (None) holding none may take the reserve...
+    with pytest.raises(anyio.WouldBlock):
+        slots.acquire_nowait()  # ...but only while one is free
+    slots.release(None)
+
+
+def test_the_sync_reserve_hands_a_freed_slot_to_a_read_holding_none() -> None:
+    slots = Slots(8)  # a reserve of 1
+    for _ in range(7):
+        assert slots.acquire(time.monotonic(), owner="scan")
+    assert not slots.acquire(time.monotonic() + 0.01, owner="scan")
+    assert slots.acquire(time.monotonic(), owner="small")
+    assert slots.free == 0
+    slots.release("small")
+    assert slots.acquire(time.monotonic(), owner="another-small")
+    for _ in range(7):
+        slots.release("scan")
+    slots.release("another-small")
+    assert slots.free == 8

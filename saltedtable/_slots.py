@@ -74,7 +74,7 @@ RESERVE_SHARE = 8
 def next_waiter(
     queue: deque[_W],
     held: Mapping[object, int] | None = None,
-    served: Mapping[object, int] | None = None,
+    served: Mapping[int, int] | None = None,
     idle_only: bool = False,
 ) -> _W | None:
     """Take the waiter a free slot goes to out of ``queue`` (oldest first).
@@ -82,7 +82,8 @@ def next_waiter(
     A foreground waiter (``urgent`` None, or returning True now) if there is
     one, else a background one; within the class, the one whose ``owner``
     holds the fewest slots (``held``), then was served least recently
-    (``served``: a sequence number of its last grant; none: before all), the
+    (``served``, by ``id(owner)``: a sequence number of its last grant; none:
+    before all), the
     oldest of those. (None for either: all owners alike.) With ``idle_only``,
     only waiters whose owner holds no slot count. None: nobody (that counts) waits.
     """
@@ -93,7 +94,7 @@ def next_waiter(
         owner = waiter.owner
         key = (
             0 if held is None else held.get(owner, 0),
-            -1 if served is None else served.get(owner, -1),
+            -1 if served is None else served.get(id(owner), -1),
         )
         if idle_only and key[0]:
             continue
@@ -125,8 +126,9 @@ class _Turns:
         #: While no more than this many are free, only owners holding none take one.
         self.reserve = total // RESERVE_SHARE
         self.held: dict[object, int] = {}
-        #: Owner -> sequence number of its last grant, least recent first.
-        self.served: dict[object, int] = {}
+        #: id(owner) -> sequence number of its last grant, least recent first
+        #: (ids: a read that has ended must not be kept alive by its rank).
+        self.served: dict[int, int] = {}
         self._seq = 0
         # Owners forgotten beyond this count were served least recently, and a
         # forgotten owner ranks as never served: first anyway.
@@ -150,8 +152,9 @@ class _Turns:
         self.free -= 1
         self.held[owner] = self.held.get(owner, 0) + 1
         served = self.served
-        served.pop(owner, None)
-        served[owner] = self._seq
+        key = id(owner)
+        served.pop(key, None)
+        served[key] = self._seq
         self._seq += 1
         while len(served) > self._cap:
             del served[next(iter(served))]

@@ -63,7 +63,7 @@ def test_within_a_class_the_turn_goes_to_fewest_held_then_least_recently_served_
     """So a scan with many queued requests gets one turn per turn of each other read."""
     queue = deque(W(i, fg, owner=owner) for i, (fg, owner) in enumerate(waiters))
     everyone = list(queue)
-    chosen = next_waiter(queue, held, served)
+    chosen = next_waiter(queue, held, {id(k): v for k, v in served.items()})
     pool = [w for w in everyone if w.fg] or everyone
 
     def rank(w: W) -> tuple[int, int]:

@@ -64,6 +64,7 @@ from ._record import (
     record_of_row,
 )
 from ._salt import prefix_end
+from ._slots import AsyncSlots
 from ._timeouts import GuardTime, deadline_exceeded, guard_limit, guard_timeouts, time_left
 
 __all__ = [
@@ -689,7 +690,7 @@ class TableGuard(GuardCore):
         except StopIteration:
             pass
 
-    async def check_layout(self, *, sample_rows: int, limiter: anyio.CapacityLimiter) -> None:
+    async def check_layout(self, *, sample_rows: int, limiter: AsyncSlots) -> None:
         """Sample the key space and refuse rows that do not fit the layout.
 
         Also refuses a record stored in a family whose GC rule can collect it

@@ -200,6 +200,22 @@ class Feed(Generic[T]):
         self.wake_at = _NEVER
         self._merge._wake()
 
+    @property
+    def read(self) -> object:
+        """The merge this feed belongs to: the read whose slots its requests count in."""
+        return self._merge
+
+    def urgent(self) -> bool:
+        """Whether the consumer waits, or will wait, for this feed's next request.
+
+        True (foreground) for a limited read's requests (granted in rounds as
+        the consumer waits), for a feed that has delivered nothing yet (the
+        read's first requests), and while the consumer waits for this feed;
+        False (background) for read-ahead while the consumer has items to
+        take. The table's slots ask it while the request waits for a slot.
+        """
+        return self._merge._urgent(self)
+
 
 class Wait(NamedTuple):
     """A step of the consumer loop: wait for one of ``feeds`` (see ``MergeCore._wait_for``)."""
@@ -335,6 +351,14 @@ class MergeCore(Generic[T]):
         raise NotImplementedError
 
     # -- producers -------------------------------------------------------------
+
+    def _urgent(self, feed: Feed[T]) -> bool:
+        """See :meth:`Feed.urgent`."""
+        return (
+            self._limit is not None
+            or feed.wake_at < _NEVER
+            or (feed.taken_last is None and not feed.keys)
+        )
 
     def _demand(self, feed: Feed[T]) -> int | None:
         """Size of the feed's next request; 0 to stop; None to wait for the consumer.

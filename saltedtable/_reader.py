@@ -51,7 +51,7 @@ from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
-from ._slots import Slots
+from ._slots import AsyncSlots, Slots
 from ._stats import (
     BucketStats,
     CallStats,
@@ -165,7 +165,7 @@ class BucketSource(_BucketRequests):
         *,
         deadline: float,
         timeouts: Timeouts,
-        limiter: anyio.CapacityLimiter,
+        limiter: AsyncSlots,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
@@ -193,7 +193,9 @@ class BucketSource(_BucketRequests):
         # The slot is held for this one request; waiting for it counts
         # against the read's operation_timeout like the request itself.
         try:
-            if not await take_slot(limiter, self._deadline):
+            # Read-ahead (the consumer does not wait for this bucket) yields to
+            # requests whose consumers wait (see _slots).
+            if not await take_slot(limiter, self._deadline, feed.urgent, feed.read):
                 raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
         except BaseException:
             if token is not None:
@@ -268,7 +270,7 @@ class BucketSource(_BucketRequests):
                             # Stopped at its cap, failed or cancelled: make sure the RPC ends too.
                             await end_stream(stream)
             finally:
-                limiter.release()
+                limiter.release(feed.read)
                 if token is not None:
                     current_bucket().reset(token)
         if capped:
@@ -380,7 +382,7 @@ class OneRequestSource(_OneRequest):
         *,
         deadline: float,
         timeouts: Timeouts,
-        limiter: anyio.CapacityLimiter,
+        limiter: AsyncSlots,
         stats: list[BucketStats | None],
         cap: int,
     ) -> None:
@@ -408,7 +410,7 @@ class OneRequestSource(_OneRequest):
         if self.stopped or self.received:
             return Sent(0, False)
         limiter = self._limiter
-        if not await take_slot(limiter, self._deadline):
+        if not await take_slot(limiter, self._deadline, None, self):
             raise slot_timeout(self._timeouts, limiter.total_tokens)
         started = time.monotonic()
         stream = None
@@ -436,25 +438,26 @@ class OneRequestSource(_OneRequest):
                 raise
         finally:
             self.stream = None
-            limiter.release()
+            limiter.release(self)
             if stream is not None:
                 with anyio.CancelScope(shield=True):
                     await (stream.aclose() if complete else end_stream(stream))
         return Sent(self.received, False)
 
 
-async def take_slot(limiter: anyio.CapacityLimiter, deadline: float) -> bool:
+async def take_slot(
+    limiter: AsyncSlots,
+    deadline: float,
+    urgent: Callable[[], bool] | None = None,
+    owner: object = None,
+) -> bool:
     """Take one of the table's request slots by ``deadline``; False if none came free.
 
     A free slot is taken at once: no timer, no trip through the event loop.
+    ``urgent`` says whether the request is foreground (None: always), ``owner``
+    which read it is for (see :mod:`._slots`); release the slot with the same owner.
     """
-    try:
-        limiter.acquire_nowait()
-    except anyio.WouldBlock:
-        with anyio.move_on_after(deadline - time.monotonic()) as waiting:
-            await limiter.acquire()
-        return not waiting.cancelled_caught
-    return True
+    return await limiter.take(deadline, urgent, owner)
 
 
 def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseException:
@@ -667,7 +670,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         *,
         operation: str,
         timeouts: Timeouts,
-        limiter: anyio.CapacityLimiter,
+        limiter: AsyncSlots,
         ordered: bool,
         budget: ReadBudget,
         stats: CallStats | None,
@@ -861,14 +864,14 @@ class SyncBucketSource(_BucketRequests):
         try:
             # The slot is held for this one request; waiting for it counts
             # against the read's operation_timeout like the request itself.
-            if not take_sync_slot(self._slots, self._deadline, request):
+            if not take_sync_slot(self._slots, self._deadline, request, feed.urgent, feed.read):
                 if request.stopped:
                     return Sent(0, False)
                 raise annotate(slot_timeout(self._timeouts, self._slots.total), self.sub, None)
             try:
                 return self._request(query, size, feed, merge, stats)
             finally:
-                self._slots.release()
+                self._slots.release(feed.read)
         finally:
             if token is not None:
                 current_bucket().reset(token)
@@ -984,7 +987,7 @@ class SyncOneRequestSource(_OneRequest):
         request = self.request
         if self.received or merge.stopping or request.stopped:
             return Sent(0, False)
-        if not take_sync_slot(self._slots, self._deadline, request):
+        if not take_sync_slot(self._slots, self._deadline, request, None, self):
             if request.stopped:
                 return Sent(0, False)
             raise slot_timeout(self._timeouts, self._slots.total)
@@ -1015,13 +1018,23 @@ class SyncOneRequestSource(_OneRequest):
             # The caller left: the RPC was cancelled under the request.
         finally:
             request.end()
-            self._slots.release()
+            self._slots.release(self)
         return Sent(self.received, False)
 
 
-def take_sync_slot(slots: Slots, deadline: float, request: SyncRequest) -> bool:
-    """Take one of the sync table's request slots by ``deadline``, unless the read stops first."""
-    return slots.acquire(deadline, request.is_stopped)
+def take_sync_slot(
+    slots: Slots,
+    deadline: float,
+    request: SyncRequest,
+    urgent: Callable[[], bool] | None = None,
+    owner: object = None,
+) -> bool:
+    """Take one of the sync table's request slots by ``deadline``, unless the read stops first.
+
+    ``urgent`` says whether the request is foreground (None: always), ``owner``
+    which read it is for (see :mod:`._slots`); release the slot with the same owner.
+    """
+    return slots.acquire(deadline, request.is_stopped, urgent, owner)
 
 
 @final

@@ -1,64 +1,215 @@
-"""Slots: the sync table's bound on ReadRows requests in flight, first come, first served.
+"""Slots: a table's bound on ReadRows requests in flight, shared fairly by its reads.
 
-The sync counterpart of the async table's ``anyio.CapacityLimiter``. A
+:class:`Slots` is the sync table's, :class:`AsyncSlots` the async table's;
+both hand a slot that comes free straight to the waiter it is meant for,
+before that waiter wakes up, so nobody can take it in between (a
 ``threading.Semaphore`` is not fair: a worker that releases its slot and asks
-again at once takes it before the thread that was woken for it, so a small
-read can wait behind a busy scan for as long as that scan runs. Here a slot
-that comes free is handed to the thread that has waited longest, before it
-wakes up; nobody can take it in between.
+again at once would take it before the thread woken for it).
 
-A wait ends at a deadline (the read's ``operation_timeout``) or as soon as the
-waiter's read stops (:meth:`Slots.interrupt`), so a read that is left never
-waits for a slot it no longer needs.
+Two classes of waiter. A *foreground* request is one whose read's consumer
+waits, or will wait, for the rows it brings: a read's first requests, a small
+read, a bucket the consumer is waiting for. A *background* request is
+read-ahead: its consumer still has rows to take. Each waiter carries an
+``urgent`` check, asked again at every hand-over, so a background request
+becomes foreground as soon as its consumer starts to wait for it. A free slot
+goes to a foreground waiter, and to a background one only while no
+foreground request waits. Within a class it goes to the waiter whose read
+(its ``owner``) holds the fewest slots, then whose read was served least
+recently (a read not served lately first), then to the one that has waited
+longest: so the reads take turns, a scan with many requests queued gets about
+one turn per turn of every other read, and a small read waits for about one
+request per read ahead of it, not for all their requests. So a slow
+consumer's read-ahead never keeps a slot from a read whose consumer waits,
+and a background waiter is never starved for ever: it is served as soon as
+no foreground request waits, or once its own consumer waits for it (it then
+ranks as foreground). A request that runs keeps its slot to its end (one
+bounded page).
+
+A wait ends at a deadline (the read's ``operation_timeout``) or, sync, as soon
+as the waiter's read stops (:meth:`Slots.interrupt`), so a read that is left
+never waits for a slot it no longer needs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import final
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Protocol, TypeVar, final
 
-__all__ = ["Slots"]
+import anyio
+
+__all__ = ["RESERVE_SHARE", "AsyncSlots", "Slots", "next_waiter"]
 
 
 def _never() -> bool:
     return False
 
 
+class _Waiter(Protocol):
+    @property
+    def urgent(self) -> Callable[[], bool] | None: ...
+
+    @property
+    def owner(self) -> object: ...
+
+
+class _Ticketed(_Waiter, Protocol):
+    granted: bool
+
+
+_W = TypeVar("_W", bound=_Waiter)
+_T = TypeVar("_T", bound=_Ticketed)
+
+#: A set of ``total`` slots keeps ``total // RESERVE_SHARE`` of them for reads
+#: that hold none (a small read, a read's first request): while no more are
+#: free, a read that already holds one waits. So with many slots a newcomer
+#: finds one free at once even while scans' long pages fill the rest.
+RESERVE_SHARE = 8
+
+
+def next_waiter(
+    queue: deque[_W],
+    held: Mapping[object, int] | None = None,
+    served: Mapping[int, int] | None = None,
+    idle_only: bool = False,
+) -> _W | None:
+    """Take the waiter a free slot goes to out of ``queue`` (oldest first).
+
+    A foreground waiter (``urgent`` None, or returning True now) if there is
+    one, else a background one; within the class, the one whose ``owner``
+    holds the fewest slots (``held``), then was served least recently
+    (``served``, by ``id(owner)``: a sequence number of its last grant; none:
+    before all), the
+    oldest of those. (None for either: all owners alike.) With ``idle_only``,
+    only waiters whose owner holds no slot count. None: nobody (that counts) waits.
+    """
+    best = best_bg = -1
+    rank: tuple[int, int] = (0, 0)
+    rank_bg: tuple[int, int] = (0, 0)
+    for i, waiter in enumerate(queue):
+        owner = waiter.owner
+        key = (
+            0 if held is None else held.get(owner, 0),
+            -1 if served is None else served.get(id(owner), -1),
+        )
+        if idle_only and key[0]:
+            continue
+        urgent = waiter.urgent
+        if urgent is None or urgent():
+            if best < 0 or key < rank:
+                best, rank = i, key
+        elif best >= 0:
+            continue  # background waiters matter only while no foreground one waits
+        elif best_bg < 0 or key < rank_bg:
+            best_bg, rank_bg = i, key
+    pick = best if best >= 0 else best_bg
+    if pick < 0:
+        return None
+    waiter = queue[pick]
+    del queue[pick]
+    return waiter
+
+
+@final
+class _Turns:
+    """The books of a set of slots: free ones, held per owner, the order owners were
+    last served in (bounded), and the reserve for reads that hold none."""
+
+    __slots__ = ("_cap", "_seq", "free", "held", "reserve", "served")
+
+    def __init__(self, total: int) -> None:
+        self.free = total
+        #: While no more than this many are free, only owners holding none take one.
+        self.reserve = total // RESERVE_SHARE
+        self.held: dict[object, int] = {}
+        #: id(owner) -> sequence number of its last grant, least recent first
+        #: (ids: a read that has ended must not be kept alive by its rank).
+        self.served: dict[int, int] = {}
+        self._seq = 0
+        # Owners forgotten beyond this count were served least recently, and a
+        # forgotten owner ranks as never served: first anyway.
+        self._cap = 4 * total + 64
+
+    def can_take(self, owner: object) -> bool:
+        """Whether ``owner`` may take a free slot now (nobody waiting)."""
+        return self.free > self.reserve or (self.free > 0 and not self.held.get(owner))
+
+    def pick(self, queue: deque[_T]) -> _T | None:
+        """Grant a free slot to the waiter whose turn it is, if any may take it."""
+        if not self.free or not queue:
+            return None
+        ticket = next_waiter(queue, self.held, self.served, self.free <= self.reserve)
+        if ticket is not None:
+            self.grant(ticket.owner)
+            ticket.granted = True
+        return ticket
+
+    def grant(self, owner: object) -> None:
+        self.free -= 1
+        self.held[owner] = self.held.get(owner, 0) + 1
+        served = self.served
+        key = id(owner)
+        served.pop(key, None)
+        served[key] = self._seq
+        self._seq += 1
+        while len(served) > self._cap:
+            del served[next(iter(served))]
+
+    def give_back(self, owner: object, name: str) -> None:
+        count = self.held.get(owner, 0)
+        if count < 1:
+            raise ValueError(f"{name} released more often than acquired (owner {owner!r})")
+        if count == 1:
+            del self.held[owner]
+        else:
+            self.held[owner] = count - 1
+        self.free += 1
+
+
 @final
 class _Ticket:
     """A thread waiting for a slot."""
 
-    __slots__ = ("abort", "granted", "wake")
+    __slots__ = ("abort", "granted", "owner", "urgent", "wake")
 
-    def __init__(self, wake: threading.Condition, abort: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        wake: threading.Condition,
+        abort: Callable[[], bool],
+        urgent: Callable[[], bool] | None,
+        owner: object,
+    ) -> None:
         self.wake = wake
         self.abort = abort
+        self.urgent = urgent
+        self.owner = owner
         self.granted = False
 
 
 @final
 class Slots:
-    """``total`` slots shared by threads, handed out in the order they were asked for.
+    """``total`` slots shared by threads: foreground first, then fewest held, then oldest.
 
     Args:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_free", "_lock", "_queue", "total")
+    __slots__ = ("_lock", "_queue", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
             raise ValueError(f"total must be >= 1, got {total}")
         #: How many slots there are.
         self.total = total
-        self._free = total
         # Reentrant: a stream dropped and finalised by the garbage collector while
         # this thread holds the lock stops its read, which interrupts the waiters.
         self._lock = threading.RLock()
         self._queue: deque[_Ticket] = deque()
+        self._turns = _Turns(total)
 
     @property
     def waiting(self) -> int:
@@ -68,26 +219,37 @@ class Slots:
     @property
     def free(self) -> int:
         """Slots nobody holds now."""
-        return self._free
+        return self._turns.free
 
-    def acquire(self, deadline: float, abort: Callable[[], bool] = _never) -> bool:
-        """Take a slot, waiting behind those who asked first, until ``deadline`` at most.
+    def acquire(
+        self,
+        deadline: float,
+        abort: Callable[[], bool] = _never,
+        urgent: Callable[[], bool] | None = None,
+        owner: object = None,
+    ) -> bool:
+        """Take a slot, waiting for its turn (see the module), until ``deadline`` at most.
 
         A free slot nobody waits for is taken at once, even past the deadline.
 
         Args:
             deadline: When to give up (``time.monotonic()``).
             abort: Checked whenever the wait is interrupted; True ends the wait.
+            urgent: Whether the request is foreground now (None: always);
+                asked at each hand-over while it waits (see the module).
+            owner: The read it is for (give the same to :meth:`release`).
 
         Returns:
             Whether a slot was taken (False: the deadline passed, or ``abort``).
         """
         with self._lock:
-            if self._free and not self._queue:
-                self._free -= 1
+            turns = self._turns
+            if not self._queue and turns.can_take(owner):
+                turns.grant(owner)
                 return True
-            ticket = _Ticket(threading.Condition(self._lock), abort)
+            ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
             self._queue.append(ticket)
+            self._dispatch()
             try:
                 while not ticket.granted:
                     left = deadline - time.monotonic()
@@ -96,7 +258,7 @@ class Slots:
                     ticket.wake.wait(left)
             except BaseException:
                 if ticket.granted:  # handed over just as the wait was interrupted: pass it on
-                    self._hand_over()
+                    self._hand_over(owner)
                 else:
                     self._queue.remove(ticket)
                 raise
@@ -104,24 +266,22 @@ class Slots:
                 self._queue.remove(ticket)
             return ticket.granted
 
-    def release(self) -> None:
-        """Give a slot back: to the longest waiter, or to the free ones.
+    def release(self, owner: object = None) -> None:
+        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
 
         Raises:
             ValueError: More slots released than taken.
         """
         with self._lock:
-            self._hand_over()
+            self._hand_over(owner)
 
-    def _hand_over(self) -> None:
-        if self._queue:
-            ticket = self._queue.popleft()
-            ticket.granted = True
+    def _hand_over(self, owner: object) -> None:
+        self._turns.give_back(owner, "Slots")
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while (ticket := self._turns.pick(self._queue)) is not None:
             ticket.wake.notify()
-        elif self._free >= self.total:
-            raise ValueError("Slots released more often than acquired")
-        else:
-            self._free += 1
 
     def interrupt(self) -> None:
         """Wake the waiters whose ``abort`` now says to stop, so that they give up."""
@@ -129,3 +289,143 @@ class Slots:
             for ticket in self._queue:
                 if ticket.abort():
                     ticket.wake.notify()
+
+
+@final
+class _AsyncTicket:
+    """A task waiting for a slot."""
+
+    __slots__ = ("granted", "owner", "urgent", "wake")
+
+    def __init__(
+        self, wake: asyncio.Future[None], urgent: Callable[[], bool] | None, owner: object
+    ) -> None:
+        self.wake = wake
+        self.urgent = urgent
+        self.owner = owner
+        self.granted = False
+
+
+@final
+class AsyncSlots:
+    """The async table's slots: as :class:`Slots`, for tasks of one event loop.
+
+    Also an async context manager (one slot, foreground, no deadline), and it
+    keeps the few ``anyio.CapacityLimiter`` names the library used
+    (``total_tokens``, ``borrowed_tokens``, ``acquire``, ``acquire_nowait``,
+    ``release``).
+
+    Args:
+        total: How many can be held at once (at least 1).
+    """
+
+    __slots__ = ("_queue", "_turns", "total")
+
+    def __init__(self, total: int) -> None:
+        if total < 1:
+            raise ValueError(f"total must be >= 1, got {total}")
+        #: How many slots there are.
+        self.total = total
+        self._queue: deque[_AsyncTicket] = deque()
+        self._turns = _Turns(total)
+
+    @property
+    def total_tokens(self) -> int:
+        """How many slots there are."""
+        return self.total
+
+    @property
+    def borrowed_tokens(self) -> int:
+        """Slots held now."""
+        return self.total - self._turns.free
+
+    @property
+    def waiting(self) -> int:
+        """Tasks waiting for a slot now."""
+        return len(self._queue)
+
+    @property
+    def free(self) -> int:
+        """Slots nobody holds now."""
+        return self._turns.free
+
+    def acquire_nowait(self) -> None:
+        """Take a free slot nobody waits for.
+
+        Raises:
+            anyio.WouldBlock: None is free, or someone waits for one.
+        """
+        if self._queue or not self._turns.can_take(None):
+            raise anyio.WouldBlock
+        self._turns.grant(None)
+
+    async def acquire(self) -> None:
+        """Take a slot (foreground), waiting as long as it takes."""
+        await self.take(float("inf"))
+
+    async def take(
+        self, deadline: float, urgent: Callable[[], bool] | None = None, owner: object = None
+    ) -> bool:
+        """Take a slot, waiting for its turn (see the module), until ``deadline`` at most.
+
+        A free slot nobody waits for is taken at once, with no trip through
+        the event loop, even past the deadline.
+
+        Args:
+            deadline: When to give up (``time.monotonic()``).
+            urgent: Whether the request is foreground now (None: always);
+                asked at each hand-over while it waits.
+            owner: The read it is for (give the same to :meth:`release`).
+
+        Returns:
+            Whether a slot was taken (False: the deadline passed).
+        """
+        turns = self._turns
+        if not self._queue and turns.can_take(owner):
+            turns.grant(owner)
+            return True
+        ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
+        self._queue.append(ticket)
+        self._dispatch()
+        if ticket.granted:
+            return True
+        try:
+            with anyio.move_on_after(deadline - time.monotonic()):
+                await ticket.wake
+        except BaseException:
+            if ticket.granted:  # handed over just as the wait was cancelled: pass it on
+                self._hand_over(owner)
+            else:
+                self._queue.remove(ticket)
+            raise
+        if not ticket.granted:
+            self._queue.remove(ticket)
+        return ticket.granted
+
+    def release(self, owner: object = None) -> None:
+        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
+
+        Raises:
+            ValueError: More slots released than taken.
+        """
+        self._hand_over(owner)
+
+    def _hand_over(self, owner: object) -> None:
+        self._turns.give_back(owner, "AsyncSlots")
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while (ticket := self._turns.pick(self._queue)) is not None:
+            if not ticket.wake.done():
+                ticket.wake.set_result(None)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

@@ -56,6 +56,7 @@ from ._plan import ReadPlan
 from ._query import check_filter
 from ._reader import ReadCall
 from ._salt import SaltScheme, prefix_end, to_key
+from ._slots import AsyncSlots
 from ._stats import CallStats, StatsHook, install_retry_counter
 from ._strategy import OneRequestOdds, ReadBudget
 from ._timeouts import (
@@ -214,7 +215,7 @@ class SaltedTableAsync(TableAttributes):
             name=table_label(table),
         )
         self._budget = budget if budget is not None else ReadBudget()
-        self.limiter = anyio.CapacityLimiter(max_concurrent_subscans)
+        self.limiter = AsyncSlots(max_concurrent_subscans)
         # Whether small reads try one request over every bucket: (no limit, limit).
         self._odds = (OneRequestOdds(), OneRequestOdds())
         self.stats_hook = stats_hook

@@ -5,6 +5,8 @@ Run from the repository root (starts its own emulator)::
     .venv/bin/python examples/tools/fault_probe.py r2 [--op 30 --attempt 5 | --defaults]
     .venv/bin/python examples/tools/fault_probe.py r3 [--slots 1 2]
     .venv/bin/python examples/tools/fault_probe.py r4
+    .venv/bin/python examples/tools/fault_probe.py fair [--slots 1 2 8 64 --reads 20]
+        [--tables async sync] [--budget-rows 20000]
 
 r2: a 20,000-row 16-bucket table read (unordered) by the sync table through a proxy
 that stalls once 300 kB went to the client (requests mid-stream); ``break`` then
@@ -14,6 +16,10 @@ r3: six threads streaming the whole table, and small reads one after another
 r4: A ``read_row(operation_timeout=8)`` and B, 0.1 s later, ``operation_timeout=1.0``
 on a fresh table object (so both wait for the guard's record read): B's outcome and time,
 with the server stalled throughout, and with the server back after 2.5 s.
+fair: 10 whole-table streams whose consumers are slow (5 ms a row) and small reads (10-row
+ranges, one every 0.1 s, all in flight together) on the same table object, at each slot
+bound, against the same load on the plain (unsalted) table through the raw client: the
+small reads' median and p90 latency, and the ratio to the plain table's median.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from google.cloud.bigtable.data import (
     SetCell,
 )
 
-from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, create_table, start_emulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -256,6 +262,142 @@ def r4(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
         asyncio.run(run_async())
 
 
+SLOW_ROW = 0.005  # fair: seconds a slow consumer spends on each row
+
+
+def _fair_small(i: int) -> ReadRowsQuery:
+    start = (i * 7919) % 19_990
+    return ReadRowsQuery(row_ranges=RowRange(b"k%06d" % start, b"k%06d" % (start + 10)))
+
+
+def _fair_line(name: str, took: list[float], plain: float | None) -> float:
+    took = sorted(took)
+    median = statistics.median(took)
+    p90 = took[int(0.9 * (len(took) - 1))]
+    ratio = "" if plain is None else f", {median / plain:.2f}x plain"
+    print(f"fair {name}: median {median:.3f}s, p90 {p90:.3f}s, max {took[-1]:.3f}s{ratio}")
+    return median
+
+
+async def _fair_async(address: str, args: argparse.Namespace, slots: int | None) -> list[float]:
+    """Small-read latencies next to 10 slow whole-table consumers (None: the plain table)."""
+    with env(address):
+        client = BigtableDataClientAsync(project=PROJECT)
+    if slots is None:
+        table: Any = client.get_table(INSTANCE, "plain")
+    else:
+        table = SaltedTableAsync(
+            client.get_table(INSTANCE, "fair"),
+            SCHEME,
+            max_concurrent_subscans=slots,
+            budget=ReadBudget(rows=args.budget_rows),
+        )
+    await table.read_rows(_fair_small(0))  # connected (and the guard's record read)
+    stop = asyncio.Event()
+
+    async def slow() -> None:
+        while not stop.is_set():
+            rows = await table.read_rows_stream(ReadRowsQuery(), operation_timeout=600)
+            async for _ in rows:
+                if stop.is_set():
+                    break
+                await asyncio.sleep(SLOW_ROW)
+            await rows.aclose()
+
+    async def small(i: int) -> float:
+        start = time.monotonic()
+        await table.read_rows(_fair_small(i), operation_timeout=120)
+        return time.monotonic() - start
+
+    consumers = [asyncio.create_task(slow()) for _ in range(10)]
+    await asyncio.sleep(1.0)
+    reads = []
+    for i in range(args.reads):
+        reads.append(asyncio.create_task(small(i + 1)))
+        await asyncio.sleep(0.1)
+    took = list(await asyncio.gather(*reads))
+    stop.set()
+    await asyncio.gather(*consumers)
+    await client.close()
+    return took
+
+
+def _fair_sync(address: str, args: argparse.Namespace, slots: int | None) -> list[float]:
+    """As :func:`_fair_async`, for the sync table (threads)."""
+    with env(address), BigtableDataClient(project=PROJECT) as client:
+        if slots is None:
+            table: Any = client.get_table(INSTANCE, "plain")
+        else:
+            table = SaltedTable.from_client(
+                client,
+                INSTANCE,
+                "fair",
+                SCHEME,
+                max_concurrent_subscans=slots,
+                budget=ReadBudget(rows=args.budget_rows),
+            )
+        table.read_rows(_fair_small(0))
+        stop = threading.Event()
+
+        def slow() -> None:
+            while not stop.is_set():
+                rows = table.read_rows_stream(ReadRowsQuery(), operation_timeout=600)
+                for _ in rows:
+                    if stop.is_set():
+                        break
+                    time.sleep(SLOW_ROW)
+                close = getattr(rows, "close", None)
+                if close is not None:
+                    close()
+
+        took: list[float] = [0.0] * args.reads
+
+        def small(i: int) -> None:
+            start = time.monotonic()
+            table.read_rows(_fair_small(i + 1), operation_timeout=120)
+            took[i] = time.monotonic() - start
+
+        consumers = [threading.Thread(target=slow) for _ in range(10)]
+        for t in consumers:
+            t.start()
+        time.sleep(1.0)
+        readers = []
+        for i in range(args.reads):
+            readers.append(threading.Thread(target=small, args=(i,)))
+            readers[-1].start()
+            time.sleep(0.1)
+        for t in readers:
+            t.join()
+        stop.set()
+        for t in consumers:
+            t.join()
+        return took
+
+
+def fair(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
+    load(address, "fair", 20_000)
+    create_table(address, "plain")
+    with env(address), BigtableDataClient(project=PROJECT) as client:
+        plain_table = client.get_table(INSTANCE, "plain")
+        for start in range(0, 20_000, 2000):
+            plain_table.bulk_mutate_rows(
+                [
+                    RowMutationEntry(b"k%06d" % i, SetCell("cf", b"q", b"v" * 100))
+                    for i in range(start, min(20_000, start + 2000))
+                ]
+            )
+    for kind in args.tables:
+        run = (
+            (lambda s: asyncio.run(_fair_async(address, args, s)))
+            if kind == "async"
+            else (lambda s: _fair_sync(address, args, s))
+        )
+        for slots in args.slots:
+            # Plain and salted alternate (the emulator slows over a long run).
+            plain = _fair_line(f"{kind:5} plain   ", run(None), None)
+            _fair_line(f"{kind:5} slots={slots:<3}", run(slots), plain)
+
+
 def _scan(table: SaltedTable, stop: threading.Event) -> None:
     while not stop.is_set():
         for _ in table.read_rows_stream(ReadRowsQuery(), operation_timeout=60):
@@ -273,17 +415,19 @@ def _outcome(read_row: Callable[..., Any], key: bytes, timeout: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("item", choices=["r2", "r3", "r4"])
+    parser.add_argument("item", choices=["r2", "r3", "r4", "fair"])
     parser.add_argument("--op", type=float, default=30)
     parser.add_argument("--attempt", type=float, default=5)
     parser.add_argument("--defaults", action="store_true", help="r2: the table's default timeouts")
     parser.add_argument("--stall-after", type=int, default=300_000, help="r2: bytes, then stall")
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--reads", type=int, default=10)
+    parser.add_argument("--budget-rows", type=int, default=20_000, help="fair: the read budget")
+    parser.add_argument("--tables", nargs="+", choices=["async", "sync"], default=["async"])
     args = parser.parse_args()
     with start_emulator() as emulator:
         proxy = ThreadProxy(emulator.port)
-        {"r2": r2, "r3": r3, "r4": r4}[args.item](emulator.address, proxy, args)
+        {"r2": r2, "r3": r3, "r4": r4, "fair": fair}[args.item](emulator.address, proxy, args)
     os._exit(0)  # the proxy's loop thread and anything left behind
 
 

@@ -1,0 +1,168 @@
+"""Fair sharing of a table object on the emulator (issue 26): read-ahead yields to small reads.
+
+Scans whose consumers took their first rows and went away (slow consumers) still
+read ahead; those requests are background. A small read's requests are
+foreground: at one slot, no scan request starts while the small read waits for
+the slot (the one holding it when the small read asks keeps it to its end). With the
+FIFO slots before, every read-ahead request queued ahead of it started first.
+Requests are counted, not timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import pytest
+from google.cloud.bigtable.data import (
+    BigtableDataClient,
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+    RowRange,
+)
+from google.cloud.bigtable.data.mutations import SetCell
+
+from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable.testing import INSTANCE, PROJECT, Emulator
+from tests.conftest import MakeTable
+
+SCHEME = SaltScheme(16)
+KEYS = [b"key-%05d" % i for i in range(2400)]
+SMALL = ReadRowsQuery(row_ranges=RowRange(b"key-01000", b"key-01010"))
+SCANS = 3
+
+
+def is_small(query: ReadRowsQuery) -> bool:
+    return any(b"key-0100" in (r.start_key or b"") for r in query.row_ranges)
+
+
+class Counting:
+    """A table (async or sync) that records, in order, whether each request it starts is
+    the small read's; everything else passes through."""
+
+    def __init__(self, table: Any) -> None:
+        self._table = table
+        self.calls: list[bool] = []
+        self._lock = threading.Lock()
+
+    def _record(self, query: ReadRowsQuery) -> None:
+        with self._lock:
+            self.calls.append(is_small(query))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+
+class AsyncCounting(Counting):
+    async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Any:
+        self._record(query)
+        return await self._table.read_rows_stream(query, **kwargs)
+
+
+class SyncCounting(Counting):
+    def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Any:
+        self._record(query)
+        return self._table.read_rows_stream(query, **kwargs)
+
+
+def scan_requests_before_the_small_one(calls: list[bool]) -> int:
+    assert True in calls, "the small read made no request"
+    return calls.index(True)
+
+
+@pytest.fixture
+def table_id(emulator: Emulator, make_table: MakeTable) -> str:
+    name = make_table()
+    with BigtableDataClient(project=PROJECT) as client:
+        table = SaltedTable.from_client(client, INSTANCE, name, SCHEME)
+        table.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", k)) for k in KEYS])
+    return name
+
+
+@pytest.fixture
+async def async_client(emulator: Emulator) -> AsyncIterator[BigtableDataClientAsync]:
+    client = BigtableDataClientAsync(project=PROJECT)
+    yield client
+    await client.close()
+
+
+async def test_an_async_small_read_overtakes_the_read_ahead_of_scans_nobody_consumes(
+    async_client: BigtableDataClientAsync, table_id: str
+) -> None:
+    counting = AsyncCounting(async_client.get_table(INSTANCE, table_id))
+    salted = SaltedTableAsync(
+        counting,  # type: ignore[arg-type]
+        SCHEME,
+        max_concurrent_subscans=1,
+        budget=ReadBudget(rows=320),  # small pages: each scan asks again and again
+        guard=False,
+    )
+    scans = [await salted.read_rows_stream(ReadRowsQuery()) for _ in range(SCANS)]
+    try:
+        with anyio.fail_after(60):
+            for scan in scans:
+                await anext(aiter(scan))  # its consumer took the first rows, then went away
+            while salted.limiter.waiting < SCANS:  # noqa: ASYNC110 (polls the slots, no event to wait on)
+                await asyncio.sleep(0.01)
+            mark = len(counting.calls)
+            rows = await salted.read_rows(SMALL)
+            assert [r.row_key for r in rows] == KEYS[1000:1010]
+            ahead = scan_requests_before_the_small_one(counting.calls[mark:])
+            # At most the request that held the slot when the small read asked (it may
+            # open its stream just after); FIFO started every queued one first (>= SCANS).
+            assert ahead <= 1, f"{ahead} read-ahead requests started while the small read waited"
+            # The scans go on, exact.
+            rest = [r.row_key async for r in scans[0]]
+            assert len(rest) + 1 >= len(KEYS) - 16
+            assert rest == KEYS[len(KEYS) - len(rest) :]
+    finally:
+        for scan in scans:
+            await scan.aclose()  # type: ignore[attr-defined]
+    assert salted.limiter.borrowed_tokens == 0
+
+
+def test_a_sync_small_read_overtakes_the_read_ahead_of_scans_nobody_consumes(
+    emulator: Emulator, table_id: str
+) -> None:
+    with BigtableDataClient(project=PROJECT) as client:
+        counting = SyncCounting(client.get_table(INSTANCE, table_id))
+        salted = SaltedTable(
+            counting,  # type: ignore[arg-type]
+            SCHEME,
+            max_concurrent_subscans=1,
+            budget=ReadBudget(rows=2000),
+            guard=False,
+        )
+        # A sync read runs one request at a time at one slot: more scans, started
+        # together, so that their read-ahead queues for the slot at once.
+        scans: list[Iterator[Any]] = [
+            iter(salted.read_rows_stream(ReadRowsQuery())) for _ in range(2 * SCANS)
+        ]
+        try:
+            firsts = [threading.Thread(target=next, args=(scan,)) for scan in scans]
+            for thread in firsts:
+                thread.start()  # each consumer takes its first rows, then goes away
+            for thread in firsts:
+                thread.join()
+            deadline = time.monotonic() + 60
+            while salted._slots.waiting < SCANS:  # read-ahead queues for the slot
+                assert time.monotonic() < deadline, "the scans' read-ahead never queued"
+                time.sleep(0.001)
+            mark = len(counting.calls)
+            rows = salted.read_rows(SMALL)
+            assert [r.row_key for r in rows] == KEYS[1000:1010]
+            ahead = scan_requests_before_the_small_one(counting.calls[mark:])
+            # At most the request that held the slot when the small read asked (it may
+            # open its stream just after); FIFO started every queued one first (>= SCANS).
+            assert ahead <= 1, f"{ahead} read-ahead requests started while the small read waited"
+            rest = [r.row_key for r in scans[0]]
+            assert len(rest) + 1 >= len(KEYS) - 16
+            assert rest == KEYS[len(KEYS) - len(rest) :]
+        finally:
+            for scan in scans:
+                scan.close()  # type: ignore[attr-defined]

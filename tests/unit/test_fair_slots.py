@@ -1,0 +1,358 @@
+"""Fair sharing of a table's slots: foreground requests first, FIFO within a class (issue 26).
+
+A background request (read-ahead while its consumer has rows to take) takes a
+slot only while no foreground request (one whose consumer waits) waits; a
+background waiter is served once no foreground waits, or as soon as its own
+consumer waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from saltedtable._merge import Merge, Sent
+from saltedtable._slots import AsyncSlots, Slots, next_waiter
+from saltedtable._strategy import ReadBudget
+
+
+@dataclass
+class W:
+    """A waiter for ``next_waiter``: foreground while ``fg`` holds."""
+
+    name: int
+    fg: bool
+    asked: list[int] = field(default_factory=list)
+    owner: object = None
+
+    @property
+    def urgent(self) -> object:
+        def check() -> bool:
+            self.asked.append(1)
+            return self.fg
+
+        return check
+
+
+@given(st.lists(st.booleans(), max_size=30))
+def test_hand_overs_serve_foreground_in_order_then_background_in_order(classes: list[bool]) -> None:
+    queue = deque(W(i, fg) for i, fg in enumerate(classes))
+    served = [next_waiter(queue).name for _ in classes]
+    fg = [i for i, c in enumerate(classes) if c]
+    bg = [i for i, c in enumerate(classes) if not c]
+    assert served == fg + bg
+    assert not queue
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.integers(0, 3)), min_size=1, max_size=30),
+    st.dictionaries(st.integers(0, 3), st.integers(0, 3)),
+    st.dictionaries(st.integers(0, 3), st.integers(0, 50)),
+)
+def test_within_a_class_the_turn_goes_to_fewest_held_then_least_recently_served_then_oldest(
+    waiters: list[tuple[bool, int]], held: dict[object, int], served: dict[object, int]
+) -> None:
+    """So a scan with many queued requests gets one turn per turn of each other read."""
+    queue = deque(W(i, fg, owner=owner) for i, (fg, owner) in enumerate(waiters))
+    everyone = list(queue)
+    chosen = next_waiter(queue, held, {id(k): v for k, v in served.items()})
+    pool = [w for w in everyone if w.fg] or everyone
+
+    def rank(w: W) -> tuple[int, int]:
+        return held.get(w.owner, 0), served.get(w.owner, -1)
+
+    best = min(rank(w) for w in pool)
+    assert chosen is next(w for w in pool if rank(w) == best)
+    assert list(queue) == [w for w in everyone if w is not chosen]
+
+
+async def test_a_small_read_waits_one_turn_per_read_not_for_every_queued_request() -> None:
+    slots = AsyncSlots(1)
+    assert await slots.take(0.0, owner="scan-a")
+    granted: list[str] = []
+
+    async def wait(owner: str) -> None:
+        assert await slots.take(float("inf"), owner=owner)
+        granted.append(owner)
+
+    tasks = [asyncio.create_task(wait(o)) for o in ["scan-a"] * 3 + ["scan-b"] * 3 + ["small"]]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    owner = "scan-a"
+    while len(granted) < len(tasks):
+        slots.release(owner)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        owner = granted[-1]
+    await asyncio.gather(*tasks)
+    slots.release(owner)
+    # The reads take turns: scan-a was just served, scan-b and the small read not yet.
+    assert granted[:3] == ["scan-b", "small", "scan-a"]
+    assert granted[3:] == ["scan-b", "scan-a", "scan-b", "scan-a"]
+    assert sorted(granted) == sorted(["scan-a"] * 3 + ["scan-b"] * 3 + ["small"])
+    with pytest.raises(ValueError, match="released more often"):
+        slots.release("small")
+
+
+def test_a_waiter_without_a_check_is_foreground() -> None:
+    class Plain:
+        urgent = None
+        owner = None
+
+    bg, plain = W(0, False), Plain()
+    queue: deque[object] = deque([bg, plain])
+    assert next_waiter(queue) is plain  # type: ignore[arg-type]
+    assert next_waiter(queue) is bg  # type: ignore[arg-type]
+
+
+# -- AsyncSlots against a model, operation by operation ------------------------------------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("ask"), st.booleans()),  # a new waiter, foreground or not
+        st.tuples(st.just("release"), st.just(False)),
+        st.tuples(st.just("promote"), st.integers(0, 40)),  # a waiter's consumer now waits
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(total=st.integers(1, 3), ops=OPS)
+def test_async_slots_follow_the_model(total: int, ops: list[tuple[str, object]]) -> None:
+    """Every hand-over goes to the oldest foreground waiter, else the oldest background one.
+
+    So: FIFO within a class, no background grant while foreground waits, and at the end
+    (foreground idle) every background waiter is served.
+    """
+
+    async def run() -> None:
+        slots = AsyncSlots(total)
+        fg: dict[int, bool] = {}
+        model: list[int] = []  # waiters in the order they asked
+        granted: list[int] = []
+        tasks: list[asyncio.Task[None]] = []
+        held = 0
+        for _ in range(total):  # every slot busy: the waits below queue
+            assert await slots.take(time.monotonic())
+            held += 1
+
+        async def wait(i: int) -> None:
+            assert await slots.take(float("inf"), lambda: fg[i])
+            granted.append(i)
+
+        async def settle() -> None:
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+        def expect() -> int:
+            for i in model:
+                if fg[i]:
+                    return i
+            return model[0]
+
+        async def release() -> None:
+            nonlocal held
+            want = expect() if model else None
+            slots.release()
+            await settle()
+            if want is None:
+                held -= 1
+                assert slots.free == total - held
+            else:
+                assert granted[-1] == want  # (it holds the slot now)
+                model.remove(want)
+
+        for op, arg in ops:
+            if op == "ask":
+                i = len(fg)
+                fg[i] = bool(arg)
+                tasks.append(asyncio.create_task(wait(i)))
+                if held < total:  # a free slot nobody waits for: taken at once
+                    assert not model
+                    held += 1
+                    await settle()
+                    assert granted[-1] == i
+                    continue
+                model.append(i)
+                await settle()
+                assert slots.waiting == len(model)
+            elif op == "release" and held:
+                await release()
+            elif op == "promote" and model:
+                fg[model[int(arg) % len(model)]] = True  # type: ignore[call-overload]
+        while model:  # foreground idle from here: the rest is served, none left waiting
+            await release()
+        await asyncio.gather(*tasks)
+        assert len(granted) == len(fg)
+
+    asyncio.run(run())
+
+
+async def test_an_async_wait_ends_at_its_deadline_and_a_cancelled_one_passes_its_slot_on() -> None:
+    slots = AsyncSlots(1)
+    assert await slots.take(time.monotonic() - 1)  # free: taken even past the deadline
+    assert not await slots.take(time.monotonic() + 0.01)
+    assert slots.waiting == 0
+    waiter = asyncio.create_task(slots.take(float("inf")))
+    behind = asyncio.create_task(slots.take(float("inf"), lambda: False))
+    await asyncio.sleep(0)
+    slots.release()  # handed to `waiter`, which is cancelled before it wakes
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await behind  # the slot went on to the next waiter
+    slots.release()
+    assert slots.free == 1
+    assert slots.borrowed_tokens == 0
+    with pytest.raises(ValueError, match="released more often"):
+        slots.release()
+    with pytest.raises(ValueError, match="total must be >= 1"):
+        AsyncSlots(0)
+    with pytest.raises(anyio.WouldBlock):
+        async with slots:
+            slots.acquire_nowait()
+
+
+# -- the sync Slots ----------------------------------------------------------------------
+
+
+def test_sync_slots_serve_foreground_first_and_background_once_foreground_is_idle() -> None:
+    slots = Slots(1)
+    assert slots.acquire(time.monotonic())
+    fg: dict[str, bool] = {"bg1": False, "bg2": False, "fg1": True, "fg2": True}
+    order: list[str] = []
+    threads = []
+    for name in ("bg1", "bg2", "fg1", "fg2"):
+
+        def wait(name: str = name) -> None:
+            assert slots.acquire(time.monotonic() + 30, urgent=lambda: fg[name])
+            order.append(name)
+            slots.release()
+
+        threads.append(threading.Thread(target=wait))
+        threads[-1].start()
+        count = len(threads)
+        deadline = time.monotonic() + 10
+        while slots.waiting < count:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    fg["bg2"] = True  # its consumer now waits: foreground, in the order it first asked
+    slots.release()
+    for thread in threads:
+        thread.join()
+    assert order == ["bg2", "fg1", "fg2", "bg1"]
+    assert slots.free == 1
+
+
+# -- the signal: Feed.urgent ---------------------------------------------------------------
+
+
+async def test_read_ahead_is_background_until_the_consumer_waits_for_it() -> None:
+    """A feed's first request is foreground; its read-ahead is background while the consumer
+    has items to take, and foreground again once the consumer waits for that feed."""
+    seen: list[tuple[int, bool]] = []
+    gate = asyncio.Event()
+
+    def source(index: int) -> object:
+        keys = iter(range(index, 400, 2))
+
+        async def call(size: int, feed: object) -> Sent:
+            seen.append((index, feed.urgent()))  # type: ignore[attr-defined]
+            if len(seen) > 2:
+                await gate.wait()  # read-ahead waits until the test says
+            pushed = 0
+            for key in keys:
+                feed.keys.append(key)  # type: ignore[attr-defined]
+                feed.items.append(key)  # type: ignore[attr-defined]
+                pushed += 1
+                if pushed == size:
+                    return Sent(pushed, True)
+            return Sent(pushed, False)
+
+        return call
+
+    merge = Merge([source(0), source(1)], budget=ReadBudget(rows=40))  # type: ignore[list-item]
+    async with merge:
+        first = await anext(aiter(merge))
+        assert first[0] == 0
+        assert seen[:2] == [(0, True), (1, True)]  # first requests: foreground
+        with anyio.fail_after(10):
+            while len(seen) < 3:  # noqa: ASYNC110 (polls the sources, no event)
+                await asyncio.sleep(0)
+        assert seen[2][1] is False  # read-ahead, the consumer is busy: background
+        feeds = merge._feeds
+        assert not any(f.urgent() for f in feeds if f.keys)
+        # The consumer drains what it holds and waits: the feeds it waits for are foreground.
+        taker = asyncio.create_task(drain(merge))
+        with anyio.fail_after(10):
+            while not any(f.urgent() for f in feeds if not f.done):  # noqa: ASYNC110 (polls the merge's state)
+                await asyncio.sleep(0)
+        gate.set()
+        rows = first + await taker
+        assert rows == list(range(400))
+
+
+async def drain(merge: Merge[int]) -> list[int]:
+    out: list[int] = []
+    async for batch in merge:
+        out += batch
+    return out
+
+
+async def test_a_limited_read_is_always_foreground() -> None:
+    merge = Merge([lambda size, feed: None], limit=5)  # type: ignore[list-item, arg-type, return-value]
+    feed = merge._feeds[0]
+    feed.keys.append(1)
+    assert feed.urgent()
+
+
+async def test_a_reserve_keeps_slots_for_reads_that_hold_none() -> None:
+    """With many slots, scans holding some cannot take the last ``total // 8``: a newcomer
+    (a small read, a read's first request) finds one free at once."""
+    slots = AsyncSlots(16)  # a reserve of 2
+    for _ in range(14):
+        assert await slots.take(0.0, owner="scan")
+    assert not await slots.take(0.0, owner="scan")  # only the reserve is left
+    assert await slots.take(0.0, owner="other-scan")  # holds none: its first request
+    assert await slots.take(0.0, owner="small")  # holds none: the last slot
+    assert slots.free == 0
+    waiting = asyncio.create_task(slots.take(float("inf"), owner="scan"))
+    await asyncio.sleep(0)
+    slots.release("small")  # one free again, but the reserve: scan (holding 14) waits
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert slots.free == 1
+    slots.release("scan")  # two free: still the reserve
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    slots.release("scan")  # three free: more than the reserve, so scan's waiter takes one
+    assert await waiting
+    assert slots.free == 2
+    slots.acquire_nowait()  # an owner (None) holding none may take the reserve...
+    with pytest.raises(anyio.WouldBlock):
+        slots.acquire_nowait()  # ...but only while one is free
+    slots.release(None)
+
+
+def test_the_sync_reserve_hands_a_freed_slot_to_a_read_holding_none() -> None:
+    slots = Slots(8)  # a reserve of 1
+    for _ in range(7):
+        assert slots.acquire(time.monotonic(), owner="scan")
+    assert not slots.acquire(time.monotonic() + 0.01, owner="scan")
+    assert slots.acquire(time.monotonic(), owner="small")
+    assert slots.free == 0
+    slots.release("small")
+    assert slots.acquire(time.monotonic(), owner="another-small")
+    for _ in range(7):
+        slots.release("scan")
+    slots.release("another-small")
+    assert slots.free == 8

@@ -236,7 +236,7 @@ def child_scan(table_id: str, how: str, budget_bytes: int) -> dict[str, float]:
 
 @pytest.mark.parametrize(
     ("size", "rows", "margin_mb"),
-    [(64 * KIB, 768, 24), (1024 * KIB, 40, 32)],
+    [(64 * KIB, 768, 24), (1024 * KIB, 96, 48)],
     ids=["64KiB", "1MiB"],
 )
 async def test_a_fresh_process_scanning_wide_rows_grows_like_the_raw_client(
@@ -246,10 +246,12 @@ async def test_a_fresh_process_scanning_wide_rows_grows_like_the_raw_client(
     rows: int,
     margin_mb: int,
 ) -> None:
-    """48 MB of 64 KiB rows (or 40 MB of 1 MiB rows): a salted scan with a 2 MiB
+    """48 MB of 64 KiB rows (or 96 MB of 1 MiB rows): a salted scan with a 2 MiB
     budget holds at most 2 MiB + 16 rows of them; its RSS grows little more than
     the raw client's single scan's (the old sizing, 16,384 rows asked at an
-    assumed 512 B, held the whole table)."""
+    assumed 512 B, held the whole table). With 1 MiB rows the 16 rows the bound
+    allows past the budget (the first wave, before any row is measured) are
+    16 MB of the margin."""
     assert os.environ.get(EMULATOR_HOST_ENV)  # the child reaches the emulator through it
     table_id = make_table(families=("cf",))
     budget_bytes = 2 << 20

@@ -63,8 +63,11 @@ def _run_command(emulator: Emulator, command: Sequence[str]) -> int:
         return 128 + signal.SIGTERM
 
 
-def _run_foreground(emulator: Emulator) -> int:
+def _run_foreground(emulator: Emulator, lines: Sequence[str]) -> int:
+    # Serving starts with the first line printed: a stop from then on is a normal one
+    # (a caller that read the export line may stop it before the last line is out).
     try:
+        print("\n".join(lines), flush=True)
         code = emulator.wait()
     except (KeyboardInterrupt, _Terminated):
         print("stopping the Bigtable emulator", file=sys.stderr)
@@ -131,12 +134,12 @@ def _serve(
             return 1
         if command:
             return _run_command(emulator, command)
-        print(f"export {EMULATOR_HOST_ENV}={emulator.address}")
+        lines = [f"export {EMULATOR_HOST_ENV}={emulator.address}"]
         for table_id, families in tables:
             name = f"projects/{project}/instances/{instance}/tables/{table_id}"
-            print(f"# created table {name} (families: {', '.join(families)})")
-        print("# Bigtable emulator running; press Ctrl-C to stop.", flush=True)
-        return _run_foreground(emulator)
+            lines.append(f"# created table {name} (families: {', '.join(families)})")
+        lines.append("# Bigtable emulator running; press Ctrl-C to stop.")
+        return _run_foreground(emulator, lines)
 
 
 def run_emulator(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -297,6 +298,7 @@ def test_foreground_mode_stops_the_emulator_on_sigterm(emulator: Emulator) -> No
         text=True,
         env=env,
         cwd=REPO,
+        start_new_session=True,  # its own process group: the emulator it starts is in it
     ) as cli:
         try:
             assert cli.stdout is not None
@@ -309,6 +311,9 @@ def test_foreground_mode_stops_the_emulator_on_sigterm(emulator: Emulator) -> No
             _, err = cli.communicate(timeout=30)
         finally:
             if cli.poll() is None:
-                cli.kill()
+                # A failed test must not leave the emulator behind: end the whole group.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(cli.pid, signal.SIGKILL)
+                cli.wait()
     assert cli.returncode == 0, err
     assert not _port_open(int(address.rsplit(":", 1)[1]))

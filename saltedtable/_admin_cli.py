@@ -65,13 +65,14 @@ def _layout(args: argparse.Namespace) -> tuple[SaltScheme, Any]:
     return scheme, cutoff
 
 
-def _refusal(exc: Exception) -> str:
+def _refusal(exc: Exception, table: str | None = None) -> str:
     """One line for a layout refusal or an API error."""
     from ._record import open_differences
 
     if isinstance(exc, SchemeMismatchError):
         diffs = "; ".join(open_differences(exc.stored, exc.current))
-        return f"the table's layout record differs ({diffs}): give the stored scheme"
+        whose = "the table's layout record" if table is None else f"the layout record of {table!r}"
+        return f"{whose} differs ({diffs}): give the stored scheme"
     notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
     if isinstance(exc, LayoutError):
         return " ".join(line.strip() for line in str(exc).splitlines()) + notes
@@ -88,7 +89,7 @@ def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
         try:
             return run(args)
         except LayoutError as exc:
-            raise DataError(_refusal(exc)) from None
+            raise DataError(_refusal(exc, args.table)) from None
         except NotFound as exc:
             raise DataError(
                 f"not found: table {args.table!r} in instance {args.instance!r} of project "
@@ -138,6 +139,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{args.table} exists; its layout record agrees (family {result.record_family!r})")
+        return _family_at_risk(args, result.record_family)
     return 0
 
 
@@ -149,9 +151,11 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     from google.cloud.bigtable_admin_v2 import types
 
     from ._admin import ADMIN_TIMEOUT, admin_client, data_client, read_schema, table_path
+    from ._create import check_table_id
     from ._sync import SaltedTable
 
     args.project, args.instance = _located(args)
+    check_table_id(args.table)  # a usage error, before any request
     scheme, cutoff = _layout(args)
     if args.family is not None and args.add_family:
         raise UsageError("give --family or --add-family, not both")
@@ -203,7 +207,34 @@ def _cmd_guard(args: argparse.Namespace) -> int:
         )
         return 1
     print(f"{args.table}: the layout record agrees, in family {where!r}: {json.dumps(stored)}")
-    return 0
+    return _family_at_risk(args, where)
+
+
+def _family_at_risk(args: argparse.Namespace, family: str | None) -> int:
+    """1 (and a line saying why and what fixes it) if ``family`` can lose the record, else 0.
+
+    A caller that may not read the schema is told nothing more here: the guard
+    warned already.
+    """
+    from google.api_core.exceptions import GoogleAPICallError
+
+    from ._admin import admin_client, read_schema, table_path
+
+    if family is None:
+        return 0
+    try:
+        with admin_client() as admin:
+            schema = read_schema(admin, table_path(args.project, args.instance, args.table))
+    except GoogleAPICallError:
+        return 0
+    problem = record_family_problem(schema[family]) if family in schema else None
+    if problem is None:
+        return 0
+    print(
+        f"the layout record is at risk: its {problem}; move it with "
+        f"`saltedtable guard {args.table} --add-family` (and the scheme options)"
+    )
+    return 1
 
 
 # -- inspect ---------------------------------------------------------------------------------------
@@ -222,6 +253,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import PermissionDenied
 
     from ._admin import admin_client, data_client, read_schema, table_path
+    from ._create import check_table_id
     from ._guard import layout_offenders, sample_queries
     from ._inspect import Inspection, bucket_sizes, skew, split_alignment
     from ._layout import Layout
@@ -229,6 +261,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from ._salt import SCHEME_ROW_KEY, format_key
 
     args.project, args.instance = _located(args)
+    check_table_id(args.table)  # a usage error, before any request
     given = _layout(args) if args.buckets is not None else None
     report = Inspection(table=args.table)
     name = table_path(args.project, args.instance, args.table)
@@ -258,7 +291,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 problem = record_family_problem(schema[report.record_family])
                 if problem is not None:
                     report.problems.append(
-                        f"the record lives in {problem}; move it with "
+                        f"the layout record is at risk: its {problem}; move it with "
                         f"`saltedtable guard {args.table} --add-family`"
                     )
             if given is not None:

@@ -18,11 +18,24 @@ from ._families import RECORD_FAMILY, check_family_name, family_info, parse_fami
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
 from ._sync import SaltedTable
 
-__all__ = ["CreateResult", "create_salted_table", "split_points"]
+__all__ = ["CreateResult", "check_table_id", "create_salted_table", "split_points"]
 
 #: Bigtable's rule for table ids: a letter, digit or underscore, then up to 49 more
 #: letters, digits, underscores, hyphens or dots.
 _TABLE_ID: Final = re.compile(r"[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}")
+
+
+def check_table_id(table_id: str) -> None:
+    """Refuse a table id Bigtable would refuse: 1 to 50 of ``a-z A-Z 0-9 _ - .``, not led by - or .
+
+    Raises:
+        ValueError: Naming the id and the rule.
+    """
+    if not _TABLE_ID.fullmatch(table_id):
+        raise ValueError(
+            f"table id {table_id!r} is not a valid Bigtable table id (1 to 50 of "
+            "a-z A-Z 0-9 _ - ., not starting with - or .)"
+        )
 
 
 def split_points(
@@ -138,11 +151,7 @@ def create_salted_table(
     from ._exceptions import LayoutError
     from ._families import RECORD_FAMILY, record_family_problem
 
-    if not _TABLE_ID.fullmatch(table_id):
-        raise ValueError(
-            f"table id {table_id!r} is not a valid Bigtable table id (1 to 50 of "
-            "a-z A-Z 0-9 _ - ., not starting with - or .)"
-        )
+    check_table_id(table_id)
     wanted = _families_of(families)
     reserved = wanted.setdefault(RECORD_FAMILY, types.ColumnFamily())
     problem = record_family_problem(family_info(RECORD_FAMILY, reserved))

@@ -161,7 +161,18 @@ async def test_guard_add_family_moves_a_record_out_of_a_ttl_family_and_inspect_a
     await fill(bigtable_data_client, table_id, SaltScheme(4), 50)
     code, out, _ = run(capsys, "inspect", table_id, *WHERE)
     assert code == 1
-    assert "PROBLEM: the record lives in column family 'cf' has the GC rule max_age=30d" in out
+    assert (
+        "PROBLEM: the layout record is at risk: its column family 'cf' has the GC rule "
+        "max_age=30d" in out
+    )
+    assert "--add-family" in out
+    # Checking it with guard (or create --if-not-exists) says the same, and exits 1.
+    code, out, _ = run(capsys, "guard", table_id, *WHERE, "-n", "4")
+    assert code == 1
+    assert "the layout record is at risk: its column family 'cf'" in out
+    code, out, _ = run(capsys, "create", table_id, *WHERE, "-n", "4", "--if-not-exists")
+    assert code == 1
+    assert "at risk" in out
     assert "--add-family" in out
     code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--add-family")
     assert (code, err) == (0, "")
@@ -171,6 +182,10 @@ async def test_guard_add_family_moves_a_record_out_of_a_ttl_family_and_inspect_a
     code, _, err = run(capsys, "guard", table_id, *WHERE, "-n", "8")
     assert code == 1
     assert_one_line_error(err, "buckets: stored 4, now 8")
+    assert f"the layout record of {table_id!r} differs" in err
+    code, _, err = run(capsys, "inspect", "bad/id", *WHERE)
+    assert code == 2  # a usage error, found before any request
+    assert "not a valid Bigtable table id" in err
 
 
 def test_guard_reports_a_table_without_record_and_refuses_a_ttl_family(

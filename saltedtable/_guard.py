@@ -53,7 +53,6 @@ from ._plan import PageCursor, SubQuery
 from ._record import (
     DEFAULT_RECORD_REFRESH,
     SCHEME_QUALIFIER,
-    SCHEME_ROW_KEY,
     decode_layout,
     describe_layout,
     encode_layout,
@@ -63,7 +62,7 @@ from ._record import (
     open_differences,
     record_of_row,
 )
-from ._salt import prefix_end
+from ._salt import SCHEME_ROW_KEY, prefix_end
 from ._slots import AsyncSlots
 from ._timeouts import GuardTime, deadline_exceeded, guard_limit, guard_timeouts, time_left
 

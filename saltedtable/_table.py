@@ -30,7 +30,6 @@ from ._admin import schema_reader_for, table_label
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import (
-    DEFAULT_MAX_CONCURRENT_SUBSCANS,
     SHARDED_CONCURRENCY,
     AttemptTimeout,
     Query,
@@ -50,15 +49,16 @@ from ._facade import (
     sharded_result,
     stray_reasons,
 )
-from ._guard import DEFAULT_RECORD_REFRESH, TableGuard, family_of
+from ._guard import TableGuard
 from ._layout import Layout
 from ._plan import ReadPlan
 from ._query import check_filter
 from ._reader import ReadCall
+from ._record import DEFAULT_RECORD_REFRESH, family_of
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import AsyncSlots
 from ._stats import CallStats, StatsHook, install_retry_counter
-from ._strategy import OneRequestOdds, ReadBudget
+from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
 from ._timeouts import (
     Timeouts,
     check_timeouts,

@@ -20,8 +20,9 @@ from google.cloud.bigtable.data.exceptions import (
 )
 
 from ._exceptions import RowKeyError
-from ._guard import TableGuard, family_of
+from ._guard import TableGuard
 from ._layout import Layout
+from ._record import family_of
 from ._salt import to_key
 from ._stats import CallStats
 

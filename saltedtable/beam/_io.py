@@ -43,13 +43,13 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._admin import schema_reader_for, table_label
 from .._cutoff import CutoffPolicy
-from .._exceptions import QueryPlanError, SaltedTableError, WriteFailedError
-from .._guard import SchemeMismatchError, SyncTableGuard, describe_layout, family_of
+from .._exceptions import QueryPlanError, SaltedTableError, SchemeMismatchError, WriteFailedError
+from .._guard import SyncTableGuard
 from .._layout import Layout
 from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._query import as_query
 from .._reader import row_bytes
-from .._record import open_differences
+from .._record import describe_layout, family_of, open_differences
 from .._salt import SaltScheme, to_key
 from .._split import DEFAULT_SPLIT_BYTES, Split, split_plan
 from .._strategy import ReadBudget

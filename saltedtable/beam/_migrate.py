@@ -46,19 +46,19 @@ from google.cloud.bigtable.data.row import Row
 
 from .._cutoff import CutoffPolicy
 from .._exceptions import LayoutError, RowKeyError, SchemeMismatchError, layout_differences
-from .._guard import KEYS_ONLY, describe_layout
+from .._guard import KEYS_ONLY
 from .._layout import Layout
-from .._migration import (
+from .._migration import migration_record, migration_state
+from .._plan import SubQuery, plan_reads
+from .._record import (
     BACKFILL,
     CUTOVER,
+    DEFAULT_LEGACY_GRACE,
     DELETING,
     MigrationState,
-    migration_record,
-    migration_state,
+    describe_layout,
     open_differences,
 )
-from .._plan import SubQuery, plan_reads
-from .._record import DEFAULT_LEGACY_GRACE
 from .._salt import SaltScheme
 from .._split import DEFAULT_SPLIT_BYTES, Split
 from .._strategy import ReadBudget

@@ -45,6 +45,7 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
 )
 
+from ._contracts import AttemptTimeout, SyncTableLike, TableLike, Timeout
 from ._exceptions import LayoutError, RecordMissingError, SchemeMismatchError
 from ._families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
 from ._layout import Layout
@@ -544,7 +545,9 @@ class TableGuard(GuardCore):
         **options: See :class:`GuardCore`.
     """
 
-    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
+    def __init__(
+        self, table: TableLike, layout: Layout, *, enabled: bool = True, **options: Any
+    ) -> None:
         options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
@@ -567,7 +570,9 @@ class TableGuard(GuardCore):
         """Before a write: check, and store the record if the table has none yet."""
         return await self._settle(family, limit)
 
-    async def within(self, family: str | None, operation: Any, attempt: Any, kind: str) -> Any:
+    async def within(
+        self, family: str | None, operation: Timeout, attempt: AttemptTimeout, kind: str
+    ) -> Timeout:
         """Settle the guard before an operation with these timeouts; the operation_timeout left.
 
         A settled guard costs one state check. Otherwise the record is read
@@ -737,7 +742,9 @@ class TableGuard(GuardCore):
 class SyncTableGuard(GuardCore):
     """The guard of one sync table object (see :class:`TableGuard`)."""
 
-    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
+    def __init__(
+        self, table: SyncTableLike, layout: Layout, *, enabled: bool = True, **options: Any
+    ) -> None:
         options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
@@ -756,7 +763,9 @@ class SyncTableGuard(GuardCore):
         """Before a write: check, and store the record if the table has none yet."""
         return self._settle(family, limit)
 
-    def within(self, family: str | None, operation: Any, attempt: Any, kind: str) -> Any:
+    def within(
+        self, family: str | None, operation: Timeout, attempt: AttemptTimeout, kind: str
+    ) -> Timeout:
         """Settle the guard before an operation with these timeouts; the operation_timeout left.
 
         A settled guard costs one state check. Otherwise the record is read

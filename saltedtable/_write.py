@@ -19,8 +19,9 @@ from google.cloud.bigtable.data.exceptions import (
     RetryExceptionGroup,
 )
 
+from ._contracts import BatcherLike, SyncBatcherLike
 from ._exceptions import RowKeyError
-from ._guard import TableGuard
+from ._guard import SyncTableGuard, TableGuard
 from ._layout import Layout
 from ._record import family_of
 from ._salt import to_key
@@ -125,7 +126,7 @@ class _BatcherCore:
 
     __slots__ = ("_appended", "_held", "_inner", "_layout")
 
-    def __init__(self, inner: Any, layout: Layout) -> None:
+    def __init__(self, inner: BatcherLike | SyncBatcherLike, layout: Layout) -> None:
         self._inner = inner
         self._layout = layout
         #: Entries held back because the guard failed, reported on close.
@@ -184,8 +185,9 @@ class SaltedMutationsBatcher(_BatcherCore):
 
     __slots__ = ("_guard",)
 
-    def __init__(self, inner: Any, layout: Layout, guard: TableGuard | None = None) -> None:
+    def __init__(self, inner: BatcherLike, layout: Layout, guard: TableGuard | None = None) -> None:
         super().__init__(inner, layout)
+        self._inner: BatcherLike = inner
         self._guard = guard
 
     async def append(self, mutation_entry: RowMutationEntry) -> None:
@@ -237,8 +239,11 @@ class SaltedMutationsBatcherSync(_BatcherCore):
 
     __slots__ = ("_guard",)
 
-    def __init__(self, inner: Any, layout: Layout, guard: Any = None) -> None:
+    def __init__(
+        self, inner: SyncBatcherLike, layout: Layout, guard: SyncTableGuard | None = None
+    ) -> None:
         super().__init__(inner, layout)
+        self._inner: SyncBatcherLike = inner
         self._guard = guard
 
     def append(self, mutation_entry: RowMutationEntry) -> None:

@@ -20,6 +20,7 @@ PACKAGE = Path(saltedtable.__file__).resolve().parent
 ORDER: tuple[str, ...] = (
     # pure
     "_exceptions",
+    "_contracts",
     "_salt",
     "_ranges",
     "_cutoff",

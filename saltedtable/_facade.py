@@ -46,7 +46,6 @@ __all__ = [
     "filter_for",
     "plan_for",
     "read_timeouts",
-    "relabel",
     "samples_for",
     "sharded_refused",
     "sharded_result",
@@ -57,14 +56,6 @@ __all__ = [
 SHARDED_CONCURRENCY: Final = 10
 
 Query = ReadRowsQuery | Mapping[str, Any]
-
-
-def relabel(row: Row, key: bytes) -> Row:
-    """Give a row and every cell in it the logical key (cells carry the key too)."""
-    row.row_key = key
-    for cell in row.cells:
-        cell.row_key = key
-    return row
 
 
 def check_arguments(
@@ -147,9 +138,7 @@ def stray_reasons(
     layout: Layout,
 ) -> tuple[Callable[[bytes], str | None] | None, Callable[[bytes], str | None] | None]:
     """Why a legacy row, and why a bucket row, is left out of reads (None: none is)."""
-    if layout.cutoff is None:
-        return None, None
-    return layout.stray_reason, layout.salted_stray_reason
+    return layout.hiding(None), layout.hiding(0)
 
 
 def sharded_refused(

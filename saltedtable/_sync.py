@@ -58,14 +58,13 @@ from ._facade import (
     filter_for,
     plan_for,
     read_timeouts,
-    relabel,
     samples_for,
     sharded_refused,
     sharded_result,
     stray_reasons,
 )
 from ._guard import SyncTableGuard
-from ._layout import Layout
+from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
 from ._reader import SyncReadCall

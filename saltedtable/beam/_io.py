@@ -45,7 +45,7 @@ from .._admin import schema_reader_for, table_label
 from .._cutoff import CutoffPolicy
 from .._exceptions import QueryPlanError, SaltedTableError, SchemeMismatchError, WriteFailedError
 from .._guard import SyncTableGuard
-from .._layout import Layout
+from .._layout import Layout, relabel
 from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._query import as_query
 from .._reader import row_bytes
@@ -281,14 +281,6 @@ def read_keys(
         yield from page
 
 
-def relabel(row: Row, key: bytes) -> Row:
-    """``row`` (and its cells) under ``key``."""
-    row.row_key = key
-    for cell in row.cells:
-        cell.row_key = key
-    return row
-
-
 def read_split(
     table: Table,
     sub: SubQuery,
@@ -321,12 +313,7 @@ def read_split_pages(
 ) -> Iterator[list[Row]]:
     """:func:`read_split`, a page at a time."""
     cut = len(sub.prefix)
-    if layout.cutoff is None or rows == "all":
-        hidden: Callable[[bytes], str | None] | None = None
-    elif sub.bucket is None:
-        hidden = layout.stray_reason
-    else:
-        hidden = layout.salted_stray_reason
+    hidden = None if rows == "all" else layout.hiding(sub.bucket)
     want_hidden = rows == "copies"
     report = on_stray if sub.bucket is None and rows == "visible" else None
     for page in scan_pages(table, sub, sizer):

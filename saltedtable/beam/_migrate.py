@@ -47,7 +47,7 @@ from google.cloud.bigtable.data.row import Row
 from .._cutoff import CutoffPolicy
 from .._exceptions import LayoutError, RowKeyError, SchemeMismatchError, layout_differences
 from .._guard import KEYS_ONLY
-from .._layout import Layout
+from .._layout import Layout, relabel
 from .._migration import migration_record, migration_state
 from .._plan import SubQuery, plan_reads
 from .._record import (
@@ -75,7 +75,6 @@ from ._io import (
     copy_entry,
     read_keys,
     read_split_pages,
-    relabel,
     row_digest,
     scan_pages,
 )
@@ -873,7 +872,7 @@ def _legacy_left(table: Table, layout: Layout) -> tuple[int, int]:
     for sub in _legacy_subqueries(layout, keys_only=True):
         for page in scan_pages(table, sub, sizer):
             for row in page:
-                if layout.stray_reason(row.row_key) is None:
+                if layout.hidden_reason(None, row.row_key) is None:
                     left += 1
                 else:
                     strays += 1

@@ -154,3 +154,31 @@ async def test_while_legacy_rows_are_deleted_only_fully_salted_readers_open() ->
     salted = await SaltedTableAsync.open(deleting, SCHEME)
     keys = [row.row_key for row in await salted.read_rows(ReadRowsQuery())]
     assert keys == sorted(OLD + NEW)
+
+
+def test_hidden_reason_is_the_one_rule_of_both_sides() -> None:
+    """``hidden_reason`` asks the legacy rule for bucket None, the bucket rule for a bucket."""
+    layout = Layout(SCHEME, POLICY)
+    for key in (*OLD, *NEW, b"no-time"):
+        assert layout.hidden_reason(None, key) == layout.stray_reason(key)
+        for bucket in range(SCHEME.buckets):
+            assert layout.hidden_reason(bucket, key) == layout.salted_stray_reason(key)
+    assert layout.hidden_reason(None, NEW[0]) is not None
+    assert layout.hidden_reason(2, OLD[0]) is not None
+    plain = Layout(SCHEME)
+    assert (plain.hiding(None), plain.hiding(0)) == (None, None)
+    assert all(plain.hidden_reason(b, k) is None for b in (None, 0, 3) for k in (*OLD, *NEW))
+
+
+def test_relabel_puts_the_logical_key_on_the_row_and_its_cells() -> None:
+    """A row read under its salted key comes back, the same object, under the logical one."""
+    from google.cloud.bigtable.data.row import Cell, Row
+
+    from saltedtable._layout import relabel
+
+    physical = SCHEME.salt_key(b"user")
+    row = Row(physical, [Cell(b"v", physical, "cf", b"q", 1), Cell(b"w", physical, "cf", b"r", 2)])
+    assert relabel(row, b"user") is row
+    assert row.row_key == b"user"
+    assert [c.row_key for c in row.cells] == [b"user", b"user"]
+    assert [c.value for c in row.cells] == [b"v", b"w"]

@@ -37,7 +37,7 @@ from ._families import RECORD_FAMILY
 from ._layout import Layout
 from ._named import NamedKeyPart, named_key_part
 from ._ranges import KeyRange
-from ._record import describe_layout
+from ._record import CutoffRecord, LayoutRecord, describe_layout
 from ._salt import (
     HASHES,
     MAX_BUCKETS,
@@ -117,12 +117,14 @@ __all__ = [
     "CreateResult",
     "CutoffError",
     "CutoffPolicy",
+    "CutoffRecord",
     "EmulatorError",
     "EmulatorNotFoundError",
     "KeyPart",
     "KeyRange",
     "Layout",
     "LayoutError",
+    "LayoutRecord",
     "NamedKeyPart",
     "OneRequestOutcome",
     "OneRequestResult",

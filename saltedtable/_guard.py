@@ -54,6 +54,7 @@ from ._plan import PageCursor, SubQuery
 from ._record import (
     DEFAULT_RECORD_REFRESH,
     SCHEME_QUALIFIER,
+    LayoutRecord,
     decode_layout,
     describe_layout,
     encode_layout,
@@ -106,7 +107,7 @@ KEYS_ONLY: Final = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformer
 
 
 def sample_queries(
-    layout: Layout, sample_rows: int, stored: dict[str, Any] | None = None
+    layout: Layout, sample_rows: int, stored: LayoutRecord | None = None
 ) -> list[ReadRowsQuery]:
     """The reads :func:`layout_offenders` judges: the first rows of each salt prefix, and beyond."""
     queries = [
@@ -130,7 +131,7 @@ def sample_queries(
 
 
 def layout_offenders(
-    layout: Layout, samples: Sequence[Sequence[bytes]], stored: dict[str, Any] | None = None
+    layout: Layout, samples: Sequence[Sequence[bytes]], stored: LayoutRecord | None = None
 ) -> list[str]:
     """Why sampled keys do not fit the layout (empty: they all fit).
 
@@ -172,7 +173,7 @@ def _fresh(error: BaseException) -> BaseException:
 
 
 #: What reading the record answers: the record and the family it lives in, or None.
-Found = tuple[dict[str, Any], str] | None
+Found = tuple[LayoutRecord, str] | None
 #: One I/O step the guard asks its driver for, and what the driver sends back.
 Step = tuple[str, Any]
 
@@ -244,7 +245,7 @@ class GuardCore:
                 f"record_refresh must be a number of seconds > 0 or None, got {refresh!r}"
             )
         self._layout = layout
-        self._record = describe_layout(layout.scheme, layout.cutoff) if enabled else {}
+        self._record = describe_layout(layout.scheme, layout.cutoff) if enabled else None
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
         self._storable = not layout.scheme.has_prefix(SCHEME_ROW_KEY)
@@ -258,7 +259,7 @@ class GuardCore:
         self._refresh = refresh
         self._due = 0.0
         self._read_at = 0.0  # when the last read of the record was sent (monotonic)
-        self._stored: dict[str, Any] | None = None
+        self._stored: LayoutRecord | None = None
         self._stored_family: str | None = None
         self._error: BaseException | None = None
         self._schema_reader = schema
@@ -271,12 +272,14 @@ class GuardCore:
         self._view = view
 
     @property
-    def record(self) -> dict[str, Any]:
-        """The record of this table object's layout."""
+    def record(self) -> LayoutRecord:
+        """The record of this table object's layout (a guard switched off has none)."""
+        if self._record is None:
+            raise RuntimeError("the layout guard is off: it has no record")
         return self._record
 
     @property
-    def stored(self) -> dict[str, Any] | None:
+    def stored(self) -> LayoutRecord | None:
         """The record found in the table by the last check (None: none, or not read yet)."""
         return self._stored
 
@@ -382,7 +385,7 @@ class GuardCore:
                     f"{self._id} has no layout record and require_record=True refuses to "
                     f"read it; {_how_to_store(self._name)}"
                 )
-            action = guard_action(stored, self._record, family=family, override=override)
+            action = guard_action(stored, self.record, family=family, override=override)
             if action == "ok" and explicit and family is not None and where != family:
                 # guard_scheme(family=F) with the record elsewhere: move it to F.
                 schema, _ = yield ("schema", None)
@@ -431,14 +434,14 @@ class GuardCore:
                 if found is None:
                     raise LayoutError(f"the layout record {SCHEME_ROW_KEY!r} did not persist")
                 stored, where = found
-                guard_action(stored, self._record, family=family)  # the other writer's?
+                guard_action(stored, self.record, family=family)  # the other writer's?
             elif action == "replace":
                 schema, _ = yield ("schema", None)
                 placement = self._place(schema, family, explicit=True)
                 assert placement.family is not None
-                _log.warning("replacing the stored salt layout %s with %s", stored, self._record)
-                yield ("replace", (placement.family, self._record))
-                stored, where = self._record, placement.family
+                _log.warning("replacing the stored salt layout %s with %s", stored, self.record)
+                yield ("replace", (placement.family, self.record))
+                stored, where = self.record, placement.family
         except LayoutError as exc:
             self._error = exc
             self._state = "refused"
@@ -494,7 +497,7 @@ class GuardCore:
             raise deadline_exceeded("no time left in operation_timeout to read the table schema")
         return left
 
-    def _record_mutations(self, kind: str, family: str, record: dict[str, Any]) -> list[Mutation]:
+    def _record_mutations(self, kind: str, family: str, record: LayoutRecord) -> list[Mutation]:
         cell = SetCell(family, SCHEME_QUALIFIER, encode_layout(record))
         return [cell] if kind == "create" else [DeleteAllFromRow(), cell]
 
@@ -647,7 +650,7 @@ class TableGuard(GuardCore):
 
     async def _create(self, placement: Placement, limit: GuardTime) -> bool:
         assert placement.family is not None
-        mutations = self._record_mutations("create", placement.family, self._record)
+        mutations = self._record_mutations("create", placement.family, self.record)
         try:
             try:
                 await self._table.check_and_mutate_row(
@@ -825,7 +828,7 @@ class SyncTableGuard(GuardCore):
 
     def _create(self, placement: Placement, limit: GuardTime) -> bool:
         assert placement.family is not None
-        mutations = self._record_mutations("create", placement.family, self._record)
+        mutations = self._record_mutations("create", placement.family, self.record)
         try:
             try:
                 self._table.check_and_mutate_row(

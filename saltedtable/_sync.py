@@ -68,7 +68,7 @@ from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
 from ._reader import SyncReadCall
-from ._record import DEFAULT_RECORD_REFRESH, family_of
+from ._record import DEFAULT_RECORD_REFRESH, LayoutRecord, family_of
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import Slots
 from ._stats import CallStats, StatsHook, install_retry_counter
@@ -242,7 +242,7 @@ class SaltedTable(TableAttributes):
         return self._budget
 
     @property
-    def stored_layout(self) -> dict[str, Any] | None:
+    def stored_layout(self) -> LayoutRecord | None:
         """The layout record the guard found in the table (None: none, or not read yet)."""
         return self._guard.stored
 

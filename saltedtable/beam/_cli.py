@@ -27,7 +27,6 @@ from .._exceptions import (
     SaltedTableError,
     SaltSchemeError,
     UsageError,
-    layout_differences,
 )
 from .._migrate_args import NEW_SCHEME_FIELDS, PROG, parse
 from .._record import describe_layout
@@ -133,7 +132,7 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
             args.bigtable_project, args.instance, args.to_table, args.app_profile
         )
         new_scheme = _scheme(args, new=True)
-        if not layout_differences(describe_layout(scheme, cutoff), describe_layout(new_scheme)):
+        if not describe_layout(scheme, cutoff).differences(describe_layout(new_scheme)):
             raise UsageError(
                 "the copy would have the same layout: give --to-buckets, --to-hash, "
                 "--to-key-part, --to-separator or --to-marker"

@@ -45,7 +45,7 @@ from google.cloud.bigtable.data.mutations import DeleteAllFromRow
 from google.cloud.bigtable.data.row import Row
 
 from .._cutoff import CutoffPolicy
-from .._exceptions import LayoutError, RowKeyError, SchemeMismatchError, layout_differences
+from .._exceptions import LayoutError, RowKeyError, SchemeMismatchError
 from .._guard import KEYS_ONLY
 from .._layout import Layout, relabel
 from .._migration import migration_record, migration_state
@@ -55,6 +55,7 @@ from .._record import (
     CUTOVER,
     DEFAULT_LEGACY_GRACE,
     DELETING,
+    LayoutRecord,
     MigrationState,
     describe_layout,
     open_differences,
@@ -288,7 +289,7 @@ class MigrationReport:
     step: str
     counters: dict[str, int]
     checksums: Checksums | None = None
-    record: dict[str, Any] | None = None
+    record: LayoutRecord | None = None
     notes: tuple[str, ...] = ()
     done: bool = True
 
@@ -310,11 +311,12 @@ class MigrationReport:
         return out
 
 
-def _describe_state(record: dict[str, Any]) -> str:
+def _describe_state(record: LayoutRecord) -> str:
     state = migration_state(record)
     if state is not None:
-        return f"{state} (cutoff {record['cutoff']['at']})"
-    return "cutoff" if record.get("cutoff") else "fully salted"
+        at = None if record.cutoff is None else record.cutoff.at
+        return f"{state} (cutoff {at})"
+    return "cutoff" if record.cutoff is not None else "fully salted"
 
 
 # -- plans -----------------------------------------------------------------------
@@ -405,7 +407,7 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
 
 def _start_backfill(
     stored: StoredRecord | None, scheme: SaltScheme, cutoff: CutoffPolicy
-) -> dict[str, Any]:
+) -> LayoutRecord:
     """The backfill record, after checking that ``stored`` allows a backfill to start or go on."""
     wanted = migration_record(scheme, cutoff, BACKFILL)
     if stored is None:
@@ -719,8 +721,8 @@ def _expect_state(
     step: str,
 ) -> StoredRecord:
     for state in states:
-        if stored is not None and not layout_differences(
-            stored.record, migration_record(scheme, cutoff, state)
+        if stored is not None and not stored.record.differences(
+            migration_record(scheme, cutoff, state)
         ):
             return stored
     found = "no layout record" if stored is None else _describe_state(stored.record)
@@ -938,7 +940,7 @@ def resalt(
             "new rows in the same one"
         )
     new_record = describe_layout(new_scheme)
-    if not layout_differences(describe_layout(scheme, cutoff), new_record):
+    if not describe_layout(scheme, cutoff).differences(new_record):
         raise LayoutError(
             f"resalt to {new_scheme} changes nothing: give another bucket count, hash, key "
             "part, separator or marker (or a cutoff to finish)"
@@ -946,7 +948,7 @@ def resalt(
     client, table = destination.open()
     try:
         stored = read_record(table)
-        if stored is not None and layout_differences(stored.record, new_record):
+        if stored is not None and stored.record.differences(new_record):
             raise SchemeMismatchError(stored.record, new_record)
     finally:
         table.close()

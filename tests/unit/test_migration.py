@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -55,7 +56,10 @@ def test_open_differences_follow_the_state() -> None:
     assert any("being deleted" in d for d in open_differences(deleting, cutoff))
     assert open_differences(deleting, salted) == []
     assert open_differences(deleting, describe_layout(SaltScheme(8))) != []
-    assert any("unknown state" in d for d in open_differences({**cutoff, "migration": "x"}, cutoff))
+    assert any(
+        "unknown state" in d
+        for d in open_differences(dataclasses.replace(cutoff, migration="x"), cutoff)
+    )
 
 
 def test_states_and_tolerances() -> None:
@@ -73,7 +77,7 @@ def test_states_and_tolerances() -> None:
         CUTOVER,
         DELETING,
     ]
-    assert migration_state({**cutover, "migration": "done"}) is None
+    assert migration_state(dataclasses.replace(cutover, migration="done")) is None
     assert not tolerates_copies(describe_layout(SCHEME, POLICY))
     with pytest.raises(ValueError, match="migration state"):
         migration_record(SCHEME, POLICY, "done")  # type: ignore[arg-type]

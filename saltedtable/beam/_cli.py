@@ -91,17 +91,14 @@ def _check_tables(*targets: BigtableTarget, require: bool = False, also: str = "
     With ``require``, the first table must hold a layout record too.
     """
     for i, target in enumerate(targets):
-        client, table = target.open()
         try:
-            stored = read_record(table)
+            with target.opened() as table:
+                stored = read_record(table)
         except NotFound:
             raise DataError(
                 f"table {target.table!r} not found in instance {target.instance!r} of project "
                 f"{target.project!r}"
             ) from None
-        finally:
-            table.close()
-            client.close()
         if require and i == 0 and stored is None:
             raise DataError(
                 f"table {target.table!r} has no layout record, so nothing tells which layout "

@@ -73,6 +73,7 @@ from ._io import (
     ReadSplitRows,
     TableDoFn,
     WriteSaltedRows,
+    accepts_legacy_target,
     copy_entry,
     read_keys,
     read_split_pages,
@@ -350,33 +351,31 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
     copies at open.
 
     Args:
-        project: The Google Cloud project.
-        instance: The Bigtable instance id.
-        table: The table id.
+        target: The table (and the app profile to send requests with).
         scheme: The table's salt scheme.
         cutoff: Its cutoff policy.
         split_bytes: About how much data one split reads.
         budget: What one read request may return (rows and bytes).
-        app_profile_id: The app profile to send requests with.
+
+    The older ``(project, instance, table, scheme, cutoff, ..., app_profile_id=...)``
+    still works and warns (deprecated).
 
     Returns:
         From ``expand``: the failed writes (empty unless ``on_failure="output"``).
     """
 
+    @accepts_legacy_target
     def __init__(
         self,
-        project: str,
-        instance: str,
-        table: str,
+        target: BigtableTarget,
         scheme: SaltScheme,
         cutoff: CutoffPolicy,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         budget: ReadBudget | None = None,
-        app_profile_id: str | None = None,
     ) -> None:
         super().__init__()
-        self.target = BigtableTarget(project, instance, table, app_profile_id)
+        self.target = target
         self.layout = Layout(scheme, cutoff)
         self._read = ReadSplitRows(
             self.target,
@@ -386,11 +385,8 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
             budget=ReadBudget() if budget is None else budget,
         )
         self._write = WriteSaltedRows(
-            project,
-            instance,
-            table,
+            target,
             scheme,
-            app_profile_id=app_profile_id,
             check_layout=False,  # the record names the cutoff layout until the cut-over
             counter_prefix="rows_copied",
         )
@@ -455,19 +451,17 @@ def backfill(
         LayoutError: The table is already cut over, or has no record and no
             ``family`` was given.
     """
-    client, table = target.open()
-    try:
+    with target.opened() as table:
         stored = read_record(table)
         wanted = _start_backfill(stored, scheme, cutoff)
         if stored is None or migration_state(stored.record) != BACKFILL:
             swap_record(table, stored, wanted, family=family)
-    finally:
-        table.close()
-        client.close()
-    args = (target.project, target.instance, target.table, scheme, cutoff)
-    kwargs: dict[str, Any] = {"split_bytes": split_bytes, "app_profile_id": target.app_profile_id}
-    transform = BackfillLegacy(*args, **kwargs)
-    prune = PruneOrphanCopies(*args, **kwargs) if prune_orphans else None
+    transform = BackfillLegacy(target, scheme, cutoff, split_bytes=split_bytes)
+    prune = (
+        PruneOrphanCopies(target, scheme, cutoff, split_bytes=split_bytes)
+        if prune_orphans
+        else None
+    )
 
     def build(p: beam.Pipeline) -> None:
         _ = p | "Backfill" >> transform
@@ -486,20 +480,18 @@ class _KeySweep(beam.PTransform[PBegin, PCollection[None]]):
     the sub-queries and the DoFn (:meth:`_sweep`).
     """
 
+    @accepts_legacy_target
     def __init__(
         self,
-        project: str,
-        instance: str,
-        table: str,
+        target: BigtableTarget,
         scheme: SaltScheme,
         cutoff: CutoffPolicy,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         budget: ReadBudget | None = None,
-        app_profile_id: str | None = None,
     ) -> None:
         super().__init__()
-        self.target = BigtableTarget(project, instance, table, app_profile_id)
+        self.target = target
         self.layout = Layout(scheme, cutoff)
         self.split_bytes = split_bytes
         self.budget = ReadBudget() if budget is None else budget
@@ -681,8 +673,7 @@ def cut_over(
     Raises:
         LayoutError: The record is not in the backfill state.
     """
-    client, table = target.open()
-    try:
+    with target.opened() as table:
         stored = _expect_state(read_record(table), scheme, cutoff, (BACKFILL,), "cut over")
         report = verify_backfill(
             target, scheme, cutoff, options=options, split_bytes=split_bytes, progress=progress
@@ -697,9 +688,6 @@ def cut_over(
             )
         wanted = migration_record(scheme, cutoff, CUTOVER)
         swap_record(table, stored, wanted)
-    finally:
-        table.close()
-        client.close()
     return MigrationReport(
         "cut-over",
         report.counters,
@@ -811,8 +799,7 @@ def delete_legacy(
         LayoutError: The record is neither in the cut-over nor in the deleting state.
     """
     layout = Layout(scheme, cutoff)
-    client, table = target.open()
-    try:
+    with target.opened() as table:
         stored = _expect_state(
             read_record(table), scheme, cutoff, (CUTOVER, DELETING), "delete the legacy rows"
         )
@@ -832,11 +819,7 @@ def delete_legacy(
                 "layout record: deleting: cutoff readers are refused from now on; writes "
                 "to keys before the cutoff may resume"
             )
-        transform = DeleteLegacy(
-            *(target.project, target.instance, target.table, scheme, cutoff),
-            split_bytes=split_bytes,
-            app_profile_id=target.app_profile_id,
-        )
+        transform = DeleteLegacy(target, scheme, cutoff, split_bytes=split_bytes)
         result = run_pipeline(
             lambda p: p | "Delete" >> transform, options, progress=progress, phase="delete"
         )
@@ -861,9 +844,6 @@ def delete_legacy(
             )
         wanted = describe_layout(scheme)
         swap_record(table, stored, wanted)
-    finally:
-        table.close()
-        client.close()
     return MigrationReport("delete legacy", found, record=wanted)
 
 
@@ -945,21 +925,14 @@ def resalt(
             f"resalt to {new_scheme} changes nothing: give another bucket count, hash, key "
             "part, separator or marker (or a cutoff to finish)"
         )
-    client, table = destination.open()
-    try:
+    with destination.opened() as table:
         stored = read_record(table)
         if stored is not None and stored.record.differences(new_record):
             raise SchemeMismatchError(stored.record, new_record)
-    finally:
-        table.close()
-        client.close()
     read = _read_all(source, Layout(scheme, cutoff), split_bytes)
     write = WriteSaltedRows(
-        destination.project,
-        destination.instance,
-        destination.table,
+        destination,
         new_scheme,
-        app_profile_id=destination.app_profile_id,
         record_family=family,  # stored before the first copy, checked on every worker
         counter_prefix="rows_written",
     )
@@ -981,14 +954,10 @@ def resalt(
     )
     if not report.ok:
         return MigrationReport("resalt (NOT verified)", copied, report.checksums, done=False)
-    client, table = destination.open()
-    try:
+    with destination.opened() as table:
         stored = read_record(table)
         if stored is None:
             swap_record(table, None, new_record, family=family)
-    finally:
-        table.close()
-        client.close()
     return MigrationReport("resalt", copied, report.checksums, record=new_record)
 
 

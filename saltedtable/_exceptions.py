@@ -183,10 +183,21 @@ class EmulatorNotFoundError(EmulatorError):
 
 
 class CommandError(SaltedTableError):
-    """The ``saltedtable`` command refused its input; the message is shown to the user."""
+    """The ``saltedtable`` command refused its input; the message is shown to the user.
+
+    Args:
+        *args: The message.
+        exit_status: The process exit status, when not the class's own (see
+            ``saltedtable._commands``).
+    """
 
     #: The process exit status.
-    exit_status = 1
+    exit_status: int = 1
+
+    def __init__(self, *args: object, exit_status: int | None = None) -> None:
+        super().__init__(*args)
+        if exit_status is not None:
+            self.exit_status = exit_status
 
 
 class UsageError(CommandError):

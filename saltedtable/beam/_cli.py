@@ -21,11 +21,10 @@ from typing import IO, TypedDict
 from apache_beam.options.pipeline_options import PipelineOptions
 from google.api_core.exceptions import GoogleAPICallError, NotFound
 
+from .._commands import EXIT_DATA, EXIT_OK, EXIT_USAGE, exit_status, one_line
 from .._exceptions import (
-    CutoffError,
     DataError,
     SaltedTableError,
-    SaltSchemeError,
     UsageError,
 )
 from .._migrate_args import NEW_SCHEME_FIELDS, PROG, parse
@@ -182,14 +181,15 @@ def run_step(args: argparse.Namespace, beam_args: list[str]) -> int:
     _quiet_beam(args.verbose)
     try:
         report = _run(args, beam_args)
-    except (UsageError, SaltSchemeError, CutoffError) as exc:
-        print(f"{prog}: error: {_one_line(str(exc))} (see {prog} --help)", file=sys.stderr)
-        return 2
     except Exception as exc:  # a command prints one line, never a traceback
-        print(f"{prog}: error: {_describe(exc)}", file=sys.stderr)
-        return 1
+        status = exit_status(exc)  # the one mapping of errors to statuses (_commands)
+        if status == EXIT_USAGE:
+            print(f"{prog}: error: {one_line(str(exc))} (see {prog} --help)", file=sys.stderr)
+        else:
+            print(f"{prog}: error: {_describe(exc)}", file=sys.stderr)
+        return status
     print("\n".join(report.lines()))
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_DATA
 
 
 def _quiet_beam(verbose: bool) -> None:
@@ -213,8 +213,8 @@ def _describe(exc: BaseException) -> str:
         found = found.__cause__ or found.__context__
     cause = exc if found is None or id(found) in seen else found
     if isinstance(cause, SaltedTableError):
-        return _one_line(str(cause))
-    text = _one_line(str(cause))
+        return one_line(str(cause))
+    text = one_line(str(cause))
     if isinstance(cause, RuntimeError) and " [while running " in text:
         text = text[: text.rindex(" [while running ")]
         # "package.module.SomeError: message" -> "SomeError: message"
@@ -223,7 +223,3 @@ def _describe(exc: BaseException) -> str:
             return f"{head.rpartition('.')[2]}: {rest}"
         return text
     return f"{type(cause).__name__}: {text}"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(part.strip() for part in text.splitlines() if part.strip())

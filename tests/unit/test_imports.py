@@ -21,6 +21,7 @@ ORDER: tuple[str, ...] = (
     # pure
     "_exceptions",
     "_contracts",
+    "_commands",
     "_salt",
     "_ranges",
     "_cutoff",

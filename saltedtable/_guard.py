@@ -37,6 +37,7 @@ from google.api_core.exceptions import (
 )
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
+from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
     CellsColumnLimitFilter,
     CellsRowLimitFilter,
@@ -513,7 +514,7 @@ class GuardCore:
             error,
         )
 
-    def _family_problem(self, schema: TableSchema | None, stored: Any) -> str | None:
+    def _family_problem(self, schema: TableSchema | None, stored: object) -> str | None:
         """Why the stored record's family can lose it (None: fine, or unknown)."""
         family = self._stored_family
         if stored is None or schema is None or family is None or family not in schema:
@@ -527,7 +528,7 @@ class GuardCore:
         )
 
 
-def _found(row: Any) -> Found:
+def _found(row: Row | None) -> Found:
     cell = newest_record_cell(row)
     return None if cell is None else (decode_layout(cell.value), cell.family)
 

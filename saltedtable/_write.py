@@ -9,7 +9,7 @@ client's async batcher, which keeps flushing by count, bytes and timer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import final
 
 from google.api_core.exceptions import DeadlineExceeded, GoogleAPICallError
 from google.cloud.bigtable.data import RowMutationEntry
@@ -139,7 +139,7 @@ class _BatcherCore:
         """True once the batcher was closed."""
         return bool(self._inner.closed)
 
-    def _passes_through(self, entry: Any) -> bool:
+    def _passes_through(self, entry: object) -> bool:
         # Not an entry, or a closed batcher: refused as the client refuses it.
         return not isinstance(entry, RowMutationEntry) or self.closed
 

@@ -110,7 +110,7 @@ def main() -> None:
         f"   delete-legacy: {done.counters['legacy_rows_deleted']} legacy rows deleted; "
         f"the table is fully salted ({asyncio.run(count(None))} rows)"
     )
-    read = ReadSaltedRows(PROJECT, INSTANCE, "events", SCHEME, split_bytes=4_000)
+    read = ReadSaltedRows(EVENTS, SCHEME, split_bytes=4_000)
     result = run_pipeline(lambda p: p | read | Count.Globally())
     found = counters(result)
     rows = sum(v for n, v in found.items() if n.startswith("rows_read."))

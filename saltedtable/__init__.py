@@ -37,7 +37,7 @@ from ._families import RECORD_FAMILY
 from ._layout import Layout
 from ._named import NamedKeyPart, named_key_part
 from ._ranges import KeyRange
-from ._record import describe_layout
+from ._record import CutoffRecord, LayoutRecord, describe_layout
 from ._salt import (
     HASHES,
     MAX_BUCKETS,
@@ -53,11 +53,12 @@ from ._strategy import ReadBudget, ReadSettings
 from ._views import view_row_prefixes
 
 if TYPE_CHECKING:
+    from ._contracts import SyncTableLike, TableLike
     from ._create import CreateResult, create_salted_table
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
-    from ._sync import SaltedTable, SyncTableLike
-    from ._table import SaltedTableAsync, TableLike
+    from ._sync import SaltedTable
+    from ._table import SaltedTableAsync
     from ._write import SaltedMutationsBatcher, SaltedMutationsBatcherSync
 
 __version__: str
@@ -72,9 +73,9 @@ _LAZY: dict[str, str] = {
     "SubScan": "._reader",
     "SaltedTable": "._sync",
     "SaltedMutationsBatcherSync": "._write",
-    "SyncTableLike": "._sync",
+    "SyncTableLike": "._contracts",
     "SaltedTableAsync": "._table",
-    "TableLike": "._table",
+    "TableLike": "._contracts",
     "SaltedMutationsBatcher": "._write",
 }
 
@@ -116,12 +117,14 @@ __all__ = [
     "CreateResult",
     "CutoffError",
     "CutoffPolicy",
+    "CutoffRecord",
     "EmulatorError",
     "EmulatorNotFoundError",
     "KeyPart",
     "KeyRange",
     "Layout",
     "LayoutError",
+    "LayoutRecord",
     "NamedKeyPart",
     "OneRequestOutcome",
     "OneRequestResult",

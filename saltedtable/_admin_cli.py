@@ -11,12 +11,15 @@ import argparse
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._args import add_hash_options, float_above, int_at_least
 from ._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from ._families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
 from ._salt import MAX_BUCKETS, SaltScheme
+
+if TYPE_CHECKING:
+    from ._record import LayoutRecord
 
 __all__ = ["add_table_commands"]
 
@@ -206,7 +209,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
             f"(the reserved family {RECORD_FAMILY!r}) or --family FAMILY"
         )
         return 1
-    print(f"{args.table}: the layout record agrees, in family {where!r}: {json.dumps(stored)}")
+    print(f"{args.table}: the layout record agrees, in family {where!r}: {stored}")
     return _family_at_risk(args, where)
 
 
@@ -240,12 +243,12 @@ def _family_at_risk(args: argparse.Namespace, family: str | None) -> int:
 # -- inspect ---------------------------------------------------------------------------------------
 
 
-def _scheme_from_record(record: dict[str, Any]) -> SaltScheme:
+def _scheme_from_record(record: LayoutRecord) -> SaltScheme:
     return SaltScheme(
-        int(record["buckets"]),
-        hash=record.get("hash", "crc32"),
-        separator=bytes.fromhex(record.get("separator", "2d")),
-        marker=bytes.fromhex(record.get("marker", "")),
+        record.buckets,
+        hash=record.hash or "crc32",
+        separator=b"-" if record.separator is None else record.separator,
+        marker=record.marker or b"",
     )
 
 
@@ -304,7 +307,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                         )
             elif report.record is not None:
                 scheme, cutoff = _scheme_from_record(report.record), None
-                if report.record.get("cutoff") is not None or report.record.get("key_part"):
+                if report.record.cutoff is not None or report.record.key_part:
                     report.notes.append(
                         "the record has a key part or cutoff: give the scheme options "
                         "to check where keys belong"
@@ -329,7 +332,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                     f"skew {report.skew:.2f} is above --max-skew {args.max_skew}"
                 )
             checkable = given is not None or not (
-                report.record and (report.record.get("key_part") or report.record.get("cutoff"))
+                report.record and (report.record.key_part or report.record.cutoff)
             )
             if checkable:
                 queries = sample_queries(layout, args.sample_rows, report.record)

@@ -28,10 +28,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Final, NoReturn
 
 from ._args import add_hash_options, float_above, int_at_least
+from ._commands import EXIT_DATA, EXIT_USAGE, fail
 from ._cutoff import (
     CutoffPolicy,
 )
-from ._exceptions import CutoffError, SaltedTableError, SaltSchemeError, UsageError
+from ._exceptions import SaltedTableError, UsageError
 from ._migrate_args import parse as parse_migrate
 from ._salt import (
     MAX_BUCKETS,
@@ -60,7 +61,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``saltedtable advise: error: ...``."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # -- shared helpers ------------------------------------------------------------
@@ -129,7 +130,7 @@ def _cmd_key(args: argparse.Namespace) -> int:
                 print(f"{_show(key, args.hex)}\tbucket {bucket}\t{_show(physical, args.hex)}")
         except SaltedTableError as exc:
             print(f"saltedtable key: {exc}", file=sys.stderr)
-            status = 1
+            status = EXIT_DATA
     return status
 
 
@@ -489,19 +490,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"saltedtable {args.command}"
     try:
         code: int = args.func(args)
-    except (argparse.ArgumentTypeError, UsageError, SaltSchemeError, CutoffError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except SaltedTableError as exc:  # DataError and every other refusal
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
         # `saltedtable advise ... | head`: the reader left; say nothing more.
         _silence_stdout()
-        return 141
+        return fail(prog, exc)
+    except (argparse.ArgumentTypeError, SaltedTableError, KeyboardInterrupt) as exc:
+        return fail(prog, exc)  # the one mapping of errors to statuses (_commands)
     return code
 
 

@@ -20,13 +20,15 @@ from typing import Final
 
 from google.api_core import exceptions as api_exceptions
 
-from ._exceptions import EmulatorError, EmulatorNotFoundError
+from ._commands import EXIT_CANNOT_RUN, EXIT_DATA, fail, signalled
+from ._exceptions import CommandError, EmulatorError
 from .testing import EMULATOR_HOST_ENV, Emulator, create_table, emulator_env, start_emulator
 
 __all__ = ["run_emulator"]
 
 _CHILD_STOP_TIMEOUT: Final = 5.0
 _OUTPUT_TAIL: Final = 4000
+_PROG: Final = "saltedtable emulator"
 
 
 class _Terminated(BaseException):
@@ -50,17 +52,17 @@ def _run_command(emulator: Emulator, command: Sequence[str]) -> int:
     try:
         child = subprocess.Popen(list(command), env=env)
     except OSError as error:
-        print(f"saltedtable emulator: error: cannot run {command[0]!r}: {error}", file=sys.stderr)
-        return 127
+        why = f"cannot run {command[0]!r}: {error}"
+        return fail(_PROG, CommandError(why, exit_status=EXIT_CANNOT_RUN))
     try:
         return child.wait()
     except KeyboardInterrupt:
         # The terminal sent SIGINT to the child as well; give it time to exit cleanly.
         _finish(child, signal.SIGINT)
-        return 128 + signal.SIGINT
+        return signalled(signal.SIGINT)
     except _Terminated:
         _finish(child, signal.SIGTERM)
-        return 128 + signal.SIGTERM
+        return signalled(signal.SIGTERM)
 
 
 def _run_foreground(emulator: Emulator, lines: Sequence[str]) -> int:
@@ -74,10 +76,10 @@ def _run_foreground(emulator: Emulator, lines: Sequence[str]) -> int:
         return 0
     output = emulator.output().strip()[-_OUTPUT_TAIL:] or "(no output)"
     print(
-        f"saltedtable emulator: error: the Bigtable emulator exited with code {code}:\n{output}",
+        f"{_PROG}: error: the Bigtable emulator exited with code {code}:\n{output}",
         file=sys.stderr,
     )
-    return 1
+    return EXIT_DATA
 
 
 @contextlib.contextmanager
@@ -112,12 +114,8 @@ def _serve(
 ) -> int:
     try:
         emulator = start_emulator(binary=binary, port=port, startup_timeout=startup_timeout)
-    except EmulatorNotFoundError as error:
-        print(f"saltedtable emulator: error: {error}", file=sys.stderr)
-        return 2
-    except EmulatorError as error:
-        print(f"saltedtable emulator: error: {error}", file=sys.stderr)
-        return 1
+    except EmulatorError as error:  # not installed: 2 (a usage problem); failed: 1
+        return fail(_PROG, error)
     with emulator:
         try:
             for table_id, families in tables:
@@ -130,8 +128,7 @@ def _serve(
                     exist_ok=True,
                 )
         except api_exceptions.GoogleAPIError as error:
-            print(f"saltedtable emulator: error: creating tables failed: {error}", file=sys.stderr)
-            return 1
+            return fail(_PROG, CommandError(f"creating tables failed: {error}"))
         if command:
             return _run_command(emulator, command)
         lines = [f"export {EMULATOR_HOST_ENV}={emulator.address}"]
@@ -180,6 +177,6 @@ def run_emulator(
                 startup_timeout=startup_timeout,
             )
         except KeyboardInterrupt:
-            return 128 + signal.SIGINT
+            return signalled(signal.SIGINT)
         except _Terminated:
-            return 128 + signal.SIGTERM
+            return signalled(signal.SIGTERM)

@@ -37,7 +37,7 @@ statuses of ``saltedtable``; ``WriteFailedError`` in ``saltedtable.beam``; the r
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
     "CommandError",
@@ -122,23 +122,31 @@ def layout_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
     return diffs
 
 
+class _Record(Protocol):
+    """What the error shows of a layout record (``saltedtable._record.LayoutRecord``)."""
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
 class SchemeMismatchError(LayoutError):
     """The table was written with a different layout than the one it is opened with.
 
     Attributes:
-        stored: The layout record found in the table.
+        stored: The layout record found in the table (a :class:`~saltedtable.LayoutRecord`).
         current: The layout record of the scheme it was opened with.
     """
 
-    def __init__(self, stored: dict[str, Any], current: dict[str, Any]) -> None:
-        self.stored = stored
-        self.current = current
-        lines = "\n".join(f"  {d}" for d in layout_differences(stored, current))
+    def __init__(self, stored: _Record, current: _Record) -> None:
+        # Typed loosely: LayoutRecord lives above this floor (``_record``).
+        self.stored: Any = stored
+        self.current: Any = current
+        a, b = stored.as_dict(), current.as_dict()
+        lines = "\n".join(f"  {d}" for d in layout_differences(a, b))
         super().__init__(
             "this table was written with a different salt layout; reading it with the "
             f"new one would miss rows:\n{lines}\n"
-            f"  stored:  {json.dumps(stored, sort_keys=True)}\n"
-            f"  current: {json.dumps(current, sort_keys=True)}\n"
+            f"  stored:  {json.dumps(a, sort_keys=True)}\n"
+            f"  current: {json.dumps(b, sort_keys=True)}\n"
             "Open it with the stored scheme; after rewriting the data, replace the record "
             "with SaltedTableAsync.open(..., family=..., override_scheme=True)."
         )
@@ -175,10 +183,21 @@ class EmulatorNotFoundError(EmulatorError):
 
 
 class CommandError(SaltedTableError):
-    """The ``saltedtable`` command refused its input; the message is shown to the user."""
+    """The ``saltedtable`` command refused its input; the message is shown to the user.
+
+    Args:
+        *args: The message.
+        exit_status: The process exit status, when not the class's own (see
+            ``saltedtable._commands``).
+    """
 
     #: The process exit status.
-    exit_status = 1
+    exit_status: int = 1
+
+    def __init__(self, *args: object, exit_status: int | None = None) -> None:
+        super().__init__(*args)
+        if exit_status is not None:
+            self.exit_status = exit_status
 
 
 class UsageError(CommandError):

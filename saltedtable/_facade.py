@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
-from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import (
     FailedQueryShardError,
     ShardedReadRowsExceptionGroup,
@@ -24,6 +23,7 @@ from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
+from ._contracts import AttemptTimeout, Retryable, TableDefaults, Timeout
 from ._cutoff import CutoffPolicy
 from ._layout import Layout, samples_in_range
 from ._plan import ReadPlan, plan_reads, rewrite_filter
@@ -37,11 +37,8 @@ from ._write import physical_entries
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_SUBSCANS",
     "SHARDED_CONCURRENCY",
-    "AttemptTimeout",
     "Query",
-    "Retryable",
     "TableAttributes",
-    "Timeout",
     "bulk_prepare",
     "bulk_report",
     "check_arguments",
@@ -49,7 +46,6 @@ __all__ = [
     "filter_for",
     "plan_for",
     "read_timeouts",
-    "relabel",
     "samples_for",
     "sharded_refused",
     "sharded_result",
@@ -59,18 +55,7 @@ __all__ = [
 #: The client's own cap for read_rows_sharded, kept so behaviour matches.
 SHARDED_CONCURRENCY: Final = 10
 
-Timeout = float | TABLE_DEFAULT
-AttemptTimeout = float | None | TABLE_DEFAULT
-Retryable = Sequence[type[Exception]] | TABLE_DEFAULT
 Query = ReadRowsQuery | Mapping[str, Any]
-
-
-def relabel(row: Row, key: bytes) -> Row:
-    """Give a row and every cell in it the logical key (cells carry the key too)."""
-    row.row_key = key
-    for cell in row.cells:
-        cell.row_key = key
-    return row
 
 
 def check_arguments(
@@ -119,7 +104,7 @@ def plan_for(
 
 
 def read_timeouts(
-    table: object,
+    table: TableDefaults,
     operation_timeout: Timeout,
     attempt_timeout: AttemptTimeout,
     retryable_errors: Retryable,
@@ -153,9 +138,7 @@ def stray_reasons(
     layout: Layout,
 ) -> tuple[Callable[[bytes], str | None] | None, Callable[[bytes], str | None] | None]:
     """Why a legacy row, and why a bucket row, is left out of reads (None: none is)."""
-    if layout.cutoff is None:
-        return None, None
-    return layout.stray_reason, layout.salted_stray_reason
+    return layout.hiding(None), layout.hiding(0)
 
 
 def sharded_refused(

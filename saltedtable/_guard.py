@@ -37,6 +37,7 @@ from google.api_core.exceptions import (
 )
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
+from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
     CellsColumnLimitFilter,
     CellsRowLimitFilter,
@@ -45,6 +46,7 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
 )
 
+from ._contracts import AttemptTimeout, SyncTableLike, TableLike, Timeout
 from ._exceptions import LayoutError, RecordMissingError, SchemeMismatchError
 from ._families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
 from ._layout import Layout
@@ -53,7 +55,7 @@ from ._plan import PageCursor, SubQuery
 from ._record import (
     DEFAULT_RECORD_REFRESH,
     SCHEME_QUALIFIER,
-    SCHEME_ROW_KEY,
+    LayoutRecord,
     decode_layout,
     describe_layout,
     encode_layout,
@@ -63,7 +65,7 @@ from ._record import (
     open_differences,
     record_of_row,
 )
-from ._salt import prefix_end
+from ._salt import SCHEME_ROW_KEY, prefix_end
 from ._slots import AsyncSlots
 from ._timeouts import GuardTime, deadline_exceeded, guard_limit, guard_timeouts, time_left
 
@@ -106,7 +108,7 @@ KEYS_ONLY: Final = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformer
 
 
 def sample_queries(
-    layout: Layout, sample_rows: int, stored: dict[str, Any] | None = None
+    layout: Layout, sample_rows: int, stored: LayoutRecord | None = None
 ) -> list[ReadRowsQuery]:
     """The reads :func:`layout_offenders` judges: the first rows of each salt prefix, and beyond."""
     queries = [
@@ -130,7 +132,7 @@ def sample_queries(
 
 
 def layout_offenders(
-    layout: Layout, samples: Sequence[Sequence[bytes]], stored: dict[str, Any] | None = None
+    layout: Layout, samples: Sequence[Sequence[bytes]], stored: LayoutRecord | None = None
 ) -> list[str]:
     """Why sampled keys do not fit the layout (empty: they all fit).
 
@@ -172,7 +174,7 @@ def _fresh(error: BaseException) -> BaseException:
 
 
 #: What reading the record answers: the record and the family it lives in, or None.
-Found = tuple[dict[str, Any], str] | None
+Found = tuple[LayoutRecord, str] | None
 #: One I/O step the guard asks its driver for, and what the driver sends back.
 Step = tuple[str, Any]
 
@@ -244,7 +246,7 @@ class GuardCore:
                 f"record_refresh must be a number of seconds > 0 or None, got {refresh!r}"
             )
         self._layout = layout
-        self._record = describe_layout(layout.scheme, layout.cutoff) if enabled else {}
+        self._record = describe_layout(layout.scheme, layout.cutoff) if enabled else None
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
         self._storable = not layout.scheme.has_prefix(SCHEME_ROW_KEY)
@@ -258,7 +260,7 @@ class GuardCore:
         self._refresh = refresh
         self._due = 0.0
         self._read_at = 0.0  # when the last read of the record was sent (monotonic)
-        self._stored: dict[str, Any] | None = None
+        self._stored: LayoutRecord | None = None
         self._stored_family: str | None = None
         self._error: BaseException | None = None
         self._schema_reader = schema
@@ -271,12 +273,14 @@ class GuardCore:
         self._view = view
 
     @property
-    def record(self) -> dict[str, Any]:
-        """The record of this table object's layout."""
+    def record(self) -> LayoutRecord:
+        """The record of this table object's layout (a guard switched off has none)."""
+        if self._record is None:
+            raise RuntimeError("the layout guard is off: it has no record")
         return self._record
 
     @property
-    def stored(self) -> dict[str, Any] | None:
+    def stored(self) -> LayoutRecord | None:
         """The record found in the table by the last check (None: none, or not read yet)."""
         return self._stored
 
@@ -382,7 +386,7 @@ class GuardCore:
                     f"{self._id} has no layout record and require_record=True refuses to "
                     f"read it; {_how_to_store(self._name)}"
                 )
-            action = guard_action(stored, self._record, family=family, override=override)
+            action = guard_action(stored, self.record, family=family, override=override)
             if action == "ok" and explicit and family is not None and where != family:
                 # guard_scheme(family=F) with the record elsewhere: move it to F.
                 schema, _ = yield ("schema", None)
@@ -431,14 +435,14 @@ class GuardCore:
                 if found is None:
                     raise LayoutError(f"the layout record {SCHEME_ROW_KEY!r} did not persist")
                 stored, where = found
-                guard_action(stored, self._record, family=family)  # the other writer's?
+                guard_action(stored, self.record, family=family)  # the other writer's?
             elif action == "replace":
                 schema, _ = yield ("schema", None)
                 placement = self._place(schema, family, explicit=True)
                 assert placement.family is not None
-                _log.warning("replacing the stored salt layout %s with %s", stored, self._record)
-                yield ("replace", (placement.family, self._record))
-                stored, where = self._record, placement.family
+                _log.warning("replacing the stored salt layout %s with %s", stored, self.record)
+                yield ("replace", (placement.family, self.record))
+                stored, where = self.record, placement.family
         except LayoutError as exc:
             self._error = exc
             self._state = "refused"
@@ -494,7 +498,7 @@ class GuardCore:
             raise deadline_exceeded("no time left in operation_timeout to read the table schema")
         return left
 
-    def _record_mutations(self, kind: str, family: str, record: dict[str, Any]) -> list[Mutation]:
+    def _record_mutations(self, kind: str, family: str, record: LayoutRecord) -> list[Mutation]:
         cell = SetCell(family, SCHEME_QUALIFIER, encode_layout(record))
         return [cell] if kind == "create" else [DeleteAllFromRow(), cell]
 
@@ -510,7 +514,7 @@ class GuardCore:
             error,
         )
 
-    def _family_problem(self, schema: TableSchema | None, stored: Any) -> str | None:
+    def _family_problem(self, schema: TableSchema | None, stored: object) -> str | None:
         """Why the stored record's family can lose it (None: fine, or unknown)."""
         family = self._stored_family
         if stored is None or schema is None or family is None or family not in schema:
@@ -524,7 +528,7 @@ class GuardCore:
         )
 
 
-def _found(row: Any) -> Found:
+def _found(row: Row | None) -> Found:
     cell = newest_record_cell(row)
     return None if cell is None else (decode_layout(cell.value), cell.family)
 
@@ -545,7 +549,9 @@ class TableGuard(GuardCore):
         **options: See :class:`GuardCore`.
     """
 
-    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
+    def __init__(
+        self, table: TableLike, layout: Layout, *, enabled: bool = True, **options: Any
+    ) -> None:
         options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
@@ -568,7 +574,9 @@ class TableGuard(GuardCore):
         """Before a write: check, and store the record if the table has none yet."""
         return await self._settle(family, limit)
 
-    async def within(self, family: str | None, operation: Any, attempt: Any, kind: str) -> Any:
+    async def within(
+        self, family: str | None, operation: Timeout, attempt: AttemptTimeout, kind: str
+    ) -> Timeout:
         """Settle the guard before an operation with these timeouts; the operation_timeout left.
 
         A settled guard costs one state check. Otherwise the record is read
@@ -643,7 +651,7 @@ class TableGuard(GuardCore):
 
     async def _create(self, placement: Placement, limit: GuardTime) -> bool:
         assert placement.family is not None
-        mutations = self._record_mutations("create", placement.family, self._record)
+        mutations = self._record_mutations("create", placement.family, self.record)
         try:
             try:
                 await self._table.check_and_mutate_row(
@@ -738,7 +746,9 @@ class TableGuard(GuardCore):
 class SyncTableGuard(GuardCore):
     """The guard of one sync table object (see :class:`TableGuard`)."""
 
-    def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
+    def __init__(
+        self, table: SyncTableLike, layout: Layout, *, enabled: bool = True, **options: Any
+    ) -> None:
         options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
@@ -757,7 +767,9 @@ class SyncTableGuard(GuardCore):
         """Before a write: check, and store the record if the table has none yet."""
         return self._settle(family, limit)
 
-    def within(self, family: str | None, operation: Any, attempt: Any, kind: str) -> Any:
+    def within(
+        self, family: str | None, operation: Timeout, attempt: AttemptTimeout, kind: str
+    ) -> Timeout:
         """Settle the guard before an operation with these timeouts; the operation_timeout left.
 
         A settled guard costs one state check. Otherwise the record is read
@@ -817,7 +829,7 @@ class SyncTableGuard(GuardCore):
 
     def _create(self, placement: Placement, limit: GuardTime) -> bool:
         assert placement.family is not None
-        mutations = self._record_mutations("create", placement.family, self._record)
+        mutations = self._record_mutations("create", placement.family, self.record)
         try:
             try:
                 self._table.check_and_mutate_row(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
+from ._record import LayoutRecord
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
 
 __all__ = ["Inspection", "bucket_sizes", "skew", "split_alignment"]
@@ -87,7 +88,7 @@ class Inspection:
     """
 
     table: str
-    record: dict[str, Any] | None = None
+    record: LayoutRecord | None = None
     record_family: str | None = None
     families: list[dict[str, Any]] = field(default_factory=list)
     scheme: str | None = None
@@ -108,7 +109,7 @@ class Inspection:
         """A JSON-friendly form (bucket ids as strings, sizes in bytes)."""
         return {
             "table": self.table,
-            "record": self.record,
+            "record": None if self.record is None else self.record.as_dict(),
             "record_family": self.record_family,
             "families": self.sorted_families(),
             "scheme": self.scheme,
@@ -127,7 +128,7 @@ class Inspection:
         if self.record is None:
             lines.append("record: none")
         else:
-            lines.append(f"record: in family {self.record_family!r}: {self.record}")
+            lines.append(f"record: in family {self.record_family!r}: {self.record.as_dict()}")
         lines.append("families:")
         for fam in self.sorted_families():
             kind = f", aggregate {fam['aggregate']}" if fam.get("aggregate") else ""

@@ -15,16 +15,22 @@ layout, so one rule has one implementation.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import CutoffError, RowKeyError
 from ._ranges import KeyRange
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 
-__all__ = ["Layout", "samples_in_range"]
+if TYPE_CHECKING:
+    from google.cloud.bigtable.data.row import Row
+
+__all__ = ["Layout", "relabel", "samples_in_range"]
+
+#: A hiding rule: why a row under this logical key is left out of reads, or None.
+HidingRule = Callable[[bytes], str | None]
 
 
 @final
@@ -182,6 +188,27 @@ class Layout:
             return "its key time is unreadable and the policy reads such keys on the legacy side"
         return f"its key time is before the cutoff {cutoff.cutoff.isoformat()} (a legacy row)"
 
+    def hidden_reason(self, bucket: int | None, key: bytes) -> str | None:
+        """Why a row read from ``bucket`` under logical ``key`` is left out of reads, or None.
+
+        The one hiding rule every reader asks (the async and sync tables and
+        Beam): outside a migration nothing is hidden; with a cutoff a row is
+        shown on one side only, the legacy side (``bucket`` None) by
+        :meth:`stray_reason`, a salt bucket by :meth:`salted_stray_reason`.
+        """
+        rule = self.hiding(bucket)
+        return None if rule is None else rule(key)
+
+    def hiding(self, bucket: int | None) -> HidingRule | None:
+        """:meth:`hidden_reason` for the rows of one side, as a function of the key.
+
+        For a reader's per-row loop: None when the side hides nothing (no
+        cutoff), so the loop pays nothing for it.
+        """
+        if self.cutoff is None:
+            return None
+        return self.stray_reason if bucket is None else self.salted_stray_reason
+
     def logical_samples(self, samples: Iterable[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
         """Map ``sample_row_keys`` results of the physical table to logical keys.
 
@@ -213,6 +240,18 @@ class Layout:
         if last_key is not None and not last_key:
             out.append((b"", total))
         return out
+
+
+def relabel(row: Row, key: bytes) -> Row:
+    """Give ``row`` and every cell in it the logical ``key`` (cells carry the key too).
+
+    Every reader returns rows under their logical key, so Bigtable's physical
+    (salted) key must not show through a cell either. Returns the same row.
+    """
+    row.row_key = key
+    for cell in row.cells:
+        cell.row_key = key
+    return row
 
 
 def samples_in_range(

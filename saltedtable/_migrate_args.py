@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Final, NoReturn
 
 from ._args import float_above, float_at_least, int_at_least
+from ._commands import EXIT_USAGE
 from ._record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
 from ._salt import HASHES
 from ._specs import add_time_arguments
@@ -48,7 +49,7 @@ NEW_SCHEME_FIELDS: Final = ("buckets", "hash", "key_part", "separator", "marker"
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _common_options() -> _Parser:

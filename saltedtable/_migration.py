@@ -26,7 +26,7 @@ The state names are defined once, in ``_record``.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from ._cutoff import CutoffPolicy
 from ._record import (
@@ -35,6 +35,7 @@ from ._record import (
     DELETING,
     MIGRATION_KEY,
     MIGRATION_STATES,
+    LayoutRecord,
     MigrationState,
     describe_layout,
     open_differences,
@@ -58,30 +59,30 @@ __all__ = [
 
 def migration_record(
     scheme: SaltScheme, cutoff: CutoffPolicy, state: MigrationState
-) -> dict[str, Any]:
+) -> LayoutRecord:
     """The record of a cutoff layout whose legacy rows are being moved."""
     if state not in MIGRATION_STATES:
         names = ", ".join(repr(s) for s in MIGRATION_STATES)
         raise ValueError(f"a migration state is one of {names}, got {state!r}")
-    return {**describe_layout(scheme, cutoff), MIGRATION_KEY: state}
+    return dataclasses.replace(describe_layout(scheme, cutoff), migration=state)
 
 
-def migration_state(record: dict[str, Any] | None) -> MigrationState | None:
+def migration_state(record: LayoutRecord | None) -> MigrationState | None:
     """The migration state a stored record is in (None: no migration in progress)."""
     if record is None:
         return None
-    state = record.get(MIGRATION_KEY)
+    state = record.migration
     for known in MIGRATION_STATES:
         if state == known:
             return known
     return None
 
 
-def tolerates_copies(stored: dict[str, Any] | None) -> bool:
+def tolerates_copies(stored: LayoutRecord | None) -> bool:
     """True when bucket rows from before the cutoff are expected (backfilled copies)."""
     return migration_state(stored) is not None
 
 
-def tolerates_legacy_rows(stored: dict[str, Any] | None) -> bool:
+def tolerates_legacy_rows(stored: LayoutRecord | None) -> bool:
     """True when rows outside every salt prefix are expected by a fully salted reader."""
     return migration_state(stored) in (CUTOVER, DELETING)

@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import operator
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, final
 
@@ -48,6 +48,7 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
+from ._contracts import ReadRowsStream, SyncReadRowsStream
 from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
@@ -160,7 +161,7 @@ class BucketSource(_BucketRequests):
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Any],
+        read_rows_stream: ReadRowsStream,
         sub: SubQuery,
         *,
         deadline: float,
@@ -376,7 +377,7 @@ class OneRequestSource(_OneRequest):
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Any],
+        read_rows_stream: ReadRowsStream,
         one: OneRequest,
         subs: tuple[SubQuery, ...],
         *,
@@ -665,7 +666,7 @@ class ReadCall(_Read[Awaitable[bool]]):
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Any],
+        read_rows_stream: ReadRowsStream,
         plan: ReadPlan,
         *,
         operation: str,
@@ -837,7 +838,7 @@ class SyncBucketSource(_BucketRequests):
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Iterable[Row]],
+        read_rows_stream: SyncReadRowsStream,
         sub: SubQuery,
         *,
         deadline: float,
@@ -959,7 +960,7 @@ class SyncOneRequestSource(_OneRequest):
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Iterable[Row]],
+        read_rows_stream: SyncReadRowsStream,
         one: OneRequest,
         subs: tuple[SubQuery, ...],
         *,
@@ -1049,7 +1050,7 @@ class SyncReadCall(_Read[bool]):
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Iterable[Row]],
+        read_rows_stream: SyncReadRowsStream,
         plan: ReadPlan,
         *,
         operation: str,

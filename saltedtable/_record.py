@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import LayoutError, SchemeMismatchError, layout_differences
@@ -33,8 +35,9 @@ __all__ = [
     "MIGRATION_KEY",
     "MIGRATION_STATES",
     "SCHEME_QUALIFIER",
-    "SCHEME_ROW_KEY",
     "Action",
+    "CutoffRecord",
+    "LayoutRecord",
     "MigrationState",
     "decode_layout",
     "describe_layout",
@@ -80,52 +83,265 @@ def _callable_name(func: Callable[..., Any] | None) -> str | None:
     return f"{module}.{name}"
 
 
-def describe_layout(scheme: SaltScheme, cutoff: CutoffPolicy | None = None) -> dict[str, Any]:
-    """The JSON-friendly record of a layout (what a reader must agree on).
+def _refuse(what: str) -> LayoutError:
+    return LayoutError(f"the reserved row {SCHEME_ROW_KEY!r} holds a record whose {what}")
+
+
+def _extra(value: Mapping[str, Any], known: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """The fields a newer saltedtable wrote, as sorted (name, JSON text) pairs."""
+    return tuple(
+        sorted((k, json.dumps(v, sort_keys=True)) for k, v in value.items() if k not in known)
+    )
+
+
+def _optional(value: Mapping[str, Any], name: str, kind: type) -> Any:
+    got = value.get(name)
+    if got is not None and (not isinstance(got, kind) or isinstance(got, bool)):
+        raise _refuse(f"{name!r} is {got!r}, not a {kind.__name__}")
+    return got
+
+
+def _hex(value: Mapping[str, Any], name: str) -> bytes | None:
+    text = _optional(value, name, str)
+    try:
+        return None if text is None else bytes.fromhex(text)
+    except ValueError:
+        raise _refuse(f"{name!r} is {text!r}, not hex") from None
+
+
+def _check(name: str, value: object, kinds: tuple[type, ...]) -> None:
+    if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+        raise LayoutError(
+            f"a layout record's {name} must be {kinds[0].__name__} or None, got {value!r}"
+        )
+
+
+_CUTOFF_FIELDS: Final = frozenset({"at", "at_micros", "timestamp", "unreadable"})
+_RECORD_FIELDS: Final = frozenset(
+    {"version", "buckets", "hash", "key_part", "separator", "marker", "cutoff", MIGRATION_KEY}
+)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class CutoffRecord:
+    """The cutoff part of a :class:`LayoutRecord` (see :class:`~saltedtable.CutoffPolicy`)."""
+
+    #: The cutoff instant as ISO text (shown, not compared: ``at_micros`` is).
+    at: str | None
+    #: The cutoff instant in microseconds since the epoch.
+    at_micros: int | None
+    #: The stable name of the function that reads a key's time.
+    timestamp: str | None
+    #: Where keys whose time cannot be read live (``"legacy"``, ``"salted"`` or ``"error"``).
+    unreadable: str | None
+    #: Fields a newer saltedtable wrote, as (name, JSON text) pairs, kept for comparison.
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check("cutoff at", self.at, (str,))
+        _check("cutoff at_micros", self.at_micros, (int,))
+        _check("cutoff timestamp", self.timestamp, (str,))
+        _check("cutoff unreadable", self.unreadable, (str,))
+
+    @classmethod
+    def from_dict(cls, value: object) -> CutoffRecord:
+        """The cutoff of a stored record's JSON.
+
+        Raises:
+            LayoutError: It is not an object with these fields.
+        """
+        if not isinstance(value, dict):
+            raise _refuse(f"cutoff is {value!r}, not an object")
+        return cls(
+            _optional(value, "at", str),
+            _optional(value, "at_micros", int),
+            _optional(value, "timestamp", str),
+            _optional(value, "unreadable", str),
+            _extra(value, _CUTOFF_FIELDS),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object stored for the cutoff."""
+        out: dict[str, Any] = {
+            "at": self.at,
+            "at_micros": self.at_micros,
+            "timestamp": self.timestamp,
+            "unreadable": self.unreadable,
+        }
+        out.update((k, json.loads(v)) for k, v in self.extra)
+        return out
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LayoutRecord:
+    """The layout a table was written with, as stored in its reserved row (a frozen value).
+
+    Made by :func:`describe_layout` from a scheme and cutoff; stored as sorted
+    JSON (:meth:`encode`, :meth:`decode`); compared field by field
+    (:meth:`differences`), the version and the cutoff's ISO text left out.
+    Fields a record leaves out (written by an older saltedtable) read as None.
+
+    Raises:
+        LayoutError: At construction, a field of the wrong type, or
+            ``buckets`` below 1.
+    """
+
+    #: The number of salt buckets.
+    buckets: int
+    #: The hash that picks a key's bucket (``"crc32"``, ...).
+    hash: str | None
+    #: The stable name of the key part hashed (None: the whole key).
+    key_part: str | None
+    #: The bytes between the salt prefix and the logical key.
+    separator: bytes | None
+    #: The bytes before the salt prefix.
+    marker: bytes | None
+    #: The cutoff of a layout with legacy (unsalted) rows, or None.
+    cutoff: CutoffRecord | None = None
+    #: The state of a migration in progress (``saltedtable migrate``), or None.
+    migration: str | None = None
+    #: The record format's version (not compared).
+    version: int = _VERSION
+    #: Fields a newer saltedtable wrote, as (name, JSON text) pairs, kept for comparison.
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.buckets, int) or isinstance(self.buckets, bool) or self.buckets < 1:
+            raise LayoutError(
+                f"a layout record's buckets must be an int >= 1, got {self.buckets!r}"
+            )
+        _check("hash", self.hash, (str,))
+        _check("key_part", self.key_part, (str,))
+        _check("separator", self.separator, (bytes,))
+        _check("marker", self.marker, (bytes,))
+        _check("cutoff", self.cutoff, (CutoffRecord,))
+        _check("migration", self.migration, (str,))
+        _check("version", self.version, (int,))
+
+    @classmethod
+    def from_dict(cls, value: object) -> LayoutRecord:
+        """A record from its JSON object.
+
+        Raises:
+            LayoutError: It is not a layout record.
+        """
+        if not isinstance(value, dict) or "buckets" not in value:
+            raise LayoutError(f"the reserved row {SCHEME_ROW_KEY!r} holds {value!r}")
+        buckets = value["buckets"]
+        if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
+            raise _refuse(f"buckets is {buckets!r}, not a count of buckets")
+        cutoff = value.get("cutoff")
+        version = _optional(value, "version", int)
+        return cls(
+            buckets,
+            _optional(value, "hash", str),
+            _optional(value, "key_part", str),
+            _hex(value, "separator"),
+            _hex(value, "marker"),
+            None if cutoff is None else CutoffRecord.from_dict(cutoff),
+            _optional(value, MIGRATION_KEY, str),
+            _VERSION if version is None else version,
+            _extra(value, _RECORD_FIELDS),
+        )
+
+    @classmethod
+    def decode(cls, value: bytes) -> LayoutRecord:
+        """Parse a stored record.
+
+        Raises:
+            LayoutError: The reserved row holds something that is not a record.
+        """
+        try:
+            parsed = json.loads(value)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise LayoutError(
+                f"the reserved row {SCHEME_ROW_KEY!r} holds {value[:80]!r}, not a layout record"
+            ) from exc
+        return cls.from_dict(parsed)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object stored (``migration`` only while one is in progress)."""
+        out: dict[str, Any] = {
+            "version": self.version,
+            "buckets": self.buckets,
+            "hash": self.hash,
+            "key_part": self.key_part,
+            "separator": None if self.separator is None else self.separator.hex(),
+            "marker": None if self.marker is None else self.marker.hex(),
+            "cutoff": None if self.cutoff is None else self.cutoff.as_dict(),
+        }
+        if self.migration is not None:
+            out[MIGRATION_KEY] = self.migration
+        out.update((k, json.loads(v)) for k, v in self.extra)
+        return out
+
+    def encode(self) -> bytes:
+        """The stored form: the JSON object with sorted keys."""
+        return json.dumps(self.as_dict(), sort_keys=True).encode()
+
+    def differences(self, other: LayoutRecord) -> list[str]:
+        """What differs from ``other``, one line per field (empty: they agree).
+
+        The version and the cutoff's ISO text are not compared, only the
+        instant it names. What :class:`~saltedtable.SchemeMismatchError` shows.
+        """
+        return layout_differences(self.as_dict(), other.as_dict())
+
+    def __str__(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    def __getitem__(self, name: str) -> Any:
+        """A field as the JSON object has it (the dict the record used to be).
+
+        .. deprecated:: Read the attribute (``record.buckets``) or :meth:`as_dict`.
+        """
+        warnings.warn(
+            f"record[{name!r}] is deprecated: the layout record is a LayoutRecord; read "
+            "its attribute, or record.as_dict()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.as_dict()[name]
+
+
+def describe_layout(scheme: SaltScheme, cutoff: CutoffPolicy | None = None) -> LayoutRecord:
+    """The record of a layout (what a reader must agree on).
 
     Raises:
         LayoutError: A custom key part without a stable name (see
             :func:`~saltedtable.named_key_part`).
     """
-    record: dict[str, Any] = {
-        "version": _VERSION,
-        "buckets": scheme.buckets,
-        "hash": scheme.hash,
-        "key_part": key_part_identity(scheme.key_part),
-        "separator": scheme.separator.hex(),
-        "marker": scheme.marker.hex(),
-        "cutoff": None,
-    }
-    if cutoff is not None:
-        record["cutoff"] = {
-            "at": cutoff.cutoff.isoformat(),
-            "at_micros": cutoff.cutoff_micros,
-            "timestamp": _callable_name(cutoff.timestamp),
-            "unreadable": cutoff.unreadable,
-        }
-    return record
+    return LayoutRecord(
+        scheme.buckets,
+        scheme.hash,
+        key_part_identity(scheme.key_part),
+        scheme.separator,
+        scheme.marker,
+        None
+        if cutoff is None
+        else CutoffRecord(
+            cutoff.cutoff.isoformat(),
+            cutoff.cutoff_micros,
+            _callable_name(cutoff.timestamp),
+            cutoff.unreadable,
+        ),
+    )
 
 
-def encode_layout(record: dict[str, Any]) -> bytes:
-    """The stored form of a record."""
-    return json.dumps(record, sort_keys=True).encode()
+def encode_layout(record: LayoutRecord) -> bytes:
+    """The stored form of a record (:meth:`LayoutRecord.encode`)."""
+    return record.encode()
 
 
-def decode_layout(value: bytes) -> dict[str, Any]:
-    """Parse a stored record.
+def decode_layout(value: bytes) -> LayoutRecord:
+    """Parse a stored record (:meth:`LayoutRecord.decode`).
 
     Raises:
         LayoutError: The reserved row holds something that is not a record.
     """
-    try:
-        record = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LayoutError(
-            f"the reserved row {SCHEME_ROW_KEY!r} holds {value[:80]!r}, not a layout record"
-        ) from exc
-    if not isinstance(record, dict) or "buckets" not in record:
-        raise LayoutError(f"the reserved row {SCHEME_ROW_KEY!r} holds {record!r}")
-    return record
+    return LayoutRecord.decode(value)
 
 
 def newest_record_cell(row: Row | None) -> Cell | None:
@@ -136,15 +352,15 @@ def newest_record_cell(row: Row | None) -> Cell | None:
     return max(cells, key=lambda c: c.timestamp_micros) if cells else None
 
 
-def record_of_row(row: Row | None) -> dict[str, Any] | None:
+def record_of_row(row: Row | None) -> LayoutRecord | None:
     """The layout record stored in the reserved row, or None if there is none."""
     cell = newest_record_cell(row)
     return None if cell is None else decode_layout(cell.value)
 
 
 def guard_action(
-    stored: dict[str, Any] | None,
-    current: dict[str, Any],
+    stored: LayoutRecord | None,
+    current: LayoutRecord,
     *,
     family: str | None,
     override: bool = False,
@@ -186,20 +402,20 @@ def family_of(mutations: Mutation | Sequence[Mutation]) -> str | None:
     return None
 
 
-def open_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+def open_differences(stored: LayoutRecord, current: LayoutRecord) -> list[str]:
     """Why a table whose record is ``stored`` may not be opened with ``current`` (empty: it may).
 
-    Outside a migration this is :func:`layout_differences`. During one
+    Outside a migration this is :meth:`LayoutRecord.differences`. During one
     (``saltedtable migrate``) the record describes the cutoff layout, which
     keeps opening through the backfill and the cut-over; from the cut-over on
     the fully salted layout of the same scheme opens too, and while the legacy
     rows are deleted only that one does.
     """
-    state = stored.get(MIGRATION_KEY)
-    base = {k: v for k, v in stored.items() if k != MIGRATION_KEY}
-    diffs = layout_differences(base, current)
-    salted_reader = state in (CUTOVER, DELETING) and current.get("cutoff") is None
-    if salted_reader and not layout_differences({**base, "cutoff": None}, current):
+    state = stored.migration
+    base = dataclasses.replace(stored, migration=None)
+    diffs = base.differences(current)
+    salted_reader = state in (CUTOVER, DELETING) and current.cutoff is None
+    if salted_reader and not dataclasses.replace(base, cutoff=None).differences(current):
         return []
     if state == DELETING and not diffs:
         # A reader with the cutoff would miss the rows being deleted.

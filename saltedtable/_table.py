@@ -9,9 +9,9 @@ maps the results back to logical keys.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from typing import Any, Protocol, final
+from typing import Any, final
 
 import anyio
 from google.api_core.exceptions import GoogleAPICallError
@@ -27,16 +27,13 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._admin import schema_reader_for, table_label
+from ._contracts import AttemptTimeout, Retryable, TableLike, Timeout
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import (
-    DEFAULT_MAX_CONCURRENT_SUBSCANS,
     SHARDED_CONCURRENCY,
-    AttemptTimeout,
     Query,
-    Retryable,
     TableAttributes,
-    Timeout,
     bulk_prepare,
     bulk_report,
     check_arguments,
@@ -44,21 +41,21 @@ from ._facade import (
     filter_for,
     plan_for,
     read_timeouts,
-    relabel,
     samples_for,
     sharded_refused,
     sharded_result,
     stray_reasons,
 )
-from ._guard import DEFAULT_RECORD_REFRESH, TableGuard, family_of
-from ._layout import Layout
+from ._guard import TableGuard
+from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
 from ._reader import ReadCall
+from ._record import DEFAULT_RECORD_REFRESH, LayoutRecord, family_of
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import AsyncSlots
 from ._stats import CallStats, StatsHook, install_retry_counter
-from ._strategy import OneRequestOdds, ReadBudget
+from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
 from ._timeouts import (
     Timeouts,
     check_timeouts,
@@ -72,64 +69,7 @@ from ._write import (
     logical_group,
 )
 
-__all__ = ["SaltedTableAsync", "TableLike"]
-
-
-class TableLike(Protocol):
-    """The part of ``google.cloud.bigtable.data.TableAsync`` that saltedtable calls.
-
-    The client's decorated methods reach type checkers as ``Any``; this
-    protocol names what is used, and gives tests a seam for an in-memory fake.
-    """
-
-    default_operation_timeout: float
-    default_attempt_timeout: float | None
-    default_read_rows_operation_timeout: float
-    default_read_rows_attempt_timeout: float | None
-    default_mutate_rows_operation_timeout: float
-    default_mutate_rows_attempt_timeout: float | None
-
-    async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> AsyncIterable[Row]:
-        """Stream the rows of a query."""
-        ...
-
-    async def read_row(self, row_key: bytes, **kwargs: Any) -> Row | None:
-        """Read one row."""
-        ...
-
-    async def row_exists(self, row_key: bytes, **kwargs: Any) -> bool:
-        """Tell whether a row exists."""
-        ...
-
-    async def sample_row_keys(self, **kwargs: Any) -> list[tuple[bytes, int]]:
-        """Sample split points of the table."""
-        ...
-
-    def mutations_batcher(self, **kwargs: Any) -> Any:
-        """Make a mutations batcher."""
-        ...
-
-    async def mutate_row(self, row_key: bytes, mutations: Any, **kwargs: Any) -> Any:
-        """Apply mutations to one row."""
-        ...
-
-    async def bulk_mutate_rows(
-        self, mutation_entries: list[RowMutationEntry], **kwargs: Any
-    ) -> None:
-        """Apply many mutation entries."""
-        ...
-
-    async def check_and_mutate_row(self, row_key: bytes, predicate: Any, **kwargs: Any) -> bool:
-        """Mutate a row depending on a filter."""
-        ...
-
-    async def read_modify_write_row(self, row_key: bytes, rules: Any, **kwargs: Any) -> Row:
-        """Read, modify and write a row atomically."""
-        ...
-
-    async def close(self) -> None:
-        """Release the table's resources."""
-        ...
+__all__ = ["SaltedTableAsync"]
 
 
 async def _watch(rows: AsyncGenerator[Row, None], guard: TableGuard) -> AsyncGenerator[Row, None]:
@@ -308,7 +248,7 @@ class SaltedTableAsync(TableAttributes):
         return self._layout
 
     @property
-    def stored_layout(self) -> dict[str, Any] | None:
+    def stored_layout(self) -> LayoutRecord | None:
         """The layout record the guard found in the table (None: none, or not read yet)."""
         return self._guard.stored
 

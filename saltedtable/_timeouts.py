@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, final
+from typing import final
 
 from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+
+from ._contracts import RequestTimeouts, Retryable, TableDefaults, Timeout
 
 __all__ = [
     "GuardTime",
@@ -39,7 +41,7 @@ class Timeouts:
     #: Seconds for each request, at most.
     attempt: float
     #: Errors the client retries within the budget.
-    retryable: Any
+    retryable: Retryable
 
 
 def check_timeouts(
@@ -61,7 +63,7 @@ def check_timeouts(
 
 
 def resolve_timeouts(
-    table: Any,
+    table: TableDefaults,
     operation: float | TABLE_DEFAULT | None,
     attempt: float | TABLE_DEFAULT | None,
     kind: str,
@@ -114,7 +116,7 @@ def slot_timeout(timeouts: Timeouts, slots: float) -> DeadlineExceeded:
     )
 
 
-def request_timeouts(deadline: float, timeouts: Timeouts) -> dict[str, Any]:
+def request_timeouts(deadline: float, timeouts: Timeouts) -> RequestTimeouts:
     """The timeouts of the next request: what is left of the read's budget.
 
     Raises:
@@ -152,7 +154,7 @@ def guard_timeouts(limit: GuardTime) -> dict[str, float]:
 
 
 def guard_limit(
-    table: Any,
+    table: TableDefaults,
     operation: float | TABLE_DEFAULT | None,
     attempt: float | TABLE_DEFAULT | None,
     kind: str,
@@ -169,7 +171,7 @@ def guard_limit(
     return (time.monotonic() + op, at)
 
 
-def time_left(limit: GuardTime, given: Any) -> Any:
+def time_left(limit: GuardTime, given: Timeout) -> Timeout:
     """The operation timeout left for the call after the guard spent part of ``limit``."""
     if limit is None:
         return given

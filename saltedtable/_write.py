@@ -9,7 +9,7 @@ client's async batcher, which keeps flushing by count, bytes and timer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import final
 
 from google.api_core.exceptions import DeadlineExceeded, GoogleAPICallError
 from google.cloud.bigtable.data import RowMutationEntry
@@ -19,9 +19,11 @@ from google.cloud.bigtable.data.exceptions import (
     RetryExceptionGroup,
 )
 
+from ._contracts import BatcherLike, SyncBatcherLike
 from ._exceptions import RowKeyError
-from ._guard import TableGuard, family_of
+from ._guard import SyncTableGuard, TableGuard
 from ._layout import Layout
+from ._record import family_of
 from ._salt import to_key
 from ._stats import CallStats
 
@@ -124,7 +126,7 @@ class _BatcherCore:
 
     __slots__ = ("_appended", "_held", "_inner", "_layout")
 
-    def __init__(self, inner: Any, layout: Layout) -> None:
+    def __init__(self, inner: BatcherLike | SyncBatcherLike, layout: Layout) -> None:
         self._inner = inner
         self._layout = layout
         #: Entries held back because the guard failed, reported on close.
@@ -137,7 +139,7 @@ class _BatcherCore:
         """True once the batcher was closed."""
         return bool(self._inner.closed)
 
-    def _passes_through(self, entry: Any) -> bool:
+    def _passes_through(self, entry: object) -> bool:
         # Not an entry, or a closed batcher: refused as the client refuses it.
         return not isinstance(entry, RowMutationEntry) or self.closed
 
@@ -183,8 +185,9 @@ class SaltedMutationsBatcher(_BatcherCore):
 
     __slots__ = ("_guard",)
 
-    def __init__(self, inner: Any, layout: Layout, guard: TableGuard | None = None) -> None:
+    def __init__(self, inner: BatcherLike, layout: Layout, guard: TableGuard | None = None) -> None:
         super().__init__(inner, layout)
+        self._inner: BatcherLike = inner
         self._guard = guard
 
     async def append(self, mutation_entry: RowMutationEntry) -> None:
@@ -236,8 +239,11 @@ class SaltedMutationsBatcherSync(_BatcherCore):
 
     __slots__ = ("_guard",)
 
-    def __init__(self, inner: Any, layout: Layout, guard: Any = None) -> None:
+    def __init__(
+        self, inner: SyncBatcherLike, layout: Layout, guard: SyncTableGuard | None = None
+    ) -> None:
         super().__init__(inner, layout)
+        self._inner: SyncBatcherLike = inner
         self._guard = guard
 
     def append(self, mutation_entry: RowMutationEntry) -> None:

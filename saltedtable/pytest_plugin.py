@@ -37,7 +37,8 @@ import pytest
 if TYPE_CHECKING:
     from google.cloud.bigtable.data import BigtableDataClientAsync
 
-    from saltedtable import SaltedTableAsync, SaltScheme
+    from saltedtable._salt import SaltScheme
+    from saltedtable._table import SaltedTableAsync
     from saltedtable.testing import Emulator, ExternalEmulator
 
 __all__ = [
@@ -102,7 +103,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def bigtable_emulator(request: pytest.FixtureRequest) -> Iterator[Emulator | ExternalEmulator]:
     """The session's Bigtable emulator; ``BIGTABLE_EMULATOR_HOST`` points at it meanwhile."""
     # Imported on first use: loading the plugin must stay cheap for every pytest run.
-    from saltedtable import EmulatorError, testing
+    from saltedtable import testing
+    from saltedtable._exceptions import EmulatorError
 
     given: str = request.config.getoption("bigtable_emulator_host")
     running: testing.Emulator | testing.ExternalEmulator
@@ -198,7 +200,7 @@ async def salted_table_async_factory(
     Each call wraps a fresh table (or ``table_id``) with ``scheme``; every table
     made is closed after the test, and the fresh tables are deleted.
     """
-    from saltedtable import SaltedTableAsync
+    from saltedtable._table import SaltedTableAsync
     from saltedtable.testing import INSTANCE
 
     made: list[SaltedTableAsync] = []

@@ -45,7 +45,7 @@ from google.cloud.bigtable.data import (
 )
 
 from saltedtable import SaltedTableAsync, SaltScheme
-from saltedtable.beam import ReadSaltedRows, counters, run_pipeline
+from saltedtable.beam import BigtableTarget, ReadSaltedRows, counters, run_pipeline
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, create_table, start_emulator
 
 warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
@@ -80,7 +80,7 @@ def beam_scan(workers: int) -> int:
             "--default_sdk_harness_log_level=WARNING",
         ]
     )
-    read = ReadSaltedRows(PROJECT, INSTANCE, TABLE, SCHEME, split_bytes=1024 * 1024)
+    read = ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, TABLE), SCHEME, split_bytes=1024 * 1024)
     result = run_pipeline(lambda p: p | read | Count.Globally(), options)
     return sum(v for name, v in counters(result).items() if name.startswith("rows_read."))
 

@@ -129,7 +129,7 @@ async def main(address: str) -> None:
     try:
         a = saltedtable.describe_layout(SaltScheme(4, key_part=lambda k: k[:2]))
         b = saltedtable.describe_layout(SaltScheme(4, key_part=lambda k: k[:3]))
-        print("   records equal:", a == b, a["key_part"])
+        print("   records equal:", a == b, a.key_part)
     except Exception as exc:
         print("   ", type(exc).__name__, str(exc)[:120])
 

@@ -16,6 +16,7 @@ sampling, progress), :mod:`~saltedtable.advise.report` (text and JSON reports),
 
 from __future__ import annotations
 
+from .._salt import format_key
 from .model import (
     DEFAULT_CANDIDATES,
     DEFAULT_RESAMPLES,
@@ -32,7 +33,6 @@ from .model import (
     Verdict,
     WindowChoice,
     advise,
-    format_key,
 )
 
 __all__ = [

@@ -10,7 +10,8 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from .model import Advice, Simulation, format_key
+from .._salt import format_key
+from .model import Advice, Simulation
 from .noise import CONFIDENCE
 
 __all__ = ["JSON_SCHEMA", "epoch_scale", "json_report", "text_report"]

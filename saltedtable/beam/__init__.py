@@ -30,12 +30,12 @@ except ModuleNotFoundError as exc:
         name=exc.name,
     ) from exc
 
+from .._exceptions import WriteFailedError
 from ._io import (
     METRICS_NAMESPACE,
     BigtableTarget,
     FailedWrite,
     ReadSaltedRows,
-    WriteFailedError,
     WriteSaltedRows,
     copy_entry,
     row_digest,

@@ -21,13 +21,11 @@ from typing import IO, TypedDict
 from apache_beam.options.pipeline_options import PipelineOptions
 from google.api_core.exceptions import GoogleAPICallError, NotFound
 
+from .._commands import EXIT_DATA, EXIT_OK, EXIT_USAGE, exit_status, one_line
 from .._exceptions import (
-    CutoffError,
     DataError,
     SaltedTableError,
-    SaltSchemeError,
     UsageError,
-    layout_differences,
 )
 from .._migrate_args import NEW_SCHEME_FIELDS, PROG, parse
 from .._record import describe_layout
@@ -92,17 +90,14 @@ def _check_tables(*targets: BigtableTarget, require: bool = False, also: str = "
     With ``require``, the first table must hold a layout record too.
     """
     for i, target in enumerate(targets):
-        client, table = target.open()
         try:
-            stored = read_record(table)
+            with target.opened() as table:
+                stored = read_record(table)
         except NotFound:
             raise DataError(
                 f"table {target.table!r} not found in instance {target.instance!r} of project "
                 f"{target.project!r}"
             ) from None
-        finally:
-            table.close()
-            client.close()
         if require and i == 0 and stored is None:
             raise DataError(
                 f"table {target.table!r} has no layout record, so nothing tells which layout "
@@ -133,7 +128,7 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> MigrationReport:
             args.bigtable_project, args.instance, args.to_table, args.app_profile
         )
         new_scheme = _scheme(args, new=True)
-        if not layout_differences(describe_layout(scheme, cutoff), describe_layout(new_scheme)):
+        if not describe_layout(scheme, cutoff).differences(describe_layout(new_scheme)):
             raise UsageError(
                 "the copy would have the same layout: give --to-buckets, --to-hash, "
                 "--to-key-part, --to-separator or --to-marker"
@@ -186,14 +181,15 @@ def run_step(args: argparse.Namespace, beam_args: list[str]) -> int:
     _quiet_beam(args.verbose)
     try:
         report = _run(args, beam_args)
-    except (UsageError, SaltSchemeError, CutoffError) as exc:
-        print(f"{prog}: error: {_one_line(str(exc))} (see {prog} --help)", file=sys.stderr)
-        return 2
     except Exception as exc:  # a command prints one line, never a traceback
-        print(f"{prog}: error: {_describe(exc)}", file=sys.stderr)
-        return 1
+        status = exit_status(exc)  # the one mapping of errors to statuses (_commands)
+        if status == EXIT_USAGE:
+            print(f"{prog}: error: {one_line(str(exc))} (see {prog} --help)", file=sys.stderr)
+        else:
+            print(f"{prog}: error: {_describe(exc)}", file=sys.stderr)
+        return status
     print("\n".join(report.lines()))
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_DATA
 
 
 def _quiet_beam(verbose: bool) -> None:
@@ -217,8 +213,8 @@ def _describe(exc: BaseException) -> str:
         found = found.__cause__ or found.__context__
     cause = exc if found is None or id(found) in seen else found
     if isinstance(cause, SaltedTableError):
-        return _one_line(str(cause))
-    text = _one_line(str(cause))
+        return one_line(str(cause))
+    text = one_line(str(cause))
     if isinstance(cause, RuntimeError) and " [while running " in text:
         text = text[: text.rindex(" [while running ")]
         # "package.module.SomeError: message" -> "SomeError: message"
@@ -227,7 +223,3 @@ def _describe(exc: BaseException) -> str:
             return f"{head.rpartition('.')[2]}: {rest}"
         return text
     return f"{type(cause).__name__}: {text}"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(part.strip() for part in text.splitlines() if part.strip())

@@ -13,13 +13,16 @@ the async reader.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, final
+from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, final
 
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics
@@ -42,14 +45,15 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._admin import schema_reader_for, table_label
+from .._contracts import SyncTableLike
 from .._cutoff import CutoffPolicy
-from .._exceptions import QueryPlanError, SaltedTableError, WriteFailedError
-from .._guard import SchemeMismatchError, SyncTableGuard, describe_layout, family_of
-from .._layout import Layout
+from .._exceptions import QueryPlanError, SaltedTableError, SchemeMismatchError, WriteFailedError
+from .._guard import SyncTableGuard
+from .._layout import Layout, relabel
 from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._query import as_query
 from .._reader import row_bytes
-from .._record import open_differences
+from .._record import describe_layout, family_of, open_differences
 from .._salt import SaltScheme, to_key
 from .._split import DEFAULT_SPLIT_BYTES, Split, split_plan
 from .._strategy import ReadBudget
@@ -60,7 +64,6 @@ __all__ = [
     "BigtableTarget",
     "FailedWrite",
     "ReadSaltedRows",
-    "WriteFailedError",
     "WriteSaltedRows",
     "copy_entry",
     "row_digest",
@@ -99,10 +102,85 @@ class BigtableTarget:
     app_profile_id: str | None = None
 
     def open(self) -> tuple[BigtableDataClient, Table]:
-        """A new sync client and its table (honours ``BIGTABLE_EMULATOR_HOST``)."""
+        """A new sync client and its table (honours ``BIGTABLE_EMULATOR_HOST``).
+
+        The caller closes both; :meth:`opened` does it for a ``with`` block.
+        """
         client = BigtableDataClient(project=self.project)
         kwargs = {} if self.app_profile_id is None else {"app_profile_id": self.app_profile_id}
         return client, client.get_table(self.instance, self.table, **kwargs)
+
+    @contextmanager
+    def opened(self) -> Iterator[Table]:
+        """The table, on a new sync client, for a ``with`` block that closes both.
+
+        ::
+
+            with target.opened() as table:
+                record = read_record(table)
+        """
+        client, table = self.open()
+        try:
+            yield table
+        finally:
+            table.close()
+            client.close()
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def accepts_legacy_target(init: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Let a transform's ``__init__`` still take ``(project, instance, table, ...)``.
+
+    The calling convention of every transform and step is a
+    :class:`BigtableTarget` first, then the scheme (or a
+    :class:`~saltedtable.Layout`). The older form, three strings first and
+    ``app_profile_id=`` among the keywords, still works, with a
+    ``DeprecationWarning``.
+    """
+
+    @functools.wraps(init)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        self, rest = args[0], args[1:]
+        if (rest and isinstance(rest[0], str)) or "project" in kwargs:
+            rest, kwargs = _legacy_target(type(self).__name__, rest, kwargs)  # type: ignore[assignment]
+        return init(self, *rest, **kwargs)  # type: ignore[arg-type]
+
+    return wrapper
+
+
+def _legacy_target(
+    name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    where = list(args[:3])
+    for field_name in ("project", "instance", "table")[len(where) :]:
+        if field_name not in kwargs:
+            raise TypeError(f"{name}() missing the argument {field_name!r}")
+        where.append(kwargs.pop(field_name))
+    app_profile_id = kwargs.pop("app_profile_id", None)
+    warnings.warn(
+        f"{name}(project, instance, table, ..., app_profile_id=...) is deprecated: pass "
+        f"{name}(BigtableTarget(project, instance, table, app_profile_id), scheme, ...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    target = BigtableTarget(where[0], where[1], where[2], app_profile_id)
+    return (target, *args[3:]), kwargs
+
+
+def layout_of(scheme: SaltScheme | Layout, cutoff: CutoffPolicy | None) -> Layout:
+    """The layout a transform or step is given: a scheme (and cutoff), or a Layout.
+
+    Raises:
+        TypeError: A Layout together with a separate cutoff.
+    """
+    if isinstance(scheme, Layout):
+        if cutoff is not None:
+            raise TypeError("give the cutoff inside the Layout, or a SaltScheme and cutoff=")
+        return scheme
+    return Layout(scheme, cutoff)
 
 
 def _bucket_name(bucket: int | None) -> str:
@@ -281,14 +359,6 @@ def read_keys(
         yield from page
 
 
-def relabel(row: Row, key: bytes) -> Row:
-    """``row`` (and its cells) under ``key``."""
-    row.row_key = key
-    for cell in row.cells:
-        cell.row_key = key
-    return row
-
-
 def read_split(
     table: Table,
     sub: SubQuery,
@@ -321,12 +391,7 @@ def read_split_pages(
 ) -> Iterator[list[Row]]:
     """:func:`read_split`, a page at a time."""
     cut = len(sub.prefix)
-    if layout.cutoff is None or rows == "all":
-        hidden: Callable[[bytes], str | None] | None = None
-    elif sub.bucket is None:
-        hidden = layout.stray_reason
-    else:
-        hidden = layout.salted_stray_reason
+    hidden = None if rows == "all" else layout.hiding(sub.bucket)
     want_hidden = rows == "copies"
     report = on_stray if sub.bucket is None and rows == "visible" else None
     for page in scan_pages(table, sub, sizer):
@@ -496,10 +561,8 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
     logical keys (cells too), with every cell and version the query selects.
 
     Args:
-        project: The Google Cloud project.
-        instance: The Bigtable instance id.
-        table: The table id.
-        scheme: The table's salt scheme.
+        target: The table (and the app profile to send requests with).
+        scheme: The table's salt scheme, or its :class:`~saltedtable.Layout`.
         query: The logical read, a ``ReadRowsQuery`` or a dict of
             ``ReadRowsRequest`` fields as ``TableAsync`` takes (None: the
             whole table). A row limit is refused: a parallel read has no order
@@ -508,25 +571,25 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
         split_bytes: About how much data one split reads.
         budget: What one ReadRows request of a split may return, in rows and
             bytes: a worker holds one such page at a time.
-        app_profile_id: The app profile to send requests with.
         check_layout: Refuse a table whose stored layout record names another layout.
+
+    ``ReadSaltedRows(project, instance, table, scheme, ..., app_profile_id=...)``
+    still works and warns (deprecated).
 
     Raises:
         QueryPlanError: A query with a limit, or one the planner refuses.
     """
 
+    @accepts_legacy_target
     def __init__(
         self,
-        project: str,
-        instance: str,
-        table: str,
-        scheme: SaltScheme,
+        target: BigtableTarget,
+        scheme: SaltScheme | Layout,
         query: ReadRowsQuery | Mapping[str, Any] | None = None,
         cutoff: CutoffPolicy | None = None,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         budget: ReadBudget | None = None,
-        app_profile_id: str | None = None,
         check_layout: bool = True,
     ) -> None:
         super().__init__()
@@ -538,10 +601,11 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
             )
         if budget is not None and not isinstance(budget, ReadBudget):
             raise TypeError(f"budget must be a ReadBudget, got {budget!r}")
-        self.layout = Layout(scheme, cutoff)
+        self.target = target
+        self.layout = layout_of(scheme, cutoff)
         self.plan: ReadPlan = plan_reads(query, self.layout)
         self._read = ReadSplitRows(
-            BigtableTarget(project, instance, table, app_profile_id),
+            target,
             self.layout,
             self.plan.subqueries,
             split_bytes=split_bytes,
@@ -634,7 +698,8 @@ class WriteEntries(TableDoFn):
             # another layout (or, with require_record, a table without one).
             table = self.bigtable()
             self._guard = SyncTableGuard(
-                table,
+                # The client's keyword-only timeouts are what SyncTableLike's **kwargs stand for.
+                cast("SyncTableLike", table),
                 self.layout,
                 require_record=self.require_record,
                 refresh=None,
@@ -765,17 +830,14 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
     including keys the layout cannot place, are reported by logical key.
 
     Args:
-        project: The Google Cloud project.
-        instance: The Bigtable instance id.
-        table: The table id.
-        scheme: The table's salt scheme.
+        target: The table (and the app profile to send requests with).
+        scheme: The table's salt scheme, or its :class:`~saltedtable.Layout`.
         cutoff: The forward-only migration policy, if the table has one.
         on_failure: ``"raise"`` (default) fails the bundle with
             :class:`WriteFailedError` naming the logical keys (the runner
             retries it); ``"output"`` emits a :class:`FailedWrite` per failed
             entry instead.
         flush_mutations: A batch is sent once its entries hold this many mutations.
-        app_profile_id: The app profile to send requests with.
         check_layout: Refuse a table whose stored layout record names another
             layout; every worker reads it before its first write.
         store_record: With ``check_layout``, a table without a record gets
@@ -791,19 +853,20 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
 
     Returns:
         From ``expand``: the :class:`FailedWrite` elements (empty with ``"raise"``).
+
+    ``WriteSaltedRows(project, instance, table, scheme, ..., app_profile_id=...)``
+    still works and warns (deprecated).
     """
 
+    @accepts_legacy_target
     def __init__(
         self,
-        project: str,
-        instance: str,
-        table: str,
-        scheme: SaltScheme,
+        target: BigtableTarget,
+        scheme: SaltScheme | Layout,
         cutoff: CutoffPolicy | None = None,
         *,
         on_failure: Literal["raise", "output"] = "raise",
         flush_mutations: int = 10_000,
-        app_profile_id: str | None = None,
         check_layout: bool = True,
         store_record: bool = True,
         record_family: str | None = None,
@@ -818,8 +881,8 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
                 f"flush_mutations must be from 1 to {MAX_MUTATIONS_PER_ENTRY:,}, "
                 f"got {flush_mutations}"
             )
-        self.target = BigtableTarget(project, instance, table, app_profile_id)
-        self.layout = Layout(scheme, cutoff)
+        self.target = target
+        self.layout = layout_of(scheme, cutoff)
         self._write = WriteEntries(
             self.target,
             self.layout,

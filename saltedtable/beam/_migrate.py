@@ -45,20 +45,21 @@ from google.cloud.bigtable.data.mutations import DeleteAllFromRow
 from google.cloud.bigtable.data.row import Row
 
 from .._cutoff import CutoffPolicy
-from .._exceptions import LayoutError, RowKeyError, SchemeMismatchError, layout_differences
-from .._guard import KEYS_ONLY, describe_layout
-from .._layout import Layout
-from .._migration import (
+from .._exceptions import LayoutError, RowKeyError, SchemeMismatchError
+from .._guard import KEYS_ONLY
+from .._layout import Layout, relabel
+from .._migration import migration_record, migration_state
+from .._plan import SubQuery, plan_reads
+from .._record import (
     BACKFILL,
     CUTOVER,
+    DEFAULT_LEGACY_GRACE,
     DELETING,
+    LayoutRecord,
     MigrationState,
-    migration_record,
-    migration_state,
+    describe_layout,
     open_differences,
 )
-from .._plan import SubQuery, plan_reads
-from .._record import DEFAULT_LEGACY_GRACE
 from .._salt import SaltScheme
 from .._split import DEFAULT_SPLIT_BYTES, Split
 from .._strategy import ReadBudget
@@ -72,10 +73,10 @@ from ._io import (
     ReadSplitRows,
     TableDoFn,
     WriteSaltedRows,
+    accepts_legacy_target,
     copy_entry,
     read_keys,
     read_split_pages,
-    relabel,
     row_digest,
     scan_pages,
 )
@@ -289,7 +290,7 @@ class MigrationReport:
     step: str
     counters: dict[str, int]
     checksums: Checksums | None = None
-    record: dict[str, Any] | None = None
+    record: LayoutRecord | None = None
     notes: tuple[str, ...] = ()
     done: bool = True
 
@@ -311,11 +312,12 @@ class MigrationReport:
         return out
 
 
-def _describe_state(record: dict[str, Any]) -> str:
+def _describe_state(record: LayoutRecord) -> str:
     state = migration_state(record)
     if state is not None:
-        return f"{state} (cutoff {record['cutoff']['at']})"
-    return "cutoff" if record.get("cutoff") else "fully salted"
+        at = None if record.cutoff is None else record.cutoff.at
+        return f"{state} (cutoff {at})"
+    return "cutoff" if record.cutoff is not None else "fully salted"
 
 
 # -- plans -----------------------------------------------------------------------
@@ -349,33 +351,31 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
     copies at open.
 
     Args:
-        project: The Google Cloud project.
-        instance: The Bigtable instance id.
-        table: The table id.
+        target: The table (and the app profile to send requests with).
         scheme: The table's salt scheme.
         cutoff: Its cutoff policy.
         split_bytes: About how much data one split reads.
         budget: What one read request may return (rows and bytes).
-        app_profile_id: The app profile to send requests with.
+
+    The older ``(project, instance, table, scheme, cutoff, ..., app_profile_id=...)``
+    still works and warns (deprecated).
 
     Returns:
         From ``expand``: the failed writes (empty unless ``on_failure="output"``).
     """
 
+    @accepts_legacy_target
     def __init__(
         self,
-        project: str,
-        instance: str,
-        table: str,
+        target: BigtableTarget,
         scheme: SaltScheme,
         cutoff: CutoffPolicy,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         budget: ReadBudget | None = None,
-        app_profile_id: str | None = None,
     ) -> None:
         super().__init__()
-        self.target = BigtableTarget(project, instance, table, app_profile_id)
+        self.target = target
         self.layout = Layout(scheme, cutoff)
         self._read = ReadSplitRows(
             self.target,
@@ -385,11 +385,8 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
             budget=ReadBudget() if budget is None else budget,
         )
         self._write = WriteSaltedRows(
-            project,
-            instance,
-            table,
+            target,
             scheme,
-            app_profile_id=app_profile_id,
             check_layout=False,  # the record names the cutoff layout until the cut-over
             counter_prefix="rows_copied",
         )
@@ -406,7 +403,7 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
 
 def _start_backfill(
     stored: StoredRecord | None, scheme: SaltScheme, cutoff: CutoffPolicy
-) -> dict[str, Any]:
+) -> LayoutRecord:
     """The backfill record, after checking that ``stored`` allows a backfill to start or go on."""
     wanted = migration_record(scheme, cutoff, BACKFILL)
     if stored is None:
@@ -454,19 +451,17 @@ def backfill(
         LayoutError: The table is already cut over, or has no record and no
             ``family`` was given.
     """
-    client, table = target.open()
-    try:
+    with target.opened() as table:
         stored = read_record(table)
         wanted = _start_backfill(stored, scheme, cutoff)
         if stored is None or migration_state(stored.record) != BACKFILL:
             swap_record(table, stored, wanted, family=family)
-    finally:
-        table.close()
-        client.close()
-    args = (target.project, target.instance, target.table, scheme, cutoff)
-    kwargs: dict[str, Any] = {"split_bytes": split_bytes, "app_profile_id": target.app_profile_id}
-    transform = BackfillLegacy(*args, **kwargs)
-    prune = PruneOrphanCopies(*args, **kwargs) if prune_orphans else None
+    transform = BackfillLegacy(target, scheme, cutoff, split_bytes=split_bytes)
+    prune = (
+        PruneOrphanCopies(target, scheme, cutoff, split_bytes=split_bytes)
+        if prune_orphans
+        else None
+    )
 
     def build(p: beam.Pipeline) -> None:
         _ = p | "Backfill" >> transform
@@ -485,20 +480,18 @@ class _KeySweep(beam.PTransform[PBegin, PCollection[None]]):
     the sub-queries and the DoFn (:meth:`_sweep`).
     """
 
+    @accepts_legacy_target
     def __init__(
         self,
-        project: str,
-        instance: str,
-        table: str,
+        target: BigtableTarget,
         scheme: SaltScheme,
         cutoff: CutoffPolicy,
         *,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         budget: ReadBudget | None = None,
-        app_profile_id: str | None = None,
     ) -> None:
         super().__init__()
-        self.target = BigtableTarget(project, instance, table, app_profile_id)
+        self.target = target
         self.layout = Layout(scheme, cutoff)
         self.split_bytes = split_bytes
         self.budget = ReadBudget() if budget is None else budget
@@ -680,8 +673,7 @@ def cut_over(
     Raises:
         LayoutError: The record is not in the backfill state.
     """
-    client, table = target.open()
-    try:
+    with target.opened() as table:
         stored = _expect_state(read_record(table), scheme, cutoff, (BACKFILL,), "cut over")
         report = verify_backfill(
             target, scheme, cutoff, options=options, split_bytes=split_bytes, progress=progress
@@ -696,9 +688,6 @@ def cut_over(
             )
         wanted = migration_record(scheme, cutoff, CUTOVER)
         swap_record(table, stored, wanted)
-    finally:
-        table.close()
-        client.close()
     return MigrationReport(
         "cut-over",
         report.counters,
@@ -720,8 +709,8 @@ def _expect_state(
     step: str,
 ) -> StoredRecord:
     for state in states:
-        if stored is not None and not layout_differences(
-            stored.record, migration_record(scheme, cutoff, state)
+        if stored is not None and not stored.record.differences(
+            migration_record(scheme, cutoff, state)
         ):
             return stored
     found = "no layout record" if stored is None else _describe_state(stored.record)
@@ -810,8 +799,7 @@ def delete_legacy(
         LayoutError: The record is neither in the cut-over nor in the deleting state.
     """
     layout = Layout(scheme, cutoff)
-    client, table = target.open()
-    try:
+    with target.opened() as table:
         stored = _expect_state(
             read_record(table), scheme, cutoff, (CUTOVER, DELETING), "delete the legacy rows"
         )
@@ -831,11 +819,7 @@ def delete_legacy(
                 "layout record: deleting: cutoff readers are refused from now on; writes "
                 "to keys before the cutoff may resume"
             )
-        transform = DeleteLegacy(
-            *(target.project, target.instance, target.table, scheme, cutoff),
-            split_bytes=split_bytes,
-            app_profile_id=target.app_profile_id,
-        )
+        transform = DeleteLegacy(target, scheme, cutoff, split_bytes=split_bytes)
         result = run_pipeline(
             lambda p: p | "Delete" >> transform, options, progress=progress, phase="delete"
         )
@@ -860,9 +844,6 @@ def delete_legacy(
             )
         wanted = describe_layout(scheme)
         swap_record(table, stored, wanted)
-    finally:
-        table.close()
-        client.close()
     return MigrationReport("delete legacy", found, record=wanted)
 
 
@@ -873,7 +854,7 @@ def _legacy_left(table: Table, layout: Layout) -> tuple[int, int]:
     for sub in _legacy_subqueries(layout, keys_only=True):
         for page in scan_pages(table, sub, sizer):
             for row in page:
-                if layout.stray_reason(row.row_key) is None:
+                if layout.hidden_reason(None, row.row_key) is None:
                     left += 1
                 else:
                     strays += 1
@@ -939,26 +920,19 @@ def resalt(
             "new rows in the same one"
         )
     new_record = describe_layout(new_scheme)
-    if not layout_differences(describe_layout(scheme, cutoff), new_record):
+    if not describe_layout(scheme, cutoff).differences(new_record):
         raise LayoutError(
             f"resalt to {new_scheme} changes nothing: give another bucket count, hash, key "
             "part, separator or marker (or a cutoff to finish)"
         )
-    client, table = destination.open()
-    try:
+    with destination.opened() as table:
         stored = read_record(table)
-        if stored is not None and layout_differences(stored.record, new_record):
+        if stored is not None and stored.record.differences(new_record):
             raise SchemeMismatchError(stored.record, new_record)
-    finally:
-        table.close()
-        client.close()
     read = _read_all(source, Layout(scheme, cutoff), split_bytes)
     write = WriteSaltedRows(
-        destination.project,
-        destination.instance,
-        destination.table,
+        destination,
         new_scheme,
-        app_profile_id=destination.app_profile_id,
         record_family=family,  # stored before the first copy, checked on every worker
         counter_prefix="rows_written",
     )
@@ -980,14 +954,10 @@ def resalt(
     )
     if not report.ok:
         return MigrationReport("resalt (NOT verified)", copied, report.checksums, done=False)
-    client, table = destination.open()
-    try:
+    with destination.opened() as table:
         stored = read_record(table)
         if stored is None:
             swap_record(table, None, new_record, family=family)
-    finally:
-        table.close()
-        client.close()
     return MigrationReport("resalt", copied, report.checksums, record=new_record)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, final
+from typing import final
 
 from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import Table
@@ -24,7 +24,13 @@ from google.cloud.bigtable.data.row_filters import (
 from .._admin import schema_reader_for
 from .._exceptions import LayoutError
 from .._families import RECORD_FAMILY, place_record, record_family_problem
-from .._record import SCHEME_QUALIFIER, decode_layout, encode_layout, newest_record_cell
+from .._record import (
+    SCHEME_QUALIFIER,
+    LayoutRecord,
+    decode_layout,
+    encode_layout,
+    newest_record_cell,
+)
 from .._salt import SCHEME_ROW_KEY
 
 __all__ = ["StoredRecord", "read_record", "record_family", "swap_record"]
@@ -35,7 +41,7 @@ __all__ = ["StoredRecord", "read_record", "record_family", "swap_record"]
 class StoredRecord:
     """The layout record as stored: parsed, raw, and the family it lives in."""
 
-    record: dict[str, Any]
+    record: LayoutRecord
     value: bytes
     family: str
 
@@ -80,7 +86,7 @@ def record_family(table: Table, family: str | None) -> str | None:
 
 
 def swap_record(
-    table: Table, expected: StoredRecord | None, new: dict[str, Any], *, family: str | None = None
+    table: Table, expected: StoredRecord | None, new: LayoutRecord, *, family: str | None = None
 ) -> None:
     """Replace the record ``expected`` by ``new``; create it when ``expected`` is None.
 

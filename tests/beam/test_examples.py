@@ -11,7 +11,8 @@ from pathlib import Path
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from google.cloud.bigtable.data import BigtableDataClientAsync
 
-from saltedtable import SaltedTableAsync, SaltScheme
+from saltedtable import Layout, SaltedTableAsync, SaltScheme
+from saltedtable.beam import BigtableTarget
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT
 from tests.conftest import MakeTable
 
@@ -59,8 +60,16 @@ async def test_the_scaling_out_snippets_run(
     table_id = make_table(("cf",))
     page = (REPO / "docs" / "scaling-out.md").read_text()
     snippets = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    writing = next(s for s in snippets if "WriteSaltedRows(" in s)
-    reading = next(s for s in snippets if "ReadSaltedRows(" in s)
+    pipelines = [s for s in snippets if "beam.Pipeline()" in s]
+    writing = next(s for s in pipelines if "WriteSaltedRows(" in s)
+    reading = next(s for s in pipelines if "ReadSaltedRows(" in s)
+    convention: dict[str, object] = {}
+    exec(
+        compile(next(s for s in snippets if "events = " in s), "scaling-out.md", "exec"), convention
+    )
+    assert convention["events"] == BigtableTarget("my-project", "my-instance", "events")
+    assert getattr(convention["read"], "target", None) == convention["events"]
+    assert getattr(convention["write"], "layout", None) == Layout(SaltScheme(16))
     for code in (writing, reading):
         code = code.replace('"my-project"', repr(PROJECT)).replace('"my-instance"', repr(INSTANCE))
         code = code.replace('"events"', repr(table_id))

@@ -226,7 +226,9 @@ async def test_backfill_cutover_delete_while_reading(tables: Tables) -> None:
         rng = RowRange(prefix or None, prefix_end(prefix) or None)
         want = snapshot(await t.plain.read_rows(ReadRowsQuery(row_ranges=rng)))
         assert snapshot([r async for r in salted.read_prefix(prefix)]) == want, prefix
-    rows, _ = run_collect(lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, t.table_id, SCHEME))
+    rows, _ = run_collect(
+        lambda p: p | ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, t.table_id), SCHEME)
+    )
     assert snapshot(rows) == expected
 
 
@@ -252,10 +254,16 @@ async def test_a_crash_mid_backfill_then_a_rerun_converges(tables: Tables) -> No
         swap_record(sync.table, read_record(sync.table), migration_record(SCHEME, POLICY, BACKFILL))
     layout = Layout(SCHEME, POLICY)
     read = ReadSaltedRows(
-        PROJECT, INSTANCE, t.table_id, SCHEME, cutoff=POLICY, budget=ReadBudget(rows=40)
+        BigtableTarget(PROJECT, INSTANCE, t.table_id),
+        SCHEME,
+        cutoff=POLICY,
+        budget=ReadBudget(rows=40),
     )
     write = WriteSaltedRows(
-        PROJECT, INSTANCE, t.table_id, SCHEME, check_layout=False, flush_mutations=40
+        BigtableTarget(PROJECT, INSTANCE, t.table_id),
+        SCHEME,
+        check_layout=False,
+        flush_mutations=40,
     )
     with pytest.raises(Exception, match="injected crash"):
         run_collect(

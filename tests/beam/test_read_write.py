@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 import pickle
 import re
+from typing import Any
 
 import apache_beam as beam
 import pytest
@@ -106,7 +107,9 @@ async def test_read_equals_the_async_reader(
     }
     for name, query in queries.items():
         expected = snapshot(await table.read_rows(query))
-        read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, query, POLICY, split_bytes=8_000)
+        read = ReadSaltedRows(
+            BigtableTarget(PROJECT, INSTANCE, table_id), SCHEME, query, POLICY, split_bytes=8_000
+        )
 
         def build(p: beam.Pipeline, read: ReadSaltedRows = read) -> PCollection[Row]:
             out: PCollection[Row] = p | read
@@ -124,7 +127,7 @@ async def test_read_equals_the_async_reader(
 async def test_a_limit_is_refused() -> None:
     """A row limit has no meaning for an unordered parallel read: QueryPlanError, before any I/O."""
     with pytest.raises(QueryPlanError, match="limit=5"):
-        ReadSaltedRows(PROJECT, INSTANCE, "t", SCHEME, ReadRowsQuery(limit=5))
+        ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, "t"), SCHEME, ReadRowsQuery(limit=5))
 
 
 async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
@@ -140,7 +143,9 @@ async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
         lambda p: (
             p
             | beam.Create([*entries, bad])
-            | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output")
+            | WriteSaltedRows(
+                BigtableTarget(PROJECT, INSTANCE, table_id), SCHEME, POLICY, on_failure="output"
+            )
         )
     )
     assert [f.row_key for f in failed] == [bad.row_key]
@@ -159,7 +164,7 @@ async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
             lambda p: (
                 p
                 | beam.Create([bad])
-                | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, POLICY)
+                | WriteSaltedRows(BigtableTarget(PROJECT, INSTANCE, table_id), SCHEME, POLICY)
             )
         )
 
@@ -181,8 +186,8 @@ def test_schemes_policies_plans_and_transforms_pickle() -> None:
     for value in (scheme, POLICY, layout, plan):
         assert pickle.loads(pickle.dumps(value)) == value
     assert pickle.loads(pickle.dumps(scheme)).salt_key(b"u1#x") == scheme.salt_key(b"u1#x")
-    read = ReadSaltedRows(PROJECT, INSTANCE, "t", scheme, cutoff=POLICY)
-    write = WriteSaltedRows(PROJECT, INSTANCE, "t", scheme, POLICY)
+    read = ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, "t"), scheme, cutoff=POLICY)
+    write = WriteSaltedRows(BigtableTarget(PROJECT, INSTANCE, "t"), scheme, POLICY)
     target = BigtableTarget(PROJECT, INSTANCE, "t")
     again_read = pickler.loads(pickler.dumps(read))
     assert (again_read.layout, again_read.plan) == (layout, read.plan)
@@ -213,7 +218,9 @@ async def test_read_on_two_worker_processes(
     table_id = make_table(("cf", "cg"))
     await _cutoff_table(data_client, table_id)
     options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
-    read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, cutoff=POLICY, split_bytes=8_000)
+    read = ReadSaltedRows(
+        BigtableTarget(PROJECT, INSTANCE, table_id), SCHEME, cutoff=POLICY, split_bytes=8_000
+    )
     result = run_pipeline(lambda p: p | read | beam.Map(row_digest) | Count.Globally(), options)
     found = counters(result)
     assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 2000
@@ -242,7 +249,11 @@ async def test_every_failure_comes_back_by_logical_key_and_only_successes_count(
             p
             | beam.Create([*good, unplaceable, *bad, big, big_good])
             | WriteSaltedRows(
-                PROJECT, INSTANCE, table_id, SCHEME, POLICY, on_failure="output", flush_mutations=3
+                BigtableTarget(PROJECT, INSTANCE, table_id),
+                SCHEME,
+                POLICY,
+                on_failure="output",
+                flush_mutations=3,
             )
         )
     )
@@ -270,7 +281,7 @@ async def test_pages_stay_within_the_byte_budget(
         [RowMutationEntry(b"row%03d" % i, SetCell("cf", b"q", wide, 1000)) for i in range(60)]
     )
     budget = ReadBudget(bytes=64 * 1024)
-    read = ReadSaltedRows(PROJECT, INSTANCE, table_id, SaltScheme(2), budget=budget)
+    read = ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, table_id), SaltScheme(2), budget=budget)
     result = run_pipeline(lambda p: p | read | beam.Map(row_digest))
     found = counters(result)
     assert sum(v for n, v in found.items() if n.startswith("rows_read.")) == 60
@@ -297,12 +308,16 @@ async def test_a_page_cut_at_the_budget_resumes_after_its_last_row(
     )
     budget = ReadBudget(bytes=64 * 1024)
     rows, _ = run_collect(
-        lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, scheme, budget=budget)
+        lambda p: (
+            p | ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, table_id), scheme, budget=budget)
+        )
     )
     keys = sorted(row.row_key for row in rows)
     assert keys == narrow + wide  # each once: the cursor resumed exactly after the cut
     result = run_pipeline(
-        lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, scheme, budget=budget)
+        lambda p: (
+            p | ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, table_id), scheme, budget=budget)
+        )
     )
     pages = result.metrics().query(MetricsFilter().with_name("page_bytes"))["distributions"]
     largest = max(p.committed.max for p in pages)
@@ -318,7 +333,9 @@ async def test_dict_queries_read_like_read_rows_query(
     table = await _cutoff_table(data_client, table_id)
     query = {"rows": {"row_keys": [k(1, C - MIN), k(3, C + MIN)]}}
     rows, _ = run_collect(
-        lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, query, POLICY)
+        lambda p: (
+            p | ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, table_id), SCHEME, query, POLICY)
+        )
     )
     assert snapshot(rows) == snapshot(await table.read_rows(query))
     assert len(rows) == 2
@@ -334,7 +351,10 @@ async def test_stray_legacy_rows_are_left_out_counted_and_logged(
     await data_client.get_table(INSTANCE, table_id).mutate_row(stray, cells(stray))
     with caplog.at_level(logging.WARNING, logger="saltedtable.beam"):
         rows, found = run_collect(
-            lambda p: p | ReadSaltedRows(PROJECT, INSTANCE, table_id, SCHEME, cutoff=POLICY)
+            lambda p: (
+                p
+                | ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, table_id), SCHEME, cutoff=POLICY)
+            )
         )
     assert snapshot(rows) == snapshot(await table.read_rows(ReadRowsQuery()))
     assert stray not in {row.row_key for row in rows}
@@ -352,7 +372,11 @@ async def test_a_beam_loaded_table_holds_the_record_and_refuses_a_wrong_scheme(
     keys = [b"user%03d" % i for i in range(40)]
     entries = [RowMutationEntry(key, [SetCell("cf", b"q", key)]) for key in keys]
     run_collect(
-        lambda p: p | beam.Create(entries) | WriteSaltedRows(PROJECT, INSTANCE, table_id, SCHEME)
+        lambda p: (
+            p
+            | beam.Create(entries)
+            | WriteSaltedRows(BigtableTarget(PROJECT, INSTANCE, table_id), SCHEME)
+        )
     )
     raw = data_client.get_table(INSTANCE, table_id)
     record = await raw.read_row(SCHEME_ROW_KEY)
@@ -365,7 +389,7 @@ async def test_a_beam_loaded_table_holds_the_record_and_refuses_a_wrong_scheme(
             lambda p: (
                 p
                 | beam.Create(entries)
-                | WriteSaltedRows(PROJECT, INSTANCE, table_id, SaltScheme(8))
+                | WriteSaltedRows(BigtableTarget(PROJECT, INSTANCE, table_id), SaltScheme(8))
             )
         )
     assert len(await SaltedTableAsync(raw, SCHEME).read_rows(ReadRowsQuery())) == 40
@@ -375,8 +399,106 @@ async def test_a_beam_loaded_table_holds_the_record_and_refuses_a_wrong_scheme(
             lambda p: (
                 p
                 | beam.Create(entries)
-                | WriteSaltedRows(PROJECT, INSTANCE, empty, SCHEME, require_record=True)
+                | WriteSaltedRows(
+                    BigtableTarget(PROJECT, INSTANCE, empty), SCHEME, require_record=True
+                )
             )
         )
     assert await data_client.get_table(INSTANCE, empty).read_rows(ReadRowsQuery()) == []
     assert RecordMissingError.__mro__[1].__name__ == "LayoutError"
+
+
+# -- the calling convention -------------------------------------------------------
+
+
+def test_every_transform_takes_a_target_and_the_old_form_warns() -> None:
+    """(project, instance, table, ..., app_profile_id=) still builds the same transform, warning."""
+    from saltedtable.beam import BackfillLegacy, DeleteLegacy, PruneOrphanCopies
+
+    target = BigtableTarget(PROJECT, INSTANCE, "t", "profile")
+    layout = Layout(SCHEME, POLICY)
+    new: list[Any] = [
+        ReadSaltedRows(target, SCHEME, None, POLICY),
+        WriteSaltedRows(target, SCHEME, POLICY),
+        BackfillLegacy(target, SCHEME, POLICY),
+        PruneOrphanCopies(target, SCHEME, POLICY),
+        DeleteLegacy(target, SCHEME, POLICY),
+    ]
+    # The deprecated form, through Any: its signature is no longer the typed one.
+    legacy: list[Any] = [ReadSaltedRows, WriteSaltedRows, BackfillLegacy, PruneOrphanCopies]
+    read, write, fill, prune = legacy
+    drop: Any = DeleteLegacy
+    with pytest.warns(DeprecationWarning, match="is deprecated") as caught:
+        old = [
+            read(PROJECT, INSTANCE, "t", SCHEME, None, POLICY, app_profile_id="profile"),
+            write(
+                project=PROJECT,
+                instance=INSTANCE,
+                table="t",
+                scheme=SCHEME,
+                cutoff=POLICY,
+                app_profile_id="profile",
+            ),
+            fill(PROJECT, INSTANCE, "t", SCHEME, POLICY, app_profile_id="profile"),
+            prune(
+                PROJECT, INSTANCE, table="t", scheme=SCHEME, cutoff=POLICY, app_profile_id="profile"
+            ),
+            drop(PROJECT, INSTANCE, "t", SCHEME, POLICY, app_profile_id="profile"),
+        ]
+    names = [
+        "ReadSaltedRows",
+        "WriteSaltedRows",
+        "BackfillLegacy",
+        "PruneOrphanCopies",
+        "DeleteLegacy",
+    ]
+    assert [str(w.message).split("(")[0] for w in caught] == names
+    assert all(
+        "BigtableTarget(project, instance, table, app_profile_id)" in str(w.message) for w in caught
+    )
+    for a, b in zip(new, old, strict=True):
+        assert (a.target, a.layout) == (b.target, b.layout) == (target, layout)
+    with pytest.raises(TypeError, match="missing the argument 'table'"):
+        read(PROJECT, INSTANCE, scheme=SCHEME)
+
+
+def test_a_layout_may_stand_for_scheme_and_cutoff() -> None:
+    """ReadSaltedRows/WriteSaltedRows take a Layout; a Layout and a separate cutoff are refused."""
+    target = BigtableTarget(PROJECT, INSTANCE, "t")
+    layout = Layout(SCHEME, POLICY)
+    assert ReadSaltedRows(target, layout).layout == layout
+    assert WriteSaltedRows(target, layout).layout == layout
+    with pytest.raises(TypeError, match="cutoff inside the Layout"):
+        WriteSaltedRows(target, layout, POLICY)
+
+
+def test_an_opened_target_closes_its_table_and_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``with target.opened() as table`` closes the table, then the client, even on an error."""
+    closed: list[str] = []
+
+    class Closing:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    monkeypatch.setattr(BigtableTarget, "open", lambda self: (Closing("client"), Closing("table")))
+    target = BigtableTarget(PROJECT, INSTANCE, "t")
+    with target.opened() as table:
+        assert table.name == "table"  # type: ignore[attr-defined]
+        assert closed == []
+    assert closed == ["table", "client"]
+    with pytest.raises(RuntimeError, match="inside"), target.opened():
+        raise RuntimeError("inside")
+    assert closed == ["table", "client"] * 2
+
+
+async def test_an_opened_target_reads_the_emulator(make_table: MakeTable) -> None:
+    """opened() gives a working table of the target's instance."""
+    from saltedtable.beam._record import read_record
+
+    table_id = make_table(("cf",))
+    with BigtableTarget(PROJECT, INSTANCE, table_id).opened() as table:
+        assert read_record(table) is None
+        assert table.table_id == table_id

@@ -34,9 +34,8 @@ from saltedtable import (
     epoch_field,
     fields,
 )
-from saltedtable._exceptions import layout_differences
-from saltedtable._guard import decode_layout, encode_layout
 from saltedtable._layout import _legacy_gaps
+from saltedtable._record import decode_layout, encode_layout
 from saltedtable.otel import attributes, stats_hook
 from tests.fakes import FakeTable
 
@@ -54,10 +53,7 @@ def test_layout_record_round_trips_and_compares() -> None:
     """A record survives encode/decode, and equal layouts show no difference."""
     record = describe_layout(SaltScheme(16, key_part=fields(2)), CUTOFF)
     assert decode_layout(encode_layout(record)) == record
-    assert (
-        layout_differences(record, describe_layout(SaltScheme(16, key_part=fields(2)), CUTOFF))
-        == []
-    )
+    assert record.differences(describe_layout(SaltScheme(16, key_part=fields(2)), CUTOFF)) == []
 
 
 @pytest.mark.parametrize(
@@ -72,7 +68,7 @@ def test_layout_record_round_trips_and_compares() -> None:
 )
 def test_every_part_of_the_scheme_is_compared(other: SaltScheme, field: str) -> None:
     """Bucket count, hash, key part, separator and marker each make a difference."""
-    diffs = layout_differences(describe_layout(SaltScheme(16)), describe_layout(other))
+    diffs = describe_layout(SaltScheme(16)).differences(describe_layout(other))
     assert len(diffs) == 1
     assert diffs[0].startswith(field)
 
@@ -81,12 +77,12 @@ def test_cutoff_is_part_of_the_layout() -> None:
     """Adding or moving the cutoff is a different layout; its text form is not."""
     plain = describe_layout(SaltScheme(16))
     with_cutoff = describe_layout(SaltScheme(16), CUTOFF)
-    assert layout_differences(plain, with_cutoff)
+    assert plain.differences(with_cutoff)
     same_instant = CutoffPolicy(
         dt.datetime(2024, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1))),
         epoch_field(digits=10),
     )
-    assert layout_differences(with_cutoff, describe_layout(SaltScheme(16), same_instant)) == []
+    assert with_cutoff.differences(describe_layout(SaltScheme(16), same_instant)) == []
 
 
 def test_garbage_in_the_reserved_row_is_a_layout_error() -> None:
@@ -128,8 +124,8 @@ async def test_other_scheme_is_refused_with_both_layouts() -> None:
     await SaltedTableAsync.open(fake, SaltScheme(16), family="f1")
     with pytest.raises(SchemeMismatchError, match="buckets: stored 16, now 8") as info:
         await SaltedTableAsync.open(fake, SaltScheme(8))
-    assert info.value.stored["buckets"] == 16
-    assert info.value.current["buckets"] == 8
+    assert info.value.stored.buckets == 16
+    assert info.value.current.buckets == 8
 
 
 async def test_override_replaces_the_record() -> None:
@@ -535,7 +531,7 @@ async def test_two_writers_on_a_new_table_agree_on_one_record(same: bool) -> Non
         assert results == [None, None]
     else:
         winner = 8 if results[0] is None else 4
-        assert stored["buckets"] == winner
+        assert stored.buckets == winner
         assert sum(isinstance(r, SchemeMismatchError) for r in results) == 1
 
 
@@ -650,7 +646,7 @@ async def test_a_profile_without_transactions_stores_the_record_with_a_plain_wri
     fake = NoTransactions()
     with caplog.at_level(logging.WARNING, "saltedtable.guard"):
         await SaltedTableAsync(fake, SaltScheme(8)).mutate_row(b"a", SetCell("f1", b"q", b"v"))
-    assert decode_layout(fake.cells_of(SCHEME_ROW_KEY)[0][3])["buckets"] == 8
+    assert decode_layout(fake.cells_of(SCHEME_ROW_KEY)[0][3]).buckets == 8
     assert "transactional writes" in caplog.text
     with pytest.raises(SchemeMismatchError):
         await SaltedTableAsync(fake, SaltScheme(4)).read_row(b"a")

@@ -20,6 +20,8 @@ PACKAGE = Path(saltedtable.__file__).resolve().parent
 ORDER: tuple[str, ...] = (
     # pure
     "_exceptions",
+    "_contracts",
+    "_commands",
     "_salt",
     "_ranges",
     "_cutoff",
@@ -157,3 +159,77 @@ def test_all_lazy_and_type_checking_exports_agree() -> None:
         if where is not None and where.startswith("saltedtable."):
             # A lazy name is imported from the module that defines it (no re-export hops).
             assert where == "saltedtable" + module, f"{name} is defined in {where}, not {module}"
+
+
+def _source_of(module: str) -> Path | None:
+    """The file of a dotted ``saltedtable`` module, or None if it is not one."""
+    base = PACKAGE.joinpath(*module.split(".")[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _absolute(path: Path, node: ast.ImportFrom) -> str | None:
+    """The dotted module an ``import from`` in ``path`` names, if it is the package's."""
+    if node.level == 0:
+        module = node.module or ""
+        return module if module.split(".")[0] == "saltedtable" else None
+    parts = ["saltedtable", *path.relative_to(PACKAGE).with_suffix("").parts][:-1]
+    base = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    """The names a module binds itself at its top level (not by importing them)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _sideways(path: Path, text: str | None = None) -> list[str]:
+    """``from saltedtable.x import Name`` in ``path`` where ``x`` only re-exports ``Name``."""
+    found = []
+    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        module = _absolute(path, node)
+        source = None if module is None else _source_of(module)
+        if module is None or source is None:
+            continue
+        defined = _defined(ast.parse(source.read_text(encoding="utf-8")))
+        for alias in node.names:
+            if _source_of(f"{module}.{alias.name}") is None and alias.name not in defined:
+                found.append(f"line {node.lineno}: {alias.name} from {module}")
+    return found
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_names_come_from_their_owner(path: Path) -> None:
+    """Every name the package imports from itself comes from the module that defines it."""
+    assert _sideways(path) == [], "import these names from the module that defines them"
+
+
+def test_a_sideways_import_is_seen() -> None:
+    """The owner check flags a name taken through a module that only imports it."""
+    beam = PACKAGE / "beam" / "_io.py"
+    text = (
+        "from ._record import SaltScheme\n"  # _record imports SaltScheme from _salt
+        "from ._salt import SaltScheme as S\n"
+        "from saltedtable import SaltedTableAsync\n"  # the package re-exports it lazily
+        "from . import _salt\n"
+    )
+    assert _sideways(PACKAGE / "_guard.py", text) == [
+        "line 1: SaltScheme from saltedtable._record",
+        "line 3: SaltedTableAsync from saltedtable",
+    ]
+    assert (
+        _sideways(beam, "from .._salt import SaltScheme\nfrom ._io import ReadSaltedRows\n") == []
+    )

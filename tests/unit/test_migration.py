@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -55,7 +56,10 @@ def test_open_differences_follow_the_state() -> None:
     assert any("being deleted" in d for d in open_differences(deleting, cutoff))
     assert open_differences(deleting, salted) == []
     assert open_differences(deleting, describe_layout(SaltScheme(8))) != []
-    assert any("unknown state" in d for d in open_differences({**cutoff, "migration": "x"}, cutoff))
+    assert any(
+        "unknown state" in d
+        for d in open_differences(dataclasses.replace(cutoff, migration="x"), cutoff)
+    )
 
 
 def test_states_and_tolerances() -> None:
@@ -73,7 +77,7 @@ def test_states_and_tolerances() -> None:
         CUTOVER,
         DELETING,
     ]
-    assert migration_state({**cutover, "migration": "done"}) is None
+    assert migration_state(dataclasses.replace(cutover, migration="done")) is None
     assert not tolerates_copies(describe_layout(SCHEME, POLICY))
     with pytest.raises(ValueError, match="migration state"):
         migration_record(SCHEME, POLICY, "done")  # type: ignore[arg-type]
@@ -154,3 +158,31 @@ async def test_while_legacy_rows_are_deleted_only_fully_salted_readers_open() ->
     salted = await SaltedTableAsync.open(deleting, SCHEME)
     keys = [row.row_key for row in await salted.read_rows(ReadRowsQuery())]
     assert keys == sorted(OLD + NEW)
+
+
+def test_hidden_reason_is_the_one_rule_of_both_sides() -> None:
+    """``hidden_reason`` asks the legacy rule for bucket None, the bucket rule for a bucket."""
+    layout = Layout(SCHEME, POLICY)
+    for key in (*OLD, *NEW, b"no-time"):
+        assert layout.hidden_reason(None, key) == layout.stray_reason(key)
+        for bucket in range(SCHEME.buckets):
+            assert layout.hidden_reason(bucket, key) == layout.salted_stray_reason(key)
+    assert layout.hidden_reason(None, NEW[0]) is not None
+    assert layout.hidden_reason(2, OLD[0]) is not None
+    plain = Layout(SCHEME)
+    assert (plain.hiding(None), plain.hiding(0)) == (None, None)
+    assert all(plain.hidden_reason(b, k) is None for b in (None, 0, 3) for k in (*OLD, *NEW))
+
+
+def test_relabel_puts_the_logical_key_on_the_row_and_its_cells() -> None:
+    """A row read under its salted key comes back, the same object, under the logical one."""
+    from google.cloud.bigtable.data.row import Cell, Row
+
+    from saltedtable._layout import relabel
+
+    physical = SCHEME.salt_key(b"user")
+    row = Row(physical, [Cell(b"v", physical, "cf", b"q", 1), Cell(b"w", physical, "cf", b"r", 2)])
+    assert relabel(row, b"user") is row
+    assert row.row_key == b"user"
+    assert [c.row_key for c in row.cells] == [b"user", b"user"]
+    assert [c.value for c in row.cells] == [b"v", b"w"]

@@ -64,7 +64,7 @@ def test_two_lambdas_never_compare_equal_once_named() -> None:
     a = SaltScheme(8, key_part=named_key_part("tenant/v1", lambda k: k[:8]))
     b = SaltScheme(8, key_part=named_key_part("tenant/v2", lambda k: k[:4]))
     same = SaltScheme(8, key_part=named_key_part("tenant/v1", lambda k: k[:8]))
-    assert describe_layout(a)["key_part"] == "name:tenant/v1"
+    assert describe_layout(a).key_part == "name:tenant/v1"
     assert describe_layout(a) != describe_layout(b)
     assert describe_layout(a) == describe_layout(same)
 

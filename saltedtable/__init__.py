@@ -53,12 +53,13 @@ from ._strategy import ReadBudget, ReadSettings
 from ._views import view_row_prefixes
 
 if TYPE_CHECKING:
+    from ._batcher import SaltedMutationsBatcher
+    from ._batcher_sync import SaltedMutationsBatcherSync
     from ._create import CreateResult, create_salted_table
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
     from ._sync import SaltedTable, SyncTableLike
     from ._table import SaltedTableAsync, TableLike
-    from ._write import SaltedMutationsBatcher, SaltedMutationsBatcherSync
 
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
@@ -71,11 +72,11 @@ _LAZY: dict[str, str] = {
     "rewrite_filter": "._plan",
     "SubScan": "._reader",
     "SaltedTable": "._sync",
-    "SaltedMutationsBatcherSync": "._write",
+    "SaltedMutationsBatcherSync": "._batcher_sync",
     "SyncTableLike": "._sync",
     "SaltedTableAsync": "._table",
     "TableLike": "._table",
-    "SaltedMutationsBatcher": "._write",
+    "SaltedMutationsBatcher": "._batcher",
 }
 
 

@@ -44,6 +44,7 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._admin import schema_reader_for, table_label
+from ._batcher_sync import SaltedMutationsBatcherSync
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import (
@@ -67,15 +68,16 @@ from ._facade import (
     sharded_result,
     stray_reasons,
 )
-from ._guard import DEFAULT_RECORD_REFRESH, SyncTableGuard, family_of
+from ._guard import DEFAULT_RECORD_REFRESH, family_of
 from ._layout import Layout
 from ._plan import ReadPlan
 from ._query import check_filter
-from ._reader import SyncReadCall
+from ._read_call_sync import SyncReadCall
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import Slots
 from ._stats import CallStats, StatsHook, install_retry_counter
 from ._strategy import OneRequestOdds, ReadBudget
+from ._table_guard_sync import SyncTableGuard
 from ._timeouts import (
     Timeouts,
     check_timeouts,
@@ -83,7 +85,6 @@ from ._timeouts import (
     resolve_timeouts,
 )
 from ._write import (
-    SaltedMutationsBatcherSync,
     every_entry_failed,
     first_family,
     logical_group,

@@ -9,9 +9,9 @@ client's async batcher, which keeps flushing by count, bytes and timer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any
 
-from google.api_core.exceptions import DeadlineExceeded, GoogleAPICallError
+from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data import RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
@@ -20,14 +20,12 @@ from google.cloud.bigtable.data.exceptions import (
 )
 
 from ._exceptions import RowKeyError
-from ._guard import TableGuard, family_of
+from ._guard import family_of
 from ._layout import Layout
 from ._salt import to_key
 from ._stats import CallStats
 
 __all__ = [
-    "SaltedMutationsBatcher",
-    "SaltedMutationsBatcherSync",
     "every_entry_failed",
     "logical_group",
     "physical_entries",
@@ -167,111 +165,3 @@ class _BatcherCore:
                 return logical_group(group, self._layout)
             failures = [*failures, *logical_group(group, self._layout).exceptions]
         return MutationsExceptionGroup(failures, appended) if failures else None
-
-
-@final
-class SaltedMutationsBatcher(_BatcherCore):
-    """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
-
-    It wraps the client's batcher, so flushing by count, bytes and timer, flow
-    control, ``closed`` and the context manager behave as the client's do.
-    As with the client's, the entries that failed are raised by ``close()``
-    (or on leaving ``async with``), each the caller's own entry object. An
-    entry the layout guard could not clear because Bigtable failed (a missing
-    table, say) is never sent, and is reported there the same way.
-    """
-
-    __slots__ = ("_guard",)
-
-    def __init__(self, inner: Any, layout: Layout, guard: TableGuard | None = None) -> None:
-        super().__init__(inner, layout)
-        self._guard = guard
-
-    async def append(self, mutation_entry: RowMutationEntry) -> None:
-        """Queue a logical entry; it is flushed with others under its physical key.
-
-        Raises:
-            RuntimeError: The batcher is closed.
-            ValueError: ``mutation_entry`` is a mutation, not an entry.
-            RowKeyError: The key cannot be placed.
-        """
-        if self._passes_through(mutation_entry):
-            await self._inner.append(mutation_entry)
-            return
-        physical = self._placed(mutation_entry)
-        if self._guard is not None:
-            try:
-                await self._guard.before_write(family_of(mutation_entry.mutations))
-            except GoogleAPICallError as exc:
-                self._hold(mutation_entry, exc)
-                return
-        try:
-            await self._inner.append(physical)
-        except MutationsExceptionGroup as group:
-            raise logical_group(group, self._layout) from None
-
-    async def close(self) -> None:
-        """Flush what is queued and close; raise the failures, naming the caller's entries."""
-        failures, appended = self._take_failures()
-        group: MutationsExceptionGroup | None = None
-        try:
-            await self._inner.close()
-        except MutationsExceptionGroup as failed:
-            group = failed
-        error = self._combined(failures, appended, group)
-        if error is not None:
-            raise error from None
-
-    async def __aenter__(self) -> SaltedMutationsBatcher:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-
-@final
-class SaltedMutationsBatcherSync(_BatcherCore):
-    """The sync ``MutationsBatcher`` counterpart of :class:`SaltedMutationsBatcher`."""
-
-    __slots__ = ("_guard",)
-
-    def __init__(self, inner: Any, layout: Layout, guard: Any = None) -> None:
-        super().__init__(inner, layout)
-        self._guard = guard
-
-    def append(self, mutation_entry: RowMutationEntry) -> None:
-        """Queue a logical entry; it is flushed with others under its physical key."""
-        if self._passes_through(mutation_entry):
-            self._inner.append(mutation_entry)
-            return
-        physical = self._placed(mutation_entry)
-        if self._guard is not None:
-            try:
-                self._guard.before_write(family_of(mutation_entry.mutations))
-            except GoogleAPICallError as exc:
-                self._hold(mutation_entry, exc)
-                return
-        try:
-            self._inner.append(physical)
-        except MutationsExceptionGroup as group:
-            raise logical_group(group, self._layout) from None
-
-    def close(self) -> None:
-        """Flush what is queued and close; raise the failures, naming the caller's entries."""
-        failures, appended = self._take_failures()
-        group: MutationsExceptionGroup | None = None
-        try:
-            self._inner.close()
-        except MutationsExceptionGroup as failed:
-            group = failed
-        error = self._combined(failures, appended, group)
-        if error is not None:
-            raise error from None
-
-    def __enter__(self) -> SaltedMutationsBatcherSync:
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -165,12 +165,12 @@ async def scan_once(mode: str, ctx: dict[str, Any]) -> None:
 
 def patch_task_cancel() -> None:
     """Make every fan-out cancel its readers while they wait for a message (the leak)."""
-    from saltedtable import _reader
+    from saltedtable import _read_call
 
     async def keep_reading(self: Any) -> None:
         return None
 
-    _reader.ReadCall.stop_requests = keep_reading  # type: ignore[method-assign]
+    _read_call.ReadCall.stop_requests = keep_reading  # type: ignore[method-assign]
 
 
 # -- the child: one mode, RSS at each count ------------------------------------------

@@ -44,7 +44,7 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 from .._admin import schema_reader_for, table_label
 from .._cutoff import CutoffPolicy
 from .._exceptions import QueryPlanError, SaltedTableError, WriteFailedError
-from .._guard import SchemeMismatchError, SyncTableGuard, describe_layout, family_of
+from .._guard import SchemeMismatchError, describe_layout, family_of
 from .._layout import Layout
 from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._query import as_query
@@ -53,6 +53,7 @@ from .._record import open_differences
 from .._salt import SaltScheme, to_key
 from .._split import DEFAULT_SPLIT_BYTES, Split, split_plan
 from .._strategy import ReadBudget
+from .._table_guard_sync import SyncTableGuard
 from ._record import read_record
 
 __all__ = [

@@ -107,8 +107,8 @@ def unasync(source: str) -> str:
 def header(source_path: str) -> str:
     """The first line of a generated file."""
     return (
-        f"# Generated from {source_path} by .ci/unasync.py: do not edit; edit the source "
-        "and run `make generate`.\n"
+        f"# Generated from {source_path} by .ci/unasync.py: do not edit.\n"
+        "# Edit the async source, then run `make generate`.\n"
     )
 
 

@@ -1,4 +1,4 @@
-"""The async mutations batcher that salts each entry's key as it is appended."""
+"""The mutations batcher that salts each entry's key as it is appended."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The sync mutations batcher that salts each entry's key as it is appended."""
+# Generated from saltedtable/_batcher.py by .ci/unasync.py: do not edit.
+# Edit the async source, then run `make generate`.
+"""The mutations batcher that salts each entry's key as it is appended."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from google.cloud.bigtable.data.exceptions import MutationsExceptionGroup
 
 from ._guard import family_of
 from ._layout import Layout
+from ._table_guard_sync import SyncTableGuard
 from ._write import _BatcherCore, logical_group
 
 __all__ = ["SaltedMutationsBatcherSync"]
@@ -17,16 +20,30 @@ __all__ = ["SaltedMutationsBatcherSync"]
 
 @final
 class SaltedMutationsBatcherSync(_BatcherCore):
-    """The sync ``MutationsBatcher`` counterpart of :class:`SaltedMutationsBatcher`."""
+    """A ``MutationsBatcher`` that salts each entry's key as it is appended.
+
+    It wraps the client's batcher, so flushing by count, bytes and timer, flow
+    control, ``closed`` and the context manager behave as the client's do.
+    As with the client's, the entries that failed are raised by ``close()``
+    (or on leaving ``with``), each the caller's own entry object. An
+    entry the layout guard could not clear because Bigtable failed (a missing
+    table, say) is never sent, and is reported there the same way.
+    """
 
     __slots__ = ("_guard",)
 
-    def __init__(self, inner: Any, layout: Layout, guard: Any = None) -> None:
+    def __init__(self, inner: Any, layout: Layout, guard: SyncTableGuard | None = None) -> None:
         super().__init__(inner, layout)
         self._guard = guard
 
     def append(self, mutation_entry: RowMutationEntry) -> None:
-        """Queue a logical entry; it is flushed with others under its physical key."""
+        """Queue a logical entry; it is flushed with others under its physical key.
+
+        Raises:
+            RuntimeError: The batcher is closed.
+            ValueError: ``mutation_entry`` is a mutation, not an entry.
+            RowKeyError: The key cannot be placed.
+        """
         if self._passes_through(mutation_entry):
             self._inner.append(mutation_entry)
             return

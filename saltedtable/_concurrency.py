@@ -12,6 +12,8 @@ here, and the generated code calls the one of the same name in
   there);
 - :func:`fan_out`: run one function over ``range(count)``, a bounded number at
   once (tasks of a task group here, threads of a pool there);
+- :func:`new_merge`: the merge driver of a read (:class:`~._merge.Merge`
+  here, :class:`~._merge.ThreadMerge` there: both hand-written);
 - :class:`Lock`: one operation at a time, waited for until a deadline;
 - :func:`run_blocking`: call a blocking function (in a worker thread here).
 """
@@ -20,16 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, final
 
 import anyio
 import anyio.to_thread
 
+from ._merge import Merge, Source
 from ._slots import AsyncSlots
+from ._strategy import ReadBudget
 
-__all__ = ["Lock", "capacity", "fan_out", "run_blocking", "slot"]
+__all__ = ["Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
 
 T = TypeVar("T")
 
@@ -64,6 +68,26 @@ async def fan_out(func: Callable[[int], Awaitable[T]], count: int, *, limit: int
         for i in range(count):
             tg.start_soon(run, i)
     return results
+
+
+def new_merge(
+    sources: Sequence[Source[T]],
+    *,
+    slots: int,
+    ordered: bool,
+    budget: ReadBudget,
+    stop_requests: Callable[[], Awaitable[None]],
+    limit: int | None = None,
+) -> Merge[T]:
+    """The merge of ``sources``: at most ``slots`` requests at once, in tasks."""
+    return Merge(
+        sources,
+        ordered=ordered,
+        limit=limit,
+        budget=budget,
+        stop_requests=stop_requests,
+        slots=slots,
+    )
 
 
 async def run_blocking(func: Callable[..., T], *args: Any) -> T:

@@ -13,13 +13,15 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar, final
 
+from ._merge import SyncSource, ThreadMerge
 from ._slots import Slots
+from ._strategy import ReadBudget
 
-__all__ = ["Lock", "capacity", "fan_out", "run_blocking", "slot"]
+__all__ = ["Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
 
 T = TypeVar("T")
 
@@ -54,6 +56,26 @@ def fan_out(func: Callable[[int], T], count: int, *, limit: int) -> list[T]:
         return []
     with concurrent.futures.ThreadPoolExecutor(min(limit, count)) as pool:
         return list(pool.map(func, range(count)))
+
+
+def new_merge(
+    sources: Sequence[SyncSource[T]],
+    *,
+    slots: int,
+    ordered: bool,
+    budget: ReadBudget,
+    stop_requests: Callable[[], bool],
+    limit: int | None = None,
+) -> ThreadMerge[T]:
+    """The merge of ``sources``: at most ``slots`` requests at once, in a pool's threads."""
+    return ThreadMerge(
+        sources,
+        threads=slots,
+        ordered=ordered,
+        limit=limit,
+        budget=budget,
+        stop_requests=stop_requests,
+    )
 
 
 def run_blocking(func: Callable[..., T], *args: Any) -> T:

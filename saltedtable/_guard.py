@@ -1,16 +1,17 @@
 """The scheme guard: check a table's stored layout record, store it, sample the rows.
 
-:class:`TableGuard` (async) and :class:`SyncTableGuard` (sync) do the I/O for
-one table object around the decisions of :class:`GuardCore` and the pure
-rules of ``_record``: each reads the record on the object's first operation
-(one request per object lifetime; concurrent first operations share it),
-refuses a different layout with :class:`~saltedtable.SchemeMismatchError`,
-and, when the table has no record yet, stores one with the first write that
-names a column family. The record is created only if the row is still empty
-(a conditional mutation), so two services starting on a new table at once
-agree on one record.
+:class:`~._table_guard.TableGuard` (async, and the sync ``SyncTableGuard``
+generated from it) does the I/O for one table object around the decisions of
+:class:`GuardCore` and the pure rules of ``_record``: it reads the record on
+the object's first operation (one request per object lifetime; concurrent
+first operations share it), refuses a different layout with
+:class:`~saltedtable.SchemeMismatchError`, and, when the table has no record
+yet, stores one with the first write that names a column family. The record
+is created only if the row is still empty (a conditional mutation), so two
+services starting on a new table at once agree on one record.
 
-:meth:`TableGuard.check_layout` (and the sync one) samples the key space and
+:meth:`~._table_guard.TableGuard.check_layout` samples the key space (the
+queries: :func:`sample_queries`; the verdict: :func:`layout_offenders`) and
 refuses rows that do not fit the layout (a migration's copies and legacy rows
 are expected in the states ``_migration`` describes).
 """
@@ -174,7 +175,7 @@ def _how_to_store(table: str) -> str:
     )
 
 
-def _missing_family(error: BaseException) -> bool:
+def missing_family(error: BaseException) -> bool:
     """Whether a write failed because the table has no such column family."""
     return isinstance(error, (NotFound, InvalidArgument, Unknown)) and "family" in str(error)
 
@@ -193,7 +194,7 @@ class GuardCore:
     the driver's lock, so that operations waiting for another's check see its
     outcome (a refusal included).
 
-    The drivers (:class:`TableGuard` and :class:`SyncTableGuard`, below)
+    The drivers (:class:`~._table_guard.TableGuard` and the sync twin)
     run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
     for the stored record and its family (sent back in), ``("schema",
     None)`` for the table's column families (``(schema or None, reason)``),
@@ -513,12 +514,14 @@ class GuardCore:
         )
 
 
-def _found(row: Any) -> Found:
+def found_record(row: Any) -> Found:
+    """The record a read of the reserved row found, and its family (None: no record)."""
     cell = newest_record_cell(row)
     return None if cell is None else (decode_layout(cell.value), cell.family)
 
 
-def _guard_wait_exceeded() -> Exception:
+def guard_wait_exceeded() -> Exception:
+    """The error of an operation whose deadline passed while another checked the record."""
     return deadline_exceeded(
         "operation_timeout exceeded waiting for another operation's check of the layout record"
     )

@@ -1,22 +1,27 @@
-"""One logical read on an async table: its sources, the merge, its statistics.
+"""One logical read: its sources, the merge, its statistics.
 
 :class:`ReadCall` ties a plan, its bucket sources (:mod:`._reader`), the
 budget and the call's statistics together and hands the caller a list or a
-stream (see :mod:`._reader` for how a read that ends early stops its requests).
+stream (see :mod:`._reader` for how a read that ends early stops its
+requests). This module is the source of both flavours: ``_read_call_sync``
+is generated from ``_read_call`` by ``.ci/unasync.py``, and uses the
+hand-written sync sources and merge driver (the merge of each flavour comes
+from :mod:`._concurrency`).
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from functools import partial
 from typing import Any, final
 
 from google.cloud.bigtable.data.row import Row
 
-from ._cancel import stop_reads
+from ._concurrency import capacity, new_merge
 from ._merge import Merge
 from ._plan import ReadPlan
-from ._reader import BucketSource, OneRequestSource, _one_budget, _Read
+from ._reader import BucketSource, OneRequestSource, _one_budget, _Read, stop_sources
 from ._slots import AsyncSlots
 from ._stats import CallStats, StatsHook
 from ._strategy import OneRequestOdds, ReadBudget
@@ -35,11 +40,11 @@ class ReadCall(_Read[Awaitable[bool]]):
         operation: The call's name in statistics (``"read_rows"``, ...).
         timeouts: The resolved time budget.
         limiter: The table's concurrency slots, shared by its reads.
-        ordered: Merge in logical key order, or hand rows over as they arrive.
+        ordered: Hand rows over in logical key order, or as they arrive.
         budget: What the read may hold at once.
         stats: Filled in as the read runs (created when a hook needs one).
         hook: Receives the statistics when the read ends.
-        guard: Awaited before the first request (the table's layout guard),
+        guard: Called before the first request (the table's layout guard),
             with the read's deadline and attempt timeout.
         stray: Why a legacy-side key must be left out, or None to keep it
             (cutoff layouts); counted, and reported once per read.
@@ -49,7 +54,7 @@ class ReadCall(_Read[Awaitable[bool]]):
             this one (None: never try one request over every bucket first).
     """
 
-    __slots__ = ("_first", "_merge", "_sources")
+    __slots__ = ("_first", "_merge")
 
     def __init__(
         self,
@@ -93,10 +98,14 @@ class ReadCall(_Read[Awaitable[bool]]):
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
             )
-            merge = Merge(
-                [first], ordered=False, budget=_one_budget(self._one), stop_requests=first.stop
+            one_merge = new_merge(
+                [first],
+                slots=1,
+                ordered=False,
+                budget=_one_budget(self._one),
+                stop_requests=partial(stop_sources, [first]),
             )
-            self._first = (first, merge)
+            self._first = (first, one_merge)
         sources = [
             BucketSource(
                 read_rows_stream,
@@ -109,32 +118,14 @@ class ReadCall(_Read[Awaitable[bool]]):
             )
             for sub in plan.subqueries
         ]
-        self._sources = sources
-        self._merge = Merge(
+        self._merge = new_merge(
             sources,
+            slots=capacity(limiter),
             ordered=ordered,
             limit=plan.limit,
             budget=budget,
-            stop_requests=self.stop_requests,
-            slots=int(limiter.total_tokens),
+            stop_requests=partial(stop_sources, sources),
         )
-
-    async def stop_requests(self) -> None:
-        """End the requests running now without cancelling their readers; start no new ones.
-
-        Each reader stops at its next row and ends its stream between rows,
-        where no receive is in flight (nothing leaks); a reader that no row
-        reaches within :data:`~._cancel.STOP_GRACE` has its RPC cancelled under
-        it and leaves too. Only then does the merge cancel the producers. Returns
-        once every reader has left, or about a second later at most.
-        """
-        streams = []
-        for source in self._sources:
-            source.stopped = True
-            if source.stream is not None:
-                streams.append(source.stream)
-        if streams:
-            await stop_reads(streams)
 
     async def _try_one(self) -> list[Row] | None:
         """Run the one request over every bucket: the read's rows, or None to go on."""

@@ -1,17 +1,29 @@
-"""One logical read on a sync table: its sources, the thread merge, its statistics."""
+# Generated from saltedtable/_read_call.py by .ci/unasync.py: do not edit.
+# Edit the async source, then run `make generate`.
+"""One logical read: its sources, the merge, its statistics.
+
+:class:`SyncReadCall` ties a plan, its bucket sources (:mod:`._reader`), the
+budget and the call's statistics together and hands the caller a list or a
+stream (see :mod:`._reader` for how a read that ends early stops its
+requests). This module is the source of both flavours: ``_read_call_sync``
+is generated from ``_read_call`` by ``.ci/unasync.py``, and uses the
+hand-written sync sources and merge driver (the merge of each flavour comes
+from :mod:`._concurrency_sync`).
+"""
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Iterator
-from typing import final
+from collections.abc import Callable, Generator, Iterator
+from functools import partial
+from typing import Any, final
 
 from google.cloud.bigtable.data.row import Row
 
-from ._cancel import stop_sync_requests
+from ._concurrency_sync import capacity, new_merge
 from ._merge import ThreadMerge
 from ._plan import ReadPlan
-from ._reader import SyncBucketSource, SyncOneRequestSource, _one_budget, _Read
+from ._reader import SyncBucketSource, SyncOneRequestSource, _one_budget, _Read, stop_sync_sources
 from ._slots import Slots
 from ._stats import CallStats, StatsHook
 from ._strategy import OneRequestOdds, ReadBudget
@@ -22,22 +34,38 @@ __all__ = ["SyncReadCall"]
 
 @final
 class SyncReadCall(_Read[bool]):
-    """One logical read on a sync table: its sources, the thread merge, its statistics.
+    """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
-    Args: as for :class:`ReadCall`, with the table's :class:`~._slots.Slots`
-    in place of its limiter.
+    Args:
+        read_rows_stream: The physical table's ``read_rows_stream``.
+        plan: What to read.
+        operation: The call's name in statistics (``"read_rows"``, ...).
+        timeouts: The resolved time budget.
+        limiter: The table's concurrency slots, shared by its reads.
+        ordered: Hand rows over in logical key order, or as they arrive.
+        budget: What the read may hold at once.
+        stats: Filled in as the read runs (created when a hook needs one).
+        hook: Receives the statistics when the read ends.
+        guard: Called before the first request (the table's layout guard),
+            with the read's deadline and attempt timeout.
+        stray: Why a legacy-side key must be left out, or None to keep it
+            (cutoff layouts); counted, and reported once per read.
+        salted_stray: The same for bucket rows (cutoff layouts: a row whose
+            key time puts it on the legacy side, such as a backfilled copy).
+        odds: The table's :class:`~._strategy.OneRequestOdds` for reads like
+            this one (None: never try one request over every bucket first).
     """
 
     __slots__ = ("_first", "_merge")
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Iterable[Row]],
+        read_rows_stream: Callable[..., Any],
         plan: ReadPlan,
         *,
         operation: str,
         timeouts: Timeouts,
-        slots: Slots,
+        limiter: Slots,
         ordered: bool,
         budget: ReadBudget,
         stats: CallStats | None,
@@ -68,16 +96,16 @@ class SyncReadCall(_Read[bool]):
                 plan.subqueries,
                 deadline=self._deadline,
                 timeouts=timeouts,
-                slots=slots,
+                limiter=limiter,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
             )
-            one_merge = ThreadMerge(
+            one_merge = new_merge(
                 [first],
-                threads=1,
+                slots=1,
                 ordered=False,
                 budget=_one_budget(self._one),
-                stop_requests=lambda: stop_sync_requests([first.request]),
+                stop_requests=partial(stop_sync_sources, [first]),
             )
             self._first = (first, one_merge)
         sources = [
@@ -86,20 +114,19 @@ class SyncReadCall(_Read[bool]):
                 sub,
                 deadline=self._deadline,
                 timeouts=timeouts,
-                slots=slots,
+                limiter=limiter,
                 bstats=self._bucket_stats(sub),
                 stray=self._stray_for(sub),
             )
             for sub in plan.subqueries
         ]
-        requests = [source.request for source in sources]
-        self._merge = ThreadMerge(
+        self._merge = new_merge(
             sources,
-            threads=slots.total,
+            slots=capacity(limiter),
             ordered=ordered,
             limit=plan.limit,
             budget=budget,
-            stop_requests=lambda: stop_sync_requests(requests),
+            stop_requests=partial(stop_sync_sources, sources),
         )
 
     def _try_one(self) -> list[Row] | None:
@@ -135,14 +162,13 @@ class SyncReadCall(_Read[bool]):
             error = exc
             raise
         finally:
-            merge.close()
             small = self._one_outcome is not None and self._one_outcome.fitted
             emitted = len(rows or ()) if small else merge.emitted
             self._finish(merge, emitted, error)
         return rows
 
-    def stream(self) -> Iterator[Row]:
-        """Flatten the batches; closing this iterator stops every sub-scan."""
+    def stream(self) -> Generator[Row, None, None]:
+        """Flatten the batches; closing this generator cancels every sub-scan."""
         error: BaseException | None = None
         merge = self._merge
         rows: Iterator[Row] = iter(())
@@ -154,11 +180,13 @@ class SyncReadCall(_Read[bool]):
             if small is not None:
                 emitted = len(small)
                 rows = iter(small)
-                yield from rows
+                for row in rows:
+                    yield row
                 return
             for batch in merge:
                 rows = iter(batch)
-                yield from rows
+                for row in rows:
+                    yield row
         except BaseException as exc:
             error = exc
             raise
@@ -168,10 +196,12 @@ class SyncReadCall(_Read[bool]):
                     self._first[1].close()
                 merge.close()
             except BaseException as exc:
+                # Cancelled while it cleans up (asyncio's cancellation reaches
+                # through shields): still reported, once.
                 if error is None:
                     error = exc
                 raise
             finally:
                 # Left early: what the caller had not taken of the last batch was not read.
-                emitted += merge.emitted - operator.length_hint(rows)
-                self._finish(merge, emitted, error)
+                emitted += merge.emitted
+                self._finish(merge, emitted - operator.length_hint(rows), error)

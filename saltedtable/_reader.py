@@ -4,9 +4,9 @@ The I/O seam of reads, for both tables. :class:`BucketSource` (async) and
 :class:`SyncBucketSource` (sync) run one bounded ReadRows request of a
 bucket's sub-query at a time for the merge engine (:mod:`._merge`: its
 :class:`~._merge.Merge` and :class:`~._merge.ThreadMerge` drivers),
-relabelling every row with its logical key; :class:`ReadCall` and
-:class:`SyncReadCall` tie a plan, its sources, the budget and the call's
-statistics together and hand the caller a list or a stream.
+relabelling every row with its logical key; :class:`~._read_call.ReadCall`
+(and the sync one generated from it) ties a plan, its sources, the budget and
+the call's statistics together and hands the caller a list or a stream.
 
 Every request has room reserved for all the rows it may return, so a request
 runs to its end without waiting for the caller: it holds a concurrency slot
@@ -17,7 +17,7 @@ Async: leaving a ``read_rows_stream`` early does not cancel its RPC, and cancell
 a task while it waits for the stream's next row leaks memory in grpc.aio (see
 :mod:`._cancel`). So a read that ends early (the caller left, or another
 sub-scan failed) first ends the requests still running without cancelling the
-tasks that read them (:meth:`ReadCall.stop_requests`): each reader stops at
+tasks that read them (:func:`stop_sources`): each reader stops at
 its next row, and only then are the producers cancelled. A request that
 stops for any other reason ends its own stream (:func:`~._cancel.end_stream`).
 Sync: a read that ends early stops its requests from the closing thread
@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import operator
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, final
 
@@ -47,7 +47,7 @@ from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
-from ._cancel import SyncRequest, end_stream, stop_reads
+from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
@@ -76,6 +76,8 @@ __all__ = [
     "count_row",
     "finish_read",
     "row_bytes",
+    "stop_sources",
+    "stop_sync_sources",
     "take_slot",
 ]
 
@@ -249,7 +251,7 @@ class BucketSource(_BucketRequests):
         except asyncio.CancelledError:
             if not self.stopped or _cancel_requested():
                 raise
-            # ReadCall.stop_requests cancelled the RPC under this read (grpc.aio
+            # stop_sources cancelled the RPC under this read (grpc.aio
             # raises CancelledError in the task waiting for its next message).
         except Exception as exc:
             raise self._annotate(exc, key) from None
@@ -398,7 +400,7 @@ class OneRequestSource(_OneRequest):
         self.stopped = False
 
     async def stop(self) -> None:
-        """End the request without cancelling its reader (as :meth:`ReadCall.stop_requests`)."""
+        """End the request without cancelling its reader (as :func:`stop_sources`)."""
         self.stopped = True
         if self.stream is not None:
             await stop_reads([self.stream])
@@ -651,16 +653,16 @@ class SyncBucketSource(_BucketRequests):
         *,
         deadline: float,
         timeouts: Timeouts,
-        slots: Slots,
+        limiter: Slots,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
         super().__init__(
             read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
         )
-        self._slots = slots
+        self._slots = limiter
         #: The request running now, which the read ends when it stops.
-        self.request = SyncRequest(slots.interrupt)
+        self.request = SyncRequest(limiter.interrupt)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``."""
@@ -774,7 +776,7 @@ class SyncOneRequestSource(_OneRequest):
         *,
         deadline: float,
         timeouts: Timeouts,
-        slots: Slots,
+        limiter: Slots,
         stats: list[BucketStats | None],
         cap: int,
     ) -> None:
@@ -787,9 +789,9 @@ class SyncOneRequestSource(_OneRequest):
             stats=stats,
             cap=cap,
         )
-        self._slots = slots
+        self._slots = limiter
         #: The request, which the read ends when the caller leaves.
-        self.request = SyncRequest(slots.interrupt)
+        self.request = SyncRequest(limiter.interrupt)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the request once, pushing every row into ``feed``; never asks again."""
@@ -844,6 +846,33 @@ def take_sync_slot(
     which read it is for (see :mod:`._slots`); release the slot with the same owner.
     """
     return slots.acquire(deadline, request.is_stopped, urgent, owner)
+
+
+async def stop_sources(sources: Sequence[BucketSource | OneRequestSource]) -> None:
+    """End the requests running now without cancelling their readers; start no new ones.
+
+    Each reader stops at its next row and ends its stream between rows,
+    where no receive is in flight (nothing leaks); a reader that no row
+    reaches within :data:`~._cancel.STOP_GRACE` has its RPC cancelled under
+    it and leaves too. Only then does the merge cancel the producers. Returns
+    once every reader has left, or about a second later at most.
+    """
+    streams = []
+    for source in sources:
+        source.stopped = True
+        if source.stream is not None:
+            streams.append(source.stream)
+    if streams:
+        await stop_reads(streams)
+
+
+def stop_sync_sources(sources: Sequence[SyncBucketSource | SyncOneRequestSource]) -> bool:
+    """End the requests running now from the closing thread (see :mod:`._cancel`).
+
+    Returns:
+        Whether every request has ended (within a second).
+    """
+    return stop_sync_requests([source.request for source in sources])
 
 
 def _one_budget(one: OneRequest) -> ReadBudget:

@@ -1,15 +1,20 @@
-"""The scheme guard's driver for async tables (see :mod:`._guard` for its decisions)."""
+"""The scheme guard's driver: its reads, writes and layout sampling for one table object.
+
+:class:`TableGuard` does the I/O around the decisions of
+:class:`~._guard.GuardCore` (see :mod:`._guard`); the sync ``SyncTableGuard``
+(``_table_guard_sync``) is generated from ``_table_guard`` by
+``.ci/unasync.py``.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import time
+import contextlib
 from collections.abc import Generator
 from typing import Any
 
-import anyio
 from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError, PermissionDenied
 
+from ._concurrency import Lock, capacity, fan_out, run_blocking, slot
 from ._exceptions import LayoutError
 from ._families import Placement, TableSchema
 from ._guard import (
@@ -18,11 +23,11 @@ from ._guard import (
     Found,
     GuardCore,
     Step,
-    _found,
-    _guard_wait_exceeded,
-    _missing_family,
+    found_record,
+    guard_wait_exceeded,
     layout_error,
     layout_offenders,
+    missing_family,
     operation_only,
     sample_queries,
 )
@@ -34,7 +39,7 @@ __all__ = ["TableGuard"]
 
 
 class TableGuard(GuardCore):
-    """The guard of one async table object: check, store the record on the first write.
+    """The guard of one table object: check, store the record on the first write.
 
     Args:
         table: The physical table.
@@ -47,7 +52,7 @@ class TableGuard(GuardCore):
         options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
-        self._lock: asyncio.Lock | None = None
+        self._lock = Lock()
 
     async def check(self, limit: GuardTime = None) -> bool:
         """Before any operation: read the stored record (once, or again when due); refuse another.
@@ -90,39 +95,26 @@ class TableGuard(GuardCore):
             return False
         # Another operation may be checking the record: wait for it within this
         # operation's own deadline, not for as long as that one takes.
-        lock = self._locked()
-        if limit is None:
-            await lock.acquire()
-        else:
-            acquired = False
-            with anyio.move_on_after(limit[0] - time.monotonic()):
-                await lock.acquire()
-                acquired = True
-            if not acquired:
-                raise _guard_wait_exceeded()
+        if not await self._lock.acquire(None if limit is None else limit[0]):
+            raise guard_wait_exceeded()
         try:
             if self._pending(family):  # (else another operation settled it meanwhile)
                 await self._run(self._judging(family), limit)
         finally:
-            lock.release()
+            self._lock.release()
         return True
 
     async def ensure(self, *, family: str | None, override: bool = False) -> None:
         """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
         if self._refuse_unstorable(family, override):
-            async with self._locked():
+            async with self._lock:
                 self._error = None
                 if self._state in ("refused", "unstored"):
                     self._state = "unread"
                 await self._run(self._judging(family, override, explicit=True), None)
 
-    def _locked(self) -> asyncio.Lock:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
-
     async def _stored_record(self, limit: GuardTime = None) -> Found:
-        return _found(
+        return found_record(
             await self._table.read_row(
                 SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit)
             )
@@ -132,8 +124,7 @@ class TableGuard(GuardCore):
         reader = self._schema_reader
         if self._schema is None and reader is not None:
             try:
-                timeout = self._schema_timeout(limit)
-                self._schema = await anyio.to_thread.run_sync(reader, timeout)
+                self._schema = await run_blocking(reader, self._schema_timeout(limit))
             except GoogleAPICallError as exc:  # a timeout too: as for an unreadable schema
                 self._schema_failed(exc)
                 self._schema_reader = None  # one try per object
@@ -155,14 +146,14 @@ class TableGuard(GuardCore):
                 self._plain_store_warning(exc)
             await self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
         except GoogleAPICallError as exc:
-            if placement.probe and _missing_family(exc):
+            if placement.probe and missing_family(exc):
                 return False
             raise
         return True
 
     async def _run(self, steps: Generator[Step, Any, None], limit: GuardTime) -> None:
         answer: Any = None
-        try:
+        with contextlib.suppress(StopIteration):
             while True:
                 kind, arg = steps.send(answer)
                 if kind == "read":
@@ -185,14 +176,16 @@ class TableGuard(GuardCore):
                         self._record_mutations(kind, family, record),
                         **guard_timeouts(limit),
                     )
-        except StopIteration:
-            pass
 
     async def check_layout(self, *, sample_rows: int, limiter: AsyncSlots) -> None:
         """Sample the key space and refuse rows that do not fit the layout.
 
         Also refuses a record stored in a family whose GC rule can collect it
         (when the schema can be read).
+
+        Args:
+            sample_rows: Rows read from each salt prefix range (and the rest).
+            limiter: The table's request slots: each sample holds one.
 
         Raises:
             LayoutError: With up to five offending keys and the way out.
@@ -202,24 +195,22 @@ class TableGuard(GuardCore):
             self._stored, self._stored_family = found if found is not None else (None, None)
         stored = self._stored
         queries = sample_queries(self._layout, sample_rows, stored)
-        samples: list[list[bytes]] = [[] for _ in queries]
-        errors: list[Exception] = []
 
-        async def sample(i: int) -> None:
+        async def sample(i: int) -> list[bytes] | Exception:
             try:
-                async with limiter:
+                async with slot(limiter):
                     # The limit ends the stream on the server side: reading it
                     # to the end leaves no RPC behind.
                     stream = await self._table.read_rows_stream(queries[i])
-                    samples[i] = [row.row_key async for row in stream]
+                    return [row.row_key async for row in stream]
             except Exception as exc:  # the first one is raised as it is, below
-                errors.append(exc)
+                return exc
 
-        async with anyio.create_task_group() as tg:
-            for i in range(len(queries)):
-                tg.start_soon(sample, i)
-        if errors:
-            raise errors[0]
+        samples: list[list[bytes]] = []
+        for keys in await fan_out(sample, len(queries), limit=capacity(limiter)):
+            if isinstance(keys, Exception):
+                raise keys
+            samples.append(keys)
         offenders = layout_offenders(self._layout, samples, stored)
         if offenders:
             raise layout_error(self._layout, offenders)

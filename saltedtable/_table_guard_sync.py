@@ -1,17 +1,22 @@
-"""The scheme guard's driver for sync tables (see :mod:`._guard` for its decisions)."""
+# Generated from saltedtable/_table_guard.py by .ci/unasync.py: do not edit.
+# Edit the async source, then run `make generate`.
+"""The scheme guard's driver: its reads, writes and layout sampling for one table object.
+
+:class:`SyncTableGuard` does the I/O around the decisions of
+:class:`~._guard.GuardCore` (see :mod:`._guard`); the sync ``SyncTableGuard``
+(``_table_guard_sync``) is generated from ``_table_guard`` by
+``.ci/unasync.py``.
+"""
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import threading
-import time
 from collections.abc import Generator
 from typing import Any
 
 from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError, PermissionDenied
-from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 
+from ._concurrency_sync import Lock, capacity, fan_out, run_blocking, slot
 from ._exceptions import LayoutError
 from ._families import Placement, TableSchema
 from ._guard import (
@@ -20,31 +25,43 @@ from ._guard import (
     Found,
     GuardCore,
     Step,
-    _found,
-    _guard_wait_exceeded,
-    _missing_family,
+    found_record,
+    guard_wait_exceeded,
     layout_error,
     layout_offenders,
+    missing_family,
     operation_only,
     sample_queries,
 )
 from ._layout import Layout
+from ._slots import Slots
 from ._timeouts import GuardTime, guard_limit, guard_timeouts, time_left
 
 __all__ = ["SyncTableGuard"]
 
 
 class SyncTableGuard(GuardCore):
-    """The guard of one sync table object (see :class:`TableGuard`)."""
+    """The guard of one table object: check, store the record on the first write.
+
+    Args:
+        table: The physical table.
+        layout: The layout the table object uses.
+        enabled: False switches the guard off (nothing is read or written).
+        **options: See :class:`GuardCore`.
+    """
 
     def __init__(self, table: Any, layout: Layout, *, enabled: bool = True, **options: Any) -> None:
         options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
-        self._lock = threading.Lock()
+        self._lock = Lock()
 
     def check(self, limit: GuardTime = None) -> bool:
         """Before any operation: read the stored record (once, or again when due); refuse another.
+
+        Args:
+            limit: The operation's deadline and attempt timeout, which the
+                guard's own requests keep to.
 
         Returns:
             Whether the guard was not settled yet: the operation waited for it,
@@ -78,13 +95,12 @@ class SyncTableGuard(GuardCore):
     def _settle(self, family: str | None, limit: GuardTime) -> bool:
         if not self._pending(family):
             return False
-        # Another thread may be checking the record: wait for it within this
+        # Another operation may be checking the record: wait for it within this
         # operation's own deadline, not for as long as that one takes.
-        wait = -1.0 if limit is None else max(0.0, limit[0] - time.monotonic())
-        if not self._lock.acquire(timeout=wait):
-            raise _guard_wait_exceeded()
+        if not self._lock.acquire(None if limit is None else limit[0]):
+            raise guard_wait_exceeded()
         try:
-            if self._pending(family):  # (else another thread settled it meanwhile)
+            if self._pending(family):  # (else another operation settled it meanwhile)
                 self._run(self._judging(family), limit)
         finally:
             self._lock.release()
@@ -100,7 +116,7 @@ class SyncTableGuard(GuardCore):
                 self._run(self._judging(family, override, explicit=True), None)
 
     def _stored_record(self, limit: GuardTime = None) -> Found:
-        return _found(
+        return found_record(
             self._table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit))
         )
 
@@ -108,7 +124,7 @@ class SyncTableGuard(GuardCore):
         reader = self._schema_reader
         if self._schema is None and reader is not None:
             try:
-                self._schema = reader(self._schema_timeout(limit))
+                self._schema = run_blocking(reader, self._schema_timeout(limit))
             except GoogleAPICallError as exc:  # a timeout too: as for an unreadable schema
                 self._schema_failed(exc)
                 self._schema_reader = None  # one try per object
@@ -130,7 +146,7 @@ class SyncTableGuard(GuardCore):
                 self._plain_store_warning(exc)
             self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
         except GoogleAPICallError as exc:
-            if placement.probe and _missing_family(exc):
+            if placement.probe and missing_family(exc):
                 return False
             raise
         return True
@@ -161,25 +177,45 @@ class SyncTableGuard(GuardCore):
                         **guard_timeouts(limit),
                     )
 
-    def check_layout(self, *, sample_rows: int, threads: int) -> None:
-        """Sample the key space and refuse rows that do not fit the layout."""
+    def check_layout(self, *, sample_rows: int, limiter: Slots) -> None:
+        """Sample the key space and refuse rows that do not fit the layout.
+
+        Also refuses a record stored in a family whose GC rule can collect it
+        (when the schema can be read).
+
+        Args:
+            sample_rows: Rows read from each salt prefix range (and the rest).
+            limiter: The table's request slots: each sample holds one.
+
+        Raises:
+            LayoutError: With up to five offending keys and the way out.
+        """
         if not self.checked:
             found = self._stored_record()
             self._stored, self._stored_family = found if found is not None else (None, None)
         stored = self._stored
         queries = sample_queries(self._layout, sample_rows, stored)
 
-        def sample(query: ReadRowsQuery) -> list[bytes]:
-            # The limit ends the stream on the server side: reading it to the
-            # end leaves no RPC behind.
-            return [row.row_key for row in self._table.read_rows_stream(query)]
+        def sample(i: int) -> list[bytes] | Exception:
+            try:
+                with slot(limiter):
+                    # The limit ends the stream on the server side: reading it
+                    # to the end leaves no RPC behind.
+                    stream = self._table.read_rows_stream(queries[i])
+                    return [row.row_key for row in stream]
+            except Exception as exc:  # the first one is raised as it is, below
+                return exc
 
-        with concurrent.futures.ThreadPoolExecutor(min(threads, len(queries))) as pool:
-            samples = list(pool.map(sample, queries))
+        samples: list[list[bytes]] = []
+        for keys in fan_out(sample, len(queries), limit=capacity(limiter)):
+            if isinstance(keys, Exception):
+                raise keys
+            samples.append(keys)
         offenders = layout_offenders(self._layout, samples, stored)
         if offenders:
             raise layout_error(self._layout, offenders)
         if stored is not None:
-            problem = self._family_problem(self._read_schema()[0], stored)
+            schema, _ = self._read_schema()
+            problem = self._family_problem(schema, stored)
             if problem is not None:
                 raise LayoutError(problem)

@@ -52,11 +52,13 @@ NAMES: dict[str, str] = {
     "BigtableDataClientAsync": "BigtableDataClient",
     "MutationsBatcherAsync": "MutationsBatcher",
     "TableAsync": "Table",
-    # saltedtable's, where the pair does not follow the `...Async` rule below
-    "TableLike": "SyncTableLike",
+    # saltedtable's, where the pair does not follow the `...Async` rule below. The public
+    # sync names take the plain names in 0.3.0, when the deprecated async aliases
+    # `TableLike` and `SaltedMutationsBatcher` are gone (docs/versioning.md).
+    "TableLikeAsync": "SyncTableLike",
+    "SaltedMutationsBatcherAsync": "SaltedMutationsBatcherSync",
     "TableGuard": "SyncTableGuard",
     "ReadCall": "SyncReadCall",
-    "SaltedMutationsBatcher": "SaltedMutationsBatcherSync",
     "BucketSource": "SyncBucketSource",
     "OneRequestSource": "SyncOneRequestSource",
     "Merge": "ThreadMerge",

@@ -13,11 +13,11 @@ from ._layout import Layout
 from ._table_guard import TableGuard
 from ._write import _BatcherCore, logical_group
 
-__all__ = ["SaltedMutationsBatcher"]
+__all__ = ["SaltedMutationsBatcherAsync"]
 
 
 @final
-class SaltedMutationsBatcher(_BatcherCore):
+class SaltedMutationsBatcherAsync(_BatcherCore):
     """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
 
     It wraps the client's batcher, so flushing by count, bytes and timer, flow
@@ -69,7 +69,7 @@ class SaltedMutationsBatcher(_BatcherCore):
         if error is not None:
             raise error from None
 
-    async def __aenter__(self) -> SaltedMutationsBatcher:
+    async def __aenter__(self) -> SaltedMutationsBatcherAsync:
         await self._inner.__aenter__()
         return self
 

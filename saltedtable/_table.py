@@ -32,7 +32,7 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._admin import schema_reader_for, table_label
-from ._batcher import SaltedMutationsBatcher
+from ._batcher import SaltedMutationsBatcherAsync
 from ._concurrency import capacity, fan_out
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
@@ -75,10 +75,10 @@ from ._timeouts import (
 )
 from ._write import every_entry_failed, first_family, logical_group
 
-__all__ = ["SaltedTableAsync", "TableLike"]
+__all__ = ["SaltedTableAsync", "TableLikeAsync"]
 
 
-class TableLike(Protocol):
+class TableLikeAsync(Protocol):
     """The part of ``google.cloud.bigtable.data.TableAsync`` that saltedtable calls.
 
     The client's decorated methods reach type checkers as ``Any``; this
@@ -195,7 +195,7 @@ class SaltedTableAsync(TableAttributes):
 
     def __init__(
         self,
-        table: TableLike,
+        table: TableLikeAsync,
         scheme: SaltScheme,
         *,
         cutoff: CutoffPolicy | None = None,
@@ -262,7 +262,7 @@ class SaltedTableAsync(TableAttributes):
     @classmethod
     async def open(
         cls,
-        table: TableLike,
+        table: TableLikeAsync,
         scheme: SaltScheme,
         *,
         cutoff: CutoffPolicy | None = None,
@@ -292,7 +292,7 @@ class SaltedTableAsync(TableAttributes):
     # -- what TableAsync exposes ---------------------------------------------------
 
     @property
-    def table(self) -> TableLike:
+    def table(self) -> TableLikeAsync:
         """The underlying table of physical rows."""
         return self._table
 
@@ -802,7 +802,7 @@ class SaltedTableAsync(TableAttributes):
         batch_operation_timeout: Timeout = TABLE_DEFAULT.MUTATE_ROWS,
         batch_attempt_timeout: AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
         batch_retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
-    ) -> SaltedMutationsBatcher:
+    ) -> SaltedMutationsBatcherAsync:
         """Return a batcher whose entries are salted as they are appended (see the client's)."""
         inner = self._table.mutations_batcher(
             flush_interval=flush_interval,
@@ -814,7 +814,7 @@ class SaltedTableAsync(TableAttributes):
             batch_attempt_timeout=batch_attempt_timeout,
             batch_retryable_errors=batch_retryable_errors,
         )
-        return SaltedMutationsBatcher(inner, self._layout, self._guard)
+        return SaltedMutationsBatcherAsync(inner, self._layout, self._guard)
 
     # -- lifecycle -------------------------------------------------------------
 

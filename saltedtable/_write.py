@@ -2,8 +2,8 @@
 
 Every key of a bulk write is placed before anything is sent, so a bad key
 fails the call with nothing written. Failures the client reports name the
-caller's own (logical) entries. :class:`SaltedMutationsBatcher` wraps the
-client's async batcher, which keeps flushing by count, bytes and timer.
+caller's own (logical) entries. The batchers (:mod:`._batcher`) wrap the
+client's batchers, which keep flushing by count, bytes and timer.
 """
 
 from __future__ import annotations

@@ -165,3 +165,20 @@ def test_all_lazy_and_type_checking_exports_agree() -> None:
         if where is not None and where.startswith("saltedtable."):
             # A lazy name is imported from the module that defines it (no re-export hops).
             assert where == "saltedtable" + module, f"{name} is defined in {where}, not {module}"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("TableLike", "TableLikeAsync"),
+        ("SaltedMutationsBatcher", "SaltedMutationsBatcherAsync"),
+    ],
+)
+def test_a_renamed_name_still_works_with_a_deprecation_warning(old: str, new: str) -> None:
+    """An old public name gives the renamed class, warns each time, and is not in __all__."""
+    for _ in range(2):
+        with pytest.warns(DeprecationWarning, match=f"renamed saltedtable.{new}"):
+            value = getattr(saltedtable, old)
+        assert value is getattr(saltedtable, new)
+    assert old not in saltedtable.__all__
+    assert new in saltedtable.__all__

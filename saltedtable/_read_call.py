@@ -194,7 +194,7 @@ class ReadCall(_Read[Awaitable[bool]]):
                     await self._first[1].aclose()
                 await merge.aclose()
             except BaseException as exc:
-                # Cancelled while it cleans up (asyncio's cancellation reaches
+                # Cancelled while it cleans up (in async code, cancellation reaches
                 # through shields): still reported, once.
                 if error is None:
                     error = exc

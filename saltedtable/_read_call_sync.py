@@ -196,7 +196,7 @@ class SyncReadCall(_Read[bool]):
                     self._first[1].close()
                 merge.close()
             except BaseException as exc:
-                # Cancelled while it cleans up (asyncio's cancellation reaches
+                # Cancelled while it cleans up (in async code, cancellation reaches
                 # through shields): still reported, once.
                 if error is None:
                     error = exc

@@ -170,7 +170,7 @@ def patch_task_cancel() -> None:
     async def keep_reading(sources: Any) -> None:
         return None
 
-    _read_call.stop_sources = keep_reading  # type: ignore[assignment]
+    _read_call.stop_sources = keep_reading  # type: ignore[attr-defined]
 
 
 # -- the child: one mode, RSS at each count ------------------------------------------

@@ -12,7 +12,7 @@ BEAM_VENV  := .venv-beam
 BEAM_BIN   := $(BEAM_VENV)/bin
 BEAM_STAMP := $(BEAM_VENV)/.saltedtable-installed
 
-.PHONY: install install-beam test test-beam unit lint docs docs-serve dist demo emulator bench bench-beam clean
+.PHONY: install install-beam test test-beam unit lint generate docs docs-serve dist demo emulator bench bench-beam clean
 
 install: $(STAMP)
 
@@ -52,11 +52,16 @@ test-beam: $(BEAM_STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
-## make lint: ruff and mypy --strict over the package
+## make lint: the generated sync twins are current, ruff, and mypy --strict over the package
 lint: $(STAMP)
+	$(BIN)/python .ci/unasync.py --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+## make generate: write the sync twins from their async sources (see docs/development.md)
+generate: $(STAMP)
+	$(BIN)/python .ci/unasync.py
 
 ## make docs: build the documentation site into site/, failing on any warning (works offline)
 # NO_MKDOCS_2_WARNING: Material's end-of-life banner, printed on every build, says nothing

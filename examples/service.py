@@ -64,7 +64,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from saltedtable import SaltedTableAsync, SaltScheme, TableLike
+from saltedtable import SaltedTableAsync, SaltScheme, TableLikeAsync
 
 __all__ = [
     "JSONErrorH11Protocol",
@@ -83,7 +83,7 @@ _FAMILY_NAME: Final = re.compile(r"[-_.a-zA-Z0-9]{1,64}")
 _SCAN_PARAMS: Final = frozenset({"prefix", "limit", "ordered"})
 _CELL_FIELDS: Final = frozenset({"family", "qualifier", "qualifier_b64", "value", "value_b64"})
 
-TableWrapper = Callable[[TableLike], TableLike]
+TableWrapper = Callable[[TableLikeAsync], TableLikeAsync]
 
 
 @final
@@ -219,7 +219,7 @@ def create_app(
     Args:
         settings: Table, scheme and request limits; :meth:`Settings.from_env` when None.
         wrap_table: Wraps the Bigtable table before it is salted (a seam for
-            instrumentation and tests: anything implementing ``TableLike``).
+            instrumentation and tests: anything implementing ``TableLikeAsync``).
 
     Returns:
         The Starlette app; its lifespan opens and closes the client and table.
@@ -233,7 +233,7 @@ def create_app(
             client = await stack.enter_async_context(
                 BigtableDataClientAsync(project=config.project)
             )
-            raw: TableLike = client.get_table(config.instance, config.table)
+            raw: TableLikeAsync = client.get_table(config.instance, config.table)
             if wrap_table is not None:
                 raw = wrap_table(raw)
             table = await stack.enter_async_context(SaltedTableAsync(raw, scheme))

@@ -9,6 +9,7 @@ imported with the package. Names whose modules import the Bigtable client
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from ._cutoff import (
@@ -53,13 +54,14 @@ from ._strategy import ReadBudget, ReadSettings
 from ._views import view_row_prefixes
 
 if TYPE_CHECKING:
-    from ._contracts import SyncTableLike, TableLike
+    from ._batcher import SaltedMutationsBatcherAsync
+    from ._batcher_sync import SaltedMutationsBatcherSync
+    from ._contracts import SyncTableLike, TableLikeAsync
     from ._create import CreateResult, create_salted_table
     from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._reader import SubScan
     from ._sync import SaltedTable
     from ._table import SaltedTableAsync
-    from ._write import SaltedMutationsBatcher, SaltedMutationsBatcherSync
 
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
@@ -72,17 +74,33 @@ _LAZY: dict[str, str] = {
     "rewrite_filter": "._plan",
     "SubScan": "._reader",
     "SaltedTable": "._sync",
-    "SaltedMutationsBatcherSync": "._write",
+    "SaltedMutationsBatcherSync": "._batcher_sync",
     "SyncTableLike": "._contracts",
     "SaltedTableAsync": "._table",
-    "TableLike": "._contracts",
-    "SaltedMutationsBatcher": "._write",
+    "TableLikeAsync": "._contracts",
+    "SaltedMutationsBatcherAsync": "._batcher",
+}
+#: Old public names that still work, with a DeprecationWarning, until 0.3.0: the new
+#: name of each. (They follow python-bigtable: ``...Async`` names the async class; in
+#: 0.3.0 the plain names name the sync ones, as ``MutationsBatcher`` does.)
+_DEPRECATED: dict[str, str] = {
+    "SaltedMutationsBatcher": "SaltedMutationsBatcherAsync",
+    "TableLike": "TableLikeAsync",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
         return _version()
+    new = _DEPRECATED.get(name)
+    if new is not None:
+        warnings.warn(
+            f"saltedtable.{name} is renamed saltedtable.{new} (the async class, as in "
+            f"python-bigtable); from 0.3.0 on, {name} names the sync class instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(new)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'saltedtable' has no attribute {name!r}")
@@ -137,7 +155,7 @@ __all__ = [
     "RowKeyTypeError",
     "SaltScheme",
     "SaltSchemeError",
-    "SaltedMutationsBatcher",
+    "SaltedMutationsBatcherAsync",
     "SaltedMutationsBatcherSync",
     "SaltedTable",
     "SaltedTableAsync",
@@ -147,7 +165,7 @@ __all__ = [
     "SubQuery",
     "SubScan",
     "SyncTableLike",
-    "TableLike",
+    "TableLikeAsync",
     "TimestampReader",
     "UnsaltableKeyError",
     "__version__",

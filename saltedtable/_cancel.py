@@ -29,7 +29,7 @@ Streams that other tasks are reading (a fan-out's readers, waiting for rows)
 must be left by those readers before they are cancelled: a closer tells them
 to stop at their next row (they then end their streams with :func:`end_stream`)
 and waits for that with :func:`stop_reads`, which cancels the RPC under a
-reader that no message reaches in time (see :meth:`._reader.ReadCall.stop_requests`).
+reader that no message reaches in time (see :func:`._reader.stop_sources`).
 
 The sync client (:class:`SyncRequest`, :func:`stop_sync_requests`): a worker
 thread blocked in a request's next row cannot be told anything, and the sync

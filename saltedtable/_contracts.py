@@ -2,7 +2,7 @@
 
 The data client's decorated methods reach type checkers as ``Any``. The
 protocols here name the part of ``google.cloud.bigtable.data.TableAsync``
-(:class:`TableLike`) and of its sync ``Table`` (:class:`SyncTableLike`) that
+(:class:`TableLikeAsync`) and of its sync ``Table`` (:class:`SyncTableLike`) that
 the salted tables, the readers, the layout guard and the writers call, so
 that every module above types its table with them. They are also the seam
 for an in-memory fake in tests (``tests/fakes.py``).
@@ -33,7 +33,7 @@ __all__ = [
     "SyncReadRowsStream",
     "SyncTableLike",
     "TableDefaults",
-    "TableLike",
+    "TableLikeAsync",
     "Timeout",
 ]
 
@@ -111,7 +111,7 @@ class TableDefaults(Protocol):
     default_mutate_rows_attempt_timeout: float | None
 
 
-class TableLike(TableDefaults, Protocol):
+class TableLikeAsync(TableDefaults, Protocol):
     """The part of ``google.cloud.bigtable.data.TableAsync`` that saltedtable calls.
 
     The client's decorated methods reach type checkers as ``Any``; this

@@ -1,38 +1,31 @@
 """The scheme guard: check a table's stored layout record, store it, sample the rows.
 
-:class:`TableGuard` (async) and :class:`SyncTableGuard` (sync) do the I/O for
-one table object around the decisions of :class:`GuardCore` and the pure
-rules of ``_record``: each reads the record on the object's first operation
-(one request per object lifetime; concurrent first operations share it),
-refuses a different layout with :class:`~saltedtable.SchemeMismatchError`,
-and, when the table has no record yet, stores one with the first write that
-names a column family. The record is created only if the row is still empty
-(a conditional mutation), so two services starting on a new table at once
-agree on one record.
+:class:`~._table_guard.TableGuard` (async, and the sync ``SyncTableGuard``
+generated from it) does the I/O for one table object around the decisions of
+:class:`GuardCore` and the pure rules of ``_record``: it reads the record on
+the object's first operation (one request per object lifetime; concurrent
+first operations share it), refuses a different layout with
+:class:`~saltedtable.SchemeMismatchError`, and, when the table has no record
+yet, stores one with the first write that names a column family. The record
+is created only if the row is still empty (a conditional mutation), so two
+services starting on a new table at once agree on one record.
 
-:meth:`TableGuard.check_layout` (and the sync one) samples the key space and
+:meth:`~._table_guard.TableGuard.check_layout` samples the key space (the
+queries: :func:`sample_queries`; the verdict: :func:`layout_offenders`) and
 refuses rows that do not fit the layout (a migration's copies and legacy rows
 are expected in the states ``_migration`` describes).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final
 
-import anyio
 from google.api_core.exceptions import (
-    FailedPrecondition,
-    GoogleAPICallError,
     InvalidArgument,
     NotFound,
-    PermissionDenied,
     Unknown,
 )
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
@@ -46,7 +39,6 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
 )
 
-from ._contracts import AttemptTimeout, SyncTableLike, TableLike, Timeout
 from ._exceptions import LayoutError, RecordMissingError, SchemeMismatchError
 from ._families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
 from ._layout import Layout
@@ -66,8 +58,7 @@ from ._record import (
     record_of_row,
 )
 from ._salt import SCHEME_ROW_KEY, prefix_end
-from ._slots import AsyncSlots
-from ._timeouts import GuardTime, deadline_exceeded, guard_limit, guard_timeouts, time_left
+from ._timeouts import GuardTime, deadline_exceeded
 
 __all__ = [
     "DEFAULT_RECORD_REFRESH",
@@ -76,8 +67,6 @@ __all__ = [
     "SCHEME_ROW_KEY",
     "GuardCore",
     "SchemeMismatchError",
-    "SyncTableGuard",
-    "TableGuard",
     "decode_layout",
     "describe_layout",
     "encode_layout",
@@ -187,7 +176,7 @@ def _how_to_store(table: str) -> str:
     )
 
 
-def _missing_family(error: BaseException) -> bool:
+def missing_family(error: BaseException) -> bool:
     """Whether a write failed because the table has no such column family."""
     return isinstance(error, (NotFound, InvalidArgument, Unknown)) and "family" in str(error)
 
@@ -206,7 +195,7 @@ class GuardCore:
     the driver's lock, so that operations waiting for another's check see its
     outcome (a refusal included).
 
-    The drivers (:class:`TableGuard` and :class:`SyncTableGuard`, below)
+    The drivers (:class:`~._table_guard.TableGuard` and the sync twin)
     run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
     for the stored record and its family (sent back in), ``("schema",
     None)`` for the table's column families (``(schema or None, reason)``),
@@ -528,371 +517,14 @@ class GuardCore:
         )
 
 
-def _found(row: Row | None) -> Found:
+def found_record(row: Row | None) -> Found:
+    """The record a read of the reserved row found, and its family (None: no record)."""
     cell = newest_record_cell(row)
     return None if cell is None else (decode_layout(cell.value), cell.family)
 
 
-def _guard_wait_exceeded() -> Exception:
+def guard_wait_exceeded() -> Exception:
+    """The error of an operation whose deadline passed while another checked the record."""
     return deadline_exceeded(
         "operation_timeout exceeded waiting for another operation's check of the layout record"
     )
-
-
-class TableGuard(GuardCore):
-    """The guard of one async table object: check, store the record on the first write.
-
-    Args:
-        table: The physical table.
-        layout: The layout the table object uses.
-        enabled: False switches the guard off (nothing is read or written).
-        **options: See :class:`GuardCore`.
-    """
-
-    def __init__(
-        self, table: TableLike, layout: Layout, *, enabled: bool = True, **options: Any
-    ) -> None:
-        options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
-        super().__init__(layout, enabled=enabled, **options)
-        self._table = table
-        self._lock: asyncio.Lock | None = None
-
-    async def check(self, limit: GuardTime = None) -> bool:
-        """Before any operation: read the stored record (once, or again when due); refuse another.
-
-        Args:
-            limit: The operation's deadline and attempt timeout, which the
-                guard's own requests keep to.
-
-        Returns:
-            Whether the guard was not settled yet: the operation waited for it,
-            or sent its requests, and has less time left.
-        """
-        return await self._settle(None, limit)
-
-    async def before_write(self, family: str | None, limit: GuardTime = None) -> bool:
-        """Before a write: check, and store the record if the table has none yet."""
-        return await self._settle(family, limit)
-
-    async def within(
-        self, family: str | None, operation: Timeout, attempt: AttemptTimeout, kind: str
-    ) -> Timeout:
-        """Settle the guard before an operation with these timeouts; the operation_timeout left.
-
-        A settled guard costs one state check. Otherwise the record is read
-        (and, for a write naming ``family``, stored) within the operation's
-        own budget, and the operation gets what is left of it.
-
-        Args:
-            family: The column family a write names (None: a read).
-            operation: ``operation_timeout`` as the caller gave it.
-            attempt: ``attempt_timeout`` as the caller gave it (None: the operation's).
-            kind: Which of the table's defaults apply (see ``resolve_timeouts``).
-        """
-        if not self._pending(family):
-            return operation
-        limit = guard_limit(self._table, operation, attempt, kind)
-        await self._settle(family, limit)
-        return time_left(limit, operation)  # what the wait for the guard, or its reads, left
-
-    async def _settle(self, family: str | None, limit: GuardTime) -> bool:
-        if not self._pending(family):
-            return False
-        # Another operation may be checking the record: wait for it within this
-        # operation's own deadline, not for as long as that one takes.
-        lock = self._locked()
-        if limit is None:
-            await lock.acquire()
-        else:
-            acquired = False
-            with anyio.move_on_after(limit[0] - time.monotonic()):
-                await lock.acquire()
-                acquired = True
-            if not acquired:
-                raise _guard_wait_exceeded()
-        try:
-            if self._pending(family):  # (else another operation settled it meanwhile)
-                await self._run(self._judging(family), limit)
-        finally:
-            lock.release()
-        return True
-
-    async def ensure(self, *, family: str | None, override: bool = False) -> None:
-        """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
-        if self._refuse_unstorable(family, override):
-            async with self._locked():
-                self._error = None
-                if self._state in ("refused", "unstored"):
-                    self._state = "unread"
-                await self._run(self._judging(family, override, explicit=True), None)
-
-    def _locked(self) -> asyncio.Lock:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
-
-    async def _stored_record(self, limit: GuardTime = None) -> Found:
-        return _found(
-            await self._table.read_row(
-                SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit)
-            )
-        )
-
-    async def _read_schema(self, limit: GuardTime = None) -> tuple[TableSchema | None, str | None]:
-        reader = self._schema_reader
-        if self._schema is None and reader is not None:
-            try:
-                timeout = self._schema_timeout(limit)
-                self._schema = await anyio.to_thread.run_sync(reader, timeout)
-            except GoogleAPICallError as exc:  # a timeout too: as for an unreadable schema
-                self._schema_failed(exc)
-                self._schema_reader = None  # one try per object
-        return self._schema_answer()
-
-    async def _create(self, placement: Placement, limit: GuardTime) -> bool:
-        assert placement.family is not None
-        mutations = self._record_mutations("create", placement.family, self.record)
-        try:
-            try:
-                await self._table.check_and_mutate_row(
-                    SCHEME_ROW_KEY,
-                    None,
-                    false_case_mutations=mutations,
-                    **operation_only(guard_timeouts(limit)),
-                )
-                return True
-            except FailedPrecondition as exc:
-                self._plain_store_warning(exc)
-            await self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
-        except GoogleAPICallError as exc:
-            if placement.probe and _missing_family(exc):
-                return False
-            raise
-        return True
-
-    async def _run(self, steps: Generator[Step, Any, None], limit: GuardTime) -> None:
-        answer: Any = None
-        try:
-            while True:
-                kind, arg = steps.send(answer)
-                if kind == "read":
-                    try:
-                        answer = await self._stored_record(limit)
-                    except PermissionDenied as exc:
-                        if not self._view:
-                            raise
-                        self._blind(exc)
-                        return
-                elif kind == "schema":
-                    answer = await self._read_schema(limit)
-                elif kind == "create":
-                    answer = await self._create(arg, limit)
-                else:
-                    family, record = arg
-                    answer = None
-                    await self._table.mutate_row(
-                        SCHEME_ROW_KEY,
-                        self._record_mutations(kind, family, record),
-                        **guard_timeouts(limit),
-                    )
-        except StopIteration:
-            pass
-
-    async def check_layout(self, *, sample_rows: int, limiter: AsyncSlots) -> None:
-        """Sample the key space and refuse rows that do not fit the layout.
-
-        Also refuses a record stored in a family whose GC rule can collect it
-        (when the schema can be read).
-
-        Raises:
-            LayoutError: With up to five offending keys and the way out.
-        """
-        if not self.checked:
-            found = await self._stored_record()
-            self._stored, self._stored_family = found if found is not None else (None, None)
-        stored = self._stored
-        queries = sample_queries(self._layout, sample_rows, stored)
-        samples: list[list[bytes]] = [[] for _ in queries]
-        errors: list[Exception] = []
-
-        async def sample(i: int) -> None:
-            try:
-                async with limiter:
-                    # The limit ends the stream on the server side: reading it
-                    # to the end leaves no RPC behind.
-                    stream = await self._table.read_rows_stream(queries[i])
-                    samples[i] = [row.row_key async for row in stream]
-            except Exception as exc:  # the first one is raised as it is, below
-                errors.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            for i in range(len(queries)):
-                tg.start_soon(sample, i)
-        if errors:
-            raise errors[0]
-        offenders = layout_offenders(self._layout, samples, stored)
-        if offenders:
-            raise layout_error(self._layout, offenders)
-        if stored is not None:
-            schema, _ = await self._read_schema()
-            problem = self._family_problem(schema, stored)
-            if problem is not None:
-                raise LayoutError(problem)
-
-
-# -- the guard -----------------------------------------------------------------------------
-
-
-class SyncTableGuard(GuardCore):
-    """The guard of one sync table object (see :class:`TableGuard`)."""
-
-    def __init__(
-        self, table: SyncTableLike, layout: Layout, *, enabled: bool = True, **options: Any
-    ) -> None:
-        options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
-        super().__init__(layout, enabled=enabled, **options)
-        self._table = table
-        self._lock = threading.Lock()
-
-    def check(self, limit: GuardTime = None) -> bool:
-        """Before any operation: read the stored record (once, or again when due); refuse another.
-
-        Returns:
-            Whether the guard was not settled yet: the operation waited for it,
-            or sent its requests, and has less time left.
-        """
-        return self._settle(None, limit)
-
-    def before_write(self, family: str | None, limit: GuardTime = None) -> bool:
-        """Before a write: check, and store the record if the table has none yet."""
-        return self._settle(family, limit)
-
-    def within(
-        self, family: str | None, operation: Timeout, attempt: AttemptTimeout, kind: str
-    ) -> Timeout:
-        """Settle the guard before an operation with these timeouts; the operation_timeout left.
-
-        A settled guard costs one state check. Otherwise the record is read
-        (and, for a write naming ``family``, stored) within the operation's
-        own budget, and the operation gets what is left of it.
-
-        Args:
-            family: The column family a write names (None: a read).
-            operation: ``operation_timeout`` as the caller gave it.
-            attempt: ``attempt_timeout`` as the caller gave it (None: the operation's).
-            kind: Which of the table's defaults apply (see ``resolve_timeouts``).
-        """
-        if not self._pending(family):
-            return operation
-        limit = guard_limit(self._table, operation, attempt, kind)
-        self._settle(family, limit)
-        return time_left(limit, operation)  # what the wait for the guard, or its reads, left
-
-    def _settle(self, family: str | None, limit: GuardTime) -> bool:
-        if not self._pending(family):
-            return False
-        # Another thread may be checking the record: wait for it within this
-        # operation's own deadline, not for as long as that one takes.
-        wait = -1.0 if limit is None else max(0.0, limit[0] - time.monotonic())
-        if not self._lock.acquire(timeout=wait):
-            raise _guard_wait_exceeded()
-        try:
-            if self._pending(family):  # (else another thread settled it meanwhile)
-                self._run(self._judging(family), limit)
-        finally:
-            self._lock.release()
-        return True
-
-    def ensure(self, *, family: str | None, override: bool = False) -> None:
-        """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
-        if self._refuse_unstorable(family, override):
-            with self._lock:
-                self._error = None
-                if self._state in ("refused", "unstored"):
-                    self._state = "unread"
-                self._run(self._judging(family, override, explicit=True), None)
-
-    def _stored_record(self, limit: GuardTime = None) -> Found:
-        return _found(
-            self._table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY, **guard_timeouts(limit))
-        )
-
-    def _read_schema(self, limit: GuardTime = None) -> tuple[TableSchema | None, str | None]:
-        reader = self._schema_reader
-        if self._schema is None and reader is not None:
-            try:
-                self._schema = reader(self._schema_timeout(limit))
-            except GoogleAPICallError as exc:  # a timeout too: as for an unreadable schema
-                self._schema_failed(exc)
-                self._schema_reader = None  # one try per object
-        return self._schema_answer()
-
-    def _create(self, placement: Placement, limit: GuardTime) -> bool:
-        assert placement.family is not None
-        mutations = self._record_mutations("create", placement.family, self.record)
-        try:
-            try:
-                self._table.check_and_mutate_row(
-                    SCHEME_ROW_KEY,
-                    None,
-                    false_case_mutations=mutations,
-                    **operation_only(guard_timeouts(limit)),
-                )
-                return True
-            except FailedPrecondition as exc:
-                self._plain_store_warning(exc)
-            self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
-        except GoogleAPICallError as exc:
-            if placement.probe and _missing_family(exc):
-                return False
-            raise
-        return True
-
-    def _run(self, steps: Generator[Step, Any, None], limit: GuardTime) -> None:
-        answer: Any = None
-        with contextlib.suppress(StopIteration):
-            while True:
-                kind, arg = steps.send(answer)
-                if kind == "read":
-                    try:
-                        answer = self._stored_record(limit)
-                    except PermissionDenied as exc:
-                        if not self._view:
-                            raise
-                        self._blind(exc)
-                        return
-                elif kind == "schema":
-                    answer = self._read_schema(limit)
-                elif kind == "create":
-                    answer = self._create(arg, limit)
-                else:
-                    family, record = arg
-                    answer = None
-                    self._table.mutate_row(
-                        SCHEME_ROW_KEY,
-                        self._record_mutations(kind, family, record),
-                        **guard_timeouts(limit),
-                    )
-
-    def check_layout(self, *, sample_rows: int, threads: int) -> None:
-        """Sample the key space and refuse rows that do not fit the layout."""
-        if not self.checked:
-            found = self._stored_record()
-            self._stored, self._stored_family = found if found is not None else (None, None)
-        stored = self._stored
-        queries = sample_queries(self._layout, sample_rows, stored)
-
-        def sample(query: ReadRowsQuery) -> list[bytes]:
-            # The limit ends the stream on the server side: reading it to the
-            # end leaves no RPC behind.
-            return [row.row_key for row in self._table.read_rows_stream(query)]
-
-        with concurrent.futures.ThreadPoolExecutor(min(threads, len(queries))) as pool:
-            samples = list(pool.map(sample, queries))
-        offenders = layout_offenders(self._layout, samples, stored)
-        if offenders:
-            raise layout_error(self._layout, offenders)
-        if stored is not None:
-            problem = self._family_problem(self._read_schema()[0], stored)
-            if problem is not None:
-                raise LayoutError(problem)

@@ -4,9 +4,9 @@ The I/O seam of reads, for both tables. :class:`BucketSource` (async) and
 :class:`SyncBucketSource` (sync) run one bounded ReadRows request of a
 bucket's sub-query at a time for the merge engine (:mod:`._merge`: its
 :class:`~._merge.Merge` and :class:`~._merge.ThreadMerge` drivers),
-relabelling every row with its logical key; :class:`ReadCall` and
-:class:`SyncReadCall` tie a plan, its sources, the budget and the call's
-statistics together and hand the caller a list or a stream.
+relabelling every row with its logical key; :class:`~._read_call.ReadCall`
+(and the sync one generated from it) ties a plan, its sources, the budget and
+the call's statistics together and hands the caller a list or a stream.
 
 Every request has room reserved for all the rows it may return, so a request
 runs to its end without waiting for the caller: it holds a concurrency slot
@@ -17,7 +17,7 @@ Async: leaving a ``read_rows_stream`` early does not cancel its RPC, and cancell
 a task while it waits for the stream's next row leaks memory in grpc.aio (see
 :mod:`._cancel`). So a read that ends early (the caller left, or another
 sub-scan failed) first ends the requests still running without cancelling the
-tasks that read them (:meth:`ReadCall.stop_requests`): each reader stops at
+tasks that read them (:func:`stop_sources`): each reader stops at
 its next row, and only then are the producers cancelled. A request that
 stops for any other reason ends its own stream (:func:`~._cancel.end_stream`).
 Sync: a read that ends early stops its requests from the closing thread
@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import operator
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, final
 
@@ -50,7 +50,7 @@ from google.cloud.bigtable.data.row import Row
 from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from ._contracts import ReadRowsStream, SyncReadRowsStream
 from ._merge import UNWATCHED as _UNWATCHED
-from ._merge import Feed, Merge, MergeCore, Sent, ThreadMerge
+from ._merge import Feed, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._slots import AsyncSlots, Slots
 from ._stats import (
@@ -68,17 +68,17 @@ from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 __all__ = [
     "BucketSource",
     "OneRequestSource",
-    "ReadCall",
     "StrayRows",
     "SubScan",
     "SyncBucketSource",
     "SyncOneRequestSource",
-    "SyncReadCall",
     "annotate",
     "count_request",
     "count_row",
     "finish_read",
     "row_bytes",
+    "stop_sources",
+    "stop_sync_sources",
     "take_slot",
 ]
 
@@ -252,7 +252,7 @@ class BucketSource(_BucketRequests):
         except asyncio.CancelledError:
             if not self.stopped or _cancel_requested():
                 raise
-            # ReadCall.stop_requests cancelled the RPC under this read (grpc.aio
+            # stop_sources cancelled the RPC under this read (grpc.aio
             # raises CancelledError in the task waiting for its next message).
         except Exception as exc:
             raise self._annotate(exc, key) from None
@@ -401,7 +401,7 @@ class OneRequestSource(_OneRequest):
         self.stopped = False
 
     async def stop(self) -> None:
-        """End the request without cancelling its reader (as :meth:`ReadCall.stop_requests`)."""
+        """End the request without cancelling its reader (as :func:`stop_sources`)."""
         self.stopped = True
         if self.stream is not None:
             await stop_reads([self.stream])
@@ -638,195 +638,6 @@ class _Read(Generic[G]):
         finish_read(merge, self._stats, self._hook, self._stray, emitted, error, self._one_outcome)
 
 
-@final
-class ReadCall(_Read[Awaitable[bool]]):
-    """One logical read: its sources, the merge it runs when iterated, and its statistics.
-
-    Args:
-        read_rows_stream: The physical table's ``read_rows_stream``.
-        plan: What to read.
-        operation: The call's name in statistics (``"read_rows"``, ...).
-        timeouts: The resolved time budget.
-        limiter: The table's concurrency slots, shared by its reads.
-        ordered: Merge in logical key order, or hand rows over as they arrive.
-        budget: What the read may hold at once.
-        stats: Filled in as the read runs (created when a hook needs one).
-        hook: Receives the statistics when the read ends.
-        guard: Awaited before the first request (the table's layout guard),
-            with the read's deadline and attempt timeout.
-        stray: Why a legacy-side key must be left out, or None to keep it
-            (cutoff layouts); counted, and reported once per read.
-        salted_stray: The same for bucket rows (cutoff layouts: a row whose
-            key time puts it on the legacy side, such as a backfilled copy).
-        odds: The table's :class:`~._strategy.OneRequestOdds` for reads like
-            this one (None: never try one request over every bucket first).
-    """
-
-    __slots__ = ("_first", "_merge", "_sources")
-
-    def __init__(
-        self,
-        read_rows_stream: ReadRowsStream,
-        plan: ReadPlan,
-        *,
-        operation: str,
-        timeouts: Timeouts,
-        limiter: AsyncSlots,
-        ordered: bool,
-        budget: ReadBudget,
-        stats: CallStats | None,
-        hook: StatsHook | None,
-        guard: Callable[[GuardTime], Awaitable[bool]] | None = None,
-        stray: Callable[[bytes], str | None] | None = None,
-        salted_stray: Callable[[bytes], str | None] | None = None,
-        odds: OneRequestOdds | None = None,
-    ) -> None:
-        super().__init__(
-            plan,
-            operation=operation,
-            timeouts=timeouts,
-            ordered=ordered,
-            budget=budget,
-            stats=stats,
-            hook=hook,
-            guard=guard,
-            stray=stray,
-            salted_stray=salted_stray,
-            odds=odds,
-        )
-        self._first: tuple[OneRequestSource, Merge[Row]] | None = None
-        if self._one is not None:
-            first = OneRequestSource(
-                read_rows_stream,
-                self._one,
-                plan.subqueries,
-                deadline=self._deadline,
-                timeouts=timeouts,
-                limiter=limiter,
-                stats=[self._bucket_stats(sub) for sub in plan.subqueries],
-                cap=budget.bytes,
-            )
-            merge = Merge(
-                [first], ordered=False, budget=_one_budget(self._one), stop_requests=first.stop
-            )
-            self._first = (first, merge)
-        sources = [
-            BucketSource(
-                read_rows_stream,
-                sub,
-                deadline=self._deadline,
-                timeouts=timeouts,
-                limiter=limiter,
-                bstats=self._bucket_stats(sub),
-                stray=self._stray_for(sub),
-            )
-            for sub in plan.subqueries
-        ]
-        self._sources = sources
-        self._merge = Merge(
-            sources,
-            ordered=ordered,
-            limit=plan.limit,
-            budget=budget,
-            stop_requests=self.stop_requests,
-            slots=int(limiter.total_tokens),
-        )
-
-    async def stop_requests(self) -> None:
-        """End the requests running now without cancelling their readers; start no new ones.
-
-        Each reader stops at its next row and ends its stream between rows,
-        where no receive is in flight (nothing leaks); a reader that no row
-        reaches within :data:`~._cancel.STOP_GRACE` has its RPC cancelled under
-        it and leaves too. Only then does the merge cancel the producers. Returns
-        once every reader has left, or about a second later at most.
-        """
-        streams = []
-        for source in self._sources:
-            source.stopped = True
-            if source.stream is not None:
-                streams.append(source.stream)
-        if streams:
-            await stop_reads(streams)
-
-    async def _try_one(self) -> list[Row] | None:
-        """Run the one request over every bucket: the read's rows, or None to go on."""
-        if self._first is None:
-            return None
-        source, merge = self._first
-        rows: list[Row] = []
-        try:
-            async with merge:
-                async for batch in merge:
-                    rows += batch
-        except BaseException as exc:
-            self._one_failed(exc, source)
-            return None
-        return self._one_done(rows, source)
-
-    async def collect(self) -> list[Row]:
-        """Every row of the read, in a list."""
-        rows: list[Row] | None = None
-        error: BaseException | None = None
-        merge = self._merge
-        try:
-            if self._guard is not None:
-                await self._guard(self._limit)
-            rows = await self._try_one()
-            if rows is None:
-                rows = []
-                async with merge:
-                    async for batch in merge:
-                        rows += batch
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            small = self._one_outcome is not None and self._one_outcome.fitted
-            emitted = len(rows or ()) if small else merge.emitted
-            self._finish(merge, emitted, error)
-        return rows
-
-    async def stream(self) -> AsyncGenerator[Row, None]:
-        """Flatten the batches; closing this generator cancels every sub-scan."""
-        error: BaseException | None = None
-        merge = self._merge
-        rows: Iterator[Row] = iter(())
-        emitted = 0  # rows handed over from the one request
-        try:
-            if self._guard is not None:
-                await self._guard(self._limit)
-            small = await self._try_one()
-            if small is not None:
-                emitted = len(small)
-                rows = iter(small)
-                for row in rows:
-                    yield row
-                return
-            async for batch in merge:
-                rows = iter(batch)
-                for row in rows:
-                    yield row
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            try:
-                if self._first is not None:
-                    await self._first[1].aclose()
-                await merge.aclose()
-            except BaseException as exc:
-                # Cancelled while it cleans up (asyncio's cancellation reaches
-                # through shields): still reported, once.
-                if error is None:
-                    error = exc
-                raise
-            finally:
-                # Left early: what the caller had not taken of the last batch was not read.
-                emitted += merge.emitted
-                self._finish(merge, emitted - operator.length_hint(rows), error)
-
-
 # -- a bucket's requests -----------------------------------------------------------------
 
 
@@ -843,16 +654,16 @@ class SyncBucketSource(_BucketRequests):
         *,
         deadline: float,
         timeouts: Timeouts,
-        slots: Slots,
+        limiter: Slots,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
         super().__init__(
             read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
         )
-        self._slots = slots
+        self._slots = limiter
         #: The request running now, which the read ends when it stops.
-        self.request = SyncRequest(slots.interrupt)
+        self.request = SyncRequest(limiter.interrupt)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``."""
@@ -966,7 +777,7 @@ class SyncOneRequestSource(_OneRequest):
         *,
         deadline: float,
         timeouts: Timeouts,
-        slots: Slots,
+        limiter: Slots,
         stats: list[BucketStats | None],
         cap: int,
     ) -> None:
@@ -979,9 +790,9 @@ class SyncOneRequestSource(_OneRequest):
             stats=stats,
             cap=cap,
         )
-        self._slots = slots
+        self._slots = limiter
         #: The request, which the read ends when the caller leaves.
-        self.request = SyncRequest(slots.interrupt)
+        self.request = SyncRequest(limiter.interrupt)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the request once, pushing every row into ``feed``; never asks again."""
@@ -1038,161 +849,31 @@ def take_sync_slot(
     return slots.acquire(deadline, request.is_stopped, urgent, owner)
 
 
-@final
-class SyncReadCall(_Read[bool]):
-    """One logical read on a sync table: its sources, the thread merge, its statistics.
+async def stop_sources(sources: Sequence[BucketSource | OneRequestSource]) -> None:
+    """End the requests running now without cancelling their readers; start no new ones.
 
-    Args: as for :class:`ReadCall`, with the table's :class:`~._slots.Slots`
-    in place of its limiter.
+    Each reader stops at its next row and ends its stream between rows,
+    where no receive is in flight (nothing leaks); a reader that no row
+    reaches within :data:`~._cancel.STOP_GRACE` has its RPC cancelled under
+    it and leaves too. Only then does the merge cancel the producers. Returns
+    once every reader has left, or about a second later at most.
     """
+    streams = []
+    for source in sources:
+        source.stopped = True
+        if source.stream is not None:
+            streams.append(source.stream)
+    if streams:
+        await stop_reads(streams)
 
-    __slots__ = ("_first", "_merge")
 
-    def __init__(
-        self,
-        read_rows_stream: SyncReadRowsStream,
-        plan: ReadPlan,
-        *,
-        operation: str,
-        timeouts: Timeouts,
-        slots: Slots,
-        ordered: bool,
-        budget: ReadBudget,
-        stats: CallStats | None,
-        hook: StatsHook | None,
-        guard: Callable[[GuardTime], bool] | None = None,
-        stray: Callable[[bytes], str | None] | None = None,
-        salted_stray: Callable[[bytes], str | None] | None = None,
-        odds: OneRequestOdds | None = None,
-    ) -> None:
-        super().__init__(
-            plan,
-            operation=operation,
-            timeouts=timeouts,
-            ordered=ordered,
-            budget=budget,
-            stats=stats,
-            hook=hook,
-            guard=guard,
-            stray=stray,
-            salted_stray=salted_stray,
-            odds=odds,
-        )
-        self._first: tuple[SyncOneRequestSource, ThreadMerge[Row]] | None = None
-        if self._one is not None:
-            first = SyncOneRequestSource(
-                read_rows_stream,
-                self._one,
-                plan.subqueries,
-                deadline=self._deadline,
-                timeouts=timeouts,
-                slots=slots,
-                stats=[self._bucket_stats(sub) for sub in plan.subqueries],
-                cap=budget.bytes,
-            )
-            one_merge = ThreadMerge(
-                [first],
-                threads=1,
-                ordered=False,
-                budget=_one_budget(self._one),
-                stop_requests=lambda: stop_sync_requests([first.request]),
-            )
-            self._first = (first, one_merge)
-        sources = [
-            SyncBucketSource(
-                read_rows_stream,
-                sub,
-                deadline=self._deadline,
-                timeouts=timeouts,
-                slots=slots,
-                bstats=self._bucket_stats(sub),
-                stray=self._stray_for(sub),
-            )
-            for sub in plan.subqueries
-        ]
-        requests = [source.request for source in sources]
-        self._merge = ThreadMerge(
-            sources,
-            threads=slots.total,
-            ordered=ordered,
-            limit=plan.limit,
-            budget=budget,
-            stop_requests=lambda: stop_sync_requests(requests),
-        )
+def stop_sync_sources(sources: Sequence[SyncBucketSource | SyncOneRequestSource]) -> bool:
+    """End the requests running now from the closing thread (see :mod:`._cancel`).
 
-    def _try_one(self) -> list[Row] | None:
-        """Run the one request over every bucket: the read's rows, or None to go on."""
-        if self._first is None:
-            return None
-        source, merge = self._first
-        rows: list[Row] = []
-        try:
-            with merge:
-                for batch in merge:
-                    rows += batch
-        except BaseException as exc:
-            self._one_failed(exc, source)
-            return None
-        return self._one_done(rows, source)
-
-    def collect(self) -> list[Row]:
-        """Every row of the read, in a list."""
-        rows: list[Row] | None = None
-        error: BaseException | None = None
-        merge = self._merge
-        try:
-            if self._guard is not None:
-                self._guard(self._limit)
-            rows = self._try_one()
-            if rows is None:
-                rows = []
-                with merge:
-                    for batch in merge:
-                        rows += batch
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            merge.close()
-            small = self._one_outcome is not None and self._one_outcome.fitted
-            emitted = len(rows or ()) if small else merge.emitted
-            self._finish(merge, emitted, error)
-        return rows
-
-    def stream(self) -> Iterator[Row]:
-        """Flatten the batches; closing this iterator stops every sub-scan."""
-        error: BaseException | None = None
-        merge = self._merge
-        rows: Iterator[Row] = iter(())
-        emitted = 0  # rows handed over from the one request
-        try:
-            if self._guard is not None:
-                self._guard(self._limit)
-            small = self._try_one()
-            if small is not None:
-                emitted = len(small)
-                rows = iter(small)
-                yield from rows
-                return
-            for batch in merge:
-                rows = iter(batch)
-                yield from rows
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            try:
-                if self._first is not None:
-                    self._first[1].close()
-                merge.close()
-            except BaseException as exc:
-                if error is None:
-                    error = exc
-                raise
-            finally:
-                # Left early: what the caller had not taken of the last batch was not read.
-                emitted += merge.emitted - operator.length_hint(rows)
-                self._finish(merge, emitted, error)
+    Returns:
+        Whether every request has ended (within a second).
+    """
+    return stop_sync_requests([source.request for source in sources])
 
 
 def _one_budget(one: OneRequest) -> ReadBudget:

@@ -1,34 +1,24 @@
-"""SaltedTable: the drop-in for the sync ``google.cloud.bigtable.data.Table``.
+# Generated from saltedtable/_table.py by .ci/unasync.py: do not edit.
+# Edit the async source, then run `make generate`.
+"""SaltedTable: a drop-in for ``Table`` that takes and returns logical keys.
 
-The same thin facade as :class:`~saltedtable.SaltedTableAsync` over the sync
-data client (``BigtableDataClient``): each method maps its logical arguments
-through the layout, calls one engine (reads: :mod:`._reader`; writes:
-:mod:`._write`; the guard: :mod:`._guard`) or the wrapped table, and maps the
-results back. Everything that decides is shared with the async table; what
-differs is how sub-scans run.
+A thin facade. Each method maps its logical arguments through the layout
+(:mod:`._layout`, :mod:`._plan`), calls one engine (reads: :mod:`._read_call_sync`;
+writes: :mod:`._write` and :mod:`._batcher_sync`; the guard: :mod:`._table_guard_sync`)
+or the wrapped table, and maps the results back to logical keys.
 
-How sub-scans run: :class:`~saltedtable._merge.ThreadMerge` drives the merge
-engine's decisions with threads. Each request of a bucket runs in a worker
-thread of a pool the read owns (at most ``max_concurrent_subscans`` threads,
-and table-wide FIFO-fair slots of the same size across reads,
-:class:`~saltedtable._slots.Slots`); the caller's thread merges. A request has
-room reserved for every row it may return, so it never waits for the caller:
-it runs to its end, and the worker goes back to the pool. Leaving a read early
-(``break`` then ``close()``, or dropping the iterator) ends every request from
-the closing thread (:class:`~saltedtable._cancel.SyncRequest`): the gRPC call
-each worker waits in is cancelled, the client's retries are disarmed, and a
-worker waiting for a slot gives up; ``close()`` returns once every worker is
-back (one second at most: a worker asleep in the client's retry back-off wakes
-later and sends nothing) and the pool is shut down, so no RPC outlives the read,
-and a stalled server does not hold it up.
+This module is the source of both flavours: the sync ``SaltedTable`` (module
+``_sync``) is generated from ``_table`` by ``.ci/unasync.py``. The two differ
+only in how requests run at once (:mod:`._concurrency_sync`): tasks of the event
+loop, or worker threads within the table-wide FIFO-fair slots. Either way a
+read left early stops every request it started, and no RPC outlives it.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
+from contextlib import closing
 from typing import Any, final
 
 from google.api_core.exceptions import GoogleAPICallError
@@ -44,6 +34,8 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._admin import schema_reader_for, table_label
+from ._batcher_sync import SaltedMutationsBatcherSync
+from ._concurrency_sync import capacity, fan_out
 from ._contracts import AttemptTimeout, Retryable, SyncTableLike, Timeout
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
@@ -63,72 +55,80 @@ from ._facade import (
     sharded_result,
     stray_reasons,
 )
-from ._guard import SyncTableGuard
 from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
-from ._reader import SyncReadCall
+from ._read_call_sync import SyncReadCall
 from ._record import DEFAULT_RECORD_REFRESH, LayoutRecord, family_of
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import Slots
 from ._stats import CallStats, StatsHook, install_retry_counter
 from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
+from ._table_guard_sync import SyncTableGuard
 from ._timeouts import (
     Timeouts,
     check_timeouts,
     deadline_exceeded,
     resolve_timeouts,
 )
-from ._write import (
-    SaltedMutationsBatcherSync,
-    every_entry_failed,
-    first_family,
-    logical_group,
-)
+from ._write import every_entry_failed, first_family, logical_group
 
 __all__ = ["SaltedTable"]
 
 
-# -- the table ---------------------------------------------------------------------------
-
-
-def _watch(rows: Iterator[Row], guard: SyncTableGuard) -> Iterator[Row]:
-    with contextlib.closing(rows) as inner:  # type: ignore[type-var]
-        for row in inner:
+def _watch(rows: Generator[Row, None, None], guard: SyncTableGuard) -> Generator[Row, None, None]:
+    with closing(rows):  # leaving this scan closes (cancels) the one inside
+        for row in rows:
             if guard.due():
                 guard.check()
             yield row
     # The scan may end because the rows behind it were deleted: when the record
-    # is due, read it before ending cleanly (see SaltedTableAsync._watched).
+    # is due, read it before ending cleanly (see _watched).
     if guard.due():
         guard.check()
 
 
 @final
 class SaltedTable(TableAttributes):
-    """A sync Bigtable table whose row keys are salted transparently.
+    """A Bigtable table whose row keys are salted transparently.
 
-    The sync counterpart of :class:`~saltedtable.SaltedTableAsync`, over a
-    ``google.cloud.bigtable.data.Table`` from ``BigtableDataClient``: the same
-    methods, arguments, defaults, attributes and errors as ``Table``, on
-    logical keys. Scans fan out to one sub-scan per bucket in worker threads
-    and merge in logical key order in the caller's thread, within ``budget``;
-    see the module documentation for how leaving a scan early stops them.
+    Offers the data methods and attributes of ``google.cloud.bigtable.data.
+    Table`` with the same names, arguments, defaults and errors. Keys
+    going in are logical and are salted with ``scheme``; keys coming out
+    (rows, cells, failed mutation entries) are logical again. Reads that span
+    keys fan out to one sub-scan per bucket, run them concurrently and merge
+    the rows in logical key order, holding at most ``budget``.
+
+    The layout is guarded by default: the table object's first operation
+    reads the layout record stored in the table (one extra request per
+    object) and refuses a different one with :class:`SchemeMismatchError`;
+    the first write that names a column family stores the record if the
+    table has none.
 
     Args:
         table: The Bigtable table holding the physical (salted) rows.
         scheme: How logical keys map to physical keys.
-        cutoff: Forward-only migration (see :class:`~saltedtable.CutoffPolicy`).
-        guard: False switches the layout guard off.
-        require_record: Refuse a table without a layout record (see
-            :class:`~saltedtable.SaltedTableAsync`).
-        record_refresh: Seconds after which the record is read again (see
-            :class:`~saltedtable.SaltedTableAsync`; None: once per object).
-        budget: What one read may hold at once (:class:`~saltedtable.ReadBudget`).
+        cutoff: Forward-only migration: keys whose timestamp is before
+            ``cutoff.cutoff`` stay unsalted where they are; newer keys are
+            salted. Reads see one table.
+        guard: False switches the layout guard off (for tables written by
+            other tools, or when you check the layout yourself).
+        require_record: Refuse a table that has no layout record
+            (:class:`~saltedtable.RecordMissingError`, saying how to store
+            one) instead of reading it.
+        record_refresh: Seconds after which the next operation reads the
+            record again, so a long-lived object sees a migration move on
+            (one ``ReadRow`` of the reserved row per interval, only while
+            operations run; None: once per object). A scan with a cutoff
+            checks it between rows and at its end, and stops with
+            :class:`~saltedtable.SchemeMismatchError`.
+        budget: What one read may hold at once (rows and bytes asked of
+            buckets and not yet handed over); see :class:`ReadBudget`.
         max_concurrent_subscans: ReadRows requests in flight for this table,
-            across every read running on it at once (also the threads one read uses).
+            across every read running on it at once (also the most one read
+            runs at once).
         stats_hook: Called with the :class:`CallStats` of every finished read
-            and bulk write.
+            and bulk write (for logging or metrics export).
 
     Raises:
         TypeError: ``table`` is None, or ``scheme``/``cutoff``/``budget`` of the wrong type.
@@ -160,8 +160,7 @@ class SaltedTable(TableAttributes):
             name=table_label(table),
         )
         self._budget = budget if budget is not None else ReadBudget()
-        self._slots_total = max_concurrent_subscans
-        self._slots = Slots(max_concurrent_subscans)
+        self.limiter = Slots(max_concurrent_subscans)
         # Whether small reads try one request over every bucket: (no limit, limit).
         self._odds = (OneRequestOdds(), OneRequestOdds())
         self.stats_hook = stats_hook
@@ -183,7 +182,11 @@ class SaltedTable(TableAttributes):
         stats_hook: StatsHook | None = None,
         **table_kwargs: Any,
     ) -> SaltedTable:
-        """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``."""
+        """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``.
+
+        ``table_kwargs`` go to ``get_table`` (app profile, default timeouts and
+        retryable errors). Nothing is sent until the first operation.
+        """
         table: Any = client.get_table(instance_id, table_id, **table_kwargs)
         return cls(
             table,
@@ -209,12 +212,25 @@ class SaltedTable(TableAttributes):
         sample_rows: int = 100,
         **kwargs: Any,
     ) -> SaltedTable:
-        """Wrap ``table`` after checking its layout now (as ``SaltedTableAsync.open`` does)."""
+        """Wrap ``table`` after checking it against this layout now, not on first use.
+
+        1. The scheme guard (:meth:`guard_scheme`): the stored layout record is
+           compared with this one; with ``family`` set, a missing record is
+           stored now, and ``override_scheme=True`` (after you rewrote the
+           data) replaces a different one.
+        2. :meth:`check_layout` samples up to ``sample_rows`` rows from each
+           salted prefix range (and the rest of the key space) and refuses with
+           :class:`LayoutError` if any row there does not fit.
+
+        ``kwargs`` go to the constructor.
+        """
         salted = cls(table, scheme, cutoff=cutoff, **kwargs)
         salted.guard_scheme(family=family, override=override_scheme)
         if sample_rows:
             salted.check_layout(sample_rows=sample_rows)
         return salted
+
+    # -- what Table exposes ---------------------------------------------------
 
     @property
     def table(self) -> SyncTableLike:
@@ -237,33 +253,60 @@ class SaltedTable(TableAttributes):
         return self._layout
 
     @property
-    def budget(self) -> ReadBudget:
-        """What one read may hold at once."""
-        return self._budget
-
-    @property
     def stored_layout(self) -> LayoutRecord | None:
         """The layout record the guard found in the table (None: none, or not read yet)."""
         return self._guard.stored
 
+    @property
+    def budget(self) -> ReadBudget:
+        """What one read may hold at once."""
+        return self._budget
+
     def __str__(self) -> str:
         return f"SaltedTable<{self._table}, {self.scheme}>"
 
-    # -- the guard ---------------------------------------------------------------------
+    # -- the guard -------------------------------------------------------------------
 
     def guard_scheme(self, *, family: str | None = None, override: bool = False) -> None:
-        """Compare the layout stored in the table with this one now (``SaltedTableAsync``'s)."""
+        """Compare the layout stored in the table with this one now; store it if absent.
+
+        Args:
+            family: Column family to keep the record in: a missing record is
+                stored there, one found in another family is moved there
+                (whole, in one row mutation). Its GC rule is checked through
+                the admin API first (see docs/guard.md); without
+                ``family`` nothing is stored (an existing record is still
+                checked).
+            override: Replace a different stored record instead of refusing.
+
+        Raises:
+            SchemeMismatchError: The stored layout differs and ``override`` is False.
+            RecordMissingError: No record, no ``family`` and ``require_record=True``.
+            LayoutError: The record cannot be stored: no family for an override,
+                a family the table lacks, an aggregate family, a GC rule that
+                could collect it, or a scheme whose prefixes cover the reserved row.
+        """
         self._guard.ensure(family=family, override=override)
 
     def check_layout(self, *, sample_rows: int = 100) -> None:
-        """Sample the key space and check every row there belongs to this layout."""
-        self._guard.check_layout(sample_rows=sample_rows, threads=self._slots_total)
+        """Sample the key space and check every row there belongs to this layout.
 
-    # -- reads -------------------------------------------------------------------------
+        A row inside a salted prefix range must carry the bucket the scheme
+        computes for the rest of its key and, with a cutoff, a timestamp at or
+        after the cutoff. A row outside them must, with a cutoff, be a legacy
+        row; without one, none should be there.
+
+        Raises:
+            LayoutError: With up to five offending keys and the way out.
+        """
+        self._guard.check_layout(sample_rows=sample_rows, limiter=self.limiter)
+
+    # -- reads -----------------------------------------------------------------
 
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
-        return plan_for(query, self._layout, self._budget, ordered=ordered, slots=self._slots_total)
+        slots = capacity(self.limiter)
+        return plan_for(query, self._layout, self._budget, ordered=ordered, slots=slots)
 
     def read_rows_stream(
         self,
@@ -274,12 +317,29 @@ class SaltedTable(TableAttributes):
         retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
-    ) -> Iterator[Row]:
+    ) -> Generator[Row, None, None]:
         """Stream the rows of a logical query, merged in logical key order.
 
-        An iterator that holds at most the read's budget. Leaving it early
-        (``break`` then ``close()``, or dropping it) stops every sub-scan; use
-        ``contextlib.closing(stream)`` so that happens at once.
+        The query and timeouts are checked before anything is sent, so bad
+        keys, filters and timeouts fail here, as with ``Table``. The
+        stream holds at most the read's budget. Leaving it early (``break``
+        then ``close()``, or dropping it; in async code, cancelling the
+        caller too) stops every sub-scan still running; prefer ``with
+        contextlib.closing(stream)`` so that happens at once.
+
+        Args:
+            query: Logical keys, ranges, filter and limit (a ``ReadRowsQuery``,
+                or a dict of ``ReadRowsRequest`` fields).
+            operation_timeout: Time budget for the whole read, all sub-scans included.
+            attempt_timeout: Time budget of each request.
+            retryable_errors: Errors the client retries within the budget.
+            ordered: False hands rows over as they arrive, in no particular order.
+            stats: Filled in with per-bucket statistics as the read runs.
+
+        Raises:
+            google.api_core.exceptions.GoogleAPIError: While iterating, what a
+                failing sub-scan raised after the client's retries (the first
+                one), with a note naming its bucket and range.
         """
         call = self._read_call(
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
@@ -318,8 +378,20 @@ class SaltedTable(TableAttributes):
         retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
         ordered: bool = True,
         stats: CallStats | None = None,
-    ) -> Iterator[Row]:
-        """Stream every row whose logical key starts with ``prefix``."""
+    ) -> Generator[Row, None, None]:
+        """Stream every row whose logical key starts with ``prefix``.
+
+        ``ReadRowsQuery`` has no prefix helper; this builds the range
+        ``[prefix, prefix_end)``. With a key part that fixes the bucket for the
+        prefix (for example ``fields(2)`` and a prefix holding two fields) only
+        one bucket is read.
+
+        Example::
+
+            with closing(table.read_prefix(b"user42#", limit=10)) as rows:
+                for row in rows:
+                    print(row.row_key)
+        """
         key = to_key(prefix)
         query = ReadRowsQuery(
             row_ranges=RowRange(key or None, prefix_end(key) or None),
@@ -332,8 +404,18 @@ class SaltedTable(TableAttributes):
         )  # fmt: skip
         return self._watched(call.stream())
 
-    def _watched(self, rows: Iterator[Row]) -> Iterator[Row]:
-        """A cutoff layout's scan reads the record again when due, between rows (see async)."""
+    def _watched(self, rows: Generator[Row, None, None]) -> Generator[Row, None, None]:
+        """A cutoff layout's scan reads the record again when due, between rows and at its end.
+
+        A migration that moves the record to ``deleting`` starts removing the
+        legacy rows such a scan reads: it stops with SchemeMismatchError
+        instead of missing them, also when it ends because the rows after its
+        last one were deleted. The end is checked only when the record is due:
+        ``delete-legacy`` waits longer than the refresh interval (counted from
+        before the record's last read was sent) after the move before it
+        deletes a row, so a record that is not due yet was read after any
+        deletion could have started. Other scans are handed over as they are.
+        """
         if self._layout.cutoff is None or not self._guard.refreshes:
             return rows
         return _watch(rows, self._guard)
@@ -405,8 +487,10 @@ class SaltedTable(TableAttributes):
         """Run several logical queries concurrently; rows come back in query order.
 
         As in the client: at most 10 queries run at once, ``operation_timeout``
-        is the budget of the whole call, and failures come back together in a
-        ``ShardedReadRowsExceptionGroup`` with the rows of the other queries.
+        is the budget of the whole call (a query that starts late gets what is
+        left), and if any query fails (one that cannot be read included) a
+        ``ShardedReadRowsExceptionGroup`` carries one ``FailedQueryShardError``
+        per failed query plus the rows of the queries that succeeded.
         """
         if not sharded_query:
             raise ValueError("empty sharded_query")
@@ -438,8 +522,7 @@ class SaltedTable(TableAttributes):
             except Exception as exc:  # collected like the client's gather
                 return exc
 
-        with concurrent.futures.ThreadPoolExecutor(SHARDED_CONCURRENCY) as pool:
-            results = list(pool.map(run, range(len(sharded_query))))
+        results = fan_out(run, len(sharded_query), limit=SHARDED_CONCURRENCY)
         return sharded_result(sharded_query, results)
 
     def sample_row_keys(
@@ -450,11 +533,18 @@ class SaltedTable(TableAttributes):
         attempt_timeout: AttemptTimeout = TABLE_DEFAULT.DEFAULT,
         retryable_errors: Retryable = TABLE_DEFAULT.DEFAULT,
     ) -> list[tuple[bytes, int]]:
-        """Sample the table's split points, as logical keys in logical order (estimates).
+        """Sample the table's split points, as logical keys in logical order.
+
+        Bigtable samples the physical table. Each sample's share of the data
+        (the offset delta since the previous sample) is re-attributed to its
+        logical key; offsets are the running total in logical order, so they
+        stay increasing and usable with ``ReadRowsQuery.shard``. They are an
+        estimate: a bucket's data is spread across the whole logical range.
 
         Args:
             row_range: Only the samples inside this logical range, the last
-                one at its end (the whole table is sampled).
+                one at its end (the whole table is sampled: a logical range
+                spans every bucket).
         """
         check_timeouts(operation_timeout, attempt_timeout)
         operation_timeout = self._guard.within(None, operation_timeout, attempt_timeout, "default")
@@ -497,7 +587,7 @@ class SaltedTable(TableAttributes):
             plan,
             operation=operation,
             timeouts=timeouts,
-            slots=self._slots,
+            limiter=self.limiter,
             ordered=ordered,
             budget=self._budget,
             stats=stats,
@@ -508,7 +598,7 @@ class SaltedTable(TableAttributes):
             odds=self._odds[plan.limit is not None],
         )
 
-    # -- writes ------------------------------------------------------------------------
+    # -- writes ----------------------------------------------------------------
 
     def mutate_row(
         self,
@@ -519,7 +609,10 @@ class SaltedTable(TableAttributes):
         attempt_timeout: AttemptTimeout = TABLE_DEFAULT.DEFAULT,
         retryable_errors: Retryable = TABLE_DEFAULT.DEFAULT,
     ) -> Any:
-        """Apply mutations to the row with this logical key (returns the client's response)."""
+        """Apply mutations to the row with this logical key.
+
+        Returns what the client's ``mutate_row`` returns (the RPC's response).
+        """
         check_timeouts(operation_timeout, attempt_timeout)
         physical = self._layout.locate(row_key)[1]
         operation_timeout = self._guard.within(
@@ -542,7 +635,16 @@ class SaltedTable(TableAttributes):
         retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
         stats: CallStats | None = None,
     ) -> None:
-        """Apply many logical entries in one ``bulk_mutate_rows`` call across buckets."""
+        """Apply many logical entries in one ``bulk_mutate_rows`` call across buckets.
+
+        Every key is salted before anything is sent, so a bad key fails the
+        call with nothing written.
+
+        Raises:
+            MutationsExceptionGroup: Some entries failed; each
+                ``FailedMutationEntryError.entry`` is the caller's logical entry
+                and ``.index`` its position in ``mutation_entries``.
+        """
         mutation_entries, physical, stats = bulk_prepare(
             self._layout,
             mutation_entries,
@@ -587,7 +689,10 @@ class SaltedTable(TableAttributes):
         false_case_mutations: Mutation | list[Mutation] | None = None,
         operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> bool:
-        """Mutate the row with this logical key depending on ``predicate``."""
+        """Mutate the row with this logical key depending on ``predicate``.
+
+        Row-key regexes in the predicate are matched against the logical key.
+        """
         check_timeouts(operation_timeout, None)
         check_filter(predicate)
         bucket, physical = self._layout.locate(row_key)
@@ -650,13 +755,14 @@ class SaltedTable(TableAttributes):
         )
         return SaltedMutationsBatcherSync(inner, self._layout, self._guard)
 
-    # -- lifecycle ---------------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------
 
     def close(self) -> None:
         """Close the underlying table."""
         self._table.close()
 
     def __enter__(self) -> SaltedTable:
+        # The client's table warms its channels for the instance here.
         enter = getattr(self._table, "__enter__", None)
         if enter is not None:
             enter()

@@ -1,9 +1,15 @@
 """SaltedTableAsync: a drop-in for ``TableAsync`` that takes and returns logical keys.
 
 A thin facade. Each method maps its logical arguments through the layout
-(:mod:`._layout`, :mod:`._plan`), calls one engine (reads: :mod:`._reader`;
-writes: :mod:`._write`; the guard: :mod:`._guard`) or the wrapped table, and
-maps the results back to logical keys.
+(:mod:`._layout`, :mod:`._plan`), calls one engine (reads: :mod:`._read_call`;
+writes: :mod:`._write` and :mod:`._batcher`; the guard: :mod:`._table_guard`)
+or the wrapped table, and maps the results back to logical keys.
+
+This module is the source of both flavours: the sync ``SaltedTable`` (module
+``_sync``) is generated from ``_table`` by ``.ci/unasync.py``. The two differ
+only in how requests run at once (:mod:`._concurrency`): tasks of the event
+loop, or worker threads within the table-wide FIFO-fair slots. Either way a
+read left early stops every request it started, and no RPC outlives it.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any, final
 
-import anyio
 from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
@@ -27,7 +32,9 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._admin import schema_reader_for, table_label
-from ._contracts import AttemptTimeout, Retryable, TableLike, Timeout
+from ._batcher import SaltedMutationsBatcherAsync
+from ._concurrency import capacity, fan_out
+from ._contracts import AttemptTimeout, Retryable, TableLikeAsync, Timeout
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
 from ._facade import (
@@ -46,28 +53,23 @@ from ._facade import (
     sharded_result,
     stray_reasons,
 )
-from ._guard import TableGuard
 from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
-from ._reader import ReadCall
+from ._read_call import ReadCall
 from ._record import DEFAULT_RECORD_REFRESH, LayoutRecord, family_of
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import AsyncSlots
 from ._stats import CallStats, StatsHook, install_retry_counter
 from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
+from ._table_guard import TableGuard
 from ._timeouts import (
     Timeouts,
     check_timeouts,
     deadline_exceeded,
     resolve_timeouts,
 )
-from ._write import (
-    SaltedMutationsBatcher,
-    every_entry_failed,
-    first_family,
-    logical_group,
-)
+from ._write import every_entry_failed, first_family, logical_group
 
 __all__ = ["SaltedTableAsync"]
 
@@ -86,7 +88,7 @@ async def _watch(rows: AsyncGenerator[Row, None], guard: TableGuard) -> AsyncGen
 
 @final
 class SaltedTableAsync(TableAttributes):
-    """An async Bigtable table whose row keys are salted transparently.
+    """A Bigtable table whose row keys are salted transparently.
 
     Offers the data methods and attributes of ``google.cloud.bigtable.data.
     TableAsync`` with the same names, arguments, defaults and errors. Keys
@@ -121,7 +123,8 @@ class SaltedTableAsync(TableAttributes):
         budget: What one read may hold at once (rows and bytes asked of
             buckets and not yet handed over); see :class:`ReadBudget`.
         max_concurrent_subscans: ReadRows requests in flight for this table,
-            across every read running on it at once.
+            across every read running on it at once (also the most one read
+            runs at once).
         stats_hook: Called with the :class:`CallStats` of every finished read
             and bulk write (for logging or metrics export).
 
@@ -131,7 +134,7 @@ class SaltedTableAsync(TableAttributes):
 
     def __init__(
         self,
-        table: TableLike,
+        table: TableLikeAsync,
         scheme: SaltScheme,
         *,
         cutoff: CutoffPolicy | None = None,
@@ -182,7 +185,7 @@ class SaltedTableAsync(TableAttributes):
         ``table_kwargs`` go to ``get_table`` (app profile, default timeouts and
         retryable errors). Nothing is sent until the first operation.
         """
-        table = client.get_table(instance_id, table_id, **table_kwargs)
+        table: Any = client.get_table(instance_id, table_id, **table_kwargs)
         return cls(
             table,
             scheme,
@@ -198,7 +201,7 @@ class SaltedTableAsync(TableAttributes):
     @classmethod
     async def open(
         cls,
-        table: TableLike,
+        table: TableLikeAsync,
         scheme: SaltScheme,
         *,
         cutoff: CutoffPolicy | None = None,
@@ -228,7 +231,7 @@ class SaltedTableAsync(TableAttributes):
     # -- what TableAsync exposes ---------------------------------------------------
 
     @property
-    def table(self) -> TableLike:
+    def table(self) -> TableLikeAsync:
         """The underlying table of physical rows."""
         return self._table
 
@@ -300,9 +303,8 @@ class SaltedTableAsync(TableAttributes):
 
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
-        return plan_for(
-            query, self._layout, self._budget, ordered=ordered, slots=int(self.limiter.total_tokens)
-        )
+        slots = capacity(self.limiter)
+        return plan_for(query, self._layout, self._budget, ordered=ordered, slots=slots)
 
     async def read_rows_stream(
         self,
@@ -317,9 +319,10 @@ class SaltedTableAsync(TableAttributes):
         """Stream the rows of a logical query, merged in logical key order.
 
         The query and timeouts are checked before anything is sent, so bad
-        keys, filters and timeouts fail here, as with ``TableAsync``. Leaving
-        the stream early (``break``, ``aclose()``, a cancelled caller) cancels
-        every sub-scan still running; prefer ``async with
+        keys, filters and timeouts fail here, as with ``TableAsync``. The
+        stream holds at most the read's budget. Leaving it early (``break``
+        then ``aclose()``, or dropping it; in async code, cancelling the
+        caller too) stops every sub-scan still running; prefer ``async with
         contextlib.aclosing(stream)`` so that happens at once.
 
         Args:
@@ -499,30 +502,25 @@ class SaltedTableAsync(TableAttributes):
             await self._guard.check((deadline, attempt))
         except GoogleAPICallError as exc:
             raise sharded_refused(sharded_query, exc) from None
-        results: list[list[Row] | Exception] = [[] for _ in sharded_query]
-        gate = anyio.Semaphore(SHARDED_CONCURRENCY)
 
-        async def run(i: int) -> None:
-            async with gate:
-                left = deadline - time.monotonic()
-                try:
-                    if left <= 0:
-                        raise deadline_exceeded("Operation timeout exceeded before starting query")
-                    # A query that cannot be read fails its own shard, as in the client.
-                    call = self._call(
-                        "read_rows_sharded",
-                        self.plan(sharded_query[i]),
-                        Timeouts(left, min(attempt, left), retryable_errors),
-                        ordered=True,
-                        stats=None,
-                    )
-                    results[i] = await call.collect()
-                except Exception as exc:  # collected like the client's gather
-                    results[i] = exc
+        async def run(i: int) -> list[Row] | Exception:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise deadline_exceeded("Operation timeout exceeded before starting query")
+                # A query that cannot be read fails its own shard, as in the client.
+                call = self._call(
+                    "read_rows_sharded",
+                    self.plan(sharded_query[i]),
+                    Timeouts(left, min(attempt, left), retryable_errors),
+                    ordered=True,
+                    stats=None,
+                )
+                return await call.collect()
+            except Exception as exc:  # collected like the client's gather
+                return exc
 
-        async with anyio.create_task_group() as tg:
-            for i in range(len(results)):
-                tg.start_soon(run, i)
+        results = await fan_out(run, len(sharded_query), limit=SHARDED_CONCURRENCY)
         return sharded_result(sharded_query, results)
 
     async def sample_row_keys(
@@ -743,7 +741,7 @@ class SaltedTableAsync(TableAttributes):
         batch_operation_timeout: Timeout = TABLE_DEFAULT.MUTATE_ROWS,
         batch_attempt_timeout: AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
         batch_retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
-    ) -> SaltedMutationsBatcher:
+    ) -> SaltedMutationsBatcherAsync:
         """Return a batcher whose entries are salted as they are appended (see the client's)."""
         inner = self._table.mutations_batcher(
             flush_interval=flush_interval,
@@ -755,7 +753,7 @@ class SaltedTableAsync(TableAttributes):
             batch_attempt_timeout=batch_attempt_timeout,
             batch_retryable_errors=batch_retryable_errors,
         )
-        return SaltedMutationsBatcher(inner, self._layout, self._guard)
+        return SaltedMutationsBatcherAsync(inner, self._layout, self._guard)
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -2,16 +2,15 @@
 
 Every key of a bulk write is placed before anything is sent, so a bad key
 fails the call with nothing written. Failures the client reports name the
-caller's own (logical) entries. :class:`SaltedMutationsBatcher` wraps the
-client's async batcher, which keeps flushing by count, bytes and timer.
+caller's own (logical) entries. The batchers (:mod:`._batcher`) wrap the
+client's batchers, which keep flushing by count, bytes and timer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import final
 
-from google.api_core.exceptions import DeadlineExceeded, GoogleAPICallError
+from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data import RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
@@ -21,15 +20,12 @@ from google.cloud.bigtable.data.exceptions import (
 
 from ._contracts import BatcherLike, SyncBatcherLike
 from ._exceptions import RowKeyError
-from ._guard import SyncTableGuard, TableGuard
 from ._layout import Layout
 from ._record import family_of
 from ._salt import to_key
 from ._stats import CallStats
 
 __all__ = [
-    "SaltedMutationsBatcher",
-    "SaltedMutationsBatcherSync",
     "every_entry_failed",
     "logical_group",
     "physical_entries",
@@ -169,115 +165,3 @@ class _BatcherCore:
                 return logical_group(group, self._layout)
             failures = [*failures, *logical_group(group, self._layout).exceptions]
         return MutationsExceptionGroup(failures, appended) if failures else None
-
-
-@final
-class SaltedMutationsBatcher(_BatcherCore):
-    """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
-
-    It wraps the client's batcher, so flushing by count, bytes and timer, flow
-    control, ``closed`` and the context manager behave as the client's do.
-    As with the client's, the entries that failed are raised by ``close()``
-    (or on leaving ``async with``), each the caller's own entry object. An
-    entry the layout guard could not clear because Bigtable failed (a missing
-    table, say) is never sent, and is reported there the same way.
-    """
-
-    __slots__ = ("_guard",)
-
-    def __init__(self, inner: BatcherLike, layout: Layout, guard: TableGuard | None = None) -> None:
-        super().__init__(inner, layout)
-        self._inner: BatcherLike = inner
-        self._guard = guard
-
-    async def append(self, mutation_entry: RowMutationEntry) -> None:
-        """Queue a logical entry; it is flushed with others under its physical key.
-
-        Raises:
-            RuntimeError: The batcher is closed.
-            ValueError: ``mutation_entry`` is a mutation, not an entry.
-            RowKeyError: The key cannot be placed.
-        """
-        if self._passes_through(mutation_entry):
-            await self._inner.append(mutation_entry)
-            return
-        physical = self._placed(mutation_entry)
-        if self._guard is not None:
-            try:
-                await self._guard.before_write(family_of(mutation_entry.mutations))
-            except GoogleAPICallError as exc:
-                self._hold(mutation_entry, exc)
-                return
-        try:
-            await self._inner.append(physical)
-        except MutationsExceptionGroup as group:
-            raise logical_group(group, self._layout) from None
-
-    async def close(self) -> None:
-        """Flush what is queued and close; raise the failures, naming the caller's entries."""
-        failures, appended = self._take_failures()
-        group: MutationsExceptionGroup | None = None
-        try:
-            await self._inner.close()
-        except MutationsExceptionGroup as failed:
-            group = failed
-        error = self._combined(failures, appended, group)
-        if error is not None:
-            raise error from None
-
-    async def __aenter__(self) -> SaltedMutationsBatcher:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-
-@final
-class SaltedMutationsBatcherSync(_BatcherCore):
-    """The sync ``MutationsBatcher`` counterpart of :class:`SaltedMutationsBatcher`."""
-
-    __slots__ = ("_guard",)
-
-    def __init__(
-        self, inner: SyncBatcherLike, layout: Layout, guard: SyncTableGuard | None = None
-    ) -> None:
-        super().__init__(inner, layout)
-        self._inner: SyncBatcherLike = inner
-        self._guard = guard
-
-    def append(self, mutation_entry: RowMutationEntry) -> None:
-        """Queue a logical entry; it is flushed with others under its physical key."""
-        if self._passes_through(mutation_entry):
-            self._inner.append(mutation_entry)
-            return
-        physical = self._placed(mutation_entry)
-        if self._guard is not None:
-            try:
-                self._guard.before_write(family_of(mutation_entry.mutations))
-            except GoogleAPICallError as exc:
-                self._hold(mutation_entry, exc)
-                return
-        try:
-            self._inner.append(physical)
-        except MutationsExceptionGroup as group:
-            raise logical_group(group, self._layout) from None
-
-    def close(self) -> None:
-        """Flush what is queued and close; raise the failures, naming the caller's entries."""
-        failures, appended = self._take_failures()
-        group: MutationsExceptionGroup | None = None
-        try:
-            self._inner.close()
-        except MutationsExceptionGroup as failed:
-            group = failed
-        error = self._combined(failures, appended, group)
-        if error is not None:
-            raise error from None
-
-    def __enter__(self) -> SaltedMutationsBatcherSync:
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -1,4 +1,4 @@
-"""FakeTable: an in-memory Bigtable table implementing ``saltedtable.TableLike``.
+"""FakeTable: an in-memory Bigtable table implementing ``saltedtable.TableLikeAsync``.
 
 The oracle of the unit tests, so it favours plain, obviously correct code over
 speed: rows live in a dict of row key -> cells (kept in Bigtable's cell order:

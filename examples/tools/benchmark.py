@@ -278,7 +278,7 @@ class Target:
 
 
 class CountingTable:
-    """A ``saltedtable.TableLike`` that delegates to a table and counts what its streams yield.
+    """A ``saltedtable.TableLikeAsync`` that delegates to a table and counts what its streams yield.
 
     Every row yielded by ``read_rows_stream`` went over the wire, so ``rows`` is
     the number of rows the server sent for the reads made through this proxy,
@@ -409,7 +409,7 @@ class CountingTable:
 
 
 class MemoryTable:
-    """An in-memory ``saltedtable.TableLike`` for the reads the CPU section makes.
+    """An in-memory ``saltedtable.TableLikeAsync`` for the reads the CPU section makes.
 
     What a read costs over it is the caller's own work (saltedtable's, or the
     bare loop of a raw read) plus building the rows, with no gRPC and no

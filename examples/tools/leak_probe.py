@@ -26,7 +26,7 @@ grpc-task-cancel           a task waiting in ``call.read()`` is cancelled
 grpc-cancel-idle           ``call.cancel()`` while no read is pending
 grpc-cancel-pending        ``call.cancel()`` while another task's read is pending
 salted-task-cancel         the merge cancels its readers while they wait (the
-                           pre-fix way: ``ReadCall.stop_requests`` patched out)
+                           pre-fix way: ``stop_sources`` patched out)
 salted                     this checkout: the merge cancels the requests' RPCs
                            under its readers first (``stop_requests``)
 =========================  ===================================================
@@ -165,12 +165,12 @@ async def scan_once(mode: str, ctx: dict[str, Any]) -> None:
 
 def patch_task_cancel() -> None:
     """Make every fan-out cancel its readers while they wait for a message (the leak)."""
-    from saltedtable import _reader
+    from saltedtable import _read_call
 
-    async def keep_reading(self: Any) -> None:
+    async def keep_reading(sources: Any) -> None:
         return None
 
-    _reader.ReadCall.stop_requests = keep_reading  # type: ignore[method-assign]
+    _read_call.stop_sources = keep_reading  # type: ignore[attr-defined]
 
 
 # -- the child: one mode, RSS at each count ------------------------------------------

@@ -48,7 +48,6 @@ from .._admin import schema_reader_for, table_label
 from .._contracts import SyncTableLike
 from .._cutoff import CutoffPolicy
 from .._exceptions import QueryPlanError, SaltedTableError, SchemeMismatchError, WriteFailedError
-from .._guard import SyncTableGuard
 from .._layout import Layout, relabel
 from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._query import as_query
@@ -57,6 +56,7 @@ from .._record import describe_layout, family_of, open_differences
 from .._salt import SaltScheme, to_key
 from .._split import DEFAULT_SPLIT_BYTES, Split, split_plan
 from .._strategy import ReadBudget
+from .._table_guard_sync import SyncTableGuard
 from ._record import read_record
 
 __all__ = [

@@ -150,7 +150,7 @@ def test_a_sync_small_read_overtakes_the_read_ahead_of_scans_nobody_consumes(
             for thread in firsts:
                 thread.join()
             deadline = time.monotonic() + 60
-            while salted._slots.waiting < SCANS:  # read-ahead queues for the slot
+            while salted.limiter.waiting < SCANS:  # read-ahead queues for the slot
                 assert time.monotonic() < deadline, "the scans' read-ahead never queued"
                 time.sleep(0.001)
             mark = len(counting.calls)

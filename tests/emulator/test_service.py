@@ -39,7 +39,7 @@ from google.cloud.bigtable.data import (
 )
 from google.cloud.bigtable.data.row import Cell, Row
 
-from saltedtable import SCHEME_ROW_KEY, SaltedTableAsync, SaltScheme, TableLike
+from saltedtable import SCHEME_ROW_KEY, SaltedTableAsync, SaltScheme, TableLikeAsync
 from saltedtable._cancel import find_calls
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table
 
@@ -92,7 +92,7 @@ class StreamRecord:
 
 
 class ProbeTable:
-    """A ``TableLike`` that delegates to a real ``TableAsync`` and watches its read streams.
+    """A ``TableLikeAsync`` that delegates to a real ``TableAsync`` and watches its read streams.
 
     ``stall_from``: per-bucket streams with this index or later (in ``per_bucket``) wait
     before their first row until cancelled. ``fail_from``: they fail after ``fail_rows``
@@ -101,7 +101,7 @@ class ProbeTable:
     is recorded in ``streams`` only, and passes through untouched.
     """
 
-    def __init__(self, inner: TableLike) -> None:
+    def __init__(self, inner: TableLikeAsync) -> None:
         self._inner = inner
         self.streams: list[StreamRecord] = []
         self.per_bucket: list[StreamRecord] = []
@@ -210,7 +210,7 @@ async def served(make_table: MakeTable) -> AsyncIterator[Served]:
     table_id = make_table()
     probes: list[ProbeTable] = []
 
-    def wrap(table: TableLike) -> TableLike:
+    def wrap(table: TableLikeAsync) -> TableLikeAsync:
         probe = ProbeTable(table)
         probes.append(probe)
         return probe

@@ -28,7 +28,7 @@ from google.cloud.bigtable.data import (
     TableAsync,
 )
 
-from saltedtable import SaltedTableAsync, SaltScheme, TableLike
+from saltedtable import SaltedTableAsync, SaltScheme, TableLikeAsync
 from saltedtable.testing import INSTANCE
 
 SCHEME = SaltScheme(16)
@@ -96,8 +96,8 @@ class CountingStream:
             self._owner.open_streams -= 1
 
 
-class CountingTable(TableLike):
-    """A TableLike over a real TableAsync that tracks concurrently open row streams.
+class CountingTable(TableLikeAsync):
+    """A TableLikeAsync over a real TableAsync that tracks concurrently open row streams.
 
     A stream counts as open from the moment ``read_rows_stream`` is called until it is
     exhausted, fails or is closed.

@@ -3,7 +3,7 @@
 The strongest checks here are differential: the same logical rows are written once to a
 plain table (plain client) and once through :class:`SaltedTableAsync`, and every query shape
 must answer identically. The rest pins down what only real gRPC streams show: early exit and
-cancellation close every sub-scan (observed through an instrumented ``TableLike`` proxy),
+cancellation close every sub-scan (observed through an instrumented ``TableLikeAsync`` proxy),
 concurrency stays under its bound, a failing bucket is named, and the write-side methods
 speak logical keys.
 """
@@ -61,7 +61,7 @@ from saltedtable import (
     SaltedTableAsync,
     SaltScheme,
     SubScan,
-    TableLike,
+    TableLikeAsync,
     fields,
     prefix_end,
 )
@@ -153,7 +153,7 @@ async def assert_no_tasks_left(before: set[asyncio.Task[Any]]) -> None:
     assert asyncio.all_tasks() == before
 
 
-# -- an instrumented TableLike -------------------------------------------------
+# -- an instrumented TableLikeAsync -------------------------------------------------
 
 
 @dataclass(eq=False)
@@ -229,8 +229,8 @@ class RecordedStream:
         self._owner.open_streams -= 1
 
 
-class RecordingTable(TableLike):
-    """A ``TableLike`` that delegates to a real ``TableAsync`` and records every row stream.
+class RecordingTable(TableLikeAsync):
+    """A ``TableLikeAsync`` that delegates to a real ``TableAsync`` and records every row stream.
 
     Args:
         table: The real table.
@@ -888,7 +888,7 @@ async def test_scans_respect_max_concurrent_subscans_below_the_bucket_count(
     await assert_no_tasks_left(before)
 
 
-async def data_keys(table: TableLike) -> list[bytes]:
+async def data_keys(table: TableLikeAsync) -> list[bytes]:
     """The physical keys of a raw table but the layout record (which the guard stored)."""
     keys = [r.row_key async for r in await table.read_rows_stream(ReadRowsQuery())]
     assert SCHEME_ROW_KEY in keys

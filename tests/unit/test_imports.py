@@ -45,9 +45,17 @@ ORDER: tuple[str, ...] = (
     # I/O, each module serving both flavours
     "_cancel",
     "_slots",
+    "_concurrency",
+    "_concurrency_sync",
     "_reader",
+    "_read_call",
+    "_read_call_sync",
     "_guard",
+    "_table_guard",
+    "_table_guard_sync",
     "_write",
+    "_batcher",
+    "_batcher_sync",
     "_admin",
     "_facade",
     "_table",
@@ -233,3 +241,20 @@ def test_a_sideways_import_is_seen() -> None:
     assert (
         _sideways(beam, "from .._salt import SaltScheme\nfrom ._io import ReadSaltedRows\n") == []
     )
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("TableLike", "TableLikeAsync"),
+        ("SaltedMutationsBatcher", "SaltedMutationsBatcherAsync"),
+    ],
+)
+def test_a_renamed_name_still_works_with_a_deprecation_warning(old: str, new: str) -> None:
+    """An old public name gives the renamed class, warns each time, and is not in __all__."""
+    for _ in range(2):
+        with pytest.warns(DeprecationWarning, match=f"renamed saltedtable.{new}"):
+            value = getattr(saltedtable, old)
+        assert value is getattr(saltedtable, new)
+    assert old not in saltedtable.__all__
+    assert new in saltedtable.__all__

@@ -315,6 +315,7 @@ def test_the_refresh_interval_runs_from_before_the_read_is_sent(
 
     import saltedtable._guard as guard_module
     from saltedtable._layout import Layout
+    from saltedtable._table_guard_sync import SyncTableGuard
 
     clock = [1000.0]
     monkeypatch.setattr(guard_module, "time", pytypes.SimpleNamespace(monotonic=lambda: clock[0]))
@@ -331,7 +332,7 @@ def test_the_refresh_interval_runs_from_before_the_read_is_sent(
         return answer
 
     table.read_row = read_row
-    guard = guard_module.SyncTableGuard(table, Layout(scheme, CUTOFF), refresh=30.0)
+    guard = SyncTableGuard(table, Layout(scheme, CUTOFF), refresh=30.0)
     guard.check()
     assert guard.stored == describe_layout(scheme, CUTOFF)
     assert guard.due()  # sent at 1000, so due at 1030; the reply came at 1045
@@ -349,8 +350,8 @@ def test_the_refresh_interval_runs_from_before_the_read_is_sent(
 def test_the_schema_read_gets_what_is_left_of_the_operation_budget() -> None:
     import time
 
-    from saltedtable._guard import SyncTableGuard
     from saltedtable._layout import Layout
+    from saltedtable._table_guard_sync import SyncTableGuard
 
     fake = FakeTable(families=["cf"])
     asked: list[float | None] = []
@@ -374,8 +375,8 @@ def test_a_schema_read_that_times_out_is_an_unreadable_schema(
 
     from google.api_core.exceptions import DeadlineExceeded
 
-    from saltedtable._guard import SyncTableGuard
     from saltedtable._layout import Layout
+    from saltedtable._table_guard_sync import SyncTableGuard
 
     fake = FakeTable(families=["cf"])
     asked: list[float | None] = []

@@ -217,12 +217,12 @@ def test_a_failing_bucket_keeps_the_clients_error_type() -> None:
 def test_a_slot_wait_past_the_deadline_is_deadline_exceeded() -> None:
     """With every slot taken elsewhere, a read fails like the client's timeout."""
     _, table = filled(max_concurrent_subscans=1)
-    assert table._slots.acquire(time.monotonic())
+    assert table.limiter.acquire(time.monotonic())
     try:
         with pytest.raises(DeadlineExceeded, match="sub-scan slot"):
             table.read_rows(ReadRowsQuery(), operation_timeout=0.05)
     finally:
-        table._slots.release()
+        table.limiter.release()
 
 
 def test_bad_timeouts_fail_at_call_time_like_the_client() -> None:

@@ -1,0 +1,206 @@
+"""One logical read: its sources, the merge, its statistics.
+
+:class:`ReadCall` ties a plan, its bucket sources (:mod:`._reader`), the
+budget and the call's statistics together and hands the caller a list or a
+stream (see :mod:`._reader` for how a read that ends early stops its
+requests). This module is the source of both flavours: ``_read_call_sync``
+is generated from ``_read_call`` by ``.ci/unasync.py``, and uses the
+hand-written sync sources and merge driver (the merge of each flavour comes
+from :mod:`._concurrency`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from functools import partial
+from typing import final
+
+from google.cloud.bigtable.data.row import Row
+
+from ._concurrency import capacity, new_merge
+from ._contracts import ReadRowsStream
+from ._merge import Merge
+from ._plan import ReadPlan
+from ._reader import BucketSource, OneRequestSource, _one_budget, _Read, stop_sources
+from ._slots import AsyncSlots
+from ._stats import CallStats, StatsHook
+from ._strategy import OneRequestOdds, ReadBudget
+from ._timeouts import GuardTime, Timeouts
+
+__all__ = ["ReadCall"]
+
+
+@final
+class ReadCall(_Read[Awaitable[bool]]):
+    """One logical read: its sources, the merge it runs when iterated, and its statistics.
+
+    Args:
+        read_rows_stream: The physical table's ``read_rows_stream``.
+        plan: What to read.
+        operation: The call's name in statistics (``"read_rows"``, ...).
+        timeouts: The resolved time budget.
+        limiter: The table's concurrency slots, shared by its reads.
+        ordered: Hand rows over in logical key order, or as they arrive.
+        budget: What the read may hold at once.
+        stats: Filled in as the read runs (created when a hook needs one).
+        hook: Receives the statistics when the read ends.
+        guard: Called before the first request (the table's layout guard),
+            with the read's deadline and attempt timeout.
+        stray: Why a legacy-side key must be left out, or None to keep it
+            (cutoff layouts); counted, and reported once per read.
+        salted_stray: The same for bucket rows (cutoff layouts: a row whose
+            key time puts it on the legacy side, such as a backfilled copy).
+        odds: The table's :class:`~._strategy.OneRequestOdds` for reads like
+            this one (None: never try one request over every bucket first).
+    """
+
+    __slots__ = ("_first", "_merge")
+
+    def __init__(
+        self,
+        read_rows_stream: ReadRowsStream,
+        plan: ReadPlan,
+        *,
+        operation: str,
+        timeouts: Timeouts,
+        limiter: AsyncSlots,
+        ordered: bool,
+        budget: ReadBudget,
+        stats: CallStats | None,
+        hook: StatsHook | None,
+        guard: Callable[[GuardTime], Awaitable[bool]] | None = None,
+        stray: Callable[[bytes], str | None] | None = None,
+        salted_stray: Callable[[bytes], str | None] | None = None,
+        odds: OneRequestOdds | None = None,
+    ) -> None:
+        super().__init__(
+            plan,
+            operation=operation,
+            timeouts=timeouts,
+            ordered=ordered,
+            budget=budget,
+            stats=stats,
+            hook=hook,
+            guard=guard,
+            stray=stray,
+            salted_stray=salted_stray,
+            odds=odds,
+        )
+        self._first: tuple[OneRequestSource, Merge[Row]] | None = None
+        if self._one is not None:
+            first = OneRequestSource(
+                read_rows_stream,
+                self._one,
+                plan.subqueries,
+                deadline=self._deadline,
+                timeouts=timeouts,
+                limiter=limiter,
+                stats=[self._bucket_stats(sub) for sub in plan.subqueries],
+                cap=budget.bytes,
+            )
+            one_merge = new_merge(
+                [first],
+                slots=1,
+                ordered=False,
+                budget=_one_budget(self._one),
+                stop_requests=partial(stop_sources, [first]),
+            )
+            self._first = (first, one_merge)
+        sources = [
+            BucketSource(
+                read_rows_stream,
+                sub,
+                deadline=self._deadline,
+                timeouts=timeouts,
+                limiter=limiter,
+                bstats=self._bucket_stats(sub),
+                stray=self._stray_for(sub),
+            )
+            for sub in plan.subqueries
+        ]
+        self._merge = new_merge(
+            sources,
+            slots=capacity(limiter),
+            ordered=ordered,
+            limit=plan.limit,
+            budget=budget,
+            stop_requests=partial(stop_sources, sources),
+        )
+
+    async def _try_one(self) -> list[Row] | None:
+        """Run the one request over every bucket: the read's rows, or None to go on."""
+        if self._first is None:
+            return None
+        source, merge = self._first
+        rows: list[Row] = []
+        try:
+            async with merge:
+                async for batch in merge:
+                    rows += batch
+        except BaseException as exc:
+            self._one_failed(exc, source)
+            return None
+        return self._one_done(rows, source)
+
+    async def collect(self) -> list[Row]:
+        """Every row of the read, in a list."""
+        rows: list[Row] | None = None
+        error: BaseException | None = None
+        merge = self._merge
+        try:
+            if self._guard is not None:
+                await self._guard(self._limit)
+            rows = await self._try_one()
+            if rows is None:
+                rows = []
+                async with merge:
+                    async for batch in merge:
+                        rows += batch
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            small = self._one_outcome is not None and self._one_outcome.fitted
+            emitted = len(rows or ()) if small else merge.emitted
+            self._finish(merge, emitted, error)
+        return rows
+
+    async def stream(self) -> AsyncGenerator[Row, None]:
+        """Flatten the batches; closing this generator cancels every sub-scan."""
+        error: BaseException | None = None
+        merge = self._merge
+        rows: Iterator[Row] = iter(())
+        emitted = 0  # rows handed over from the one request
+        try:
+            if self._guard is not None:
+                await self._guard(self._limit)
+            small = await self._try_one()
+            if small is not None:
+                emitted = len(small)
+                rows = iter(small)
+                for row in rows:
+                    yield row
+                return
+            async for batch in merge:
+                rows = iter(batch)
+                for row in rows:
+                    yield row
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            try:
+                if self._first is not None:
+                    await self._first[1].aclose()
+                await merge.aclose()
+            except BaseException as exc:
+                # Cancelled while it cleans up (in async code, cancellation reaches
+                # through shields): still reported, once.
+                if error is None:
+                    error = exc
+                raise
+            finally:
+                # Left early: what the caller had not taken of the last batch was not read.
+                emitted += merge.emitted
+                self._finish(merge, emitted - operator.length_hint(rows), error)

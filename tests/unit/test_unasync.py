@@ -1,0 +1,98 @@
+"""The generated sync twins: current with their async sources, and the substitutions."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("unasync", ROOT / ".ci" / "unasync.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+unasync = _load()
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("async def read(self) -> None:", "def read(self) -> None:"),
+        ("rows = await call.collect()", "rows = call.collect()"),
+        ("async with slot(limiter):", "with slot(limiter):"),
+        ("keys = [row.row_key async for row in stream]", "keys = [row.row_key for row in stream]"),
+        ("await stream.aclose()", "stream.close()"),
+        ("async def __aenter__(self) -> X:", "def __enter__(self) -> X:"),
+        ("await self.__aexit__(None)", "self.__exit__(None)"),
+        ("with aclosing(rows):", "with closing(rows):"),
+        ("-> AsyncGenerator[Row, None]:", "-> Generator[Row, None, None]:"),
+        ("guard: Callable[[GuardTime], Awaitable[bool]]", "guard: Callable[[GuardTime], bool]"),
+        ("x: AsyncIterable[Row]", "x: Iterable[Row]"),
+        ("class SaltedTableAsync(TableAttributes):", "class SaltedTable(TableAttributes):"),
+        ("client: BigtableDataClientAsync", "client: BigtableDataClient"),
+        ("as with ``TableAsync``.", "as with ``Table``."),
+        ("class ExampleAsync:", "class Example:"),
+        ("SaltedMutationsBatcherAsync", "SaltedMutationsBatcherSync"),
+        ("table: TableLikeAsync", "table: SyncTableLike"),
+        ("merge: Merge[Row]", "merge: ThreadMerge[Row]"),
+        ("from ._read_call import ReadCall", "from ._read_call_sync import SyncReadCall"),
+        ("see :mod:`._concurrency`", "see :mod:`._concurrency_sync`"),
+    ],
+)
+def test_a_substitution(source: str, expected: str) -> None:
+    """Each async form becomes its sync form."""
+    assert unasync.unasync(source) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "return self._read_call(query)",  # a method named like a module
+        "awaited = 1",  # `await` inside a word
+        "Asyncio",  # not a `...Async` name
+        "MergeCore[Row]",  # a longer name that starts with a renamed one
+        "self.limiter.total",
+    ],
+)
+def test_what_is_left_alone(text: str) -> None:
+    """Names that only look like async ones are kept."""
+    assert unasync.unasync(text) == text
+
+
+def test_a_generated_file_says_so_first() -> None:
+    """Every generated file starts with the line naming its source and the generator."""
+    for source, target in unasync.FILES:
+        first = (ROOT / target).read_text(encoding="utf-8").splitlines()[0]
+        assert first == unasync.header(source).splitlines()[0]
+
+
+def test_the_generated_files_are_current() -> None:
+    """`python .ci/unasync.py --check` passes: no sync twin is stale (else `make generate`)."""
+    assert unasync.main(["--check"]) == 0
+
+
+def test_the_check_fails_on_a_stale_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A generated file edited by hand makes --check exit 1 and show the difference."""
+    for source, target in unasync.FILES[-1:]:
+        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / source).write_text((ROOT / source).read_text(encoding="utf-8"))
+        text = (ROOT / target).read_text(encoding="utf-8")
+        (tmp_path / target).write_text(text.replace("def append", "def append_edited"))
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())  # ruff config
+    monkeypatch.setattr(unasync, "ROOT", tmp_path)
+    monkeypatch.setattr(unasync, "FILES", unasync.FILES[-1:])
+    assert unasync.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert "+    def append(" in out
+    assert "stale: saltedtable/_batcher_sync.py" in out

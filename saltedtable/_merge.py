@@ -155,13 +155,16 @@ class Feed(Generic[T]):
         "pending",
         "requests",
         "running_taken",
+        "streams",
         "taken_last",
         "wake_at",
     )
 
     def __init__(self, merge: MergeCore[T], index: int) -> None:
         self.items: list[T] = []
-        self.keys: list[Any] = []
+        #: With a merge's ``key`` function, the same list as :attr:`items` (a
+        #: source appends each item once; the merge takes keys from items).
+        self.keys: list[Any] = self.items if merge._key is not None else []
         #: The source calls :meth:`wake` once it holds this many items.
         self.wake_at = _NEVER
         #: No more items will come (the source finished, failed or stopped).
@@ -186,6 +189,10 @@ class Feed(Generic[T]):
         self.charged = 0
         #: Items of the running request the consumer took while it ran.
         self.running_taken = 0
+        #: The source may keep its request open past the size it was granted,
+        #: asking :meth:`renew` for more (a read without a limit whose
+        #: sources all fit the slots: see :meth:`renew`).
+        self.streams = merge._streams
         self.index = index
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
@@ -193,12 +200,31 @@ class Feed(Generic[T]):
     @property
     def bound(self) -> Any:
         """The last key delivered (None: nothing yet): every later key is larger."""
-        return self.keys[-1] if self.keys else self.taken_last
+        keys = self.keys
+        if not keys:
+            return self.taken_last
+        key = self._merge._key
+        return keys[-1] if key is None else key(keys[-1])
 
     def wake(self) -> None:
         """Wake the consumer waiting for this feed."""
         self.wake_at = _NEVER
         self._merge._wake()
+
+    def renew(self, size: int, pushed: int) -> int:
+        """End the running grant of ``size`` items (``pushed`` of them appended) and
+        grant the next at once if the engine would start a request now.
+
+        For a source whose request streams (:attr:`streams`): one request can
+        carry many grants, so a page of items costs no new request and no round
+        trip. Each grant counts exactly as a request of its size and byte cap
+        would (:attr:`cap` is the new grant's; put the ended grant's bytes in
+        :attr:`got_bytes` and keep :attr:`largest` up to date first). Returns
+        the new grant's size, or 0: none now (the budget is full, or the
+        merge stops); the source then ends its request and returns
+        ``Sent(0, more)``: the ended grant is already accounted for.
+        """
+        return self._merge._renew(self, size, pushed)
 
     @property
     def read(self) -> object:
@@ -251,6 +277,10 @@ class MergeCore(Generic[T]):
         slots: Requests that can run at once (None: as many as there are
             sources). With more sources than slots, the first request of each
             source in an ordered read asks less (:func:`~._strategy.first_request`).
+        key: The key of an item (None: sources append keys to :attr:`Feed.keys`
+            themselves). With a key, :attr:`Feed.keys` is :attr:`Feed.items`:
+            a source appends each item once, and the merge computes keys (in C,
+            with an ``operator.attrgetter``) only where it compares them.
     """
 
     def __init__(
@@ -263,6 +293,7 @@ class MergeCore(Generic[T]):
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
         slots: int | None = None,
+        key: Callable[[T], Any] | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit}")
@@ -276,6 +307,10 @@ class MergeCore(Generic[T]):
         self._wake_batch = wake_batch
         self._wake_delay = wake_delay
         self._slots = slots
+        self._key = key
+        # Sources may stream their requests (Feed.renew): a read without a
+        # limit whose sources all fit the slots, so none waits for another's page.
+        self._streams = limit is None and (slots is None or sources <= slots)
         self._feeds = [Feed(self, i) for i in range(sources)]
         self._live = sources  # sources not done
         self._asked = 0  # items asked by requests running now
@@ -416,9 +451,22 @@ class MergeCore(Generic[T]):
         feed.grant = 0
         return ask
 
-    def _start(self, feed: Feed[T], size: int) -> None:
+    def _renew(self, feed: Feed[T], size: int, pushed: int) -> int:
+        """See :meth:`Feed.renew`."""
+        self._end(feed, size, pushed)
+        if self._stopping or self._limit is not None:
+            return 0
+        ask = self._ask_page(feed)
+        if ask is None:
+            return 0
+        feed.cap = ask.cap
+        self._start(feed, ask.rows, renewed=True)
+        return ask.rows
+
+    def _start(self, feed: Feed[T], size: int, *, renewed: bool = False) -> None:
         feed.asked = size
-        feed.requests += 1
+        if not renewed:
+            feed.requests += 1
         self._asked += size
         self._peak = max(self._peak, self._asked + self._held)
         self._reserved += feed.cap
@@ -546,11 +594,12 @@ class MergeCore(Generic[T]):
             self._stopped()  # closed from another task: its feeds may be cut short
         mark: Any = None
         lagging: list[Feed[T]] = []
+        kf = self._key
         for feed in live:
             if feed.done:
                 continue
             keys = feed.keys  # (feed.bound, without a call per feed)
-            bound = keys[-1] if keys else feed.taken_last
+            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
             if bound is None:
                 lagging.append(feed)
             elif mark is None or bound < mark:
@@ -568,20 +617,28 @@ class MergeCore(Generic[T]):
             keys = feed.keys
             if not keys:
                 continue
-            if mark is None or keys[-1] <= mark:
+            last = keys[-1] if kf is None else kf(keys[-1])
+            if mark is None or last <= mark:
                 end = len(keys)
-            elif keys[0] > mark:
+            elif (keys[0] if kf is None else kf(keys[0])) > mark:
                 continue
             else:
-                end = bisect.bisect_right(keys, mark, 1, len(keys) - 1)
+                end = bisect.bisect_right(keys, mark, 1, len(keys) - 1, key=kf)
+                last = keys[end - 1] if kf is None else kf(keys[end - 1])
             runs += 1
-            feed.taken_last = keys[end - 1]
-            out_keys += keys[:end]
-            out += feed.items[:end]
-            del keys[:end], feed.items[:end]
+            feed.taken_last = last
+            items = feed.items
+            out += items[:end]
+            if kf is None:
+                out_keys += keys[:end]
+                del keys[:end]
+            del items[:end]
             self._taken(feed, end)
         if runs > 1:
-            out = _in_key_order(out, out_keys)
+            if kf is None:
+                out = _in_key_order(out, out_keys)
+            else:
+                out.sort(key=kf)
         if out:
             return out, []
         return [], [feed for feed in live if not feed.done and feed.bound == mark]
@@ -593,7 +650,7 @@ class MergeCore(Generic[T]):
         for feed in live:
             if feed.keys:
                 count = len(feed.keys)
-                feed.taken_last = feed.keys[-1]
+                feed.taken_last = feed.bound
                 out += feed.items
                 feed.items.clear()
                 feed.keys.clear()
@@ -608,7 +665,10 @@ class MergeCore(Generic[T]):
         assert self._limit is not None
         if self._asked or any(feed.grant for feed in live):
             return  # a round is still running
-        held = sorted(key for feed in live for key in feed.keys)
+        kf = self._key
+        held = sorted(
+            key for feed in live for key in (feed.keys if kf is None else map(kf, feed.items))
+        )
         feeds = [feed for feed in live if not feed.done]
         # The second round keeps to what the first left of the fetch bound (if
         # the first left any); a third, rare, asks all that any bucket could
@@ -693,6 +753,7 @@ class Merge(MergeCore[T]):
             early, or another source failed): a task cancelled while it waits
             for a gRPC message leaks memory in grpc.aio (see :mod:`._cancel`).
         slots: Requests that can run at once (see :class:`MergeCore`).
+        key: The key of an item, or None (see :class:`MergeCore`).
     """
 
     def __init__(
@@ -706,6 +767,7 @@ class Merge(MergeCore[T]):
         wake_delay: float = WAKE_DELAY,
         stop_requests: Callable[[], Awaitable[None]] | None = None,
         slots: int | None = None,
+        key: Callable[[T], Any] | None = None,
     ) -> None:
         super().__init__(
             len(sources),
@@ -715,6 +777,7 @@ class Merge(MergeCore[T]):
             wake_batch=wake_batch,
             wake_delay=wake_delay,
             slots=slots,
+            key=key,
         )
         self._sources = list(sources)
         self._stop_requests = stop_requests
@@ -826,7 +889,8 @@ class Merge(MergeCore[T]):
                     return
                 self._start(feed, size)
                 sent = await source(size, feed)
-                self._end(feed, size, sent.pushed)
+                if feed.asked:  # (0: the source's last renew ended its grant)
+                    self._end(feed, feed.asked, sent.pushed)
                 if not sent.more:
                     return
         except Exception as exc:

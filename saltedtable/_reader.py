@@ -40,7 +40,7 @@ import operator
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, final
+from typing import Any, Final, Generic, TypeVar, final
 
 import anyio
 from google.api_core.exceptions import DeadlineExceeded
@@ -82,6 +82,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger("saltedtable.reader")
+
+_NEVER: Final = 1 << 62
+#: A row's (logical) key: the merge's key of the async bucket sources' items.
+_ROW_KEY: Final = operator.attrgetter("row_key")
 
 #: What the table's guard check returns: an awaitable (async) or a bool (sync).
 G = TypeVar("G")
@@ -181,10 +185,20 @@ class BucketSource(_BucketRequests):
     async def __call__(self, size: int, feed: Feed[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``.
 
+        Where the feed allows it (:attr:`~._merge.Feed.streams`), the request
+        has no row limit: when ``size`` rows have come (or the byte cap is
+        passed) it asks the engine for the next grant (:meth:`~._merge.Feed.renew`)
+        and reads on in the same stream, so a page costs no round trip. It
+        ends the stream, between rows, when the engine grants nothing now
+        (the consumer is behind: no slot is held while the consumer does not
+        take rows) or another request waits for a slot (the table's other
+        reads get their turn).
+
         (One flat coroutine on purpose: the task pays for every frame between
         it and the stream each time a row arrives.)
         """
-        query = self._cursor.next_query(size)
+        streams = feed.streams
+        query = self._cursor.next_query(None if streams else size)
         if query is None or self.stopped:
             return Sent(0, False)
         stats = self._bstats
@@ -203,14 +217,19 @@ class BucketSource(_BucketRequests):
             raise
         started = time.monotonic()
         cut = self._cut
-        keys, items = feed.keys, feed.items
+        items = feed.items
+        # (None: a keyed merge, whose keys are the items' own: one append a row.)
+        keys = None if feed.keys is items else feed.keys
         stray = self._stray
         cap = feed.cap
-        received = pushed = got = 0
+        # Rows of the request, and of the running grant (pushed, received, bytes).
+        received = pushed = got = granted = 0
+        # A streamed request's grant ends after `size` rows; a paged one's request does.
+        end_at = size if streams else _NEVER
         largest = feed.largest
         key: bytes | None = None
         stream = None
-        complete = capped = False
+        complete = early = False
         try:
             stream = self.stream = await self._read_rows_stream(
                 query, **request_timeouts(self._deadline, self._timeouts)
@@ -229,22 +248,45 @@ class BucketSource(_BucketRequests):
                     cell.row_key = key
                     nbytes += len(cell.value)
                 received += 1
-                if stray is not None and stray(key):
+                granted += 1
+                if stray is None or not stray(key):
+                    if stats is not None:
+                        count_row(stats, nbytes, started)
+                    if keys is not None:
+                        keys.append(key)
+                    items.append(row)
+                    pushed += 1
+                    got += nbytes
+                    if nbytes > largest:
+                        largest = nbytes
+                    if feed.wake_at < _UNWATCHED and len(items) >= feed.wake_at:
+                        feed.wake()
+                if granted < end_at and got <= cap:
                     continue
-                if stats is not None:
-                    count_row(stats, nbytes, started)
-                keys.append(key)
-                items.append(row)
-                pushed += 1
-                got += nbytes
-                if nbytes > largest:
-                    largest = nbytes
-                if feed.wake_at < _UNWATCHED and len(keys) >= feed.wake_at:
-                    feed.wake()
-                if got > cap and received < size:
+                if streams:
+                    # The grant is used up (or a row wider than any seen took it
+                    # past its byte cap): the next one, in the same stream.
+                    feed.got_bytes += got
+                    feed.largest = largest
+                    got = 0
+                    if self._limiter.waiting:
+                        # Another request waits for a slot: give this one up
+                        # (the merge ends the grant, with `pushed` rows).
+                        early = True
+                        break
+                    size = feed.renew(size, pushed)
+                    pushed = granted = 0
+                    if not size:
+                        # Nothing granted now: the consumer is behind. End the
+                        # stream (no slot held while rows wait to be taken).
+                        early = True
+                        break
+                    cap = feed.cap
+                    end_at = size
+                elif received < size:
                     # A row larger than any seen took the request past its byte
                     # cap: end it here (between rows, so nothing leaks).
-                    capped = True
+                    early = True
                     break
             else:
                 complete = True
@@ -273,10 +315,12 @@ class BucketSource(_BucketRequests):
                 limiter.release(feed.read)
                 if token is not None:
                     current_bucket().reset(token)
-        if capped:
+        if early:  # (ended between rows: more may follow its last)
             return Sent(pushed, self._advance(received, received, key))
         if not complete:  # stopped: the read is ending
             return Sent(pushed, False)
+        if streams:  # (the rest of its range came: no limit cut it)
+            return Sent(pushed, self._advance(received, received + 1, key))
         return Sent(pushed, self._advance(received, size, key))
 
 
@@ -729,6 +773,7 @@ class ReadCall(_Read[Awaitable[bool]]):
             budget=budget,
             stop_requests=self.stop_requests,
             slots=int(limiter.total_tokens),
+            key=_ROW_KEY,
         )
 
     async def stop_requests(self) -> None:

@@ -51,8 +51,8 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, final
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, cast, final
 
 import anyio
 
@@ -79,6 +79,8 @@ __all__ = [
     "Feed",
     "Merge",
     "MergeCore",
+    "Producer",
+    "ProducerBase",
     "Sent",
     "Source",
     "SyncSource",
@@ -122,6 +124,20 @@ class Source(Protocol[T]):
     """Runs one request of at most ``size`` items, appending them to ``feed`` as they arrive."""
 
     def __call__(self, size: int, feed: Feed[T], /) -> Awaitable[Sent]: ...
+
+
+class Producer(Protocol[T]):
+    """A source that runs its own producer loop, as the producer task itself.
+
+    ``produce(merge, feed)`` is what :class:`Merge` runs for it: a loop of
+    ``size = await merge.next_size(feed)`` (0: stop), one request of at most
+    ``size`` items, ``merge.request_done(feed, pushed)``, inside
+    ``async with merge.producing(feed)``. The same loop as a :class:`Source`'s,
+    one frame fewer between the task and the source's stream (each item
+    that arrives resumes every frame of the task).
+    """
+
+    def produce(self, merge: Merge[T], feed: Feed[T], /) -> Awaitable[None]: ...
 
 
 @final
@@ -758,7 +774,7 @@ class Merge(MergeCore[T]):
 
     def __init__(
         self,
-        sources: Sequence[Source[T]],
+        sources: Sequence[Source[T] | Producer[T]],
         *,
         ordered: bool = True,
         limit: int | None = None,
@@ -862,8 +878,11 @@ class Merge(MergeCore[T]):
         try:
             with self._scope:
                 async with anyio.create_task_group() as tg:
-                    for i in range(len(self._sources)):
-                        tg.start_soon(self._produce, i)
+                    for i, source in enumerate(self._sources):
+                        if isinstance(source, ProducerBase):
+                            tg.start_soon(source.produce, self, self._feeds[i])
+                        else:
+                            tg.start_soon(self._produce, i)
         except Exception as exc:  # handed to the consumer, which raises it
             if self._error is None:
                 self._error = _first_error(exc)
@@ -878,21 +897,19 @@ class Merge(MergeCore[T]):
     async def _produce(self, i: int) -> None:
         feed = self._feeds[i]
         source = self._sources[i]
-        try:
-            while True:
-                size = self._demand(feed)
-                while size is None:
-                    waiter = feed._waiter = asyncio.get_running_loop().create_future()
-                    await waiter
-                    size = self._demand(feed)
-                if not size:
-                    return
-                self._start(feed, size)
-                sent = await source(size, feed)
-                if feed.asked:  # (0: the source's last renew ended its grant)
-                    self._end(feed, feed.asked, sent.pushed)
+        run = cast("Source[T]", source)
+        async with self.producing(feed):
+            while size := await self.next_size(feed):
+                sent = await run(size, feed)
+                self.request_done(feed, sent.pushed)
                 if not sent.more:
                     return
+
+    @contextlib.asynccontextmanager
+    async def producing(self, feed: Feed[T]) -> AsyncIterator[None]:
+        """Around a producer's loop (see :class:`Producer`): its failure stops the merge."""
+        try:
+            yield
         except Exception as exc:
             if self._error is None:
                 self._error = exc
@@ -908,6 +925,26 @@ class Merge(MergeCore[T]):
             raise
         finally:
             self._source_done(feed)
+
+    async def next_size(self, feed: Feed[T]) -> int:
+        """Wait until the engine grants ``feed`` its next request; its size (0: stop).
+
+        The request counts as started (its size and :attr:`Feed.cap`) once this returns.
+        """
+        size = self._demand(feed)
+        while size is None:
+            waiter = feed._waiter = asyncio.get_running_loop().create_future()
+            await waiter
+            size = self._demand(feed)
+        if size:
+            self._start(feed, size)
+        return size
+
+    def request_done(self, feed: Feed[T], pushed: int) -> None:
+        """The request :meth:`next_size` granted ended, ``pushed`` items appended in its
+        last grant (see :meth:`Feed.renew`)."""
+        if feed.asked:  # (0: the source's last renew ended its grant)
+            self._end(feed, feed.asked, pushed)
 
     async def _end_requests(self) -> None:
         if self._stop_requests is not None:
@@ -1251,6 +1288,15 @@ def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:
 
 
 _CANCELLED_FROM_OUTSIDE: Final = "the merge's producers were cancelled from outside"
+
+
+class ProducerBase:
+    """A :class:`Producer` subclasses this, so :class:`Merge` tells it from a :class:`Source`."""
+
+    __slots__ = ()
+
+    async def produce(self, merge: Merge[Any], feed: Feed[Any], /) -> None:
+        raise NotImplementedError
 
 
 class _Closed(Exception):

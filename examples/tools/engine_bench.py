@@ -128,8 +128,9 @@ class Scans:
             for sub in salted.plan(ReadRowsQuery()).subqueries
         ]
         self.first: float | None = None
-        #: Requests the last salted scan made (CallStats.requests).
+        #: Requests the last salted scan made (CallStats.requests), while `stats` is set.
         self.requests = 0
+        self.stats = False
 
     async def raw16(self, query: ReadRowsQuery | None = None) -> int:
         subs = self.subs if query is None else self.sub_queries(query)
@@ -163,7 +164,7 @@ class Scans:
         start = time.perf_counter()
         n = 0
         self.first = None
-        stats = CallStats()
+        stats = CallStats() if self.stats else None
         stream = await self.salted.read_rows_stream(
             query or ReadRowsQuery(), ordered=ordered, stats=stats
         )
@@ -171,8 +172,17 @@ class Scans:
             if not n:
                 self.first = time.perf_counter() - start
             n += 1
-        self.requests = stats.requests
+        self.requests = 0 if stats is None else stats.requests
         return n
+
+    async def count_requests(self, ordered: bool) -> int:
+        """Requests one salted scan makes (a scan with CallStats, outside the timings)."""
+        self.stats = True
+        try:
+            await self.salted_scan(ordered)
+        finally:
+            self.stats = False
+        return self.requests
 
     async def salted_ordered(self, query: ReadRowsQuery) -> int:
         return await self.salted_scan(True, query)
@@ -263,7 +273,6 @@ async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
     fns = [scans.raw16, scans.ordered, scans.unordered, scans.raw1]
     took: dict[str, list[float]] = {n: [] for n in names}
     first: dict[str, list[float]] = {n: [] for n in names[1:]}
-    requests: dict[str, list[int]] = {"salted_ordered": [], "salted_unordered": []}
     for r in range(rounds):
         order = list(range(len(names)))
         order = order[r % len(order) :] + order[: r % len(order)]
@@ -275,8 +284,10 @@ async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
             took[names[i]].append(seconds)
             if names[i] in first and scans.first is not None:
                 first[names[i]].append(scans.first / seconds)
-            if names[i] in requests:
-                requests[names[i]].append(scans.requests)
+    requests = {
+        "salted_ordered": await scans.count_requests(True),
+        "salted_unordered": await scans.count_requests(False),
+    }
     raw = took["raw_16_subscans"]
     return {
         "paired": {
@@ -289,7 +300,7 @@ async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
                 for a, b in zip(took["raw_1_scan"], took["salted_ordered"], strict=True)
             ]
         },
-        "requests_per_scan": {n: spread([float(x) for x in v]) for n, v in requests.items()},
+        "requests_per_scan": requests,
         "rows_per_s": {n: spread([rows / t for t in took[n]]) for n in names},
         "ratio_vs_raw_16": {
             n: spread([a / b for a, b in zip(raw, took[n], strict=True)])
@@ -369,7 +380,6 @@ async def firstrow(
             took: dict[str, list[float]] = {k: [] for k in fns}
             first: dict[str, list[float]] = {k: [] for k in fns}
             firsts: dict[str, list[float]] = {k: [] for k in fns}
-            requests: list[int] = []
             names = list(fns)
             for r in range(rounds):
                 for name in names[r % 3 :] + names[: r % 3]:
@@ -381,14 +391,12 @@ async def firstrow(
                     if scans.first is not None:
                         first[name].append(scans.first / seconds)
                         firsts[name].append(scans.first * 1000)
-                    if name == "salted_ordered":
-                        requests.append(scans.requests)
             out[str(n)] = {
                 "rows": rows,
                 "first_row_fraction": {k: spread(v) for k, v in first.items()},
                 "first_row_ms": {k: spread(v) for k, v in firsts.items()},
                 "scan_seconds": {k: spread(v) for k, v in took.items()},
-                "ordered_requests": spread([float(x) for x in requests]),
+                "ordered_requests": await scans.count_requests(True),
             }
             print(json.dumps({n: out[str(n)]["first_row_fraction"]}), file=sys.stderr)
         finally:

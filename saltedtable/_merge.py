@@ -93,7 +93,7 @@ T = TypeVar("T")
 #: Items a source the consumer waits for must hold before it wakes the
 #: consumer (or its request's end, or :data:`WAKE_DELAY`): the consumer's
 #: work per wake visits every source, so larger batches share it.
-WAKE_BATCH: Final = 8
+WAKE_BATCH: Final = 16
 #: Seconds after which a waiting consumer takes whatever has arrived, even
 #: short of :data:`WAKE_BATCH`, while items come slowly; while they flow, a
 #: wait is bounded by about 1.5 x :data:`STALL_SECONDS` instead (see
@@ -174,6 +174,7 @@ class Feed(Generic[T]):
         "streams",
         "taken_last",
         "wake_at",
+        "wake_left",
     )
 
     def __init__(self, merge: MergeCore[T], index: int) -> None:
@@ -183,6 +184,11 @@ class Feed(Generic[T]):
         self.keys: list[Any] = self.items if merge._key is not None else []
         #: The source calls :meth:`wake` once it holds this many items.
         self.wake_at = _NEVER
+        #: The same, as a countdown (async :class:`Merge` only): while it is
+        #: positive, the consumer waits for this feed, and a source may count it
+        #: down by one per item appended and call :meth:`wake` when it reaches 0
+        #: (no ``len`` per item). 0 while the consumer does not wait for it.
+        self.wake_left = 0
         #: No more items will come (the source finished, failed or stopped).
         self.done = False
         #: Size of the request running now (0: none).
@@ -225,6 +231,7 @@ class Feed(Generic[T]):
     def wake(self) -> None:
         """Wake the consumer waiting for this feed."""
         self.wake_at = _NEVER
+        self.wake_left = 0
         self._merge._wake()
 
     def renew(self, size: int, pushed: int) -> int:
@@ -393,6 +400,10 @@ class MergeCore(Generic[T]):
 
     # -- what a driver provides ----------------------------------------------------
 
+    #: :meth:`_release` has work even for a producer that does not wait (the
+    #: thread driver starts requests there); the async one only wakes a waiter.
+    _release_idle = True
+
     def _wake(self) -> None:
         """Wake the consumer if it waits."""
         raise NotImplementedError
@@ -551,7 +562,8 @@ class MergeCore(Generic[T]):
             self._reserved -= entry[1]
             del pending[0]
         feed.running_taken += count  # items of the running request
-        self._release(feed)
+        if self._release_idle or feed._waiter is not None:
+            self._release(feed)
         if self._room_waiters:
             self._release_room()
 
@@ -657,19 +669,32 @@ class MergeCore(Generic[T]):
                 out.sort(key=kf)
         if out:
             return out, []
-        return [], [feed for feed in live if not feed.done and feed.bound == mark]
+        return [], [
+            feed
+            for feed in live
+            if not feed.done
+            and (
+                (feed.keys[-1] if kf is None else kf(feed.keys[-1]))
+                if feed.keys
+                else feed.taken_last
+            )
+            == mark
+        ]
 
     def _take_unordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
         if self._error is not None or self._closed:
             self._stopped()
         out: list[T] = []
+        kf = self._key
         for feed in live:
-            if feed.keys:
-                count = len(feed.keys)
-                feed.taken_last = feed.bound
+            keys = feed.keys
+            if keys:
+                count = len(keys)
+                feed.taken_last = keys[-1] if kf is None else kf(keys[-1])
                 out += feed.items
                 feed.items.clear()
-                feed.keys.clear()
+                if kf is None:
+                    keys.clear()
                 self._taken(feed, count)
         return out, [feed for feed in live if not feed.done]
 
@@ -797,6 +822,7 @@ class Merge(MergeCore[T]):
         )
         self._sources = list(sources)
         self._stop_requests = stop_requests
+        self._release_idle = False  # (_release only wakes a producer's waiter)
         self._waiter: asyncio.Future[None] | None = None
         self._timed = True  # the next batch wait has a timer (see _wait)
         #: When the untimed batch wait running now began (0.0: none runs; see _StallWatch).
@@ -1004,6 +1030,7 @@ class Merge(MergeCore[T]):
         if batch is not None:
             for feed in feeds:
                 feed.wake_at = batch
+                feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
         waiter = self._waiter = loop.create_future()
         timer = None
         started = 0.0
@@ -1038,6 +1065,7 @@ class Merge(MergeCore[T]):
                 )
             for feed in feeds:
                 feed.wake_at = _NEVER
+                feed.wake_left = 0
         if self._error is not None or self._closed:
             self._stopped()
 

@@ -48,7 +48,6 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
-from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, Merge, MergeCore, ProducerBase, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._slots import AsyncSlots, Slots
@@ -237,7 +236,7 @@ class BucketSource(_BucketRequests, ProducerBase):
                             query, **request_timeouts(self._deadline, self._timeouts)
                         )
                         # The hot loop: the bare client loop, the relabelling and sizing, a
-                        # length check only while the consumer waits for this feed.
+                        # countdown only while the consumer waits for this feed.
                         async for row in stream:
                             if self.stopped:
                                 break  # between rows: end_stream below cancels the RPC
@@ -262,8 +261,10 @@ class BucketSource(_BucketRequests, ProducerBase):
                                 got += nbytes
                                 if nbytes > largest:
                                     largest = nbytes
-                                if feed.wake_at < _UNWATCHED and len(items) >= feed.wake_at:
-                                    feed.wake()
+                                if feed.wake_left:  # the consumer waits for this feed
+                                    feed.wake_left -= 1
+                                    if not feed.wake_left:
+                                        feed.wake()
                             if granted < end_at and got <= cap:
                                 continue
                             if streams:

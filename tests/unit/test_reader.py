@@ -281,3 +281,35 @@ async def test_a_read_cancelled_during_its_cleanup_is_still_reported_once(read: 
         assert stats.rows == 10
     else:
         assert stats.rows == 1
+
+
+async def test_a_streamed_request_gives_its_slot_up_to_a_waiting_request() -> None:
+    """Four buckets streaming in four slots: a request that waits for a slot gets one at the
+    streams' next page, not when a bucket is done; the scan still reads every row once."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4), max_concurrent_subscans=4)  # type: ignore[arg-type]
+    keys = [b"w%05d" % i for i in range(4000)]
+    await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in keys])
+    fake.stats.queries.clear()
+    got_slot = anyio.Event()
+
+    async def other_request() -> None:
+        async with table.limiter:  # a request of another read, waiting for a slot
+            got_slot.set()
+
+    seen: list[bytes] = []
+    at_slot: int | None = None
+    async with anyio.create_task_group() as tg:
+        async for row in await table.read_rows_stream(ReadRowsQuery()):
+            seen.append(row.row_key)
+            if len(seen) == 20:
+                assert table.limiter.free == 0  # the four streams hold every slot
+                tg.start_soon(other_request)
+            if at_slot is None and got_slot.is_set():
+                at_slot = len(seen)
+    assert seen == sorted(keys)
+    assert fake.stats.rows_sent == len(keys)  # resumed after its last row: nothing twice
+    # The first pages are 256 rows (rows not yet measured), the next cover a bucket:
+    # without giving the slot up at the page's end it would come only near the end.
+    assert at_slot is not None
+    assert at_slot < len(keys) // 2

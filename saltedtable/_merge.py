@@ -10,6 +10,10 @@ items and their sort keys to the feed as they arrive, and returns how many it
 appended and whether more may follow. The engine decides when each source runs
 its next request and how large it is (see :mod:`saltedtable._strategy`):
 
+* a read without a limit whose sources all fit its slots may *stream*: a
+  source keeps its request open past its grant and asks :meth:`Feed.renew`
+  for the next one as the last one's items arrive (a page costs no round
+  trip); each grant counts as a request of its size would;
 * every item a request may return has room before the request starts, so a
   source never waits for the consumer in the middle of a request: room in
   items (its size) and in bytes (its :attr:`Feed.cap`; the source stops after
@@ -244,8 +248,9 @@ class Feed(Generic[T]):
         would (:attr:`cap` is the new grant's; put the ended grant's bytes in
         :attr:`got_bytes` and keep :attr:`largest` up to date first). Returns
         the new grant's size, or 0: none now (the budget is full, or the
-        merge stops); the source then ends its request and returns
-        ``Sent(0, more)``: the ended grant is already accounted for.
+        merge stops); the source then ends its request and reports 0 items
+        for it (``Sent(0, more)``, or ``merge.request_done(feed, 0)``): the
+        ended grant is already accounted for.
         """
         return self._merge._renew(self, size, pushed)
 

@@ -399,6 +399,9 @@ async def firstrow(
                 "ordered_requests": await scans.count_requests(True),
             }
             print(json.dumps({n: out[str(n)]["first_row_fraction"]}), file=sys.stderr)
+        except Exception as exc:  # (e.g. a scan past its operation_timeout): say so, go on
+            out[str(n)] = {"rows": rows, "error": f"{type(exc).__name__}: {exc}"[:500]}
+            print(json.dumps({n: out[str(n)]}), file=sys.stderr)
         finally:
             delete_table(address, table_id, missing_ok=True)
     return out

@@ -362,6 +362,11 @@ class MergeCore(Generic[T]):
     # -- what callers see --------------------------------------------------------
 
     @property
+    def ordered(self) -> bool:
+        """Whether items are merged in key order (else handed over as they arrive)."""
+        return self._ordered
+
+    @property
     def emitted(self) -> int:
         """Items handed to the consumer so far."""
         return self._emitted

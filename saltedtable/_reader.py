@@ -197,7 +197,11 @@ class BucketSource(_BucketRequests, ProducerBase):
         (One flat coroutine on purpose, run as the task itself: the task pays
         for every frame between it and the stream each time a row arrives.)
         """
-        streams = feed.streams
+        can_stream = feed.streams
+        # An ordered read's first request to a bucket keeps its row limit: the
+        # merge waits for every bucket's first row, which comes later while
+        # the other buckets' streams are unbounded (measured on the emulator).
+        first_paged = merge.ordered
         stats = self._bstats
         limiter = self._limiter
         cut = self._cut
@@ -209,6 +213,7 @@ class BucketSource(_BucketRequests, ProducerBase):
         try:
             async with merge.producing(feed):
                 while size := await merge.next_size(feed):
+                    streams = can_stream and not (first_paged and feed.requests == 1)
                     query = self._cursor.next_query(None if streams else size)
                     if query is None or self.stopped:
                         merge.request_done(feed, 0)

@@ -13,7 +13,8 @@ here, and the generated code calls the one of the same name in
 - :func:`fan_out`: run one function over ``range(count)``, a bounded number at
   once (tasks of a task group here, threads of a pool there);
 - :func:`new_merge`: the merge driver of a read (:class:`~._merge.Merge`
-  here, :class:`~._merge.ThreadMerge` there: both hand-written);
+  here, :class:`~._merge.ThreadMerge` there: both hand-written), and
+  :data:`ROW_KEY`, how the merge of the bucket sources finds a row's key;
 - :class:`Lock`: one operation at a time, waited for until a deadline;
 - :func:`run_blocking`: call a blocking function (in a worker thread here).
 """
@@ -21,10 +22,11 @@ here, and the generated code calls the one of the same name in
 from __future__ import annotations
 
 import asyncio
+import operator
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 import anyio
 import anyio.to_thread
@@ -33,9 +35,13 @@ from ._merge import Merge, Source
 from ._slots import AsyncSlots
 from ._strategy import ReadBudget
 
-__all__ = ["Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
+__all__ = ["ROW_KEY", "Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
 
 T = TypeVar("T")
+
+#: How the merge of a read's bucket sources finds an item's key: the async
+#: sources append rows only, and the merge reads each row's key.
+ROW_KEY: Final[Callable[[Any], bytes]] = operator.attrgetter("row_key")
 
 
 def capacity(limiter: AsyncSlots) -> int:
@@ -78,6 +84,7 @@ def new_merge(
     budget: ReadBudget,
     stop_requests: Callable[[], Awaitable[None]],
     limit: int | None = None,
+    key: Callable[[T], Any] | None = None,
 ) -> Merge[T]:
     """The merge of ``sources``: at most ``slots`` requests at once, in tasks."""
     return Merge(
@@ -87,6 +94,7 @@ def new_merge(
         budget=budget,
         stop_requests=stop_requests,
         slots=slots,
+        key=key,
     )
 
 

@@ -15,15 +15,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 from ._merge import SyncSource, ThreadMerge
 from ._slots import Slots
 from ._strategy import ReadBudget
 
-__all__ = ["Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
+__all__ = ["ROW_KEY", "Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
 
 T = TypeVar("T")
+
+#: How the merge of a read's bucket sources finds an item's key: None, as the
+#: sync sources append each row's key to their feed themselves.
+ROW_KEY: Final[None] = None
 
 #: How long one wait for a slot lasts before :func:`slot` waits again (a thread
 #: cannot wait for ever in one go: see ``threading.TIMEOUT_MAX``).
@@ -66,6 +70,7 @@ def new_merge(
     budget: ReadBudget,
     stop_requests: Callable[[], bool],
     limit: int | None = None,
+    key: None = None,
 ) -> ThreadMerge[T]:
     """The merge of ``sources``: at most ``slots`` requests at once, in a pool's threads."""
     return ThreadMerge(

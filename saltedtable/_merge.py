@@ -10,6 +10,10 @@ items and their sort keys to the feed as they arrive, and returns how many it
 appended and whether more may follow. The engine decides when each source runs
 its next request and how large it is (see :mod:`saltedtable._strategy`):
 
+* a read without a limit whose sources all fit its slots may *stream*: a
+  source keeps its request open past its grant and asks :meth:`Feed.renew`
+  for the next one as the last one's items arrive (a page costs no round
+  trip); each grant counts as a request of its size would;
 * every item a request may return has room before the request starts, so a
   source never waits for the consumer in the middle of a request: room in
   items (its size) and in bytes (its :attr:`Feed.cap`; the source stops after
@@ -51,8 +55,8 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, final
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, cast, final
 
 import anyio
 
@@ -79,6 +83,8 @@ __all__ = [
     "Feed",
     "Merge",
     "MergeCore",
+    "Producer",
+    "ProducerBase",
     "Sent",
     "Source",
     "SyncSource",
@@ -91,7 +97,7 @@ T = TypeVar("T")
 #: Items a source the consumer waits for must hold before it wakes the
 #: consumer (or its request's end, or :data:`WAKE_DELAY`): the consumer's
 #: work per wake visits every source, so larger batches share it.
-WAKE_BATCH: Final = 8
+WAKE_BATCH: Final = 16
 #: Seconds after which a waiting consumer takes whatever has arrived, even
 #: short of :data:`WAKE_BATCH`, while items come slowly; while they flow, a
 #: wait is bounded by about 1.5 x :data:`STALL_SECONDS` instead (see
@@ -122,6 +128,20 @@ class Source(Protocol[T]):
     """Runs one request of at most ``size`` items, appending them to ``feed`` as they arrive."""
 
     def __call__(self, size: int, feed: Feed[T], /) -> Awaitable[Sent]: ...
+
+
+class Producer(Protocol[T]):
+    """A source that runs its own producer loop, as the producer task itself.
+
+    ``produce(merge, feed)`` is what :class:`Merge` runs for it: a loop of
+    ``size = await merge.next_size(feed)`` (0: stop), one request of at most
+    ``size`` items, ``merge.request_done(feed, pushed)``, inside
+    ``async with merge.producing(feed)``. The same loop as a :class:`Source`'s,
+    one frame fewer between the task and the source's stream (each item
+    that arrives resumes every frame of the task).
+    """
+
+    def produce(self, merge: Merge[T], feed: Feed[T], /) -> Awaitable[None]: ...
 
 
 @final
@@ -155,15 +175,24 @@ class Feed(Generic[T]):
         "pending",
         "requests",
         "running_taken",
+        "streams",
         "taken_last",
         "wake_at",
+        "wake_left",
     )
 
     def __init__(self, merge: MergeCore[T], index: int) -> None:
         self.items: list[T] = []
-        self.keys: list[Any] = []
+        #: With a merge's ``key`` function, the same list as :attr:`items` (a
+        #: source appends each item once; the merge takes keys from items).
+        self.keys: list[Any] = self.items if merge._key is not None else []
         #: The source calls :meth:`wake` once it holds this many items.
         self.wake_at = _NEVER
+        #: The same, as a countdown (async :class:`Merge` only): while it is
+        #: positive, the consumer waits for this feed, and a source may count it
+        #: down by one per item appended and call :meth:`wake` when it reaches 0
+        #: (no ``len`` per item). 0 while the consumer does not wait for it.
+        self.wake_left = 0
         #: No more items will come (the source finished, failed or stopped).
         self.done = False
         #: Size of the request running now (0: none).
@@ -186,6 +215,10 @@ class Feed(Generic[T]):
         self.charged = 0
         #: Items of the running request the consumer took while it ran.
         self.running_taken = 0
+        #: The source may keep its request open past the size it was granted,
+        #: asking :meth:`renew` for more (a read without a limit whose
+        #: sources all fit the slots: see :meth:`renew`).
+        self.streams = merge._streams
         self.index = index
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
@@ -193,12 +226,33 @@ class Feed(Generic[T]):
     @property
     def bound(self) -> Any:
         """The last key delivered (None: nothing yet): every later key is larger."""
-        return self.keys[-1] if self.keys else self.taken_last
+        keys = self.keys
+        if not keys:
+            return self.taken_last
+        key = self._merge._key
+        return keys[-1] if key is None else key(keys[-1])
 
     def wake(self) -> None:
         """Wake the consumer waiting for this feed."""
         self.wake_at = _NEVER
+        self.wake_left = 0
         self._merge._wake()
+
+    def renew(self, size: int, pushed: int) -> int:
+        """End the running grant of ``size`` items (``pushed`` of them appended) and
+        grant the next at once if the engine would start a request now.
+
+        For a source whose request streams (:attr:`streams`): one request can
+        carry many grants, so a page of items costs no new request and no round
+        trip. Each grant counts exactly as a request of its size and byte cap
+        would (:attr:`cap` is the new grant's; put the ended grant's bytes in
+        :attr:`got_bytes` and keep :attr:`largest` up to date first). Returns
+        the new grant's size, or 0: none now (the budget is full, or the
+        merge stops); the source then ends its request and reports 0 items
+        for it (``Sent(0, more)``, or ``merge.request_done(feed, 0)``): the
+        ended grant is already accounted for.
+        """
+        return self._merge._renew(self, size, pushed)
 
     @property
     def read(self) -> object:
@@ -251,6 +305,10 @@ class MergeCore(Generic[T]):
         slots: Requests that can run at once (None: as many as there are
             sources). With more sources than slots, the first request of each
             source in an ordered read asks less (:func:`~._strategy.first_request`).
+        key: The key of an item (None: sources append keys to :attr:`Feed.keys`
+            themselves). With a key, :attr:`Feed.keys` is :attr:`Feed.items`:
+            a source appends each item once, and the merge computes keys (in C,
+            with an ``operator.attrgetter``) only where it compares them.
     """
 
     def __init__(
@@ -263,6 +321,7 @@ class MergeCore(Generic[T]):
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
         slots: int | None = None,
+        key: Callable[[T], Any] | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit}")
@@ -276,6 +335,10 @@ class MergeCore(Generic[T]):
         self._wake_batch = wake_batch
         self._wake_delay = wake_delay
         self._slots = slots
+        self._key = key
+        # Sources may stream their requests (Feed.renew): a read without a
+        # limit whose sources all fit the slots, so none waits for another's page.
+        self._streams = limit is None and (slots is None or sources <= slots)
         self._feeds = [Feed(self, i) for i in range(sources)]
         self._live = sources  # sources not done
         self._asked = 0  # items asked by requests running now
@@ -297,6 +360,11 @@ class MergeCore(Generic[T]):
         self._gone = False  # every producer has returned or failed
 
     # -- what callers see --------------------------------------------------------
+
+    @property
+    def ordered(self) -> bool:
+        """Whether items are merged in key order (else handed over as they arrive)."""
+        return self._ordered
 
     @property
     def emitted(self) -> int:
@@ -341,6 +409,10 @@ class MergeCore(Generic[T]):
         return self._largest
 
     # -- what a driver provides ----------------------------------------------------
+
+    #: :meth:`_release` has work even for a producer that does not wait (the
+    #: thread driver starts requests there); the async one only wakes a waiter.
+    _release_idle = True
 
     def _wake(self) -> None:
         """Wake the consumer if it waits."""
@@ -416,9 +488,22 @@ class MergeCore(Generic[T]):
         feed.grant = 0
         return ask
 
-    def _start(self, feed: Feed[T], size: int) -> None:
+    def _renew(self, feed: Feed[T], size: int, pushed: int) -> int:
+        """See :meth:`Feed.renew`."""
+        self._end(feed, size, pushed)
+        if self._stopping or self._limit is not None:
+            return 0
+        ask = self._ask_page(feed)
+        if ask is None:
+            return 0
+        feed.cap = ask.cap
+        self._start(feed, ask.rows, renewed=True)
+        return ask.rows
+
+    def _start(self, feed: Feed[T], size: int, *, renewed: bool = False) -> None:
         feed.asked = size
-        feed.requests += 1
+        if not renewed:
+            feed.requests += 1
         self._asked += size
         self._peak = max(self._peak, self._asked + self._held)
         self._reserved += feed.cap
@@ -487,7 +572,8 @@ class MergeCore(Generic[T]):
             self._reserved -= entry[1]
             del pending[0]
         feed.running_taken += count  # items of the running request
-        self._release(feed)
+        if self._release_idle or feed._waiter is not None:
+            self._release(feed)
         if self._room_waiters:
             self._release_room()
 
@@ -546,11 +632,12 @@ class MergeCore(Generic[T]):
             self._stopped()  # closed from another task: its feeds may be cut short
         mark: Any = None
         lagging: list[Feed[T]] = []
+        kf = self._key
         for feed in live:
             if feed.done:
                 continue
             keys = feed.keys  # (feed.bound, without a call per feed)
-            bound = keys[-1] if keys else feed.taken_last
+            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
             if bound is None:
                 lagging.append(feed)
             elif mark is None or bound < mark:
@@ -568,35 +655,56 @@ class MergeCore(Generic[T]):
             keys = feed.keys
             if not keys:
                 continue
-            if mark is None or keys[-1] <= mark:
+            last = keys[-1] if kf is None else kf(keys[-1])
+            if mark is None or last <= mark:
                 end = len(keys)
-            elif keys[0] > mark:
+            elif (keys[0] if kf is None else kf(keys[0])) > mark:
                 continue
             else:
-                end = bisect.bisect_right(keys, mark, 1, len(keys) - 1)
+                end = bisect.bisect_right(keys, mark, 1, len(keys) - 1, key=kf)
+                last = keys[end - 1] if kf is None else kf(keys[end - 1])
             runs += 1
-            feed.taken_last = keys[end - 1]
-            out_keys += keys[:end]
-            out += feed.items[:end]
-            del keys[:end], feed.items[:end]
+            feed.taken_last = last
+            items = feed.items
+            out += items[:end]
+            if kf is None:
+                out_keys += keys[:end]
+                del keys[:end]
+            del items[:end]
             self._taken(feed, end)
         if runs > 1:
-            out = _in_key_order(out, out_keys)
+            if kf is None:
+                out = _in_key_order(out, out_keys)
+            else:
+                out.sort(key=kf)
         if out:
             return out, []
-        return [], [feed for feed in live if not feed.done and feed.bound == mark]
+        return [], [
+            feed
+            for feed in live
+            if not feed.done
+            and (
+                (feed.keys[-1] if kf is None else kf(feed.keys[-1]))
+                if feed.keys
+                else feed.taken_last
+            )
+            == mark
+        ]
 
     def _take_unordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
         if self._error is not None or self._closed:
             self._stopped()
         out: list[T] = []
+        kf = self._key
         for feed in live:
-            if feed.keys:
-                count = len(feed.keys)
-                feed.taken_last = feed.keys[-1]
+            keys = feed.keys
+            if keys:
+                count = len(keys)
+                feed.taken_last = keys[-1] if kf is None else kf(keys[-1])
                 out += feed.items
                 feed.items.clear()
-                feed.keys.clear()
+                if kf is None:
+                    keys.clear()
                 self._taken(feed, count)
         return out, [feed for feed in live if not feed.done]
 
@@ -608,7 +716,10 @@ class MergeCore(Generic[T]):
         assert self._limit is not None
         if self._asked or any(feed.grant for feed in live):
             return  # a round is still running
-        held = sorted(key for feed in live for key in feed.keys)
+        kf = self._key
+        held = sorted(
+            key for feed in live for key in (feed.keys if kf is None else map(kf, feed.items))
+        )
         feeds = [feed for feed in live if not feed.done]
         # The second round keeps to what the first left of the fetch bound (if
         # the first left any); a third, rare, asks all that any bucket could
@@ -693,11 +804,12 @@ class Merge(MergeCore[T]):
             early, or another source failed): a task cancelled while it waits
             for a gRPC message leaks memory in grpc.aio (see :mod:`._cancel`).
         slots: Requests that can run at once (see :class:`MergeCore`).
+        key: The key of an item, or None (see :class:`MergeCore`).
     """
 
     def __init__(
         self,
-        sources: Sequence[Source[T]],
+        sources: Sequence[Source[T] | Producer[T]],
         *,
         ordered: bool = True,
         limit: int | None = None,
@@ -706,6 +818,7 @@ class Merge(MergeCore[T]):
         wake_delay: float = WAKE_DELAY,
         stop_requests: Callable[[], Awaitable[None]] | None = None,
         slots: int | None = None,
+        key: Callable[[T], Any] | None = None,
     ) -> None:
         super().__init__(
             len(sources),
@@ -715,9 +828,11 @@ class Merge(MergeCore[T]):
             wake_batch=wake_batch,
             wake_delay=wake_delay,
             slots=slots,
+            key=key,
         )
         self._sources = list(sources)
         self._stop_requests = stop_requests
+        self._release_idle = False  # (_release only wakes a producer's waiter)
         self._waiter: asyncio.Future[None] | None = None
         self._timed = True  # the next batch wait has a timer (see _wait)
         #: When the untimed batch wait running now began (0.0: none runs; see _StallWatch).
@@ -799,8 +914,11 @@ class Merge(MergeCore[T]):
         try:
             with self._scope:
                 async with anyio.create_task_group() as tg:
-                    for i in range(len(self._sources)):
-                        tg.start_soon(self._produce, i)
+                    for i, source in enumerate(self._sources):
+                        if isinstance(source, ProducerBase):
+                            tg.start_soon(source.produce, self, self._feeds[i])
+                        else:
+                            tg.start_soon(self._produce, i)
         except Exception as exc:  # handed to the consumer, which raises it
             if self._error is None:
                 self._error = _first_error(exc)
@@ -815,20 +933,19 @@ class Merge(MergeCore[T]):
     async def _produce(self, i: int) -> None:
         feed = self._feeds[i]
         source = self._sources[i]
-        try:
-            while True:
-                size = self._demand(feed)
-                while size is None:
-                    waiter = feed._waiter = asyncio.get_running_loop().create_future()
-                    await waiter
-                    size = self._demand(feed)
-                if not size:
-                    return
-                self._start(feed, size)
-                sent = await source(size, feed)
-                self._end(feed, size, sent.pushed)
+        run = cast("Source[T]", source)
+        async with self.producing(feed):
+            while size := await self.next_size(feed):
+                sent = await run(size, feed)
+                self.request_done(feed, sent.pushed)
                 if not sent.more:
                     return
+
+    @contextlib.asynccontextmanager
+    async def producing(self, feed: Feed[T]) -> AsyncIterator[None]:
+        """Around a producer's loop (see :class:`Producer`): its failure stops the merge."""
+        try:
+            yield
         except Exception as exc:
             if self._error is None:
                 self._error = exc
@@ -844,6 +961,26 @@ class Merge(MergeCore[T]):
             raise
         finally:
             self._source_done(feed)
+
+    async def next_size(self, feed: Feed[T]) -> int:
+        """Wait until the engine grants ``feed`` its next request; its size (0: stop).
+
+        The request counts as started (its size and :attr:`Feed.cap`) once this returns.
+        """
+        size = self._demand(feed)
+        while size is None:
+            waiter = feed._waiter = asyncio.get_running_loop().create_future()
+            await waiter
+            size = self._demand(feed)
+        if size:
+            self._start(feed, size)
+        return size
+
+    def request_done(self, feed: Feed[T], pushed: int) -> None:
+        """The request :meth:`next_size` granted ended, ``pushed`` items appended in its
+        last grant (see :meth:`Feed.renew`)."""
+        if feed.asked:  # (0: the source's last renew ended its grant)
+            self._end(feed, feed.asked, pushed)
 
     async def _end_requests(self) -> None:
         if self._stop_requests is not None:
@@ -903,6 +1040,7 @@ class Merge(MergeCore[T]):
         if batch is not None:
             for feed in feeds:
                 feed.wake_at = batch
+                feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
         waiter = self._waiter = loop.create_future()
         timer = None
         started = 0.0
@@ -937,6 +1075,7 @@ class Merge(MergeCore[T]):
                 )
             for feed in feeds:
                 feed.wake_at = _NEVER
+                feed.wake_left = 0
         if self._error is not None or self._closed:
             self._stopped()
 
@@ -1187,6 +1326,15 @@ def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:
 
 
 _CANCELLED_FROM_OUTSIDE: Final = "the merge's producers were cancelled from outside"
+
+
+class ProducerBase:
+    """A :class:`Producer` subclasses this, so :class:`Merge` tells it from a :class:`Source`."""
+
+    __slots__ = ()
+
+    async def produce(self, merge: Merge[Any], feed: Feed[Any], /) -> None:
+        raise NotImplementedError
 
 
 class _Closed(Exception):

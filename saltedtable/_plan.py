@@ -323,8 +323,13 @@ class PageCursor:
         """The last physical key read so far (the resume point), or None."""
         return self._after
 
-    def next_query(self, size: int) -> ReadRowsQuery | None:
-        """Return the request for the next page of at most ``size`` rows, or None."""
+    def next_query(self, size: int | None) -> ReadRowsQuery | None:
+        """Return the request for the next page of at most ``size`` rows, or None.
+
+        ``size`` None: no row limit (a request streamed for as long as its
+        reader takes rows; report an early end as a full page,
+        ``advance(rows, rows, last_key)``).
+        """
         if self._done:
             return None
         after = self._after
@@ -345,7 +350,7 @@ class PageCursor:
         return ReadRowsQuery(
             row_keys=list(keys[lo:hi]),
             row_ranges=[r.to_row_range() for r in ranges],
-            limit=size,
+            limit=size or None,
             row_filter=self.sub.row_filter,
         )
 

@@ -18,7 +18,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
-from ._concurrency import capacity, new_merge
+from ._concurrency import ROW_KEY, capacity, new_merge
 from ._contracts import ReadRowsStream
 from ._merge import Merge
 from ._plan import ReadPlan
@@ -126,6 +126,7 @@ class ReadCall(_Read[Awaitable[bool]]):
             limit=plan.limit,
             budget=budget,
             stop_requests=partial(stop_sources, sources),
+            key=ROW_KEY,
         )
 
     async def _try_one(self) -> list[Row] | None:

@@ -20,7 +20,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
-from ._concurrency_sync import capacity, new_merge
+from ._concurrency_sync import ROW_KEY, capacity, new_merge
 from ._contracts import SyncReadRowsStream
 from ._merge import ThreadMerge
 from ._plan import ReadPlan
@@ -128,6 +128,7 @@ class SyncReadCall(_Read[bool]):
             limit=plan.limit,
             budget=budget,
             stop_requests=partial(stop_sync_sources, sources),
+            key=ROW_KEY,
         )
 
     def _try_one(self) -> list[Row] | None:

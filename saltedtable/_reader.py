@@ -40,7 +40,7 @@ import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, final
+from typing import Any, Final, Generic, TypeVar, final
 
 import anyio
 from google.api_core.exceptions import DeadlineExceeded
@@ -49,8 +49,7 @@ from google.cloud.bigtable.data.row import Row
 
 from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from ._contracts import ReadRowsStream, SyncReadRowsStream
-from ._merge import UNWATCHED as _UNWATCHED
-from ._merge import Feed, MergeCore, Sent, ThreadMerge
+from ._merge import Feed, Merge, MergeCore, ProducerBase, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._slots import AsyncSlots, Slots
 from ._stats import (
@@ -83,6 +82,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("saltedtable.reader")
+
+_NEVER: Final = 1 << 62
 
 #: What the table's guard check returns: an awaitable (async) or a bool (sync).
 G = TypeVar("G")
@@ -154,7 +155,7 @@ class _BucketRequests:
 
 
 @final
-class BucketSource(_BucketRequests):
+class BucketSource(_BucketRequests, ProducerBase):
     """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
 
     __slots__ = ("_limiter", "stopped", "stream")
@@ -179,106 +180,163 @@ class BucketSource(_BucketRequests):
         #: The read is ending: no new request, and the one running was ended on purpose.
         self.stopped = False
 
-    async def __call__(self, size: int, feed: Feed[Row]) -> Sent:
-        """Run the next request of at most ``size`` rows, pushing each row into ``feed``.
+    async def produce(self, merge: Merge[Row], feed: Feed[Row]) -> None:
+        """The bucket's producer task: its requests in turn (a :class:`~._merge.Producer`).
 
-        (One flat coroutine on purpose: the task pays for every frame between
-        it and the stream each time a row arrives.)
+        The engine grants each request (``merge.next_size``); the request pushes
+        each row into ``feed``. Where the feed allows it
+        (:attr:`~._merge.Feed.streams`), a request has no row limit: when its
+        grant's rows have come (or its byte cap is passed) it asks the engine
+        for the next grant (:meth:`~._merge.Feed.renew`) and reads on in the
+        same stream, so a page costs no round trip. It ends the stream,
+        between rows, when the engine grants nothing now (the consumer is
+        behind: no slot is held while the consumer does not take rows) or
+        another request waits for a slot (the table's other reads get their turn).
+
+        (One flat coroutine on purpose, run as the task itself: the task pays
+        for every frame between it and the stream each time a row arrives.)
         """
-        query = self._cursor.next_query(size)
-        if query is None or self.stopped:
-            return Sent(0, False)
+        can_stream = feed.streams
+        # An ordered read's first request to a bucket keeps its row limit: the
+        # merge waits for every bucket's first row, which comes later while
+        # the other buckets' streams are unbounded (measured on the emulator).
+        first_paged = merge.ordered
         stats = self._bstats
-        token = None if stats is None else current_bucket().set(stats)
         limiter = self._limiter
-        # The slot is held for this one request; waiting for it counts
-        # against the read's operation_timeout like the request itself.
+        cut = self._cut
+        items = feed.items
+        # (None: a keyed merge, whose keys are the items' own: one append a row.)
+        keys = None if feed.keys is items else feed.keys
+        stray = self._stray
+        token = None if stats is None else current_bucket().set(stats)
         try:
-            # Read-ahead (the consumer does not wait for this bucket) yields to
-            # requests whose consumers wait (see _slots).
-            if not await take_slot(limiter, self._deadline, feed.urgent, feed.read):
-                raise self._annotate(slot_timeout(self._timeouts, limiter.total_tokens), None)
-        except BaseException:
+            async with merge.producing(feed):
+                while size := await merge.next_size(feed):
+                    streams = can_stream and not (first_paged and feed.requests == 1)
+                    query = self._cursor.next_query(None if streams else size)
+                    if query is None or self.stopped:
+                        merge.request_done(feed, 0)
+                        return
+                    # The slot is held for this one request; waiting for it counts
+                    # against the read's operation_timeout like the request itself.
+                    # Read-ahead (the consumer does not wait for this bucket) yields
+                    # to requests whose consumers wait (see _slots).
+                    if not await take_slot(limiter, self._deadline, feed.urgent, feed.read):
+                        raise self._annotate(
+                            slot_timeout(self._timeouts, limiter.total_tokens), None
+                        )
+                    started = time.monotonic()
+                    cap = feed.cap
+                    # Rows of the request, and of its running grant (pushed, received, bytes).
+                    received = pushed = got = granted = 0
+                    # A streamed request's grant ends after `size` rows; a paged one's request does.
+                    end_at = size if streams else _NEVER
+                    largest = feed.largest
+                    key: bytes | None = None
+                    stream = None
+                    complete = early = False
+                    try:
+                        stream = self.stream = await self._read_rows_stream(
+                            query, **request_timeouts(self._deadline, self._timeouts)
+                        )
+                        # The hot loop: the bare client loop, the relabelling and sizing, a
+                        # countdown only while the consumer waits for this feed.
+                        async for row in stream:
+                            if self.stopped:
+                                break  # between rows: end_stream below cancels the RPC
+                            key = row.row_key[cut:]
+                            row.row_key = key
+                            nbytes = len(key)
+                            for cell in row.cells:
+                                cell.row_key = key
+                                nbytes += len(cell.value)
+                            received += 1
+                            granted += 1
+                            if stray is None or not stray(key):
+                                if stats is not None:  # (count_row, inline: no call a row)
+                                    if stats.first_page_seconds is None:
+                                        stats.first_page_seconds = time.monotonic() - started
+                                    stats.rows += 1
+                                    stats.bytes += nbytes
+                                if keys is not None:
+                                    keys.append(key)
+                                items.append(row)
+                                pushed += 1
+                                got += nbytes
+                                if nbytes > largest:
+                                    largest = nbytes
+                                if feed.wake_left:  # the consumer waits for this feed
+                                    feed.wake_left -= 1
+                                    if not feed.wake_left:
+                                        feed.wake()
+                            if granted < end_at and got <= cap:
+                                continue
+                            if streams:
+                                # The grant is used up (or a row wider than any seen took
+                                # it past its byte cap): the next one, in the same stream.
+                                feed.got_bytes += got
+                                feed.largest = largest
+                                got = 0
+                                if limiter.waiting:
+                                    # Another request waits for a slot: give this one up
+                                    # (request_done ends the grant, with `pushed` rows).
+                                    early = True
+                                    break
+                                size = feed.renew(size, pushed)
+                                pushed = granted = 0
+                                if not size:
+                                    # Nothing granted now: the consumer is behind. End
+                                    # the stream (no slot held while rows wait).
+                                    early = True
+                                    break
+                                cap = feed.cap
+                                end_at = size
+                            elif received < size:
+                                # A row larger than any seen took the request past its
+                                # byte cap: end it here (between rows, nothing leaks).
+                                early = True
+                                break
+                        else:
+                            complete = not self.stopped
+                    except asyncio.CancelledError:
+                        if not self.stopped or _cancel_requested():
+                            raise
+                        # ReadCall.stop_requests cancelled the RPC under this read
+                        # (grpc.aio raises CancelledError in the task waiting for its
+                        # next message).
+                    except Exception as exc:
+                        raise self._annotate(exc, key) from None
+                    finally:
+                        self.stream = None
+                        feed.got_bytes += got
+                        feed.largest = largest
+                        if stats is not None:
+                            count_request(stats, time.monotonic() - started)
+                        try:
+                            if stream is not None:
+                                with anyio.CancelScope(shield=True):
+                                    if complete:
+                                        await stream.aclose()
+                                    else:
+                                        # Stopped at its cap, failed or cancelled: make
+                                        # sure the RPC ends too.
+                                        await end_stream(stream)
+                        finally:
+                            limiter.release(feed.read)
+                    if early:  # (ended between rows: more may follow its last)
+                        more = self._advance(received, received, key)
+                    elif not complete:  # stopped: the read is ending
+                        more = False
+                    elif streams:  # (the rest of its range came: no limit cut it)
+                        more = self._advance(received, received + 1, key)
+                    else:
+                        more = self._advance(received, size, key)
+                    merge.request_done(feed, pushed)
+                    if not more:
+                        return
+        finally:
             if token is not None:
                 current_bucket().reset(token)
-            raise
-        started = time.monotonic()
-        cut = self._cut
-        keys, items = feed.keys, feed.items
-        stray = self._stray
-        cap = feed.cap
-        received = pushed = got = 0
-        largest = feed.largest
-        key: bytes | None = None
-        stream = None
-        complete = capped = False
-        try:
-            stream = self.stream = await self._read_rows_stream(
-                query, **request_timeouts(self._deadline, self._timeouts)
-            )
-            if self.stopped:  # (stopped while the request was being made)
-                return Sent(0, False)
-            # The hot loop: the bare client loop, the relabelling and sizing, a
-            # length check only while the consumer waits for this feed.
-            async for row in stream:
-                if self.stopped:
-                    break  # between rows: end_stream below cancels the RPC, nothing leaks
-                key = row.row_key[cut:]
-                row.row_key = key
-                nbytes = len(key)
-                for cell in row.cells:
-                    cell.row_key = key
-                    nbytes += len(cell.value)
-                received += 1
-                if stray is not None and stray(key):
-                    continue
-                if stats is not None:
-                    count_row(stats, nbytes, started)
-                keys.append(key)
-                items.append(row)
-                pushed += 1
-                got += nbytes
-                if nbytes > largest:
-                    largest = nbytes
-                if feed.wake_at < _UNWATCHED and len(keys) >= feed.wake_at:
-                    feed.wake()
-                if got > cap and received < size:
-                    # A row larger than any seen took the request past its byte
-                    # cap: end it here (between rows, so nothing leaks).
-                    capped = True
-                    break
-            else:
-                complete = True
-        except asyncio.CancelledError:
-            if not self.stopped or _cancel_requested():
-                raise
-            # stop_sources cancelled the RPC under this read (grpc.aio
-            # raises CancelledError in the task waiting for its next message).
-        except Exception as exc:
-            raise self._annotate(exc, key) from None
-        finally:
-            self.stream = None
-            feed.got_bytes += got
-            feed.largest = largest
-            if stats is not None:
-                count_request(stats, time.monotonic() - started)
-            try:
-                if stream is not None:
-                    with anyio.CancelScope(shield=True):
-                        if complete:
-                            await stream.aclose()
-                        else:
-                            # Stopped at its cap, failed or cancelled: make sure the RPC ends too.
-                            await end_stream(stream)
-            finally:
-                limiter.release(feed.read)
-                if token is not None:
-                    current_bucket().reset(token)
-        if capped:
-            return Sent(pushed, self._advance(received, received, key))
-        if not complete:  # stopped: the read is ending
-            return Sent(pushed, False)
-        return Sent(pushed, self._advance(received, size, key))
 
 
 class _OneRequest:

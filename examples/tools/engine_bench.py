@@ -13,11 +13,18 @@ Sections (``--sections``, default all):
   ``ordered=False``. Python function calls per row: deterministic, unlike timings
   on a shared machine.
 * ``throughput``: the same scans timed, A/B alternating, ``--rounds`` times, plus one
-  raw scan of the whole table; paired ratios (median and range), and the time to the
-  first row as a fraction of each salted scan.
+  raw scan of the whole table; paired ratios (median and range), the time to the
+  first row as a fraction of each salted scan, and the requests each salted scan made.
+  ``--runs`` repeats the section and pools the paired ratios of every round of every
+  run: their median, the 2.5-97.5 percentile interval, and a 95% confidence interval
+  of the median (order statistics, distribution-free).
 * ``delay``: every request first sleeps 1 ms or 5 ms (a proxy in front of the table):
   the full scans, a 100-row prefix and a ``limit=10`` read, salted against raw in the
   same run.
+* ``firstrow``: for each ``--n`` (number of buckets), a table of ``--firstrow-rows-per-bucket``
+  rows per bucket (at least 25): the time to the first row as a fraction of the whole
+  scan, saltedtable ordered and ``ordered=False`` against the raw client's single scan
+  of the same physical table (``--rounds`` rounds, alternating).
 * ``wide``: a fresh process streams a table of 64 KiB rows (and one of 1 MiB rows),
   raw single scan against saltedtable ordered and unordered with the default budget;
   peak RSS (VmHWM) of each, and saltedtable's ``peak_buffered_bytes``.
@@ -30,6 +37,7 @@ import asyncio
 import contextlib
 import cProfile
 import json
+import math
 import os
 import pstats
 import statistics
@@ -49,7 +57,7 @@ from google.cloud.bigtable.data import (
     SetCell,
 )
 
-from saltedtable import SaltedTableAsync, SaltScheme, prefix_end
+from saltedtable import CallStats, SaltedTableAsync, SaltScheme, prefix_end
 from saltedtable.testing import (
     EMULATOR_HOST_ENV,
     INSTANCE,
@@ -70,10 +78,12 @@ def key_of(i: int) -> bytes:
     return b"user%05d#%05d" % (i // ROWS_PER_PREFIX, i % ROWS_PER_PREFIX)
 
 
-async def load(client: BigtableDataClientAsync, table_id: str, rows: int, size: int) -> None:
+async def load(
+    client: BigtableDataClientAsync, table_id: str, rows: int, size: int, buckets: int = BUCKETS
+) -> None:
     """``rows`` rows of one ``size``-byte cell, written through a salted table."""
     table = SaltedTableAsync.from_client(
-        client, INSTANCE, table_id, SaltScheme(BUCKETS), guard=False
+        client, INSTANCE, table_id, SaltScheme(buckets), guard=False
     )
     batch = max(1, min(2000, (8 << 20) // size))
     for start in range(0, rows, batch):
@@ -118,6 +128,9 @@ class Scans:
             for sub in salted.plan(ReadRowsQuery()).subqueries
         ]
         self.first: float | None = None
+        #: Requests the last salted scan made (CallStats.requests), while `stats` is set.
+        self.requests = 0
+        self.stats = False
 
     async def raw16(self, query: ReadRowsQuery | None = None) -> int:
         subs = self.subs if query is None else self.sub_queries(query)
@@ -138,18 +151,38 @@ class Scans:
         ]
 
     async def raw1(self) -> int:
-        return await count(await self.raw.read_rows_stream(ReadRowsQuery()))
+        start = time.perf_counter()
+        n = 0
+        self.first = None
+        async for _ in await self.raw.read_rows_stream(ReadRowsQuery()):
+            if not n:
+                self.first = time.perf_counter() - start
+            n += 1
+        return n
 
     async def salted_scan(self, ordered: bool, query: ReadRowsQuery | None = None) -> int:
         start = time.perf_counter()
         n = 0
         self.first = None
-        stream = await self.salted.read_rows_stream(query or ReadRowsQuery(), ordered=ordered)
+        stats = CallStats() if self.stats else None
+        stream = await self.salted.read_rows_stream(
+            query or ReadRowsQuery(), ordered=ordered, stats=stats
+        )
         async for _ in stream:
             if not n:
                 self.first = time.perf_counter() - start
             n += 1
+        self.requests = 0 if stats is None else stats.requests
         return n
+
+    async def count_requests(self, ordered: bool) -> int:
+        """Requests one salted scan makes (a scan with CallStats, outside the timings)."""
+        self.stats = True
+        try:
+            await self.salted_scan(ordered)
+        finally:
+            self.stats = False
+        return self.requests
 
     async def salted_ordered(self, query: ReadRowsQuery) -> int:
         return await self.salted_scan(True, query)
@@ -167,6 +200,32 @@ def spread(values: list[float]) -> dict[str, float]:
         "median": round(statistics.median(ordered), 3),
         "min": round(ordered[0], 3),
         "max": round(ordered[-1], 3),
+    }
+
+
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median: the order statistics
+    x_(j) and x_(n-j+1) (1-based) for the largest j with P(j <= Binomial(n, 1/2) <= n - j)
+    >= ``level`` (the whole range when n is too small for any)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    pmf = [math.comb(n, i) / 2**n for i in range(n + 1)]
+    j = 1
+    while j + 1 <= n - j - 1 and sum(pmf[j + 1 : n - j]) >= level:
+        j += 1
+    return ordered[j - 1], ordered[n - j]
+
+
+def pooled(values: list[float]) -> dict[str, Any]:
+    """Median, 2.5-97.5 percentile interval and 95% CI of the median of paired ratios."""
+    ordered = sorted(values)
+    lo, hi = median_ci(ordered)
+    cuts = statistics.quantiles(ordered, n=40, method="inclusive") if len(ordered) > 1 else []
+    return {
+        "n": len(ordered),
+        "median": round(statistics.median(ordered), 3),
+        "median_95ci": [round(lo, 3), round(hi, 3)],
+        "p2.5_p97.5": [round(cuts[0], 3), round(cuts[-1], 3)] if cuts else None,
     }
 
 
@@ -213,7 +272,7 @@ async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
     names = ["raw_16_subscans", "salted_ordered", "salted_unordered", "raw_1_scan"]
     fns = [scans.raw16, scans.ordered, scans.unordered, scans.raw1]
     took: dict[str, list[float]] = {n: [] for n in names}
-    first: dict[str, list[float]] = {"salted_ordered": [], "salted_unordered": []}
+    first: dict[str, list[float]] = {n: [] for n in names[1:]}
     for r in range(rounds):
         order = list(range(len(names)))
         order = order[r % len(order) :] + order[: r % len(order)]
@@ -225,8 +284,23 @@ async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
             took[names[i]].append(seconds)
             if names[i] in first and scans.first is not None:
                 first[names[i]].append(scans.first / seconds)
+    requests = {
+        "salted_ordered": await scans.count_requests(True),
+        "salted_unordered": await scans.count_requests(False),
+    }
     raw = took["raw_16_subscans"]
     return {
+        "paired": {
+            n: [round(a / b, 4) for a, b in zip(raw, took[n], strict=True)]
+            for n in ("salted_ordered", "salted_unordered")
+        }
+        | {
+            "ordered_vs_raw_1_scan": [
+                round(a / b, 4)
+                for a, b in zip(took["raw_1_scan"], took["salted_ordered"], strict=True)
+            ]
+        },
+        "requests_per_scan": requests,
         "rows_per_s": {n: spread([rows / t for t in took[n]]) for n in names},
         "ratio_vs_raw_16": {
             n: spread([a / b for a, b in zip(raw, took[n], strict=True)])
@@ -278,6 +352,58 @@ async def delays(
                 else None
             ),
         }
+    return out
+
+
+async def firstrow(
+    address: str,
+    client: BigtableDataClientAsync,
+    ns: list[int],
+    per_bucket: int,
+    rounds: int,
+) -> dict[str, Any]:
+    """Time to the first row as a fraction of the whole scan, for N buckets."""
+    out: dict[str, Any] = {}
+    for n in ns:
+        rows = n * per_bucket
+        table_id = f"first-{uuid.uuid4().hex[:8]}"
+        create_table(address, table_id, (FAMILY,))
+        try:
+            await load(client, table_id, rows, 100, buckets=n)
+            raw = client.get_table(INSTANCE, table_id)
+            scans = Scans(raw, SaltedTableAsync(raw, SaltScheme(n), guard=False))
+            fns = {
+                "raw_1_scan": scans.raw1,
+                "salted_ordered": scans.ordered,
+                "salted_unordered": scans.unordered,
+            }
+            took: dict[str, list[float]] = {k: [] for k in fns}
+            first: dict[str, list[float]] = {k: [] for k in fns}
+            firsts: dict[str, list[float]] = {k: [] for k in fns}
+            names = list(fns)
+            for r in range(rounds):
+                for name in names[r % 3 :] + names[: r % 3]:
+                    start = time.perf_counter()
+                    got = await fns[name]()
+                    seconds = time.perf_counter() - start
+                    assert got == rows, (name, got, rows)
+                    took[name].append(seconds)
+                    if scans.first is not None:
+                        first[name].append(scans.first / seconds)
+                        firsts[name].append(scans.first * 1000)
+            out[str(n)] = {
+                "rows": rows,
+                "first_row_fraction": {k: spread(v) for k, v in first.items()},
+                "first_row_ms": {k: spread(v) for k, v in firsts.items()},
+                "scan_seconds": {k: spread(v) for k, v in took.items()},
+                "ordered_requests": await scans.count_requests(True),
+            }
+            print(json.dumps({n: out[str(n)]["first_row_fraction"]}), file=sys.stderr)
+        except Exception as exc:  # (e.g. a scan past its operation_timeout): say so, go on
+            out[str(n)] = {"rows": rows, "error": f"{type(exc).__name__}: {exc}"[:500]}
+            print(json.dumps({n: out[str(n)]}), file=sys.stderr)
+        finally:
+            delete_table(address, table_id, missing_ok=True)
     return out
 
 
@@ -396,7 +522,14 @@ async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
                     report["profile"] = await profile(scans, args.rows)
                     print(json.dumps(report["profile"], indent=1), file=sys.stderr)
                 if "throughput" in args.sections:
-                    report["throughput"] = await throughput(scans, args.rows, args.rounds)
+                    runs = [
+                        await throughput(scans, args.rows, args.rounds) for _ in range(args.runs)
+                    ]
+                    report["throughput"] = runs[0] if args.runs == 1 else {"runs": runs}
+                    report["throughput"]["pooled_ratios"] = {
+                        name: pooled([x for run in runs for x in run["paired"][name]])
+                        for name in runs[0]["paired"]
+                    }
                     print(json.dumps(report["throughput"], indent=1), file=sys.stderr)
                 if "delay" in args.sections:
                     report["delay"] = await delays(
@@ -405,6 +538,11 @@ async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
                     print(json.dumps(report["delay"], indent=1), file=sys.stderr)
             finally:
                 delete_table(address, table_id, missing_ok=True)
+        if "firstrow" in args.sections:
+            report["firstrow"] = await firstrow(
+                address, client, args.n, max(25, args.firstrow_rows_per_bucket), args.rounds
+            )
+            print(json.dumps(report["firstrow"], indent=1), file=sys.stderr)
         if "wide" in args.sections:
             report["wide"] = await wide(address, client, args.wide_mb, args.wide_runs)
     return report
@@ -414,13 +552,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--runs", type=int, default=1, help="throughput: repeat the section, pool the ratios"
+    )
+    parser.add_argument(
+        "--n", type=int, nargs="+", default=[16, 256, 1024, 4096], help="firstrow: buckets"
+    )
+    parser.add_argument("--firstrow-rows-per-bucket", type=int, default=25)
     parser.add_argument("--wide-mb", type=int, default=512, help="size of each wide-row table")
     parser.add_argument("--wide-runs", type=int, default=1, help="fresh processes per scan")
     parser.add_argument(
         "--sections",
         nargs="+",
         default=["profile", "throughput", "delay", "wide"],
-        choices=["profile", "throughput", "delay", "wide"],
+        choices=["profile", "throughput", "delay", "firstrow", "wide"],
     )
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     args = parser.parse_args()

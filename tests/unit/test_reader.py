@@ -30,16 +30,46 @@ async def filled(**kwargs: object) -> tuple[FakeTable, SaltedTableAsync]:
 
 @pytest.mark.parametrize("ordered", [True, False])
 async def test_small_budgets_read_in_many_requests_without_gaps_or_repeats(ordered: bool) -> None:
-    """A budget of 28 rows over 4 buckets: requests of 7 rows while all 4 read, every row once."""
+    """A budget of 28 rows over 4 buckets: each bucket's stream is granted 7 rows at a time,
+    and ended and resumed after its last row whenever the consumer is behind; every row once."""
     fake, table = await filled(budget=ReadBudget(rows=28))
-    rows = await table.read_rows(ReadRowsQuery(), ordered=ordered)
-    got = [r.row_key for r in rows]
+    stats = CallStats()
+    got = []
+    async for row in await table.read_rows_stream(ReadRowsQuery(), ordered=ordered, stats=stats):
+        got.append(row.row_key)
+        if len(got) % 5 == 0:
+            await asyncio.sleep(0)  # a consumer that is sometimes behind
     assert (got if ordered else sorted(got)) == KEYS
+    # Streamed: no request has a row limit (but an ordered read's first to each bucket,
+    # a page of at most a share); the budget bounds what was asked and not taken.
+    firsts: dict[bytes, ReadRowsQuery] = {}
+    for q in fake.stats.queries:
+        firsts.setdefault(q.row_ranges[0].start_key[:2], q)
+    assert len(firsts) == 4
+    for q in fake.stats.queries:
+        if ordered and q is firsts[q.row_ranges[0].start_key[:2]]:
+            assert q.limit is not None
+            assert q.limit <= 7
+        else:
+            assert q.limit is None
+    assert stats.peak_buffered_rows <= 28
+    # Resumed right after the last row a stream delivered: no row came twice.
+    assert fake.stats.rows_sent == len(KEYS)
+    assert stats.requests == len(fake.stats.queries) >= 4
+
+
+async def test_small_budgets_page_when_the_buckets_do_not_fit_the_slots() -> None:
+    """Two slots for four buckets: requests of at most a share of the budget, every row once."""
+    fake, table = await filled(budget=ReadBudget(rows=28), max_concurrent_subscans=2)
+    rows = await table.read_rows(ReadRowsQuery())
+    assert [r.row_key for r in rows] == KEYS
     assert all(c.row_key == r.row_key for r in rows for c in r.cells)
     firsts: dict[bytes, int | None] = {}
     for q in fake.stats.queries:
         firsts.setdefault(q.row_ranges[0].start_key[:2], q.limit)
-    assert list(firsts.values()) == [7, 7, 7, 7]
+    # At most a share (7) each first: fewer where the buckets wait for slots in turn.
+    assert len(firsts) == 4
+    assert all(size is not None and size <= 7 for size in firsts.values())
     # A bucket's share grows to 28 / 3, 28 / 2, 28 as the others finish first.
     assert all(q.limit is not None and q.limit <= 28 for q in fake.stats.queries)
     assert len(fake.stats.queries) >= len(KEYS) // 7
@@ -261,3 +291,35 @@ async def test_a_read_cancelled_during_its_cleanup_is_still_reported_once(read: 
         assert stats.rows == 10
     else:
         assert stats.rows == 1
+
+
+async def test_a_streamed_request_gives_its_slot_up_to_a_waiting_request() -> None:
+    """Four buckets streaming in four slots: a request that waits for a slot gets one at the
+    streams' next page, not when a bucket is done; the scan still reads every row once."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4), max_concurrent_subscans=4)  # type: ignore[arg-type]
+    keys = [b"w%05d" % i for i in range(4000)]
+    await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in keys])
+    fake.stats.queries.clear()
+    got_slot = anyio.Event()
+
+    async def other_request() -> None:
+        async with table.limiter:  # a request of another read, waiting for a slot
+            got_slot.set()
+
+    seen: list[bytes] = []
+    at_slot: int | None = None
+    async with anyio.create_task_group() as tg:
+        async for row in await table.read_rows_stream(ReadRowsQuery()):
+            seen.append(row.row_key)
+            if len(seen) == 20:
+                assert table.limiter.free == 0  # the four streams hold every slot
+                tg.start_soon(other_request)
+            if at_slot is None and got_slot.is_set():
+                at_slot = len(seen)
+    assert seen == sorted(keys)
+    assert fake.stats.rows_sent == len(keys)  # resumed after its last row: nothing twice
+    # The first pages are 256 rows (rows not yet measured), the next cover a bucket:
+    # without giving the slot up at the page's end it would come only near the end.
+    assert at_slot is not None
+    assert at_slot < len(keys) // 2

@@ -58,6 +58,7 @@ import anyio
 
 from ._strategy import (
     DEFAULT_ROW_BYTES,
+    READ_AHEAD_ROWS,
     Ask,
     ReadBudget,
     allowance,
@@ -69,6 +70,7 @@ from ._strategy import (
     ramp,
     refills,
     unordered_shares,
+    widen,
 )
 
 __all__ = [
@@ -147,6 +149,7 @@ class Feed(Generic[T]):
         "charged",
         "done",
         "got_bytes",
+        "ended_at",
         "grant",
         "index",
         "items",
@@ -157,6 +160,7 @@ class Feed(Generic[T]):
         "running_taken",
         "taken_last",
         "wake_at",
+        "window",
     )
 
     def __init__(self, merge: MergeCore[T], index: int) -> None:
@@ -186,6 +190,11 @@ class Feed(Generic[T]):
         self.charged = 0
         #: Items of the running request the consumer took while it ran.
         self.running_taken = 0
+        #: Items the feed may hold and have asked for (reads without a limit);
+        #: see :func:`~._strategy.widen`.
+        self.window = READ_AHEAD_ROWS
+        #: When its last request ended (``time.monotonic()``; 0: none has).
+        self.ended_at = 0.0
         self.index = index
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
@@ -375,18 +384,15 @@ class MergeCore(Generic[T]):
 
     def _ask_page(self, feed: Feed[T]) -> Ask | None:
         """The next request of a read without a limit (see :func:`~._strategy.page_ask`)."""
-        held = len(feed.keys)
-        ask = page_ask(
-            self._budget,
-            live=self._live,
-            largest=self._largest,
-            held_rows=held,
-            held_bytes=feed.charged,
-            rows_room=self._room(),
-            bytes_room=self._budget.bytes - self._reserved,
-            needs_head=self._ordered,
-            alone=not self._asked and not self._held,
-        )
+        ask = self._page(feed)
+        if ask is not None and feed.ended_at:
+            # Once per request: the consumer took the feed down to half its
+            # window this soon after its last request ended (see widen).
+            since, feed.ended_at = time.monotonic() - feed.ended_at, 0.0
+            window = widen(feed.window, since, self._budget.rows)
+            if window != feed.window:
+                feed.window = window
+                ask = self._page(feed)
         if ask is None:
             # Woken when the consumer takes from this feed, or room comes free.
             self._room_waiters.append(feed)
@@ -399,6 +405,20 @@ class MergeCore(Generic[T]):
             rows = min(ask.rows, first_request(share, len(self._feeds), self._slots))
             ask = Ask(rows, ask.cap)
         return ask
+
+    def _page(self, feed: Feed[T]) -> Ask | None:
+        return page_ask(
+            self._budget,
+            live=self._live,
+            largest=self._largest,
+            held_rows=len(feed.keys),
+            held_bytes=feed.charged,
+            rows_room=self._room(),
+            bytes_room=self._budget.bytes - self._reserved,
+            needs_head=self._ordered,
+            alone=not self._asked and not self._held,
+            window=feed.window,
+        )
 
     def _ask_limited(self, feed: Feed[T]) -> Ask | None:
         """A granted request of a read with a limit, within the bytes the budget has left."""
@@ -426,6 +446,7 @@ class MergeCore(Generic[T]):
 
     def _end(self, feed: Feed[T], size: int, pushed: int) -> None:
         feed.asked = 0
+        feed.ended_at = time.monotonic()
         self._asked -= size
         self._held += pushed
         self._received += pushed

@@ -58,7 +58,8 @@ import anyio
 
 from ._strategy import (
     DEFAULT_ROW_BYTES,
-    READ_AHEAD_ROWS,
+    FIRST_PAGE_ROWS,
+    READ_AHEAD_SECONDS,
     Ask,
     ReadBudget,
     allowance,
@@ -66,6 +67,7 @@ from ._strategy import (
     fetch_bound,
     first_request,
     first_round,
+    first_window,
     page_ask,
     ramp,
     refills,
@@ -148,8 +150,8 @@ class Feed(Generic[T]):
         "cap",
         "charged",
         "done",
-        "got_bytes",
         "ended_at",
+        "got_bytes",
         "grant",
         "index",
         "items",
@@ -192,7 +194,7 @@ class Feed(Generic[T]):
         self.running_taken = 0
         #: Items the feed may hold and have asked for (reads without a limit);
         #: see :func:`~._strategy.widen`.
-        self.window = READ_AHEAD_ROWS
+        self.window = FIRST_PAGE_ROWS
         #: When its last request ended (``time.monotonic()``; 0: none has).
         self.ended_at = 0.0
         self.index = index
@@ -286,6 +288,9 @@ class MergeCore(Generic[T]):
         self._wake_delay = wake_delay
         self._slots = slots
         self._feeds = [Feed(self, i) for i in range(sources)]
+        window = first_window(sources)
+        for feed in self._feeds:
+            feed.window = window
         self._live = sources  # sources not done
         self._asked = 0  # items asked by requests running now
         self._received = 0  # items every request so far delivered
@@ -387,8 +392,12 @@ class MergeCore(Generic[T]):
         ask = self._page(feed)
         if ask is not None and feed.ended_at:
             # Once per request: the consumer took the feed down to half its
-            # window this soon after its last request ended (see widen).
+            # window this soon after its last request ended (see widen). Not
+            # after the first: the merge's first batch takes every bucket's
+            # rows up to the lowest first page at once, whatever the consumer's pace.
             since, feed.ended_at = time.monotonic() - feed.ended_at, 0.0
+            if feed.requests < 2:
+                since = READ_AHEAD_SECONDS
             window = widen(feed.window, since, self._budget.rows)
             if window != feed.window:
                 feed.window = window

@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENT_SUBSCANS",
     "DEFAULT_ROW_BYTES",
     "FIRST_PAGE_ROWS",
+    "MIN_WINDOW_ROWS",
     "READ_AHEAD_ROWS",
     "READ_AHEAD_SECONDS",
     "Ask",
@@ -51,6 +52,7 @@ __all__ = [
     "fetch_bound",
     "first_request",
     "first_round",
+    "first_window",
     "one_request_size",
     "page_ask",
     "ramp",
@@ -68,9 +70,13 @@ DEFAULT_ROW_BYTES: Final = 512
 #: one request per bucket; it bounds the first pages of reads over few buckets, whose
 #: pages at the assumed 512 B a row are thousands of rows.
 FIRST_PAGE_ROWS: Final = 256
-#: The read-ahead window a bucket of a read without a limit starts with: the
-#: rows it may hold and have asked for at once (see :func:`widen`).
-READ_AHEAD_ROWS: Final = FIRST_PAGE_ROWS
+#: The read-ahead a read without a limit starts with, across its buckets: each
+#: bucket's window (the rows it may hold and have asked for at once) starts at
+#: its part of this, within [:data:`MIN_WINDOW_ROWS`, :data:`FIRST_PAGE_ROWS`]
+#: (see :func:`first_window`, :func:`widen`).
+READ_AHEAD_ROWS: Final = 4 * FIRST_PAGE_ROWS
+#: The smallest window a bucket starts with (pages of fewer rows cost more per row).
+MIN_WINDOW_ROWS: Final = 64
 #: A bucket's read-ahead window doubles when its consumer takes half of it
 #: within this many seconds of the bucket's last request's end (see :func:`widen`).
 READ_AHEAD_SECONDS: Final = 1.0
@@ -257,7 +263,7 @@ def page_ask(
         alone: No request of the read runs and it holds no row.
         window: Rows the bucket may hold and have asked for, at most, while
             its consumer has not shown it needs more (None: its share; see
-            :data:`READ_AHEAD_ROWS`).
+            :func:`widen`).
     """
     est = DEFAULT_ROW_BYTES if largest is None else max(1, largest)
     share_rows = allowance(budget, live, est)
@@ -297,11 +303,23 @@ def ramp(ask: Ask, *, requests: int, measured: bool) -> Ask:
     return ask if ask.rows <= most else Ask(most, ask.cap)
 
 
+def first_window(buckets: int) -> int:
+    """The read-ahead window each of a read's ``buckets`` starts with (see :func:`widen`).
+
+    :data:`READ_AHEAD_ROWS` shared by the buckets, at least
+    :data:`MIN_WINDOW_ROWS` and at most :data:`FIRST_PAGE_ROWS` each: a read of
+    few buckets keeps first pages of :data:`FIRST_PAGE_ROWS` (a read of a few
+    hundred rows a bucket in one request each), and a read of many buckets
+    whose consumer is slow does not start with thousands of rows nobody takes.
+    """
+    return max(MIN_WINDOW_ROWS, min(FIRST_PAGE_ROWS, READ_AHEAD_ROWS // max(1, buckets)))
+
+
 def widen(window: int, since_end: float, most: int) -> int:
     """A bucket's read-ahead window, now that it is about to ask again.
 
     A bucket of a read without a limit asks again once it holds half its
-    window (:func:`page_ask`), which starts at :data:`READ_AHEAD_ROWS`. When
+    window (:func:`page_ask`), which starts at :func:`first_window`. When
     that happens within :data:`READ_AHEAD_SECONDS` of its last request's end
     (``since_end``), its consumer takes rows faster than half a window a
     period, so the window doubles (at most to ``most``); otherwise it stays.

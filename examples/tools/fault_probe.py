@@ -401,9 +401,10 @@ def fair(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
                 ratios.append(_fair_line(f"{kind:5} slots={slots:<3}", run(slots), plain) / plain)
             if args.rounds > 1:
                 ratios.sort()
+                low, mid, high = ratios[0], statistics.median(ratios), ratios[-1]
                 print(
                     f"fair {kind:5} slots={slots:<3} over {args.rounds} rounds: ratio median "
-                    f"{statistics.median(ratios):.2f}x (min {ratios[0]:.2f}x, max {ratios[-1]:.2f}x)"
+                    f"{mid:.2f}x (min {low:.2f}x, max {high:.2f}x)"
                 )
 
 

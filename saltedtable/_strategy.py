@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_ROW_BYTES",
     "FIRST_PAGE_ROWS",
     "MIN_WINDOW_ROWS",
+    "READ_AHEAD_GROWTH",
     "READ_AHEAD_ROWS",
     "READ_AHEAD_SECONDS",
     "Ask",
@@ -77,9 +78,13 @@ FIRST_PAGE_ROWS: Final = 256
 READ_AHEAD_ROWS: Final = 4 * FIRST_PAGE_ROWS
 #: The smallest window a bucket starts with (pages of fewer rows cost more per row).
 MIN_WINDOW_ROWS: Final = 64
-#: A bucket's read-ahead window doubles when its consumer takes half of it
-#: within this many seconds of the bucket's last request's end (see :func:`widen`).
+#: A bucket's read-ahead window grows (:data:`READ_AHEAD_GROWTH` times) when its
+#: consumer takes half of it within this many seconds of the bucket's last
+#: request's end (see :func:`widen`).
 READ_AHEAD_SECONDS: Final = 1.0
+#: How many times larger a bucket's window grows at once (see :func:`widen`): fast
+#: enough that a consumer that keeps up reaches full pages in few requests.
+READ_AHEAD_GROWTH: Final = 4
 #: The first round of a limited read is sized so that rows spread evenly over
 #: the buckets need no second round with at least this probability...
 ONE_ROUND_PROBABILITY: Final = 0.6
@@ -322,7 +327,8 @@ def widen(window: int, since_end: float, most: int) -> int:
     window (:func:`page_ask`), which starts at :func:`first_window`. When
     that happens within :data:`READ_AHEAD_SECONDS` of its last request's end
     (``since_end``), its consumer takes rows faster than half a window a
-    period, so the window doubles (at most to ``most``); otherwise it stays.
+    period, so the window grows :data:`READ_AHEAD_GROWTH` times (at most to
+    ``most``); otherwise it stays.
     The window so follows what the consumer takes: a consumer that keeps up
     with the reads reaches full pages (the bucket's share of the budget)
     within a few requests, and one slower than the reads has little more
@@ -331,7 +337,7 @@ def widen(window: int, since_end: float, most: int) -> int:
     its rows.
     """
     if since_end < READ_AHEAD_SECONDS and window < most:
-        return min(most, window * 2)
+        return min(most, window * READ_AHEAD_GROWTH)
     return window
 
 

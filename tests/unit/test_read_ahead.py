@@ -1,7 +1,7 @@
 """Read-ahead follows the consumer (issue 26): a read whose consumer stops asks for little.
 
 A bucket of a read without a limit starts with a read-ahead window
-(``first_window``) and asks again once it holds half of it; the window doubles
+(``first_window``) and asks again once it holds half of it; the window grows
 only when the consumer takes half of it soon after the bucket's last request
 (``widen``). So a consumer that took its first rows and went away leaves each
 bucket with at most a first page and one more window asked for; before, every
@@ -23,6 +23,7 @@ from saltedtable._merge import Feed, Merge, Sent, ThreadMerge
 from saltedtable._strategy import (
     FIRST_PAGE_ROWS,
     MIN_WINDOW_ROWS,
+    READ_AHEAD_GROWTH,
     READ_AHEAD_ROWS,
     READ_AHEAD_SECONDS,
     Ask,
@@ -35,7 +36,7 @@ from saltedtable._strategy import (
 SOURCES = 4
 ITEMS = 5000  # a source: its share of the default budget (20,000 rows over 4)
 #: What a paused consumer's bucket may have asked for: the first page, then the rest
-#: of its window (the merge's first batch took its rows; the window does not double
+#: of its window (the merge's first batch took its rows; the window does not grow
 #: on that, whatever the pace).
 WINDOW = first_window(SOURCES)
 PAUSED_MOST = 2 * WINDOW
@@ -114,7 +115,7 @@ async def test_an_async_read_whose_consumer_stops_asks_for_little_more() -> None
         async for batch in merge:  # the consumer is back: the read goes on, exact
             got += batch
     assert got == list(range(SOURCES * ITEMS))
-    # A consumer that keeps up reaches large pages (the window doubled).
+    # A consumer that keeps up reaches large pages (the window grew).
     assert max(max(s.sizes) for s in sources) >= 4 * WINDOW
 
 
@@ -146,12 +147,12 @@ def test_a_sync_read_whose_consumer_stops_asks_for_little_more() -> None:
     since=st.floats(0, 10 * READ_AHEAD_SECONDS),
     most=st.integers(1, 1 << 20),
 )
-def test_a_window_doubles_only_when_the_consumer_keeps_up(
+def test_a_window_grows_only_when_the_consumer_keeps_up(
     window: int, since: float, most: int
 ) -> None:
     wider = widen(window, since, most)
     if since < READ_AHEAD_SECONDS and window < most:
-        assert wider == min(most, 2 * window)
+        assert wider == min(most, READ_AHEAD_GROWTH * window)
     else:
         assert wider == window  # a slow consumer's window stays (and never passes most)
 

@@ -62,6 +62,8 @@ import anyio
 
 from ._strategy import (
     DEFAULT_ROW_BYTES,
+    FIRST_PAGE_ROWS,
+    READ_AHEAD_SECONDS,
     Ask,
     ReadBudget,
     allowance,
@@ -69,10 +71,12 @@ from ._strategy import (
     fetch_bound,
     first_request,
     first_round,
+    first_window,
     page_ask,
     ramp,
     refills,
     unordered_shares,
+    widen,
 )
 
 __all__ = [
@@ -166,8 +170,10 @@ class Feed(Generic[T]):
         "cap",
         "charged",
         "done",
+        "ended_at",
         "got_bytes",
         "grant",
+        "grants",
         "index",
         "items",
         "keys",
@@ -179,6 +185,7 @@ class Feed(Generic[T]):
         "taken_last",
         "wake_at",
         "wake_left",
+        "window",
     )
 
     def __init__(self, merge: MergeCore[T], index: int) -> None:
@@ -219,6 +226,13 @@ class Feed(Generic[T]):
         #: asking :meth:`renew` for more (a read without a limit whose
         #: sources all fit the slots: see :meth:`renew`).
         self.streams = merge._streams
+        #: Items the feed may hold and have asked for (reads without a limit);
+        #: see :func:`~._strategy.widen`.
+        self.window = FIRST_PAGE_ROWS
+        #: When its last request ended (``time.monotonic()``; 0: none has).
+        self.ended_at = 0.0
+        #: Grants so far: its requests, and the pages a streamed request renewed.
+        self.grants = 0
         self.index = index
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
@@ -340,6 +354,9 @@ class MergeCore(Generic[T]):
         # limit whose sources all fit the slots, so none waits for another's page.
         self._streams = limit is None and (slots is None or sources <= slots)
         self._feeds = [Feed(self, i) for i in range(sources)]
+        window = first_window(sources)
+        for feed in self._feeds:
+            feed.window = window
         self._live = sources  # sources not done
         self._asked = 0  # items asked by requests running now
         self._received = 0  # items every request so far delivered
@@ -447,18 +464,20 @@ class MergeCore(Generic[T]):
 
     def _ask_page(self, feed: Feed[T]) -> Ask | None:
         """The next request of a read without a limit (see :func:`~._strategy.page_ask`)."""
-        held = len(feed.keys)
-        ask = page_ask(
-            self._budget,
-            live=self._live,
-            largest=self._largest,
-            held_rows=held,
-            held_bytes=feed.charged,
-            rows_room=self._room(),
-            bytes_room=self._budget.bytes - self._reserved,
-            needs_head=self._ordered,
-            alone=not self._asked and not self._held,
-        )
+        ask = self._page(feed)
+        if ask is not None and feed.ended_at:
+            # Once per grant (a request, or a page a stream renews): the
+            # consumer took the feed down to half its window this soon after
+            # its last grant ended (see widen). Not after the first: the
+            # merge's first batch takes every bucket's rows up to the lowest
+            # first page at once, whatever the consumer's pace.
+            since, feed.ended_at = time.monotonic() - feed.ended_at, 0.0
+            if feed.grants < 2:
+                since = READ_AHEAD_SECONDS
+            window = widen(feed.window, since, self._budget.rows)
+            if window != feed.window:
+                feed.window = window
+                ask = self._page(feed)
         if ask is None:
             # Woken when the consumer takes from this feed, or room comes free.
             self._room_waiters.append(feed)
@@ -471,6 +490,20 @@ class MergeCore(Generic[T]):
             rows = min(ask.rows, first_request(share, len(self._feeds), self._slots))
             ask = Ask(rows, ask.cap)
         return ask
+
+    def _page(self, feed: Feed[T]) -> Ask | None:
+        return page_ask(
+            self._budget,
+            live=self._live,
+            largest=self._largest,
+            held_rows=len(feed.keys),
+            held_bytes=feed.charged,
+            rows_room=self._room(),
+            bytes_room=self._budget.bytes - self._reserved,
+            needs_head=self._ordered,
+            alone=not self._asked and not self._held,
+            window=feed.window,
+        )
 
     def _ask_limited(self, feed: Feed[T]) -> Ask | None:
         """A granted request of a read with a limit, within the bytes the budget has left."""
@@ -502,6 +535,7 @@ class MergeCore(Generic[T]):
 
     def _start(self, feed: Feed[T], size: int, *, renewed: bool = False) -> None:
         feed.asked = size
+        feed.grants += 1
         if not renewed:
             feed.requests += 1
         self._asked += size
@@ -511,6 +545,7 @@ class MergeCore(Generic[T]):
 
     def _end(self, feed: Feed[T], size: int, pushed: int) -> None:
         feed.asked = 0
+        feed.ended_at = time.monotonic()
         self._asked -= size
         self._held += pushed
         self._received += pushed

@@ -25,6 +25,12 @@ no foreground request waits, or once its own consumer waits for it (it then
 ranks as foreground). A request that runs keeps its slot to its end (one
 bounded page).
 
+The last ``total // RESERVE_SHARE`` free slots are kept for *small* reads
+(waiters with no ``urgent`` check: a read in one request, such as a
+``read_row`` or a short range) whose read holds none: with many slots a small
+read finds one free at once, even while scans' pages fill the rest and their
+first requests queue up (a scan's first requests wait for the others).
+
 A wait ends at a deadline (the read's ``operation_timeout``) or, sync, as soon
 as the waiter's read stops (:meth:`Slots.interrupt`), so a read that is left
 never waits for a slot it no longer needs.
@@ -64,10 +70,10 @@ class _Ticketed(_Waiter, Protocol):
 _W = TypeVar("_W", bound=_Waiter)
 _T = TypeVar("_T", bound=_Ticketed)
 
-#: A set of ``total`` slots keeps ``total // RESERVE_SHARE`` of them for reads
-#: that hold none (a small read, a read's first request): while no more are
-#: free, a read that already holds one waits. So with many slots a newcomer
-#: finds one free at once even while scans' long pages fill the rest.
+#: A set of ``total`` slots keeps ``total // RESERVE_SHARE`` of them for small
+#: reads (one request, no ``urgent`` check) that hold none: while no more are
+#: free, every other request waits. So with many slots a small read finds one
+#: free at once even while scans' pages and first requests fill the rest.
 RESERVE_SHARE = 8
 
 
@@ -85,7 +91,8 @@ def next_waiter(
     (``served``, by ``id(owner)``: a sequence number of its last grant; none:
     before all), the
     oldest of those. (None for either: all owners alike.) With ``idle_only``,
-    only waiters whose owner holds no slot count. None: nobody (that counts) waits.
+    only small waiters (``urgent`` None) whose owner holds no slot count.
+    None: nobody (that counts) waits.
     """
     best = best_bg = -1
     rank: tuple[int, int] = (0, 0)
@@ -96,9 +103,9 @@ def next_waiter(
             0 if held is None else held.get(owner, 0),
             -1 if served is None else served.get(id(owner), -1),
         )
-        if idle_only and key[0]:
-            continue
         urgent = waiter.urgent
+        if idle_only and (key[0] or urgent is not None):
+            continue
         if urgent is None or urgent():
             if best < 0 or key < rank:
                 best, rank = i, key
@@ -117,13 +124,13 @@ def next_waiter(
 @final
 class _Turns:
     """The books of a set of slots: free ones, held per owner, the order owners were
-    last served in (bounded), and the reserve for reads that hold none."""
+    last served in (bounded), and the reserve for small reads that hold none."""
 
     __slots__ = ("_cap", "_seq", "free", "held", "reserve", "served")
 
     def __init__(self, total: int) -> None:
         self.free = total
-        #: While no more than this many are free, only owners holding none take one.
+        #: While no more than this many are free, only small reads holding none take one.
         self.reserve = total // RESERVE_SHARE
         self.held: dict[object, int] = {}
         #: id(owner) -> sequence number of its last grant, least recent first
@@ -134,9 +141,9 @@ class _Turns:
         # forgotten owner ranks as never served: first anyway.
         self._cap = 4 * total + 64
 
-    def can_take(self, owner: object) -> bool:
-        """Whether ``owner`` may take a free slot now (nobody waiting)."""
-        return self.free > self.reserve or (self.free > 0 and not self.held.get(owner))
+    def can_take(self, owner: object, small: bool) -> bool:
+        """Whether ``owner`` may take a free slot now (nobody waiting); ``small``: one request."""
+        return self.free > self.reserve or (small and self.free > 0 and not self.held.get(owner))
 
     def pick(self, queue: deque[_T]) -> _T | None:
         """Grant a free slot to the waiter whose turn it is, if any may take it."""
@@ -235,7 +242,8 @@ class Slots:
         Args:
             deadline: When to give up (``time.monotonic()``).
             abort: Checked whenever the wait is interrupted; True ends the wait.
-            urgent: Whether the request is foreground now (None: always);
+            urgent: Whether the request is foreground now (None: always, and a
+                small read that may take the reserve);
                 asked at each hand-over while it waits (see the module).
             owner: The read it is for (give the same to :meth:`release`).
 
@@ -244,7 +252,7 @@ class Slots:
         """
         with self._lock:
             turns = self._turns
-            if not self._queue and turns.can_take(owner):
+            if not self._queue and turns.can_take(owner, urgent is None):
                 turns.grant(owner)
                 return True
             ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
@@ -355,7 +363,7 @@ class AsyncSlots:
         Raises:
             anyio.WouldBlock: None is free, or someone waits for one.
         """
-        if self._queue or not self._turns.can_take(None):
+        if self._queue or not self._turns.can_take(None, True):
             raise anyio.WouldBlock
         self._turns.grant(None)
 
@@ -373,7 +381,8 @@ class AsyncSlots:
 
         Args:
             deadline: When to give up (``time.monotonic()``).
-            urgent: Whether the request is foreground now (None: always);
+            urgent: Whether the request is foreground now (None: always, and a
+                small read that may take the reserve);
                 asked at each hand-over while it waits.
             owner: The read it is for (give the same to :meth:`release`).
 
@@ -381,7 +390,7 @@ class AsyncSlots:
             Whether a slot was taken (False: the deadline passed).
         """
         turns = self._turns
-        if not self._queue and turns.can_take(owner):
+        if not self._queue and turns.can_take(owner, urgent is None):
             turns.grant(owner)
             return True
         ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)

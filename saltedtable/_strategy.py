@@ -40,6 +40,10 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENT_SUBSCANS",
     "DEFAULT_ROW_BYTES",
     "FIRST_PAGE_ROWS",
+    "MIN_WINDOW_ROWS",
+    "READ_AHEAD_GROWTH",
+    "READ_AHEAD_ROWS",
+    "READ_AHEAD_SECONDS",
     "Ask",
     "OneRequestOdds",
     "ReadBudget",
@@ -49,11 +53,13 @@ __all__ = [
     "fetch_bound",
     "first_request",
     "first_round",
+    "first_window",
     "one_request_size",
     "page_ask",
     "ramp",
     "refills",
     "unordered_shares",
+    "widen",
 ]
 
 #: Sub-scan requests in flight per table when the caller does not say otherwise.
@@ -65,6 +71,20 @@ DEFAULT_ROW_BYTES: Final = 512
 #: one request per bucket; it bounds the first pages of reads over few buckets, whose
 #: pages at the assumed 512 B a row are thousands of rows.
 FIRST_PAGE_ROWS: Final = 256
+#: The read-ahead a read without a limit starts with, across its buckets: each
+#: bucket's window (the rows it may hold and have asked for at once) starts at
+#: its part of this, within [:data:`MIN_WINDOW_ROWS`, :data:`FIRST_PAGE_ROWS`]
+#: (see :func:`first_window`, :func:`widen`).
+READ_AHEAD_ROWS: Final = 4 * FIRST_PAGE_ROWS
+#: The smallest window a bucket starts with (pages of fewer rows cost more per row).
+MIN_WINDOW_ROWS: Final = 64
+#: A bucket's read-ahead window grows (:data:`READ_AHEAD_GROWTH` times) when its
+#: consumer takes half of it within this many seconds of the bucket's last
+#: request's end (see :func:`widen`).
+READ_AHEAD_SECONDS: Final = 1.0
+#: How many times larger a bucket's window grows at once (see :func:`widen`): fast
+#: enough that a consumer that keeps up reaches full pages in few requests.
+READ_AHEAD_GROWTH: Final = 4
 #: The first round of a limited read is sized so that rows spread evenly over
 #: the buckets need no second round with at least this probability...
 ONE_ROUND_PROBABILITY: Final = 0.6
@@ -217,10 +237,12 @@ def page_ask(
     bytes_room: int,
     needs_head: bool = True,
     alone: bool = False,
+    window: int | None = None,
 ) -> Ask | None:
     """The next request of one of ``live`` buckets of a read without a limit (None: wait).
 
-    Each bucket has a share of the budget's rows and bytes and asks again
+    Each bucket has a share of the budget's rows and bytes (its rows no more
+    than its read-ahead ``window``) and asks again
     once it holds half a share or less: for the rest of its share of rows,
     within a byte cap of at most half its share of bytes, so that one page
     is read while the one before is handed over even where bytes bind (a
@@ -244,9 +266,14 @@ def page_ask(
         bytes_room: Bytes the budget still allows across the read.
         needs_head: The read merges in key order (it needs a row of every bucket).
         alone: No request of the read runs and it holds no row.
+        window: Rows the bucket may hold and have asked for, at most, while
+            its consumer has not shown it needs more (None: its share; see
+            :func:`widen`).
     """
     est = DEFAULT_ROW_BYTES if largest is None else max(1, largest)
     share_rows = allowance(budget, live, est)
+    if window is not None:
+        share_rows = max(1, min(share_rows, window))
     share_bytes = max(1, budget.bytes // max(1, live))
     if held_rows > share_rows // 2 or held_bytes > share_bytes // 2:
         return None
@@ -279,6 +306,39 @@ def ramp(ask: Ask, *, requests: int, measured: bool) -> Ask:
         return ask
     most = FIRST_PAGE_ROWS << min(requests, 20)
     return ask if ask.rows <= most else Ask(most, ask.cap)
+
+
+def first_window(buckets: int) -> int:
+    """The read-ahead window each of a read's ``buckets`` starts with (see :func:`widen`).
+
+    :data:`READ_AHEAD_ROWS` shared by the buckets, at least
+    :data:`MIN_WINDOW_ROWS` and at most :data:`FIRST_PAGE_ROWS` each: a read of
+    few buckets keeps first pages of :data:`FIRST_PAGE_ROWS` (a read of a few
+    hundred rows a bucket in one request each), and a read of many buckets
+    whose consumer is slow does not start with thousands of rows nobody takes.
+    """
+    return max(MIN_WINDOW_ROWS, min(FIRST_PAGE_ROWS, READ_AHEAD_ROWS // max(1, buckets)))
+
+
+def widen(window: int, since_end: float, most: int) -> int:
+    """A bucket's read-ahead window, now that it is about to ask again.
+
+    A bucket of a read without a limit asks again once it holds half its
+    window (:func:`page_ask`), which starts at :func:`first_window`. When
+    that happens within :data:`READ_AHEAD_SECONDS` of its last request's end
+    (``since_end``), its consumer takes rows faster than half a window a
+    period, so the window grows :data:`READ_AHEAD_GROWTH` times (at most to
+    ``most``); otherwise it stays.
+    The window so follows what the consumer takes: a consumer that keeps up
+    with the reads reaches full pages (the bucket's share of the budget)
+    within a few requests, and one slower than the reads has little more
+    asked for than it takes in a period, so its read-ahead does not keep
+    slots, server time and client time from other reads while nobody takes
+    its rows.
+    """
+    if since_end < READ_AHEAD_SECONDS and window < most:
+        return min(most, window * READ_AHEAD_GROWTH)
+    return window
 
 
 def capped_ask(rows: int, *, largest: int | None, cap: int) -> Ask | None:

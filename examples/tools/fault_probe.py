@@ -6,7 +6,7 @@ Run from the repository root (starts its own emulator)::
     .venv/bin/python examples/tools/fault_probe.py r3 [--slots 1 2]
     .venv/bin/python examples/tools/fault_probe.py r4
     .venv/bin/python examples/tools/fault_probe.py fair [--slots 1 2 8 64 --reads 20]
-        [--tables async sync] [--budget-rows 20000]
+        [--tables async sync] [--budget-rows 20000] [--rounds 1] [--scans 10]
 
 r2: a 20,000-row 16-bucket table read (unordered) by the sync table through a proxy
 that stalls once 300 kB went to the client (requests mid-stream); ``break`` then
@@ -19,7 +19,9 @@ with the server stalled throughout, and with the server back after 2.5 s.
 fair: 10 whole-table streams whose consumers are slow (5 ms a row) and small reads (10-row
 ranges, one every 0.1 s, all in flight together) on the same table object, at each slot
 bound, against the same load on the plain (unsalted) table through the raw client: the
-small reads' median and p90 latency, and the ratio to the plain table's median.
+small reads' median and p90 latency, and the ratio to the plain table's median; with
+``--rounds R``, R plain/salted pairs per bound and the median (and range) of their ratios;
+``--scans 0``: the small reads alone (what a salted small read costs next to a plain one).
 """
 
 from __future__ import annotations
@@ -309,7 +311,7 @@ async def _fair_async(address: str, args: argparse.Namespace, slots: int | None)
         await table.read_rows(_fair_small(i), operation_timeout=120)
         return time.monotonic() - start
 
-    consumers = [asyncio.create_task(slow()) for _ in range(10)]
+    consumers = [asyncio.create_task(slow()) for _ in range(args.scans)]
     await asyncio.sleep(1.0)
     reads = []
     for i in range(args.reads):
@@ -357,7 +359,7 @@ def _fair_sync(address: str, args: argparse.Namespace, slots: int | None) -> lis
             table.read_rows(_fair_small(i + 1), operation_timeout=120)
             took[i] = time.monotonic() - start
 
-        consumers = [threading.Thread(target=slow) for _ in range(10)]
+        consumers = [threading.Thread(target=slow) for _ in range(args.scans)]
         for t in consumers:
             t.start()
         time.sleep(1.0)
@@ -393,9 +395,18 @@ def fair(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
             else (lambda s: _fair_sync(address, args, s))
         )
         for slots in args.slots:
-            # Plain and salted alternate (the emulator slows over a long run).
-            plain = _fair_line(f"{kind:5} plain   ", run(None), None)
-            _fair_line(f"{kind:5} slots={slots:<3}", run(slots), plain)
+            ratios = []
+            for _ in range(args.rounds):
+                # Plain and salted alternate (the emulator slows over a long run).
+                plain = _fair_line(f"{kind:5} plain   ", run(None), None)
+                ratios.append(_fair_line(f"{kind:5} slots={slots:<3}", run(slots), plain) / plain)
+            if args.rounds > 1:
+                ratios.sort()
+                low, mid, high = ratios[0], statistics.median(ratios), ratios[-1]
+                print(
+                    f"fair {kind:5} slots={slots:<3} over {args.rounds} rounds: ratio median "
+                    f"{mid:.2f}x (min {low:.2f}x, max {high:.2f}x)"
+                )
 
 
 def _scan(table: SaltedTable, stop: threading.Event) -> None:
@@ -422,6 +433,8 @@ def main() -> None:
     parser.add_argument("--stall-after", type=int, default=300_000, help="r2: bytes, then stall")
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--reads", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=1, help="fair: plain/salted pairs per bound")
+    parser.add_argument("--scans", type=int, default=10, help="fair: slow whole-table streams")
     parser.add_argument("--budget-rows", type=int, default=20_000, help="fair: the read budget")
     parser.add_argument("--tables", nargs="+", choices=["async", "sync"], default=["async"])
     args = parser.parse_args()

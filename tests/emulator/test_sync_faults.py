@@ -169,7 +169,9 @@ def test_leaving_a_stalled_sync_stream_returns_at_once_and_leaves_nothing(
         if retryable is not None:
             timeouts["retryable_errors"] = retryable
         stream = table.read_rows_stream(ReadRowsQuery(), ordered=False, **timeouts)
-        proxy.call(lambda: proxy.proxy.stall_after(150_000))  # requests are mid-stream then
+        # Requests are mid-stream then: the first pages (64 rows of each of 16 buckets) are
+        # about 340 kB, and a read whose consumer left asks little more.
+        proxy.call(lambda: proxy.proxy.stall_after(60_000))
         first = next(stream)
         assert first.row_key in KEYS
         assert subscan_threads(), "the read's workers should be running"

@@ -298,9 +298,10 @@ def test_a_bucket_asks_few_rows_until_its_rows_are_measured() -> None:
 
 def test_a_read_of_narrow_rows_pages_by_bytes_after_its_first_requests() -> None:
     """The first request of each source is FIRST_PAGE_ROWS; once measured, pages are
-    what the byte cap allows (the ramp does not keep a scan's pages small)."""
+    what the byte cap allows (the ramp does not keep a scan's pages small), reached
+    within a few requests by a consumer that keeps up (the read-ahead window doubles)."""
     meter = Meter()
-    parts = [[(i * 4 + s, 100) for i in range(2000)] for s in range(4)]
+    parts = [[(i * 4 + s, 100) for i in range(6000)] for s in range(4)]
     sizes: dict[int, list[int]] = {}
 
     class Recorded(AsyncSized):

@@ -356,3 +356,40 @@ def test_the_sync_reserve_hands_a_freed_slot_to_a_read_holding_none() -> None:
         slots.release("scan")
     slots.release("another-small")
     assert slots.free == 8
+
+
+async def test_the_reserve_is_for_small_reads_not_for_scans_first_requests() -> None:
+    """A scan's first request (foreground, but with an ``urgent`` check) holding none
+    waits while only the reserve is free; a small read (no check) takes it at once.
+    Before, the scans' first requests took the reserve too, and a small read arriving
+    while they queued waited for a running request to end."""
+    slots = AsyncSlots(8)  # a reserve of 1
+    for i in range(7):
+        assert await slots.take(0.0, urgent=lambda: True, owner=f"scan-{i}")
+    first = asyncio.create_task(slots.take(float("inf"), urgent=lambda: True, owner="scan-7"))
+    await asyncio.sleep(0)
+    assert not first.done()
+    assert slots.free == 1  # held back while a scan's first request waits
+    assert await slots.take(0.0, owner="small")  # at once, no wait
+    slots.release("small")
+    assert not first.done()
+    slots.release("scan-0")  # more than the reserve free: the scan's request goes
+    assert await first
+    for i in range(1, 8):
+        slots.release(f"scan-{i}")
+    assert slots.free == 8
+
+
+def test_the_sync_reserve_is_for_small_reads_not_for_scans_first_requests() -> None:
+    slots = Slots(64)  # a reserve of 8
+    for i in range(56):
+        assert slots.acquire(time.monotonic(), urgent=lambda: True, owner=f"scan-{i}")
+    assert not slots.acquire(time.monotonic() + 0.01, urgent=lambda: True, owner="scan-56")
+    for i in range(8):
+        assert slots.acquire(time.monotonic(), owner=f"small-{i}")
+    assert slots.free == 0
+    for i in range(8):
+        slots.release(f"small-{i}")
+    for i in range(56):
+        slots.release(f"scan-{i}")
+    assert slots.free == 64

@@ -1,0 +1,118 @@
+"""Read-ahead follows the consumer, on the emulator (issue 26's fair sharing).
+
+Scans whose consumers took their first row and went away ask each bucket for a
+first page and at most one more window, then hold no slot while
+they wait for their consumers; before, every bucket read ahead its whole share
+of the budget (here every row of the table). A small read then takes a slot at
+once: the reserve is kept for it, not for the scans' first requests. Rows and
+requests are counted (the reads' statistics), not timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+from google.cloud.bigtable.data import (
+    BigtableDataClient,
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+    RowRange,
+)
+from google.cloud.bigtable.data.mutations import SetCell
+
+from saltedtable import CallStats, SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable._strategy import first_window
+from saltedtable.testing import INSTANCE, PROJECT, Emulator
+from tests.conftest import MakeTable
+
+SCHEME = SaltScheme(4)
+KEYS = [b"key-%05d" % i for i in range(6000)]  # 1,500 a bucket: more than a paused read asks
+SMALL = ReadRowsQuery(row_ranges=RowRange(b"key-01000", b"key-01010"))
+SCANS = 3
+#: A paused consumer's bucket: its first page, then the rest of its window.
+PAUSED_MOST = 2 * first_window(SCHEME.buckets)
+#: Consecutive checks, 20 ms apart, that find every slot free and nobody waiting.
+QUIET = 10
+
+
+@pytest.fixture
+def table_id(emulator: Emulator, make_table: MakeTable) -> str:
+    name = make_table()
+    with BigtableDataClient(project=PROJECT) as client:
+        table = SaltedTable.from_client(client, INSTANCE, name, SCHEME)
+        table.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", k)) for k in KEYS])
+    return name
+
+
+@pytest.fixture
+async def async_client(emulator: Emulator) -> AsyncIterator[BigtableDataClientAsync]:
+    client = BigtableDataClientAsync(project=PROJECT)
+    yield client
+    await client.close()
+
+
+def check_paused_reads(stats: list[CallStats]) -> None:
+    for read in stats:
+        assert read.ended_early
+        for bucket, done in read.buckets.items():
+            # Before: 1,500 rows a bucket (the share of the budget is 5,000).
+            assert done.rows <= PAUSED_MOST, f"bucket {bucket} read {done.rows} rows ahead"
+            assert done.pages <= 2, f"bucket {bucket}: {done.pages} requests"
+
+
+async def test_async_scans_whose_consumers_pause_read_little_ahead_and_hold_no_slot(
+    async_client: BigtableDataClientAsync, table_id: str
+) -> None:
+    salted = SaltedTableAsync(
+        async_client.get_table(INSTANCE, table_id), SCHEME, max_concurrent_subscans=8, guard=False
+    )
+    stats = [CallStats() for _ in range(SCANS)]
+    scans = [await salted.read_rows_stream(ReadRowsQuery(), stats=s) for s in stats]
+    try:
+        with anyio.fail_after(60):
+            for scan in scans:
+                await anext(aiter(scan))  # its consumer took the first row, then went away
+            quiet = 0
+            while quiet < QUIET:  # the reads settle: no request runs or waits
+                await asyncio.sleep(0.02)
+                limiter = salted.limiter
+                quiet = quiet + 1 if not (limiter.borrowed_tokens or limiter.waiting) else 0
+            rows = await salted.read_rows(SMALL)
+            assert [r.row_key for r in rows] == KEYS[1000:1010]
+    finally:
+        for scan in scans:
+            await scan.aclose()  # type: ignore[attr-defined]
+    check_paused_reads(stats)
+    assert salted.limiter.borrowed_tokens == 0
+
+
+def test_sync_scans_whose_consumers_pause_read_little_ahead_and_hold_no_slot(
+    emulator: Emulator, table_id: str
+) -> None:
+    with BigtableDataClient(project=PROJECT) as client:
+        salted = SaltedTable.from_client(
+            client, INSTANCE, table_id, SCHEME, max_concurrent_subscans=64, guard=False
+        )
+        stats = [CallStats() for _ in range(SCANS)]
+        scans = [iter(salted.read_rows_stream(ReadRowsQuery(), stats=s)) for s in stats]
+        try:
+            for scan in scans:
+                next(scan)
+            deadline = time.monotonic() + 60
+            quiet = 0
+            while quiet < QUIET:
+                assert time.monotonic() < deadline, "the scans never settled"
+                time.sleep(0.02)
+                slots = salted.limiter
+                quiet = quiet + 1 if slots.free == slots.total and not slots.waiting else 0
+            rows = salted.read_rows(SMALL)
+            assert [r.row_key for r in rows] == KEYS[1000:1010]
+        finally:
+            for scan in scans:
+                scan.close()  # type: ignore[attr-defined]
+        check_paused_reads(stats)

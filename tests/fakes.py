@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import heapq
 import inspect
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -115,12 +116,30 @@ def _to_bytes(key: bytes | str) -> bytes:
     return key.encode() if isinstance(key, str) else key
 
 
+def _bounds(row_range: RowRange) -> tuple[bytes | None, bool, bytes | None, bool]:
+    """(start, start inclusive, end, end inclusive) of ``row_range``, read once.
+
+    Reading a ``RowRange``'s keys goes through its protobuf message each time;
+    a scan of many keys against a range reads them once, here.
+    """
+    return (
+        row_range.start_key,
+        row_range.start_is_inclusive,
+        row_range.end_key,
+        row_range.end_is_inclusive,
+    )
+
+
+def _within(key: bytes, bounds: tuple[bytes | None, bool, bytes | None, bool]) -> bool:
+    start, start_inclusive, end, end_inclusive = bounds
+    if start is not None and (key < start or (key == start and not start_inclusive)):
+        return False
+    return end is None or key < end or (key == end and end_inclusive)
+
+
 def in_range(key: bytes, row_range: RowRange) -> bool:
     """Whether ``key`` lies in ``row_range`` (a missing end is unbounded)."""
-    start, end = row_range.start_key, row_range.end_key
-    if start is not None and (key < start or (key == start and not row_range.start_is_inclusive)):
-        return False
-    return end is None or key < end or (key == end and row_range.end_is_inclusive)
+    return _within(key, _bounds(row_range))
 
 
 def query_keys(query: ReadRowsQuery, keys: Iterable[bytes]) -> list[bytes]:
@@ -128,8 +147,40 @@ def query_keys(query: ReadRowsQuery, keys: Iterable[bytes]) -> list[bytes]:
     if not query.row_keys and not query.row_ranges:
         return list(keys)
     points = set(query.row_keys)
-    ranges = query.row_ranges
-    return [k for k in keys if k in points or any(in_range(k, r) for r in ranges)]
+    ranges = [_bounds(r) for r in query.row_ranges]
+    return [k for k in keys if k in points or any(_within(k, r) for r in ranges)]
+
+
+def _selected(query: ReadRowsQuery, keys: list[bytes]) -> Iterator[bytes]:
+    """What :func:`query_keys` returns for the sorted list ``keys``, lazily, found by bisection.
+
+    Each range is a run of consecutive indexes of ``keys`` and each row key at
+    most one index; the runs are merged in index order and each index taken
+    once, so a read stopped by its limit looks at no more keys than it returns.
+    """
+    if not query.row_keys and not query.row_ranges:
+        yield from keys
+        return
+    runs: list[Iterable[int]] = []
+    for start, start_inclusive, end, end_inclusive in map(_bounds, query.row_ranges):
+        lo = 0
+        if start is not None:
+            lo = (bisect.bisect_left if start_inclusive else bisect.bisect_right)(keys, start)
+        hi = len(keys)
+        if end is not None:
+            hi = (bisect.bisect_right if end_inclusive else bisect.bisect_left)(keys, end)
+        runs.append(range(lo, hi))
+    points = []
+    for key in set(query.row_keys):
+        at = bisect.bisect_left(keys, key)
+        if at < len(keys) and keys[at] == key:
+            points.append(at)
+    runs.append(sorted(points))
+    last = -1
+    for at in heapq.merge(*runs):
+        if at != last:
+            last = at
+            yield keys[at]
 
 
 def _regex_match(regex: bytes, subject: bytes) -> bool:
@@ -371,7 +422,7 @@ class FakeTable:
     def _select(self, query: ReadRowsQuery) -> list[Row]:
         """The rows a query returns: selected keys, filtered, non-empty, limited."""
         out: list[Row] = []
-        for key in query_keys(query, self._keys):
+        for key in _selected(query, self._keys):
             row = self._row(key)
             assert row is not None
             cells = _apply_filter(query.filter, key, row.cells)

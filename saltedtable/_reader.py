@@ -34,7 +34,6 @@ and a :class:`~saltedtable.SubScan` in its ``saltedtable_subscan`` attribute.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import operator
 import time
@@ -49,6 +48,7 @@ from google.cloud.bigtable.data.row import Row
 
 from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from ._contracts import ReadRowsStream, SyncReadRowsStream
+from ._layout import Layout
 from ._merge import UNWATCHED as _UNWATCHED
 from ._merge import Feed, MergeCore, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
@@ -497,6 +497,39 @@ def _cancel_requested() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+#: The table type of a read context (async or sync), and its slots.
+T = TypeVar("T")
+L = TypeVar("L")
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadContext(Generic[T, L, G]):
+    """What every read of one table shares, built once per table object (either flavour).
+
+    The async and sync read calls name it ``ReadContextAsync`` and ``ReadContext``.
+
+    Attributes:
+        table: The physical table; its ``read_rows_stream`` is looked up at
+            each read, so a table wrapped after the salted one was made is used.
+        layout: Where keys live, and which rows reads hide (``Layout.hiding``).
+        limiter: The table's concurrency slots, shared by its reads.
+        budget: What one read may hold at once (the table's).
+        guard: Called before a read's first request (the table's layout
+            guard), with the read's deadline and attempt timeout; None: none.
+        odds: Whether bounded reads try one request over every bucket first:
+            (reads without a limit, reads with one).
+        hook: Receives the statistics of every read when it ends.
+    """
+
+    table: T
+    layout: Layout
+    limiter: L
+    budget: ReadBudget
+    guard: Callable[[GuardTime], G] | None
+    odds: tuple[OneRequestOdds, OneRequestOdds]
+    hook: StatsHook | None = None
+
+
 class _Read(Generic[G]):
     """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard."""
 
@@ -517,42 +550,35 @@ class _Read(Generic[G]):
 
     def __init__(
         self,
+        ctx: _ReadContext[Any, Any, G],
         plan: ReadPlan,
+        settings: ReadSettings,
+        timeouts: Timeouts,
         *,
         operation: str,
-        timeouts: Timeouts,
-        ordered: bool,
-        budget: ReadBudget,
         stats: CallStats | None,
-        hook: StatsHook | None,
-        guard: Callable[[GuardTime], G] | None,
-        stray: Callable[[bytes], str | None] | None,
-        salted_stray: Callable[[bytes], str | None] | None,
-        odds: OneRequestOdds | None,
     ) -> None:
+        hook = ctx.hook
         if stats is None and hook is not None:
             stats = CallStats()
         self._deadline = time.monotonic() + timeouts.operation
         self._limit: GuardTime = (self._deadline, timeouts.attempt)
+        # Cutoff layouts hide rows of the other side, checked one by one (their
+        # settings never try the one request: see ReadPlan.settings).
+        stray, salted_stray = ctx.layout.hiding(None), ctx.layout.hiding(0)
         self._stray = None if stray is None else StrayRows(stray)
         # Bucket rows on the legacy side are a migration's copies: left out, not reported.
         self._in_buckets = None if salted_stray is None else StrayRows(salted_stray)
-        settings = plan.settings(budget, ordered=ordered)
-        if settings.one_request_rows and (
-            odds is None or self._stray is not None or self._in_buckets is not None
-        ):
-            # No odds: never try it. Cutoff layouts: rows are checked one by one, per side.
-            settings = dataclasses.replace(settings, one_request_rows=0)
         if stats is not None:
             stats.operation = operation
             stats.settings = settings
             stats.one_request = None
         self._stats = stats
         self._hook = hook
-        self._guard = guard
-        self._ordered = ordered
+        self._guard = ctx.guard
+        self._ordered = settings.ordered
         self._row_limit = plan.limit
-        self._odds = odds
+        self._odds: OneRequestOdds | None = ctx.odds[plan.limit is not None]
         #: The one request to try first (small reads), and how it went (see finish_read).
         self._one = self._choose_one(plan, settings)
         self._one_outcome: OneRequestOutcome | None = None

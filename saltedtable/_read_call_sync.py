@@ -82,7 +82,7 @@ class SyncReadCall(_Read[bool]):
         if self._one is not None:
             first = SyncOneRequestSource(
                 read_rows_stream,
-                self._one,
+                self._one.request,
                 plan.subqueries,
                 deadline=self._deadline,
                 timeouts=timeouts,
@@ -94,7 +94,7 @@ class SyncReadCall(_Read[bool]):
                 [first],
                 slots=1,
                 ordered=False,
-                budget=_one_budget(self._one),
+                budget=_one_budget(self._one.request),
                 stop_requests=partial(stop_sync_sources, [first]),
             )
             self._first = (first, one_merge)
@@ -121,7 +121,7 @@ class SyncReadCall(_Read[bool]):
 
     def _try_one(self) -> list[Row] | None:
         """Run the one request over every bucket: the read's rows, or None to go on."""
-        if self._first is None:
+        if self._first is None or self._one is None:
             return None
         source, merge = self._first
         rows: list[Row] = []
@@ -130,9 +130,9 @@ class SyncReadCall(_Read[bool]):
                 for batch in merge:
                     rows += batch
         except BaseException as exc:
-            self._one_failed(exc, source)
+            self._one.failed(exc, source)
             return None
-        return self._one_done(rows, source)
+        return self._one.done(rows, source)
 
     def collect(self) -> list[Row]:
         """Every row of the read, in a list."""
@@ -152,7 +152,7 @@ class SyncReadCall(_Read[bool]):
             error = exc
             raise
         finally:
-            small = self._one_outcome is not None and self._one_outcome.fitted
+            small = self._one is not None and self._one.fitted
             emitted = len(rows or ()) if small else merge.emitted
             self._finish(merge, emitted, error)
         return rows

@@ -68,6 +68,7 @@ from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 __all__ = [
     "BucketSource",
     "OneRequestSource",
+    "OneRequestStep",
     "StrayRows",
     "SubScan",
     "SyncBucketSource",
@@ -530,6 +531,110 @@ class _ReadContext(Generic[T, L, G]):
     hook: StatsHook | None = None
 
 
+@final
+class OneRequestStep:
+    """A small read's first step, in one object: the one request over every bucket.
+
+    It decides whether the read tries it (the settings' row limit, then the
+    table's odds), what came of it (:attr:`outcome`, for the statistics) and
+    whether its rows answer the read; the read call runs its source and merge
+    (:class:`OneRequestSource` or :class:`SyncOneRequestSource`) between.
+    """
+
+    __slots__ = ("_limit", "_odds", "_ordered", "outcome", "request")
+
+    def __init__(
+        self, request: OneRequest, odds: OneRequestOdds | None, *, ordered: bool, limit: int | None
+    ) -> None:
+        self.request = request
+        self._odds = odds
+        self._ordered = ordered
+        self._limit = limit
+        #: How it went (None: not run yet).
+        self.outcome: OneRequestOutcome | None = None
+
+    @classmethod
+    def choose(
+        cls,
+        plan: ReadPlan,
+        settings: ReadSettings,
+        odds: OneRequestOdds | None,
+        stats: CallStats | None,
+    ) -> OneRequestStep | None:
+        """The step a read takes first, or None where it goes bucket by bucket at once."""
+        rows = settings.one_request_rows  # 0 where the read does not try it
+        one = one_request(plan, rows) if rows else None
+        if one is None or odds is None:
+            return None
+        ordered, limit = settings.ordered, plan.limit
+        if not ordered and rows == limit:
+            # Any `limit` rows answer an unordered read: this one request does
+            # unless it fails or stops at the budget's bytes (rows too wide), so
+            # it neither waits for nor moves the odds.
+            return cls(one, None, ordered=ordered, limit=limit)
+        if not odds.try_now():
+            if stats is not None:
+                stats.one_request = OneRequestOutcome("skipped", rows)
+            return None
+        return cls(one, odds, ordered=ordered, limit=limit)
+
+    @property
+    def fitted(self) -> bool:
+        """Whether its rows answered the read."""
+        return self.outcome is not None and self.outcome.fitted
+
+    def _outcome_of(
+        self, source: _OneRequest, *, fitted: bool, error: str = "", went_on: bool = False
+    ) -> OneRequestOutcome:
+        result: OneRequestResult = "full"
+        if fitted:
+            result = "answered"
+        elif error:
+            result = "failed"
+        elif source.capped:
+            result = "over_budget"
+        return OneRequestOutcome(
+            result, self.request.rows, source.received, source.got, error, went_on
+        )
+
+    def failed(self, exc: BaseException, source: _OneRequest) -> None:
+        """It failed: go on bucket by bucket, unless time is up or the caller left (raises)."""
+        ends = not isinstance(exc, Exception) or isinstance(exc, DeadlineExceeded)
+        self.outcome = self._outcome_of(
+            source,
+            fitted=False,
+            error="cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__,
+            went_on=not ends,
+        )
+        if ends:
+            raise source.annotate(exc) if isinstance(exc, Exception) else exc
+        # Whatever went wrong (a transient error past its retries, a request
+        # the service would not take), the buckets' own requests answer the
+        # read as if it had not been tried, and report an error by bucket.
+        _log.debug("the one request over every bucket failed; reading bucket by bucket: %r", exc)
+        if self._odds is not None:
+            self._odds.record(False)
+
+    def done(self, rows: list[Row], source: _OneRequest) -> list[Row] | None:
+        """The rows of the read if it answered it, else None (go on bucket by bucket)."""
+        received, limit = source.received, self._limit
+        # Fewer rows than asked: every row of the read. An unordered read
+        # with a limit takes any `limit` rows.
+        fitted = (received < self.request.rows and not source.capped) or (
+            not self._ordered and limit is not None and received >= limit
+        )
+        if self._odds is not None:
+            self._odds.record(fitted)
+        self.outcome = self._outcome_of(source, fitted=fitted, went_on=not fitted)
+        if not fitted:
+            return None
+        if self._ordered:  # bucket after bucket: one logical key lives in one bucket
+            rows.sort(key=operator.attrgetter("row_key"))
+        if limit is not None:
+            del rows[limit:]
+        return rows
+
+
 class _Read(Generic[G]):
     """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard."""
 
@@ -539,11 +644,7 @@ class _Read(Generic[G]):
         "_hook",
         "_in_buckets",
         "_limit",
-        "_odds",
         "_one",
-        "_one_outcome",
-        "_ordered",
-        "_row_limit",
         "_stats",
         "_stray",
     )
@@ -576,83 +677,8 @@ class _Read(Generic[G]):
         self._stats = stats
         self._hook = hook
         self._guard = ctx.guard
-        self._ordered = settings.ordered
-        self._row_limit = plan.limit
-        self._odds: OneRequestOdds | None = ctx.odds[plan.limit is not None]
         #: The one request to try first (small reads), and how it went (see finish_read).
-        self._one = self._choose_one(plan, settings)
-        self._one_outcome: OneRequestOutcome | None = None
-
-    def _choose_one(self, plan: ReadPlan, settings: ReadSettings) -> OneRequest | None:
-        """The one request over every bucket to try first, if this read should."""
-        rows = settings.one_request_rows  # 0 where the read does not try it
-        one = one_request(plan, rows) if rows else None
-        if one is None or self._odds is None:
-            return None
-        if not self._ordered and rows == plan.limit:
-            # Any `limit` rows answer an unordered read: this one request does
-            # unless it fails or stops at the budget's bytes (rows too wide), so
-            # it neither waits for nor moves the odds.
-            self._odds = None
-            return one
-        if not self._odds.try_now():
-            if self._stats is not None:
-                self._stats.one_request = OneRequestOutcome("skipped", rows)
-            return None
-        return one
-
-    def _one_outcome_of(
-        self, source: _OneRequest, *, fitted: bool, error: str = "", went_on: bool = False
-    ) -> OneRequestOutcome:
-        assert self._one is not None
-        result: OneRequestResult = "full"
-        if fitted:
-            result = "answered"
-        elif error:
-            result = "failed"
-        elif source.capped:
-            result = "over_budget"
-        return OneRequestOutcome(
-            result, self._one.rows, source.received, source.got, error, went_on
-        )
-
-    def _one_failed(self, exc: BaseException, source: _OneRequest) -> None:
-        """The one request failed: go on bucket by bucket, unless time is up or the caller left."""
-        ends = not isinstance(exc, Exception) or isinstance(exc, DeadlineExceeded)
-        self._one_outcome = self._one_outcome_of(
-            source,
-            fitted=False,
-            error="cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__,
-            went_on=not ends,
-        )
-        if ends:
-            raise source.annotate(exc) if isinstance(exc, Exception) else exc
-        # Whatever went wrong (a transient error past its retries, a request
-        # the service would not take), the buckets' own requests answer the
-        # read as if it had not been tried, and report an error by bucket.
-        _log.debug("the one request over every bucket failed; reading bucket by bucket: %r", exc)
-        if self._odds is not None:
-            self._odds.record(False)
-
-    def _one_done(self, rows: list[Row], source: _OneRequest) -> list[Row] | None:
-        """The rows of the read if the one request answered it, else None (go on)."""
-        assert self._one is not None
-        received, limit = source.received, self._row_limit
-        # Fewer rows than asked: every row of the read. An unordered read
-        # with a limit takes any `limit` rows.
-        fitted = (received < self._one.rows and not source.capped) or (
-            not self._ordered and limit is not None and received >= limit
-        )
-        if self._odds is not None:
-            self._odds.record(fitted)
-        self._one_outcome = self._one_outcome_of(source, fitted=fitted, went_on=not fitted)
-        if not fitted:
-            return None
-        if self._ordered:  # bucket after bucket: one logical key lives in one bucket
-            rows.sort(key=operator.attrgetter("row_key"))
-        if self._row_limit is not None:
-            del rows[self._row_limit :]
-        return rows
+        self._one = OneRequestStep.choose(plan, settings, ctx.odds[plan.limit is not None], stats)
 
     def _bucket_stats(self, sub: SubQuery) -> BucketStats | None:
         return None if self._stats is None else self._stats.bucket(sub.bucket)
@@ -661,7 +687,8 @@ class _Read(Generic[G]):
         return self._stray if sub.bucket is None else self._in_buckets
 
     def _finish(self, merge: MergeCore[Row], emitted: int, error: BaseException | None) -> None:
-        finish_read(merge, self._stats, self._hook, self._stray, emitted, error, self._one_outcome)
+        outcome = None if self._one is None else self._one.outcome
+        finish_read(merge, self._stats, self._hook, self._stray, emitted, error, outcome)
 
 
 # -- a bucket's requests -----------------------------------------------------------------

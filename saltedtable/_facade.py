@@ -11,7 +11,7 @@ the filter sent for a bucket, a read's plan, the result of
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
@@ -30,7 +30,7 @@ from ._plan import ReadPlan, plan_reads, rewrite_filter
 from ._query import as_query, check_filter
 from ._salt import SaltScheme
 from ._stats import CallStats, StatsHook, report
-from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget
+from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget, ReadSettings
 from ._timeouts import Timeouts, check_timeouts, resolve_timeouts
 from ._write import physical_entries
 
@@ -45,11 +45,11 @@ __all__ = [
     "check_row_key",
     "filter_for",
     "plan_for",
+    "read_for",
     "read_timeouts",
     "samples_for",
     "sharded_refused",
     "sharded_result",
-    "stray_reasons",
 ]
 
 #: The client's own cap for read_rows_sharded, kept so behaviour matches.
@@ -89,18 +89,27 @@ def check_row_key(row_key: object) -> None:
         raise ValueError("row_key must be string or bytes")
 
 
+def read_for(
+    query: Query, layout: Layout, budget: ReadBudget, *, ordered: bool, slots: int
+) -> tuple[ReadPlan, ReadSettings]:
+    """What a logical query reads (its plan) and how (its settings), decided once.
+
+    The one request over every bucket is never tried on a cutoff layout (its
+    rows are checked one by one, per side): the only place that gate is set.
+    """
+    plan = plan_reads(as_query(query), layout)
+    settings = plan.settings(
+        budget, ordered=ordered, slots=slots, one_request=layout.cutoff is None
+    )
+    return plan, settings
+
+
 def plan_for(
     query: Query, layout: Layout, budget: ReadBudget, *, ordered: bool, slots: int
 ) -> ReadPlan:
-    """How a logical query is read with this budget and ``slots`` requests at once."""
-    plan = plan_reads(as_query(query), layout)
-    return dataclasses.replace(
-        plan,
-        budget=budget,
-        ordered=ordered,
-        slots=slots,
-        try_one_request=layout.cutoff is None,
-    )
+    """:func:`read_for`'s plan with its settings attached, for ``explain()``."""
+    plan, settings = read_for(query, layout, budget, ordered=ordered, slots=slots)
+    return dataclasses.replace(plan, how=settings)
 
 
 def read_timeouts(
@@ -132,13 +141,6 @@ def filter_for(
     if bucket is None:
         return row_filter
     return rewrite_filter(row_filter, layout.scheme.prefix(bucket))
-
-
-def stray_reasons(
-    layout: Layout,
-) -> tuple[Callable[[bytes], str | None] | None, Callable[[bytes], str | None] | None]:
-    """Why a legacy row, and why a bucket row, is left out of reads (None: none is)."""
-    return layout.hiding(None), layout.hiding(0)
 
 
 def sharded_refused(

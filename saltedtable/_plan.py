@@ -102,14 +102,10 @@ class ReadPlan:
     subqueries: tuple[SubQuery, ...]
     limit: int | None = None
     row_filter: RowFilter | None = field(default=None, compare=False)
-    #: How the read runs: the table's budget and ordering, set by ``SaltedTableAsync.plan``.
-    budget: ReadBudget | None = field(default=None, compare=False)
-    ordered: bool = field(default=True, compare=False)
-    #: Requests the table runs at once (its ``max_concurrent_subscans``), if known.
-    slots: int | None = field(default=None, compare=False)
-    #: Whether a small read may try one request over every bucket (not on
-    #: cutoff layouts, whose rows are checked one by one, per side).
-    try_one_request: bool = field(default=True, compare=False)
+    #: How a table runs this plan, when one planned it (``SaltedTableAsync.plan``):
+    #: shown by :meth:`explain` and returned by :meth:`settings`; reads are handed
+    #: their settings apart from the plan.
+    how: ReadSettings | None = field(default=None, compare=False)
 
     @property
     def buckets(self) -> tuple[int | None, ...]:
@@ -117,23 +113,50 @@ class ReadPlan:
         return tuple(s.bucket for s in self.subqueries)
 
     def settings(
-        self, budget: ReadBudget | None = None, *, ordered: bool | None = None
+        self,
+        budget: ReadBudget | None = None,
+        *,
+        ordered: bool | None = None,
+        slots: int | None = None,
+        one_request: bool | None = None,
     ) -> ReadSettings:
-        """How the read runs (see :class:`~saltedtable.ReadSettings`).
+        """How this plan is read (see :class:`~saltedtable.ReadSettings`).
+
+        With no argument: the settings of the table that planned it (else the
+        defaults). An argument given replaces that one setting.
 
         Args:
-            budget: The read's budget (default: the plan's, else the default budget).
-            ordered: Merged in key order (default: the plan's).
+            budget: What the read may hold at once.
+            ordered: Merged in key order.
+            slots: Requests the table runs at once (``max_concurrent_subscans``).
+            one_request: Whether a small read may try one request over every
+                bucket first (False on cutoff layouts, whose rows are checked one
+                by one, per side).
         """
-        budget = budget or self.budget or ReadBudget()
-        ordered = self.ordered if ordered is None else ordered
+        how = self.how
+        if how is not None and (budget, ordered, slots, one_request) == (None, None, None, None):
+            return how
+        if budget is None:
+            budget = ReadBudget() if how is None else how.budget
+        if ordered is None:
+            ordered = True if how is None else how.ordered
+        if slots is None and how is not None:
+            slots = how.slots
         n = len(self.subqueries)
+        joins = _one_request_order(self.subqueries) is not None
+        if one_request is None:
+            # The table's gate: closed only where its settings would have tried one.
+            one_request = how is None or not (
+                joins
+                and how.one_request_rows == 0
+                and one_request_size(how.budget, self.limit, n, ordered=how.ordered)
+            )
         rows_first = one_request_size(budget, self.limit, n, ordered=ordered)
-        tries = self.try_one_request and _one_request_order(self.subqueries) is not None
+        tries = one_request and joins
         return ReadSettings(
             ordered=ordered,
             budget=budget,
-            slots=self.slots,
+            slots=slots,
             subqueries=n,
             limit=self.limit,
             one_request_rows=rows_first if tries else 0,
@@ -146,18 +169,20 @@ class ReadPlan:
         """
         return self.settings(budget, ordered=ordered).describe()
 
-    def explain(self, max_lines: int = 32) -> str:
+    def explain(self, max_lines: int = 32, settings: ReadSettings | None = None) -> str:
         """A human-readable description: how the read runs, then one sub-query a line.
 
         Args:
             max_lines: Show at most this many sub-queries (the rest are counted).
+            settings: How the read runs (default: :meth:`settings`).
         """
         head = f"{len(self.subqueries)} sub-quer{'y' if len(self.subqueries) == 1 else 'ies'}"
         if self.limit is not None:
             head += f", limit {self.limit}"
         if self.row_filter is not None:
             head += f", filter {type(self.row_filter).__name__}"
-        lines = [head, f"  how: {self.strategy()}"]
+        how = settings if settings is not None else self.settings()
+        lines = [head, f"  how: {how.describe()}"]
         lines += ["  " + s.describe() for s in self.subqueries[:max_lines]]
         if len(self.subqueries) > max_lines:
             lines.append(f"  ... and {len(self.subqueries) - max_lines} more sub-queries")

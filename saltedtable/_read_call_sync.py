@@ -14,23 +14,37 @@ from :mod:`._concurrency_sync`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from functools import partial
 from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
 from ._concurrency_sync import ROW_KEY, capacity, new_merge
-from ._contracts import SyncReadRowsStream
+from ._contracts import SyncTableLike
 from ._merge import ThreadMerge
 from ._plan import ReadPlan
-from ._reader import SyncBucketSource, SyncOneRequestSource, _one_budget, _Read, stop_sync_sources
+from ._reader import (
+    SyncBucketSource,
+    SyncOneRequestSource,
+    _one_budget,
+    _Read,
+    _ReadContext,
+    stop_sync_sources,
+)
 from ._slots import Slots
-from ._stats import CallStats, StatsHook
-from ._strategy import OneRequestOdds, ReadBudget
-from ._timeouts import GuardTime, Timeouts
+from ._stats import CallStats
+from ._strategy import ReadSettings
+from ._timeouts import Timeouts
 
 __all__ = ["SyncReadCall"]
+
+
+@final
+class ReadContext(_ReadContext[SyncTableLike, Slots, bool]):
+    """What every read of one table shares (built once per table object)."""
+
+    __slots__ = ()
 
 
 @final
@@ -38,62 +52,37 @@ class SyncReadCall(_Read[bool]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
     Args:
-        read_rows_stream: The physical table's ``read_rows_stream``.
+        ctx: What the table's reads share: the physical table, its layout
+            (which rows reads hide), slots, guard, one-request odds and
+            statistics hook.
         plan: What to read.
-        operation: The call's name in statistics (``"read_rows"``, ...).
+        settings: How to read it (ordered, budget, the one request or not),
+            decided once per read (:meth:`ReadPlan.settings`).
         timeouts: The resolved time budget.
-        limiter: The table's concurrency slots, shared by its reads.
-        ordered: Hand rows over in logical key order, or as they arrive.
-        budget: What the read may hold at once.
+        operation: The call's name in statistics (``"read_rows"``, ...).
         stats: Filled in as the read runs (created when a hook needs one).
-        hook: Receives the statistics when the read ends.
-        guard: Called before the first request (the table's layout guard),
-            with the read's deadline and attempt timeout.
-        stray: Why a legacy-side key must be left out, or None to keep it
-            (cutoff layouts); counted, and reported once per read.
-        salted_stray: The same for bucket rows (cutoff layouts: a row whose
-            key time puts it on the legacy side, such as a backfilled copy).
-        odds: The table's :class:`~._strategy.OneRequestOdds` for reads like
-            this one (None: never try one request over every bucket first).
     """
 
     __slots__ = ("_first", "_merge")
 
     def __init__(
         self,
-        read_rows_stream: SyncReadRowsStream,
+        ctx: ReadContext,
         plan: ReadPlan,
+        settings: ReadSettings,
+        timeouts: Timeouts,
         *,
         operation: str,
-        timeouts: Timeouts,
-        limiter: Slots,
-        ordered: bool,
-        budget: ReadBudget,
         stats: CallStats | None,
-        hook: StatsHook | None,
-        guard: Callable[[GuardTime], bool] | None = None,
-        stray: Callable[[bytes], str | None] | None = None,
-        salted_stray: Callable[[bytes], str | None] | None = None,
-        odds: OneRequestOdds | None = None,
     ) -> None:
-        super().__init__(
-            plan,
-            operation=operation,
-            timeouts=timeouts,
-            ordered=ordered,
-            budget=budget,
-            stats=stats,
-            hook=hook,
-            guard=guard,
-            stray=stray,
-            salted_stray=salted_stray,
-            odds=odds,
-        )
+        super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
+        read_rows_stream = ctx.table.read_rows_stream
+        limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[SyncOneRequestSource, ThreadMerge[Row]] | None = None
         if self._one is not None:
             first = SyncOneRequestSource(
                 read_rows_stream,
-                self._one,
+                self._one.request,
                 plan.subqueries,
                 deadline=self._deadline,
                 timeouts=timeouts,
@@ -105,7 +94,7 @@ class SyncReadCall(_Read[bool]):
                 [first],
                 slots=1,
                 ordered=False,
-                budget=_one_budget(self._one),
+                budget=_one_budget(self._one.request),
                 stop_requests=partial(stop_sync_sources, [first]),
             )
             self._first = (first, one_merge)
@@ -124,7 +113,7 @@ class SyncReadCall(_Read[bool]):
         self._merge = new_merge(
             sources,
             slots=capacity(limiter),
-            ordered=ordered,
+            ordered=settings.ordered,
             limit=plan.limit,
             budget=budget,
             stop_requests=partial(stop_sync_sources, sources),
@@ -133,7 +122,7 @@ class SyncReadCall(_Read[bool]):
 
     def _try_one(self) -> list[Row] | None:
         """Run the one request over every bucket: the read's rows, or None to go on."""
-        if self._first is None:
+        if self._first is None or self._one is None:
             return None
         source, merge = self._first
         rows: list[Row] = []
@@ -142,9 +131,9 @@ class SyncReadCall(_Read[bool]):
                 for batch in merge:
                     rows += batch
         except BaseException as exc:
-            self._one_failed(exc, source)
+            self._one.failed(exc, source)
             return None
-        return self._one_done(rows, source)
+        return self._one.done(rows, source)
 
     def collect(self) -> list[Row]:
         """Every row of the read, in a list."""
@@ -164,7 +153,7 @@ class SyncReadCall(_Read[bool]):
             error = exc
             raise
         finally:
-            small = self._one_outcome is not None and self._one_outcome.fitted
+            small = self._one is not None and self._one.fitted
             emitted = len(rows or ()) if small else merge.emitted
             self._finish(merge, emitted, error)
         return rows

@@ -34,7 +34,6 @@ and a :class:`~saltedtable.SubScan` in its ``saltedtable_subscan`` attribute.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import operator
 import time
@@ -49,6 +48,7 @@ from google.cloud.bigtable.data.row import Row
 
 from ._cancel import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from ._contracts import ReadRowsStream, SyncReadRowsStream
+from ._layout import Layout
 from ._merge import Feed, Merge, MergeCore, ProducerBase, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from ._slots import AsyncSlots, Slots
@@ -67,6 +67,7 @@ from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 __all__ = [
     "BucketSource",
     "OneRequestSource",
+    "OneRequestStep",
     "StrayRows",
     "SubScan",
     "SyncBucketSource",
@@ -555,88 +556,94 @@ def _cancel_requested() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-class _Read(Generic[G]):
-    """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard."""
+#: The table type of a read context (async or sync), and its slots.
+T = TypeVar("T")
+L = TypeVar("L")
 
-    __slots__ = (
-        "_deadline",
-        "_guard",
-        "_hook",
-        "_in_buckets",
-        "_limit",
-        "_odds",
-        "_one",
-        "_one_outcome",
-        "_ordered",
-        "_row_limit",
-        "_stats",
-        "_stray",
-    )
+
+@dataclass(frozen=True, slots=True)
+class _ReadContext(Generic[T, L, G]):
+    """What every read of one table shares, built once per table object (either flavour).
+
+    The async and sync read calls name it ``ReadContextAsync`` and ``ReadContext``.
+
+    Attributes:
+        table: The physical table; its ``read_rows_stream`` is looked up at
+            each read, so a table wrapped after the salted one was made is used.
+        layout: Where keys live, and which rows reads hide (``Layout.hiding``).
+        limiter: The table's concurrency slots, shared by its reads.
+        budget: What one read may hold at once (the table's).
+        guard: Called before a read's first request (the table's layout
+            guard), with the read's deadline and attempt timeout; None: none.
+        odds: Whether bounded reads try one request over every bucket first:
+            (reads without a limit, reads with one).
+        hook: Receives the statistics of every read when it ends.
+    """
+
+    table: T
+    layout: Layout
+    limiter: L
+    budget: ReadBudget
+    guard: Callable[[GuardTime], G] | None
+    odds: tuple[OneRequestOdds, OneRequestOdds]
+    hook: StatsHook | None = None
+
+
+@final
+class OneRequestStep:
+    """A small read's first step, in one object: the one request over every bucket.
+
+    It decides whether the read tries it (the settings' row limit, then the
+    table's odds), what came of it (:attr:`outcome`, for the statistics) and
+    whether its rows answer the read; the read call runs its source and merge
+    (:class:`OneRequestSource` or :class:`SyncOneRequestSource`) between.
+    """
+
+    __slots__ = ("_limit", "_odds", "_ordered", "outcome", "request")
 
     def __init__(
-        self,
-        plan: ReadPlan,
-        *,
-        operation: str,
-        timeouts: Timeouts,
-        ordered: bool,
-        budget: ReadBudget,
-        stats: CallStats | None,
-        hook: StatsHook | None,
-        guard: Callable[[GuardTime], G] | None,
-        stray: Callable[[bytes], str | None] | None,
-        salted_stray: Callable[[bytes], str | None] | None,
-        odds: OneRequestOdds | None,
+        self, request: OneRequest, odds: OneRequestOdds | None, *, ordered: bool, limit: int | None
     ) -> None:
-        if stats is None and hook is not None:
-            stats = CallStats()
-        self._deadline = time.monotonic() + timeouts.operation
-        self._limit: GuardTime = (self._deadline, timeouts.attempt)
-        self._stray = None if stray is None else StrayRows(stray)
-        # Bucket rows on the legacy side are a migration's copies: left out, not reported.
-        self._in_buckets = None if salted_stray is None else StrayRows(salted_stray)
-        settings = plan.settings(budget, ordered=ordered)
-        if settings.one_request_rows and (
-            odds is None or self._stray is not None or self._in_buckets is not None
-        ):
-            # No odds: never try it. Cutoff layouts: rows are checked one by one, per side.
-            settings = dataclasses.replace(settings, one_request_rows=0)
-        if stats is not None:
-            stats.operation = operation
-            stats.settings = settings
-            stats.one_request = None
-        self._stats = stats
-        self._hook = hook
-        self._guard = guard
-        self._ordered = ordered
-        self._row_limit = plan.limit
+        self.request = request
         self._odds = odds
-        #: The one request to try first (small reads), and how it went (see finish_read).
-        self._one = self._choose_one(plan, settings)
-        self._one_outcome: OneRequestOutcome | None = None
+        self._ordered = ordered
+        self._limit = limit
+        #: How it went (None: not run yet).
+        self.outcome: OneRequestOutcome | None = None
 
-    def _choose_one(self, plan: ReadPlan, settings: ReadSettings) -> OneRequest | None:
-        """The one request over every bucket to try first, if this read should."""
+    @classmethod
+    def choose(
+        cls,
+        plan: ReadPlan,
+        settings: ReadSettings,
+        odds: OneRequestOdds | None,
+        stats: CallStats | None,
+    ) -> OneRequestStep | None:
+        """The step a read takes first, or None where it goes bucket by bucket at once."""
         rows = settings.one_request_rows  # 0 where the read does not try it
         one = one_request(plan, rows) if rows else None
-        if one is None or self._odds is None:
+        if one is None or odds is None:
             return None
-        if not self._ordered and rows == plan.limit:
+        ordered, limit = settings.ordered, plan.limit
+        if not ordered and rows == limit:
             # Any `limit` rows answer an unordered read: this one request does
             # unless it fails or stops at the budget's bytes (rows too wide), so
             # it neither waits for nor moves the odds.
-            self._odds = None
-            return one
-        if not self._odds.try_now():
-            if self._stats is not None:
-                self._stats.one_request = OneRequestOutcome("skipped", rows)
+            return cls(one, None, ordered=ordered, limit=limit)
+        if not odds.try_now():
+            if stats is not None:
+                stats.one_request = OneRequestOutcome("skipped", rows)
             return None
-        return one
+        return cls(one, odds, ordered=ordered, limit=limit)
 
-    def _one_outcome_of(
+    @property
+    def fitted(self) -> bool:
+        """Whether its rows answered the read."""
+        return self.outcome is not None and self.outcome.fitted
+
+    def _outcome_of(
         self, source: _OneRequest, *, fitted: bool, error: str = "", went_on: bool = False
     ) -> OneRequestOutcome:
-        assert self._one is not None
         result: OneRequestResult = "full"
         if fitted:
             result = "answered"
@@ -645,13 +652,13 @@ class _Read(Generic[G]):
         elif source.capped:
             result = "over_budget"
         return OneRequestOutcome(
-            result, self._one.rows, source.received, source.got, error, went_on
+            result, self.request.rows, source.received, source.got, error, went_on
         )
 
-    def _one_failed(self, exc: BaseException, source: _OneRequest) -> None:
-        """The one request failed: go on bucket by bucket, unless time is up or the caller left."""
+    def failed(self, exc: BaseException, source: _OneRequest) -> None:
+        """It failed: go on bucket by bucket, unless time is up or the caller left (raises)."""
         ends = not isinstance(exc, Exception) or isinstance(exc, DeadlineExceeded)
-        self._one_outcome = self._one_outcome_of(
+        self.outcome = self._outcome_of(
             source,
             fitted=False,
             error="cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__,
@@ -666,25 +673,70 @@ class _Read(Generic[G]):
         if self._odds is not None:
             self._odds.record(False)
 
-    def _one_done(self, rows: list[Row], source: _OneRequest) -> list[Row] | None:
-        """The rows of the read if the one request answered it, else None (go on)."""
-        assert self._one is not None
-        received, limit = source.received, self._row_limit
+    def done(self, rows: list[Row], source: _OneRequest) -> list[Row] | None:
+        """The rows of the read if it answered it, else None (go on bucket by bucket)."""
+        received, limit = source.received, self._limit
         # Fewer rows than asked: every row of the read. An unordered read
         # with a limit takes any `limit` rows.
-        fitted = (received < self._one.rows and not source.capped) or (
+        fitted = (received < self.request.rows and not source.capped) or (
             not self._ordered and limit is not None and received >= limit
         )
         if self._odds is not None:
             self._odds.record(fitted)
-        self._one_outcome = self._one_outcome_of(source, fitted=fitted, went_on=not fitted)
+        self.outcome = self._outcome_of(source, fitted=fitted, went_on=not fitted)
         if not fitted:
             return None
         if self._ordered:  # bucket after bucket: one logical key lives in one bucket
             rows.sort(key=operator.attrgetter("row_key"))
-        if self._row_limit is not None:
-            del rows[self._row_limit :]
+        if limit is not None:
+            del rows[limit:]
         return rows
+
+
+class _Read(Generic[G]):
+    """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard."""
+
+    __slots__ = (
+        "_deadline",
+        "_guard",
+        "_hook",
+        "_in_buckets",
+        "_limit",
+        "_one",
+        "_stats",
+        "_stray",
+    )
+
+    def __init__(
+        self,
+        ctx: _ReadContext[Any, Any, G],
+        plan: ReadPlan,
+        settings: ReadSettings,
+        timeouts: Timeouts,
+        *,
+        operation: str,
+        stats: CallStats | None,
+    ) -> None:
+        hook = ctx.hook
+        if stats is None and hook is not None:
+            stats = CallStats()
+        self._deadline = time.monotonic() + timeouts.operation
+        self._limit: GuardTime = (self._deadline, timeouts.attempt)
+        # Cutoff layouts hide rows of the other side, checked one by one (their
+        # settings never try the one request: see ReadPlan.settings).
+        stray, salted_stray = ctx.layout.hiding(None), ctx.layout.hiding(0)
+        self._stray = None if stray is None else StrayRows(stray)
+        # Bucket rows on the legacy side are a migration's copies: left out, not reported.
+        self._in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        if stats is not None:
+            stats.operation = operation
+            stats.settings = settings
+            stats.one_request = None
+        self._stats = stats
+        self._hook = hook
+        self._guard = ctx.guard
+        #: The one request to try first (small reads), and how it went (see finish_read).
+        self._one = OneRequestStep.choose(plan, settings, ctx.odds[plan.limit is not None], stats)
 
     def _bucket_stats(self, sub: SubQuery) -> BucketStats | None:
         return None if self._stats is None else self._stats.bucket(sub.bucket)
@@ -693,7 +745,8 @@ class _Read(Generic[G]):
         return self._stray if sub.bucket is None else self._in_buckets
 
     def _finish(self, merge: MergeCore[Row], emitted: int, error: BaseException | None) -> None:
-        finish_read(merge, self._stats, self._hook, self._stray, emitted, error, self._one_outcome)
+        outcome = None if self._one is None else self._one.outcome
+        finish_read(merge, self._stats, self._hook, self._stray, emitted, error, outcome)
 
 
 # -- a bucket's requests -----------------------------------------------------------------

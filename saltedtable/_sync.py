@@ -16,6 +16,7 @@ read left early stops every request it started, and no RPC outlives it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Generator, Sequence
 from contextlib import closing
@@ -49,16 +50,16 @@ from ._facade import (
     check_row_key,
     filter_for,
     plan_for,
+    read_for,
     read_timeouts,
     samples_for,
     sharded_refused,
     sharded_result,
-    stray_reasons,
 )
 from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
-from ._read_call_sync import SyncReadCall
+from ._read_call_sync import ReadContext, SyncReadCall
 from ._record import DEFAULT_RECORD_REFRESH, LayoutRecord, family_of
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import Slots
@@ -159,11 +160,18 @@ class SaltedTable(TableAttributes):
             schema=schema_reader_for(table),
             name=table_label(table),
         )
-        self._budget = budget if budget is not None else ReadBudget()
         self.limiter = Slots(max_concurrent_subscans)
-        # Whether small reads try one request over every bucket: (no limit, limit).
-        self._odds = (OneRequestOdds(), OneRequestOdds())
-        self.stats_hook = stats_hook
+        # What every read of this table shares; the odds say whether small reads
+        # try one request over every bucket: (no limit, limit).
+        self._reads = ReadContext(
+            table=table,
+            layout=self._layout,
+            limiter=self.limiter,
+            budget=budget if budget is not None else ReadBudget(),
+            guard=self._guard.check,
+            odds=(OneRequestOdds(), OneRequestOdds()),
+            hook=stats_hook,
+        )
 
     @classmethod
     def from_client(
@@ -260,7 +268,16 @@ class SaltedTable(TableAttributes):
     @property
     def budget(self) -> ReadBudget:
         """What one read may hold at once."""
-        return self._budget
+        return self._reads.budget
+
+    @property
+    def stats_hook(self) -> StatsHook | None:
+        """Called with the :class:`CallStats` of every finished read and bulk write."""
+        return self._reads.hook
+
+    @stats_hook.setter
+    def stats_hook(self, hook: StatsHook | None) -> None:
+        self._reads = dataclasses.replace(self._reads, hook=hook)
 
     def __str__(self) -> str:
         return f"SaltedTable<{self._table}, {self.scheme}>"
@@ -306,7 +323,7 @@ class SaltedTable(TableAttributes):
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
         slots = capacity(self.limiter)
-        return plan_for(query, self._layout, self._budget, ordered=ordered, slots=slots)
+        return plan_for(query, self._layout, self.budget, ordered=ordered, slots=slots)
 
     def read_rows_stream(
         self,
@@ -513,7 +530,7 @@ class SaltedTable(TableAttributes):
                 # A query that cannot be read fails its own shard, as in the client.
                 call = self._call(
                     "read_rows_sharded",
-                    self.plan(sharded_query[i]),
+                    sharded_query[i],
                     Timeouts(left, min(attempt, left), retryable_errors),
                     ordered=True,
                     stats=None,
@@ -567,36 +584,24 @@ class SaltedTable(TableAttributes):
         stats: CallStats | None,
     ) -> SyncReadCall:
         timeouts = read_timeouts(self._table, operation_timeout, attempt_timeout, retryable_errors)
-        plan = self.plan(query, ordered=ordered)
-        return self._call(operation, plan, timeouts, ordered=ordered, stats=stats)
+        return self._call(operation, query, timeouts, ordered=ordered, stats=stats)
 
     def _call(
         self,
         operation: str,
-        plan: ReadPlan,
+        query: Query,
         timeouts: Timeouts,
         *,
         ordered: bool,
         stats: CallStats | None,
     ) -> SyncReadCall:
-        if stats is not None or self.stats_hook is not None:
-            install_retry_counter(self._table)
-        stray, salted_stray = stray_reasons(self._layout)
-        return SyncReadCall(
-            self._table.read_rows_stream,
-            plan,
-            operation=operation,
-            timeouts=timeouts,
-            limiter=self.limiter,
-            ordered=ordered,
-            budget=self._budget,
-            stats=stats,
-            hook=self.stats_hook,
-            guard=self._guard.check,
-            stray=stray,
-            salted_stray=salted_stray,
-            odds=self._odds[plan.limit is not None],
+        ctx = self._reads
+        plan, settings = read_for(
+            query, ctx.layout, ctx.budget, ordered=ordered, slots=capacity(ctx.limiter)
         )
+        if stats is not None or ctx.hook is not None:
+            install_retry_counter(self._table)
+        return SyncReadCall(ctx, plan, settings, timeouts, operation=operation, stats=stats)
 
     # -- writes ----------------------------------------------------------------
 

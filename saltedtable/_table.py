@@ -14,6 +14,7 @@ read left early stops every request it started, and no RPC outlives it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
@@ -47,16 +48,16 @@ from ._facade import (
     check_row_key,
     filter_for,
     plan_for,
+    read_for,
     read_timeouts,
     samples_for,
     sharded_refused,
     sharded_result,
-    stray_reasons,
 )
 from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
-from ._read_call import ReadCall
+from ._read_call import ReadCall, ReadContextAsync
 from ._record import DEFAULT_RECORD_REFRESH, LayoutRecord, family_of
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import AsyncSlots
@@ -157,11 +158,18 @@ class SaltedTableAsync(TableAttributes):
             schema=schema_reader_for(table),
             name=table_label(table),
         )
-        self._budget = budget if budget is not None else ReadBudget()
         self.limiter = AsyncSlots(max_concurrent_subscans)
-        # Whether small reads try one request over every bucket: (no limit, limit).
-        self._odds = (OneRequestOdds(), OneRequestOdds())
-        self.stats_hook = stats_hook
+        # What every read of this table shares; the odds say whether small reads
+        # try one request over every bucket: (no limit, limit).
+        self._reads = ReadContextAsync(
+            table=table,
+            layout=self._layout,
+            limiter=self.limiter,
+            budget=budget if budget is not None else ReadBudget(),
+            guard=self._guard.check,
+            odds=(OneRequestOdds(), OneRequestOdds()),
+            hook=stats_hook,
+        )
 
     @classmethod
     def from_client(
@@ -258,7 +266,16 @@ class SaltedTableAsync(TableAttributes):
     @property
     def budget(self) -> ReadBudget:
         """What one read may hold at once."""
-        return self._budget
+        return self._reads.budget
+
+    @property
+    def stats_hook(self) -> StatsHook | None:
+        """Called with the :class:`CallStats` of every finished read and bulk write."""
+        return self._reads.hook
+
+    @stats_hook.setter
+    def stats_hook(self, hook: StatsHook | None) -> None:
+        self._reads = dataclasses.replace(self._reads, hook=hook)
 
     def __str__(self) -> str:
         return f"SaltedTableAsync<{self._table}, {self.scheme}>"
@@ -304,7 +321,7 @@ class SaltedTableAsync(TableAttributes):
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
         slots = capacity(self.limiter)
-        return plan_for(query, self._layout, self._budget, ordered=ordered, slots=slots)
+        return plan_for(query, self._layout, self.budget, ordered=ordered, slots=slots)
 
     async def read_rows_stream(
         self,
@@ -511,7 +528,7 @@ class SaltedTableAsync(TableAttributes):
                 # A query that cannot be read fails its own shard, as in the client.
                 call = self._call(
                     "read_rows_sharded",
-                    self.plan(sharded_query[i]),
+                    sharded_query[i],
                     Timeouts(left, min(attempt, left), retryable_errors),
                     ordered=True,
                     stats=None,
@@ -567,36 +584,24 @@ class SaltedTableAsync(TableAttributes):
         stats: CallStats | None,
     ) -> ReadCall:
         timeouts = read_timeouts(self._table, operation_timeout, attempt_timeout, retryable_errors)
-        plan = self.plan(query, ordered=ordered)
-        return self._call(operation, plan, timeouts, ordered=ordered, stats=stats)
+        return self._call(operation, query, timeouts, ordered=ordered, stats=stats)
 
     def _call(
         self,
         operation: str,
-        plan: ReadPlan,
+        query: Query,
         timeouts: Timeouts,
         *,
         ordered: bool,
         stats: CallStats | None,
     ) -> ReadCall:
-        if stats is not None or self.stats_hook is not None:
-            install_retry_counter(self._table)
-        stray, salted_stray = stray_reasons(self._layout)
-        return ReadCall(
-            self._table.read_rows_stream,
-            plan,
-            operation=operation,
-            timeouts=timeouts,
-            limiter=self.limiter,
-            ordered=ordered,
-            budget=self._budget,
-            stats=stats,
-            hook=self.stats_hook,
-            guard=self._guard.check,
-            stray=stray,
-            salted_stray=salted_stray,
-            odds=self._odds[plan.limit is not None],
+        ctx = self._reads
+        plan, settings = read_for(
+            query, ctx.layout, ctx.budget, ordered=ordered, slots=capacity(ctx.limiter)
         )
+        if stats is not None or ctx.hook is not None:
+            install_retry_counter(self._table)
+        return ReadCall(ctx, plan, settings, timeouts, operation=operation, stats=stats)
 
     # -- writes ----------------------------------------------------------------
 

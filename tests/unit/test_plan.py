@@ -724,3 +724,38 @@ def test_explain_promises_the_one_request_only_where_a_read_tries_it() -> None:
     cut = plan_for(query, layout, ReadBudget(), ordered=True, slots=64)
     assert cut.settings().one_request_rows == 0
     assert "one request" not in cut.strategy()
+
+
+def test_a_reads_settings_are_decided_once_and_shown_apart_from_its_plan() -> None:
+    """``read_for`` returns the plan (what) and the settings (how) apart: the bare plan
+    carries no settings, the cutoff gate of the one request is set there only, a setting
+    changed later keeps that gate, and ``explain(settings=...)`` shows the settings given."""
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from saltedtable import CutoffPolicy, Layout
+    from saltedtable._facade import plan_for, read_for
+
+    query = ReadRowsQuery(row_ranges=RowRange(b"a#1", b"a#2"), limit=10)
+    plan, settings = read_for(query, Layout(scheme(16)), ReadBudget(), ordered=True, slots=64)
+    assert plan.how is None
+    assert plan == plan_reads(query, scheme(16))
+    assert settings.one_request_rows == 52
+    assert "for up to 52 rows" in plan.explain(settings=settings)
+    assert (
+        plan.explain(settings=settings)
+        == plan_for(query, Layout(scheme(16)), ReadBudget(), ordered=True, slots=64).explain()
+    )
+    cutoff = CutoffPolicy(datetime(2024, 1, 1, tzinfo=UTC), before_last(b"#"))
+    _, cut = read_for(query, Layout(scheme(16), cutoff), ReadBudget(), ordered=True, slots=64)
+    assert cut.one_request_rows == 0
+    shut = dataclasses.replace(plan, how=plan.settings(ReadBudget(), slots=64, one_request=False))
+    assert shut.settings().one_request_rows == 0
+    shown = shut.settings(ordered=False)  # another setting changed: the table's gate stays shut
+    assert (shown.one_request_rows, shown.ordered, shown.slots) == (0, False, 64)
+    assert (
+        plan_for(query, Layout(scheme(16)), ReadBudget(), ordered=True, slots=64)
+        .settings(ordered=False)
+        .one_request_rows
+        == 10
+    )

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, final
 
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedQueryShardError,
     ShardedReadRowsExceptionGroup,
 )
+from google.cloud.bigtable.data.mutations import Mutation
+from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
 from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
@@ -28,7 +31,8 @@ from ._cutoff import CutoffPolicy
 from ._layout import Layout, samples_in_range
 from ._plan import ReadPlan, plan_reads, rewrite_filter
 from ._query import as_query, check_filter
-from ._salt import SaltScheme
+from ._record import family_of
+from ._salt import SaltScheme, to_key
 from ._stats import CallStats, StatsHook, report
 from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget, ReadSettings
 from ._timeouts import Timeouts, check_timeouts, resolve_timeouts
@@ -172,6 +176,64 @@ def sharded_result(
     if failed:
         raise ShardedReadRowsExceptionGroup(failed, ok, len(sharded_query))
     return ok
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RowWrite:
+    """A single-row write, checked and placed before anything is sent.
+
+    The prepare step of ``mutate_row``, ``check_and_mutate_row`` and
+    ``read_modify_write_row`` (``bulk_mutate_rows`` has :func:`bulk_prepare`):
+    the table then settles its guard for :attr:`family` within the call's
+    timeout, and sends to :attr:`physical`.
+    """
+
+    #: The caller's (logical) key.
+    key: bytes
+    #: Its bucket (None: a legacy-side row of a cutoff layout).
+    bucket: int | None
+    #: The key sent to Bigtable.
+    physical: bytes
+    #: The first column family the write names: where the guard stores the
+    #: layout record if the table has none yet (None: no family named).
+    family: str | None
+
+
+#: What a single-row write changes: mutations, or read-modify-write rules.
+Changes = Mutation | ReadModifyWriteRule | Sequence[Mutation | ReadModifyWriteRule] | None
+
+
+def prepare_row_write(
+    layout: Layout,
+    row_key: str | bytes,
+    *changes: Changes,
+    operation_timeout: Timeout,
+    attempt_timeout: AttemptTimeout = None,
+) -> RowWrite:
+    """Check a single-row write and place it: nothing is sent if this raises.
+
+    Args:
+        layout: The table's layout.
+        row_key: The logical key.
+        *changes: The write's mutations or rules (a conditional write's true
+            and false cases: the first family either names counts).
+        operation_timeout: As the caller gave it (checked).
+        attempt_timeout: As the caller gave it (checked; None: the operation's).
+
+    Raises:
+        ValueError: A timeout is not a positive number (or the table default).
+        RowKeyError: The key cannot be stored (see :meth:`Layout.locate`).
+    """
+    check_timeouts(operation_timeout, attempt_timeout)
+    key = to_key(row_key)
+    bucket, physical = layout.locate(key)
+    family = None
+    for change in changes:
+        family = None if change is None else family_of(change)
+        if family is not None:
+            break
+    return RowWrite(key, bucket, physical, family)
 
 
 def bulk_prepare(

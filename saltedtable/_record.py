@@ -24,6 +24,7 @@ from ._salt import SCHEME_ROW_KEY, SaltScheme
 
 if TYPE_CHECKING:
     from google.cloud.bigtable.data.mutations import Mutation
+    from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
     from google.cloud.bigtable.data.row import Cell, Row
 
 __all__ = [
@@ -393,8 +394,10 @@ def guard_action(
     return "replace"
 
 
-def family_of(mutations: Mutation | Sequence[Mutation]) -> str | None:
-    """The first column family a mutation (or list of mutations) names, if any."""
+def family_of(
+    mutations: Mutation | ReadModifyWriteRule | Sequence[Mutation | ReadModifyWriteRule],
+) -> str | None:
+    """The first column family a mutation or rule (or a list of them) names, if any."""
     for mutation in mutations if isinstance(mutations, Sequence) else (mutations,):
         family = getattr(mutation, "family", None)
         if isinstance(family, str) and family:

@@ -48,6 +48,7 @@ from ._facade import (
     check_row_key,
     filter_for,
     plan_for,
+    prepare_row_write,
     read_for,
     read_timeouts,
     samples_for,
@@ -58,7 +59,7 @@ from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
 from ._read_call import ReadCall, ReadContextAsync
-from ._record import DEFAULT_RECORD_REFRESH, LayoutRecord, family_of
+from ._record import DEFAULT_RECORD_REFRESH, LayoutRecord
 from ._salt import SaltScheme, prefix_end, to_key
 from ._slots import AsyncSlots
 from ._stats import CallStats, StatsHook, install_retry_counter
@@ -618,13 +619,18 @@ class SaltedTableAsync(TableAttributes):
 
         Returns what the client's ``mutate_row`` returns (the RPC's response).
         """
-        check_timeouts(operation_timeout, attempt_timeout)
-        physical = self._layout.locate(row_key)[1]
+        write = prepare_row_write(
+            self._layout,
+            row_key,
+            mutations,
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+        )
         operation_timeout = await self._guard.within(
-            family_of(mutations), operation_timeout, attempt_timeout, "default"
+            write.family, operation_timeout, attempt_timeout, "default"
         )
         return await self._table.mutate_row(
-            physical,
+            write.physical,
             mutations,
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
@@ -698,15 +704,21 @@ class SaltedTableAsync(TableAttributes):
 
         Row-key regexes in the predicate are matched against the logical key.
         """
-        check_timeouts(operation_timeout, None)
         check_filter(predicate)
-        bucket, physical = self._layout.locate(row_key)
-        family = family_of(true_case_mutations or ()) or family_of(false_case_mutations or ())
-        operation_timeout = await self._guard.within(family, operation_timeout, None, "default")
+        write = prepare_row_write(
+            self._layout,
+            row_key,
+            true_case_mutations,
+            false_case_mutations,
+            operation_timeout=operation_timeout,
+        )
+        operation_timeout = await self._guard.within(
+            write.family, operation_timeout, None, "default"
+        )
         return bool(
             await self._table.check_and_mutate_row(
-                physical,
-                filter_for(self._layout, bucket, predicate),
+                write.physical,
+                filter_for(self._layout, write.bucket, predicate),
                 true_case_mutations=true_case_mutations,
                 false_case_mutations=false_case_mutations,
                 operation_timeout=operation_timeout,
@@ -721,19 +733,14 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
         """Atomically read-modify-write the row with this logical key."""
-        check_timeouts(operation_timeout, None)
-        key = to_key(row_key)
-        physical = self._layout.locate(key)[1]
+        write = prepare_row_write(self._layout, row_key, rules, operation_timeout=operation_timeout)
         operation_timeout = await self._guard.within(
-            family_of(rules),  # type: ignore[arg-type]
-            operation_timeout,
-            None,
-            "default",
+            write.family, operation_timeout, None, "default"
         )
         row = await self._table.read_modify_write_row(
-            physical, rules, operation_timeout=operation_timeout
+            write.physical, rules, operation_timeout=operation_timeout
         )
-        return relabel(row, key)
+        return relabel(row, write.key)
 
     def mutations_batcher(
         self,

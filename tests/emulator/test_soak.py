@@ -38,7 +38,7 @@ CONCURRENT_SCANS = 200
 POINT_READS = 200
 MAX_SUBSCANS = 32
 # Longer soaks by hand: SALTEDTABLE_SOAK_ROUNDS=50 SALTEDTABLE_SOAK_SECONDS=900 pytest ... -s
-ROUNDS = int(os.environ.get("SALTEDTABLE_SOAK_ROUNDS", "6"))
+ROUNDS = int(os.environ.get("SALTEDTABLE_SOAK_ROUNDS", "4"))
 BUDGET = float(os.environ.get("SALTEDTABLE_SOAK_SECONDS", "35"))  # no round starts after this
 MIN_ROUNDS = 3
 #: A round (a few seconds, tens on a loaded machine) that has not ended after this hangs.

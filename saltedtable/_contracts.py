@@ -20,12 +20,15 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.mutations import Mutation
 from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
+from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 __all__ = [
     "AttemptTimeout",
     "BatcherLike",
+    "GuardTimeouts",
+    "OperationTimeout",
     "ReadRowsStream",
     "RequestTimeouts",
     "Retryable",
@@ -56,6 +59,19 @@ class RequestTimeouts(TypedDict):
     operation_timeout: float
     attempt_timeout: float
     retryable_errors: Retryable
+
+
+class GuardTimeouts(TypedDict, total=False):
+    """The timeout keywords of a guard request (none: the table's defaults)."""
+
+    operation_timeout: float
+    attempt_timeout: float
+
+
+class OperationTimeout(TypedDict, total=False):
+    """The timeout keyword of a request that takes no attempt timeout."""
+
+    operation_timeout: float
 
 
 class BatcherLike(Protocol):
@@ -115,52 +131,111 @@ class TableLikeAsync(TableDefaults, Protocol):
     """The part of ``google.cloud.bigtable.data.TableAsync`` that saltedtable calls.
 
     The client's decorated methods reach type checkers as ``Any``; this
-    protocol names what is used, and gives tests a seam for an in-memory fake.
+    protocol names what is used, with the client's keywords, and gives tests a
+    seam for an in-memory fake.
     """
 
-    async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> AsyncIterable[Row]:
+    async def read_rows_stream(
+        self,
+        query: ReadRowsQuery,
+        *,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> AsyncIterable[Row]:
         """Stream the rows of a query."""
         ...
 
-    async def read_row(self, row_key: bytes, **kwargs: Any) -> Row | None:
+    async def read_row(
+        self,
+        row_key: str | bytes,
+        *,
+        row_filter: RowFilter | None = ...,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> Row | None:
         """Read one row."""
         ...
 
-    async def row_exists(self, row_key: bytes, **kwargs: Any) -> bool:
+    async def row_exists(
+        self,
+        row_key: str | bytes,
+        *,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> bool:
         """Tell whether a row exists."""
         ...
 
-    async def sample_row_keys(self, **kwargs: Any) -> list[tuple[bytes, int]]:
+    async def sample_row_keys(
+        self,
+        *,
+        row_range: RowRange | None = ...,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> list[tuple[bytes, int]]:
         """Sample split points of the table."""
         ...
 
-    def mutations_batcher(self, **kwargs: Any) -> BatcherLike:
+    def mutations_batcher(
+        self,
+        *,
+        flush_interval: float | None = ...,
+        flush_limit_mutation_count: int | None = ...,
+        flush_limit_bytes: int = ...,
+        flow_control_max_mutation_count: int = ...,
+        flow_control_max_bytes: int = ...,
+        batch_operation_timeout: Timeout = ...,
+        batch_attempt_timeout: AttemptTimeout = ...,
+        batch_retryable_errors: Retryable = ...,
+    ) -> BatcherLike:
         """Make a mutations batcher (the client's ``MutationsBatcherAsync``)."""
         ...
 
     async def mutate_row(
-        self, row_key: bytes, mutations: Mutation | list[Mutation], **kwargs: Any
+        self,
+        row_key: str | bytes,
+        mutations: list[Mutation] | Mutation,
+        *,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
     ) -> None:
         """Apply mutations to one row."""
         ...
 
     async def bulk_mutate_rows(
-        self, mutation_entries: list[RowMutationEntry], **kwargs: Any
+        self,
+        mutation_entries: list[RowMutationEntry],
+        *,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
     ) -> None:
         """Apply many mutation entries."""
         ...
 
     async def check_and_mutate_row(
-        self, row_key: bytes, predicate: RowFilter | None, **kwargs: Any
+        self,
+        row_key: str | bytes,
+        predicate: RowFilter | None,
+        *,
+        true_case_mutations: Mutation | list[Mutation] | None = ...,
+        false_case_mutations: Mutation | list[Mutation] | None = ...,
+        operation_timeout: Timeout = ...,
     ) -> bool:
         """Mutate a row depending on a filter."""
         ...
 
     async def read_modify_write_row(
         self,
-        row_key: bytes,
+        row_key: str | bytes,
         rules: ReadModifyWriteRule | list[ReadModifyWriteRule],
-        **kwargs: Any,
+        *,
+        operation_timeout: Timeout = ...,
     ) -> Row:
         """Read, modify and write a row atomically."""
         ...
@@ -171,49 +246,113 @@ class TableLikeAsync(TableDefaults, Protocol):
 
 
 class SyncTableLike(TableDefaults, Protocol):
-    """The part of ``google.cloud.bigtable.data.Table`` (sync) that saltedtable calls."""
+    """The part of ``google.cloud.bigtable.data.Table`` (sync) that saltedtable calls.
 
-    def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Iterable[Row]:
+    The client's own ``Table`` satisfies it as type checkers see it: the
+    keywords are the client's.
+    """
+
+    def read_rows_stream(
+        self,
+        query: ReadRowsQuery,
+        *,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> Iterable[Row]:
         """Stream the rows of a query."""
         ...
 
-    def read_row(self, row_key: bytes, **kwargs: Any) -> Row | None:
+    def read_row(
+        self,
+        row_key: str | bytes,
+        *,
+        row_filter: RowFilter | None = ...,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> Row | None:
         """Read one row."""
         ...
 
-    def row_exists(self, row_key: bytes, **kwargs: Any) -> bool:
+    def row_exists(
+        self,
+        row_key: str | bytes,
+        *,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> bool:
         """Tell whether a row exists."""
         ...
 
-    def sample_row_keys(self, **kwargs: Any) -> list[tuple[bytes, int]]:
+    def sample_row_keys(
+        self,
+        *,
+        row_range: RowRange | None = ...,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> list[tuple[bytes, int]]:
         """Sample split points of the table."""
         ...
 
-    def mutations_batcher(self, **kwargs: Any) -> SyncBatcherLike:
+    def mutations_batcher(
+        self,
+        *,
+        flush_interval: float | None = ...,
+        flush_limit_mutation_count: int | None = ...,
+        flush_limit_bytes: int = ...,
+        flow_control_max_mutation_count: int = ...,
+        flow_control_max_bytes: int = ...,
+        batch_operation_timeout: Timeout = ...,
+        batch_attempt_timeout: AttemptTimeout = ...,
+        batch_retryable_errors: Retryable = ...,
+    ) -> SyncBatcherLike:
         """Make a mutations batcher (the client's ``MutationsBatcher``)."""
         ...
 
     def mutate_row(
-        self, row_key: bytes, mutations: Mutation | list[Mutation], **kwargs: Any
+        self,
+        row_key: str | bytes,
+        mutations: list[Mutation] | Mutation,
+        *,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
     ) -> None:
         """Apply mutations to one row."""
         ...
 
-    def bulk_mutate_rows(self, mutation_entries: list[RowMutationEntry], **kwargs: Any) -> None:
+    def bulk_mutate_rows(
+        self,
+        mutation_entries: list[RowMutationEntry],
+        *,
+        operation_timeout: Timeout = ...,
+        attempt_timeout: AttemptTimeout = ...,
+        retryable_errors: Retryable = ...,
+    ) -> None:
         """Apply many mutation entries."""
         ...
 
     def check_and_mutate_row(
-        self, row_key: bytes, predicate: RowFilter | None, **kwargs: Any
+        self,
+        row_key: str | bytes,
+        predicate: RowFilter | None,
+        *,
+        true_case_mutations: Mutation | list[Mutation] | None = ...,
+        false_case_mutations: Mutation | list[Mutation] | None = ...,
+        operation_timeout: Timeout = ...,
     ) -> bool:
         """Mutate a row depending on a filter."""
         ...
 
     def read_modify_write_row(
         self,
-        row_key: bytes,
+        row_key: str | bytes,
         rules: ReadModifyWriteRule | list[ReadModifyWriteRule],
-        **kwargs: Any,
+        *,
+        operation_timeout: Timeout = ...,
     ) -> Row:
         """Read, modify and write a row atomically."""
         ...

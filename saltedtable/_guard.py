@@ -39,6 +39,7 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
 )
 
+from ._contracts import GuardTimeouts, OperationTimeout
 from ._exceptions import LayoutError, RecordMissingError, SchemeMismatchError
 from ._families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
 from ._layout import Layout
@@ -79,9 +80,11 @@ __all__ = [
 ]
 
 
-def operation_only(timeouts: dict[str, float]) -> dict[str, float]:
+def operation_only(timeouts: GuardTimeouts) -> OperationTimeout:
     # check_and_mutate_row takes an operation timeout only.
-    return {k: v for k, v in timeouts.items() if k == "operation_timeout"}
+    if "operation_timeout" in timeouts:
+        return {"operation_timeout": timeouts["operation_timeout"]}
+    return {}
 
 
 _log = logging.getLogger("saltedtable.guard")

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 from ._cutoff import CutoffPolicy
@@ -129,7 +129,7 @@ class CutoffRecord:
     """The cutoff part of a :class:`LayoutRecord` (see :class:`~saltedtable.CutoffPolicy`)."""
 
     #: The cutoff instant as ISO text (shown, not compared: ``at_micros`` is).
-    at: str | None
+    at: str | None = field(compare=False)
     #: The cutoff instant in microseconds since the epoch.
     at_micros: int | None
     #: The stable name of the function that reads a key's time.
@@ -204,7 +204,7 @@ class LayoutRecord:
     #: The state of a migration in progress (``saltedtable migrate``), or None.
     migration: str | None = None
     #: The record format's version (not compared).
-    version: int = _VERSION
+    version: int = field(default=_VERSION, compare=False)
     #: Fields a newer saltedtable wrote, as (name, JSON text) pairs, kept for comparison.
     extra: tuple[tuple[str, str], ...] = ()
 

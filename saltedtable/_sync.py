@@ -196,9 +196,8 @@ class SaltedTable(TableAttributes):
         ``table_kwargs`` go to ``get_table`` (app profile, default timeouts and
         retryable errors). Nothing is sent until the first operation.
         """
-        table: Any = client.get_table(instance_id, table_id, **table_kwargs)
         return cls(
-            table,
+            client.get_table(instance_id, table_id, **table_kwargs),
             scheme,
             cutoff=cutoff,
             guard=guard,

@@ -15,7 +15,7 @@ from typing import final
 from google.api_core.exceptions import DeadlineExceeded
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 
-from ._contracts import RequestTimeouts, Retryable, TableDefaults, Timeout
+from ._contracts import GuardTimeouts, RequestTimeouts, Retryable, TableDefaults, Timeout
 
 __all__ = [
     "GuardTime",
@@ -138,7 +138,7 @@ def request_timeouts(deadline: float, timeouts: Timeouts) -> RequestTimeouts:
 GuardTime = tuple[float, float] | None
 
 
-def guard_timeouts(limit: GuardTime) -> dict[str, float]:
+def guard_timeouts(limit: GuardTime) -> GuardTimeouts:
     """The timeouts of a guard request within ``limit`` (empty: the table's defaults).
 
     Raises:

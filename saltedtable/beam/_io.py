@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, final
+from typing import Any, Final, Literal, ParamSpec, TypeVar, final
 
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics
@@ -45,7 +45,6 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._admin import schema_reader_for, table_label
-from .._contracts import SyncTableLike
 from .._cutoff import CutoffPolicy
 from .._exceptions import QueryPlanError, SaltedTableError, SchemeMismatchError, WriteFailedError
 from .._layout import Layout, relabel
@@ -698,8 +697,7 @@ class WriteEntries(TableDoFn):
             # another layout (or, with require_record, a table without one).
             table = self.bigtable()
             self._guard = SyncTableGuard(
-                # The client's keyword-only timeouts are what SyncTableLike's **kwargs stand for.
-                cast("SyncTableLike", table),
+                table,
                 self.layout,
                 require_record=self.require_record,
                 refresh=None,

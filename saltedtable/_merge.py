@@ -181,6 +181,7 @@ class Feed(Generic[T]):
         "pending",
         "requests",
         "running_taken",
+        "slot_watch",
         "streams",
         "taken_last",
         "wake_at",
@@ -234,6 +235,11 @@ class Feed(Generic[T]):
         #: Grants so far: its requests, and the pages a streamed request renewed.
         self.grants = 0
         self.index = index
+        #: Set by the async table's slots while this feed's next request waits
+        #: for one: called when :meth:`urgent` may have changed (the consumer
+        #: starts or stops waiting for this feed), so the slots need not ask
+        #: every waiter at every hand-over.
+        self.slot_watch: Callable[[], None] | None = None
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
 
@@ -250,6 +256,8 @@ class Feed(Generic[T]):
         """Wake the consumer waiting for this feed."""
         self.wake_at = _NEVER
         self.wake_left = 0
+        if self.slot_watch is not None:
+            self.slot_watch()
         self._merge._wake()
 
     def renew(self, size: int, pushed: int) -> int:
@@ -1076,6 +1084,8 @@ class Merge(MergeCore[T]):
             for feed in feeds:
                 feed.wake_at = batch
                 feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
+                if feed.slot_watch is not None:
+                    feed.slot_watch()
         waiter = self._waiter = loop.create_future()
         timer = None
         started = 0.0
@@ -1111,6 +1121,8 @@ class Merge(MergeCore[T]):
             for feed in feeds:
                 feed.wake_at = _NEVER
                 feed.wake_left = 0
+                if feed.slot_watch is not None:
+                    feed.slot_watch()
         if self._error is not None or self._closed:
             self._stopped()
 

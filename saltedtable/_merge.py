@@ -52,6 +52,7 @@ import asyncio
 import bisect
 import concurrent.futures
 import contextlib
+import heapq
 import threading
 import time
 import weakref
@@ -378,6 +379,14 @@ class MergeCore(Generic[T]):
         self._got_bytes = 0
         # Feeds whose last ask was refused for want of room (an ordered set).
         self._room_waiters: dict[Feed[T], None] = {}
+        # The ordered consumer's books (see _take_ordered): feeds that have
+        # delivered nothing yet, a heap of (bound, index) of the others not
+        # done (an entry may be stale: a bound only grows), and a heap of
+        # (first key held, index) of feeds holding keys that may be taken.
+        self._lagging: list[Feed[T]] = list(self._feeds)
+        self._bounds: list[tuple[Any, int]] = []
+        self._heads: list[tuple[Any, int]] = []
+        self._in_heads = [False] * sources
         self._emitted = 0
         self._rounds = 0
         self._error: BaseException | None = None
@@ -687,43 +696,83 @@ class MergeCore(Generic[T]):
             raise self._error
 
     def _take_ordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
-        """Everything at or below the watermark, sorted; else the feeds to wait for."""
+        """Everything at or below the watermark, sorted; else the feeds to wait for.
+
+        The watermark is the lowest bound of the feeds not done. It comes from
+        a heap of bounds, refreshed lazily: an entry is looked at again only
+        when it reaches the top, and a feed whose held keys start at or below
+        the watermark always has an entry below it (its keys came after the
+        bound it was filed at), so it reaches the heap of heads before the
+        rows are taken. A batch costs O(log N) per feed it touches, not a
+        visit of every feed.
+        """
         if self._closed:
             self._stopped()  # closed from another task: its feeds may be cut short
-        mark: Any = None
-        lagging: list[Feed[T]] = []
         kf = self._key
-        for feed in live:
-            if feed.done:
-                continue
-            keys = feed.keys  # (feed.bound, without a call per feed)
-            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
-            if bound is None:
-                lagging.append(feed)
-            elif mark is None or bound < mark:
-                mark = bound
-        if lagging:
-            return [], lagging
+        feeds = self._feeds
+        bounds = self._bounds
+        heads = self._heads
+        in_heads = self._in_heads
+        if self._lagging:
+            lagging: list[Feed[T]] = []
+            for feed in self._lagging:
+                keys = feed.keys
+                if keys and not in_heads[feed.index]:
+                    head = keys[0] if kf is None else kf(keys[0])
+                    heapq.heappush(heads, (head, feed.index))
+                    in_heads[feed.index] = True
+                if feed.done:
+                    continue
+                if keys:
+                    heapq.heappush(bounds, (keys[-1] if kf is None else kf(keys[-1]), feed.index))
+                elif feed.taken_last is not None:
+                    heapq.heappush(bounds, (feed.taken_last, feed.index))
+                else:
+                    lagging.append(feed)
+            self._lagging = lagging
+            if lagging:
+                return [], list(lagging)
         if self._error is not None:
             self._stopped()  # a failed source is done, but not complete
+        mark: Any = None
+        while bounds:
+            stored, i = bounds[0]
+            feed = feeds[i]
+            keys = feed.keys
+            if keys and not in_heads[i]:
+                heapq.heappush(heads, (keys[0] if kf is None else kf(keys[0]), i))
+                in_heads[i] = True
+            if feed.done:
+                heapq.heappop(bounds)
+                continue
+            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
+            if bound != stored:
+                heapq.heapreplace(bounds, (bound, i))
+                continue
+            mark = stored
+            break
+        if mark is None:
+            # Every feed is done: whatever any of them holds goes out.
+            take = [feed for feed in live if feed.keys]
+            heads.clear()
+            for feed in take:
+                in_heads[feed.index] = False
+        else:
+            take = []
+            while heads and heads[0][0] <= mark:
+                _, i = heapq.heappop(heads)
+                in_heads[i] = False
+                take.append(feeds[i])
         out_keys: list[Any] = []
         out: list[T] = []
-        runs = 0
-        for feed in live:
-            # Most feeds hand over all their keys or none: one comparison
-            # each, not a bisection (keys compared late are cold).
+        for feed in take:
             keys = feed.keys
-            if not keys:
-                continue
             last = keys[-1] if kf is None else kf(keys[-1])
             if mark is None or last <= mark:
                 end = len(keys)
-            elif (keys[0] if kf is None else kf(keys[0])) > mark:
-                continue
             else:
                 end = bisect.bisect_right(keys, mark, 1, len(keys) - 1, key=kf)
                 last = keys[end - 1] if kf is None else kf(keys[end - 1])
-            runs += 1
             feed.taken_last = last
             items = feed.items
             out += items[:end]
@@ -732,24 +781,32 @@ class MergeCore(Generic[T]):
                 del keys[:end]
             del items[:end]
             self._taken(feed, end)
-        if runs > 1:
+            if keys:
+                heapq.heappush(heads, (keys[0] if kf is None else kf(keys[0]), feed.index))
+                in_heads[feed.index] = True
+        if len(take) > 1:
             if kf is None:
                 out = _in_key_order(out, out_keys)
             else:
                 out.sort(key=kf)
         if out:
             return out, []
-        return [], [
-            feed
-            for feed in live
-            if not feed.done
-            and (
-                (feed.keys[-1] if kf is None else kf(feed.keys[-1]))
-                if feed.keys
-                else feed.taken_last
-            )
-            == mark
-        ]
+        # The feeds at the watermark (none holds a key): the consumer waits for them.
+        waits: list[Feed[T]] = []
+        seen: list[tuple[Any, int]] = []
+        while bounds and bounds[0][0] == mark:
+            _, i = heapq.heappop(bounds)
+            feed = feeds[i]
+            if feed.done:
+                continue
+            keys = feed.keys
+            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
+            if bound == mark:
+                waits.append(feed)
+            seen.append((bound, i))
+        for entry in seen:
+            heapq.heappush(bounds, entry)
+        return [], waits
 
     def _take_unordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
         if self._error is not None or self._closed:

@@ -663,6 +663,7 @@ class MergeCore(Generic[T]):
         """The consumer loop: batches to hand over, and the waits in between."""
         limit = self._limit
         live = list(self._feeds)
+        live_count = self._live
         while live:
             out, waits = self._take_ordered(live) if self._ordered else self._take_unordered(live)
             if out:
@@ -675,7 +676,10 @@ class MergeCore(Generic[T]):
                     break
             # Sources that ended and were emptied leave; the consumer may have
             # been away (awaiting between batches) while they ended.
-            live = [feed for feed in live if feed.keys or not feed.done]
+            # (Only when a source has ended since: a visit of every feed.)
+            if self._live != live_count or not self._live:
+                live = [feed for feed in live if feed.keys or not feed.done]
+                live_count = self._live
             if not live:
                 break
             if out:

@@ -377,8 +377,7 @@ class MergeCore(Generic[T]):
         self._largest: int | None = None  # the largest item seen (None: none yet)
         self._got_items = 0
         self._got_bytes = 0
-        # Feeds whose last ask was refused for want of room (an ordered set).
-        self._room_waiters: dict[Feed[T], None] = {}
+        self._room_waiters: list[Feed[T]] = []
         # The ordered consumer's books (see _take_ordered): feeds that have
         # delivered nothing yet, a heap of (bound, index) of the others not
         # done (an entry may be stale: a bound only grows), and a heap of
@@ -498,10 +497,8 @@ class MergeCore(Generic[T]):
                 ask = self._page(feed)
         if ask is None:
             # Woken when the consumer takes from this feed, or room comes free.
-            self._room_waiters[feed] = None
+            self._room_waiters.append(feed)
             return None
-        if self._room_waiters:
-            self._room_waiters.pop(feed, None)
         if not feed.largest:  # none of its rows measured yet: few rows, doubling
             ask = ramp(ask, requests=feed.requests, measured=False)
         if not feed.requests and self._ordered and ask.cap:
@@ -589,22 +586,8 @@ class MergeCore(Generic[T]):
         self._wake()
 
     def _release_room(self) -> None:
-        """Let the producers waiting for room ask again: those that now can.
-
-        A feed whose page would still be refused stays in the list (waking it
-        would only put it back): so a release costs a check per waiting feed,
-        not a wake-up of every producer. (:meth:`_ask_page` refuses exactly
-        when :meth:`_page` does; widening only follows a page it grants.)
-        """
-        waiters = self._room_waiters
-        if self._stopping:
-            ready = list(waiters)
-            waiters.clear()
-        else:
-            ready = [feed for feed in waiters if self._page(feed) is not None]
-            for feed in ready:
-                del waiters[feed]
-        for feed in ready:
+        waiters, self._room_waiters = self._room_waiters, []
+        for feed in waiters:
             self._release(feed)
 
     def _source_done(self, feed: Feed[T]) -> None:

@@ -10,8 +10,10 @@ Two classes of waiter. A *foreground* request is one whose read's consumer
 waits, or will wait, for the rows it brings: a read's first requests, a small
 read, a bucket the consumer is waiting for. A *background* request is
 read-ahead: its consumer still has rows to take. Each waiter carries an
-``urgent`` check, asked again at every hand-over, so a background request
-becomes foreground as soon as its consumer starts to wait for it. A free slot
+``urgent`` check, asked again at every hand-over (or, for a merge's feed,
+which says when it may change, whenever its consumer starts or stops waiting
+for it: see :class:`_Queue`), so a background request becomes foreground as
+soon as its consumer starts to wait for it. A free slot
 goes to a foreground waiter, and to a background one only while no
 foreground request waits. Within a class it goes to the waiter whose read
 (its ``owner``) holds the fewest slots, then whose read was served least

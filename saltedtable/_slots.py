@@ -70,10 +70,10 @@ class _Waiter(Protocol):
 class _Ticketed(_Waiter, Protocol):
     granted: bool
     #: Its place in the queue (set by :class:`_Queue`), its class (0: not queued),
-    #: and the version of its last filing in a class's heap.
+    #: and the classes whose heaps hold an entry for it (bits).
     seq: int
     state: int
-    ver: int
+    filed: int
 
 
 _W = TypeVar("_W", bound=_Waiter)
@@ -148,22 +148,21 @@ class _Group:
         self.plain: dict[Any, None] = {}
         #: Watched waiters by class: (sequence, ticket); an entry whose ticket
         #: has left or changed class since is dropped when it comes to the top.
-        self.fg: list[tuple[int, int, Any]] = []
-        self.bg: list[tuple[int, int, Any]] = []
+        self.fg: list[tuple[int, Any]] = []
+        self.bg: list[tuple[int, Any]] = []
         self.count = 0
 
 
-def _live(entry: tuple[int, int, Any], state: int) -> bool:
-    ticket = entry[2]
-    return bool(ticket.state == state and ticket.ver == entry[1])
+def _live(entry: tuple[int, Any], state: int) -> bool:
+    return bool(entry[1].state == state)
 
 
-def _top(heap: list[tuple[int, int, Any]], state: int) -> tuple[int, int, Any] | None:
+def _top(heap: list[tuple[int, Any]], state: int) -> tuple[int, Any] | None:
     while heap:
         entry = heap[0]
         if _live(entry, state):
             return entry
-        heapq.heappop(heap)
+        heapq.heappop(heap)[1].filed &= ~state
     return None
 
 
@@ -187,13 +186,12 @@ class _Queue(Generic[_Q]):
     owner. The choice is exactly :func:`next_waiter`'s.
     """
 
-    __slots__ = ("_count", "_groups", "_seq", "_ver")
+    __slots__ = ("_count", "_groups", "_seq")
 
     def __init__(self) -> None:
         self._groups: dict[object, _Group] = {}
         self._count = 0
         self._seq = 0
-        self._ver = 0
 
     def __len__(self) -> int:
         return self._count
@@ -203,8 +201,8 @@ class _Queue(Generic[_Q]):
         tickets: list[Any] = []
         for group in self._groups.values():
             tickets += group.plain
-            tickets += (e[2] for e in group.fg if _live(e, _FG))
-            tickets += (e[2] for e in group.bg if _live(e, _BG))
+            tickets += (e[1] for e in group.fg if _live(e, _FG))
+            tickets += (e[1] for e in group.bg if _live(e, _BG))
         tickets.sort(key=attrgetter("seq"))
         return iter(tickets)
 
@@ -226,13 +224,12 @@ class _Queue(Generic[_Q]):
     def _file(self, group: _Group, ticket: _Q) -> None:
         urgent = ticket.urgent
         assert urgent is not None
-        ticket.ver = self._ver = self._ver + 1
-        if urgent():
-            ticket.state = _FG
-            heapq.heappush(group.fg, (ticket.seq, ticket.ver, ticket))
-        else:
-            ticket.state = _BG
-            heapq.heappush(group.bg, (ticket.seq, ticket.ver, ticket))
+        state = ticket.state = _FG if urgent() else _BG
+        # One entry per heap at most: an entry left from an earlier stay in
+        # this class is valid again (same place: a waiter keeps its sequence).
+        if not ticket.filed & state:
+            ticket.filed |= state
+            heapq.heappush(group.fg if state == _FG else group.bg, (ticket.seq, ticket))
 
     def recheck(self, ticket: _Q) -> None:
         """A watched waiter's class may have changed: ask it again."""
@@ -290,7 +287,7 @@ class _Queue(Generic[_Q]):
             if not idle_only:
                 top = _top(group.fg, _FG)
                 if top is not None and (cand is None or top[0] < cand.seq):
-                    cand = top[2]
+                    cand = top[1]
             if cand is not None:
                 rank = (h, s, cand.seq)
                 if fg_rank is None or rank < fg_rank:
@@ -301,7 +298,7 @@ class _Queue(Generic[_Q]):
             if not idle_only:
                 top = _top(group.bg, _BG)
                 if top is not None and (first_bg is None or top[0] < first_bg.seq):
-                    first_bg = top[2]
+                    first_bg = top[1]
             if first_bg is not None:
                 rank = (h, s, first_bg.seq)
                 if bg_rank is None or rank < bg_rank:
@@ -372,7 +369,7 @@ class _Turns:
 class _Ticket:
     """A thread waiting for a slot."""
 
-    __slots__ = ("abort", "granted", "owner", "seq", "state", "urgent", "ver", "wake")
+    __slots__ = ("abort", "filed", "granted", "owner", "seq", "state", "urgent", "wake")
 
     def __init__(
         self,
@@ -386,7 +383,7 @@ class _Ticket:
         self.urgent = urgent
         self.owner = owner
         self.granted = False
-        self.seq = self.state = self.ver = 0
+        self.seq = self.state = self.filed = 0
 
 
 @final
@@ -495,7 +492,7 @@ class Slots:
 class _AsyncTicket:
     """A task waiting for a slot."""
 
-    __slots__ = ("granted", "owner", "seq", "state", "urgent", "ver", "wake")
+    __slots__ = ("filed", "granted", "owner", "seq", "state", "urgent", "wake")
 
     def __init__(
         self, wake: asyncio.Future[None], urgent: Callable[[], bool] | None, owner: object
@@ -504,7 +501,7 @@ class _AsyncTicket:
         self.urgent = urgent
         self.owner = owner
         self.granted = False
-        self.seq = self.state = self.ver = 0
+        self.seq = self.state = self.filed = 0
 
 
 @final

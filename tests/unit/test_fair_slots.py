@@ -406,7 +406,7 @@ class Watched:
         self.owner = owner
         self.slot_watch: object = None
         self.granted = False
-        self.seq = self.state = self.ver = 0
+        self.seq = self.state = self.filed = 0
 
     def check(self) -> bool:
         return bool(self.fg)
@@ -423,7 +423,7 @@ class Plain:
         self.fg = fg
         self.owner = owner
         self.granted = False
-        self.seq = self.state = self.ver = 0
+        self.seq = self.state = self.filed = 0
         self._check = lambda: bool(self.fg)
 
     @property
@@ -490,6 +490,9 @@ def test_the_slots_queue_picks_exactly_as_next_waiter(ops: list[tuple[object, ..
             assert got is want
         assert len(queue) == len(model)
         assert list(queue) == list(model)
+        for group in queue._groups.values():  # a class's heap holds a waiter once at most
+            for heap in (group.fg, group.bg):
+                assert len({id(entry[1]) for entry in heap}) == len(heap)
     for waiter in model:
         if isinstance(waiter, Watched):
             assert waiter.slot_watch is not None or waiter.fg is None

@@ -52,6 +52,7 @@ import asyncio
 import bisect
 import concurrent.futures
 import contextlib
+import heapq
 import threading
 import time
 import weakref
@@ -181,6 +182,7 @@ class Feed(Generic[T]):
         "pending",
         "requests",
         "running_taken",
+        "slot_watch",
         "streams",
         "taken_last",
         "wake_at",
@@ -234,6 +236,11 @@ class Feed(Generic[T]):
         #: Grants so far: its requests, and the pages a streamed request renewed.
         self.grants = 0
         self.index = index
+        #: Set by the async table's slots while this feed's next request waits
+        #: for one: called when :meth:`urgent` may have changed (the consumer
+        #: starts or stops waiting for this feed), so the slots need not ask
+        #: every waiter at every hand-over.
+        self.slot_watch: Callable[[], None] | None = None
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
 
@@ -250,6 +257,8 @@ class Feed(Generic[T]):
         """Wake the consumer waiting for this feed."""
         self.wake_at = _NEVER
         self.wake_left = 0
+        if self.slot_watch is not None:
+            self.slot_watch()
         self._merge._wake()
 
     def renew(self, size: int, pushed: int) -> int:
@@ -369,6 +378,14 @@ class MergeCore(Generic[T]):
         self._got_items = 0
         self._got_bytes = 0
         self._room_waiters: list[Feed[T]] = []
+        # The ordered consumer's books (see _take_ordered): feeds that have
+        # delivered nothing yet, a heap of (bound, index) of the others not
+        # done (an entry may be stale: a bound only grows), and a heap of
+        # (first key held, index) of feeds holding keys that may be taken.
+        self._lagging: list[Feed[T]] = list(self._feeds)
+        self._bounds: list[tuple[Any, int]] = []
+        self._heads: list[tuple[Any, int]] = []
+        self._in_heads = [False] * sources
         self._emitted = 0
         self._rounds = 0
         self._error: BaseException | None = None
@@ -629,6 +646,7 @@ class MergeCore(Generic[T]):
         """The consumer loop: batches to hand over, and the waits in between."""
         limit = self._limit
         live = list(self._feeds)
+        live_count = self._live
         while live:
             out, waits = self._take_ordered(live) if self._ordered else self._take_unordered(live)
             if out:
@@ -641,7 +659,10 @@ class MergeCore(Generic[T]):
                     break
             # Sources that ended and were emptied leave; the consumer may have
             # been away (awaiting between batches) while they ended.
-            live = [feed for feed in live if feed.keys or not feed.done]
+            # (Only when a source has ended since: a visit of every feed.)
+            if self._live != live_count or not self._live:
+                live = [feed for feed in live if feed.keys or not feed.done]
+                live_count = self._live
             if not live:
                 break
             if out:
@@ -662,43 +683,83 @@ class MergeCore(Generic[T]):
             raise self._error
 
     def _take_ordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
-        """Everything at or below the watermark, sorted; else the feeds to wait for."""
+        """Everything at or below the watermark, sorted; else the feeds to wait for.
+
+        The watermark is the lowest bound of the feeds not done. It comes from
+        a heap of bounds, refreshed lazily: an entry is looked at again only
+        when it reaches the top, and a feed whose held keys start at or below
+        the watermark always has an entry below it (its keys came after the
+        bound it was filed at), so it reaches the heap of heads before the
+        rows are taken. A batch costs O(log N) per feed it touches, not a
+        visit of every feed.
+        """
         if self._closed:
             self._stopped()  # closed from another task: its feeds may be cut short
-        mark: Any = None
-        lagging: list[Feed[T]] = []
         kf = self._key
-        for feed in live:
-            if feed.done:
-                continue
-            keys = feed.keys  # (feed.bound, without a call per feed)
-            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
-            if bound is None:
-                lagging.append(feed)
-            elif mark is None or bound < mark:
-                mark = bound
-        if lagging:
-            return [], lagging
+        feeds = self._feeds
+        bounds = self._bounds
+        heads = self._heads
+        in_heads = self._in_heads
+        if self._lagging:
+            lagging: list[Feed[T]] = []
+            for feed in self._lagging:
+                keys = feed.keys
+                if keys and not in_heads[feed.index]:
+                    head = keys[0] if kf is None else kf(keys[0])
+                    heapq.heappush(heads, (head, feed.index))
+                    in_heads[feed.index] = True
+                if feed.done:
+                    continue
+                if keys:
+                    heapq.heappush(bounds, (keys[-1] if kf is None else kf(keys[-1]), feed.index))
+                elif feed.taken_last is not None:
+                    heapq.heappush(bounds, (feed.taken_last, feed.index))
+                else:
+                    lagging.append(feed)
+            self._lagging = lagging
+            if lagging:
+                return [], list(lagging)
         if self._error is not None:
             self._stopped()  # a failed source is done, but not complete
+        mark: Any = None
+        while bounds:
+            stored, i = bounds[0]
+            feed = feeds[i]
+            keys = feed.keys
+            if keys and not in_heads[i]:
+                heapq.heappush(heads, (keys[0] if kf is None else kf(keys[0]), i))
+                in_heads[i] = True
+            if feed.done:
+                heapq.heappop(bounds)
+                continue
+            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
+            if bound != stored:
+                heapq.heapreplace(bounds, (bound, i))
+                continue
+            mark = stored
+            break
+        if mark is None:
+            # Every feed is done: whatever any of them holds goes out.
+            take = [feed for feed in live if feed.keys]
+            heads.clear()
+            for feed in take:
+                in_heads[feed.index] = False
+        else:
+            take = []
+            while heads and heads[0][0] <= mark:
+                _, i = heapq.heappop(heads)
+                in_heads[i] = False
+                take.append(feeds[i])
         out_keys: list[Any] = []
         out: list[T] = []
-        runs = 0
-        for feed in live:
-            # Most feeds hand over all their keys or none: one comparison
-            # each, not a bisection (keys compared late are cold).
+        for feed in take:
             keys = feed.keys
-            if not keys:
-                continue
             last = keys[-1] if kf is None else kf(keys[-1])
             if mark is None or last <= mark:
                 end = len(keys)
-            elif (keys[0] if kf is None else kf(keys[0])) > mark:
-                continue
             else:
                 end = bisect.bisect_right(keys, mark, 1, len(keys) - 1, key=kf)
                 last = keys[end - 1] if kf is None else kf(keys[end - 1])
-            runs += 1
             feed.taken_last = last
             items = feed.items
             out += items[:end]
@@ -707,24 +768,32 @@ class MergeCore(Generic[T]):
                 del keys[:end]
             del items[:end]
             self._taken(feed, end)
-        if runs > 1:
+            if keys:
+                heapq.heappush(heads, (keys[0] if kf is None else kf(keys[0]), feed.index))
+                in_heads[feed.index] = True
+        if len(take) > 1:
             if kf is None:
                 out = _in_key_order(out, out_keys)
             else:
                 out.sort(key=kf)
         if out:
             return out, []
-        return [], [
-            feed
-            for feed in live
-            if not feed.done
-            and (
-                (feed.keys[-1] if kf is None else kf(feed.keys[-1]))
-                if feed.keys
-                else feed.taken_last
-            )
-            == mark
-        ]
+        # The feeds at the watermark (none holds a key): the consumer waits for them.
+        waits: list[Feed[T]] = []
+        seen: list[tuple[Any, int]] = []
+        while bounds and bounds[0][0] == mark:
+            _, i = heapq.heappop(bounds)
+            feed = feeds[i]
+            if feed.done:
+                continue
+            keys = feed.keys
+            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
+            if bound == mark:
+                waits.append(feed)
+            seen.append((bound, i))
+        for entry in seen:
+            heapq.heappush(bounds, entry)
+        return [], waits
 
     def _take_unordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
         if self._error is not None or self._closed:
@@ -1076,6 +1145,8 @@ class Merge(MergeCore[T]):
             for feed in feeds:
                 feed.wake_at = batch
                 feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
+                if feed.slot_watch is not None:
+                    feed.slot_watch()
         waiter = self._waiter = loop.create_future()
         timer = None
         started = 0.0
@@ -1111,6 +1182,8 @@ class Merge(MergeCore[T]):
             for feed in feeds:
                 feed.wake_at = _NEVER
                 feed.wake_left = 0
+                if feed.slot_watch is not None:
+                    feed.slot_watch()
         if self._error is not None or self._closed:
             self._stopped()
 

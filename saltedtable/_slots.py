@@ -10,8 +10,10 @@ Two classes of waiter. A *foreground* request is one whose read's consumer
 waits, or will wait, for the rows it brings: a read's first requests, a small
 read, a bucket the consumer is waiting for. A *background* request is
 read-ahead: its consumer still has rows to take. Each waiter carries an
-``urgent`` check, asked again at every hand-over, so a background request
-becomes foreground as soon as its consumer starts to wait for it. A free slot
+``urgent`` check, asked again at every hand-over (or, for a merge's feed,
+which says when it may change, whenever its consumer starts or stops waiting
+for it: see :class:`_Queue`), so a background request becomes foreground as
+soon as its consumer starts to wait for it. A free slot
 goes to a foreground waiter, and to a background one only while no
 foreground request waits. Within a class it goes to the waiter whose read
 (its ``owner``) holds the fewest slots, then whose read was served least
@@ -39,12 +41,14 @@ never waits for a slot it no longer needs.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from operator import attrgetter
 from types import TracebackType
-from typing import Protocol, TypeVar, final
+from typing import Any, Generic, Protocol, TypeVar, final
 
 import anyio
 
@@ -65,16 +69,28 @@ class _Waiter(Protocol):
 
 class _Ticketed(_Waiter, Protocol):
     granted: bool
+    #: Its place in the queue (set by :class:`_Queue`), its class (0: not queued),
+    #: and the classes whose heaps hold an entry for it (bits).
+    seq: int
+    state: int
+    filed: int
 
 
 _W = TypeVar("_W", bound=_Waiter)
 _T = TypeVar("_T", bound=_Ticketed)
+_Q = TypeVar("_Q", bound=_Ticketed)
 
 #: A set of ``total`` slots keeps ``total // RESERVE_SHARE`` of them for small
 #: reads (one request, no ``urgent`` check) that hold none: while no more are
 #: free, every other request waits. So with many slots a small read finds one
 #: free at once even while scans' pages and first requests fill the rest.
 RESERVE_SHARE = 8
+
+
+def _watchable(urgent: Callable[[], bool] | None) -> bool:
+    """Whether ``urgent`` is a bound method of an object that says when its class may change."""
+    target = getattr(urgent, "__self__", None)
+    return target is not None and hasattr(target, "slot_watch")
 
 
 def next_waiter(
@@ -122,6 +138,178 @@ def next_waiter(
 
 
 @final
+class _Group:
+    """One owner's waiters: checked ones oldest first, watched ones by class (heaps by sequence)."""
+
+    __slots__ = ("bg", "count", "fg", "plain")
+
+    def __init__(self) -> None:
+        #: Waiters whose class is asked at each hand-over, oldest first.
+        self.plain: dict[Any, None] = {}
+        #: Watched waiters by class: (sequence, ticket); an entry whose ticket
+        #: has left or changed class since is dropped when it comes to the top.
+        self.fg: list[tuple[int, Any]] = []
+        self.bg: list[tuple[int, Any]] = []
+        self.count = 0
+
+
+def _live(entry: tuple[int, Any], state: int) -> bool:
+    return bool(entry[1].state == state)
+
+
+def _top(heap: list[tuple[int, Any]], state: int) -> tuple[int, Any] | None:
+    while heap:
+        entry = heap[0]
+        if _live(entry, state):
+            return entry
+        heapq.heappop(heap)[1].filed &= ~state
+    return None
+
+
+#: A watched waiter's class (``state``): foreground, background; 0 = not queued.
+_FG = 1
+_BG = 2
+_PLAIN = 3
+
+
+@final
+class _Queue(Generic[_Q]):
+    """The waiters of a set of slots, grouped by owner, so that a hand-over costs
+    O(owners + log n) instead of a scan of every waiter.
+
+    A waiter is *watched* when its ``urgent`` check is a bound method of an
+    object with a ``slot_watch`` attribute (a merge's :class:`~._merge.Feed`):
+    its class is asked once when it queues, and again only when that object
+    calls ``slot_watch`` (its consumer starts or stops waiting for it); the
+    slots keep it in its class's heap. Every other waiter's class is asked at
+    each hand-over, oldest first, stopping at the first foreground one of its
+    owner. The choice is exactly :func:`next_waiter`'s.
+    """
+
+    __slots__ = ("_count", "_groups", "_seq")
+
+    def __init__(self) -> None:
+        self._groups: dict[object, _Group] = {}
+        self._count = 0
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[_Q]:
+        """Every waiter (a snapshot, oldest first)."""
+        tickets: list[Any] = []
+        for group in self._groups.values():
+            tickets += group.plain
+            tickets += (e[1] for e in group.fg if _live(e, _FG))
+            tickets += (e[1] for e in group.bg if _live(e, _BG))
+        tickets.sort(key=attrgetter("seq"))
+        return iter(tickets)
+
+    def append(self, ticket: _Q, watch: bool) -> None:
+        ticket.seq = self._seq = self._seq + 1
+        group = self._groups.get(ticket.owner)
+        if group is None:
+            group = self._groups[ticket.owner] = _Group()
+        group.count += 1
+        self._count += 1
+        if not watch:
+            ticket.state = _PLAIN
+            group.plain[ticket] = None
+            return
+        target = ticket.urgent.__self__  # type: ignore[union-attr]
+        target.slot_watch = lambda: self.recheck(ticket)
+        self._file(group, ticket)
+
+    def _file(self, group: _Group, ticket: _Q) -> None:
+        urgent = ticket.urgent
+        assert urgent is not None
+        state = ticket.state = _FG if urgent() else _BG
+        # One entry per heap at most: an entry left from an earlier stay in
+        # this class is valid again (same place: a waiter keeps its sequence).
+        if not ticket.filed & state:
+            ticket.filed |= state
+            heapq.heappush(group.fg if state == _FG else group.bg, (ticket.seq, ticket))
+
+    def recheck(self, ticket: _Q) -> None:
+        """A watched waiter's class may have changed: ask it again."""
+        state = ticket.state
+        if state not in (_FG, _BG):
+            return
+        urgent = ticket.urgent
+        assert urgent is not None
+        if urgent() != (state == _FG):
+            self._file(self._groups[ticket.owner], ticket)
+
+    def remove(self, ticket: _Q) -> None:
+        """Take ``ticket`` out (ValueError: it is not queued)."""
+        state = ticket.state
+        if not state:
+            raise ValueError("not queued")
+        group = self._groups[ticket.owner]
+        ticket.state = 0
+        if state == _PLAIN:
+            del group.plain[ticket]
+        else:
+            target = ticket.urgent.__self__  # type: ignore[union-attr]
+            target.slot_watch = None
+        group.count -= 1
+        self._count -= 1
+        if not group.count:
+            del self._groups[ticket.owner]
+
+    def pick(
+        self, held: Mapping[object, int], served: Mapping[int, int], idle_only: bool
+    ) -> _Q | None:
+        """Take out the waiter :func:`next_waiter` would pick from these waiters in order."""
+        fg_rank: tuple[int, int, int] | None = None
+        fg: Any = None
+        bg_rank: tuple[int, int, int] | None = None
+        bg: Any = None
+        for owner, group in self._groups.items():
+            h = held.get(owner, 0)
+            if idle_only and h:
+                continue
+            s = served.get(id(owner), -1)
+            if fg_rank is not None and (h, s) > fg_rank[:2]:
+                continue  # cannot beat the foreground waiter found, and background is moot
+            first_bg: Any = None
+            cand: Any = None
+            for ticket in group.plain:
+                urgent = ticket.urgent
+                if idle_only and urgent is not None:
+                    continue
+                if urgent is None or urgent():
+                    cand = ticket
+                    break
+                if first_bg is None:
+                    first_bg = ticket
+            if not idle_only:
+                top = _top(group.fg, _FG)
+                if top is not None and (cand is None or top[0] < cand.seq):
+                    cand = top[1]
+            if cand is not None:
+                rank = (h, s, cand.seq)
+                if fg_rank is None or rank < fg_rank:
+                    fg_rank, fg = rank, cand
+                continue
+            if fg_rank is not None:
+                continue
+            if not idle_only:
+                top = _top(group.bg, _BG)
+                if top is not None and (first_bg is None or top[0] < first_bg.seq):
+                    first_bg = top[1]
+            if first_bg is not None:
+                rank = (h, s, first_bg.seq)
+                if bg_rank is None or rank < bg_rank:
+                    bg_rank, bg = rank, first_bg
+        pick: _Q | None = fg if fg is not None else bg
+        if pick is not None:
+            self.remove(pick)
+        return pick
+
+
+@final
 class _Turns:
     """The books of a set of slots: free ones, held per owner, the order owners were
     last served in (bounded), and the reserve for small reads that hold none."""
@@ -145,11 +333,11 @@ class _Turns:
         """Whether ``owner`` may take a free slot now (nobody waiting); ``small``: one request."""
         return self.free > self.reserve or (small and self.free > 0 and not self.held.get(owner))
 
-    def pick(self, queue: deque[_T]) -> _T | None:
+    def pick(self, queue: _Queue[_T]) -> _T | None:
         """Grant a free slot to the waiter whose turn it is, if any may take it."""
         if not self.free or not queue:
             return None
-        ticket = next_waiter(queue, self.held, self.served, self.free <= self.reserve)
+        ticket = queue.pick(self.held, self.served, self.free <= self.reserve)
         if ticket is not None:
             self.grant(ticket.owner)
             ticket.granted = True
@@ -181,7 +369,7 @@ class _Turns:
 class _Ticket:
     """A thread waiting for a slot."""
 
-    __slots__ = ("abort", "granted", "owner", "urgent", "wake")
+    __slots__ = ("abort", "filed", "granted", "owner", "seq", "state", "urgent", "wake")
 
     def __init__(
         self,
@@ -195,6 +383,7 @@ class _Ticket:
         self.urgent = urgent
         self.owner = owner
         self.granted = False
+        self.seq = self.state = self.filed = 0
 
 
 @final
@@ -215,7 +404,7 @@ class Slots:
         # Reentrant: a stream dropped and finalised by the garbage collector while
         # this thread holds the lock stops its read, which interrupts the waiters.
         self._lock = threading.RLock()
-        self._queue: deque[_Ticket] = deque()
+        self._queue: _Queue[_Ticket] = _Queue()
         self._turns = _Turns(total)
 
     @property
@@ -256,7 +445,7 @@ class Slots:
                 turns.grant(owner)
                 return True
             ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
-            self._queue.append(ticket)
+            self._queue.append(ticket, False)
             self._dispatch()
             try:
                 while not ticket.granted:
@@ -303,7 +492,7 @@ class Slots:
 class _AsyncTicket:
     """A task waiting for a slot."""
 
-    __slots__ = ("granted", "owner", "urgent", "wake")
+    __slots__ = ("filed", "granted", "owner", "seq", "state", "urgent", "wake")
 
     def __init__(
         self, wake: asyncio.Future[None], urgent: Callable[[], bool] | None, owner: object
@@ -312,6 +501,7 @@ class _AsyncTicket:
         self.urgent = urgent
         self.owner = owner
         self.granted = False
+        self.seq = self.state = self.filed = 0
 
 
 @final
@@ -334,7 +524,7 @@ class AsyncSlots:
             raise ValueError(f"total must be >= 1, got {total}")
         #: How many slots there are.
         self.total = total
-        self._queue: deque[_AsyncTicket] = deque()
+        self._queue: _Queue[_AsyncTicket] = _Queue()
         self._turns = _Turns(total)
 
     @property
@@ -394,7 +584,7 @@ class AsyncSlots:
             turns.grant(owner)
             return True
         ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
-        self._queue.append(ticket)
+        self._queue.append(ticket, _watchable(urgent))
         self._dispatch()
         if ticket.granted:
             return True

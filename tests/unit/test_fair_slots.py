@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from saltedtable._merge import Merge, Sent
@@ -393,3 +393,106 @@ def test_the_sync_reserve_is_for_small_reads_not_for_scans_first_requests() -> N
     for i in range(56):
         slots.release(f"scan-{i}")
     assert slots.free == 64
+
+
+# -- the slots' queue picks exactly as next_waiter does ----------------------------------
+
+
+class Watched:
+    """A waiter whose class is watched (as a merge's feed is): it calls ``slot_watch``."""
+
+    def __init__(self, fg: bool | None, owner: int) -> None:
+        self.fg = fg
+        self.owner = owner
+        self.slot_watch: object = None
+        self.granted = False
+        self.seq = self.state = self.filed = 0
+
+    def check(self) -> bool:
+        return bool(self.fg)
+
+    @property
+    def urgent(self) -> object:
+        return None if self.fg is None else self.check
+
+
+class Plain:
+    """A waiter whose class is asked at each hand-over (``urgent`` a plain function)."""
+
+    def __init__(self, fg: bool | None, owner: int) -> None:
+        self.fg = fg
+        self.owner = owner
+        self.granted = False
+        self.seq = self.state = self.filed = 0
+        self._check = lambda: bool(self.fg)
+
+    @property
+    def urgent(self) -> object:
+        return None if self.fg is None else self._check
+
+
+QUEUE_OPS = st.lists(
+    st.one_of(
+        # a new waiter: watched or not, small (None) / foreground / background, its owner
+        st.tuples(
+            st.just("ask"), st.booleans(), st.sampled_from([None, True, False]), st.integers(0, 3)
+        ),
+        st.tuples(st.just("flip"), st.integers(0, 60)),  # a waiter's class changes
+        st.tuples(st.just("leave"), st.integers(0, 60)),  # a wait ends (deadline, cancelled)
+        st.tuples(
+            st.just("pick"),
+            st.dictionaries(st.integers(0, 3), st.integers(0, 3)),
+            st.dictionaries(st.integers(0, 3), st.integers(0, 50)),
+            st.booleans(),
+        ),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=QUEUE_OPS)
+# a watched waiter's consumer starts to wait for it, then stops again
+@example([("ask", True, False, 0), ("ask", True, False, 0), ("flip", 1), ("pick", {}, {}, False)])
+@example(
+    [
+        *[("ask", True, True, 1), ("ask", True, False, 1), ("flip", 0), ("flip", 0), ("flip", 0)],
+        *[("flip", 1), ("pick", {}, {}, False), ("pick", {}, {}, False)],
+    ]
+)
+def test_the_slots_queue_picks_exactly_as_next_waiter(ops: list[tuple[object, ...]]) -> None:
+    """Grouped by owner, watched waiters filed by class: the same waiter as a scan of all."""
+    from saltedtable._slots import _Queue, _watchable
+
+    queue: _Queue[object] = _Queue()  # type: ignore[type-var]
+    model: deque[object] = deque()
+    for op in ops:
+        if op[0] == "ask":
+            _, watched, fg, owner = op
+            waiter = (Watched if watched else Plain)(fg, owner)  # type: ignore[arg-type]
+            model.append(waiter)
+            queue.append(waiter, _watchable(waiter.urgent))  # type: ignore[arg-type]
+            assert _watchable(waiter.urgent) == (watched and fg is not None)  # type: ignore[arg-type]
+        elif op[0] in ("flip", "leave") and model:
+            waiter = model[op[1] % len(model)]  # type: ignore[call-overload]
+            if op[0] == "leave":
+                model.remove(waiter)
+                queue.remove(waiter)  # type: ignore[arg-type]
+            elif waiter.fg is not None:  # type: ignore[attr-defined]
+                waiter.fg = not waiter.fg  # type: ignore[attr-defined]
+                if isinstance(waiter, Watched) and waiter.slot_watch is not None:
+                    waiter.slot_watch()  # type: ignore[operator]
+        elif op[0] == "pick":
+            _, held, served, idle_only = op
+            ids = {id(k): v for k, v in served.items()}  # type: ignore[attr-defined]
+            want = next_waiter(model, held, ids, idle_only)  # type: ignore[arg-type]
+            got = queue.pick(held, ids, idle_only)  # type: ignore[arg-type]
+            assert got is want
+        assert len(queue) == len(model)
+        assert list(queue) == list(model)
+        for group in queue._groups.values():  # a class's heap holds a waiter once at most
+            for heap in (group.fg, group.bg):
+                assert len({id(entry[1]) for entry in heap}) == len(heap)
+    for waiter in model:
+        if isinstance(waiter, Watched):
+            assert waiter.slot_watch is not None or waiter.fg is None

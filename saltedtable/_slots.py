@@ -166,6 +166,12 @@ def _top(heap: list[tuple[int, Any]], state: int) -> tuple[int, Any] | None:
     return None
 
 
+def _earliest(heap: list[tuple[int, Any]], state: int, ticket: Any) -> Any:
+    """The earlier queued of ``ticket`` and the heap's first live waiter (None: neither)."""
+    top = _top(heap, state)
+    return top[1] if top is not None and (ticket is None or top[0] < ticket.seq) else ticket
+
+
 #: A watched waiter's class (``state``): foreground, background; 0 = not queued.
 _FG = 1
 _BG = 2
@@ -285,9 +291,7 @@ class _Queue(Generic[_Q]):
                 if first_bg is None:
                     first_bg = ticket
             if not idle_only:
-                top = _top(group.fg, _FG)
-                if top is not None and (cand is None or top[0] < cand.seq):
-                    cand = top[1]
+                cand = _earliest(group.fg, _FG, cand)
             if cand is not None:
                 rank = (h, s, cand.seq)
                 if fg_rank is None or rank < fg_rank:
@@ -296,9 +300,7 @@ class _Queue(Generic[_Q]):
             if fg_rank is not None:
                 continue
             if not idle_only:
-                top = _top(group.bg, _BG)
-                if top is not None and (first_bg is None or top[0] < first_bg.seq):
-                    first_bg = top[1]
+                first_bg = _earliest(group.bg, _BG, first_bg)
             if first_bg is not None:
                 rank = (h, s, first_bg.seq)
                 if bg_rank is None or rank < bg_rank:

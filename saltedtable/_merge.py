@@ -76,6 +76,7 @@ from ._strategy import (
     page_ask,
     ramp,
     refills,
+    streamable,
     unordered_shares,
     widen,
 )
@@ -544,8 +545,8 @@ class MergeCore(Generic[T]):
         if self._stopping or self._limit is not None:
             return 0
         ask = self._ask_page(feed)
-        if ask is None:
-            return 0
+        if ask is None or not streamable(ask.cap, feed.largest):
+            return 0  # (rows too wide to stream: the next request is paged)
         feed.cap = ask.cap
         self._start(feed, ask.rows, renewed=True)
         return ask.rows

@@ -61,7 +61,7 @@ from ._stats import (
     current_bucket,
     report,
 )
-from ._strategy import OneRequestOdds, ReadBudget, ReadSettings
+from ._strategy import OneRequestOdds, ReadBudget, ReadSettings, streamable
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
@@ -213,7 +213,11 @@ class BucketSource(_BucketRequests, ProducerBase):
         try:
             async with merge.producing(feed):
                 while size := await merge.next_size(feed):
-                    streams = can_stream and not (first_paged and feed.requests == 1)
+                    streams = (
+                        can_stream
+                        and not (first_paged and feed.requests == 1)
+                        and streamable(feed.cap, feed.largest)
+                    )
                     query = self._cursor.next_query(None if streams else size)
                     if query is None or self.stopped:
                         merge.request_done(feed, 0)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from saltedtable._strategy import (
     MEDIAN_ONE_ROUND,
+    STREAM_MIN_ROWS,
     OneRequestOdds,
     ReadBudget,
     _one_round_size,
@@ -20,6 +21,7 @@ from saltedtable._strategy import (
     first_round,
     one_request_size,
     refills,
+    streamable,
     unordered_shares,
 )
 
@@ -262,3 +264,14 @@ def test_one_request_size_follows_the_limit_and_the_order() -> None:
     assert one_request_size(budget, 5000, 16, ordered=True) == 1000
     assert one_request_size(ReadBudget(one_request_rows=0), None, 16, ordered=True) == 0
     assert one_request_size(ReadBudget(rows=300), None, 16, ordered=False) == 300
+
+
+def test_a_request_streams_only_while_its_cap_holds_enough_of_the_widest_rows() -> None:
+    """Unmeasured or narrow rows stream; rows so wide that the cap holds fewer than
+    STREAM_MIN_ROWS of them are paged (a stream's transport buffers past the grant)."""
+    row = 64 * 1024
+    assert streamable(256 * 1024, 0)  # nothing measured yet
+    assert streamable(STREAM_MIN_ROWS * row, row)
+    assert not streamable(STREAM_MIN_ROWS * row - 1, row)
+    assert not streamable(256 * 1024, row)  # the default budget's page at 16 buckets
+    assert streamable(256 * 1024, 110)  # 100-byte values stream

@@ -24,7 +24,9 @@ Sections (``--sections``, default all):
 * ``firstrow``: for each ``--n`` (number of buckets), a table of ``--firstrow-rows-per-bucket``
   rows per bucket (at least 25): the time to the first row as a fraction of the whole
   scan, saltedtable ordered and ``ordered=False`` against the raw client's single scan
-  of the same physical table (``--rounds`` rounds, alternating).
+  of the same physical table (``--rounds`` rounds, alternating); and the raw client's
+  cost of a request in rows, which sets the ordered first row's floor
+  (``client_request_cost``, see :func:`request_cost`).
 * ``wide``: a fresh process streams a table of 64 KiB rows (and one of 1 MiB rows),
   raw single scan against saltedtable ordered and unordered with the default budget;
   peak RSS (VmHWM) of each, and saltedtable's ``peak_buffered_bytes``.
@@ -355,6 +357,36 @@ async def delays(
     return out
 
 
+async def request_cost(raw: Any, per_bucket: int, times: int = 20) -> dict[str, float]:
+    """The raw client's cost of a request, in rows, and the first-row floor it sets.
+
+    Python calls (cProfile: deterministic) of a 1-row and a ``per_bucket``-row
+    read give the client's cost per row and per request. An ordered merge hands
+    over its first row only once every bucket has answered, so a read of N
+    buckets of ``per_bucket`` rows spends at least one request a bucket before
+    it: on a client-bound machine its first row comes no earlier than
+    ``request / (request + per_bucket x row)`` of the scan, whatever the engine.
+    """
+    calls: dict[int, float] = {}
+    for n in (1, per_bucket):
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(times):
+            got = await raw.read_rows(ReadRowsQuery(limit=n))
+            assert len(got) == n, (n, len(got))
+        prof.disable()
+        st: Any = pstats.Stats(prof)
+        calls[n] = st.total_calls / times
+    row = (calls[per_bucket] - calls[1]) / max(1, per_bucket - 1)
+    request = calls[1] - row
+    return {
+        "calls_per_row": round(row, 1),
+        "calls_per_request": round(request, 1),
+        "request_in_rows": round(request / row, 1),
+        "first_row_floor": round(request / (request + per_bucket * row), 3),
+    }
+
+
 async def firstrow(
     address: str,
     client: BigtableDataClientAsync,
@@ -397,6 +429,7 @@ async def firstrow(
                 "first_row_ms": {k: spread(v) for k, v in firsts.items()},
                 "scan_seconds": {k: spread(v) for k, v in took.items()},
                 "ordered_requests": await scans.count_requests(True),
+                "client_request_cost": await request_cost(raw, per_bucket),
             }
             print(json.dumps({n: out[str(n)]["first_row_fraction"]}), file=sys.stderr)
         except Exception as exc:  # (e.g. a scan past its operation_timeout): say so, go on

@@ -453,6 +453,10 @@ class MergeCore(Generic[T]):
         """Wake the consumer if it waits."""
         raise NotImplementedError
 
+    def _consumer_waits(self) -> bool:
+        """Whether the consumer waits for items now (it has none it could take)."""
+        return False
+
     def _release(self, feed: Feed[T]) -> None:
         """Let the producer of ``feed`` ask :meth:`_demand` again, if it waits."""
         raise NotImplementedError
@@ -493,6 +497,16 @@ class MergeCore(Generic[T]):
             if feed.grants < 2:
                 since = READ_AHEAD_SECONDS
             window = widen(feed.window, since, self._budget.rows)
+            if window != feed.window:
+                feed.window = window
+                ask = self._page(feed)
+        if ask is None and self._ordered and self._emitted and self._consumer_waits():
+            # The consumer came back for more and waits: it has no item it
+            # could take, so every item this feed holds lies above the
+            # watermark, waiting for other sources, not for the consumer. It
+            # keeps up: widen, so that the feed's stream goes on. (Not in the
+            # merge's first wait: that one says nothing of the consumer's pace.)
+            window = widen(feed.window, 0.0, self._budget.rows)
             if window != feed.window:
                 feed.window = window
                 ask = self._page(feed)
@@ -1109,6 +1123,9 @@ class Merge(MergeCore[T]):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _consumer_waits(self) -> bool:
+        return self._waiter is not None
 
     def _release(self, feed: Feed[T]) -> None:
         waiter, feed._waiter = feed._waiter, None

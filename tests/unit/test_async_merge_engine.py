@@ -1,7 +1,8 @@
-"""An ordered read whose consumer keeps up streams each bucket once (issue 23, goal 2)."""
+"""The async merge engine's costs: an ordered read's requests, its producers' frames (issue 23)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 
 from saltedtable import CallStats, SaltedTableAsync, SaltScheme
+from saltedtable._merge import Feed, Merge, ProducerBase
 from tests.fakes import FakeTable
 
 SCHEME = SaltScheme(16)
@@ -77,3 +79,45 @@ async def test_an_ordered_read_keeps_its_streams_while_it_waits_for_a_slow_bucke
     # second streams to the bucket's end.
     assert stats.requests <= 2 * SCHEME.buckets
     assert stats.peak_buffered_rows <= 20_000
+
+
+class TaskProducer(ProducerBase):
+    """A producer that notes which coroutine its task runs, then reads a few items."""
+
+    def __init__(self, items: range) -> None:
+        self.items = items
+        self.task_coro: Any = None
+
+    async def produce(self, merge: Merge[int], feed: Feed[int]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task_coro = task.get_coro()
+        async with merge.producing(feed):
+            pos = 0
+            while size := await merge.next_size(feed):
+                chunk = self.items[pos : pos + size]
+                pos += len(chunk)
+                feed.items.extend(chunk)
+                feed.keys.extend(chunk)
+                feed.wake()
+                merge.request_done(feed, len(chunk))
+                if pos >= len(self.items):
+                    return
+
+
+async def test_a_producer_is_its_tasks_own_coroutine() -> None:
+    """No wrapper frame between a producer's task and its loop: a task pays for every frame
+    of its coroutine chain each time it resumes, once per row of a stream (a task group's
+    wrapper was one call a row)."""
+    before = asyncio.all_tasks()
+    producers = [TaskProducer(range(s, 400, 4)) for s in range(4)]
+    got: list[int] = []
+    async with Merge(producers) as merge:
+        async for batch in merge:
+            got += batch
+    assert got == list(range(400))
+    for producer in producers:
+        assert producer.task_coro is not None
+        assert producer.task_coro.cr_code is TaskProducer.produce.__code__
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() == before

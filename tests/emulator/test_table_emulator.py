@@ -763,9 +763,9 @@ async def test_dropped_stream_is_closed_by_the_finaliser(
     for _ in range(500):  # the finaliser's task runs on its own schedule
         # (Its aclose() returns once the merge's supervisor has ended, a turn or
         # two of the loop after the last stream closed.)
-        if not proxy.open_streams and all(r.closed for r in proxy.records):
-            if not saltedtable_tasks():
-                break
+        closed = not proxy.open_streams and all(r.closed for r in proxy.records)
+        if closed and not saltedtable_tasks():
+            break
         await asyncio.sleep(0.01)
     proxy.assert_clean()
     await assert_no_tasks_left(before)

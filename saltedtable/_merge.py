@@ -31,11 +31,14 @@ for a source is woken in batches (``wake_batch`` items, or ``wake_delay``
 seconds), so that its work per wake, which visits every source, is shared by
 many items.
 
-Why a supervisor task: the producers' task group lives in a task of its own,
-so the consumer side can be a plain async iterator that may be abandoned
-(``break``), closed from another task (asyncio's async-generator finaliser)
-or cancelled, without exiting a cancel scope in the wrong task.
-:meth:`Merge.aclose` cancels the producers and waits until they are gone.
+Why a supervisor task: the producers are tasks of their own, each in a cancel
+scope of its own, and a supervisor task waits for them (and stops them all
+when one fails), so the consumer side can be a plain async iterator that may
+be abandoned (``break``), closed from another task (asyncio's async-generator
+finaliser) or cancelled, without exiting a cancel scope in the wrong task.
+:meth:`Merge.aclose` cancels the producers and waits until they are gone. The
+producers are plain asyncio tasks, not a task group's: a task group wraps each
+in a frame of its own, which the task pays for at every item it resumes for.
 
 The thread driver: each request runs in a worker of a pool the merge owns,
 and the caller's thread merges; every decision happens under one
@@ -453,6 +456,10 @@ class MergeCore(Generic[T]):
         """Wake the consumer if it waits."""
         raise NotImplementedError
 
+    def _consumer_waits(self) -> bool:
+        """Whether the consumer waits for items now (it has none it could take)."""
+        return False
+
     def _release(self, feed: Feed[T]) -> None:
         """Let the producer of ``feed`` ask :meth:`_demand` again, if it waits."""
         raise NotImplementedError
@@ -493,6 +500,16 @@ class MergeCore(Generic[T]):
             if feed.grants < 2:
                 since = READ_AHEAD_SECONDS
             window = widen(feed.window, since, self._budget.rows)
+            if window != feed.window:
+                feed.window = window
+                ask = self._page(feed)
+        if ask is None and self._ordered and self._emitted and self._consumer_waits():
+            # The consumer came back for more and waits: it has no item it
+            # could take, so every item this feed holds lies above the
+            # watermark, waiting for other sources, not for the consumer. It
+            # keeps up: widen, so that the feed's stream goes on. (Not in the
+            # merge's first wait: that one says nothing of the consumer's pace.)
+            window = widen(feed.window, 0.0, self._budget.rows)
             if window != feed.window:
                 feed.window = window
                 ask = self._page(feed)
@@ -943,7 +960,9 @@ class Merge(MergeCore[T]):
         #: When the untimed batch wait running now began (0.0: none runs; see _StallWatch).
         self._untimed_since = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._scope = anyio.CancelScope()
+        #: Each producer's cancel scope, entered by ``producing`` in its task.
+        self._scopes: list[anyio.CancelScope] = []
+        self._cancelled = False  # the producers were told to stop (see _cancel_producers)
         self._task: asyncio.Task[None] | None = None
         self._iter: AsyncGenerator[list[T], None] | None = None
 
@@ -1000,7 +1019,7 @@ class Merge(MergeCore[T]):
             # (Only while a producer runs: cancelling formats the task's repr,
             # which costs more than a small read's merge.)
             await self._end_requests()
-            self._scope.cancel()
+            self._cancel_producers()
         with anyio.CancelScope(shield=True):
             if self._task is not None:
                 await asyncio.wait([self._task])
@@ -1016,24 +1035,50 @@ class Merge(MergeCore[T]):
     # -- producers ---------------------------------------------------------------
 
     async def _supervise(self) -> None:
+        """Run one task per source until every one has returned; stop them all if one fails.
+
+        The producers are plain asyncio tasks, each running its source's
+        coroutine itself (no wrapper frame, which a task pays for every time it
+        resumes: once per item), and each enters a cancel scope of its own in
+        :meth:`producing`, so that cancelling them (:meth:`aclose`, a failure)
+        respects the shields they close their requests under.
+        """
+        loop = asyncio.get_running_loop()
+        tasks = [
+            loop.create_task(
+                source.produce(self, self._feeds[i])
+                if isinstance(source, ProducerBase)
+                else self._produce(i)
+            )
+            for i, source in enumerate(self._sources)
+        ]
         try:
-            with self._scope:
-                async with anyio.create_task_group() as tg:
-                    for i, source in enumerate(self._sources):
-                        if isinstance(source, ProducerBase):
-                            tg.start_soon(source.produce, self, self._feeds[i])
-                        else:
-                            tg.start_soon(self._produce, i)
-        except Exception as exc:  # handed to the consumer, which raises it
-            if self._error is None:
-                self._error = _first_error(exc)
-        except BaseException:
-            # Cancelled from outside (not by aclose, whose scope absorbs it).
-            if self._error is None:
+            _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            if pending:
+                # A producer failed (its error is the merge's, and `producing`
+                # ended the other requests): the others stop.
+                self._cancel_producers()
+                await asyncio.wait(pending)
+        except asyncio.CancelledError:
+            # Cancelled from outside (aclose cancels the producers, not this task).
+            if self._error is None and not self._closed:
                 self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+            self._cancel_producers()
+            await asyncio.wait(tasks)
             raise
         finally:
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    exc = task.exception()  # (retrieved: reported through _error)
+                    if exc is not None and self._error is None:
+                        self._error = exc
             self._producers_gone()
+
+    def _cancel_producers(self) -> None:
+        """Cancel every producer's scope (and those of producers yet to enter theirs)."""
+        self._cancelled = True
+        for scope in self._scopes:
+            scope.cancel()
 
     async def _produce(self, i: int) -> None:
         feed = self._feeds[i]
@@ -1048,13 +1093,24 @@ class Merge(MergeCore[T]):
 
     @contextlib.asynccontextmanager
     async def producing(self, feed: Feed[T]) -> AsyncIterator[None]:
-        """Around a producer's loop (see :class:`Producer`): its failure stops the merge."""
+        """Around a producer's loop (see :class:`Producer`): its failure stops the merge.
+
+        The producer runs in a cancel scope of its own, which the merge
+        cancels when it closes or another producer fails.
+        """
+        scope = anyio.CancelScope()
+        self._scopes.append(scope)
+        if self._cancelled:
+            scope.cancel()
         try:
-            yield
+            with scope:
+                yield
+            if scope.cancelled_caught and self._error is None and not self._closed:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
         except Exception as exc:
             if self._error is None:
                 self._error = exc
-            # The task group cancels the other producers next: end their requests first.
+            # The supervisor cancels the other producers next: end their requests first.
             self._stopping = True
             await self._end_requests()
             raise
@@ -1109,6 +1165,9 @@ class Merge(MergeCore[T]):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _consumer_waits(self) -> bool:
+        return self._waiter is not None
 
     def _release(self, feed: Feed[T]) -> None:
         waiter, feed._waiter = feed._waiter, None
@@ -1448,11 +1507,3 @@ class ProducerBase:
 
 class _Closed(Exception):
     """The merge was closed (from another task) while its consumer waited."""
-
-
-def _first_error(exc: BaseException) -> BaseException:
-    """The first real error in a (possibly nested) exception group."""
-    while isinstance(exc, BaseExceptionGroup):
-        errors = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
-        exc = errors[0] if errors else exc.exceptions[0]
-    return exc

@@ -11,7 +11,7 @@ Sections (``--sections``, default all):
 * ``profile``: cProfile of one 16-bucket scan of ``--rows`` rows: the raw client's
   16 concurrent sub-scans (one per bucket, unordered) against saltedtable ordered and
   ``ordered=False``. Python function calls per row: deterministic, unlike timings
-  on a shared machine.
+  on a shared machine; and the requests each salted scan made (outside the profile).
 * ``throughput``: the same scans timed, A/B alternating, ``--rounds`` times, plus one
   raw scan of the whole table; paired ratios (median and range), the time to the
   first row as a fraction of each salted scan, and the requests each salted scan made.
@@ -257,6 +257,10 @@ async def profile(scans: Scans, rows: int) -> dict[str, Any]:
             "cpu_seconds": round(st.total_tt, 3),
         }
     raw = per_function["raw_16_subscans"]
+    out["requests_per_scan"] = {
+        "salted_ordered": await scans.count_requests(True),
+        "salted_unordered": await scans.count_requests(False),
+    }
     for name in ("salted_ordered", "salted_unordered"):
         out[name]["above_raw"] = round(
             out[name]["calls_per_row"] - out["raw_16_subscans"]["calls_per_row"], 2

@@ -761,7 +761,10 @@ async def test_dropped_stream_is_closed_by_the_finaliser(
     del stream
     gc.collect()  # asyncio's async-generator finaliser schedules aclose() in a new task
     for _ in range(500):  # the finaliser's task runs on its own schedule
-        if not proxy.open_streams and all(r.closed for r in proxy.records):
+        # (Its aclose() returns once the merge's supervisor has ended, a turn or
+        # two of the loop after the last stream closed.)
+        closed = not proxy.open_streams and all(r.closed for r in proxy.records)
+        if closed and not saltedtable_tasks():
             break
         await asyncio.sleep(0.01)
     proxy.assert_clean()

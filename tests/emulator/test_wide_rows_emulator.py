@@ -5,6 +5,8 @@ bytes the client delivered and the bytes handed to the caller
 (:class:`ClientMeter`): what was delivered and not yet handed over stays within
 the budget plus one row per bucket, for every read shape, async and sync
 (``CallStats.peak_buffered_bytes``, the engine's own account, is checked too).
+A larger scan (:class:`AskMeter`) also counts what each open request may still
+bring in by its row limit: rows this wide are paged, never streamed.
 A fresh child process measures the peak RSS of a streaming salted scan
 against the raw client's single scan of the same rows; the assertion is on
 memory, never on time.
@@ -265,3 +267,98 @@ async def test_a_fresh_process_scanning_wide_rows_grows_like_the_raw_client(
         # Memory, not time: the table is 40-48 MB; the salted scan holds ~3 MB of
         # 64 KiB rows, ~18 MB of 1 MiB rows (one a bucket: the rows pass a share).
         assert salted["growth_mb"] <= raw["growth_mb"] + margin_mb, (how, salted, raw)
+
+
+#: :class:`AskMeter`'s peak while a measured request without a row limit is open.
+UNBOUNDED = 1 << 62
+
+
+class AskMeter:
+    """What the requests of a read may still bring into the process, and what it holds.
+
+    Every physical request is watched: a request sent after its bucket has
+    delivered rows (the read has measured that bucket's rows) may bring in
+    ``(limit - rows delivered) x row size`` more bytes, without end when it
+    has no row limit (a streamed request: the transport buffers what its
+    flow-control window allows, whatever the engine grants). Bytes delivered
+    and not yet handed to the caller count too. A bucket's first request is
+    left out: it is sized before any of its rows is measured and ends at its
+    byte cap (the engine's own account, ``peak_buffered_bytes``, covers it).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.sent = self.handed = self.peak = 0
+        self.asked = 0  # what the open measured requests with a row limit may still bring in
+        self.unlimited = 0  # open measured requests without a row limit (no end to it)
+        self.measured: set[bytes] = set()
+
+    def hand(self, row: Row) -> None:
+        self.handed += row_bytes(row) + SLACK
+
+    def _check(self) -> None:
+        held = self.asked + self.sent - self.handed
+        self.peak = max(self.peak, UNBOUNDED if self.unlimited else held)
+
+    def wrap(self, table: Any) -> Any:
+        original = table.read_rows_stream
+
+        async def read_rows_stream(query: ReadRowsQuery, **kwargs: Any) -> AsyncIterator[Row]:
+            bucket = (query.row_ranges[0].start_key or b"")[:SLACK]
+            measured = bucket in self.measured and len(query.row_ranges) == 1
+            left = query.limit or 0  # (0: no row limit)
+            stream = await original(query, **kwargs)
+
+            async def counted() -> AsyncIterator[Row]:
+                nonlocal left
+                if measured:
+                    self.asked += left * self.size
+                    self.unlimited += not left
+                    self._check()
+                try:
+                    async for row in stream:
+                        self.sent += row_bytes(row)
+                        self.measured.add(bucket)
+                        if measured and left:
+                            left -= 1
+                            self.asked -= self.size
+                        self._check()
+                        yield row
+                finally:
+                    if measured:
+                        self.asked -= left * self.size
+                        self.unlimited -= not query.limit
+
+            return counted()
+
+        table.read_rows_stream = read_rows_stream
+        return table
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+async def test_a_larger_wide_row_scan_asks_no_more_than_its_byte_budget(
+    make_table: Callable[..., str], data_client: BigtableDataClientAsync, ordered: bool
+) -> None:
+    """384 rows of 64 KiB (24 a bucket, 24 MiB) with the default 8 MiB budget: several
+    requests per bucket. Once a bucket's rows are measured, what its open requests may still
+    bring in plus what the read holds stays within the budget plus one row per bucket. A
+    request without a row limit (a stream) would make that unbounded: rows this wide are
+    paged, not streamed (`streamable`)."""
+    size, rows = 64 * KIB, 384
+    table_id = make_table(families=("cf",))
+    await load(data_client, table_id, rows, size)
+    budget = ReadBudget()
+    meter = AskMeter(size + len(b"k00000") + SLACK)
+    physical = meter.wrap(data_client.get_table(INSTANCE, table_id))
+    table = SaltedTableAsync(physical, SCHEME, budget=budget, guard=False)
+    stats = CallStats()
+    keys = []
+    async for row in await table.read_rows_stream(ReadRowsQuery(), ordered=ordered, stats=stats):
+        meter.hand(row)
+        keys.append(row.row_key)
+    assert (keys if ordered else sorted(keys)) == [b"k%05d" % i for i in range(rows)]
+    assert len(meter.measured) == SCHEME.buckets
+    bound = budget.bytes + SCHEME.buckets * (size + 16)
+    assert 0 < meter.peak <= bound, (meter.peak, bound)
+    assert 0 < stats.peak_buffered_bytes <= bound
+    assert stats.requests > 2 * SCHEME.buckets  # (the budget, not the table, sized them)

@@ -44,10 +44,11 @@ ROW_KEY: Final[None] = None
 #: rows over one at a time, in turn, under the GIL: every request running
 #: adds a turn before every other read's next row, a small read's too, and
 #: adds no rows per second once a few run. On the emulator one 16-bucket
-#: ordered scan read 8,100 rows/s with 16 requests at once and 11,100 with 2;
-#: next to 10 slow scans at 64 slots (56 requests at once in their first
-#: wave), a small read took 2-17x the plain table's time, and 1.2-1.8x with
-#: 2 (see docs/performance.md). The table's slots bound every read as before.
+#: ordered scan read about as many rows/s with 2 requests at once as with 16
+#: (within the noise of two shared cores); next to 10 slow scans at 64 slots
+#: (56 requests at once in their first wave) a small read took 2-24x the
+#: plain table's time, 1.2-6x with 2 (see docs/performance.md). The table's
+#: slots bound every read as before.
 READ_REQUESTS: Final = 2
 
 #: How long one wait for a slot lasts before :func:`slot` waits again (a thread

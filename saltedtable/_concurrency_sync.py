@@ -21,13 +21,35 @@ from ._merge import SyncSource, ThreadMerge
 from ._slots import Slots
 from ._strategy import ReadBudget
 
-__all__ = ["ROW_KEY", "Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
+__all__ = [
+    "READ_REQUESTS",
+    "ROW_KEY",
+    "Lock",
+    "capacity",
+    "fan_out",
+    "new_merge",
+    "run_blocking",
+    "slot",
+]
 
 T = TypeVar("T")
 
 #: How the merge of a read's bucket sources finds an item's key: None, as the
 #: sync sources append each row's key to their feed themselves.
 ROW_KEY: Final[None] = None
+
+#: Requests one sync read runs at once at most, whatever the table's slots
+#: allow: the workers of its pool. The client's sync streams reach the
+#: process through one event thread per channel, which hands each stream's
+#: rows over one at a time, in turn, under the GIL: every request running
+#: adds a turn before every other read's next row, a small read's too, and
+#: adds no rows per second once a few run. On the emulator one 16-bucket
+#: ordered scan read about as many rows/s with 2 requests at once as with 16
+#: (within the noise of two shared cores); next to 10 slow scans at 64 slots
+#: (56 requests at once in their first wave) a small read took 2-24x the
+#: plain table's time, 1.2-6x with 2 (see docs/performance.md). The table's
+#: slots bound every read as before.
+READ_REQUESTS: Final = 2
 
 #: How long one wait for a slot lasts before :func:`slot` waits again (a thread
 #: cannot wait for ever in one go: see ``threading.TIMEOUT_MAX``).
@@ -72,10 +94,11 @@ def new_merge(
     limit: int | None = None,
     key: None = None,
 ) -> ThreadMerge[T]:
-    """The merge of ``sources``: at most ``slots`` requests at once, in a pool's threads."""
+    """The merge of ``sources``: at most ``slots`` requests at once (and
+    :data:`READ_REQUESTS`), in a pool's threads."""
     return ThreadMerge(
         sources,
-        threads=slots,
+        threads=min(slots, READ_REQUESTS),
         ordered=ordered,
         limit=limit,
         budget=budget,

@@ -174,6 +174,11 @@ def test_leaving_a_stalled_sync_stream_returns_at_once_and_leaves_nothing(
         proxy.call(lambda: proxy.proxy.stall_after(60_000))
         first = next(stream)
         assert first.row_key in KEYS
+        # The read asks on for its first pages (2 requests at a time) until the stall.
+        deadline = time.monotonic() + 30
+        while not proxy.call(lambda: proxy.proxy.stalled):
+            assert time.monotonic() < deadline, "the read's requests never reached the stall"
+            time.sleep(0.01)
         assert subscan_threads(), "the read's workers should be running"
 
         def leave_it() -> None:

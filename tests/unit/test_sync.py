@@ -24,6 +24,7 @@ from saltedtable import (
     SchemeMismatchError,
     SubScan,
 )
+from saltedtable._concurrency_sync import READ_REQUESTS
 from saltedtable._merge import Feed, Sent, ThreadMerge
 from tests.fakes import FakeTable, SyncFakeTable
 from tests.unit.test_merge import partitions
@@ -147,6 +148,42 @@ def test_threads_are_bounded() -> None:
     done.set()
     watcher.join()
     assert 1 <= peak <= 3
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_sync_read_runs_few_requests_at_once_whatever_the_slots(ordered: bool) -> None:
+    """At 64 slots a 16-bucket sync scan runs READ_REQUESTS requests at once, in as many workers.
+
+    Each running request costs every other read's rows a turn in the client's
+    one event thread per channel (issue 26): before, the scan ran all 16.
+    """
+    fake = FakeTable()
+    table = SaltedTable(  # type: ignore[arg-type]
+        SyncFakeTable(fake), SaltScheme(16), max_concurrent_subscans=64, budget=ReadBudget(rows=64)
+    )
+    table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in KEYS])
+    fake.stats.max_open = 0
+    fake.latency = 0.002  # each request waits before its first row: they overlap
+    peak = 0
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, len(workers()))
+            time.sleep(0.0005)
+
+    done = threading.Event()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        rows = table.read_rows(ReadRowsQuery(), ordered=ordered)
+    finally:
+        done.set()
+        watcher.join()
+    assert sorted(r.row_key for r in rows) == KEYS
+    assert 1 <= fake.stats.max_open <= READ_REQUESTS
+    assert 1 <= peak <= READ_REQUESTS
+    assert table.limiter.free == 64
 
 
 # -- SaltedTable over a sync fake -----------------------------------------------------

@@ -12,9 +12,8 @@ sub-queries into one request, for reads small enough to need no more.
 from __future__ import annotations
 
 import bisect
-import itertools
 from dataclasses import dataclass, field
-from typing import Final, final
+from typing import Final, cast, final
 
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
 from google.cloud.bigtable.data.row_filters import (
@@ -89,6 +88,9 @@ class SubQuery:
         return " ".join(parts)
 
 
+_UNSET: Final = object()
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class ReadPlan:
@@ -107,6 +109,19 @@ class ReadPlan:
     #: shown by :meth:`explain` and returned by :meth:`settings`; reads are handed
     #: their settings apart from the plan.
     how: ReadSettings | None = field(default=None, compare=False)
+    _order: object = field(default=_UNSET, init=False, compare=False, repr=False)
+
+    @property
+    def one_request_order(self) -> tuple[int, ...] | None:
+        """The sub-queries' indexes in prefix order if they can be one request, else None.
+
+        Worked out once per plan (a read asks twice: for its settings and its request).
+        """
+        order = self._order
+        if order is _UNSET:
+            order = _one_request_order(self.subqueries)
+            object.__setattr__(self, "_order", order)
+        return cast("tuple[int, ...] | None", order)
 
     @property
     def buckets(self) -> tuple[int | None, ...]:
@@ -144,7 +159,7 @@ class ReadPlan:
         if slots is None and how is not None:
             slots = how.slots
         n = len(self.subqueries)
-        joins = _one_request_order(self.subqueries) is not None
+        joins = self.one_request_order is not None
         if one_request is None:
             # The table's gate: closed only where its settings would have tried one.
             one_request = how is None or not (
@@ -478,7 +493,7 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
     A read of whole buckets, or of a range open on one side, is left to the
     buckets' own requests: it is rarely small.
     """
-    order = _one_request_order(plan.subqueries)
+    order = plan.one_request_order
     if rows < 1 or order is None:
         return None
     subs = plan.subqueries
@@ -492,31 +507,43 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
         ),
         rows,
         tuple(subs[i].prefix for i in order),
-        tuple(order),
+        order,
     )
 
 
-def _one_request_order(subs: tuple[SubQuery, ...]) -> list[int] | None:
+def _one_request_order(subs: tuple[SubQuery, ...]) -> tuple[int, ...] | None:
     """The sub-queries' indexes in prefix order if they can be one request (see above)."""
     if len(subs) < 2:
         return None
     row_filter = subs[0].row_filter
     count = size = 0
     for sub in subs:
-        if sub.bucket is None or not sub.prefix or sub.row_filter != row_filter:
+        prefix = sub.prefix
+        if sub.bucket is None or not prefix or sub.row_filter != row_filter:
             return None
-        end = prefix_end(sub.prefix)
         for rng in sub.ranges:
-            if rng.start == sub.prefix or not rng.end or rng.end == end:
+            start, end = rng.start, rng.end
+            if (
+                start == prefix
+                or not end
+                # A bounded end lies under the prefix: only an open one is its end.
+                or (not end.startswith(prefix) and end == prefix_end(prefix))
+            ):
                 return None  # open on a side within the bucket
-            size += len(rng.start) + len(rng.end)
-        count += len(sub.keys) + len(sub.ranges)
-        size += sum(map(len, sub.keys))
+            size += len(start) + len(end)
+        keys = sub.keys
+        count += len(keys) + len(sub.ranges)
+        if keys:
+            size += sum(map(len, keys))
     if count > MAX_KEYS_PER_REQUEST or size > MAX_KEY_BYTES_PER_REQUEST:
         return None
-    order = sorted(range(len(subs)), key=lambda i: subs[i].prefix)
-    if any(subs[b].prefix.startswith(subs[a].prefix) for a, b in itertools.pairwise(order)):
-        return None  # a row could not be told apart (no built-in scheme does this)
+    prefixes = [sub.prefix for sub in subs]
+    order = tuple(sorted(range(len(subs)), key=prefixes.__getitem__))
+    before = prefixes[order[0]]
+    for i in order[1:]:
+        if prefixes[i].startswith(before):
+            return None  # a row could not be told apart (no built-in scheme does this)
+        before = prefixes[i]
     return order
 
 

@@ -61,7 +61,7 @@ from ._stats import (
     current_bucket,
     report,
 )
-from ._strategy import OneRequestOdds, ReadBudget, ReadSettings, streamable
+from ._strategy import DEFAULT_ROW_BYTES, OneRequestOdds, ReadBudget, ReadSettings, streamable
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
@@ -748,7 +748,9 @@ class _Read(Generic[G]):
     def _stray_for(self, sub: SubQuery) -> StrayRows | None:
         return self._stray if sub.bucket is None else self._in_buckets
 
-    def _finish(self, merge: MergeCore[Row], emitted: int, error: BaseException | None) -> None:
+    def _finish(
+        self, merge: MergeCore[Row] | None, emitted: int, error: BaseException | None
+    ) -> None:
         outcome = None if self._one is None else self._one.outcome
         finish_read(merge, self._stats, self._hook, self._stray, emitted, error, outcome)
 
@@ -997,7 +999,7 @@ def _one_budget(one: OneRequest) -> ReadBudget:
 
 
 def finish_read(
-    merge: MergeCore[Row],
+    merge: MergeCore[Row] | None,
     stats: CallStats | None,
     hook: StatsHook | None,
     stray: StrayRows | None,
@@ -1008,6 +1010,7 @@ def finish_read(
     """End a read: warn once about stray rows, fill in and report its statistics.
 
     ``one``: how the one request over every bucket went, if the read tried it.
+    ``merge``: the buckets' own requests (None: the read made none).
     """
     if stray is not None and stray.count:
         key, why = stray.first
@@ -1022,10 +1025,13 @@ def finish_read(
         return
     stats.stray_rows = 0 if stray is None else stray.count
     stats.rows = emitted
-    stats.requests = merge.requests
-    stats.rounds = merge.rounds
-    stats.peak_buffered_rows = merge.peak_outstanding
-    stats.peak_buffered_bytes = merge.peak_bytes
+    if merge is None:
+        stats.requests = stats.rounds = stats.peak_buffered_rows = stats.peak_buffered_bytes = 0
+    else:
+        stats.requests = merge.requests
+        stats.rounds = merge.rounds
+        stats.peak_buffered_rows = merge.peak_outstanding
+        stats.peak_buffered_bytes = merge.peak_bytes
     if one is not None:
         stats.one_request = one
         stats.requests += 1
@@ -1033,7 +1039,7 @@ def finish_read(
         stats.peak_buffered_bytes = max(stats.peak_buffered_bytes, one.bytes)
         if stats.settings is not None and stats.settings.limit is not None:
             stats.rounds += 1  # the one request was the read's first round
-    stats.row_bytes = merge.row_bytes
+    stats.row_bytes = float(DEFAULT_ROW_BYTES) if merge is None else merge.row_bytes
     if isinstance(error, GeneratorExit | asyncio.CancelledError):
         # The caller left (break, aclose, cancellation): not a failure.
         stats.ended_early = True

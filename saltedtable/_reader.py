@@ -159,7 +159,7 @@ class _BucketRequests:
 class BucketSource(_BucketRequests, ProducerBase):
     """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
 
-    __slots__ = ("_limiter", "stopped", "stream")
+    __slots__ = ("_limiter", "halt", "stopped", "stream")
 
     def __init__(
         self,
@@ -180,6 +180,13 @@ class BucketSource(_BucketRequests, ProducerBase):
         self.stream: Any = None
         #: The read is ending: no new request, and the one running was ended on purpose.
         self.stopped = False
+        #: The running request ends at its next row: the read is ending
+        #: (:attr:`stopped`), or (after that row) it gives its slot up to a small read.
+        self.halt = False
+
+    def give_way(self) -> None:
+        """End the running request after its next row, for a small read (see :mod:`._slots`)."""
+        self.halt = True
 
     async def produce(self, merge: Merge[Row], feed: Feed[Row]) -> None:
         """The bucket's producer task: its requests in turn (a :class:`~._merge.Producer`).
@@ -193,6 +200,9 @@ class BucketSource(_BucketRequests, ProducerBase):
         between rows, when the engine grants nothing now (the consumer is
         behind: no slot is held while the consumer does not take rows) or
         another request waits for a slot (the table's other reads get their turn).
+        Any request, paged or streamed, ends after its next row when the slots
+        ask it to give way to a small read (:meth:`give_way`); the bucket's next
+        request then queues for a slot.
 
         (One flat coroutine on purpose, run as the task itself: the task pays
         for every frame between it and the stream each time a row arrives.)
@@ -226,10 +236,11 @@ class BucketSource(_BucketRequests, ProducerBase):
                     # against the read's operation_timeout like the request itself.
                     # Read-ahead (the consumer does not wait for this bucket) yields
                     # to requests whose consumers wait (see _slots).
-                    if not await take_slot(limiter, self._deadline, feed.urgent, feed.read):
+                    if not await limiter.take(self._deadline, feed.urgent, feed.read, self):
                         raise self._annotate(
                             slot_timeout(self._timeouts, limiter.total_tokens), None
                         )
+                    self.halt = self.stopped
                     started = time.monotonic()
                     cap = feed.cap
                     # Rows of the request, and of its running grant (pushed, received, bytes).
@@ -247,8 +258,14 @@ class BucketSource(_BucketRequests, ProducerBase):
                         # The hot loop: the bare client loop, the relabelling and sizing, a
                         # countdown only while the consumer waits for this feed.
                         async for row in stream:
-                            if self.stopped:
-                                break  # between rows: end_stream below cancels the RPC
+                            if self.halt:
+                                if self.stopped:
+                                    break  # between rows: end_stream below cancels the RPC
+                                # A small read waits for this slot: this row ends the grant
+                                # (below: a paged request ends, a streamed one too while
+                                # anyone waits for a slot).
+                                self.halt = False
+                                end_at = granted + 1
                             key = row.row_key[cut:]
                             row.row_key = key
                             nbytes = len(key)
@@ -327,7 +344,7 @@ class BucketSource(_BucketRequests, ProducerBase):
                                         # sure the RPC ends too.
                                         await end_stream(stream)
                         finally:
-                            limiter.release(feed.read)
+                            limiter.release(feed.read, self)
                     if early:  # (ended between rows: more may follow its last)
                         more = self._advance(received, received, key)
                     elif not complete:  # stopped: the read is ending
@@ -978,6 +995,8 @@ async def stop_sources(sources: Sequence[BucketSource | OneRequestSource]) -> No
     streams = []
     for source in sources:
         source.stopped = True
+        if isinstance(source, BucketSource):
+            source.halt = True
         if source.stream is not None:
             streams.append(source.stream)
     if streams:

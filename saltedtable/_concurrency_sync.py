@@ -21,7 +21,17 @@ from ._merge import SyncSource, ThreadMerge
 from ._slots import Slots
 from ._strategy import ReadBudget
 
-__all__ = ["ROW_KEY", "Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
+__all__ = [
+    "ROW_KEY",
+    "Lock",
+    "OneRun",
+    "capacity",
+    "fan_out",
+    "new_merge",
+    "one_merge",
+    "run_blocking",
+    "slot",
+]
 
 T = TypeVar("T")
 
@@ -81,6 +91,17 @@ def new_merge(
         budget=budget,
         stop_requests=stop_requests,
     )
+
+
+#: What runs a small read's one request here: a merge of that one source.
+OneRun = ThreadMerge
+
+
+def one_merge(
+    source: SyncSource[T], *, budget: ReadBudget, stop_requests: Callable[[], bool]
+) -> ThreadMerge[T]:
+    """What runs a small read's one request: a merge of that one source, in one thread."""
+    return new_merge([source], slots=1, ordered=False, budget=budget, stop_requests=stop_requests)
 
 
 def run_blocking(func: Callable[..., T], *args: Any) -> T:

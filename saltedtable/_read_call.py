@@ -18,7 +18,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
-from ._concurrency import ROW_KEY, capacity, new_merge
+from ._concurrency import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from ._contracts import TableLikeAsync
 from ._merge import Merge
 from ._plan import ReadPlan
@@ -76,7 +76,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
         read_rows_stream = ctx.table.read_rows_stream
         limiter, budget = ctx.limiter, settings.budget
-        self._first: tuple[OneRequestSource, Merge[Row]] | None = None
+        self._first: tuple[OneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
             first = OneRequestSource(
                 read_rows_stream,
@@ -88,14 +88,12 @@ class ReadCall(_Read[Awaitable[bool]]):
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
             )
-            one_merge = new_merge(
-                [first],
-                slots=1,
-                ordered=False,
+            one = one_merge(
+                first,
                 budget=_one_budget(self._one.request),
                 stop_requests=partial(stop_sources, [first]),
             )
-            self._first = (first, one_merge)
+            self._first = (first, one)
         self._setup: tuple[ReadContextAsync, ReadPlan, ReadSettings, Timeouts] = (
             ctx,
             plan,

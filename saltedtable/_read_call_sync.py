@@ -20,7 +20,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
-from ._concurrency_sync import ROW_KEY, capacity, new_merge
+from ._concurrency_sync import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from ._contracts import SyncTableLike
 from ._merge import ThreadMerge
 from ._plan import ReadPlan
@@ -78,7 +78,7 @@ class SyncReadCall(_Read[bool]):
         super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
         read_rows_stream = ctx.table.read_rows_stream
         limiter, budget = ctx.limiter, settings.budget
-        self._first: tuple[SyncOneRequestSource, ThreadMerge[Row]] | None = None
+        self._first: tuple[SyncOneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
             first = SyncOneRequestSource(
                 read_rows_stream,
@@ -90,14 +90,12 @@ class SyncReadCall(_Read[bool]):
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
             )
-            one_merge = new_merge(
-                [first],
-                slots=1,
-                ordered=False,
+            one = one_merge(
+                first,
                 budget=_one_budget(self._one.request),
                 stop_requests=partial(stop_sync_sources, [first]),
             )
-            self._first = (first, one_merge)
+            self._first = (first, one)
         self._setup: tuple[ReadContext, ReadPlan, ReadSettings, Timeouts] = (
             ctx,
             plan,

@@ -582,11 +582,41 @@ async def test_a_small_read_waits_for_one_row_of_a_running_scan_page_not_the_who
     sent = fake.stats.rows_sent
     small = await table.read_rows(ReadRowsQuery(row_ranges=RowRange(keys[100], keys[110])))
     assert [r.row_key for r in small] == keys[100:110]
-    # The scan's request sends a row per turn of the event loop until the small read
-    # queues (a few turns), then one more, then ends: far less than its page of 256
-    # (the old code let the page run on: 200 rows and more).
-    assert fake.stats.rows_sent - sent - 10 < 32
+    # The fake sends a row per turn of the event loop, so the scan's rows count the
+    # turns the small read waited: its task starting, the scan's next row, the
+    # hand-over. A request that kept its slot sent the rest of its page of 256 (200
+    # rows and more); a one-request read run by a merge of its own waited 8 turns.
+    assert fake.stats.rows_sent - sent - 10 <= 4
     async for row in stream:
         seen.append(row.row_key)
     assert seen == keys
     assert fake.stats.rows_sent == len(keys) + 10  # the scan read no row twice
+
+
+async def test_a_small_read_cancelled_while_its_request_runs_ends_it_and_frees_its_slot() -> None:
+    """The one request runs in a task of its own (not a merge): a caller cancelled while
+    it waits stops the request (between rows) and waits for that task; nothing is left
+    running, open or holding a slot, and the read is reported once, as ended early."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4), max_concurrent_subscans=2)  # type: ignore[arg-type]
+    keys = [b"w%05d" % i for i in range(100)]
+    await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in keys])
+    reported: list[object] = []
+    table.stats_hook = reported.append
+    fake.latency = 0.5  # the request waits before its first row
+    before = len(asyncio.all_tasks())
+    read = asyncio.create_task(
+        table.read_rows(ReadRowsQuery(row_ranges=RowRange(keys[10], keys[20])))
+    )
+    for _ in range(20):  # a few turns: the read's task, then its request's
+        await asyncio.sleep(0)
+    assert fake.stats.open_now == 1
+    assert table.limiter.free == 1  # the request holds a slot
+    read.cancel()
+    with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+        await read
+    assert fake.stats.open_now == 0
+    assert table.limiter.free == 2
+    assert len(asyncio.all_tasks()) == before
+    assert len(reported) == 1
+    assert reported[0].ended_early  # type: ignore[attr-defined]

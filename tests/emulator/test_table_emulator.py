@@ -761,7 +761,12 @@ async def test_dropped_stream_is_closed_by_the_finaliser(
     del stream
     gc.collect()  # asyncio's async-generator finaliser schedules aclose() in a new task
     for _ in range(500):  # the finaliser's task runs on its own schedule
-        if not proxy.open_streams and all(r.closed for r in proxy.records):
+        # (It ends the streams first, then waits for the read's tasks.)
+        if (
+            not proxy.open_streams
+            and all(r.closed for r in proxy.records)
+            and not saltedtable_tasks()
+        ):
             break
         await asyncio.sleep(0.01)
     proxy.assert_clean()

@@ -146,16 +146,18 @@ class OneRun(Generic[T]):
 
     The task, not the caller, awaits the client's stream: a caller cancelled
     while it waits leaves through :meth:`aclose`, which ends the request
-    between rows (``stop_requests``) and waits for the task, so no receive is
-    cancelled under the stream (grpc/grpc#43360) and no RPC outlives the read.
+    between rows (``stop_requests``), cancels the task if it is still there
+    and waits for it, so no receive is cancelled under a stream that could be
+    ended otherwise (grpc/grpc#43360) and no RPC outlives the read.
     """
 
-    __slots__ = ("_over", "_source", "_stop", "_task")
+    __slots__ = ("_over", "_scope", "_source", "_stop", "_task")
 
     def __init__(self, source: Source[T], stop_requests: Callable[[], Awaitable[None]]) -> None:
         self._source = source
         self._stop = stop_requests
         self._task: asyncio.Future[Any] | None = None
+        self._scope: anyio.CancelScope | None = None
         self._over = False  # its one batch was asked for, or it was closed
 
     async def __aenter__(self) -> OneRun[T]:
@@ -172,11 +174,17 @@ class OneRun(Generic[T]):
             raise StopAsyncIteration
         self._over = True
         collected: _Collected[T] = _Collected()
-        # (The source pushes into the two lists and checks wake_at, as into a Feed.)
-        task = self._task = asyncio.ensure_future(self._source(0, cast("Feed[T]", collected)))
+        self._scope = anyio.CancelScope()
+        task = self._task = asyncio.ensure_future(self._run(collected))
         await asyncio.wait([task])  # a cancelled caller leaves the task running: see aclose
         task.result()  # its error, if it failed
         return collected.items
+
+    async def _run(self, collected: _Collected[T]) -> None:
+        assert self._scope is not None
+        with self._scope:
+            # (The source pushes into the two lists and checks wake_at, as into a Feed.)
+            await self._source(0, cast("Feed[T]", collected))
 
     async def aclose(self) -> None:
         """End the request if it still runs, and wait until its task is gone.
@@ -188,8 +196,13 @@ class OneRun(Generic[T]):
         if task is None:
             return
         if not task.done():
+            assert self._scope is not None
             with anyio.CancelScope(shield=True):
                 await self._stop()
+                # A reader that did not leave by itself (a stream whose call could
+                # not be found, see stop_reads) is cancelled, as a merge's producer
+                # (through its scope: a shielded cleanup in it still runs to its end).
+                self._scope.cancel()
                 await asyncio.wait([task])
         if not task.cancelled():
             task.exception()  # retrieved (raised to the caller by __anext__, if it was there)

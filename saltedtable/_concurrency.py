@@ -15,6 +15,8 @@ here, and the generated code calls the one of the same name in
 - :func:`new_merge`: the merge driver of a read (:class:`~._merge.Merge`
   here, :class:`~._merge.ThreadMerge` there: both hand-written), and
   :data:`ROW_KEY`, how the merge of the bucket sources finds a row's key;
+- :func:`one_merge`: what runs a small read's one request (:class:`OneRun`
+  here: one task, no merge; a merge of that one source there);
 - :class:`Lock`: one operation at a time, waited for until a deadline;
 - :func:`run_blocking`: call a blocking function (in a worker thread here).
 """
@@ -26,16 +28,26 @@ import operator
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, Generic, TypeVar, cast, final
 
 import anyio
 import anyio.to_thread
 
-from ._merge import Merge, Source
+from ._merge import Feed, Merge, Source
 from ._slots import AsyncSlots
 from ._strategy import ReadBudget
 
-__all__ = ["ROW_KEY", "Lock", "capacity", "fan_out", "new_merge", "run_blocking", "slot"]
+__all__ = [
+    "ROW_KEY",
+    "Lock",
+    "OneRun",
+    "capacity",
+    "fan_out",
+    "new_merge",
+    "one_merge",
+    "run_blocking",
+    "slot",
+]
 
 T = TypeVar("T")
 
@@ -96,6 +108,104 @@ def new_merge(
         slots=slots,
         key=key,
     )
+
+
+def one_merge(
+    source: Source[T], *, budget: ReadBudget, stop_requests: Callable[[], Awaitable[None]]
+) -> OneRun[T]:
+    """What runs a small read's one request (``budget``: all it may return; unused here)."""
+    return OneRun(source, stop_requests)
+
+
+@final
+class _Collected(Generic[T]):
+    """What a one-request source pushes its items into (the part of a ``Feed`` it uses)."""
+
+    __slots__ = ("items", "keys")
+
+    #: Never woken: the items are taken once the request has ended.
+    wake_at: Final = 1 << 62
+
+    def __init__(self) -> None:
+        self.items: list[T] = []
+        self.keys: list[Any] = []
+
+    def wake(self) -> None:
+        """Nobody waits for items one by one."""
+
+
+@final
+class OneRun(Generic[T]):
+    """A small read's one request, run in a task of its own; iterated like a merge.
+
+    Its one batch is every item of the request, once the request has ended. A
+    :class:`~._merge.Merge` of that one source would cost the read about six
+    more turns of the event loop (its supervisor and producer tasks, a wake
+    per batch, its close), each a wait behind every other task ready then:
+    on a table shared with busy scans that was a large part of a small read.
+
+    The task, not the caller, awaits the client's stream: a caller cancelled
+    while it waits leaves through :meth:`aclose`, which ends the request
+    between rows (``stop_requests``), cancels the task if it is still there
+    and waits for it, so no receive is cancelled under a stream that could be
+    ended otherwise (grpc/grpc#43360) and no RPC outlives the read.
+    """
+
+    __slots__ = ("_over", "_scope", "_source", "_stop", "_task")
+
+    def __init__(self, source: Source[T], stop_requests: Callable[[], Awaitable[None]]) -> None:
+        self._source = source
+        self._stop = stop_requests
+        self._task: asyncio.Future[Any] | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._over = False  # its one batch was asked for, or it was closed
+
+    async def __aenter__(self) -> OneRun[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> OneRun[T]:
+        return self
+
+    async def __anext__(self) -> list[T]:
+        if self._over:
+            raise StopAsyncIteration
+        self._over = True
+        collected: _Collected[T] = _Collected()
+        self._scope = anyio.CancelScope()
+        task = self._task = asyncio.ensure_future(self._run(collected))
+        await asyncio.wait([task])  # a cancelled caller leaves the task running: see aclose
+        task.result()  # its error, if it failed
+        return collected.items
+
+    async def _run(self, collected: _Collected[T]) -> None:
+        assert self._scope is not None
+        with self._scope:
+            # (The source pushes into the two lists and checks wake_at, as into a Feed.)
+            await self._source(0, cast("Feed[T]", collected))
+
+    async def aclose(self) -> None:
+        """End the request if it still runs, and wait until its task is gone.
+
+        Safe to call more than once; never raises the request's error.
+        """
+        self._over = True
+        task = self._task
+        if task is None:
+            return
+        if not task.done():
+            assert self._scope is not None
+            with anyio.CancelScope(shield=True):
+                await self._stop()
+                # A reader that did not leave by itself (a stream whose call could
+                # not be found, see stop_reads) is cancelled, as a merge's producer
+                # (through its scope: a shielded cleanup in it still runs to its end).
+                self._scope.cancel()
+                await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved (raised to the caller by __anext__, if it was there)
 
 
 async def run_blocking(func: Callable[..., T], *args: Any) -> T:

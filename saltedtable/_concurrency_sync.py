@@ -25,9 +25,11 @@ __all__ = [
     "READ_REQUESTS",
     "ROW_KEY",
     "Lock",
+    "OneRun",
     "capacity",
     "fan_out",
     "new_merge",
+    "one_merge",
     "run_blocking",
     "slot",
 ]
@@ -104,6 +106,17 @@ def new_merge(
         budget=budget,
         stop_requests=stop_requests,
     )
+
+
+#: What runs a small read's one request here: a merge of that one source.
+OneRun = ThreadMerge
+
+
+def one_merge(
+    source: SyncSource[T], *, budget: ReadBudget, stop_requests: Callable[[], bool]
+) -> ThreadMerge[T]:
+    """What runs a small read's one request: a merge of that one source, in one thread."""
+    return new_merge([source], slots=1, ordered=False, budget=budget, stop_requests=stop_requests)
 
 
 def run_blocking(func: Callable[..., T], *args: Any) -> T:

@@ -12,11 +12,10 @@ sub-queries into one request, for reads small enough to need no more.
 from __future__ import annotations
 
 import bisect
-import itertools
 from dataclasses import dataclass, field
-from typing import Final, final
+from typing import Final, cast, final
 
-from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
+from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
 from google.cloud.bigtable.data.row_filters import (
     ConditionalRowFilter,
     RowFilter,
@@ -24,6 +23,7 @@ from google.cloud.bigtable.data.row_filters import (
     RowFilterUnion,
     RowKeyRegexFilter,
 )
+from google.cloud.bigtable_v2.types import RowRange as _RowRangeMessage
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import QueryPlanError, UnsaltableKeyError
@@ -88,6 +88,9 @@ class SubQuery:
         return " ".join(parts)
 
 
+_UNSET: Final = object()
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class ReadPlan:
@@ -106,6 +109,19 @@ class ReadPlan:
     #: shown by :meth:`explain` and returned by :meth:`settings`; reads are handed
     #: their settings apart from the plan.
     how: ReadSettings | None = field(default=None, compare=False)
+    _order: object = field(default=_UNSET, init=False, compare=False, repr=False)
+
+    @property
+    def one_request_order(self) -> tuple[int, ...] | None:
+        """The sub-queries' indexes in prefix order if they can be one request, else None.
+
+        Worked out once per plan (a read asks twice: for its settings and its request).
+        """
+        order = self._order
+        if order is _UNSET:
+            order = _one_request_order(self.subqueries)
+            object.__setattr__(self, "_order", order)
+        return cast("tuple[int, ...] | None", order)
 
     @property
     def buckets(self) -> tuple[int | None, ...]:
@@ -143,7 +159,7 @@ class ReadPlan:
         if slots is None and how is not None:
             slots = how.slots
         n = len(self.subqueries)
-        joins = _one_request_order(self.subqueries) is not None
+        joins = self.one_request_order is not None
         if one_request is None:
             # The table's gate: closed only where its settings would have tried one.
             one_request = how is None or not (
@@ -320,6 +336,54 @@ def plan_reads(
 
 
 @final
+class _RequestRange(RowRange):
+    """A :class:`RowRange` built for one request: its hash is worked out once.
+
+    ``ReadRowsQuery`` files its ranges in a dict, and ``RowRange`` hashes by
+    reading four properties of its proto-plus message (about 40 Python calls a
+    range). A request over 16 buckets names 16 ranges, so that was most of a
+    small read's planning. The hash is the one ``RowRange`` computes, so equal
+    ranges still hash alike whichever class built them.
+    """
+
+    __slots__ = ("_hash",)
+    _hash: int
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+_RANGE_PB: Final = _RowRangeMessage.pb()
+_WRAP: Final = _RowRangeMessage.wrap
+
+
+def _request_range(rng: KeyRange) -> RowRange:
+    """``rng`` as a request's ``RowRange``, equal to :meth:`KeyRange.to_row_range`'s, built cheaply.
+
+    The message is built by protobuf itself and wrapped (no proto-plus
+    marshalling); the keys are bytes the planner made, so the checks of
+    ``RowRange.__init__`` have nothing to catch.
+    """
+    start, end = rng.start, rng.end
+    fields: dict[str, bytes] = {}
+    if start:
+        fields["start_key_closed" if rng.start_closed else "start_key_open"] = start
+    if end:
+        fields["end_key_closed" if rng.end_closed else "end_key_open"] = end
+    made = _RequestRange.__new__(_RequestRange)
+    made._pb = _WRAP(_RANGE_PB(**fields))
+    made._hash = hash(
+        (
+            start or None,
+            end or None,
+            not (start and not rng.start_closed),
+            not (end and not rng.end_closed),
+        )
+    )
+    return made
+
+
+@final
 class PageCursor:
     """Walks one :class:`SubQuery` as a series of bounded page requests.
 
@@ -374,7 +438,7 @@ class PageCursor:
             return None
         return ReadRowsQuery(
             row_keys=list(keys[lo:hi]),
-            row_ranges=[r.to_row_range() for r in ranges],
+            row_ranges=[_request_range(r) for r in ranges],
             limit=size or None,
             row_filter=self.sub.row_filter,
         )
@@ -429,7 +493,7 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
     A read of whole buckets, or of a range open on one side, is left to the
     buckets' own requests: it is rarely small.
     """
-    order = _one_request_order(plan.subqueries)
+    order = plan.one_request_order
     if rows < 1 or order is None:
         return None
     subs = plan.subqueries
@@ -437,37 +501,49 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
     return OneRequest(
         ReadRowsQuery(
             row_keys=keys,
-            row_ranges=[r.to_row_range() for sub in subs for r in sub.ranges],
+            row_ranges=[_request_range(r) for sub in subs for r in sub.ranges],
             limit=rows,
             row_filter=subs[0].row_filter,
         ),
         rows,
         tuple(subs[i].prefix for i in order),
-        tuple(order),
+        order,
     )
 
 
-def _one_request_order(subs: tuple[SubQuery, ...]) -> list[int] | None:
+def _one_request_order(subs: tuple[SubQuery, ...]) -> tuple[int, ...] | None:
     """The sub-queries' indexes in prefix order if they can be one request (see above)."""
     if len(subs) < 2:
         return None
     row_filter = subs[0].row_filter
     count = size = 0
     for sub in subs:
-        if sub.bucket is None or not sub.prefix or sub.row_filter != row_filter:
+        prefix = sub.prefix
+        if sub.bucket is None or not prefix or sub.row_filter != row_filter:
             return None
-        end = prefix_end(sub.prefix)
         for rng in sub.ranges:
-            if rng.start == sub.prefix or not rng.end or rng.end == end:
+            start, end = rng.start, rng.end
+            if (
+                start == prefix
+                or not end
+                # A bounded end lies under the prefix: only an open one is its end.
+                or (not end.startswith(prefix) and end == prefix_end(prefix))
+            ):
                 return None  # open on a side within the bucket
-            size += len(rng.start) + len(rng.end)
-        count += len(sub.keys) + len(sub.ranges)
-        size += sum(map(len, sub.keys))
+            size += len(start) + len(end)
+        keys = sub.keys
+        count += len(keys) + len(sub.ranges)
+        if keys:
+            size += sum(map(len, keys))
     if count > MAX_KEYS_PER_REQUEST or size > MAX_KEY_BYTES_PER_REQUEST:
         return None
-    order = sorted(range(len(subs)), key=lambda i: subs[i].prefix)
-    if any(subs[b].prefix.startswith(subs[a].prefix) for a, b in itertools.pairwise(order)):
-        return None  # a row could not be told apart (no built-in scheme does this)
+    prefixes = [sub.prefix for sub in subs]
+    order = tuple(sorted(range(len(subs)), key=prefixes.__getitem__))
+    before = prefixes[order[0]]
+    for i in order[1:]:
+        if prefixes[i].startswith(before):
+            return None  # a row could not be told apart (no built-in scheme does this)
+        before = prefixes[i]
     return order
 
 

@@ -18,7 +18,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
-from ._concurrency import ROW_KEY, capacity, new_merge
+from ._concurrency import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from ._contracts import TableLikeAsync
 from ._merge import Merge
 from ._plan import ReadPlan
@@ -61,7 +61,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         stats: Filled in as the read runs (created when a hook needs one).
     """
 
-    __slots__ = ("_first", "_merge")
+    __slots__ = ("_first", "_merge", "_setup")
 
     def __init__(
         self,
@@ -76,7 +76,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
         read_rows_stream = ctx.table.read_rows_stream
         limiter, budget = ctx.limiter, settings.budget
-        self._first: tuple[OneRequestSource, Merge[Row]] | None = None
+        self._first: tuple[OneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
             first = OneRequestSource(
                 read_rows_stream,
@@ -88,14 +88,31 @@ class ReadCall(_Read[Awaitable[bool]]):
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
             )
-            one_merge = new_merge(
-                [first],
-                slots=1,
-                ordered=False,
+            one = one_merge(
+                first,
                 budget=_one_budget(self._one.request),
                 stop_requests=partial(stop_sources, [first]),
             )
-            self._first = (first, one_merge)
+            self._first = (first, one)
+        self._setup: tuple[ReadContextAsync, ReadPlan, ReadSettings, Timeouts] = (
+            ctx,
+            plan,
+            settings,
+            timeouts,
+        )
+        #: The buckets' own requests, made when the read needs them (a small
+        #: read answered by its one request never does).
+        self._merge: Merge[Row] | None = None
+        if self._one is None:
+            self._buckets()
+
+    def _buckets(self) -> Merge[Row]:
+        """The merge of the buckets' own requests (made on first use)."""
+        if self._merge is not None:
+            return self._merge
+        ctx, plan, settings, timeouts = self._setup
+        read_rows_stream = ctx.table.read_rows_stream
+        limiter = ctx.limiter
         sources = [
             BucketSource(
                 read_rows_stream,
@@ -108,15 +125,17 @@ class ReadCall(_Read[Awaitable[bool]]):
             )
             for sub in plan.subqueries
         ]
-        self._merge = new_merge(
+        merge = new_merge(
             sources,
             slots=capacity(limiter),
             ordered=settings.ordered,
             limit=plan.limit,
-            budget=budget,
+            budget=settings.budget,
             stop_requests=partial(stop_sources, sources),
             key=ROW_KEY,
         )
+        self._merge = merge
+        return merge
 
     async def _try_one(self) -> list[Row] | None:
         """Run the one request over every bucket: the read's rows, or None to go on."""
@@ -137,29 +156,28 @@ class ReadCall(_Read[Awaitable[bool]]):
         """Every row of the read, in a list."""
         rows: list[Row] | None = None
         error: BaseException | None = None
-        merge = self._merge
         try:
             if self._guard is not None:
                 await self._guard(self._limit)
             rows = await self._try_one()
             if rows is None:
                 rows = []
-                async with merge:
+                async with self._buckets() as merge:
                     async for batch in merge:
                         rows += batch
         except BaseException as exc:
             error = exc
             raise
         finally:
+            made = self._merge
             small = self._one is not None and self._one.fitted
-            emitted = len(rows or ()) if small else merge.emitted
-            self._finish(merge, emitted, error)
+            emitted = len(rows or ()) if small else 0 if made is None else made.emitted
+            self._finish(made, emitted, error)
         return rows
 
     async def stream(self) -> AsyncGenerator[Row, None]:
         """Flatten the batches; closing this generator cancels every sub-scan."""
         error: BaseException | None = None
-        merge = self._merge
         rows: Iterator[Row] = iter(())
         emitted = 0  # rows handed over from the one request
         try:
@@ -172,7 +190,7 @@ class ReadCall(_Read[Awaitable[bool]]):
                 for row in rows:
                     yield row
                 return
-            async for batch in merge:
+            async for batch in self._buckets():
                 rows = iter(batch)
                 for row in rows:
                     yield row
@@ -183,7 +201,8 @@ class ReadCall(_Read[Awaitable[bool]]):
             try:
                 if self._first is not None:
                     await self._first[1].aclose()
-                await merge.aclose()
+                if self._merge is not None:
+                    await self._merge.aclose()
             except BaseException as exc:
                 # Cancelled while it cleans up (in async code, cancellation reaches
                 # through shields): still reported, once.
@@ -192,5 +211,7 @@ class ReadCall(_Read[Awaitable[bool]]):
                 raise
             finally:
                 # Left early: what the caller had not taken of the last batch was not read.
-                emitted += merge.emitted
+                merge = self._merge
+                if merge is not None:
+                    emitted += merge.emitted
                 self._finish(merge, emitted - operator.length_hint(rows), error)

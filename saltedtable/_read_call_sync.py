@@ -20,7 +20,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
-from ._concurrency_sync import ROW_KEY, capacity, new_merge
+from ._concurrency_sync import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from ._contracts import SyncTableLike
 from ._merge import ThreadMerge
 from ._plan import ReadPlan
@@ -63,7 +63,7 @@ class SyncReadCall(_Read[bool]):
         stats: Filled in as the read runs (created when a hook needs one).
     """
 
-    __slots__ = ("_first", "_merge")
+    __slots__ = ("_first", "_merge", "_setup")
 
     def __init__(
         self,
@@ -78,7 +78,7 @@ class SyncReadCall(_Read[bool]):
         super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
         read_rows_stream = ctx.table.read_rows_stream
         limiter, budget = ctx.limiter, settings.budget
-        self._first: tuple[SyncOneRequestSource, ThreadMerge[Row]] | None = None
+        self._first: tuple[SyncOneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
             first = SyncOneRequestSource(
                 read_rows_stream,
@@ -90,14 +90,31 @@ class SyncReadCall(_Read[bool]):
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
             )
-            one_merge = new_merge(
-                [first],
-                slots=1,
-                ordered=False,
+            one = one_merge(
+                first,
                 budget=_one_budget(self._one.request),
                 stop_requests=partial(stop_sync_sources, [first]),
             )
-            self._first = (first, one_merge)
+            self._first = (first, one)
+        self._setup: tuple[ReadContext, ReadPlan, ReadSettings, Timeouts] = (
+            ctx,
+            plan,
+            settings,
+            timeouts,
+        )
+        #: The buckets' own requests, made when the read needs them (a small
+        #: read answered by its one request never does).
+        self._merge: ThreadMerge[Row] | None = None
+        if self._one is None:
+            self._buckets()
+
+    def _buckets(self) -> ThreadMerge[Row]:
+        """The merge of the buckets' own requests (made on first use)."""
+        if self._merge is not None:
+            return self._merge
+        ctx, plan, settings, timeouts = self._setup
+        read_rows_stream = ctx.table.read_rows_stream
+        limiter = ctx.limiter
         sources = [
             SyncBucketSource(
                 read_rows_stream,
@@ -110,15 +127,17 @@ class SyncReadCall(_Read[bool]):
             )
             for sub in plan.subqueries
         ]
-        self._merge = new_merge(
+        merge = new_merge(
             sources,
             slots=capacity(limiter),
             ordered=settings.ordered,
             limit=plan.limit,
-            budget=budget,
+            budget=settings.budget,
             stop_requests=partial(stop_sync_sources, sources),
             key=ROW_KEY,
         )
+        self._merge = merge
+        return merge
 
     def _try_one(self) -> list[Row] | None:
         """Run the one request over every bucket: the read's rows, or None to go on."""
@@ -139,29 +158,28 @@ class SyncReadCall(_Read[bool]):
         """Every row of the read, in a list."""
         rows: list[Row] | None = None
         error: BaseException | None = None
-        merge = self._merge
         try:
             if self._guard is not None:
                 self._guard(self._limit)
             rows = self._try_one()
             if rows is None:
                 rows = []
-                with merge:
+                with self._buckets() as merge:
                     for batch in merge:
                         rows += batch
         except BaseException as exc:
             error = exc
             raise
         finally:
+            made = self._merge
             small = self._one is not None and self._one.fitted
-            emitted = len(rows or ()) if small else merge.emitted
-            self._finish(merge, emitted, error)
+            emitted = len(rows or ()) if small else 0 if made is None else made.emitted
+            self._finish(made, emitted, error)
         return rows
 
     def stream(self) -> Generator[Row, None, None]:
         """Flatten the batches; closing this generator cancels every sub-scan."""
         error: BaseException | None = None
-        merge = self._merge
         rows: Iterator[Row] = iter(())
         emitted = 0  # rows handed over from the one request
         try:
@@ -174,7 +192,7 @@ class SyncReadCall(_Read[bool]):
                 for row in rows:
                     yield row
                 return
-            for batch in merge:
+            for batch in self._buckets():
                 rows = iter(batch)
                 for row in rows:
                     yield row
@@ -185,7 +203,8 @@ class SyncReadCall(_Read[bool]):
             try:
                 if self._first is not None:
                     self._first[1].close()
-                merge.close()
+                if self._merge is not None:
+                    self._merge.close()
             except BaseException as exc:
                 # Cancelled while it cleans up (in async code, cancellation reaches
                 # through shields): still reported, once.
@@ -194,5 +213,7 @@ class SyncReadCall(_Read[bool]):
                 raise
             finally:
                 # Left early: what the caller had not taken of the last batch was not read.
-                emitted += merge.emitted
+                merge = self._merge
+                if merge is not None:
+                    emitted += merge.emitted
                 self._finish(merge, emitted - operator.length_hint(rows), error)

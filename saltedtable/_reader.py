@@ -61,7 +61,7 @@ from ._stats import (
     current_bucket,
     report,
 )
-from ._strategy import OneRequestOdds, ReadBudget, ReadSettings, streamable
+from ._strategy import DEFAULT_ROW_BYTES, OneRequestOdds, ReadBudget, ReadSettings, streamable
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
@@ -159,7 +159,7 @@ class _BucketRequests:
 class BucketSource(_BucketRequests, ProducerBase):
     """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
 
-    __slots__ = ("_limiter", "stopped", "stream")
+    __slots__ = ("_limiter", "halt", "stopped", "stream")
 
     def __init__(
         self,
@@ -180,6 +180,13 @@ class BucketSource(_BucketRequests, ProducerBase):
         self.stream: Any = None
         #: The read is ending: no new request, and the one running was ended on purpose.
         self.stopped = False
+        #: The running request ends at its next row: the read is ending
+        #: (:attr:`stopped`), or (after that row) it gives its slot up to a small read.
+        self.halt = False
+
+    def give_way(self) -> None:
+        """End the running request after its next row, for a small read (see :mod:`._slots`)."""
+        self.halt = True
 
     async def produce(self, merge: Merge[Row], feed: Feed[Row]) -> None:
         """The bucket's producer task: its requests in turn (a :class:`~._merge.Producer`).
@@ -193,6 +200,9 @@ class BucketSource(_BucketRequests, ProducerBase):
         between rows, when the engine grants nothing now (the consumer is
         behind: no slot is held while the consumer does not take rows) or
         another request waits for a slot (the table's other reads get their turn).
+        Any request, paged or streamed, ends after its next row when the slots
+        ask it to give way to a small read (:meth:`give_way`); the bucket's next
+        request then queues for a slot.
 
         (One flat coroutine on purpose, run as the task itself: the task pays
         for every frame between it and the stream each time a row arrives.)
@@ -226,10 +236,11 @@ class BucketSource(_BucketRequests, ProducerBase):
                     # against the read's operation_timeout like the request itself.
                     # Read-ahead (the consumer does not wait for this bucket) yields
                     # to requests whose consumers wait (see _slots).
-                    if not await take_slot(limiter, self._deadline, feed.urgent, feed.read):
+                    if not await limiter.take(self._deadline, feed.urgent, feed.read, self):
                         raise self._annotate(
                             slot_timeout(self._timeouts, limiter.total_tokens), None
                         )
+                    self.halt = self.stopped
                     started = time.monotonic()
                     cap = feed.cap
                     # Rows of the request, and of its running grant (pushed, received, bytes).
@@ -247,8 +258,14 @@ class BucketSource(_BucketRequests, ProducerBase):
                         # The hot loop: the bare client loop, the relabelling and sizing, a
                         # countdown only while the consumer waits for this feed.
                         async for row in stream:
-                            if self.stopped:
-                                break  # between rows: end_stream below cancels the RPC
+                            if self.halt:
+                                if self.stopped:
+                                    break  # between rows: end_stream below cancels the RPC
+                                # A small read waits for this slot: this row ends the grant
+                                # (below: a paged request ends, a streamed one too while
+                                # anyone waits for a slot).
+                                self.halt = False
+                                end_at = granted + 1
                             key = row.row_key[cut:]
                             row.row_key = key
                             nbytes = len(key)
@@ -327,7 +344,7 @@ class BucketSource(_BucketRequests, ProducerBase):
                                         # sure the RPC ends too.
                                         await end_stream(stream)
                         finally:
-                            limiter.release(feed.read)
+                            limiter.release(feed.read, self)
                     if early:  # (ended between rows: more may follow its last)
                         more = self._advance(received, received, key)
                     elif not complete:  # stopped: the read is ending
@@ -748,7 +765,9 @@ class _Read(Generic[G]):
     def _stray_for(self, sub: SubQuery) -> StrayRows | None:
         return self._stray if sub.bucket is None else self._in_buckets
 
-    def _finish(self, merge: MergeCore[Row], emitted: int, error: BaseException | None) -> None:
+    def _finish(
+        self, merge: MergeCore[Row] | None, emitted: int, error: BaseException | None
+    ) -> None:
         outcome = None if self._one is None else self._one.outcome
         finish_read(merge, self._stats, self._hook, self._stray, emitted, error, outcome)
 
@@ -976,6 +995,8 @@ async def stop_sources(sources: Sequence[BucketSource | OneRequestSource]) -> No
     streams = []
     for source in sources:
         source.stopped = True
+        if isinstance(source, BucketSource):
+            source.halt = True
         if source.stream is not None:
             streams.append(source.stream)
     if streams:
@@ -997,7 +1018,7 @@ def _one_budget(one: OneRequest) -> ReadBudget:
 
 
 def finish_read(
-    merge: MergeCore[Row],
+    merge: MergeCore[Row] | None,
     stats: CallStats | None,
     hook: StatsHook | None,
     stray: StrayRows | None,
@@ -1008,6 +1029,7 @@ def finish_read(
     """End a read: warn once about stray rows, fill in and report its statistics.
 
     ``one``: how the one request over every bucket went, if the read tried it.
+    ``merge``: the buckets' own requests (None: the read made none).
     """
     if stray is not None and stray.count:
         key, why = stray.first
@@ -1022,10 +1044,13 @@ def finish_read(
         return
     stats.stray_rows = 0 if stray is None else stray.count
     stats.rows = emitted
-    stats.requests = merge.requests
-    stats.rounds = merge.rounds
-    stats.peak_buffered_rows = merge.peak_outstanding
-    stats.peak_buffered_bytes = merge.peak_bytes
+    if merge is None:
+        stats.requests = stats.rounds = stats.peak_buffered_rows = stats.peak_buffered_bytes = 0
+    else:
+        stats.requests = merge.requests
+        stats.rounds = merge.rounds
+        stats.peak_buffered_rows = merge.peak_outstanding
+        stats.peak_buffered_bytes = merge.peak_bytes
     if one is not None:
         stats.one_request = one
         stats.requests += 1
@@ -1033,7 +1058,7 @@ def finish_read(
         stats.peak_buffered_bytes = max(stats.peak_buffered_bytes, one.bytes)
         if stats.settings is not None and stats.settings.limit is not None:
             stats.rounds += 1  # the one request was the read's first round
-    stats.row_bytes = merge.row_bytes
+    stats.row_bytes = float(DEFAULT_ROW_BYTES) if merge is None else merge.row_bytes
     if isinstance(error, GeneratorExit | asyncio.CancelledError):
         # The caller left (break, aclose, cancellation): not a failure.
         stats.ended_early = True

@@ -25,7 +25,17 @@ consumer's read-ahead never keeps a slot from a read whose consumer waits,
 and a background waiter is never starved for ever: it is served as soon as
 no foreground request waits, or once its own consumer waits for it (it then
 ranks as foreground). A request that runs keeps its slot to its end (one
-bounded page).
+bounded page), unless a small read waits (below).
+
+A small read should not wait for a whole page of a scan. The async table's
+bucket requests say that they hold a slot and can end between rows
+(:meth:`AsyncSlots.take` with ``runner``). When a small read whose read holds
+no slot has to queue, the request that has held its slot longest and has
+not been asked yet is asked to give way (its ``give_way()``): it ends its
+stream after its next row (so a scan still moves on), and its slot goes
+straight to that small read (unless that one was served meanwhile: then to
+whoever's turn it is). The scan's next request queues
+like any other, so scans still take turns among themselves.
 
 The last ``total // RESERVE_SHARE`` free slots are kept for *small* reads
 (waiters with no ``urgent`` check: a read in one request, such as a
@@ -65,6 +75,12 @@ class _Waiter(Protocol):
 
     @property
     def owner(self) -> object: ...
+
+
+class _Runner(Protocol):
+    """A running request that can end between rows when asked (see :class:`AsyncSlots`)."""
+
+    def give_way(self) -> None: ...
 
 
 class _Ticketed(_Waiter, Protocol):
@@ -519,7 +535,7 @@ class AsyncSlots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_queue", "_turns", "total")
+    __slots__ = ("_asked", "_queue", "_runners", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -528,6 +544,10 @@ class AsyncSlots:
         self.total = total
         self._queue: _Queue[_AsyncTicket] = _Queue()
         self._turns = _Turns(total)
+        #: Requests holding a slot that can give way to a small read, longest held first.
+        self._runners: dict[_Runner, None] = {}
+        #: Requests asked to give way, and the small read each one's slot is for.
+        self._asked: dict[_Runner, _AsyncTicket] = {}
 
     @property
     def total_tokens(self) -> int:
@@ -564,7 +584,11 @@ class AsyncSlots:
         await self.take(float("inf"))
 
     async def take(
-        self, deadline: float, urgent: Callable[[], bool] | None = None, owner: object = None
+        self,
+        deadline: float,
+        urgent: Callable[[], bool] | None = None,
+        owner: object = None,
+        runner: _Runner | None = None,
     ) -> bool:
         """Take a slot, waiting for its turn (see the module), until ``deadline`` at most.
 
@@ -577,6 +601,9 @@ class AsyncSlots:
                 small read that may take the reserve);
                 asked at each hand-over while it waits.
             owner: The read it is for (give the same to :meth:`release`).
+            runner: The request, if it can end between rows: while it holds
+                the slot it may be asked to give way to a small read (its
+                ``give_way()``); give the same to :meth:`release`.
 
         Returns:
             Whether a slot was taken (False: the deadline passed).
@@ -584,12 +611,23 @@ class AsyncSlots:
         turns = self._turns
         if not self._queue and turns.can_take(owner, urgent is None):
             turns.grant(owner)
+            if runner is not None:
+                self._runners[runner] = None
             return True
         ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
         self._queue.append(ticket, _watchable(urgent))
         self._dispatch()
         if ticket.granted:
+            if runner is not None:
+                self._runners[runner] = None
             return True
+        if urgent is None and not turns.held.get(owner) and self._runners:
+            # A small read has to wait: the request that has held its slot
+            # longest ends at its next row and hands the slot to it.
+            asked = next(iter(self._runners))
+            del self._runners[asked]
+            self._asked[asked] = ticket
+            asked.give_way()
         try:
             with anyio.move_on_after(deadline - time.monotonic()):
                 await ticket.wake
@@ -601,14 +639,30 @@ class AsyncSlots:
             raise
         if not ticket.granted:
             self._queue.remove(ticket)
+        elif runner is not None:
+            self._runners[runner] = None
         return ticket.granted
 
-    def release(self, owner: object = None) -> None:
+    def release(self, owner: object = None, runner: _Runner | None = None) -> None:
         """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
+
+        A ``runner`` asked to give way hands its slot to the small read it
+        was asked for, if that one still waits.
 
         Raises:
             ValueError: More slots released than taken.
         """
+        if runner is not None:
+            self._runners.pop(runner, None)
+            ticket = self._asked.pop(runner, None)
+            if ticket is not None and ticket.state and not ticket.granted:
+                self._turns.give_back(owner, "AsyncSlots")
+                self._queue.remove(ticket)
+                self._turns.grant(ticket.owner)
+                ticket.granted = True
+                if not ticket.wake.done():
+                    ticket.wake.set_result(None)
+                return
         self._hand_over(owner)
 
     def _hand_over(self, owner: object) -> None:

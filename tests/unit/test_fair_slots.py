@@ -16,12 +16,16 @@ from dataclasses import dataclass, field
 
 import anyio
 import pytest
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange
+from google.cloud.bigtable.data.mutations import SetCell
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from saltedtable import SaltedTableAsync, SaltScheme
 from saltedtable._merge import Merge, Sent
 from saltedtable._slots import AsyncSlots, Slots, next_waiter
 from saltedtable._strategy import ReadBudget
+from tests.fakes import FakeTable
 
 
 @dataclass
@@ -496,3 +500,123 @@ def test_the_slots_queue_picks_exactly_as_next_waiter(ops: list[tuple[object, ..
     for waiter in model:
         if isinstance(waiter, Watched):
             assert waiter.slot_watch is not None or waiter.fg is None
+
+
+class Runner:
+    """A running request that can end between rows: records that it was asked to."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def give_way(self) -> None:
+        self.asked += 1
+
+
+async def test_a_running_request_gives_way_to_a_small_read_and_hands_it_its_slot() -> None:
+    """One slot, a scan's request running in it and another scan's first request queued
+    first: a small read asks the running request to give way, and the slot goes to the
+    small read, not to the older waiter (which is served next, as before)."""
+    slots = AsyncSlots(1)
+    runner = Runner()
+    assert await slots.take(0.0, lambda: True, "scan-a", runner)
+    granted: list[str] = []
+
+    async def wait(owner: str, urgent: object) -> None:
+        assert await slots.take(float("inf"), urgent, owner)  # type: ignore[arg-type]
+        granted.append(owner)
+
+    older = asyncio.create_task(wait("scan-b", lambda: True))  # a scan's first request
+    await asyncio.sleep(0)
+    assert runner.asked == 0  # a scan's request does not make others give way
+    small = asyncio.create_task(wait("small", None))
+    await asyncio.sleep(0)
+    assert runner.asked == 1
+    slots.release("scan-a", runner)  # it ended after its next row
+    await asyncio.sleep(0)
+    assert granted == ["small"]
+    slots.release("small")
+    await older
+    assert granted == ["small", "scan-b"]
+    slots.release("scan-b")
+    await small
+    assert slots.free == 1
+
+
+async def test_a_request_asked_to_give_way_passes_its_slot_on_if_the_small_read_left() -> None:
+    slots = AsyncSlots(1)
+    first, second = Runner(), Runner()
+    assert await slots.take(0.0, lambda: True, "scan-a", first)
+    small = asyncio.create_task(slots.take(float("inf"), None, "small"))
+    await asyncio.sleep(0)
+    assert (first.asked, second.asked) == (1, 0)
+    small.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await small
+    older = asyncio.create_task(slots.take(float("inf"), lambda: True, "scan-b", second))
+    await asyncio.sleep(0)
+    slots.release("scan-a", first)
+    assert await older  # the turn's waiter, since the small read has gone
+    slots.release("scan-b", second)
+    assert slots.free == 1
+    # A runner that released is not asked again; one asked is asked once.
+    small2 = asyncio.create_task(slots.take(float("inf"), None, "small"))
+    await asyncio.sleep(0)
+    assert (first.asked, second.asked) == (1, 0)
+    assert await small2
+    slots.release("small")
+
+
+async def test_a_small_read_waits_for_one_row_of_a_running_scan_page_not_the_whole_page() -> None:
+    """One slot held by a scan's page request: a small read (one request over every
+    bucket) gets the slot after the page's next row, and the scan then goes on with
+    every row once (it resumes after its last row)."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4), max_concurrent_subscans=1)  # type: ignore[arg-type]
+    keys = [b"w%05d" % i for i in range(2000)]
+    await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in keys])
+    fake.stats.queries.clear()
+    seen: list[bytes] = []
+    stream = await table.read_rows_stream(ReadRowsQuery())
+    seen.append((await anext(stream)).row_key)  # type: ignore[call-overload]
+    assert table.limiter.free == 0  # a page request of the scan runs in the slot
+    sent = fake.stats.rows_sent
+    small = await table.read_rows(ReadRowsQuery(row_ranges=RowRange(keys[100], keys[110])))
+    assert [r.row_key for r in small] == keys[100:110]
+    # The fake sends a row per turn of the event loop, so the scan's rows count the
+    # turns the small read waited: its task starting, the scan's next row, the
+    # hand-over. A request that kept its slot sent the rest of its page of 256 (200
+    # rows and more); a one-request read run by a merge of its own waited 8 turns.
+    assert fake.stats.rows_sent - sent - 10 <= 4
+    async for row in stream:
+        seen.append(row.row_key)
+    assert seen == keys
+    assert fake.stats.rows_sent == len(keys) + 10  # the scan read no row twice
+
+
+async def test_a_small_read_cancelled_while_its_request_runs_ends_it_and_frees_its_slot() -> None:
+    """The one request runs in a task of its own (not a merge): a caller cancelled while
+    it waits stops the request (between rows) and waits for that task; nothing is left
+    running, open or holding a slot, and the read is reported once, as ended early."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4), max_concurrent_subscans=2)  # type: ignore[arg-type]
+    keys = [b"w%05d" % i for i in range(100)]
+    await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in keys])
+    reported: list[object] = []
+    table.stats_hook = reported.append
+    fake.latency = 0.5  # the request waits before its first row
+    before = len(asyncio.all_tasks())
+    read = asyncio.create_task(
+        table.read_rows(ReadRowsQuery(row_ranges=RowRange(keys[10], keys[20])))
+    )
+    for _ in range(20):  # a few turns: the read's task, then its request's
+        await asyncio.sleep(0)
+    assert fake.stats.open_now == 1
+    assert table.limiter.free == 1  # the request holds a slot
+    read.cancel()
+    with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+        await read
+    assert fake.stats.open_now == 0
+    assert table.limiter.free == 2
+    assert len(asyncio.all_tasks()) == before
+    assert len(reported) == 1
+    assert reported[0].ended_early  # type: ignore[attr-defined]

@@ -759,3 +759,40 @@ def test_a_reads_settings_are_decided_once_and_shown_apart_from_its_plan() -> No
         .one_request_rows
         == 10
     )
+
+
+_KEY_BYTES = st.binary(max_size=4)
+
+
+@given(_KEY_BYTES, st.booleans(), _KEY_BYTES, st.booleans())
+def test_a_requests_row_range_is_the_one_key_range_converts_to(
+    start: bytes, start_closed: bool, end: bytes, end_closed: bool
+) -> None:
+    """The cheaply built ranges of a request equal ``KeyRange.to_row_range``'s, hash alike
+    (``ReadRowsQuery`` files them in a dict) and make the same request."""
+    from saltedtable._ranges import KeyRange
+
+    assume(not start or not end or start <= end)  # the planner never sends an inverted range
+    rng = KeyRange(start, start_closed, end, end_closed)
+    made, plain = plan_module._request_range(rng), rng.to_row_range()
+    assert made == plain
+    assert plain == made
+    assert hash(made) == hash(plain)
+    assert made._pb == plain._pb
+    assert repr(made) == repr(plain)
+    target = mock.Mock(app_profile_id=None, _request_path={"table_name": "t"})
+    assert ReadRowsQuery(row_ranges=[made])._to_pb(target) == ReadRowsQuery(
+        row_ranges=[plain]
+    )._to_pb(target)
+    assert len(ReadRowsQuery(row_ranges=[made, plain]).row_ranges) == 1
+
+
+def test_whether_a_plan_can_be_one_request_is_worked_out_once() -> None:
+    plan = plan_reads(ReadRowsQuery(row_ranges=RowRange(b"a", b"b")), SaltScheme(4))
+    with mock.patch.object(
+        plan_module, "_one_request_order", wraps=plan_module._one_request_order
+    ) as order:
+        assert plan.one_request_order is not None
+        plan.settings(ReadBudget())
+        assert plan_module.one_request(plan, 10) is not None
+    assert order.call_count == 1

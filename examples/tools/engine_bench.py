@@ -368,8 +368,10 @@ async def request_cost(raw: Any, per_bucket: int, times: int = 20) -> dict[str, 
     read give the client's cost per row and per request. An ordered merge hands
     over its first row only once every bucket has answered, so a read of N
     buckets of ``per_bucket`` rows spends at least one request a bucket before
-    it: on a client-bound machine its first row comes no earlier than
-    ``request / (request + per_bucket x row)`` of the scan, whatever the engine.
+    it. On a client-bound machine, a scan that reads each bucket in one request
+    (the fewest) so hands over its first row no earlier than
+    ``request / (request + per_bucket x row)`` of its time; a scan that makes
+    more requests a bucket lowers that fraction only by taking longer.
     """
     calls: dict[int, float] = {}
     for n in (1, per_bucket):
@@ -387,7 +389,7 @@ async def request_cost(raw: Any, per_bucket: int, times: int = 20) -> dict[str, 
         "calls_per_row": round(row, 1),
         "calls_per_request": round(request, 1),
         "request_in_rows": round(request / row, 1),
-        "first_row_floor": round(request / (request + per_bucket * row), 3),
+        "first_row_floor_one_request_a_bucket": round(request / (request + per_bucket * row), 3),
     }
 
 

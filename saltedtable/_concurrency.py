@@ -198,11 +198,15 @@ class OneRun(Generic[T]):
         if not task.done():
             assert self._scope is not None
             with anyio.CancelScope(shield=True):
-                await self._stop()
-                # A reader that did not leave by itself (a stream whose call could
-                # not be found, see stop_reads) is cancelled, as a merge's producer
-                # (through its scope: a shielded cleanup in it still runs to its end).
-                self._scope.cancel()
+                try:
+                    await self._stop()
+                finally:
+                    # A reader that did not leave by itself (a stream whose call
+                    # could not be found, see stop_reads) is cancelled, as a
+                    # merge's producer (through its scope: a shielded cleanup in it
+                    # still runs to its end). In a finally: a plain asyncio cancel
+                    # of the caller passes the shield.
+                    self._scope.cancel()
                 await asyncio.wait([task])
         if not task.cancelled():
             task.exception()  # retrieved (raised to the caller by __anext__, if it was there)

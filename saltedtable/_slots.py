@@ -31,8 +31,10 @@ A small read should not wait for a whole page of a scan. The async table's
 bucket requests say that they hold a slot and can end between rows
 (:meth:`AsyncSlots.take` with ``runner``). When a small read whose read holds
 no slot has to queue, the request that has held its slot longest and has
-not been asked yet is asked to give way (its ``give_way()``): it ends its
-stream after its next row (so a scan still moves on), and its slot goes
+not been asked yet is asked to give way (its ``give_way()``), once it has
+held its slot :data:`GIVE_WAY_AFTER` seconds: it ends its stream after its
+next row (so a scan still moves on, and a stream of small reads cannot cut
+every request of a scan down to a row), and its slot goes
 straight to that small read (unless that one was served meanwhile: then to
 whoever's turn it is). The scan's next request queues
 like any other, so scans still take turns among themselves.
@@ -101,6 +103,12 @@ _Q = TypeVar("_Q", bound=_Ticketed)
 #: free, every other request waits. So with many slots a small read finds one
 #: free at once even while scans' pages and first requests fill the rest.
 RESERVE_SHARE = 8
+
+#: Seconds a request holds its slot before a small read may ask it to give
+#: way (see the module): the least each request of a scan runs while small
+#: reads queue, so that back-to-back small reads leave scans that share one
+#: slot at least this long a turn. A small read waits at most this, plus a row.
+GIVE_WAY_AFTER = 0.02
 
 
 def _watchable(urgent: Callable[[], bool] | None) -> bool:
@@ -544,8 +552,9 @@ class AsyncSlots:
         self.total = total
         self._queue: _Queue[_AsyncTicket] = _Queue()
         self._turns = _Turns(total)
-        #: Requests holding a slot that can give way to a small read, longest held first.
-        self._runners: dict[_Runner, None] = {}
+        #: Requests holding a slot that can give way to a small read, longest held
+        #: first, and when each took its slot.
+        self._runners: dict[_Runner, float] = {}
         #: Requests asked to give way, and the small read each one's slot is for.
         self._asked: dict[_Runner, _AsyncTicket] = {}
 
@@ -612,22 +621,24 @@ class AsyncSlots:
         if not self._queue and turns.can_take(owner, urgent is None):
             turns.grant(owner)
             if runner is not None:
-                self._runners[runner] = None
+                self._runners[runner] = time.monotonic()
             return True
         ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
         self._queue.append(ticket, _watchable(urgent))
         self._dispatch()
         if ticket.granted:
             if runner is not None:
-                self._runners[runner] = None
+                self._runners[runner] = time.monotonic()
             return True
         if urgent is None and not turns.held.get(owner) and self._runners:
             # A small read has to wait: the request that has held its slot
-            # longest ends at its next row and hands the slot to it.
-            asked = next(iter(self._runners))
-            del self._runners[asked]
-            self._asked[asked] = ticket
-            asked.give_way()
+            # longest ends at its next row and hands the slot to it, once it
+            # has held it GIVE_WAY_AFTER (asked when it has, if the read still waits).
+            wait = next(iter(self._runners.values())) + GIVE_WAY_AFTER - time.monotonic()
+            if wait > 0:
+                asyncio.get_running_loop().call_later(wait, self._ask_to_give_way, ticket)
+            else:
+                self._ask_to_give_way(ticket)
         try:
             with anyio.move_on_after(deadline - time.monotonic()):
                 await ticket.wake
@@ -640,8 +651,20 @@ class AsyncSlots:
         if not ticket.granted:
             self._queue.remove(ticket)
         elif runner is not None:
-            self._runners[runner] = None
+            self._runners[runner] = time.monotonic()
         return ticket.granted
+
+    def _ask_to_give_way(self, ticket: _AsyncTicket) -> None:
+        """Ask the request that has held its slot longest to give way to ``ticket``'s small read.
+
+        Unless that read was served or left meanwhile, or no request can give way.
+        """
+        if ticket.granted or not ticket.state or not self._runners:
+            return
+        asked = next(iter(self._runners))
+        del self._runners[asked]
+        self._asked[asked] = ticket
+        asked.give_way()
 
     def release(self, owner: object = None, runner: _Runner | None = None) -> None:
         """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.

@@ -21,7 +21,7 @@ from google.cloud.bigtable.data.mutations import SetCell
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from saltedtable import SaltedTableAsync, SaltScheme
+from saltedtable import SaltedTableAsync, SaltScheme, _slots
 from saltedtable._merge import Merge, Sent
 from saltedtable._slots import AsyncSlots, Slots, next_waiter
 from saltedtable._strategy import ReadBudget
@@ -502,6 +502,12 @@ def test_the_slots_queue_picks_exactly_as_next_waiter(ops: list[tuple[object, ..
             assert waiter.slot_watch is not None or waiter.fg is None
 
 
+@pytest.fixture
+def give_way_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests may be asked to give way as soon as they hold their slot."""
+    monkeypatch.setattr(_slots, "GIVE_WAY_AFTER", 0.0)
+
+
 class Runner:
     """A running request that can end between rows: records that it was asked to."""
 
@@ -512,6 +518,7 @@ class Runner:
         self.asked += 1
 
 
+@pytest.mark.usefixtures("give_way_at_once")
 async def test_a_running_request_gives_way_to_a_small_read_and_hands_it_its_slot() -> None:
     """One slot, a scan's request running in it and another scan's first request queued
     first: a small read asks the running request to give way, and the slot goes to the
@@ -542,6 +549,32 @@ async def test_a_running_request_gives_way_to_a_small_read_and_hands_it_its_slot
     assert slots.free == 1
 
 
+async def test_a_request_gives_way_only_once_it_has_held_its_slot_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Back-to-back small reads must not cut every request of a scan down to a row: a
+    request that has just taken its slot is asked to give way only once it has held
+    it GIVE_WAY_AFTER seconds (the small read waits until then)."""
+    monkeypatch.setattr(_slots, "GIVE_WAY_AFTER", 0.2)
+    slots = AsyncSlots(1)
+    runner = Runner()
+    assert await slots.take(0.0, lambda: True, "scan-a", runner)
+    small = asyncio.create_task(slots.take(float("inf"), None, "small"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert runner.asked == 0  # it has only just taken its slot
+    for _ in range(500):  # (asked once it has held its slot 0.2 s)
+        if runner.asked:
+            break
+        await asyncio.sleep(0.01)
+    assert runner.asked == 1
+    slots.release("scan-a", runner)
+    assert await small
+    slots.release("small")
+    assert slots.free == 1
+
+
+@pytest.mark.usefixtures("give_way_at_once")
 async def test_a_request_asked_to_give_way_passes_its_slot_on_if_the_small_read_left() -> None:
     slots = AsyncSlots(1)
     first, second = Runner(), Runner()
@@ -566,6 +599,7 @@ async def test_a_request_asked_to_give_way_passes_its_slot_on_if_the_small_read_
     slots.release("small")
 
 
+@pytest.mark.usefixtures("give_way_at_once")
 async def test_a_small_read_waits_for_one_row_of_a_running_scan_page_not_the_whole_page() -> None:
     """One slot held by a scan's page request: a small read (one request over every
     bucket) gets the slot after the page's next row, and the scan then goes on with

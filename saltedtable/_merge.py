@@ -68,6 +68,7 @@ from ._strategy import (
     DEFAULT_ROW_BYTES,
     FIRST_PAGE_ROWS,
     READ_AHEAD_SECONDS,
+    STREAM_WINDOW_ROWS,
     Ask,
     ReadBudget,
     allowance,
@@ -338,6 +339,10 @@ class MergeCore(Generic[T]):
             with an ``operator.attrgetter``) only where it compares them.
     """
 
+    #: Whether the driver's sources stream their requests where a feed allows it
+    #: (:attr:`Feed.streams`): the async bucket sources do, the sync ones page.
+    _sources_stream = True
+
     def __init__(
         self,
         sources: int,
@@ -499,7 +504,10 @@ class MergeCore(Generic[T]):
             since, feed.ended_at = time.monotonic() - feed.ended_at, 0.0
             if feed.grants < 2:
                 since = READ_AHEAD_SECONDS
-            window = widen(feed.window, since, self._budget.rows)
+            most = self._budget.rows
+            if feed.streams and self._sources_stream and not self._ordered:
+                most = min(most, max(feed.window, STREAM_WINDOW_ROWS))
+            window = widen(feed.window, since, most)
             if window != feed.window:
                 feed.window = window
                 ask = self._page(feed)
@@ -1018,8 +1026,10 @@ class Merge(MergeCore[T]):
         if self._live:
             # (Only while a producer runs: cancelling formats the task's repr,
             # which costs more than a small read's merge.)
-            await self._end_requests()
-            self._cancel_producers()
+            try:
+                await self._end_requests()
+            finally:  # (a plain asyncio cancel of the caller passes the shields)
+                self._cancel_producers()
         with anyio.CancelScope(shield=True):
             if self._task is not None:
                 await asyncio.wait([self._task])
@@ -1052,19 +1062,46 @@ class Merge(MergeCore[T]):
             )
             for i, source in enumerate(self._sources)
         ]
+        # One callback a task (not asyncio.wait in a loop, which would re-arm
+        # every pending task at each end: N^2 at N = 4,096 buckets).
+        ended = loop.create_future()
+        left = len(tasks)
+
+        def on_end(task: asyncio.Task[None]) -> None:
+            nonlocal left
+            left -= 1
+            failed = task.cancelled() or task.exception() is not None
+            if (failed or not left) and not ended.done():
+                ended.set_result(None)
+
+        for task in tasks:
+            task.add_done_callback(on_end)
         try:
-            _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            if pending:
+            if tasks:
+                await ended
+            failed = [t for t in tasks if t.done() and (t.cancelled() or t.exception())]
+            if failed:
                 # A producer failed (its error is the merge's, and `producing`
-                # ended the other requests): the others stop.
+                # ended the other requests), or a cancellation that was not the
+                # merge's ended it: the others stop.
+                first = failed[0]
+                if self._error is None and not self._closed:
+                    self._error = (
+                        RuntimeError(_CANCELLED_FROM_OUTSIDE)
+                        if first.cancelled()
+                        else first.exception()
+                    )
                 self._cancel_producers()
-                await asyncio.wait(pending)
+                pending = [t for t in tasks if not t.done()]
+                if pending:
+                    await asyncio.wait(pending)
         except asyncio.CancelledError:
             # Cancelled from outside (aclose cancels the producers, not this task).
             if self._error is None and not self._closed:
                 self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
             self._cancel_producers()
-            await asyncio.wait(tasks)
+            if tasks:
+                await asyncio.wait(tasks)
             raise
         finally:
             for task in tasks:
@@ -1335,6 +1372,8 @@ class ThreadMerge(MergeCore[T]):
             (the workers may be blocked inside them); returns whether every one
             has ended. Called by :meth:`close` while a request runs.
     """
+
+    _sources_stream = False
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ from google.cloud.bigtable.data import (
 from google.cloud.bigtable.data.mutations import SetCell
 
 from saltedtable import CallStats, SaltedTable, SaltedTableAsync, SaltScheme
-from saltedtable._strategy import first_window
+from saltedtable._strategy import STREAM_WINDOW_ROWS, first_window
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable
 
@@ -116,3 +116,27 @@ def test_sync_scans_whose_consumers_pause_read_little_ahead_and_hold_no_slot(
             for scan in scans:
                 scan.close()  # type: ignore[attr-defined]
         check_paused_reads(stats)
+
+
+async def test_an_unordered_streamed_scan_holds_at_most_its_stream_windows(
+    async_client: BigtableDataClientAsync, table_id: str
+) -> None:
+    """A consumer that keeps up with an unordered scan whose buckets stream: each
+    bucket's window stops at STREAM_WINDOW_ROWS (a stream's next grant costs no
+    round trip), so the read holds few rows at once however large its budget, and
+    still makes one request a bucket. Before, the windows grew to the share and the
+    read held most of the table at once on the emulator."""
+    salted = SaltedTableAsync(
+        async_client.get_table(INSTANCE, table_id), SCHEME, max_concurrent_subscans=8, guard=False
+    )
+    for _ in range(3):  # (a peak depends on scheduling: the bound holds for each scan)
+        stats = CallStats()
+        keys = [
+            r.row_key
+            async for r in await salted.read_rows_stream(
+                ReadRowsQuery(), ordered=False, stats=stats
+            )
+        ]
+        assert sorted(keys) == KEYS
+        assert stats.requests == SCHEME.buckets
+        assert stats.peak_buffered_rows <= SCHEME.buckets * STREAM_WINDOW_ROWS

@@ -371,6 +371,11 @@ class MergeCore(Generic[T]):
         # Sources may stream their requests (Feed.renew): a read without a
         # limit whose sources all fit the slots, so none waits for another's page.
         self._streams = limit is None and (slots is None or sources <= slots)
+        #: The byte cap a stream is judged by (see :func:`streamable`): half of a
+        #: bucket's share of the budget's bytes at the read's start, not the larger
+        #: caps its buckets get as others finish, so rows too wide to stream
+        #: at the start are paged to the end of the read.
+        self.stream_cap = self._budget.bytes // (2 * max(1, sources))
         self._feeds = [Feed(self, i) for i in range(sources)]
         window = first_window(sources)
         for feed in self._feeds:
@@ -570,7 +575,7 @@ class MergeCore(Generic[T]):
         if self._stopping or self._limit is not None:
             return 0
         ask = self._ask_page(feed)
-        if ask is None or not streamable(ask.cap, feed.largest):
+        if ask is None or not streamable(min(ask.cap, self.stream_cap), feed.largest):
             return 0  # (rows too wide to stream: the next request is paged)
         feed.cap = ask.cap
         self._start(feed, ask.rows, renewed=True)

@@ -226,7 +226,7 @@ class BucketSource(_BucketRequests, ProducerBase):
                     streams = (
                         can_stream
                         and not (first_paged and feed.requests == 1)
-                        and streamable(feed.cap, feed.largest)
+                        and streamable(min(feed.cap, merge.stream_cap), feed.largest)
                     )
                     query = self._cursor.next_query(None if streams else size)
                     if query is None or self.stopped:

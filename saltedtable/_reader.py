@@ -779,7 +779,7 @@ class _Read(Generic[G]):
 class SyncBucketSource(_BucketRequests):
     """Reads one :class:`SubQuery` for a :class:`ThreadMerge`, one bounded request at a time."""
 
-    __slots__ = ("_slots", "request")
+    __slots__ = ("_slots", "halt", "request")
 
     def __init__(
         self,
@@ -798,9 +798,21 @@ class SyncBucketSource(_BucketRequests):
         self._slots = limiter
         #: The request running now, which the read ends when it stops.
         self.request = SyncRequest(limiter.interrupt)
+        #: The running request ends after its next row: it gives its slot up to
+        #: a small read (set from that read's thread, by :meth:`give_way`).
+        self.halt = False
+
+    def give_way(self) -> None:
+        """End the running request after its next row, for a small read (see :mod:`._slots`)."""
+        self.halt = True
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
-        """Run the next request of at most ``size`` rows, pushing each row into ``feed``."""
+        """Run the next request of at most ``size`` rows, pushing each row into ``feed``.
+
+        The request ends after its next row when the slots ask it to give way
+        to a small read (:meth:`give_way`); the bucket's next request then
+        resumes after that row and queues for a slot like any other.
+        """
         query = self._cursor.next_query(size)
         request = self.request
         if query is None or request.stopped:
@@ -808,16 +820,20 @@ class SyncBucketSource(_BucketRequests):
         stats = self._bstats
         token = None if stats is None else current_bucket().set(stats)
         try:
+            # Not a runner of the slots now, so nobody asks it to give way in between.
+            self.halt = False
             # The slot is held for this one request; waiting for it counts
             # against the read's operation_timeout like the request itself.
-            if not take_sync_slot(self._slots, self._deadline, request, feed.urgent, feed.read):
+            if not self._slots.acquire(
+                self._deadline, request.is_stopped, feed.urgent, feed.read, self
+            ):
                 if request.stopped:
                     return Sent(0, False)
                 raise annotate(slot_timeout(self._timeouts, self._slots.total), self.sub, None)
             try:
                 return self._request(query, size, feed, merge, stats)
             finally:
-                self._slots.release(feed.read)
+                self._slots.release(feed.read, self)
         finally:
             if token is not None:
                 current_bucket().reset(token)
@@ -856,17 +872,21 @@ class SyncBucketSource(_BucketRequests):
                         cell.row_key = key
                         nbytes += len(cell.value)
                     received += 1
-                    if stray is not None and stray(key):
-                        continue
-                    if stats is not None:
-                        count_row(stats, nbytes, started)
-                    merge.push(feed, row, key)
-                    pushed += 1
-                    got += nbytes
-                    if nbytes > largest:
-                        largest = nbytes
-                    if got > cap and received < size:
-                        capped = True  # past the byte cap (a row wider than any seen)
+                    if stray is None or not stray(key):
+                        if stats is not None:
+                            count_row(stats, nbytes, started)
+                        merge.push(feed, row, key)
+                        pushed += 1
+                        got += nbytes
+                        if nbytes > largest:
+                            largest = nbytes
+                        if got > cap and received < size:
+                            capped = True  # past the byte cap (a row wider than any seen)
+                            break
+                    if self.halt:
+                        # A small read waits for this slot: this row ends the request
+                        # (as at the byte cap: the next one resumes after this row).
+                        capped = True
                         break
                 else:
                     complete = not request.stopped

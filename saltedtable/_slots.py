@@ -27,17 +27,19 @@ no foreground request waits, or once its own consumer waits for it (it then
 ranks as foreground). A request that runs keeps its slot to its end (one
 bounded page), unless a small read waits (below).
 
-A small read should not wait for a whole page of a scan. The async table's
+A small read should not wait for a whole page of a scan. Both tables'
 bucket requests say that they hold a slot and can end between rows
-(:meth:`AsyncSlots.take` with ``runner``). When a small read whose read holds
-no slot has to queue, the request that has held its slot longest and has
-not been asked yet is asked to give way (its ``give_way()``), once it has
-held its slot :data:`GIVE_WAY_AFTER` seconds: it ends its stream after its
-next row (so a scan still moves on, and a stream of small reads cannot cut
-every request of a scan down to a row), and its slot goes
-straight to that small read (unless that one was served meanwhile: then to
-whoever's turn it is). The scan's next request queues
-like any other, so scans still take turns among themselves.
+(:meth:`AsyncSlots.take` and :meth:`Slots.acquire` with ``runner``). When a
+small read whose read holds no slot has to queue, the request that has held
+its slot longest and has not been asked yet is asked to give way (its
+``give_way()``; sync, from the small read's thread), once it has held its
+slot :data:`GIVE_WAY_AFTER` seconds: it ends its stream after its next row
+(so a scan still moves on, and a stream of small reads cannot cut every
+request of a scan down to a row), and its slot goes straight to that small
+read (unless that one was served meanwhile: then to whoever's turn it is).
+The scan's next request queues like any other, so scans still take turns
+among themselves. This matters with few slots, where no reserve (below) is
+kept.
 
 The last ``total // RESERVE_SHARE`` free slots are kept for *small* reads
 (waiters with no ``urgent`` check: a read in one request, such as a
@@ -80,7 +82,7 @@ class _Waiter(Protocol):
 
 
 class _Runner(Protocol):
-    """A running request that can end between rows when asked (see :class:`AsyncSlots`)."""
+    """A running request that can end between rows when asked (see the module)."""
 
     def give_way(self) -> None: ...
 
@@ -420,7 +422,7 @@ class Slots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_lock", "_queue", "_turns", "total")
+    __slots__ = ("_asked", "_lock", "_queue", "_runners", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -432,6 +434,10 @@ class Slots:
         self._lock = threading.RLock()
         self._queue: _Queue[_Ticket] = _Queue()
         self._turns = _Turns(total)
+        #: Requests holding a slot that can give way to a small read, longest held first.
+        self._runners: dict[_Runner, float] = {}
+        #: Requests asked to give way, and the small read each one's slot is for.
+        self._asked: dict[_Runner, _Ticket] = {}
 
     @property
     def waiting(self) -> int:
@@ -449,6 +455,7 @@ class Slots:
         abort: Callable[[], bool] = _never,
         urgent: Callable[[], bool] | None = None,
         owner: object = None,
+        runner: _Runner | None = None,
     ) -> bool:
         """Take a slot, waiting for its turn (see the module), until ``deadline`` at most.
 
@@ -461,6 +468,10 @@ class Slots:
                 small read that may take the reserve);
                 asked at each hand-over while it waits (see the module).
             owner: The read it is for (give the same to :meth:`release`).
+            runner: The request, if it can end between rows: while it holds
+                the slot it may be asked to give way to a small read (its
+                ``give_way()``, called from the small read's thread); give the
+                same to :meth:`release`.
 
         Returns:
             Whether a slot was taken (False: the deadline passed, or ``abort``).
@@ -469,15 +480,32 @@ class Slots:
             turns = self._turns
             if not self._queue and turns.can_take(owner, urgent is None):
                 turns.grant(owner)
+                if runner is not None:
+                    self._runners[runner] = time.monotonic()
                 return True
             ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
             self._queue.append(ticket, False)
             self._dispatch()
+            # A small read that has to wait: the request that has held its slot
+            # longest ends after its next row and hands the slot to it, once it
+            # has held it GIVE_WAY_AFTER (asked then, if the read still waits).
+            ask = urgent is None and not turns.held.get(owner)
             try:
                 while not ticket.granted:
-                    left = deadline - time.monotonic()
+                    now = time.monotonic()
+                    left = deadline - now
                     if left <= 0 or abort():
                         break
+                    if ask and self._runners:
+                        hold = next(iter(self._runners.values())) + GIVE_WAY_AFTER - now
+                        if hold <= 0:
+                            asked = next(iter(self._runners))
+                            del self._runners[asked]
+                            self._asked[asked] = ticket
+                            asked.give_way()
+                            ask = False
+                        else:
+                            left = min(left, hold)
                     ticket.wake.wait(left)
             except BaseException:
                 if ticket.granted:  # handed over just as the wait was interrupted: pass it on
@@ -487,15 +515,30 @@ class Slots:
                 raise
             if not ticket.granted:
                 self._queue.remove(ticket)
+            elif runner is not None:
+                self._runners[runner] = time.monotonic()
             return ticket.granted
 
-    def release(self, owner: object = None) -> None:
+    def release(self, owner: object = None, runner: _Runner | None = None) -> None:
         """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
+
+        A ``runner`` asked to give way hands its slot to the small read it
+        was asked for, if that one still waits.
 
         Raises:
             ValueError: More slots released than taken.
         """
         with self._lock:
+            if runner is not None:
+                self._runners.pop(runner, None)
+                ticket = self._asked.pop(runner, None)
+                if ticket is not None and ticket.state and not ticket.granted:
+                    self._turns.give_back(owner, "Slots")
+                    self._queue.remove(ticket)
+                    self._turns.grant(ticket.owner)
+                    ticket.granted = True
+                    ticket.wake.notify()
+                    return
             self._hand_over(owner)
 
     def _hand_over(self, owner: object) -> None:

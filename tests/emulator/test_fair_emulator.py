@@ -3,9 +3,9 @@
 Scans whose consumers took their first rows and went away (slow consumers) still
 read ahead; those requests are background. A small read's requests are
 foreground: at one slot, no scan request starts while the small read waits for
-the slot (the one holding it when the small read asks keeps it to its end). With the
-FIFO slots before, every read-ahead request queued ahead of it started first.
-Requests are counted, not timed.
+the slot (the one holding it when the small read asks ends after its next row and
+hands it over). With the FIFO slots before, every read-ahead request queued ahead of
+it started first. Requests and rows are counted, not timed.
 """
 
 from __future__ import annotations
@@ -166,3 +166,81 @@ def test_a_sync_small_read_overtakes_the_read_ahead_of_scans_nobody_consumes(
         finally:
             for scan in scans:
                 scan.close()  # type: ignore[attr-defined]
+
+
+class GatedSync(Counting):
+    """A sync table whose scan requests (not the small read's) take one row per ``gate``
+    release while ``gated``, and count the rows they took."""
+
+    def __init__(self, table: Any) -> None:
+        super().__init__(table)
+        self.gate = threading.Semaphore(0)
+        self.gated = True
+        self.scan_rows = 0
+
+    def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Any:
+        self._record(query)
+        stream = self._table.read_rows_stream(query, **kwargs)
+        return stream if is_small(query) else _GatedRows(self, stream)
+
+
+class _GatedRows:
+    def __init__(self, owner: GatedSync, stream: Any) -> None:
+        self._owner = owner
+        self._stream = stream
+
+    def __iter__(self) -> _GatedRows:
+        return self
+
+    def __next__(self) -> Any:
+        owner = self._owner
+        if owner.gated:
+            assert owner.gate.acquire(timeout=60)
+        row = next(self._stream)
+        owner.scan_rows += 1
+        return row
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def test_a_sync_scan_request_gives_way_to_a_small_read_after_its_next_row(
+    emulator: Emulator, table_id: str
+) -> None:
+    """One slot, held by a scan's page request that has sent one row: a small read that
+    queues asks it to give way, and gets the slot once that request's next row came (the
+    old code kept the slot to the page's end). The scan then reads every row once."""
+    with BigtableDataClient(project=PROJECT) as client:
+        gated = GatedSync(client.get_table(INSTANCE, table_id))
+        salted = SaltedTable(gated, SCHEME, max_concurrent_subscans=1, guard=False)  # type: ignore[arg-type]
+        scan: Iterator[Any] = iter(salted.read_rows_stream(ReadRowsQuery(), ordered=False))
+        small_rows: list[bytes] = []
+        small = threading.Thread(
+            target=lambda: small_rows.extend(r.row_key for r in salted.read_rows(SMALL))
+        )
+        try:
+            gated.gate.release()
+            seen = [next(scan).row_key]
+            assert salted.limiter.free == 0  # the scan's request holds the slot, mid-page
+            before = gated.scan_rows
+            small.start()
+            deadline = time.monotonic() + 60
+            while salted.limiter.waiting < 1:
+                assert time.monotonic() < deadline, "the small read never queued"
+                time.sleep(0.001)
+            gated.gate.release()  # the page's next row: its request ends there
+            small.join(60)
+            assert not small.is_alive(), "the small read waited for more than one scan row"
+            assert small_rows == KEYS[1000:1010]
+            assert gated.scan_rows - before == 1
+            gated.gated = False
+            gated.gate.release(100_000)
+            seen.extend(r.row_key for r in scan)
+            assert sorted(seen) == KEYS  # every row once: the next request resumed after it
+        finally:
+            gated.gated = False
+            gated.gate.release(100_000)
+            scan.close()  # type: ignore[attr-defined]
+            if small.ident is not None:
+                small.join(60)
+        assert salted.limiter.free == 1

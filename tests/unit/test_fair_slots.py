@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from contextlib import closing
 from dataclasses import dataclass, field
 
 import anyio
@@ -21,11 +22,11 @@ from google.cloud.bigtable.data.mutations import SetCell
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from saltedtable import SaltedTableAsync, SaltScheme, _slots
+from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme, _slots
 from saltedtable._merge import Merge, Sent
 from saltedtable._slots import AsyncSlots, Slots, next_waiter
 from saltedtable._strategy import ReadBudget
-from tests.fakes import FakeTable
+from tests.fakes import FakeTable, SyncFakeTable
 
 
 @dataclass
@@ -654,3 +655,183 @@ async def test_a_small_read_cancelled_while_its_request_runs_ends_it_and_frees_i
     assert len(asyncio.all_tasks()) == before
     assert len(reported) == 1
     assert reported[0].ended_early  # type: ignore[attr-defined]
+
+
+# -- give-way, sync ------------------------------------------------------------------------
+
+
+def _wait_for(check: object) -> None:
+    deadline = time.monotonic() + 10
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
+@pytest.mark.usefixtures("give_way_at_once")
+def test_a_running_sync_request_gives_way_to_a_small_read_and_hands_it_its_slot() -> None:
+    """As the async slots: one slot, a scan's request running in it and another scan's
+    first request queued first: a small read asks the running request to give way (from
+    its own thread), gets its slot before the older waiter, which is served next."""
+    slots = Slots(1)
+    runner = Runner()
+    assert slots.acquire(0.0, urgent=lambda: True, owner="scan-a", runner=runner)
+    granted: list[str] = []
+
+    def wait(owner: str, urgent: object) -> None:
+        assert slots.acquire(time.monotonic() + 30, urgent=urgent, owner=owner)  # type: ignore[arg-type]
+        granted.append(owner)
+
+    older = threading.Thread(target=wait, args=("scan-b", lambda: True))
+    older.start()
+    _wait_for(lambda: slots.waiting == 1)
+    assert runner.asked == 0  # a scan's request does not make others give way
+    small = threading.Thread(target=wait, args=("small", None))
+    small.start()
+    _wait_for(lambda: slots.waiting == 2)
+    assert runner.asked == 1
+    slots.release("scan-a", runner)  # it ended after its next row
+    small.join(10)
+    assert granted == ["small"]
+    slots.release("small")
+    older.join(10)
+    assert granted == ["small", "scan-b"]
+    slots.release("scan-b")
+    assert slots.free == 1
+    assert runner.asked == 1
+
+
+@pytest.mark.usefixtures("give_way_at_once")
+def test_a_sync_request_asked_to_give_way_passes_its_slot_on_if_the_small_read_left() -> None:
+    slots = Slots(1)
+    runner = Runner()
+    assert slots.acquire(0.0, urgent=lambda: True, owner="scan-a", runner=runner)
+    left = threading.Event()
+    got: list[bool] = []
+    small = threading.Thread(
+        target=lambda: got.append(slots.acquire(time.monotonic() + 30, left.is_set, None, "small"))
+    )
+    small.start()
+    _wait_for(lambda: runner.asked == 1)
+    left.set()
+    slots.interrupt()  # the small read's read stopped: it leaves the queue
+    small.join(10)
+    assert got == [False]
+    older: list[str] = []
+    scan = threading.Thread(
+        target=lambda: (
+            older.append("scan-b")
+            if slots.acquire(time.monotonic() + 30, urgent=lambda: True, owner="scan-b")
+            else None
+        )
+    )
+    scan.start()
+    _wait_for(lambda: slots.waiting == 1)
+    slots.release("scan-a", runner)
+    scan.join(10)
+    assert older == ["scan-b"]  # the turn's waiter, since the small read has gone
+    slots.release("scan-b")
+    assert slots.free == 1
+
+
+class _GatedTable(SyncFakeTable):
+    """A sync fake whose one-range streams (a scan's bucket requests) send a row only
+    per ``gate`` release while ``gated``; a small read's request (several ranges) is free."""
+
+    def __init__(self, fake: FakeTable) -> None:
+        super().__init__(fake)
+        self.gate = threading.Semaphore(0)
+        self.gated = True
+
+    def read_rows_stream(self, query: ReadRowsQuery, **kwargs: object) -> _Gated:  # type: ignore[override]
+        inner = super().read_rows_stream(query, **kwargs)
+        return _Gated(inner, self if len(query.row_ranges) == 1 else None)
+
+
+class _Gated:
+    def __init__(self, inner: object, table: _GatedTable | None) -> None:
+        self._inner = inner
+        self._table = table
+
+    def __iter__(self) -> _Gated:
+        return self
+
+    def __next__(self) -> object:
+        if self._table is not None and self._table.gated:
+            assert self._table.gate.acquire(timeout=30)
+        return next(self._inner)  # type: ignore[call-overload]
+
+    def close(self) -> None:
+        self._inner.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("give_way_at_once")
+def test_a_sync_small_read_waits_for_one_row_of_a_running_scan_page_not_the_whole_page() -> None:
+    """One slot held by a sync scan's page request: a small read gets the slot after the
+    page's next row (the request gives way), and the scan then goes on with every row
+    once. Before, the small read waited for the rest of the page. (Unordered: an
+    ordered scan's first row needs every bucket's first page.)"""
+    fake = FakeTable()
+    gated = _GatedTable(fake)
+    table = SaltedTable(gated, SaltScheme(4), max_concurrent_subscans=1)  # type: ignore[arg-type]
+    keys = [b"w%05d" % i for i in range(2000)]
+    gated.gated = False
+    table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in keys])
+    gated.gated = True
+    small_rows: list[bytes] = []
+    small = threading.Thread(
+        target=lambda: small_rows.extend(
+            r.row_key
+            for r in table.read_rows(ReadRowsQuery(row_ranges=RowRange(keys[100], keys[110])))
+        )
+    )
+    try:
+        with closing(table.read_rows_stream(ReadRowsQuery(), ordered=False)) as stream:
+            gated.gate.release()
+            seen = [next(stream).row_key]
+            assert table.limiter.free == 0  # a page request of the scan runs in the slot
+            sent = fake.stats.rows_sent
+            small.start()
+            _wait_for(lambda: table.limiter.waiting == 1)
+            gated.gate.release()  # the page's next row: the request ends there
+            small.join(10)
+            assert not small.is_alive()  # served before the page ended
+            assert small_rows == keys[100:110]
+            assert fake.stats.rows_sent - sent - 10 == 1
+            gated.gated = False
+            gated.gate.release(10_000)
+            seen.extend(row.row_key for row in stream)
+        assert sorted(seen) == keys
+        assert fake.stats.rows_sent == len(keys) + 10  # the scan read no row twice
+    finally:
+        gated.gated = False
+        gated.gate.release(10_000)
+        if small.ident is not None:
+            small.join(30)
+    assert table.limiter.free == 1
+
+
+def test_a_sync_request_gives_way_only_once_it_has_held_its_slot_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the async slots: a sync request that has just taken its slot is asked to give
+    way only once it has held it GIVE_WAY_AFTER seconds."""
+    monkeypatch.setattr(_slots, "GIVE_WAY_AFTER", 0.2)
+    slots = Slots(1)
+    runner = Runner()
+    assert slots.acquire(0.0, urgent=lambda: True, owner="scan-a", runner=runner)
+    got: list[bool] = []
+    small = threading.Thread(target=lambda: got.append(slots.acquire(time.monotonic() + 30)))
+    small.start()
+    while not slots.waiting:
+        time.sleep(0.001)
+    assert runner.asked == 0  # it has only just taken its slot
+    for _ in range(500):  # (asked once it has held its slot 0.2 s)
+        if runner.asked:
+            break
+        time.sleep(0.01)
+    assert runner.asked == 1
+    slots.release("scan-a", runner)
+    small.join(30)
+    assert got == [True]
+    slots.release()
+    assert slots.free == 1

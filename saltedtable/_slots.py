@@ -32,14 +32,14 @@ bucket requests say that they hold a slot and can end between rows
 (:meth:`AsyncSlots.take` and :meth:`Slots.acquire` with ``runner``). When a
 small read whose read holds no slot has to queue, the request that has held
 its slot longest and has not been asked yet is asked to give way (its
-``give_way()``; sync, from the small read's thread), once it has held its
-slot :data:`GIVE_WAY_AFTER` seconds: it ends its stream after its next row
-(so a scan still moves on, and a stream of small reads cannot cut every
-request of a scan down to a row), and its slot goes straight to that small
-read (unless that one was served meanwhile: then to whoever's turn it is).
-The scan's next request queues like any other, so scans still take turns
-among themselves. This matters with few slots, where no reserve (below) is
-kept.
+``give_way()``; sync, from the small read's thread), unless another request
+of the table gave way less than :data:`GIVE_WAY_AFTER` seconds ago (then
+once that long has passed): it ends its stream after its next row (so a scan
+still moves on, and small reads one after another cannot cut every request
+of a scan down to a row), and its slot goes straight to that small read
+(unless that one was served meanwhile: then to whoever's turn it is). The
+scan's next request queues like any other, so scans still take turns among
+themselves. This matters with few slots, where no reserve (below) is kept.
 
 The last ``total // RESERVE_SHARE`` free slots are kept for *small* reads
 (waiters with no ``urgent`` check: a read in one request, such as a
@@ -106,10 +106,11 @@ _Q = TypeVar("_Q", bound=_Ticketed)
 #: free at once even while scans' pages and first requests fill the rest.
 RESERVE_SHARE = 8
 
-#: Seconds a request holds its slot before a small read may ask it to give
-#: way (see the module): the least each request of a scan runs while small
-#: reads queue, so that back-to-back small reads leave scans that share one
-#: slot at least this long a turn. A small read waits at most this, plus a row.
+#: Seconds between two requests of a table asked to give way to small reads
+#: (see the module): small reads one after another leave the scans that share
+#: the table's slots at least this long a turn between give-ways, while a
+#: small read that comes alone has a request give way at once. A small read
+#: waits at most this long for a give-way, plus a row.
 GIVE_WAY_AFTER = 0.02
 
 
@@ -422,7 +423,7 @@ class Slots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_asked", "_lock", "_queue", "_runners", "_turns", "total")
+    __slots__ = ("_asked", "_gave_way", "_lock", "_queue", "_runners", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -438,6 +439,8 @@ class Slots:
         self._runners: dict[_Runner, float] = {}
         #: Requests asked to give way, and the small read each one's slot is for.
         self._asked: dict[_Runner, _Ticket] = {}
+        #: When a request was last asked to give way (``time.monotonic()``).
+        self._gave_way = float("-inf")
 
     @property
     def waiting(self) -> int:
@@ -487,8 +490,9 @@ class Slots:
             self._queue.append(ticket, False)
             self._dispatch()
             # A small read that has to wait: the request that has held its slot
-            # longest ends after its next row and hands the slot to it, once it
-            # has held it GIVE_WAY_AFTER (asked then, if the read still waits).
+            # longest ends after its next row and hands the slot to it, unless a
+            # request gave way less than GIVE_WAY_AFTER ago (then asked once
+            # that long has passed, if the read still waits).
             ask = urgent is None and not turns.held.get(owner)
             try:
                 while not ticket.granted:
@@ -497,11 +501,12 @@ class Slots:
                     if left <= 0 or abort():
                         break
                     if ask and self._runners:
-                        hold = next(iter(self._runners.values())) + GIVE_WAY_AFTER - now
+                        hold = self._gave_way + GIVE_WAY_AFTER - now
                         if hold <= 0:
                             asked = next(iter(self._runners))
                             del self._runners[asked]
                             self._asked[asked] = ticket
+                            self._gave_way = now
                             asked.give_way()
                             ask = False
                         else:
@@ -586,7 +591,7 @@ class AsyncSlots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_asked", "_queue", "_runners", "_turns", "total")
+    __slots__ = ("_asked", "_gave_way", "_queue", "_runners", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -600,6 +605,8 @@ class AsyncSlots:
         self._runners: dict[_Runner, float] = {}
         #: Requests asked to give way, and the small read each one's slot is for.
         self._asked: dict[_Runner, _AsyncTicket] = {}
+        #: When a request was last asked to give way (``time.monotonic()``).
+        self._gave_way = float("-inf")
 
     @property
     def total_tokens(self) -> int:
@@ -676,8 +683,9 @@ class AsyncSlots:
         if urgent is None and not turns.held.get(owner) and self._runners:
             # A small read has to wait: the request that has held its slot
             # longest ends at its next row and hands the slot to it, once it
-            # has held it GIVE_WAY_AFTER (asked when it has, if the read still waits).
-            wait = next(iter(self._runners.values())) + GIVE_WAY_AFTER - time.monotonic()
+            # no request gave way in the last GIVE_WAY_AFTER (else asked once
+            # that long has passed, if the read still waits).
+            wait = self._gave_way + GIVE_WAY_AFTER - time.monotonic()
             if wait > 0:
                 asyncio.get_running_loop().call_later(wait, self._ask_to_give_way, ticket)
             else:
@@ -707,6 +715,7 @@ class AsyncSlots:
         asked = next(iter(self._runners))
         del self._runners[asked]
         self._asked[asked] = ticket
+        self._gave_way = time.monotonic()
         asked.give_way()
 
     def release(self, owner: object = None, runner: _Runner | None = None) -> None:

@@ -550,26 +550,34 @@ async def test_a_running_request_gives_way_to_a_small_read_and_hands_it_its_slot
     assert slots.free == 1
 
 
-async def test_a_request_gives_way_only_once_it_has_held_its_slot_a_while(
+async def test_requests_give_way_at_most_once_per_give_way_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Back-to-back small reads must not cut every request of a scan down to a row: a
-    request that has just taken its slot is asked to give way only once it has held
-    it GIVE_WAY_AFTER seconds (the small read waits until then)."""
+    """Small reads one after another must not cut every request of a scan down to a
+    row: a small read that comes alone has the running request give way at once, but
+    one that comes within GIVE_WAY_AFTER of the last give-way asks only once that long
+    has passed (the small read waits until then)."""
     monkeypatch.setattr(_slots, "GIVE_WAY_AFTER", 0.2)
     slots = AsyncSlots(1)
-    runner = Runner()
-    assert await slots.take(0.0, lambda: True, "scan-a", runner)
+    first, second = Runner(), Runner()
+    assert await slots.take(0.0, lambda: True, "scan", first)
+    small = asyncio.create_task(slots.take(float("inf"), None, "small"))
+    await asyncio.sleep(0)
+    assert first.asked == 1  # the first give-way: at once
+    slots.release("scan", first)
+    assert await small
+    slots.release("small")
+    assert await slots.take(0.0, lambda: True, "scan", second)  # the scan's next request
     small = asyncio.create_task(slots.take(float("inf"), None, "small"))
     for _ in range(5):
         await asyncio.sleep(0)
-    assert runner.asked == 0  # it has only just taken its slot
-    for _ in range(500):  # (asked once it has held its slot 0.2 s)
-        if runner.asked:
+    assert second.asked == 0  # a request gave way less than 0.2 s ago
+    for _ in range(500):  # (asked once 0.2 s have passed since)
+        if second.asked:
             break
         await asyncio.sleep(0.01)
-    assert runner.asked == 1
-    slots.release("scan-a", runner)
+    assert second.asked == 1
+    slots.release("scan", second)
     assert await small
     slots.release("small")
     assert slots.free == 1
@@ -810,28 +818,34 @@ def test_a_sync_small_read_waits_for_one_row_of_a_running_scan_page_not_the_whol
     assert table.limiter.free == 1
 
 
-def test_a_sync_request_gives_way_only_once_it_has_held_its_slot_a_while(
+def test_sync_requests_give_way_at_most_once_per_give_way_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """As the async slots: a sync request that has just taken its slot is asked to give
-    way only once it has held it GIVE_WAY_AFTER seconds."""
+    """As the async slots: within GIVE_WAY_AFTER of the last give-way, a sync small read
+    asks the running request only once that long has passed."""
     monkeypatch.setattr(_slots, "GIVE_WAY_AFTER", 0.2)
     slots = Slots(1)
-    runner = Runner()
-    assert slots.acquire(0.0, urgent=lambda: True, owner="scan-a", runner=runner)
+    first, second = Runner(), Runner()
     got: list[bool] = []
-    small = threading.Thread(target=lambda: got.append(slots.acquire(time.monotonic() + 30)))
-    small.start()
-    while not slots.waiting:
-        time.sleep(0.001)
-    assert runner.asked == 0  # it has only just taken its slot
-    for _ in range(500):  # (asked once it has held its slot 0.2 s)
-        if runner.asked:
-            break
-        time.sleep(0.01)
-    assert runner.asked == 1
-    slots.release("scan-a", runner)
+
+    def small_read() -> threading.Thread:
+        thread = threading.Thread(target=lambda: got.append(slots.acquire(time.monotonic() + 30)))
+        thread.start()
+        _wait_for(lambda: slots.waiting == 1)
+        return thread
+
+    assert slots.acquire(0.0, urgent=lambda: True, owner="scan", runner=first)
+    small = small_read()
+    _wait_for(lambda: first.asked == 1)  # the first give-way: at once
+    slots.release("scan", first)
     small.join(30)
-    assert got == [True]
+    slots.release()
+    assert slots.acquire(0.0, urgent=lambda: True, owner="scan", runner=second)
+    small = small_read()
+    assert second.asked == 0  # a request gave way less than 0.2 s ago
+    _wait_for(lambda: second.asked == 1)  # (asked once 0.2 s have passed since)
+    slots.release("scan", second)
+    small.join(30)
+    assert got == [True, True]
     slots.release()
     assert slots.free == 1

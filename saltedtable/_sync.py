@@ -128,7 +128,8 @@ class SaltedTable(TableAttributes):
             buckets and not yet handed over); see :class:`ReadBudget`.
         max_concurrent_subscans: ReadRows requests in flight for this table,
             across every read running on it at once (also the most one read
-            runs at once).
+            runs at once; a read of the sync table runs two at most, see
+            docs/table.md).
         stats_hook: Called with the :class:`CallStats` of every finished read
             and bulk write (for logging or metrics export).
 

@@ -395,6 +395,59 @@ class _Turns:
 
 
 @final
+class _GiveWay(Generic[_T]):
+    """The requests of one set of slots that can give way to small reads (see the module)."""
+
+    __slots__ = ("_asked", "_last", "_runners")
+
+    def __init__(self) -> None:
+        #: Requests holding a slot that can give way, longest held first.
+        self._runners: dict[_Runner, None] = {}
+        #: Requests asked to give way, and the small read each one's slot is for.
+        self._asked: dict[_Runner, _T] = {}
+        #: When a request was last asked (``time.monotonic()``).
+        self._last = float("-inf")
+
+    def __bool__(self) -> bool:
+        """Whether any request holding a slot can give way."""
+        return bool(self._runners)
+
+    def holds(self, runner: _Runner | None) -> None:
+        """``runner`` took a slot."""
+        if runner is not None:
+            self._runners[runner] = None
+
+    def due(self, now: float) -> float:
+        """Seconds until a request may be asked (<= 0: now; inf: none can give way)."""
+        return self._last + GIVE_WAY_AFTER - now if self._runners else float("inf")
+
+    def ask(self, ticket: _T, now: float) -> None:
+        """Ask the request that has held its slot longest to give way to ``ticket``."""
+        asked = next(iter(self._runners))
+        del self._runners[asked]
+        self._asked[asked] = ticket
+        self._last = now
+        asked.give_way()
+
+    def released(
+        self, runner: _Runner | None, owner: object, turns: _Turns, queue: _Queue[_T], name: str
+    ) -> _T | None:
+        """``runner`` gave its slot back: the small read it was asked for now holds
+        that slot (returned, to be woken), unless that read was served or left."""
+        if runner is None:
+            return None
+        self._runners.pop(runner, None)
+        ticket = self._asked.pop(runner, None)
+        if ticket is None or not ticket.state or ticket.granted:
+            return None
+        turns.give_back(owner, name)
+        queue.remove(ticket)
+        turns.grant(ticket.owner)
+        ticket.granted = True
+        return ticket
+
+
+@final
 class _Ticket:
     """A thread waiting for a slot."""
 
@@ -423,7 +476,7 @@ class Slots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_asked", "_gave_way", "_lock", "_queue", "_runners", "_turns", "total")
+    __slots__ = ("_give_way", "_lock", "_queue", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -435,12 +488,7 @@ class Slots:
         self._lock = threading.RLock()
         self._queue: _Queue[_Ticket] = _Queue()
         self._turns = _Turns(total)
-        #: Requests holding a slot that can give way to a small read, longest held first.
-        self._runners: dict[_Runner, float] = {}
-        #: Requests asked to give way, and the small read each one's slot is for.
-        self._asked: dict[_Runner, _Ticket] = {}
-        #: When a request was last asked to give way (``time.monotonic()``).
-        self._gave_way = float("-inf")
+        self._give_way: _GiveWay[_Ticket] = _GiveWay()
 
     @property
     def waiting(self) -> int:
@@ -483,8 +531,7 @@ class Slots:
             turns = self._turns
             if not self._queue and turns.can_take(owner, urgent is None):
                 turns.grant(owner)
-                if runner is not None:
-                    self._runners[runner] = time.monotonic()
+                self._give_way.holds(runner)
                 return True
             ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
             self._queue.append(ticket, False)
@@ -500,17 +547,13 @@ class Slots:
                     left = deadline - now
                     if left <= 0 or abort():
                         break
-                    if ask and self._runners:
-                        hold = self._gave_way + GIVE_WAY_AFTER - now
-                        if hold <= 0:
-                            asked = next(iter(self._runners))
-                            del self._runners[asked]
-                            self._asked[asked] = ticket
-                            self._gave_way = now
-                            asked.give_way()
+                    if ask:
+                        due = self._give_way.due(now)
+                        if due <= 0:
+                            self._give_way.ask(ticket, now)
                             ask = False
                         else:
-                            left = min(left, hold)
+                            left = min(left, due)
                     ticket.wake.wait(left)
             except BaseException:
                 if ticket.granted:  # handed over just as the wait was interrupted: pass it on
@@ -520,8 +563,8 @@ class Slots:
                 raise
             if not ticket.granted:
                 self._queue.remove(ticket)
-            elif runner is not None:
-                self._runners[runner] = time.monotonic()
+            else:
+                self._give_way.holds(runner)
             return ticket.granted
 
     def release(self, owner: object = None, runner: _Runner | None = None) -> None:
@@ -534,16 +577,10 @@ class Slots:
             ValueError: More slots released than taken.
         """
         with self._lock:
-            if runner is not None:
-                self._runners.pop(runner, None)
-                ticket = self._asked.pop(runner, None)
-                if ticket is not None and ticket.state and not ticket.granted:
-                    self._turns.give_back(owner, "Slots")
-                    self._queue.remove(ticket)
-                    self._turns.grant(ticket.owner)
-                    ticket.granted = True
-                    ticket.wake.notify()
-                    return
+            ticket = self._give_way.released(runner, owner, self._turns, self._queue, "Slots")
+            if ticket is not None:
+                ticket.wake.notify()
+                return
             self._hand_over(owner)
 
     def _hand_over(self, owner: object) -> None:
@@ -591,7 +628,7 @@ class AsyncSlots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_asked", "_gave_way", "_queue", "_runners", "_turns", "total")
+    __slots__ = ("_give_way", "_queue", "_turns", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -600,13 +637,7 @@ class AsyncSlots:
         self.total = total
         self._queue: _Queue[_AsyncTicket] = _Queue()
         self._turns = _Turns(total)
-        #: Requests holding a slot that can give way to a small read, longest held
-        #: first, and when each took its slot.
-        self._runners: dict[_Runner, float] = {}
-        #: Requests asked to give way, and the small read each one's slot is for.
-        self._asked: dict[_Runner, _AsyncTicket] = {}
-        #: When a request was last asked to give way (``time.monotonic()``).
-        self._gave_way = float("-inf")
+        self._give_way: _GiveWay[_AsyncTicket] = _GiveWay()
 
     @property
     def total_tokens(self) -> int:
@@ -670,26 +701,24 @@ class AsyncSlots:
         turns = self._turns
         if not self._queue and turns.can_take(owner, urgent is None):
             turns.grant(owner)
-            if runner is not None:
-                self._runners[runner] = time.monotonic()
+            self._give_way.holds(runner)
             return True
         ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
         self._queue.append(ticket, _watchable(urgent))
         self._dispatch()
         if ticket.granted:
-            if runner is not None:
-                self._runners[runner] = time.monotonic()
+            self._give_way.holds(runner)
             return True
-        if urgent is None and not turns.held.get(owner) and self._runners:
+        if urgent is None and not turns.held.get(owner):
             # A small read has to wait: the request that has held its slot
-            # longest ends at its next row and hands the slot to it, once it
-            # no request gave way in the last GIVE_WAY_AFTER (else asked once
+            # longest ends at its next row and hands the slot to it, unless a
+            # request gave way less than GIVE_WAY_AFTER ago (then asked once
             # that long has passed, if the read still waits).
-            wait = self._gave_way + GIVE_WAY_AFTER - time.monotonic()
-            if wait > 0:
-                asyncio.get_running_loop().call_later(wait, self._ask_to_give_way, ticket)
-            else:
+            due = self._give_way.due(time.monotonic())
+            if due <= 0:
                 self._ask_to_give_way(ticket)
+            elif due != float("inf"):
+                asyncio.get_running_loop().call_later(due, self._ask_to_give_way, ticket)
         try:
             with anyio.move_on_after(deadline - time.monotonic()):
                 await ticket.wake
@@ -701,8 +730,8 @@ class AsyncSlots:
             raise
         if not ticket.granted:
             self._queue.remove(ticket)
-        elif runner is not None:
-            self._runners[runner] = time.monotonic()
+        else:
+            self._give_way.holds(runner)
         return ticket.granted
 
     def _ask_to_give_way(self, ticket: _AsyncTicket) -> None:
@@ -710,13 +739,8 @@ class AsyncSlots:
 
         Unless that read was served or left meanwhile, or no request can give way.
         """
-        if ticket.granted or not ticket.state or not self._runners:
-            return
-        asked = next(iter(self._runners))
-        del self._runners[asked]
-        self._asked[asked] = ticket
-        self._gave_way = time.monotonic()
-        asked.give_way()
+        if not ticket.granted and ticket.state and self._give_way:
+            self._give_way.ask(ticket, time.monotonic())
 
     def release(self, owner: object = None, runner: _Runner | None = None) -> None:
         """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
@@ -727,17 +751,11 @@ class AsyncSlots:
         Raises:
             ValueError: More slots released than taken.
         """
-        if runner is not None:
-            self._runners.pop(runner, None)
-            ticket = self._asked.pop(runner, None)
-            if ticket is not None and ticket.state and not ticket.granted:
-                self._turns.give_back(owner, "AsyncSlots")
-                self._queue.remove(ticket)
-                self._turns.grant(ticket.owner)
-                ticket.granted = True
-                if not ticket.wake.done():
-                    ticket.wake.set_result(None)
-                return
+        ticket = self._give_way.released(runner, owner, self._turns, self._queue, "AsyncSlots")
+        if ticket is not None:
+            if not ticket.wake.done():
+                ticket.wake.set_result(None)
+            return
         self._hand_over(owner)
 
     def _hand_over(self, owner: object) -> None:

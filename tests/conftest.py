@@ -9,14 +9,16 @@ emulator fails those tests with the install instructions; it never skips them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from google.cloud.bigtable.data import BigtableDataClientAsync
+from google.cloud.bigtable.data import BigtableDataClient, BigtableDataClientAsync, RowMutationEntry
+from google.cloud.bigtable.data.mutations import SetCell
 
+from saltedtable import SaltedTable, SaltScheme
 from saltedtable.pytest_plugin import TableFactory
-from saltedtable.testing import Emulator, ExternalEmulator
+from saltedtable.testing import INSTANCE, PROJECT, Emulator, ExternalEmulator
 
 # pytester runs the plugin's own tests (tests/emulator/test_pytest_plugin.py).
 pytest_plugins = ["pytester"]
@@ -54,3 +56,12 @@ def data_client(bigtable_data_client: BigtableDataClientAsync) -> BigtableDataCl
 def make_table(bigtable_table_factory: TableFactory) -> TableFactory:
     """``make_table(families=("cf",)) -> table_id``: a fresh table, deleted after the test."""
     return bigtable_table_factory
+
+
+def salted_table_of(make_table: MakeTable, scheme: SaltScheme, keys: Sequence[bytes]) -> str:
+    """A fresh table of ``keys`` salted by ``scheme`` (family ``cf``, each key its own value)."""
+    name = make_table()
+    with BigtableDataClient(project=PROJECT) as client:
+        table = SaltedTable.from_client(client, INSTANCE, name, scheme)
+        table.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", k)) for k in keys])
+    return name

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -22,14 +22,12 @@ from google.cloud.bigtable.data import (
     BigtableDataClient,
     BigtableDataClientAsync,
     ReadRowsQuery,
-    RowMutationEntry,
     RowRange,
 )
-from google.cloud.bigtable.data.mutations import SetCell
 
 from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
-from tests.conftest import MakeTable
+from tests.conftest import MakeTable, salted_table_of
 
 SCHEME = SaltScheme(16)
 KEYS = [b"key-%05d" % i for i in range(2400)]
@@ -77,24 +75,13 @@ def scan_requests_before_the_small_one(calls: list[bool]) -> int:
 
 @pytest.fixture
 def table_id(emulator: Emulator, make_table: MakeTable) -> str:
-    name = make_table()
-    with BigtableDataClient(project=PROJECT) as client:
-        table = SaltedTable.from_client(client, INSTANCE, name, SCHEME)
-        table.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", k)) for k in KEYS])
-    return name
-
-
-@pytest.fixture
-async def async_client(emulator: Emulator) -> AsyncIterator[BigtableDataClientAsync]:
-    client = BigtableDataClientAsync(project=PROJECT)
-    yield client
-    await client.close()
+    return salted_table_of(make_table, SCHEME, KEYS)
 
 
 async def test_an_async_small_read_overtakes_the_read_ahead_of_scans_nobody_consumes(
-    async_client: BigtableDataClientAsync, table_id: str
+    data_client: BigtableDataClientAsync, table_id: str
 ) -> None:
-    counting = AsyncCounting(async_client.get_table(INSTANCE, table_id))
+    counting = AsyncCounting(data_client.get_table(INSTANCE, table_id))
     salted = SaltedTableAsync(
         counting,  # type: ignore[arg-type]
         SCHEME,

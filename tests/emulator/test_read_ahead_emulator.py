@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -20,15 +19,13 @@ from google.cloud.bigtable.data import (
     BigtableDataClient,
     BigtableDataClientAsync,
     ReadRowsQuery,
-    RowMutationEntry,
     RowRange,
 )
-from google.cloud.bigtable.data.mutations import SetCell
 
 from saltedtable import CallStats, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable._strategy import STREAM_WINDOW_ROWS, first_window
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
-from tests.conftest import MakeTable
+from tests.conftest import MakeTable, salted_table_of
 
 SCHEME = SaltScheme(4)
 KEYS = [b"key-%05d" % i for i in range(6000)]  # 1,500 a bucket: more than a paused read asks
@@ -42,18 +39,7 @@ QUIET = 10
 
 @pytest.fixture
 def table_id(emulator: Emulator, make_table: MakeTable) -> str:
-    name = make_table()
-    with BigtableDataClient(project=PROJECT) as client:
-        table = SaltedTable.from_client(client, INSTANCE, name, SCHEME)
-        table.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", k)) for k in KEYS])
-    return name
-
-
-@pytest.fixture
-async def async_client(emulator: Emulator) -> AsyncIterator[BigtableDataClientAsync]:
-    client = BigtableDataClientAsync(project=PROJECT)
-    yield client
-    await client.close()
+    return salted_table_of(make_table, SCHEME, KEYS)
 
 
 def check_paused_reads(stats: list[CallStats]) -> None:
@@ -66,10 +52,10 @@ def check_paused_reads(stats: list[CallStats]) -> None:
 
 
 async def test_async_scans_whose_consumers_pause_read_little_ahead_and_hold_no_slot(
-    async_client: BigtableDataClientAsync, table_id: str
+    data_client: BigtableDataClientAsync, table_id: str
 ) -> None:
     salted = SaltedTableAsync(
-        async_client.get_table(INSTANCE, table_id), SCHEME, max_concurrent_subscans=8, guard=False
+        data_client.get_table(INSTANCE, table_id), SCHEME, max_concurrent_subscans=8, guard=False
     )
     stats = [CallStats() for _ in range(SCANS)]
     scans = [await salted.read_rows_stream(ReadRowsQuery(), stats=s) for s in stats]
@@ -119,7 +105,7 @@ def test_sync_scans_whose_consumers_pause_read_little_ahead_and_hold_no_slot(
 
 
 async def test_an_unordered_streamed_scan_holds_at_most_its_stream_windows(
-    async_client: BigtableDataClientAsync, table_id: str
+    data_client: BigtableDataClientAsync, table_id: str
 ) -> None:
     """A consumer that keeps up with an unordered scan whose buckets stream: each
     bucket's window stops at STREAM_WINDOW_ROWS (a stream's next grant costs no
@@ -127,7 +113,7 @@ async def test_an_unordered_streamed_scan_holds_at_most_its_stream_windows(
     still makes one request a bucket. Before, the windows grew to the share and the
     read held most of the table at once on the emulator."""
     salted = SaltedTableAsync(
-        async_client.get_table(INSTANCE, table_id), SCHEME, max_concurrent_subscans=8, guard=False
+        data_client.get_table(INSTANCE, table_id), SCHEME, max_concurrent_subscans=8, guard=False
     )
     for _ in range(3):  # (a peak depends on scheduling: the bound holds for each scan)
         stats = CallStats()

@@ -15,13 +15,12 @@ import threading
 import time
 
 import pytest
-from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry, RowRange
-from google.cloud.bigtable.data.mutations import SetCell
+from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowRange
 
 from saltedtable import CallStats, SaltedTable, SaltScheme
 from saltedtable._concurrency_sync import READ_REQUESTS
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
-from tests.conftest import MakeTable
+from tests.conftest import MakeTable, salted_table_of
 
 SCHEME = SaltScheme(16)
 KEYS = [b"key-%05d" % i for i in range(4000)]
@@ -31,11 +30,7 @@ SCANS = 3
 
 @pytest.fixture
 def table_id(emulator: Emulator, make_table: MakeTable) -> str:
-    name = make_table()
-    with BigtableDataClient(project=PROJECT) as client:
-        table = SaltedTable.from_client(client, INSTANCE, name, SCHEME)
-        table.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", k)) for k in KEYS])
-    return name
+    return salted_table_of(make_table, SCHEME, KEYS)
 
 
 def workers() -> list[threading.Thread]:

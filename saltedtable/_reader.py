@@ -51,7 +51,7 @@ from ._contracts import ReadRowsStream, SyncReadRowsStream
 from ._layout import Layout
 from ._merge import Feed, Merge, MergeCore, ProducerBase, Sent, ThreadMerge
 from ._plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
-from ._slots import AsyncSlots, Slots
+from ._slots import PAUSE_MOST, AsyncSlots, Slots
 from ._stats import (
     BucketStats,
     CallStats,
@@ -188,6 +188,9 @@ class BucketSource(_BucketRequests, ProducerBase):
         """End the running request after its next row, for a small read (see :mod:`._slots`)."""
         self.halt = True
 
+    def _is_stopped(self) -> bool:
+        return self.stopped
+
     async def produce(self, merge: Merge[Row], feed: Feed[Row]) -> None:
         """The bucket's producer task: its requests in turn (a :class:`~._merge.Producer`).
 
@@ -251,6 +254,7 @@ class BucketSource(_BucketRequests, ProducerBase):
                     key: bytes | None = None
                     stream = None
                     complete = early = False
+                    paused = 0.0
                     try:
                         stream = self.stream = await self._read_rows_stream(
                             query, **request_timeouts(self._deadline, self._timeouts)
@@ -291,6 +295,15 @@ class BucketSource(_BucketRequests, ProducerBase):
                                     feed.wake_left -= 1
                                     if not feed.wake_left:
                                         feed.wake()
+                            if limiter.small:
+                                # Read-ahead pauses while a small read runs (see
+                                # AsyncSlots.pause_for_small); paused too long, it ends here.
+                                paused += await limiter.pause_for_small(
+                                    feed.urgent, self._is_stopped, PAUSE_MOST - paused
+                                )
+                                if paused >= PAUSE_MOST:
+                                    early = True
+                                    break
                             if granted < end_at and got <= cap:
                                 continue
                             if streams:
@@ -496,6 +509,7 @@ class OneRequestSource(_OneRequest):
         started = time.monotonic()
         stream = None
         complete = False
+        limiter.small_begins()
         try:
             stream = self.stream = await self._read_rows_stream(
                 self._one.query, **request_timeouts(self._deadline, self._timeouts)
@@ -519,6 +533,7 @@ class OneRequestSource(_OneRequest):
                 raise
         finally:
             self.stream = None
+            limiter.small_ends()
             limiter.release(self)
             if stream is not None:
                 with anyio.CancelScope(shield=True):
@@ -855,6 +870,8 @@ class SyncBucketSource(_BucketRequests):
         key: bytes | None = None
         complete = capped = False
         request = self.request
+        slots = self._slots
+        paused = 0.0
         if not request.begin():
             return Sent(0, False)
         try:
@@ -888,6 +905,15 @@ class SyncBucketSource(_BucketRequests):
                         # (as at the byte cap: the next one resumes after this row).
                         capped = True
                         break
+                    if slots.small:
+                        # Read-ahead pauses while a small read runs (see
+                        # Slots.pause_for_small); paused too long, it ends here.
+                        paused += slots.pause_for_small(
+                            feed.urgent, request.is_stopped, PAUSE_MOST - paused
+                        )
+                        if paused >= PAUSE_MOST:
+                            capped = True
+                            break
                 else:
                     complete = not request.stopped
             finally:
@@ -958,6 +984,7 @@ class SyncOneRequestSource(_OneRequest):
                 return Sent(0, False)
             raise slot_timeout(self._timeouts, self._slots.total)
         started = time.monotonic()
+        self._slots.small_begins()
         try:
             if not request.begin():
                 return Sent(0, False)
@@ -984,6 +1011,7 @@ class SyncOneRequestSource(_OneRequest):
             # The caller left: the RPC was cancelled under the request.
         finally:
             request.end()
+            self._slots.small_ends()
             self._slots.release(self)
         return Sent(self.received, False)
 

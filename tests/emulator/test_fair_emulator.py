@@ -231,3 +231,187 @@ def test_a_sync_scan_request_gives_way_to_a_small_read_after_its_next_row(
             if small.ident is not None:
                 small.join(60)
         assert salted.limiter.free == 1
+
+
+# -- read-ahead pauses while a small read runs -------------------------------------
+
+FREE_ROWS = 2  # rows a scan request reads before its gate applies
+
+
+class HeldSmall(Counting):
+    """A table whose small read's request is held open until ``small_gate`` is set, and
+    whose scan requests read ``FREE_ROWS`` rows freely, then one row per ``permits``
+    release (``blocked``: requests waiting there); ``scan_rows`` counts their rows."""
+
+    def __init__(self, table: Any, permits: Any, small_gate: Any) -> None:
+        super().__init__(table)
+        self.permits = permits
+        self.small_gate = small_gate
+        self.scan_rows = 0
+        self.blocked = 0
+
+
+class _SyncHeld:
+    def __init__(self, owner: HeldSmall, stream: Any, small: bool) -> None:
+        self._owner, self._stream, self._small, self._rows = owner, stream, small, 0
+
+    def __iter__(self) -> _SyncHeld:
+        return self
+
+    def __next__(self) -> Any:
+        owner = self._owner
+        if self._small:
+            assert owner.small_gate.wait(60)
+        elif self._rows >= FREE_ROWS:
+            owner.blocked += 1
+            assert owner.permits.acquire(timeout=60)
+            owner.blocked -= 1
+        row = next(self._stream)
+        if not self._small:
+            self._rows += 1
+            owner.scan_rows += 1
+        return row
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class SyncHeldSmall(HeldSmall):
+    def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Any:
+        self._record(query)
+        return _SyncHeld(self, self._table.read_rows_stream(query, **kwargs), is_small(query))
+
+
+class _AsyncHeld:
+    def __init__(self, owner: HeldSmall, stream: Any, small: bool) -> None:
+        self._owner, self._stream, self._small, self._rows = owner, stream, small, 0
+
+    def __aiter__(self) -> _AsyncHeld:
+        return self
+
+    async def __anext__(self) -> Any:
+        owner = self._owner
+        if self._small:
+            await owner.small_gate.wait()
+        elif self._rows >= FREE_ROWS:
+            owner.blocked += 1
+            try:
+                await owner.permits.acquire()
+            finally:
+                owner.blocked -= 1
+        row = await self._stream.__anext__()
+        if not self._small:
+            self._rows += 1
+            owner.scan_rows += 1
+        return row
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class AsyncHeldSmall(HeldSmall):
+    async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Any:
+        self._record(query)
+        stream = await self._table.read_rows_stream(query, **kwargs)
+        return _AsyncHeld(self, stream, is_small(query))
+
+
+PERMITS = 200
+
+
+def test_a_sync_scans_read_ahead_pauses_while_a_small_read_runs(
+    emulator: Emulator, table_id: str
+) -> None:
+    """Slots to spare (64): a scan whose consumer went away has requests running (its
+    read-ahead, gated after two rows). While a small read's request is open, those
+    requests take at most one more row each, although 200 rows are there for them (the
+    old code read on); once it ends they go on, and the scan reads every row once."""
+    with BigtableDataClient(project=PROJECT) as client:
+        held = SyncHeldSmall(
+            client.get_table(INSTANCE, table_id), threading.Semaphore(0), threading.Event()
+        )
+        salted = SaltedTable(held, SCHEME, max_concurrent_subscans=64, guard=False)  # type: ignore[arg-type]
+        scan: Iterator[Any] = iter(salted.read_rows_stream(ReadRowsQuery(), ordered=False))
+        small_rows: list[bytes] = []
+        small = threading.Thread(
+            target=lambda: small_rows.extend(r.row_key for r in salted.read_rows(SMALL))
+        )
+        try:
+            seen = [next(scan).row_key]  # its consumer took a row, then went away
+            deadline = time.monotonic() + 60
+            while held.blocked < 1:  # a read-ahead request waits at its gate
+                assert time.monotonic() < deadline, "no scan request reached its gate"
+                time.sleep(0.001)
+            running = held.blocked
+            small.start()
+            while salted.limiter.small < 1:
+                assert time.monotonic() < deadline, "the small read's request never began"
+                time.sleep(0.001)
+            before = held.scan_rows
+            held.permits.release(PERMITS)
+            # Until a request pauses, or the requests read past the row each may take.
+            while salted.limiter.paused < 1 and held.scan_rows - before <= running:
+                assert time.monotonic() < deadline, "no scan request paused or read on"
+                time.sleep(0.001)
+            time.sleep(0.3)  # room for a request that does not pause to read on
+            took = held.scan_rows - before
+            assert took <= running, f"scan requests read {took} rows while the small read ran"
+            held.small_gate.set()
+            small.join(60)
+            assert small_rows == KEYS[1000:1010]
+            held.permits.release(100_000)
+            seen.extend(r.row_key for r in scan)
+            assert sorted(seen) == KEYS
+        finally:
+            held.small_gate.set()
+            held.permits.release(100_000)
+            scan.close()  # type: ignore[attr-defined]
+            if small.ident is not None:
+                small.join(60)
+        assert salted.limiter.free == 64
+        assert salted.limiter.small == 0
+
+
+async def test_an_async_scans_read_ahead_pauses_while_a_small_read_runs(
+    data_client: BigtableDataClientAsync, table_id: str
+) -> None:
+    """As the sync test, for the async table (all the scan's requests run at once)."""
+    held = AsyncHeldSmall(
+        data_client.get_table(INSTANCE, table_id), asyncio.Semaphore(0), asyncio.Event()
+    )
+    salted = SaltedTableAsync(held, SCHEME, max_concurrent_subscans=64, guard=False)  # type: ignore[arg-type]
+    scan = await salted.read_rows_stream(ReadRowsQuery(), ordered=False)
+    small: asyncio.Task[list[Any]] | None = None
+    try:
+        with anyio.fail_after(60):
+            seen = [(await anext(aiter(scan))).row_key]
+            while held.blocked < SCHEME.buckets:  # noqa: ASYNC110 (no event to wait on)
+                await asyncio.sleep(0.001)
+            running = held.blocked
+            small = asyncio.create_task(salted.read_rows(SMALL))
+            while salted.limiter.small < 1:  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
+            before = held.scan_rows
+            for _ in range(PERMITS):
+                held.permits.release()
+            # Until a request pauses, or the requests read past the row each may take.
+            while salted.limiter.paused < 1 and held.scan_rows - before <= running:  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.3)  # room for a request that does not pause to read on
+            took = held.scan_rows - before
+            assert took <= running, f"scan requests read {took} rows while the small read ran"
+            held.small_gate.set()
+            assert [r.row_key for r in await small] == KEYS[1000:1010]
+            for _ in range(100_000):
+                held.permits.release()
+            seen.extend([r.row_key async for r in scan])
+            assert sorted(seen) == KEYS
+    finally:
+        held.small_gate.set()
+        for _ in range(100_000):
+            held.permits.release()
+        await scan.aclose()  # type: ignore[attr-defined]
+        if small is not None:
+            await asyncio.gather(small, return_exceptions=True)
+    assert salted.limiter.borrowed_tokens == 0
+    assert salted.limiter.small == 0

@@ -849,3 +849,104 @@ def test_sync_requests_give_way_at_most_once_per_give_way_interval(
     assert got == [True, True]
     slots.release()
     assert slots.free == 1
+
+
+# -- read-ahead pauses while a small read runs ------------------------------------
+
+
+def test_a_sync_background_request_pauses_until_the_small_read_ends() -> None:
+    """``pause_for_small`` waits while a small read's request runs, and returns when it
+    ends (woken, not at the end of ``most``); with no small read it does not wait."""
+    slots = Slots(4)
+    assert slots.pause_for_small(lambda: False, lambda: False, 60) < 60
+    assert slots.paused == 0
+    slots.small_begins()
+    waited: list[float] = []
+    pause = threading.Thread(
+        target=lambda: waited.append(slots.pause_for_small(lambda: False, lambda: False, 60))
+    )
+    pause.start()
+    _wait_for(lambda: slots.paused == 1)
+    assert not waited  # still paused: the small read runs
+    slots.small_ends()
+    pause.join(10)
+    assert not pause.is_alive()
+    assert len(waited) == 1
+    assert waited[0] < 60
+    assert slots.paused == 0
+    assert slots.small == 0
+
+
+def test_a_sync_pause_ends_when_its_consumer_waits_its_read_stops_or_most_passes() -> None:
+    slots = Slots(4)
+    slots.small_begins()
+    consumer_waits = threading.Event()
+    stopped = threading.Event()
+    for flag, release in (
+        (consumer_waits, consumer_waits.set),
+        (stopped, lambda: (stopped.set(), slots.interrupt())),
+    ):
+        done = threading.Event()
+
+        def pause(done: threading.Event = done) -> None:
+            slots.pause_for_small(consumer_waits.is_set, stopped.is_set, 60)
+            done.set()
+
+        thread = threading.Thread(target=pause)
+        thread.start()
+        _wait_for(lambda: slots.paused == 1)
+        assert not done.is_set()
+        release()
+        thread.join(10)
+        assert done.is_set(), f"the pause went on after {flag}"
+        consumer_waits.clear()
+        stopped.clear()
+    # `most` bounds it while the small read still runs.
+    assert slots.pause_for_small(lambda: False, lambda: False, 0.05) >= 0.05
+    assert slots.small == 1
+    assert slots.paused == 0
+    slots.small_ends()
+    with pytest.raises(ValueError, match="small_ends"):
+        slots.small_ends()
+
+
+async def test_an_async_background_request_pauses_until_the_small_read_ends() -> None:
+    slots = AsyncSlots(4)
+    assert await slots.pause_for_small(lambda: False, lambda: False, 60) < 60
+    slots.small_begins()
+    slots.small_begins()
+    pause = asyncio.create_task(slots.pause_for_small(lambda: False, lambda: False, 60))
+    with anyio.fail_after(10):
+        while slots.paused != 1:  # noqa: ASYNC110 (no event to wait on)
+            await asyncio.sleep(0.001)
+    slots.small_ends()
+    await asyncio.sleep(0.05)
+    assert not pause.done()  # one small read still runs
+    slots.small_ends()
+    with anyio.fail_after(10):
+        assert await pause < 60
+    assert slots.paused == 0
+    with pytest.raises(ValueError, match="small_ends"):
+        slots.small_ends()
+
+
+async def test_an_async_pause_ends_when_its_consumer_waits_or_most_passes_or_it_is_cancelled() -> (
+    None
+):
+    slots = AsyncSlots(4)
+    slots.small_begins()
+    waits = False
+    pause = asyncio.create_task(slots.pause_for_small(lambda: waits, lambda: False, 60))
+    await asyncio.sleep(0.05)
+    assert not pause.done()
+    waits = True
+    with anyio.fail_after(10):
+        await pause
+    assert await slots.pause_for_small(lambda: False, lambda: False, 0.05) >= 0.05
+    pause = asyncio.create_task(slots.pause_for_small(lambda: False, lambda: False, 60))
+    await asyncio.sleep(0.01)
+    pause.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pause
+    assert slots.paused == 0
+    assert slots.small == 1

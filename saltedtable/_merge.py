@@ -1521,6 +1521,8 @@ class ThreadMerge(MergeCore[T]):
         if step.batch is not None:
             for feed in step.feeds:
                 feed.wake_at = step.batch
+                if feed.slot_watch is not None:
+                    feed.slot_watch()  # a request pausing for a small read goes on
         timeout = self._wake_delay if step.batch is not None and step.batch > 1 else None
         try:
             self._cond.wait(timeout)

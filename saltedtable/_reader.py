@@ -188,8 +188,8 @@ class BucketSource(_BucketRequests, ProducerBase):
         """End the running request after its next row, for a small read (see :mod:`._slots`)."""
         self.halt = True
 
-    def _is_stopped(self) -> bool:
-        return self.stopped
+    def _halted(self) -> bool:
+        return self.halt
 
     async def produce(self, merge: Merge[Row], feed: Feed[Row]) -> None:
         """The bucket's producer task: its requests in turn (a :class:`~._merge.Producer`).
@@ -297,13 +297,21 @@ class BucketSource(_BucketRequests, ProducerBase):
                                         feed.wake()
                             if limiter.small:
                                 # Read-ahead pauses while a small read runs (see
-                                # AsyncSlots.pause_for_small); paused too long, it ends here.
-                                paused += await limiter.pause_for_small(
-                                    feed.urgent, self._is_stopped, PAUSE_MOST - paused
+                                # AsyncSlots.pause_for_small).
+                                waited = await limiter.pause_for_small(
+                                    feed, self._halted, PAUSE_MOST - paused
                                 )
-                                if paused >= PAUSE_MOST:
-                                    early = True
-                                    break
+                                if waited:
+                                    paused += waited
+                                    if self.stopped:
+                                        break  # between rows: end_stream below cancels the RPC
+                                    if self.halt or paused >= PAUSE_MOST:
+                                        # Asked to give way while paused, or paused too
+                                        # long: end here (the next request resumes after
+                                        # this row).
+                                        self.halt = False
+                                        early = True
+                                        break
                             if granted < end_at and got <= cap:
                                 continue
                             if streams:
@@ -872,6 +880,10 @@ class SyncBucketSource(_BucketRequests):
         request = self.request
         slots = self._slots
         paused = 0.0
+
+        def halted() -> bool:
+            return self.halt or request.stopped or merge.stopping
+
         if not request.begin():
             return Sent(0, False)
         try:
@@ -907,13 +919,17 @@ class SyncBucketSource(_BucketRequests):
                         break
                     if slots.small:
                         # Read-ahead pauses while a small read runs (see
-                        # Slots.pause_for_small); paused too long, it ends here.
-                        paused += slots.pause_for_small(
-                            feed.urgent, request.is_stopped, PAUSE_MOST - paused
-                        )
-                        if paused >= PAUSE_MOST:
-                            capped = True
-                            break
+                        # Slots.pause_for_small).
+                        waited = slots.pause_for_small(feed, halted, PAUSE_MOST - paused)
+                        if waited:
+                            paused += waited
+                            if request.stopped or merge.stopping:
+                                break
+                            if self.halt or paused >= PAUSE_MOST:
+                                # Asked to give way while paused, or paused too long:
+                                # end here (the next request resumes after this row).
+                                capped = True
+                                break
                 else:
                     complete = not request.stopped
             finally:

@@ -41,6 +41,14 @@ of a scan down to a row), and its slot goes straight to that small read
 scan's next request queues like any other, so scans still take turns among
 themselves. This matters with few slots, where no reserve (below) is kept.
 
+Slots are not all a small read needs: on few cores the rows of many running
+read-ahead requests take the processor (and, sync, the interpreter lock and
+the client's channel thread) from it. So while a small read's request runs
+(:meth:`Slots.small_begins` to :meth:`Slots.small_ends`), a running
+background request pauses between rows (:meth:`Slots.pause_for_small`) until
+none runs, or its consumer waits for it, or it has paused
+:data:`PAUSE_MOST` seconds in all (then it ends after that row).
+
 The last ``total // RESERVE_SHARE`` free slots are kept for *small* reads
 (waiters with no ``urgent`` check: a read in one request, such as a
 ``read_row`` or a short range) whose read holds none: with many slots a small
@@ -60,6 +68,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from operator import attrgetter
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar, final
@@ -79,6 +88,19 @@ class _Waiter(Protocol):
 
     @property
     def owner(self) -> object: ...
+
+
+class _Pausing(Protocol):
+    """What a pause for small reads needs of a merge's feed (see :meth:`Slots.pause_for_small`)."""
+
+    slot_watch: Callable[[], None] | None
+
+    def urgent(self) -> bool: ...
+
+
+def _settle(wake: asyncio.Future[None]) -> None:
+    if not wake.done():
+        wake.set_result(None)
 
 
 class _Runner(Protocol):
@@ -299,6 +321,17 @@ class _Queue(Generic[_Q]):
         if not group.count:
             del self._groups[ticket.owner]
 
+    def has_foreground(self) -> bool:
+        """Whether a foreground waiter (see :func:`next_waiter`) waits."""
+        for group in self._groups.values():
+            for ticket in group.plain:
+                urgent = ticket.urgent
+                if urgent is None or urgent():
+                    return True
+            if _top(group.fg, _FG) is not None:
+                return True
+        return False
+
     def pick(
         self, held: Mapping[object, int], served: Mapping[int, int], idle_only: bool
     ) -> _Q | None:
@@ -484,7 +517,7 @@ class Slots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_give_way", "_lock", "_queue", "_quiet", "_turns", "paused", "small", "total")
+    __slots__ = ("_give_way", "_lock", "_pausers", "_queue", "_turns", "paused", "small", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -498,8 +531,8 @@ class Slots:
         # Reentrant: a stream dropped and finalised by the garbage collector while
         # this thread holds the lock stops its read, which interrupts the waiters.
         self._lock = threading.RLock()
-        # Notified when the last small read ends (see pause_for_small).
-        self._quiet = threading.Condition(self._lock)
+        # The events of requests pausing for small reads (see pause_for_small).
+        self._pausers: set[threading.Event] = set()
         self._queue: _Queue[_Ticket] = _Queue()
         self._turns = _Turns(total)
         self._give_way: _GiveWay[_Ticket] = _GiveWay()
@@ -550,6 +583,8 @@ class Slots:
             ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
             self._queue.append(ticket, False)
             self._dispatch()
+            if not ticket.granted:
+                self._wake_pausers()  # a paused request may hold the slot it waits for
             # A small read that has to wait: the request that has held its slot
             # longest ends after its next row and hands the slot to it, unless a
             # request gave way less than GIVE_WAY_AFTER ago (then asked once
@@ -565,6 +600,7 @@ class Slots:
                         due = self._give_way.due(now)
                         if due <= 0:
                             self._give_way.ask(ticket, now)
+                            self._wake_pausers()
                             ask = False
                         else:
                             left = min(left, due)
@@ -611,7 +647,7 @@ class Slots:
             for ticket in self._queue:
                 if ticket.abort():
                     ticket.wake.notify()
-            self._quiet.notify_all()
+            self._wake_pausers()
 
     def small_begins(self) -> None:
         """A small read's request (holding a slot) starts: read-ahead pauses for it."""
@@ -625,35 +661,55 @@ class Slots:
                 raise ValueError("Slots: small_ends() without small_begins()")
             self.small -= 1
             if not self.small:
-                self._quiet.notify_all()
+                self._wake_pausers()
 
-    def pause_for_small(
-        self, urgent: Callable[[], bool], abort: Callable[[], bool], most: float
-    ) -> float:
-        """Wait while a small read runs and ``urgent()`` is False; the seconds waited.
+    def _wake_pausers(self) -> None:
+        for wake in self._pausers:
+            wake.set()
 
-        A running request whose consumer still has rows to take (background)
-        calls this between rows when :attr:`small` says a small read runs: on
-        two cores and one interpreter the rows of many such requests take
-        the processor and the interpreter's lock from the small read's
-        request, which then waits for them (with the sync client, 3-6x the
-        plain table's latency next to 10 slow scans). The wait ends when no
-        small read runs, when ``urgent()`` turns True (its consumer now waits
-        for it; asked every :data:`PAUSE_SLICE` seconds), when ``abort()``
-        (its read stopped: :meth:`interrupt` wakes it), or after ``most``
-        seconds.
+    def _foreground_waits(self) -> bool:
+        with self._lock:
+            return self._queue.has_foreground()
+
+    def pause_for_small(self, feed: _Pausing, abort: Callable[[], bool], most: float) -> float:
+        """Wait while a small read runs, for a request of ``feed`` that is read-ahead;
+        the seconds waited (0.0: it did not wait).
+
+        A running request whose consumer still has rows to take (background:
+        ``feed.urgent()`` False) calls this between rows when :attr:`small`
+        says a small read runs: on two cores and one interpreter the rows of
+        many such requests take the processor, the interpreter's lock and the
+        client's channel thread from the small read's request (with the sync
+        client, 3-6x the plain table's latency next to 10 slow scans). The
+        wait ends as soon as no small read runs, the feed's consumer starts
+        to wait for it (the feed's ``slot_watch`` wakes it), a foreground
+        request queues for a slot (this request holds one), ``abort()`` (its
+        read stopped, or it was asked to give way), or after ``most``
+        seconds; conditions nothing wakes it for are asked again every
+        :data:`PAUSE_SLICE` seconds.
         """
+        if not self.small or feed.urgent() or abort():
+            return 0.0
         start = time.monotonic()
         end = start + most
+        wake = threading.Event()
         with self._lock:
+            self._pausers.add(wake)
             self.paused += 1
-            try:
-                while self.small and not urgent() and not abort():
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._quiet.wait(min(left, PAUSE_SLICE))
-            finally:
+        feed.slot_watch = wake.set
+        try:
+            while self.small and not feed.urgent() and not abort():
+                if self._foreground_waits():
+                    break
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                wake.wait(min(left, PAUSE_SLICE))
+                wake.clear()
+        finally:
+            feed.slot_watch = None
+            with self._lock:
+                self._pausers.discard(wake)
                 self.paused -= 1
         return time.monotonic() - start
 
@@ -687,7 +743,7 @@ class AsyncSlots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_give_way", "_queue", "_quiet", "_turns", "paused", "small", "total")
+    __slots__ = ("_give_way", "_pausers", "_queue", "_turns", "paused", "small", "total")
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -698,8 +754,8 @@ class AsyncSlots:
         self.small = 0
         #: Requests pausing for them now (see :meth:`pause_for_small`).
         self.paused = 0
-        # Resolved when the last small read ends (made by the first pause that waits).
-        self._quiet: asyncio.Future[None] | None = None
+        # The futures of requests pausing for small reads (see pause_for_small).
+        self._pausers: set[asyncio.Future[None]] = set()
         self._queue: _Queue[_AsyncTicket] = _Queue()
         self._turns = _Turns(total)
         self._give_way: _GiveWay[_AsyncTicket] = _GiveWay()
@@ -774,6 +830,7 @@ class AsyncSlots:
         if ticket.granted:
             self._give_way.holds(runner)
             return True
+        self._wake_pausers()  # a paused request may hold the slot it waits for
         if urgent is None and not turns.held.get(owner):
             # A small read has to wait: the request that has held its slot
             # longest ends at its next row and hands the slot to it, unless a
@@ -806,6 +863,7 @@ class AsyncSlots:
         """
         if not ticket.granted and ticket.state and self._give_way:
             self._give_way.ask(ticket, time.monotonic())
+            self._wake_pausers()
 
     def release(self, owner: object = None, runner: _Runner | None = None) -> None:
         """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
@@ -836,30 +894,40 @@ class AsyncSlots:
         if self.small < 1:
             raise ValueError("AsyncSlots: small_ends() without small_begins()")
         self.small -= 1
-        quiet = self._quiet
-        if not self.small and quiet is not None:
-            self._quiet = None
-            if not quiet.done():
-                quiet.set_result(None)
+        if not self.small:
+            self._wake_pausers()
+
+    def _wake_pausers(self) -> None:
+        for wake in self._pausers:
+            if not wake.done():
+                wake.set_result(None)
 
     async def pause_for_small(
-        self, urgent: Callable[[], bool], abort: Callable[[], bool], most: float
+        self, feed: _Pausing, abort: Callable[[], bool], most: float
     ) -> float:
-        """As :meth:`Slots.pause_for_small`: wait while a small read runs and
-        ``urgent()`` is False, at most ``most`` seconds; the seconds waited."""
+        """As :meth:`Slots.pause_for_small`, for a task of the event loop."""
+        if not self.small or feed.urgent() or abort():
+            return 0.0
         start = time.monotonic()
         end = start + most
+        loop = asyncio.get_running_loop()
         self.paused += 1
         try:
-            while self.small and not urgent() and not abort():
+            while self.small and not feed.urgent() and not abort():
+                if self._queue.has_foreground():
+                    break
                 left = end - time.monotonic()
                 if left <= 0:
                     break
-                quiet = self._quiet
-                if quiet is None:
-                    quiet = self._quiet = asyncio.get_running_loop().create_future()
-                with anyio.move_on_after(min(left, PAUSE_SLICE)):
-                    await asyncio.shield(quiet)
+                wake: asyncio.Future[None] = loop.create_future()
+                self._pausers.add(wake)
+                feed.slot_watch = partial(_settle, wake)
+                try:
+                    with anyio.move_on_after(min(left, PAUSE_SLICE)):
+                        await wake
+                finally:
+                    feed.slot_watch = None
+                    self._pausers.discard(wake)
         finally:
             self.paused -= 1
         return time.monotonic() - start

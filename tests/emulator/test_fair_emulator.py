@@ -25,7 +25,7 @@ from google.cloud.bigtable.data import (
     RowRange,
 )
 
-from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme, _reader
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable, salted_table_of
 
@@ -236,24 +236,33 @@ def test_a_sync_scan_request_gives_way_to_a_small_read_after_its_next_row(
 # -- read-ahead pauses while a small read runs -------------------------------------
 
 FREE_ROWS = 2  # rows a scan request reads before its gate applies
+PERMITS = 200
 
 
 class HeldSmall(Counting):
     """A table whose small read's request is held open until ``small_gate`` is set, and
     whose scan requests read ``FREE_ROWS`` rows freely, then one row per ``permits``
-    release (``blocked``: requests waiting there); ``scan_rows`` counts their rows."""
+    release (``blocked``: requests waiting there). ``streams``: every scan stream."""
 
     def __init__(self, table: Any, permits: Any, small_gate: Any) -> None:
         super().__init__(table)
         self.permits = permits
         self.small_gate = small_gate
-        self.scan_rows = 0
         self.blocked = 0
+        self.streams: list[Any] = []
+
+    def mark(self) -> dict[int, int]:
+        """Rows each scan stream has read so far."""
+        return {id(stream): stream.rows for stream in self.streams}
+
+    def most_since(self, mark: dict[int, int]) -> int:
+        """The most rows one scan stream read since ``mark`` (new streams: all theirs)."""
+        return max((st.rows - mark.get(id(st), 0) for st in self.streams), default=0)
 
 
 class _SyncHeld:
     def __init__(self, owner: HeldSmall, stream: Any, small: bool) -> None:
-        self._owner, self._stream, self._small, self._rows = owner, stream, small, 0
+        self._owner, self._stream, self._small, self.rows = owner, stream, small, 0
 
     def __iter__(self) -> _SyncHeld:
         return self
@@ -262,14 +271,12 @@ class _SyncHeld:
         owner = self._owner
         if self._small:
             assert owner.small_gate.wait(60)
-        elif self._rows >= FREE_ROWS:
+        elif self.rows >= FREE_ROWS:
             owner.blocked += 1
             assert owner.permits.acquire(timeout=60)
             owner.blocked -= 1
         row = next(self._stream)
-        if not self._small:
-            self._rows += 1
-            owner.scan_rows += 1
+        self.rows += 1
         return row
 
     def close(self) -> None:
@@ -279,12 +286,15 @@ class _SyncHeld:
 class SyncHeldSmall(HeldSmall):
     def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Any:
         self._record(query)
-        return _SyncHeld(self, self._table.read_rows_stream(query, **kwargs), is_small(query))
+        stream = _SyncHeld(self, self._table.read_rows_stream(query, **kwargs), is_small(query))
+        if not is_small(query):
+            self.streams.append(stream)
+        return stream
 
 
 class _AsyncHeld:
     def __init__(self, owner: HeldSmall, stream: Any, small: bool) -> None:
-        self._owner, self._stream, self._small, self._rows = owner, stream, small, 0
+        self._owner, self._stream, self._small, self.rows = owner, stream, small, 0
 
     def __aiter__(self) -> _AsyncHeld:
         return self
@@ -293,16 +303,14 @@ class _AsyncHeld:
         owner = self._owner
         if self._small:
             await owner.small_gate.wait()
-        elif self._rows >= FREE_ROWS:
+        elif self.rows >= FREE_ROWS:
             owner.blocked += 1
             try:
                 await owner.permits.acquire()
             finally:
                 owner.blocked -= 1
         row = await self._stream.__anext__()
-        if not self._small:
-            self._rows += 1
-            owner.scan_rows += 1
+        self.rows += 1
         return row
 
     async def aclose(self) -> None:
@@ -312,20 +320,31 @@ class _AsyncHeld:
 class AsyncHeldSmall(HeldSmall):
     async def read_rows_stream(self, query: ReadRowsQuery, **kwargs: Any) -> Any:
         self._record(query)
-        stream = await self._table.read_rows_stream(query, **kwargs)
-        return _AsyncHeld(self, stream, is_small(query))
+        stream = _AsyncHeld(
+            self, await self._table.read_rows_stream(query, **kwargs), is_small(query)
+        )
+        if not is_small(query):
+            self.streams.append(stream)
+        return stream
 
 
-PERMITS = 200
+@pytest.fixture(params=["pauses", "ends"])
+def pause_most(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``pauses``: the default PAUSE_MOST (1 s: the small read ends first); ``ends``:
+    0.1 s, so the paused requests end and the bucket asks again while it is open."""
+    if request.param == "ends":
+        monkeypatch.setattr(_reader, "PAUSE_MOST", 0.1)
+    return str(request.param)
 
 
 def test_a_sync_scans_read_ahead_pauses_while_a_small_read_runs(
-    emulator: Emulator, table_id: str
+    emulator: Emulator, table_id: str, pause_most: str
 ) -> None:
     """Slots to spare (64): a scan whose consumer went away has requests running (its
-    read-ahead, gated after two rows). While a small read's request is open, those
-    requests take at most one more row each, although 200 rows are there for them (the
-    old code read on); once it ends they go on, and the scan reads every row once."""
+    read-ahead, gated after two rows). While a small read's request is open, each of
+    those requests takes at most one more row, although 200 rows are there for them
+    (the old code read on). A request paused for PAUSE_MOST ends, and the bucket's next
+    one pauses too. Then the scan reads every row once."""
     with BigtableDataClient(project=PROJECT) as client:
         held = SyncHeldSmall(
             client.get_table(INSTANCE, table_id), threading.Semaphore(0), threading.Event()
@@ -342,20 +361,23 @@ def test_a_sync_scans_read_ahead_pauses_while_a_small_read_runs(
             while held.blocked < 1:  # a read-ahead request waits at its gate
                 assert time.monotonic() < deadline, "no scan request reached its gate"
                 time.sleep(0.001)
-            running = held.blocked
             small.start()
             while salted.limiter.small < 1:
                 assert time.monotonic() < deadline, "the small read's request never began"
                 time.sleep(0.001)
-            before = held.scan_rows
+            mark = held.mark()
+            opened = len(held.streams)
             held.permits.release(PERMITS)
-            # Until a request pauses, or the requests read past the row each may take.
-            while salted.limiter.paused < 1 and held.scan_rows - before <= running:
+            # Until a request pauses (and, for "ends", a new one opened after one ended),
+            # or a request read past the one row it may take.
+            while held.most_since(mark) <= 1 and (
+                salted.limiter.paused < 1 or (pause_most == "ends" and len(held.streams) == opened)
+            ):
                 assert time.monotonic() < deadline, "no scan request paused or read on"
                 time.sleep(0.001)
             time.sleep(0.3)  # room for a request that does not pause to read on
-            took = held.scan_rows - before
-            assert took <= running, f"scan requests read {took} rows while the small read ran"
+            most = held.most_since(mark)
+            assert most <= 1, f"a scan request read {most} rows while the small read ran"
             held.small_gate.set()
             small.join(60)
             assert small_rows == KEYS[1000:1010]
@@ -373,7 +395,7 @@ def test_a_sync_scans_read_ahead_pauses_while_a_small_read_runs(
 
 
 async def test_an_async_scans_read_ahead_pauses_while_a_small_read_runs(
-    data_client: BigtableDataClientAsync, table_id: str
+    data_client: BigtableDataClientAsync, table_id: str, pause_most: str
 ) -> None:
     """As the sync test, for the async table (all the scan's requests run at once)."""
     held = AsyncHeldSmall(
@@ -387,19 +409,20 @@ async def test_an_async_scans_read_ahead_pauses_while_a_small_read_runs(
             seen = [(await anext(aiter(scan))).row_key]
             while held.blocked < SCHEME.buckets:  # noqa: ASYNC110 (no event to wait on)
                 await asyncio.sleep(0.001)
-            running = held.blocked
             small = asyncio.create_task(salted.read_rows(SMALL))
             while salted.limiter.small < 1:  # noqa: ASYNC110
                 await asyncio.sleep(0.001)
-            before = held.scan_rows
+            mark = held.mark()
+            opened = len(held.streams)
             for _ in range(PERMITS):
                 held.permits.release()
-            # Until a request pauses, or the requests read past the row each may take.
-            while salted.limiter.paused < 1 and held.scan_rows - before <= running:  # noqa: ASYNC110
+            while held.most_since(mark) <= 1 and (  # noqa: ASYNC110
+                salted.limiter.paused < 1 or (pause_most == "ends" and len(held.streams) == opened)
+            ):
                 await asyncio.sleep(0.001)
             await asyncio.sleep(0.3)  # room for a request that does not pause to read on
-            took = held.scan_rows - before
-            assert took <= running, f"scan requests read {took} rows while the small read ran"
+            most = held.most_since(mark)
+            assert most <= 1, f"a scan request read {most} rows while the small read ran"
             held.small_gate.set()
             assert [r.row_key for r in await small] == KEYS[1000:1010]
             for _ in range(100_000):

@@ -854,68 +854,138 @@ def test_sync_requests_give_way_at_most_once_per_give_way_interval(
 # -- read-ahead pauses while a small read runs ------------------------------------
 
 
-def test_a_sync_background_request_pauses_until_the_small_read_ends() -> None:
-    """``pause_for_small`` waits while a small read's request runs, and returns when it
-    ends (woken, not at the end of ``most``); with no small read it does not wait."""
-    slots = Slots(4)
-    assert slots.pause_for_small(lambda: False, lambda: False, 60) < 60
-    assert slots.paused == 0
-    slots.small_begins()
+class PFeed:
+    """A merge feed as a pause sees it: ``urgent()`` and the ``slot_watch`` hook."""
+
+    def __init__(self) -> None:
+        self.waits = False
+        self.slot_watch: object = None
+
+    def urgent(self) -> bool:
+        return self.waits
+
+    def consumer_waits(self) -> None:
+        self.waits = True
+        if self.slot_watch is not None:
+            self.slot_watch()  # type: ignore[operator]
+
+
+@pytest.fixture
+def no_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pauses are not asked again on a timer: only a wake-up ends one early."""
+    monkeypatch.setattr(_slots, "PAUSE_SLICE", 60.0)
+
+
+def _never_stop() -> bool:
+    return False
+
+
+def _pause_in_thread(
+    slots: Slots, feed: PFeed, abort: object = _never_stop
+) -> tuple[threading.Thread, list[float]]:
     waited: list[float] = []
-    pause = threading.Thread(
-        target=lambda: waited.append(slots.pause_for_small(lambda: False, lambda: False, 60))
+    thread = threading.Thread(
+        target=lambda: waited.append(slots.pause_for_small(feed, abort, 60))  # type: ignore[arg-type]
     )
-    pause.start()
+    thread.start()
     _wait_for(lambda: slots.paused == 1)
-    assert not waited  # still paused: the small read runs
+    return thread, waited
+
+
+@pytest.mark.usefixtures("no_polling")
+def test_a_sync_background_request_pauses_until_the_small_read_ends() -> None:
+    """``pause_for_small`` waits while a small read's request runs and is woken when it
+    ends; with no small read, or for a feed whose consumer waits, it does not wait."""
+    slots = Slots(4)
+    feed = PFeed()
+    assert slots.pause_for_small(feed, _never_stop, 60) == 0.0
+    slots.small_begins()
+    slots.small_begins()
+    thread, waited = _pause_in_thread(slots, feed)
     slots.small_ends()
-    pause.join(10)
-    assert not pause.is_alive()
-    assert len(waited) == 1
-    assert waited[0] < 60
+    time.sleep(0.05)
+    assert not waited  # one small read still runs
+    slots.small_ends()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert 0 < waited[0] < 60
     assert slots.paused == 0
     assert slots.small == 0
-
-
-def test_a_sync_pause_ends_when_its_consumer_waits_its_read_stops_or_most_passes() -> None:
-    slots = Slots(4)
+    feed.waits = True
     slots.small_begins()
-    consumer_waits = threading.Event()
-    stopped = threading.Event()
-    for flag, release in (
-        (consumer_waits, consumer_waits.set),
-        (stopped, lambda: (stopped.set(), slots.interrupt())),
-    ):
-        done = threading.Event()
-
-        def pause(done: threading.Event = done) -> None:
-            slots.pause_for_small(consumer_waits.is_set, stopped.is_set, 60)
-            done.set()
-
-        thread = threading.Thread(target=pause)
-        thread.start()
-        _wait_for(lambda: slots.paused == 1)
-        assert not done.is_set()
-        release()
-        thread.join(10)
-        assert done.is_set(), f"the pause went on after {flag}"
-        consumer_waits.clear()
-        stopped.clear()
-    # `most` bounds it while the small read still runs.
-    assert slots.pause_for_small(lambda: False, lambda: False, 0.05) >= 0.05
-    assert slots.small == 1
-    assert slots.paused == 0
+    assert slots.pause_for_small(feed, _never_stop, 60) == 0.0  # foreground: no pause
     slots.small_ends()
     with pytest.raises(ValueError, match="small_ends"):
         slots.small_ends()
 
 
+@pytest.mark.usefixtures("no_polling")
+def test_a_sync_pause_ends_when_its_consumer_waits_a_foreground_request_queues_or_it_stops() -> (
+    None
+):
+    slots = Slots(1)
+    slots.small_begins()
+    # Its consumer starts to wait for it (the merge calls the feed's slot_watch).
+    feed = PFeed()
+    thread, _ = _pause_in_thread(slots, feed)
+    feed.consumer_waits()
+    thread.join(10)
+    assert not thread.is_alive()
+    # A foreground request queues for a slot (this request holds the only one).
+    assert slots.acquire(0.0, owner="scan")
+    feed = PFeed()
+    thread, _ = _pause_in_thread(slots, feed)
+    first = threading.Thread(
+        target=lambda: slots.acquire(time.monotonic() + 30, urgent=lambda: True, owner="other")
+    )
+    first.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    slots.release("scan")
+    first.join(10)
+    slots.release("other")
+    # Its read stops.
+    stopped = threading.Event()
+    thread, _ = _pause_in_thread(slots, PFeed(), stopped.is_set)
+    stopped.set()
+    slots.interrupt()
+    thread.join(10)
+    assert not thread.is_alive()
+    # `most` bounds it while the small read still runs.
+    assert slots.pause_for_small(PFeed(), _never_stop, 0.05) >= 0.05
+    assert slots.small == 1
+    assert slots.paused == 0
+
+
+@pytest.mark.usefixtures("no_polling", "give_way_at_once")
+def test_a_paused_sync_request_asked_to_give_way_stops_pausing() -> None:
+    """One slot, held by a paused read-ahead request: a second small read that queues
+    asks it to give way, which ends its pause at once (it then ends its request)."""
+    slots = Slots(1)
+    runner = Runner()
+    assert slots.acquire(0.0, urgent=lambda: False, owner="scan", runner=runner)
+    slots.small_begins()  # a small read runs (on a slot of its own, say)
+    thread, _ = _pause_in_thread(slots, PFeed(), lambda: runner.asked > 0)
+    small = threading.Thread(target=lambda: slots.acquire(time.monotonic() + 30, owner="small"))
+    small.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert runner.asked == 1
+    slots.release("scan", runner)
+    small.join(10)
+    slots.release("small")
+    slots.small_ends()
+    assert slots.free == 1
+
+
+@pytest.mark.usefixtures("no_polling")
 async def test_an_async_background_request_pauses_until_the_small_read_ends() -> None:
     slots = AsyncSlots(4)
-    assert await slots.pause_for_small(lambda: False, lambda: False, 60) < 60
+    feed = PFeed()
+    assert await slots.pause_for_small(feed, _never_stop, 60) == 0.0  # type: ignore[arg-type]
     slots.small_begins()
     slots.small_begins()
-    pause = asyncio.create_task(slots.pause_for_small(lambda: False, lambda: False, 60))
+    pause = asyncio.create_task(slots.pause_for_small(feed, _never_stop, 60))  # type: ignore[arg-type]
     with anyio.fail_after(10):
         while slots.paused != 1:  # noqa: ASYNC110 (no event to wait on)
             await asyncio.sleep(0.001)
@@ -924,26 +994,34 @@ async def test_an_async_background_request_pauses_until_the_small_read_ends() ->
     assert not pause.done()  # one small read still runs
     slots.small_ends()
     with anyio.fail_after(10):
-        assert await pause < 60
+        assert 0 < await pause < 60
     assert slots.paused == 0
     with pytest.raises(ValueError, match="small_ends"):
         slots.small_ends()
 
 
-async def test_an_async_pause_ends_when_its_consumer_waits_or_most_passes_or_it_is_cancelled() -> (
-    None
-):
-    slots = AsyncSlots(4)
+@pytest.mark.usefixtures("no_polling")
+async def test_an_async_pause_ends_for_its_consumer_a_foreground_waiter_or_a_cancel() -> None:
+    slots = AsyncSlots(1)
     slots.small_begins()
-    waits = False
-    pause = asyncio.create_task(slots.pause_for_small(lambda: waits, lambda: False, 60))
+    feed = PFeed()
+    pause = asyncio.create_task(slots.pause_for_small(feed, _never_stop, 60))  # type: ignore[arg-type]
     await asyncio.sleep(0.05)
     assert not pause.done()
-    waits = True
+    feed.consumer_waits()
     with anyio.fail_after(10):
         await pause
-    assert await slots.pause_for_small(lambda: False, lambda: False, 0.05) >= 0.05
-    pause = asyncio.create_task(slots.pause_for_small(lambda: False, lambda: False, 60))
+    assert await slots.take(0.0, owner="scan")
+    pause = asyncio.create_task(slots.pause_for_small(PFeed(), _never_stop, 60))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    first = asyncio.create_task(slots.take(time.monotonic() + 30, lambda: True, "other"))
+    with anyio.fail_after(10):
+        await pause
+    slots.release("scan")
+    assert await first
+    slots.release("other")
+    assert await slots.pause_for_small(PFeed(), _never_stop, 0.05) >= 0.05  # type: ignore[arg-type]
+    pause = asyncio.create_task(slots.pause_for_small(PFeed(), _never_stop, 60))  # type: ignore[arg-type]
     await asyncio.sleep(0.01)
     pause.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -298,6 +298,20 @@ class Feed(Generic[T]):
         """
         return self._merge._urgent(self)
 
+    def pausable(self) -> bool:
+        """Whether this feed's running request may pause for a small read (see
+        :meth:`~._slots.Slots.pause_for_small`).
+
+        Read-ahead (not :meth:`urgent`) of a consumer slower than the reads:
+        the feed's window never grew (see :func:`~._strategy.widen`), so the
+        rows it holds last its consumer a while. A consumer that keeps up is
+        not made to wait for pauses: in an ordered read it takes from every
+        bucket in turn, and paused buckets would hand it their rows one wait
+        at a time (measured: an ordered scan next to small reads back to back
+        fell from 13,000 to 3,100 rows/s when every read-ahead paused).
+        """
+        return self._merge._pausable(self)
+
 
 class Wait(NamedTuple):
     """A step of the consumer loop: wait for one of ``feeds`` (see ``MergeCore._wait_for``)."""
@@ -377,7 +391,7 @@ class MergeCore(Generic[T]):
         #: at the start are paged to the end of the read.
         self.stream_cap = self._budget.bytes // (2 * max(1, sources))
         self._feeds = [Feed(self, i) for i in range(sources)]
-        window = first_window(sources)
+        window = self._first_window = first_window(sources)
         for feed in self._feeds:
             feed.window = window
         self._live = sources  # sources not done
@@ -475,6 +489,10 @@ class MergeCore(Generic[T]):
         raise NotImplementedError
 
     # -- producers -------------------------------------------------------------
+
+    def _pausable(self, feed: Feed[T]) -> bool:
+        """See :meth:`Feed.pausable`."""
+        return feed.window <= self._first_window and not self._urgent(feed)
 
     def _urgent(self, feed: Feed[T]) -> bool:
         """See :meth:`Feed.urgent`."""
@@ -593,7 +611,9 @@ class MergeCore(Generic[T]):
 
     def _end(self, feed: Feed[T], size: int, pushed: int) -> None:
         feed.asked = 0
-        feed.ended_at = time.monotonic()
+        # A grant cut short (given way, paused too long, a row past its byte cap)
+        # says nothing of the consumer's pace: no widening after it (see widen).
+        feed.ended_at = time.monotonic() if pushed >= size else 0.0
         self._asked -= size
         self._held += pushed
         self._received += pushed

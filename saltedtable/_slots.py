@@ -95,7 +95,7 @@ class _Pausing(Protocol):
 
     slot_watch: Callable[[], None] | None
 
-    def urgent(self) -> bool: ...
+    def pausable(self) -> bool: ...
 
 
 def _settle(wake: asyncio.Future[None]) -> None:
@@ -675,8 +675,9 @@ class Slots:
         """Wait while a small read runs, for a request of ``feed`` that is read-ahead;
         the seconds waited (0.0: it did not wait).
 
-        A running request whose consumer still has rows to take (background:
-        ``feed.urgent()`` False) calls this between rows when :attr:`small`
+        A running request whose consumer still has rows to take and reads
+        slower than the requests do (``feed.pausable()``: background, and
+        its window never grew) calls this between rows when :attr:`small`
         says a small read runs: on two cores and one interpreter the rows of
         many such requests take the processor, the interpreter's lock and the
         client's channel thread from the small read's request (with the sync
@@ -688,7 +689,7 @@ class Slots:
         seconds; conditions nothing wakes it for are asked again every
         :data:`PAUSE_SLICE` seconds.
         """
-        if not self.small or feed.urgent() or abort():
+        if not self.small or not feed.pausable() or abort():
             return 0.0
         start = time.monotonic()
         end = start + most
@@ -698,7 +699,7 @@ class Slots:
             self.paused += 1
         feed.slot_watch = wake.set
         try:
-            while self.small and not feed.urgent() and not abort():
+            while self.small and feed.pausable() and not abort():
                 if self._foreground_waits():
                     break
                 left = end - time.monotonic()
@@ -906,14 +907,14 @@ class AsyncSlots:
         self, feed: _Pausing, abort: Callable[[], bool], most: float
     ) -> float:
         """As :meth:`Slots.pause_for_small`, for a task of the event loop."""
-        if not self.small or feed.urgent() or abort():
+        if not self.small or not feed.pausable() or abort():
             return 0.0
         start = time.monotonic()
         end = start + most
         loop = asyncio.get_running_loop()
         self.paused += 1
         try:
-            while self.small and not feed.urgent() and not abort():
+            while self.small and feed.pausable() and not abort():
                 if self._queue.has_foreground():
                     break
                 left = end - time.monotonic()

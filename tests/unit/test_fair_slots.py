@@ -861,8 +861,8 @@ class PFeed:
         self.waits = False
         self.slot_watch: object = None
 
-    def urgent(self) -> bool:
-        return self.waits
+    def pausable(self) -> bool:
+        return not self.waits
 
     def consumer_waits(self) -> None:
         self.waits = True

@@ -312,6 +312,13 @@ class Feed(Generic[T]):
         """
         return self._merge._pausable(self)
 
+    def on_pause(self, wake: Callable[[], None] | None) -> None:
+        """While this feed's request pauses for a small read, ``wake`` (None: no
+        longer): called when the consumer starts to wait for any item, when
+        :meth:`pausable` turns False (a paused request of the read may hold
+        what another of its requests waits for: a slot, a worker thread)."""
+        self._merge._on_pause(self, wake)
+
 
 class Wait(NamedTuple):
     """A step of the consumer loop: wait for one of ``feeds`` (see ``MergeCore._wait_for``)."""
@@ -391,6 +398,9 @@ class MergeCore(Generic[T]):
         #: at the start are paged to the end of the read.
         self.stream_cap = self._budget.bytes // (2 * max(1, sources))
         self._feeds = [Feed(self, i) for i in range(sources)]
+        #: Requests pausing for a small read (see Feed.on_pause): woken when the
+        #: consumer starts to wait.
+        self._pause_wakes: dict[Feed[T], Callable[[], None]] = {}
         window = self._first_window = first_window(sources)
         for feed in self._feeds:
             feed.window = window
@@ -492,7 +502,27 @@ class MergeCore(Generic[T]):
 
     def _pausable(self, feed: Feed[T]) -> bool:
         """See :meth:`Feed.pausable`."""
-        return feed.window <= self._first_window and not self._urgent(feed)
+        return (
+            feed.window <= self._first_window
+            and not self._urgent(feed)
+            and not self._consumer_waiting()
+        )
+
+    def _on_pause(self, feed: Feed[T], wake: Callable[[], None] | None) -> None:
+        """See :meth:`Feed.on_pause`."""
+        if wake is None:
+            self._pause_wakes.pop(feed, None)
+        else:
+            self._pause_wakes[feed] = wake
+
+    def _wake_pausers(self) -> None:
+        """The consumer starts to wait: every request pausing for a small read goes on."""
+        for wake in list(self._pause_wakes.values()):
+            wake()
+
+    def _consumer_waiting(self) -> bool:
+        """Whether the consumer waits for any item now (for pauses; see :meth:`_pausable`)."""
+        return False
 
     def _urgent(self, feed: Feed[T]) -> bool:
         """See :meth:`Feed.urgent`."""
@@ -1231,6 +1261,9 @@ class Merge(MergeCore[T]):
     def _consumer_waits(self) -> bool:
         return self._waiter is not None
 
+    def _consumer_waiting(self) -> bool:
+        return self._waiter is not None
+
     def _release(self, feed: Feed[T]) -> None:
         waiter, feed._waiter = feed._waiter, None
         if waiter is not None and not waiter.done():
@@ -1270,6 +1303,8 @@ class Merge(MergeCore[T]):
                 if feed.slot_watch is not None:
                     feed.slot_watch()
         waiter = self._waiter = loop.create_future()
+        if self._pause_wakes:
+            self._wake_pausers()
         timer = None
         started = 0.0
         held = 0
@@ -1416,6 +1451,7 @@ class ThreadMerge(MergeCore[T]):
         self._sources = list(sources)
         self._threads = min(threads, max(1, len(sources)))
         self._cond = threading.Condition()
+        self._waiting = False  # the consumer waits (see _consumer_waiting)
         self._running: set[int] = set()  # feeds with a request submitted or running
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._steps_iter: Iterator[list[T] | Wait] | None = None
@@ -1425,6 +1461,13 @@ class ThreadMerge(MergeCore[T]):
     def stopping(self) -> bool:
         """True once sources should stop at their next item (limit met, closed, failed)."""
         return self._stopping
+
+    def _consumer_waiting(self) -> bool:
+        return self._waiting
+
+    def _on_pause(self, feed: Feed[T], wake: Callable[[], None] | None) -> None:
+        with self._cond:
+            super()._on_pause(feed, wake)
 
     def push(self, feed: Feed[T], item: T, key: Any) -> None:
         """Called by a source, in its worker, for each item it reads."""
@@ -1541,12 +1584,14 @@ class ThreadMerge(MergeCore[T]):
         if step.batch is not None:
             for feed in step.feeds:
                 feed.wake_at = step.batch
-                if feed.slot_watch is not None:
-                    feed.slot_watch()  # a request pausing for a small read goes on
         timeout = self._wake_delay if step.batch is not None and step.batch > 1 else None
+        self._waiting = True
+        if self._pause_wakes:
+            self._wake_pausers()
         try:
             self._cond.wait(timeout)
         finally:
+            self._waiting = False
             for feed in step.feeds:
                 feed.wake_at = _NEVER
         if self._error is not None or self._closed:

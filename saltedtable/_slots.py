@@ -93,9 +93,9 @@ class _Waiter(Protocol):
 class _Pausing(Protocol):
     """What a pause for small reads needs of a merge's feed (see :meth:`Slots.pause_for_small`)."""
 
-    slot_watch: Callable[[], None] | None
-
     def pausable(self) -> bool: ...
+
+    def on_pause(self, wake: Callable[[], None] | None) -> None: ...
 
 
 def _settle(wake: asyncio.Future[None]) -> None:
@@ -682,8 +682,8 @@ class Slots:
         many such requests take the processor, the interpreter's lock and the
         client's channel thread from the small read's request (with the sync
         client, 3-6x the plain table's latency next to 10 slow scans). The
-        wait ends as soon as no small read runs, the feed's consumer starts
-        to wait for it (the feed's ``slot_watch`` wakes it), a foreground
+        wait ends as soon as no small read runs, the read's consumer starts
+        to wait (the feed's ``on_pause`` hook wakes it), a foreground
         request queues for a slot (this request holds one), ``abort()`` (its
         read stopped, or it was asked to give way), or after ``most``
         seconds; conditions nothing wakes it for are asked again every
@@ -697,7 +697,7 @@ class Slots:
         with self._lock:
             self._pausers.add(wake)
             self.paused += 1
-        feed.slot_watch = wake.set
+        feed.on_pause(wake.set)
         try:
             while self.small and feed.pausable() and not abort():
                 if self._foreground_waits():
@@ -708,7 +708,7 @@ class Slots:
                 wake.wait(min(left, PAUSE_SLICE))
                 wake.clear()
         finally:
-            feed.slot_watch = None
+            feed.on_pause(None)
             with self._lock:
                 self._pausers.discard(wake)
                 self.paused -= 1
@@ -922,12 +922,12 @@ class AsyncSlots:
                     break
                 wake: asyncio.Future[None] = loop.create_future()
                 self._pausers.add(wake)
-                feed.slot_watch = partial(_settle, wake)
+                feed.on_pause(partial(_settle, wake))
                 try:
                     with anyio.move_on_after(min(left, PAUSE_SLICE)):
                         await wake
                 finally:
-                    feed.slot_watch = None
+                    feed.on_pause(None)
                     self._pausers.discard(wake)
         finally:
             self.paused -= 1

@@ -855,19 +855,22 @@ def test_sync_requests_give_way_at_most_once_per_give_way_interval(
 
 
 class PFeed:
-    """A merge feed as a pause sees it: ``urgent()`` and the ``slot_watch`` hook."""
+    """A merge feed as a pause sees it: ``pausable()`` and the ``on_pause`` hook."""
 
     def __init__(self) -> None:
         self.waits = False
-        self.slot_watch: object = None
+        self.wake: object = None
 
     def pausable(self) -> bool:
         return not self.waits
 
+    def on_pause(self, wake: object) -> None:
+        self.wake = wake
+
     def consumer_waits(self) -> None:
         self.waits = True
-        if self.slot_watch is not None:
-            self.slot_watch()  # type: ignore[operator]
+        if self.wake is not None:
+            self.wake()  # type: ignore[operator]
 
 
 @pytest.fixture

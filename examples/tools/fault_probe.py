@@ -7,6 +7,7 @@ Run from the repository root (starts its own emulator)::
     .venv/bin/python examples/tools/fault_probe.py r4
     .venv/bin/python examples/tools/fault_probe.py fair [--slots 1 2 8 64 --reads 20]
         [--tables async sync] [--budget-rows 20000] [--rounds 1] [--scans 10]
+    .venv/bin/python examples/tools/fault_probe.py scan [--tables async sync] [--rounds 2]
 
 r2: a 20,000-row 16-bucket table read (unordered) by the sync table through a proxy
 that stalls once 300 kB went to the client (requests mid-stream); ``break`` then
@@ -22,6 +23,9 @@ bound, against the same load on the plain (unsalted) table through the raw clien
 small reads' median and p90 latency, and the ratio to the plain table's median; with
 ``--rounds R``, R plain/salted pairs per bound and the median (and range) of their ratios;
 ``--scans 0``: the small reads alone (what a salted small read costs next to a plain one).
+scan: a whole-table scan (ordered, then not) whose consumer keeps up, alone and next to
+``--readers`` loops of small reads back to back, ``--rounds`` times: its rows/s, and the
+small reads' median (read-ahead that pauses for small reads must not slow such a scan).
 """
 
 from __future__ import annotations
@@ -409,6 +413,88 @@ def fair(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
                 )
 
 
+def _scan_rate_async(address: str, args: argparse.Namespace) -> None:
+    """``scan``, async: the scan's rows/s alone and next to small reads back to back."""
+
+    async def run() -> None:
+        with env(address):
+            client = BigtableDataClientAsync(project=PROJECT)
+        table = SaltedTableAsync(client.get_table(INSTANCE, "fair"), SCHEME, guard=False)
+        stop = asyncio.Event()
+        took: list[float] = []
+
+        async def smalls() -> None:
+            i = 0
+            while not stop.is_set():
+                start = time.monotonic()
+                await table.read_rows(_fair_small(i))
+                took.append(time.monotonic() - start)
+                i += 1
+
+        for _ in range(args.rounds):
+            for ordered in (True, False):
+                for readers in (0, args.readers):
+                    stop.clear()
+                    took.clear()
+                    tasks = [asyncio.create_task(smalls()) for _ in range(readers)]
+                    start, rows = time.monotonic(), 0
+                    stream = await table.read_rows_stream(ReadRowsQuery(), ordered=ordered)
+                    async for _ in stream:
+                        rows += 1
+                    rate = rows / (time.monotonic() - start)
+                    stop.set()
+                    await asyncio.gather(*tasks)
+                    _scan_line("async", ordered, readers, rate, took)
+        await client.close()
+
+    asyncio.run(run())
+
+
+def _scan_rate_sync(address: str, args: argparse.Namespace) -> None:
+    """``scan``, sync: as :func:`_scan_rate_async`, small reads in threads."""
+    with env(address), BigtableDataClient(project=PROJECT) as client:
+        table = SaltedTable.from_client(client, INSTANCE, "fair", SCHEME, guard=False)
+        stop = threading.Event()
+        took: list[float] = []
+
+        def smalls() -> None:
+            i = 0
+            while not stop.is_set():
+                start = time.monotonic()
+                table.read_rows(_fair_small(i))
+                took.append(time.monotonic() - start)
+                i += 1
+
+        for _ in range(args.rounds):
+            for ordered in (True, False):
+                for readers in (0, args.readers):
+                    stop.clear()
+                    took.clear()
+                    threads = [threading.Thread(target=smalls) for _ in range(readers)]
+                    for thread in threads:
+                        thread.start()
+                    start, rows = time.monotonic(), 0
+                    for _ in table.read_rows_stream(ReadRowsQuery(), ordered=ordered):
+                        rows += 1
+                    rate = rows / (time.monotonic() - start)
+                    stop.set()
+                    for thread in threads:
+                        thread.join()
+                    _scan_line("sync ", ordered, readers, rate, took)
+
+
+def _scan_line(kind: str, ordered: bool, readers: int, rate: float, took: list[float]) -> None:
+    small = f", small reads' median {statistics.median(took) * 1000:.1f} ms" if took else ""
+    print(f"scan {kind} ordered={ordered!s:5} small readers={readers}: {rate:,.0f} rows/s{small}")
+
+
+def scan(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
+    """A whole-table scan with a fast consumer, alone and next to small reads back to back."""
+    load(address, "fair", 20_000)
+    for kind in args.tables:
+        (_scan_rate_async if kind == "async" else _scan_rate_sync)(address, args)
+
+
 def _scan(table: SaltedTable, stop: threading.Event) -> None:
     while not stop.is_set():
         for _ in table.read_rows_stream(ReadRowsQuery(), operation_timeout=60):
@@ -426,7 +512,7 @@ def _outcome(read_row: Callable[..., Any], key: bytes, timeout: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("item", choices=["r2", "r3", "r4", "fair"])
+    parser.add_argument("item", choices=["r2", "r3", "r4", "fair", "scan"])
     parser.add_argument("--op", type=float, default=30)
     parser.add_argument("--attempt", type=float, default=5)
     parser.add_argument("--defaults", action="store_true", help="r2: the table's default timeouts")
@@ -435,12 +521,14 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1, help="fair: plain/salted pairs per bound")
     parser.add_argument("--scans", type=int, default=10, help="fair: slow whole-table streams")
+    parser.add_argument("--readers", type=int, default=2, help="scan: small readers beside it")
     parser.add_argument("--budget-rows", type=int, default=20_000, help="fair: the read budget")
     parser.add_argument("--tables", nargs="+", choices=["async", "sync"], default=["async"])
     args = parser.parse_args()
     with start_emulator() as emulator:
         proxy = ThreadProxy(emulator.port)
-        {"r2": r2, "r3": r3, "r4": r4, "fair": fair}[args.item](emulator.address, proxy, args)
+        items = {"r2": r2, "r3": r3, "r4": r4, "fair": fair, "scan": scan}
+        items[args.item](emulator.address, proxy, args)
     os._exit(0)  # the proxy's loop thread and anything left behind
 
 

@@ -175,6 +175,7 @@ class Feed(Generic[T]):
         "asked",
         "cap",
         "charged",
+        "cut",
         "done",
         "ended_at",
         "got_bytes",
@@ -236,8 +237,12 @@ class Feed(Generic[T]):
         #: Items the feed may hold and have asked for (reads without a limit);
         #: see :func:`~._strategy.widen`.
         self.window = FIRST_PAGE_ROWS
-        #: When its last request ended (``time.monotonic()``; 0: none has).
+        #: When its last request ended (``time.monotonic()``; 0: none has, or it
+        #: was cut short).
         self.ended_at = 0.0
+        #: Set by a source that ends its request early, between rows (given way,
+        #: paused too long, a row past its byte cap), before it reports the end.
+        self.cut = False
         #: Grants so far: its requests, and the pages a streamed request renewed.
         self.grants = 0
         self.index = index
@@ -641,9 +646,11 @@ class MergeCore(Generic[T]):
 
     def _end(self, feed: Feed[T], size: int, pushed: int) -> None:
         feed.asked = 0
-        # A grant cut short (given way, paused too long, a row past its byte cap)
-        # says nothing of the consumer's pace: no widening after it (see widen).
-        feed.ended_at = time.monotonic() if pushed >= size else 0.0
+        # A request its source ended early (given way, paused too long, a row past
+        # its byte cap: Feed.cut) says nothing of the consumer's pace: no widening
+        # after it (see widen).
+        feed.ended_at = 0.0 if feed.cut else time.monotonic()
+        feed.cut = False
         self._asked -= size
         self._held += pushed
         self._received += pushed

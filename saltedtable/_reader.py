@@ -367,6 +367,8 @@ class BucketSource(_BucketRequests, ProducerBase):
                         finally:
                             limiter.release(feed.read, self)
                     if early:  # (ended between rows: more may follow its last)
+                        # (asked 0: its last grant ended whole, in renew)
+                        feed.cut = bool(feed.asked)
                         more = self._advance(received, received, key)
                     elif not complete:  # stopped: the read is ending
                         more = False
@@ -950,6 +952,7 @@ class SyncBucketSource(_BucketRequests):
             if stats is not None:
                 count_request(stats, time.monotonic() - started)
         if capped:
+            feed.cut = True
             return Sent(pushed, self._advance(received, received, key))
         if not complete:
             return Sent(pushed, False)

@@ -689,22 +689,24 @@ class Slots:
         seconds; conditions nothing wakes it for are asked again every
         :data:`PAUSE_SLICE` seconds.
         """
-        if not self.small or not feed.pausable() or abort():
+        if not self.small or not feed.pausable() or abort() or self._foreground_waits():
             return 0.0
         start = time.monotonic()
         end = start + most
         wake = threading.Event()
+        slept = False
         with self._lock:
             self._pausers.add(wake)
             self.paused += 1
         feed.on_pause(wake.set)
         try:
             while self.small and feed.pausable() and not abort():
-                if self._foreground_waits():
+                if slept and self._foreground_waits():
                     break
                 left = end - time.monotonic()
                 if left <= 0:
                     break
+                slept = True
                 wake.wait(min(left, PAUSE_SLICE))
                 wake.clear()
         finally:
@@ -712,7 +714,7 @@ class Slots:
             with self._lock:
                 self._pausers.discard(wake)
                 self.paused -= 1
-        return time.monotonic() - start
+        return time.monotonic() - start if slept else 0.0
 
 
 @final
@@ -907,19 +909,21 @@ class AsyncSlots:
         self, feed: _Pausing, abort: Callable[[], bool], most: float
     ) -> float:
         """As :meth:`Slots.pause_for_small`, for a task of the event loop."""
-        if not self.small or not feed.pausable() or abort():
+        if not self.small or not feed.pausable() or abort() or self._queue.has_foreground():
             return 0.0
         start = time.monotonic()
         end = start + most
         loop = asyncio.get_running_loop()
+        slept = False
         self.paused += 1
         try:
             while self.small and feed.pausable() and not abort():
-                if self._queue.has_foreground():
+                if slept and self._queue.has_foreground():
                     break
                 left = end - time.monotonic()
                 if left <= 0:
                     break
+                slept = True
                 wake: asyncio.Future[None] = loop.create_future()
                 self._pausers.add(wake)
                 feed.on_pause(partial(_settle, wake))
@@ -931,7 +935,7 @@ class AsyncSlots:
                     self._pausers.discard(wake)
         finally:
             self.paused -= 1
-        return time.monotonic() - start
+        return time.monotonic() - start if slept else 0.0
 
     def _dispatch(self) -> None:
         while (ticket := self._turns.pick(self._queue)) is not None:

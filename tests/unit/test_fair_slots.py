@@ -1031,3 +1031,43 @@ async def test_an_async_pause_ends_for_its_consumer_a_foreground_waiter_or_a_can
         await pause
     assert slots.paused == 0
     assert slots.small == 1
+
+
+def _windows(cut: bool, stray: int) -> list[int]:
+    """A feed's windows over six requests that the consumer empties at once, each
+    delivering all it asked less ``stray`` hidden rows; ``cut``: its source ended each
+    one early (given way, paused, at its byte cap)."""
+    from saltedtable._merge import ThreadMerge
+
+    merge: ThreadMerge[int] = ThreadMerge([lambda *a: None] * 16, threads=2, ordered=False)  # type: ignore[list-item]
+    feed = merge._feeds[0]
+    windows = []
+    with merge._cond:
+        for _ in range(6):
+            size = merge._demand(feed)
+            assert size
+            merge._start(feed, size)
+            pushed = size - stray
+            feed.items.extend(range(pushed))
+            feed.cut = cut
+            merge._end(feed, size, pushed)
+            del feed.items[:]  # the consumer took them all at once
+            feed.taken_last = 1
+            merge._held -= pushed
+            while feed.pending:
+                _, got = feed.pending.pop(0)
+                feed.charged -= got
+                merge._reserved -= got
+            windows.append(feed.window)
+    return windows
+
+
+def test_a_request_ended_early_gives_no_widening_signal_but_hidden_rows_do_not_matter() -> None:
+    """A consumer that keeps up widens its bucket's window, also when some rows of each
+    page are hidden (a cutoff read's stray rows: fewer pushed than asked); a request its
+    source cut short (a pause, a give-way, the byte cap) says nothing of that pace."""
+    grows = _windows(cut=False, stray=0)
+    assert grows[-1] > grows[0]
+    assert _windows(cut=False, stray=1) == grows
+    cut = _windows(cut=True, stray=0)
+    assert cut == [cut[0]] * 6

@@ -1071,3 +1071,39 @@ def test_a_request_ended_early_gives_no_widening_signal_but_hidden_rows_do_not_m
     assert _windows(cut=False, stray=1) == grows
     cut = _windows(cut=True, stray=0)
     assert cut == [cut[0]] * 6
+
+
+def test_a_sync_merge_wakes_its_paused_requests_when_its_consumer_waits() -> None:
+    """A request pausing for a small read (Feed.on_pause) is woken as soon as its read's
+    consumer waits for any item, and its feed is no longer pausable while it does: the
+    paused request may hold the worker thread another bucket's request needs."""
+    from saltedtable._merge import ThreadMerge, Wait
+
+    merge: ThreadMerge[int] = ThreadMerge([lambda *a: None] * 2, threads=2, ordered=False)  # type: ignore[list-item]
+    paused, other = merge._feeds
+    woken = threading.Event()
+    pausable_then: list[bool] = []
+
+    def wake() -> None:
+        pausable_then.append(paused.pausable())
+        woken.set()
+
+    paused.taken_last = 1  # its consumer took from it, and has rows to take
+    paused.on_pause(wake)
+    assert paused.pausable()  # read-ahead of a consumer that does not wait
+
+    def consumer() -> None:
+        with merge._cond:
+            merge._wait(Wait((other,), 1))
+
+    thread = threading.Thread(target=consumer)
+    thread.start()
+    try:
+        assert woken.wait(10), "the paused request was not woken when the consumer waited"
+        assert pausable_then == [False]
+    finally:
+        with merge._cond:
+            merge._cond.notify_all()
+        thread.join(10)
+    paused.on_pause(None)
+    assert paused.pausable()

@@ -132,6 +132,9 @@ class Sent(NamedTuple):
     pushed: int
     #: Whether the source may have more items after this request.
     more: bool
+    #: The source ended the request early, between items (given way, paused too
+    #: long, an item past its byte cap): it says nothing of the consumer's pace.
+    cut: bool = False
 
 
 class Source(Protocol[T]):
@@ -175,7 +178,6 @@ class Feed(Generic[T]):
         "asked",
         "cap",
         "charged",
-        "cut",
         "done",
         "ended_at",
         "got_bytes",
@@ -240,9 +242,6 @@ class Feed(Generic[T]):
         #: When its last request ended (``time.monotonic()``; 0: none has, or it
         #: was cut short).
         self.ended_at = 0.0
-        #: Set by a source that ends its request early, between rows (given way,
-        #: paused too long, a row past its byte cap), before it reports the end.
-        self.cut = False
         #: Grants so far: its requests, and the pages a streamed request renewed.
         self.grants = 0
         self.index = index
@@ -644,13 +643,11 @@ class MergeCore(Generic[T]):
         self._reserved += feed.cap
         self._peak_bytes = max(self._peak_bytes, self._reserved)
 
-    def _end(self, feed: Feed[T], size: int, pushed: int) -> None:
+    def _end(self, feed: Feed[T], size: int, pushed: int, cut: bool = False) -> None:
         feed.asked = 0
-        # A request its source ended early (given way, paused too long, a row past
-        # its byte cap: Feed.cut) says nothing of the consumer's pace: no widening
-        # after it (see widen).
-        feed.ended_at = 0.0 if feed.cut else time.monotonic()
-        feed.cut = False
+        # A request its source ended early (``cut``, see Sent) says nothing of the
+        # consumer's pace: no widening after it (see widen).
+        feed.ended_at = 0.0 if cut else time.monotonic()
         self._asked -= size
         self._held += pushed
         self._received += pushed
@@ -1186,7 +1183,7 @@ class Merge(MergeCore[T]):
         async with self.producing(feed):
             while size := await self.next_size(feed):
                 sent = await run(size, feed)
-                self.request_done(feed, sent.pushed)
+                self.request_done(feed, sent.pushed, sent.cut)
                 if not sent.more:
                     return
 
@@ -1236,11 +1233,11 @@ class Merge(MergeCore[T]):
             self._start(feed, size)
         return size
 
-    def request_done(self, feed: Feed[T], pushed: int) -> None:
+    def request_done(self, feed: Feed[T], pushed: int, cut: bool = False) -> None:
         """The request :meth:`next_size` granted ended, ``pushed`` items appended in its
-        last grant (see :meth:`Feed.renew`)."""
+        last grant (see :meth:`Feed.renew`); ``cut``: ended early (see :class:`Sent`)."""
         if feed.asked:  # (0: the source's last renew ended its grant)
-            self._end(feed, feed.asked, pushed)
+            self._end(feed, feed.asked, pushed, cut)
 
     async def _end_requests(self) -> None:
         if self._stop_requests is not None:
@@ -1268,8 +1265,8 @@ class Merge(MergeCore[T]):
     def _consumer_waits(self) -> bool:
         return self._waiter is not None
 
-    def _consumer_waiting(self) -> bool:
-        return self._waiter is not None
+    # (The sync merge reports a wait for pauses only, not for widening.)
+    _consumer_waiting = _consumer_waits
 
     def _release(self, feed: Feed[T]) -> None:
         waiter, feed._waiter = feed._waiter, None
@@ -1575,7 +1572,7 @@ class ThreadMerge(MergeCore[T]):
             return
         with self._cond:
             self._running.discard(feed.index)
-            self._end(feed, size, sent.pushed)
+            self._end(feed, size, sent.pushed, sent.cut)
             if not sent.more or self._stopping:
                 self._source_done(feed)
             else:

@@ -295,7 +295,7 @@ class BucketSource(_BucketRequests, ProducerBase):
                                     feed.wake_left -= 1
                                     if not feed.wake_left:
                                         feed.wake()
-                            if limiter.small:
+                            if limiter.small and feed.pausable():
                                 # Read-ahead pauses while a small read runs (see
                                 # AsyncSlots.pause_for_small).
                                 waited = await limiter.pause_for_small(
@@ -367,8 +367,6 @@ class BucketSource(_BucketRequests, ProducerBase):
                         finally:
                             limiter.release(feed.read, self)
                     if early:  # (ended between rows: more may follow its last)
-                        # (asked 0: its last grant ended whole, in renew)
-                        feed.cut = bool(feed.asked)
                         more = self._advance(received, received, key)
                     elif not complete:  # stopped: the read is ending
                         more = False
@@ -376,7 +374,7 @@ class BucketSource(_BucketRequests, ProducerBase):
                         more = self._advance(received, received + 1, key)
                     else:
                         more = self._advance(received, size, key)
-                    merge.request_done(feed, pushed)
+                    merge.request_done(feed, pushed, early)
                     if not more:
                         return
         finally:
@@ -919,7 +917,7 @@ class SyncBucketSource(_BucketRequests):
                         # (as at the byte cap: the next one resumes after this row).
                         capped = True
                         break
-                    if slots.small:
+                    if slots.small and feed.pausable():
                         # Read-ahead pauses while a small read runs (see
                         # Slots.pause_for_small).
                         waited = slots.pause_for_small(feed, halted, PAUSE_MOST - paused)
@@ -952,8 +950,7 @@ class SyncBucketSource(_BucketRequests):
             if stats is not None:
                 count_request(stats, time.monotonic() - started)
         if capped:
-            feed.cut = True
-            return Sent(pushed, self._advance(received, received, key))
+            return Sent(pushed, self._advance(received, received, key), cut=True)
         if not complete:
             return Sent(pushed, False)
         return Sent(pushed, self._advance(received, size, key))

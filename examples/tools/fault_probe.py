@@ -431,20 +431,17 @@ def _scan_rate_async(address: str, args: argparse.Namespace) -> None:
                 took.append(time.monotonic() - start)
                 i += 1
 
-        for _ in range(args.rounds):
-            for ordered in (True, False):
-                for readers in (0, args.readers):
-                    stop.clear()
-                    took.clear()
-                    tasks = [asyncio.create_task(smalls()) for _ in range(readers)]
-                    start, rows = time.monotonic(), 0
-                    stream = await table.read_rows_stream(ReadRowsQuery(), ordered=ordered)
-                    async for _ in stream:
-                        rows += 1
-                    rate = rows / (time.monotonic() - start)
-                    stop.set()
-                    await asyncio.gather(*tasks)
-                    _scan_line("async", ordered, readers, rate, took)
+        for ordered, readers in _scan_cases(args):
+            stop.clear()
+            took.clear()
+            tasks = [asyncio.create_task(smalls()) for _ in range(readers)]
+            start, rows = time.monotonic(), 0
+            async for _ in await table.read_rows_stream(ReadRowsQuery(), ordered=ordered):
+                rows += 1
+            rate = rows / (time.monotonic() - start)
+            stop.set()
+            await asyncio.gather(*tasks)
+            _scan_line("async", ordered, readers, rate, took)
         await client.close()
 
     asyncio.run(run())
@@ -465,22 +462,28 @@ def _scan_rate_sync(address: str, args: argparse.Namespace) -> None:
                 took.append(time.monotonic() - start)
                 i += 1
 
-        for _ in range(args.rounds):
-            for ordered in (True, False):
-                for readers in (0, args.readers):
-                    stop.clear()
-                    took.clear()
-                    threads = [threading.Thread(target=smalls) for _ in range(readers)]
-                    for thread in threads:
-                        thread.start()
-                    start, rows = time.monotonic(), 0
-                    for _ in table.read_rows_stream(ReadRowsQuery(), ordered=ordered):
-                        rows += 1
-                    rate = rows / (time.monotonic() - start)
-                    stop.set()
-                    for thread in threads:
-                        thread.join()
-                    _scan_line("sync ", ordered, readers, rate, took)
+        for ordered, readers in _scan_cases(args):
+            stop.clear()
+            took.clear()
+            threads = [threading.Thread(target=smalls) for _ in range(readers)]
+            for thread in threads:
+                thread.start()
+            start, rows = time.monotonic(), 0
+            for _ in table.read_rows_stream(ReadRowsQuery(), ordered=ordered):
+                rows += 1
+            rate = rows / (time.monotonic() - start)
+            stop.set()
+            for thread in threads:
+                thread.join()
+            _scan_line("sync ", ordered, readers, rate, took)
+
+
+def _scan_cases(args: argparse.Namespace) -> Iterator[tuple[bool, int]]:
+    """``scan``'s runs in order: per round, ordered then not, each alone then with readers."""
+    for _ in range(args.rounds):
+        for ordered in (True, False):
+            for readers in (0, args.readers):
+                yield ordered, readers
 
 
 def _scan_line(kind: str, ordered: bool, readers: int, rate: float, took: list[float]) -> None:

@@ -191,6 +191,15 @@ class _GatedRows:
         self._stream.close()
 
 
+def small_read_in_thread(salted: SaltedTable) -> tuple[threading.Thread, list[bytes]]:
+    """A thread (not started) that runs ``SMALL`` on ``salted``, and the keys it got."""
+    rows: list[bytes] = []
+    thread = threading.Thread(
+        target=lambda: rows.extend(r.row_key for r in salted.read_rows(SMALL))
+    )
+    return thread, rows
+
+
 def test_a_sync_scan_request_gives_way_to_a_small_read_after_its_next_row(
     emulator: Emulator, table_id: str
 ) -> None:
@@ -201,10 +210,7 @@ def test_a_sync_scan_request_gives_way_to_a_small_read_after_its_next_row(
         gated = GatedSync(client.get_table(INSTANCE, table_id))
         salted = SaltedTable(gated, SCHEME, max_concurrent_subscans=1, guard=False)  # type: ignore[arg-type]
         scan: Iterator[Any] = iter(salted.read_rows_stream(ReadRowsQuery(), ordered=False))
-        small_rows: list[bytes] = []
-        small = threading.Thread(
-            target=lambda: small_rows.extend(r.row_key for r in salted.read_rows(SMALL))
-        )
+        small, small_rows = small_read_in_thread(salted)
         try:
             gated.gate.release()
             seen = [next(scan).row_key]
@@ -351,10 +357,7 @@ def test_a_sync_scans_read_ahead_pauses_while_a_small_read_runs(
         )
         salted = SaltedTable(held, SCHEME, max_concurrent_subscans=64, guard=False)  # type: ignore[arg-type]
         scan: Iterator[Any] = iter(salted.read_rows_stream(ReadRowsQuery(), ordered=False))
-        small_rows: list[bytes] = []
-        small = threading.Thread(
-            target=lambda: small_rows.extend(r.row_key for r in salted.read_rows(SMALL))
-        )
+        small, small_rows = small_read_in_thread(salted)
         try:
             seen = [next(scan).row_key]  # its consumer took a row, then went away
             deadline = time.monotonic() + 60

@@ -1049,8 +1049,7 @@ def _windows(cut: bool, stray: int) -> list[int]:
             merge._start(feed, size)
             pushed = size - stray
             feed.items.extend(range(pushed))
-            feed.cut = cut
-            merge._end(feed, size, pushed)
+            merge._end(feed, size, pushed, cut)
             del feed.items[:]  # the consumer took them all at once
             feed.taken_last = 1
             merge._held -= pushed

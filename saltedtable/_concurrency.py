@@ -96,6 +96,7 @@ def new_merge(
     budget: ReadBudget,
     stop_requests: Callable[[], Awaitable[None]],
     limit: int | None = None,
+    largest: int | None = None,
     key: Callable[[T], Any] | None = None,
 ) -> Merge[T]:
     """The merge of ``sources``: at most ``slots`` requests at once, in tasks."""
@@ -105,6 +106,7 @@ def new_merge(
         limit=limit,
         budget=budget,
         stop_requests=stop_requests,
+        largest=largest,
         slots=slots,
         key=key,
     )

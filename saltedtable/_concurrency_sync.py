@@ -94,6 +94,7 @@ def new_merge(
     budget: ReadBudget,
     stop_requests: Callable[[], bool],
     limit: int | None = None,
+    largest: int | None = None,
     key: None = None,
 ) -> ThreadMerge[T]:
     """The merge of ``sources``: at most ``slots`` requests at once (and
@@ -105,6 +106,7 @@ def new_merge(
         limit=limit,
         budget=budget,
         stop_requests=stop_requests,
+        largest=largest,
     )
 
 

@@ -188,6 +188,7 @@ class Feed(Generic[T]):
         "keys",
         "largest",
         "pending",
+        "probes",
         "requests",
         "running_taken",
         "slot_watch",
@@ -244,6 +245,9 @@ class Feed(Generic[T]):
         self.ended_at = 0.0
         #: Grants so far: its requests, and the pages a streamed request renewed.
         self.grants = 0
+        #: Of them, probes: requests of :data:`~._strategy.PROBE_ROWS` made
+        #: before the read had measured a row (their pace says nothing either).
+        self.probes = 0
         self.index = index
         #: Set by the async table's slots while this feed's next request waits
         #: for one: called when :meth:`urgent` may have changed (the consumer
@@ -379,6 +383,7 @@ class MergeCore(Generic[T]):
         wake_delay: float = WAKE_DELAY,
         slots: int | None = None,
         key: Callable[[T], Any] | None = None,
+        largest: int | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit}")
@@ -416,7 +421,10 @@ class MergeCore(Generic[T]):
         # Bytes: the caps of running requests plus what feeds are charged for.
         self._reserved = 0
         self._peak_bytes = 0
-        self._largest: int | None = None  # the largest item seen (None: none yet)
+        # The largest item seen (None: none yet); until the read measures one,
+        # ``largest`` (the table's last read's, see RowSizes) stands in for it.
+        self._largest: int | None = largest if largest is not None and largest > 0 else None
+        self._measured = False  # the read has measured an item of its own
         self._got_items = 0
         self._got_bytes = 0
         self._room_waiters: list[Feed[T]] = []
@@ -481,8 +489,17 @@ class MergeCore(Generic[T]):
 
     @property
     def largest(self) -> int | None:
-        """Bytes of the largest item delivered so far, which sizes requests (None: none yet)."""
+        """Bytes of the largest item delivered so far, which sizes requests (None: none yet).
+
+        Before the read has delivered an item: the size it was started with
+        (``largest``, the table's last measure), if any.
+        """
         return self._largest
+
+    @property
+    def measured_largest(self) -> int | None:
+        """Bytes of the largest item this read delivered (None: none yet)."""
+        return self._largest if self._measured else None
 
     # -- what a driver provides ----------------------------------------------------
 
@@ -555,11 +572,12 @@ class MergeCore(Generic[T]):
         if ask is not None and feed.ended_at:
             # Once per grant (a request, or a page a stream renews): the
             # consumer took the feed down to half its window this soon after
-            # its last grant ended (see widen). Not after the first: the
-            # merge's first batch takes every bucket's rows up to the lowest
-            # first page at once, whatever the consumer's pace.
+            # its last grant ended (see widen). Not after the first (nor after
+            # the probes before it): the merge's first batch takes every
+            # bucket's rows up to the lowest first page at once, whatever the
+            # consumer's pace.
             since, feed.ended_at = time.monotonic() - feed.ended_at, 0.0
-            if feed.grants < 2:
+            if feed.grants < 2 + feed.probes:
                 since = READ_AHEAD_SECONDS
             most = self._budget.rows
             if feed.streams and self._sources_stream and not self._ordered:
@@ -583,7 +601,10 @@ class MergeCore(Generic[T]):
             self._room_waiters.append(feed)
             return None
         if not feed.largest:  # none of its rows measured yet: few rows, doubling
-            ask = ramp(ask, requests=feed.requests, measured=False)
+            read_measured = self._largest is not None
+            ask = ramp(ask, requests=feed.requests, measured=False, read_measured=read_measured)
+            if not read_measured:
+                feed.probes += 1
         if not feed.requests and self._ordered and ask.cap:
             est = self._largest or DEFAULT_ROW_BYTES
             share = allowance(self._budget, self._live, est)
@@ -627,7 +648,9 @@ class MergeCore(Generic[T]):
         if self._stopping or self._limit is not None:
             return 0
         ask = self._ask_page(feed)
-        if ask is None or not streamable(min(ask.cap, self.stream_cap), feed.largest):
+        if ask is None or not streamable(
+            min(ask.cap, self.stream_cap), feed.largest or self._largest or 0
+        ):
             return 0  # (rows too wide to stream: the next request is paged)
         feed.cap = ask.cap
         self._start(feed, ask.rows, renewed=True)
@@ -664,8 +687,9 @@ class MergeCore(Generic[T]):
             self._got_items += pushed
             self._got_bytes += got
             largest = feed.largest = max(1, feed.largest)  # (> 0: the feed has measured rows)
-            if self._largest is None or largest > self._largest:
-                self._largest = largest
+            if not self._measured or self._largest is None or largest > self._largest:
+                self._largest = largest  # (the read's first measure replaces the hint)
+                self._measured = True
         if self._room_waiters:
             self._release_room()
         self._wake()
@@ -1008,6 +1032,7 @@ class Merge(MergeCore[T]):
         stop_requests: Callable[[], Awaitable[None]] | None = None,
         slots: int | None = None,
         key: Callable[[T], Any] | None = None,
+        largest: int | None = None,
     ) -> None:
         super().__init__(
             len(sources),
@@ -1018,6 +1043,7 @@ class Merge(MergeCore[T]):
             wake_delay=wake_delay,
             slots=slots,
             key=key,
+            largest=largest,
         )
         self._sources = list(sources)
         self._stop_requests = stop_requests
@@ -1448,8 +1474,16 @@ class ThreadMerge(MergeCore[T]):
         limit: int | None = None,
         budget: ReadBudget | None = None,
         stop_requests: Callable[[], bool] | None = None,
+        largest: int | None = None,
     ) -> None:
-        super().__init__(len(sources), ordered=ordered, limit=limit, budget=budget, slots=threads)
+        super().__init__(
+            len(sources),
+            ordered=ordered,
+            limit=limit,
+            budget=budget,
+            slots=threads,
+            largest=largest,
+        )
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self._sources = list(sources)

@@ -133,6 +133,7 @@ class ReadCall(_Read[Awaitable[bool]]):
             budget=settings.budget,
             stop_requests=partial(stop_sources, sources),
             key=ROW_KEY,
+            largest=ctx.sizes.largest,
         )
         self._merge = merge
         return merge
@@ -148,8 +149,10 @@ class ReadCall(_Read[Awaitable[bool]]):
                 async for batch in merge:
                     rows += batch
         except BaseException as exc:
+            self._learn(source.largest)
             self._one.failed(exc, source)
             return None
+        self._learn(source.largest)
         return self._one.done(rows, source)
 
     async def collect(self) -> list[Row]:

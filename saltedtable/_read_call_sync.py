@@ -135,6 +135,7 @@ class SyncReadCall(_Read[bool]):
             budget=settings.budget,
             stop_requests=partial(stop_sync_sources, sources),
             key=ROW_KEY,
+            largest=ctx.sizes.largest,
         )
         self._merge = merge
         return merge
@@ -150,8 +151,10 @@ class SyncReadCall(_Read[bool]):
                 for batch in merge:
                     rows += batch
         except BaseException as exc:
+            self._learn(source.largest)
             self._one.failed(exc, source)
             return None
+        self._learn(source.largest)
         return self._one.done(rows, source)
 
     def collect(self) -> list[Row]:

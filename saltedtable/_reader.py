@@ -38,7 +38,7 @@ import logging
 import operator
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar, final
 
 import anyio
@@ -61,7 +61,14 @@ from ._stats import (
     current_bucket,
     report,
 )
-from ._strategy import DEFAULT_ROW_BYTES, OneRequestOdds, ReadBudget, ReadSettings, streamable
+from ._strategy import (
+    DEFAULT_ROW_BYTES,
+    OneRequestOdds,
+    ReadBudget,
+    ReadSettings,
+    RowSizes,
+    streamable,
+)
 from ._timeouts import GuardTime, Timeouts, request_timeouts, slot_timeout
 
 __all__ = [
@@ -229,7 +236,9 @@ class BucketSource(_BucketRequests, ProducerBase):
                     streams = (
                         can_stream
                         and not (first_paged and feed.requests == 1)
-                        and streamable(min(feed.cap, merge.stream_cap), feed.largest)
+                        and streamable(
+                            min(feed.cap, merge.stream_cap), feed.largest or merge.largest or 0
+                        )
                     )
                     query = self._cursor.next_query(None if streams else size)
                     if query is None or self.stopped:
@@ -622,6 +631,8 @@ class _ReadContext(Generic[T, L, G]):
         odds: Whether bounded reads try one request over every bucket first:
             (reads without a limit, reads with one).
         hook: Receives the statistics of every read when it ends.
+        sizes: What the table's reads last measured of its rows: a read's
+            first wave is sized from it (see :class:`~._strategy.RowSizes`).
     """
 
     table: T
@@ -631,6 +642,7 @@ class _ReadContext(Generic[T, L, G]):
     guard: Callable[[GuardTime], G] | None
     odds: tuple[OneRequestOdds, OneRequestOdds]
     hook: StatsHook | None = None
+    sizes: RowSizes = field(default_factory=RowSizes)
 
 
 @final
@@ -747,6 +759,7 @@ class _Read(Generic[G]):
         "_in_buckets",
         "_limit",
         "_one",
+        "_sizes",
         "_stats",
         "_stray",
     )
@@ -779,6 +792,7 @@ class _Read(Generic[G]):
         self._stats = stats
         self._hook = hook
         self._guard = ctx.guard
+        self._sizes = ctx.sizes
         #: The one request to try first (small reads), and how it went (see finish_read).
         self._one = OneRequestStep.choose(plan, settings, ctx.odds[plan.limit is not None], stats)
 
@@ -788,9 +802,15 @@ class _Read(Generic[G]):
     def _stray_for(self, sub: SubQuery) -> StrayRows | None:
         return self._stray if sub.bucket is None else self._in_buckets
 
+    def _learn(self, largest: int | None) -> None:
+        """Remember the largest row a request of this read measured, for the table's next reads."""
+        self._sizes.learn(largest)
+
     def _finish(
         self, merge: MergeCore[Row] | None, emitted: int, error: BaseException | None
     ) -> None:
+        if merge is not None:
+            self._learn(merge.measured_largest)
         outcome = None if self._one is None else self._one.outcome
         finish_read(merge, self._stats, self._hook, self._stray, emitted, error, outcome)
 

@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_ROW_BYTES",
     "FIRST_PAGE_ROWS",
     "MIN_WINDOW_ROWS",
+    "PROBE_ROWS",
     "READ_AHEAD_GROWTH",
     "READ_AHEAD_ROWS",
     "READ_AHEAD_SECONDS",
@@ -50,6 +51,7 @@ __all__ = [
     "OneRequestOdds",
     "ReadBudget",
     "ReadSettings",
+    "RowSizes",
     "allowance",
     "capped_ask",
     "fetch_bound",
@@ -74,6 +76,10 @@ DEFAULT_ROW_BYTES: Final = 512
 #: one request per bucket; it bounds the first pages of reads over few buckets, whose
 #: pages at the assumed 512 B a row are thousands of rows.
 FIRST_PAGE_ROWS: Final = 256
+#: Rows a request asks while its read has measured no row (the read's first wave,
+#: see :func:`ramp`): with rows of unknown size, one row per bucket is all the
+#: first wave may bring in.
+PROBE_ROWS: Final = 1
 #: A bucket's request streams (no row limit, grants renewed in the stream) only while
 #: its byte cap holds at least this many rows of the widest it has seen
 #: (:func:`streamable`): the transport of a stream buffers what its flow-control
@@ -306,33 +312,61 @@ def page_ask(
     return None
 
 
-def ramp(ask: Ask, *, requests: int, measured: bool) -> Ask:
+@final
+class RowSizes:
+    """What a table object's reads last measured of its rows, to size the next read's first wave.
+
+    A read that has measured no row of its own starts from :attr:`largest`
+    (the largest row of the last read that measured any) instead of
+    probing each bucket with :data:`PROBE_ROWS`; its own first measure then
+    replaces it (see :func:`ramp`). Threads of a sync table update it without
+    a lock: a lost update only means the next read sizes from an older measure.
+    """
+
+    __slots__ = ("largest",)
+
+    def __init__(self) -> None:
+        #: Bytes of the largest row of the last read that measured one (None: none yet).
+        self.largest: int | None = None
+
+    def learn(self, largest: int | None) -> None:
+        """Remember a read's largest row (None or 0: it measured none; kept as it was)."""
+        if largest:
+            self.largest = largest
+
+
+def ramp(ask: Ask, *, requests: int, measured: bool, read_measured: bool = True) -> Ask:
     """``ask``, limited to few rows while the bucket has measured none of its rows.
 
-    Before a bucket has delivered a row, its rows' size is a guess (the
-    largest row of other buckets, or :data:`DEFAULT_ROW_BYTES`), so its
-    first request asks at most :data:`FIRST_PAGE_ROWS` rows, and each
-    request after one that delivered nothing twice as many as the one
-    before. Once a row is measured the byte cap at the largest row seen
-    sizes the request alone. A row wider than any seen still ends its
-    request at the cap (the source's cut), so the bound holds either way;
-    this keeps the first wave of a read of wide rows small instead of
-    cutting it short.
+    Before a bucket has delivered a row, its rows' size is a guess. While
+    the read has measured no row at all (``read_measured`` false: the read's
+    first wave), a request asks :data:`PROBE_ROWS` (one row), so what the
+    first wave may bring in is one row per bucket whatever the rows' size
+    (the transport of a request with a larger row limit buffers rows past its
+    byte cap before the source's cut reaches the server). Once the read has
+    measured rows, a bucket that has not asks at most :data:`FIRST_PAGE_ROWS`
+    rows, capped at the largest row the read has seen. Either way each
+    request after one that delivered nothing asks twice as many as the one
+    before, and once the bucket has measured a row the byte cap at the
+    largest row seen sizes the request alone.
     """
     if measured:
         return ask
-    most = FIRST_PAGE_ROWS << min(requests, 20)
+    first = FIRST_PAGE_ROWS if read_measured else PROBE_ROWS
+    most = first << min(requests, 20)
     return ask if ask.rows <= most else Ask(most, ask.cap)
 
 
 def streamable(cap: int, largest: int) -> bool:
     """Whether a request with this byte cap may stream (see :data:`STREAM_MIN_ROWS`).
 
-    ``largest`` is the widest row the bucket has seen (0: none measured yet).
-    Measured with 1 MiB rows at the default budget: streamed requests peaked
-    36-59 MB over the raw client's RSS, paged ones within 10 MB.
+    ``largest`` is the widest row the bucket (or, before it has any, the
+    read) has seen; 0: none measured yet, and a request whose rows may be of
+    any size keeps its row limit (see :func:`ramp`). Measured with 1 MiB rows
+    at the default budget: streamed requests peaked 36-59 MB over the raw
+    client's RSS, paged ones within 10 MB.
     """
-    return largest <= 0 or cap >= STREAM_MIN_ROWS * largest
+    return largest > 0 and cap >= STREAM_MIN_ROWS * largest
 
 
 def first_window(buckets: int) -> int:

@@ -269,29 +269,29 @@ async def test_a_fresh_process_scanning_wide_rows_grows_like_the_raw_client(
         assert salted["growth_mb"] <= raw["growth_mb"] + margin_mb, (how, salted, raw)
 
 
-#: :class:`AskMeter`'s peak while a measured request without a row limit is open.
+#: :class:`AskMeter`'s peak while a request without a row limit is open.
 UNBOUNDED = 1 << 62
 
 
 class AskMeter:
     """What the requests of a read may still bring into the process, and what it holds.
 
-    Every physical request is watched: a request sent after its bucket has
-    delivered rows (the read has measured that bucket's rows) may bring in
-    ``(limit - rows delivered) x row size`` more bytes, without end when it
-    has no row limit (a streamed request: the transport buffers what its
-    flow-control window allows, whatever the engine grants). Bytes delivered
-    and not yet handed to the caller count too. A bucket's first request is
-    left out: it is sized before any of its rows is measured and ends at its
-    byte cap (the engine's own account, ``peak_buffered_bytes``, covers it).
+    Every physical request is watched, a bucket's first too: a request with a row
+    limit may bring in ``(limit - rows delivered) x row size`` more bytes, one
+    without (a streamed request) bytes without end, since its transport buffers
+    what its flow-control window allows whatever the engine grants. Bytes
+    delivered and not yet handed to the caller count too. (A read's first wave,
+    sent before it has measured a row, probes each bucket with one row.)
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.sent = self.handed = self.peak = 0
-        self.asked = 0  # what the open measured requests with a row limit may still bring in
-        self.unlimited = 0  # open measured requests without a row limit (no end to it)
-        self.measured: set[bytes] = set()
+        self.asked = 0  # what the open requests with a row limit may still bring in
+        self.unlimited = 0  # open requests without a row limit (no end to it)
+        self.buckets: set[bytes] = set()
+        #: The row limit of each bucket's first request (0: none).
+        self.first_limits: list[int] = []
 
     def hand(self, row: Row) -> None:
         self.handed += row_bytes(row) + SLACK
@@ -305,29 +305,28 @@ class AskMeter:
 
         async def read_rows_stream(query: ReadRowsQuery, **kwargs: Any) -> AsyncIterator[Row]:
             bucket = (query.row_ranges[0].start_key or b"")[:SLACK]
-            measured = bucket in self.measured and len(query.row_ranges) == 1
+            if bucket not in self.buckets:
+                self.buckets.add(bucket)
+                self.first_limits.append(query.limit or 0)
             left = query.limit or 0  # (0: no row limit)
             stream = await original(query, **kwargs)
 
             async def counted() -> AsyncIterator[Row]:
                 nonlocal left
-                if measured:
-                    self.asked += left * self.size
-                    self.unlimited += not left
-                    self._check()
+                self.asked += left * self.size
+                self.unlimited += not left
+                self._check()
                 try:
                     async for row in stream:
                         self.sent += row_bytes(row)
-                        self.measured.add(bucket)
-                        if measured and left:
+                        if left:
                             left -= 1
                             self.asked -= self.size
                         self._check()
                         yield row
                 finally:
-                    if measured:
-                        self.asked -= left * self.size
-                        self.unlimited -= not query.limit
+                    self.asked -= left * self.size
+                    self.unlimited -= not query.limit
 
             return counted()
 
@@ -340,10 +339,10 @@ async def test_a_larger_wide_row_scan_asks_no_more_than_its_byte_budget(
     make_table: Callable[..., str], data_client: BigtableDataClientAsync, ordered: bool
 ) -> None:
     """384 rows of 64 KiB (24 a bucket, 24 MiB) with the default 8 MiB budget: several
-    requests per bucket. Once a bucket's rows are measured, what its open requests may still
-    bring in plus what the read holds stays within the budget plus one row per bucket. A
-    request without a row limit (a stream) would make that unbounded: rows this wide are
-    paged, not streamed (`streamable`)."""
+    requests per bucket. What the open requests may still bring in plus what the read
+    holds stays within the budget plus one row per bucket, from the first request on (the
+    first wave probes each bucket with one row). A request without a row limit (a stream)
+    would make that unbounded: rows this wide are paged, not streamed (`streamable`)."""
     size, rows = 64 * KIB, 384
     table_id = make_table(families=("cf",))
     await load(data_client, table_id, rows, size)
@@ -357,7 +356,7 @@ async def test_a_larger_wide_row_scan_asks_no_more_than_its_byte_budget(
         meter.hand(row)
         keys.append(row.row_key)
     assert (keys if ordered else sorted(keys)) == [b"k%05d" % i for i in range(rows)]
-    assert len(meter.measured) == SCHEME.buckets
+    assert meter.first_limits == [1] * SCHEME.buckets  # the table object's first read probes
     bound = budget.bytes + SCHEME.buckets * (size + 16)
     assert 0 < meter.peak <= bound, (meter.peak, bound)
     assert 0 < stats.peak_buffered_bytes <= bound

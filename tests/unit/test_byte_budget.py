@@ -31,7 +31,9 @@ from saltedtable._merge import Feed, Merge, Sent, ThreadMerge
 from saltedtable._strategy import (
     DEFAULT_ROW_BYTES,
     FIRST_PAGE_ROWS,
+    PROBE_ROWS,
     Ask,
+    RowSizes,
     capped_ask,
     page_ask,
     ramp,
@@ -164,9 +166,12 @@ def tables(draw: st.DrawFn) -> tuple[list[list[Item]], int]:
     return parts, max(sizes, default=0)
 
 
-def check_requests(meter: Meter) -> None:
-    """No request asks more rows than its cap allows at the largest row seen when asked."""
+def check_requests(meter: Meter, *, limited: bool) -> None:
+    """No request asks more rows than its cap allows at the largest row seen when asked,
+    and a read without a limit asks one row a request until it has measured a row."""
     for rows, cap, largest in meter.requests:
+        if largest is None and not limited:
+            assert rows == PROBE_ROWS, (rows, cap)  # the first wave: rows of any size
         if cap == 0:
             assert rows == 1  # the one row a bucket that holds nothing may always ask
             continue
@@ -207,7 +212,7 @@ def test_async_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
     else:
         assert len(set(got)) == len(got) == len(expected[:lim])
     assert meter.peak <= budget.bytes + len(parts) * largest
-    check_requests(meter)
+    check_requests(meter, limited=lim is not None)
 
 
 @PROPERTY
@@ -235,7 +240,7 @@ def test_thread_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
         assert len(set(got)) == len(got) == len(expected[:lim])
     assert merge.peak_bytes <= budget.bytes + len(parts) * largest
     assert meter.peak <= budget.bytes + len(parts) * largest
-    check_requests(meter)
+    check_requests(meter, limited=lim is not None)
 
 
 # -- the sizing rules themselves --------------------------------------------------------
@@ -294,12 +299,33 @@ def test_a_bucket_asks_few_rows_until_its_rows_are_measured() -> None:
     assert ramp(page, requests=10, measured=False) == page
     assert ramp(page, requests=0, measured=True) == page  # measured: the cap sizes it
     assert ramp(Ask(1, 0), requests=0, measured=False) == Ask(1, 0)
+    # Before the read has measured any row (its first wave): one row, then doubling.
+    assert ramp(page, requests=0, measured=False, read_measured=False) == Ask(PROBE_ROWS, 256 << 10)
+    assert ramp(page, requests=3, measured=False, read_measured=False) == Ask(
+        PROBE_ROWS << 3, 256 << 10
+    )
+    assert ramp(page, requests=0, measured=True, read_measured=False) == page
+
+
+def test_a_table_remembers_its_last_measured_row_size() -> None:
+    sizes = RowSizes()
+    assert sizes.largest is None
+    sizes.learn(None)
+    sizes.learn(0)
+    assert sizes.largest is None  # a read that measured nothing changes nothing
+    sizes.learn(70_000)
+    sizes.learn(100)
+    assert sizes.largest == 100  # the last read's measure, not the largest ever
+    sizes.learn(None)
+    assert sizes.largest == 100
 
 
 def test_a_read_of_narrow_rows_pages_by_bytes_after_its_first_requests() -> None:
-    """The first request of each source is FIRST_PAGE_ROWS; once measured, pages are
-    what the byte cap allows (the ramp does not keep a scan's pages small), reached
-    within a few requests by a consumer that keeps up (the read-ahead window doubles)."""
+    """The first request of each source is a probe of PROBE_ROWS (the read has measured
+    no row), or FIRST_PAGE_ROWS where a table's earlier read measured its rows; once
+    measured, pages are what the byte cap allows (the ramp does not keep a scan's pages
+    small), reached within a few requests by a consumer that keeps up (the read-ahead
+    window doubles)."""
     meter = Meter()
     parts = [[(i * 4 + s, 100) for i in range(6000)] for s in range(4)]
     sizes: dict[int, list[int]] = {}
@@ -309,16 +335,19 @@ def test_a_read_of_narrow_rows_pages_by_bytes_after_its_first_requests() -> None
             sizes.setdefault(feed.index, []).append(size)
             return await super().__call__(size, feed)
 
-    async def main() -> None:
-        merge = Merge([Recorded(p, meter) for p in parts], budget=ReadBudget(bytes=4 << 20))
+    async def main(largest: int | None) -> None:
+        sources = [Recorded(p, meter) for p in parts]
+        merge = Merge(sources, budget=ReadBudget(bytes=4 << 20), largest=largest)
         async with merge:
             async for batch in merge:
                 meter.take(batch)
 
-    asyncio.run(main())
-    for asked in sizes.values():
-        assert asked[0] == FIRST_PAGE_ROWS
-        assert max(asked[1:]) > 8 * FIRST_PAGE_ROWS
+    for largest, first in ((None, PROBE_ROWS), (100, FIRST_PAGE_ROWS)):
+        sizes.clear()
+        asyncio.run(main(largest))
+        for asked in sizes.values():
+            assert asked[0] == first
+            assert max(asked[1:]) > 8 * FIRST_PAGE_ROWS
 
 
 def test_limited_requests_are_capped_by_bytes() -> None:

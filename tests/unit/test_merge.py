@@ -15,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saltedtable._merge import Feed, Merge, Sent
-from saltedtable._strategy import FIRST_PAGE_ROWS, ReadBudget, allowance, fetch_bound
+from saltedtable._strategy import (
+    FIRST_PAGE_ROWS,
+    PROBE_ROWS,
+    ReadBudget,
+    allowance,
+    fetch_bound,
+)
 
 PROPERTY = settings(max_examples=80, deadline=None)
 
@@ -283,7 +289,7 @@ def test_a_read_without_a_limit_keeps_each_source_within_its_share() -> None:
     assert run(main) == list(range(4000))
     for s in sources:
         assert max(s.sizes) <= 100
-        assert s.sizes[0] == min(FIRST_PAGE_ROWS, 100)  # (the ramp: test_byte_budget)
+        assert s.sizes[0] == PROBE_ROWS  # (the read's first wave: test_byte_budget)
         assert min(s.sizes[1:-1]) >= 50
 
 
@@ -297,7 +303,9 @@ def test_with_more_sources_than_slots_first_requests_ask_less(ordered: bool) -> 
     sources = [Source(range(s, n * 400, n)) for s in range(n)]
 
     async def main() -> list[int]:
-        return await drain(Merge(sources, ordered=ordered, budget=budget, slots=slots))
+        # (As for a table whose last read measured rows of 512 B: no probes.)
+        merge = Merge(sources, ordered=ordered, budget=budget, slots=slots, largest=512)
+        return await drain(merge)
 
     got = run(main)
     assert sorted(got) == list(range(n * 400))

@@ -14,6 +14,7 @@ from google.cloud.bigtable.data.row import Row
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan
 from saltedtable._cancel import end_stream
+from saltedtable._strategy import PROBE_ROWS
 from tests.fakes import FakeTable
 
 KEYS = [b"k%05d" % i for i in range(400)]
@@ -40,16 +41,16 @@ async def test_small_budgets_read_in_many_requests_without_gaps_or_repeats(order
         if len(got) % 5 == 0:
             await asyncio.sleep(0)  # a consumer that is sometimes behind
     assert (got if ordered else sorted(got)) == KEYS
-    # Streamed: no request has a row limit (but an ordered read's first to each bucket,
-    # a page of at most a share); the budget bounds what was asked and not taken.
+    # Streamed: no request has a row limit but each bucket's first, a probe of one row
+    # (the table's first read has measured no row); the budget bounds what was asked
+    # and not taken.
     firsts: dict[bytes, ReadRowsQuery] = {}
     for q in fake.stats.queries:
         firsts.setdefault(q.row_ranges[0].start_key[:2], q)
     assert len(firsts) == 4
     for q in fake.stats.queries:
-        if ordered and q is firsts[q.row_ranges[0].start_key[:2]]:
-            assert q.limit is not None
-            assert q.limit <= 7
+        if q is firsts[q.row_ranges[0].start_key[:2]]:
+            assert q.limit == PROBE_ROWS
         else:
             assert q.limit is None
     assert stats.peak_buffered_rows <= 28
@@ -77,11 +78,27 @@ async def test_small_budgets_page_when_the_buckets_do_not_fit_the_slots() -> Non
 
 
 async def test_a_large_budget_reads_each_bucket_in_one_request() -> None:
-    """Four buckets, a budget far above the table: one request per bucket."""
+    """Four buckets, a budget far above the table: one request per bucket, once the table
+    object has measured its rows; its first read probes each bucket with one row first."""
     fake, table = await filled()
     assert len(await table.read_rows(ReadRowsQuery())) == len(KEYS)
-    assert len(fake.stats.queries) == 4
+    assert [q.limit for q in fake.stats.queries[:4]] == [PROBE_ROWS] * 4
+    assert len(fake.stats.queries) == 8
+    assert len(await table.read_rows(ReadRowsQuery())) == len(KEYS)
+    assert len(fake.stats.queries) == 8 + 4
     assert table.limiter.borrowed_tokens == 0
+
+
+async def test_a_missed_one_request_sizes_the_buckets_first_requests() -> None:
+    """A bounded read bigger than its one request over every bucket: that request measured
+    rows, so the buckets' own first requests are sized from them, not probes of one row."""
+    fake, table = await filled(budget=ReadBudget(one_request_rows=20))
+    query = ReadRowsQuery(row_ranges=RowRange(KEYS[0], KEYS[-1] + b"\x00"))
+    assert [r.row_key for r in await table.read_rows(query)] == KEYS
+    one, *buckets = fake.stats.queries
+    assert len(one.row_ranges) == 4  # the one request, over every bucket
+    assert len(buckets) == 4  # then one request a bucket
+    assert all(q.limit is None or q.limit > PROBE_ROWS for q in buckets)
 
 
 async def test_requests_never_exceed_the_slots() -> None:

@@ -270,7 +270,7 @@ def test_a_request_streams_only_while_its_cap_holds_enough_of_the_widest_rows() 
     """Unmeasured or narrow rows stream; rows so wide that the cap holds fewer than
     STREAM_MIN_ROWS of them are paged (a stream's transport buffers past the grant)."""
     row = 64 * 1024
-    assert streamable(256 * 1024, 0)  # nothing measured yet
+    assert not streamable(256 * 1024, 0)  # nothing measured yet: rows of any size
     assert streamable(STREAM_MIN_ROWS * row, row)
     assert not streamable(STREAM_MIN_ROWS * row - 1, row)
     assert not streamable(256 * 1024, row)  # the default budget's page at 16 buckets

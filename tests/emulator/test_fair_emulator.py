@@ -209,6 +209,8 @@ def test_a_sync_scan_request_gives_way_to_a_small_read_after_its_next_row(
     with BigtableDataClient(project=PROJECT) as client:
         gated = GatedSync(client.get_table(INSTANCE, table_id))
         salted = SaltedTable(gated, SCHEME, max_concurrent_subscans=1, guard=False)  # type: ignore[arg-type]
+        # The table measures its rows first (the scan's first requests are pages, not probes).
+        assert [r.row_key for r in salted.read_rows(SMALL)] == KEYS[1000:1010]
         scan: Iterator[Any] = iter(salted.read_rows_stream(ReadRowsQuery(), ordered=False))
         small, small_rows = small_read_in_thread(salted)
         try:

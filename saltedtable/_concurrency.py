@@ -97,6 +97,7 @@ def new_merge(
     stop_requests: Callable[[], Awaitable[None]],
     limit: int | None = None,
     largest: int | None = None,
+    measured: int | None = None,
     key: Callable[[T], Any] | None = None,
 ) -> Merge[T]:
     """The merge of ``sources``: at most ``slots`` requests at once, in tasks."""
@@ -107,6 +108,7 @@ def new_merge(
         budget=budget,
         stop_requests=stop_requests,
         largest=largest,
+        measured=measured,
         slots=slots,
         key=key,
     )

@@ -95,6 +95,7 @@ def new_merge(
     stop_requests: Callable[[], bool],
     limit: int | None = None,
     largest: int | None = None,
+    measured: int | None = None,
     key: None = None,
 ) -> ThreadMerge[T]:
     """The merge of ``sources``: at most ``slots`` requests at once (and
@@ -107,6 +108,7 @@ def new_merge(
         budget=budget,
         stop_requests=stop_requests,
         largest=largest,
+        measured=measured,
     )
 
 

@@ -384,6 +384,7 @@ class MergeCore(Generic[T]):
         slots: int | None = None,
         key: Callable[[T], Any] | None = None,
         largest: int | None = None,
+        measured: int | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit}")
@@ -421,10 +422,15 @@ class MergeCore(Generic[T]):
         # Bytes: the caps of running requests plus what feeds are charged for.
         self._reserved = 0
         self._peak_bytes = 0
-        # The largest item seen (None: none yet); until the read measures one,
-        # ``largest`` (the table's last read's, see RowSizes) stands in for it.
-        self._largest: int | None = largest if largest is not None and largest > 0 else None
-        self._measured = False  # the read has measured an item of its own
+        # The largest item seen (None: none yet). ``measured``: what the read
+        # measured before its sources started (its one request's rows). Until the
+        # read measures one, ``largest`` (a hint: recent reads', see RowSizes)
+        # sizes requests, but no stream; a hint wider than a page's cap is
+        # dropped (the read probes, one row a bucket, instead of waiting for room).
+        if largest is not None and not 0 < largest <= self.stream_cap:
+            largest = None
+        self._measured = bool(measured and measured > 0)
+        self._largest: int | None = measured if self._measured else largest
         self._got_items = 0
         self._got_bytes = 0
         self._room_waiters: list[Feed[T]] = []
@@ -498,7 +504,7 @@ class MergeCore(Generic[T]):
 
     @property
     def measured_largest(self) -> int | None:
-        """Bytes of the largest item this read delivered (None: none yet)."""
+        """Bytes of the largest item this read measured (None: none yet; a hint is not one)."""
         return self._largest if self._measured else None
 
     # -- what a driver provides ----------------------------------------------------
@@ -649,7 +655,7 @@ class MergeCore(Generic[T]):
             return 0
         ask = self._ask_page(feed)
         if ask is None or not streamable(
-            min(ask.cap, self.stream_cap), feed.largest or self._largest or 0
+            min(ask.cap, self.stream_cap), feed.largest or self.measured_largest or 0
         ):
             return 0  # (rows too wide to stream: the next request is paged)
         feed.cap = ask.cap
@@ -1033,6 +1039,7 @@ class Merge(MergeCore[T]):
         slots: int | None = None,
         key: Callable[[T], Any] | None = None,
         largest: int | None = None,
+        measured: int | None = None,
     ) -> None:
         super().__init__(
             len(sources),
@@ -1044,6 +1051,7 @@ class Merge(MergeCore[T]):
             slots=slots,
             key=key,
             largest=largest,
+            measured=measured,
         )
         self._sources = list(sources)
         self._stop_requests = stop_requests
@@ -1475,6 +1483,7 @@ class ThreadMerge(MergeCore[T]):
         budget: ReadBudget | None = None,
         stop_requests: Callable[[], bool] | None = None,
         largest: int | None = None,
+        measured: int | None = None,
     ) -> None:
         super().__init__(
             len(sources),
@@ -1483,6 +1492,7 @@ class ThreadMerge(MergeCore[T]):
             budget=budget,
             slots=threads,
             largest=largest,
+            measured=measured,
         )
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")

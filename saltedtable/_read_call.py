@@ -133,7 +133,8 @@ class ReadCall(_Read[Awaitable[bool]]):
             budget=settings.budget,
             stop_requests=partial(stop_sources, sources),
             key=ROW_KEY,
-            largest=ctx.sizes.largest,
+            largest=self._size_hint(),
+            measured=None if self._first is None else self._first[0].largest,
         )
         self._merge = merge
         return merge

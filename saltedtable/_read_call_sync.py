@@ -135,7 +135,8 @@ class SyncReadCall(_Read[bool]):
             budget=settings.budget,
             stop_requests=partial(stop_sync_sources, sources),
             key=ROW_KEY,
-            largest=ctx.sizes.largest,
+            largest=self._size_hint(),
+            measured=None if self._first is None else self._first[0].largest,
         )
         self._merge = merge
         return merge

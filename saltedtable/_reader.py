@@ -237,7 +237,8 @@ class BucketSource(_BucketRequests, ProducerBase):
                         can_stream
                         and not (first_paged and feed.requests == 1)
                         and streamable(
-                            min(feed.cap, merge.stream_cap), feed.largest or merge.largest or 0
+                            min(feed.cap, merge.stream_cap),
+                            feed.largest or merge.measured_largest or 0,
                         )
                     )
                     query = self._cursor.next_query(None if streams else size)
@@ -631,8 +632,9 @@ class _ReadContext(Generic[T, L, G]):
         odds: Whether bounded reads try one request over every bucket first:
             (reads without a limit, reads with one).
         hook: Receives the statistics of every read when it ends.
-        sizes: What the table's reads last measured of its rows: a read's
-            first wave is sized from it (see :class:`~._strategy.RowSizes`).
+        sizes: What the table's recent reads measured of its rows, by
+            filter: a read's first wave is sized from it (see
+            :class:`~._strategy.RowSizes`).
     """
 
     table: T
@@ -759,6 +761,7 @@ class _Read(Generic[G]):
         "_in_buckets",
         "_limit",
         "_one",
+        "_size_key",
         "_sizes",
         "_stats",
         "_stray",
@@ -793,6 +796,8 @@ class _Read(Generic[G]):
         self._hook = hook
         self._guard = ctx.guard
         self._sizes = ctx.sizes
+        #: Reads with the same filter share measures (see RowSizes).
+        self._size_key = repr(plan.row_filter)
         #: The one request to try first (small reads), and how it went (see finish_read).
         self._one = OneRequestStep.choose(plan, settings, ctx.odds[plan.limit is not None], stats)
 
@@ -804,7 +809,11 @@ class _Read(Generic[G]):
 
     def _learn(self, largest: int | None) -> None:
         """Remember the largest row a request of this read measured, for the table's next reads."""
-        self._sizes.learn(largest)
+        self._sizes.learn(self._size_key, largest)
+
+    def _size_hint(self) -> int | None:
+        """The largest row recent reads with this read's filter measured (None: none)."""
+        return self._sizes.hint(self._size_key)
 
     def _finish(
         self, merge: MergeCore[Row] | None, emitted: int, error: BaseException | None

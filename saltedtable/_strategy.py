@@ -314,25 +314,43 @@ def page_ask(
 
 @final
 class RowSizes:
-    """What a table object's reads last measured of its rows, to size the next read's first wave.
+    """What a table object's recent reads measured of its rows, by filter: a hint for the next.
 
-    A read that has measured no row of its own starts from :attr:`largest`
-    (the largest row of the last read that measured any) instead of
-    probing each bucket with :data:`PROBE_ROWS`; its own first measure then
-    replaces it (see :func:`ramp`). Threads of a sync table update it without
-    a lock: a lost update only means the next read sizes from an older measure.
+    A read that has measured no row of its own sizes its buckets' first
+    requests from :meth:`hint` (the largest row of the last :attr:`KEEP`
+    reads with the same filter that measured any) instead of probing each
+    bucket with :data:`PROBE_ROWS`; its own first measure then replaces it
+    (see :func:`ramp`). A hint only sizes requests: a bucket streams (no row
+    limit) only once its read has measured rows itself. Reads with another
+    filter (a keys-only read, a few columns) keep hints of their own, so
+    they do not shrink a full row's. Threads of a sync table update it
+    without a lock: a lost update only means a read sizes from an older
+    measure.
     """
 
-    __slots__ = ("largest",)
+    #: Measures kept per filter (the hint is their largest).
+    KEEP: Final = 4
+    #: Filters kept (the oldest is dropped past this).
+    MOST_FILTERS: Final = 64
+
+    __slots__ = ("_measures",)
 
     def __init__(self) -> None:
-        #: Bytes of the largest row of the last read that measured one (None: none yet).
-        self.largest: int | None = None
+        self._measures: dict[str, tuple[int, ...]] = {}
 
-    def learn(self, largest: int | None) -> None:
-        """Remember a read's largest row (None or 0: it measured none; kept as it was)."""
-        if largest:
-            self.largest = largest
+    def hint(self, key: str) -> int | None:
+        """Bytes of the largest row recent reads with filter ``key`` measured (None: none)."""
+        measures = self._measures.get(key)
+        return max(measures) if measures else None
+
+    def learn(self, key: str, largest: int | None) -> None:
+        """Remember a read's largest row (None or 0: it measured none; nothing changes)."""
+        if not largest:
+            return
+        measures = self._measures.pop(key, ())
+        self._measures[key] = (*measures, largest)[-self.KEEP :]
+        while len(self._measures) > self.MOST_FILTERS:
+            self._measures.pop(next(iter(self._measures)), None)
 
 
 def ramp(ask: Ask, *, requests: int, measured: bool, read_measured: bool = True) -> Ask:
@@ -661,7 +679,8 @@ class ReadSettings:
                 slots_note = (
                     f"; with {n} sub-queries and {slots} requests at once "
                     f"(max_concurrent_subscans), each first request asks "
-                    f"{_rows(first_request(share, n, slots))}"
+                    f"{_rows(first_request(share, n, slots))} (one row while neither the read "
+                    "nor the table's recent reads with its filter have measured a row)"
                 )
             return (
                 f"{where}; {each} up to {_rows(share)} asked for and not yet handed over, "

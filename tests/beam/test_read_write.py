@@ -121,8 +121,8 @@ async def test_read_equals_the_async_reader(
         if name == "full":
             assert len(expected) == 2000
             # More splits than buckets (and the legacy side): the samples cut them. (How
-            # many varies with the emulator's samples: 33-34+ for the same rows.)
-            assert found["splits"] > 17
+            # many varies with the emulator's samples: 33 and 34 seen for the same rows.)
+            assert found["splits"] >= 30
             assert found["rows_read.legacy"] == 400
 
 

@@ -33,6 +33,7 @@ from google.cloud.bigtable.data import (
     SetCell,
 )
 from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import StripValueTransformerFilter
 
 from saltedtable import CallStats, ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
@@ -296,6 +297,14 @@ class AskMeter:
     def hand(self, row: Row) -> None:
         self.handed += row_bytes(row) + SLACK
 
+    def reset(self) -> None:
+        """Forget what was read so far (no request may be open)."""
+        assert not self.asked
+        assert not self.unlimited
+        self.sent = self.handed = self.peak = 0
+        self.buckets.clear()
+        self.first_limits.clear()
+
     def _check(self) -> None:
         held = self.asked + self.sent - self.handed
         self.peak = max(self.peak, UNBOUNDED if self.unlimited else held)
@@ -350,14 +359,28 @@ async def test_a_larger_wide_row_scan_asks_no_more_than_its_byte_budget(
     meter = AskMeter(size + len(b"k00000") + SLACK)
     physical = meter.wrap(data_client.get_table(INSTANCE, table_id))
     table = SaltedTableAsync(physical, SCHEME, budget=budget, guard=False)
+    # A keys-only read first: its measure (keys of a few bytes) does not size full rows.
+    keys_only = ReadRowsQuery(row_filter=StripValueTransformerFilter(True))
+    assert len(await table.read_rows(keys_only)) == rows
+    meter.reset()
     stats = CallStats()
     keys = []
     async for row in await table.read_rows_stream(ReadRowsQuery(), ordered=ordered, stats=stats):
         meter.hand(row)
         keys.append(row.row_key)
     assert (keys if ordered else sorted(keys)) == [b"k%05d" % i for i in range(rows)]
-    assert meter.first_limits == [1] * SCHEME.buckets  # the table object's first read probes
+    # No read with this filter measured rows before: the first wave probes.
+    assert meter.first_limits == [1] * SCHEME.buckets
     bound = budget.bytes + SCHEME.buckets * (size + 16)
     assert 0 < meter.peak <= bound, (meter.peak, bound)
     assert 0 < stats.peak_buffered_bytes <= bound
     assert stats.requests > 2 * SCHEME.buckets  # (the budget, not the table, sized them)
+    # The next scan starts from the table's measure: first pages of 3 rows, same bound.
+    meter.reset()
+    got = 0
+    async for row in await table.read_rows_stream(ReadRowsQuery(), ordered=ordered):
+        meter.hand(row)
+        got += 1
+    assert got == rows
+    assert meter.first_limits == [3] * SCHEME.buckets
+    assert 0 < meter.peak <= bound, (meter.peak, bound)

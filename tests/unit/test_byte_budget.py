@@ -307,17 +307,60 @@ def test_a_bucket_asks_few_rows_until_its_rows_are_measured() -> None:
     assert ramp(page, requests=0, measured=True, read_measured=False) == page
 
 
-def test_a_table_remembers_its_last_measured_row_size() -> None:
+def test_a_table_remembers_recent_row_sizes_by_filter() -> None:
     sizes = RowSizes()
-    assert sizes.largest is None
-    sizes.learn(None)
-    sizes.learn(0)
-    assert sizes.largest is None  # a read that measured nothing changes nothing
-    sizes.learn(70_000)
-    sizes.learn(100)
-    assert sizes.largest == 100  # the last read's measure, not the largest ever
-    sizes.learn(None)
-    assert sizes.largest == 100
+    assert sizes.hint("None") is None
+    sizes.learn("None", None)
+    sizes.learn("None", 0)
+    assert sizes.hint("None") is None  # a read that measured nothing changes nothing
+    sizes.learn("None", 70_000)
+    sizes.learn("None", 100)
+    assert sizes.hint("None") == 70_000  # the largest of the recent reads
+    sizes.learn("strip", 6)  # a keys-only read keeps a hint of its own
+    assert sizes.hint("None") == 70_000
+    assert sizes.hint("strip") == 6
+    for _ in range(RowSizes.KEEP):
+        sizes.learn("None", 100)
+    assert sizes.hint("None") == 100  # the wide one was KEEP reads ago
+    for i in range(RowSizes.MOST_FILTERS):
+        sizes.learn(f"f{i}", 1)
+    assert sizes.hint("None") is None  # the oldest filters are dropped
+    assert sizes.hint(f"f{RowSizes.MOST_FILTERS - 1}") == 1
+
+
+def test_a_hint_sizes_first_requests_until_the_read_measures_rows_of_its_own() -> None:
+    """A 1 KiB hint sizes the first wave (no probes); the narrow rows the read then
+    measures replace it: later pages ask what those allow. A hint wider than a page's
+    cap is dropped (the read probes, one row a bucket, without waiting for room)."""
+    meter = Meter()
+    parts = [[(i * 4 + s, 10) for i in range(3000)] for s in range(4)]
+    sizes: dict[int, list[int]] = {}
+
+    class Recorded(AsyncSized):
+        async def __call__(self, size: int, feed: Feed[Item]) -> Sent:
+            sizes.setdefault(feed.index, []).append(size)
+            return await super().__call__(size, feed)
+
+    budget = ReadBudget(bytes=1 << 20)
+
+    async def main(largest: int) -> Merge[Item]:
+        sources = [Recorded(p, meter) for p in parts]
+        merge = Merge(sources, budget=budget, largest=largest, ordered=False)
+        assert merge.measured_largest is None  # a hint is not a measure
+        async with merge:
+            async for batch in merge:
+                meter.take(batch)
+        return merge
+
+    merge = asyncio.run(main(1024))
+    assert merge.measured_largest == 10
+    for asked in sizes.values():
+        assert 1 < asked[0] <= (budget.bytes // 8) // 1024  # a page's cap at the hint
+        assert max(asked[1:]) > asked[0]  # (at the hint, a page is at most asked[0])
+    sizes.clear()
+    merge = asyncio.run(main(budget.bytes))  # wider than a page's cap: dropped
+    assert merge.largest == 10
+    assert all(asked[0] == PROBE_ROWS for asked in sizes.values())
 
 
 def test_a_read_of_narrow_rows_pages_by_bytes_after_its_first_requests() -> None:

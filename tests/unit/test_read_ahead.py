@@ -23,6 +23,7 @@ from saltedtable._merge import Feed, Merge, Sent, ThreadMerge
 from saltedtable._strategy import (
     FIRST_PAGE_ROWS,
     MIN_WINDOW_ROWS,
+    PROBE_ROWS,
     READ_AHEAD_GROWTH,
     READ_AHEAD_ROWS,
     READ_AHEAD_SECONDS,
@@ -111,7 +112,8 @@ async def test_an_async_read_whose_consumer_stops_asks_for_little_more() -> None
         for source in sources:
             # Before: the first page, then the rest of the share (all 5000 items).
             assert sum(source.sizes) <= PAUSED_MOST, source.sizes
-            assert len(source.sizes) <= 3  # (the read's probe of one row, then two)
+            assert source.sizes[0] == PROBE_ROWS  # the read's probe of one row, then two
+            assert len(source.sizes) <= 3
         async for batch in merge:  # the consumer is back: the read goes on, exact
             got += batch
     assert got == list(range(SOURCES * ITEMS))
@@ -133,7 +135,8 @@ def test_a_sync_read_whose_consumer_stops_asks_for_little_more() -> None:
             settled = 0 if busy or after != before else settled + 1
         for source in sources:
             assert sum(source.sizes) <= PAUSED_MOST, source.sizes
-            assert len(source.sizes) <= 3  # (the read's probe of one row, then two)
+            assert source.sizes[0] == PROBE_ROWS  # the read's probe of one row, then two
+            assert len(source.sizes) <= 3
         for batch in merge:
             got += batch
     assert got == list(range(SOURCES * ITEMS))

@@ -10,6 +10,7 @@ import pytest
 from google.api_core.exceptions import DeadlineExceeded, ServiceUnavailable
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange
 from google.cloud.bigtable.data.mutations import SetCell
+from google.cloud.bigtable.data.row_filters import StripValueTransformerFilter
 from google.cloud.bigtable.data.row import Row
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan
@@ -99,6 +100,50 @@ async def test_a_missed_one_request_sizes_the_buckets_first_requests() -> None:
     assert len(one.row_ranges) == 4  # the one request, over every bucket
     assert len(buckets) == 4  # then one request a bucket
     assert all(q.limit is None or q.limit > PROBE_ROWS for q in buckets)
+
+
+def _firsts(queries: list[ReadRowsQuery]) -> dict[bytes, ReadRowsQuery]:
+    """Each bucket's first request."""
+    firsts: dict[bytes, ReadRowsQuery] = {}
+    for q in queries:
+        firsts.setdefault(q.row_ranges[0].start_key[:2], q)
+    return firsts
+
+
+async def test_a_table_hint_sizes_first_requests_but_never_streams_them() -> None:
+    """A table object's second scan starts from what its first measured: first requests of
+    several rows, with a row limit (a hint is not the read's own measure: no stream), and
+    streams after them. A keys-only read's measure does not size a full scan."""
+    fake, table = await filled(budget=ReadBudget(rows=28))
+    await table.read_rows(ReadRowsQuery(row_filter=StripValueTransformerFilter(True)))
+    fake.stats.queries.clear()
+    assert len(await table.read_rows(ReadRowsQuery())) == len(KEYS)  # (full rows: probes)
+    assert {q.limit for q in _firsts(fake.stats.queries).values()} == {PROBE_ROWS}
+    for ordered in (True, False):
+        fake.stats.queries.clear()
+        got = [r async for r in await table.read_rows_stream(ReadRowsQuery(), ordered=ordered)]
+        assert len(got) == len(KEYS)
+        firsts = _firsts(fake.stats.queries)
+        assert all(q.limit is not None and PROBE_ROWS < q.limit <= 7 for q in firsts.values())
+        later = [q for q in fake.stats.queries if q not in firsts.values()]
+        assert later
+        assert all(q.limit is None for q in later)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_a_missed_one_request_is_the_reads_own_measure(ordered: bool) -> None:
+    """The rows of a missed one request are the read's own: its buckets' first requests may
+    stream at once, but an ordered read's first keeps a row limit (the merge waits for
+    every bucket's first row, which comes later while other streams are unbounded)."""
+    fake, table = await filled(budget=ReadBudget(rows=28, one_request_rows=20))
+    query = ReadRowsQuery(row_ranges=RowRange(KEYS[0], KEYS[-1] + b"\x00"))
+    got = [r.row_key async for r in await table.read_rows_stream(query, ordered=ordered)]
+    assert (got if ordered else sorted(got)) == KEYS
+    firsts = _firsts(fake.stats.queries[1:])  # (after the one request)
+    if ordered:
+        assert all(q.limit is not None and q.limit <= 7 for q in firsts.values())
+    else:
+        assert all(q.limit is None for q in firsts.values())
 
 
 async def test_requests_never_exceed_the_slots() -> None:

@@ -10,8 +10,8 @@ import pytest
 from google.api_core.exceptions import DeadlineExceeded, ServiceUnavailable
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange
 from google.cloud.bigtable.data.mutations import SetCell
-from google.cloud.bigtable.data.row_filters import StripValueTransformerFilter
 from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import StripValueTransformerFilter
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan
 from saltedtable._cancel import end_stream

@@ -425,8 +425,8 @@ class MergeCore(Generic[T]):
         # The largest item seen (None: none yet). ``measured``: what the read
         # measured before its sources started (its one request's rows). Until the
         # read measures one, ``largest`` (a hint: recent reads', see RowSizes)
-        # sizes requests, but no stream; a hint wider than a page's cap is
-        # dropped (the read probes, one row a bucket, instead of waiting for room).
+        # sizes requests; a hint wider than a page's cap is dropped (the read
+        # probes, one row a bucket, instead of waiting for room).
         if largest is not None and not 0 < largest <= self.stream_cap:
             largest = None
         self._measured = bool(measured and measured > 0)
@@ -655,7 +655,7 @@ class MergeCore(Generic[T]):
             return 0
         ask = self._ask_page(feed)
         if ask is None or not streamable(
-            min(ask.cap, self.stream_cap), feed.largest or self.measured_largest or 0
+            min(ask.cap, self.stream_cap), feed.largest or self._largest or 0
         ):
             return 0  # (rows too wide to stream: the next request is paged)
         feed.cap = ask.cap

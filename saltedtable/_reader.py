@@ -238,7 +238,7 @@ class BucketSource(_BucketRequests, ProducerBase):
                         and not (first_paged and feed.requests == 1)
                         and streamable(
                             min(feed.cap, merge.stream_cap),
-                            feed.largest or merge.measured_largest or 0,
+                            feed.largest or merge.largest or 0,
                         )
                     )
                     query = self._cursor.next_query(None if streams else size)

@@ -320,8 +320,7 @@ class RowSizes:
     requests from :meth:`hint` (the largest row of the last :attr:`KEEP`
     reads with the same filter that measured any) instead of probing each
     bucket with :data:`PROBE_ROWS`; its own first measure then replaces it
-    (see :func:`ramp`). A hint only sizes requests: a bucket streams (no row
-    limit) only once its read has measured rows itself. Reads with another
+    (see :func:`ramp`). Reads with another
     filter (a keys-only read, a few columns) keep hints of their own, so
     they do not shrink a full row's. Threads of a sync table update it
     without a lock: a lost update only means a read sizes from an older

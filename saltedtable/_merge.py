@@ -366,6 +366,12 @@ class MergeCore(Generic[T]):
             themselves). With a key, :attr:`Feed.keys` is :attr:`Feed.items`:
             a source appends each item once, and the merge computes keys (in C,
             with an ``operator.attrgetter``) only where it compares them.
+        largest: A hint of the items' size (bytes of the largest), for the
+            requests sent before the read has measured an item; None: none (a
+            read without a limit then probes each source with one item; see
+            :func:`~._strategy.ramp`). Ignored past a page's byte cap.
+        measured: What the read already measured of its items (a missed one
+            request's largest row): sizes requests as its own measure does.
     """
 
     #: Whether the driver's sources stream their requests where a feed allows it
@@ -425,9 +431,10 @@ class MergeCore(Generic[T]):
         # The largest item seen (None: none yet). ``measured``: what the read
         # measured before its sources started (its one request's rows). Until the
         # read measures one, ``largest`` (a hint: recent reads', see RowSizes)
-        # sizes requests; a hint wider than a page's cap is dropped (the read
-        # probes, one row a bucket, instead of waiting for room).
-        if largest is not None and not 0 < largest <= self.stream_cap:
+        # sizes requests; for a read without a limit, a hint wider than a page's
+        # cap is dropped (the read probes, one row a bucket, instead of waiting
+        # for room).
+        if largest is not None and (largest <= 0 or (limit is None and largest > self.stream_cap)):
             largest = None
         self._measured = bool(measured and measured > 0)
         self._largest: int | None = measured if self._measured else largest
@@ -497,8 +504,10 @@ class MergeCore(Generic[T]):
     def largest(self) -> int | None:
         """Bytes of the largest item delivered so far, which sizes requests (None: none yet).
 
-        Before the read has delivered an item: the size it was started with
-        (``largest``, the table's last measure), if any.
+        Before the read has delivered an item: what it was started with, its
+        own earlier measure (``measured``: a missed one request's rows) or a
+        hint (``largest``: the table's recent reads with its filter, see
+        :class:`~._strategy.RowSizes`), if any.
         """
         return self._largest
 
@@ -1024,6 +1033,8 @@ class Merge(MergeCore[T]):
             for a gRPC message leaks memory in grpc.aio (see :mod:`._cancel`).
         slots: Requests that can run at once (see :class:`MergeCore`).
         key: The key of an item, or None (see :class:`MergeCore`).
+        largest, measured: The items' size as hinted or measured before the
+            read (see :class:`MergeCore`).
     """
 
     def __init__(

@@ -150,11 +150,12 @@ class ReadCall(_Read[Awaitable[bool]]):
                 async for batch in merge:
                     rows += batch
         except BaseException as exc:
-            self._learn(source.largest)
             self._one.failed(exc, source)
             return None
-        self._learn(source.largest)
-        return self._one.done(rows, source)
+        answered = self._one.done(rows, source)
+        if answered is not None:  # (else its measure goes on in the buckets' merge)
+            self._learn(source.largest)
+        return answered
 
     async def collect(self) -> list[Row]:
         """Every row of the read, in a list."""

@@ -152,11 +152,12 @@ class SyncReadCall(_Read[bool]):
                 for batch in merge:
                     rows += batch
         except BaseException as exc:
-            self._learn(source.largest)
             self._one.failed(exc, source)
             return None
-        self._learn(source.largest)
-        return self._one.done(rows, source)
+        answered = self._one.done(rows, source)
+        if answered is not None:  # (else its measure goes on in the buckets' merge)
+            self._learn(source.largest)
+        return answered
 
     def collect(self) -> list[Row]:
         """Every row of the read, in a list."""

@@ -32,6 +32,7 @@ import bisect
 import itertools
 import math
 import statistics
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, final
@@ -322,9 +323,8 @@ class RowSizes:
     bucket with :data:`PROBE_ROWS`; its own first measure then replaces it
     (see :func:`ramp`). Reads with another
     filter (a keys-only read, a few columns) keep hints of their own, so
-    they do not shrink a full row's. Threads of a sync table update it
-    without a lock: a lost update only means a read sizes from an older
-    measure.
+    they do not shrink a full row's. Threads of a sync table share it: a
+    lock keeps its books whole.
     """
 
     #: Measures kept per filter (the hint is their largest).
@@ -332,10 +332,11 @@ class RowSizes:
     #: Filters kept (the oldest is dropped past this).
     MOST_FILTERS: Final = 64
 
-    __slots__ = ("_measures",)
+    __slots__ = ("_lock", "_measures")
 
     def __init__(self) -> None:
         self._measures: dict[str, tuple[int, ...]] = {}
+        self._lock = threading.Lock()
 
     def hint(self, key: str) -> int | None:
         """Bytes of the largest row recent reads with filter ``key`` measured (None: none)."""
@@ -346,10 +347,11 @@ class RowSizes:
         """Remember a read's largest row (None or 0: it measured none; nothing changes)."""
         if not largest:
             return
-        measures = self._measures.pop(key, ())
-        self._measures[key] = (*measures, largest)[-self.KEEP :]
-        while len(self._measures) > self.MOST_FILTERS:
-            self._measures.pop(next(iter(self._measures)), None)
+        with self._lock:
+            measures = self._measures.pop(key, ())
+            self._measures[key] = (*measures, largest)[-self.KEEP :]
+            while len(self._measures) > self.MOST_FILTERS:
+                del self._measures[next(iter(self._measures))]
 
 
 def ramp(ask: Ask, *, requests: int, measured: bool, read_measured: bool = True) -> Ask:

@@ -182,10 +182,14 @@ def check_requests(meter: Meter, *, limited: bool) -> None:
 MODES = st.sampled_from(["ordered", "unordered", "limited", "limited-unordered"])
 
 
+#: A table's row-size hint (see RowSizes): none, or any size, right or wrong.
+HINTS = st.none() | st.integers(1, 2 * BUDGET_BYTES)
+
+
 @PROPERTY
-@given(table=tables(), mode=MODES, limit=st.integers(1, 40))
+@given(table=tables(), mode=MODES, limit=st.integers(1, 40), hint=HINTS)
 def test_async_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
-    table: tuple[list[list[Item]], int], mode: str, limit: int
+    table: tuple[list[list[Item]], int], mode: str, limit: int, hint: int | None
 ) -> None:
     parts, largest = table
     meter = Meter()
@@ -195,7 +199,7 @@ def test_async_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
     sources = [AsyncSized(p, meter) for p in parts]
 
     async def main() -> list[Item]:
-        merge = Merge(sources, ordered=ordered, limit=lim, budget=budget)
+        merge = Merge(sources, ordered=ordered, limit=lim, budget=budget, largest=hint)
         record_asks(merge, meter)
         out: list[Item] = []
         async with merge:
@@ -216,9 +220,9 @@ def test_async_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
 
 
 @PROPERTY
-@given(table=tables(), mode=MODES, limit=st.integers(1, 40))
+@given(table=tables(), mode=MODES, limit=st.integers(1, 40), hint=HINTS)
 def test_thread_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
-    table: tuple[list[list[Item]], int], mode: str, limit: int
+    table: tuple[list[list[Item]], int], mode: str, limit: int, hint: int | None
 ) -> None:
     parts, largest = table
     meter = Meter()
@@ -227,7 +231,7 @@ def test_thread_merge_keeps_bytes_within_the_budget_plus_one_row_per_source(
     lim = limit if mode.startswith("limited") else None
     sources = [SyncSized(p, meter) for p in parts]
     got: list[Item] = []
-    merge = ThreadMerge(sources, threads=8, ordered=ordered, limit=lim, budget=budget)
+    merge = ThreadMerge(sources, threads=8, ordered=ordered, limit=lim, budget=budget, largest=hint)
     record_asks(merge, meter)
     with merge:
         for batch in merge:

@@ -756,12 +756,12 @@ class _Read(Generic[G]):
 
     __slots__ = (
         "_deadline",
+        "_filter",
         "_guard",
         "_hook",
         "_in_buckets",
         "_limit",
         "_one",
-        "_size_key",
         "_sizes",
         "_stats",
         "_stray",
@@ -796,8 +796,8 @@ class _Read(Generic[G]):
         self._hook = hook
         self._guard = ctx.guard
         self._sizes = ctx.sizes
-        #: Reads with the same filter share measures (see RowSizes).
-        self._size_key = repr(plan.row_filter)
+        #: Reads with the same filter share measures (see RowSizes), keyed by its repr.
+        self._filter = plan.row_filter
         #: The one request to try first (small reads), and how it went (see finish_read).
         self._one = OneRequestStep.choose(plan, settings, ctx.odds[plan.limit is not None], stats)
 
@@ -809,11 +809,12 @@ class _Read(Generic[G]):
 
     def _learn(self, largest: int | None) -> None:
         """Remember the largest row a request of this read measured, for the table's next reads."""
-        self._sizes.learn(self._size_key, largest)
+        if largest:
+            self._sizes.learn(repr(self._filter), largest)
 
     def _size_hint(self) -> int | None:
         """The largest row recent reads with this read's filter measured (None: none)."""
-        return self._sizes.hint(self._size_key)
+        return self._sizes.hint(repr(self._filter))
 
     def _finish(
         self, merge: MergeCore[Row] | None, emitted: int, error: BaseException | None

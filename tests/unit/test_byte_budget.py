@@ -332,6 +332,18 @@ def test_a_table_remembers_recent_row_sizes_by_filter() -> None:
     assert sizes.hint(f"f{RowSizes.MOST_FILTERS - 1}") == 1
 
 
+class Recorded(AsyncSized):
+    """An :class:`AsyncSized` source that records each request's size, by feed."""
+
+    def __init__(self, items: Sequence[Item], meter: Meter, sizes: dict[int, list[int]]) -> None:
+        super().__init__(items, meter)
+        self.sizes = sizes
+
+    async def __call__(self, size: int, feed: Feed[Item]) -> Sent:
+        self.sizes.setdefault(feed.index, []).append(size)
+        return await super().__call__(size, feed)
+
+
 def test_a_hint_sizes_first_requests_until_the_read_measures_rows_of_its_own() -> None:
     """A 1 KiB hint sizes the first wave (no probes); the narrow rows the read then
     measures replace it: later pages ask what those allow. A hint wider than a page's
@@ -340,15 +352,10 @@ def test_a_hint_sizes_first_requests_until_the_read_measures_rows_of_its_own() -
     parts = [[(i * 4 + s, 10) for i in range(3000)] for s in range(4)]
     sizes: dict[int, list[int]] = {}
 
-    class Recorded(AsyncSized):
-        async def __call__(self, size: int, feed: Feed[Item]) -> Sent:
-            sizes.setdefault(feed.index, []).append(size)
-            return await super().__call__(size, feed)
-
     budget = ReadBudget(bytes=1 << 20)
 
     async def main(largest: int) -> Merge[Item]:
-        sources = [Recorded(p, meter) for p in parts]
+        sources = [Recorded(p, meter, sizes) for p in parts]
         merge = Merge(sources, budget=budget, largest=largest, ordered=False)
         assert merge.measured_largest is None  # a hint is not a measure
         async with merge:
@@ -377,13 +384,8 @@ def test_a_read_of_narrow_rows_pages_by_bytes_after_its_first_requests() -> None
     parts = [[(i * 4 + s, 100) for i in range(6000)] for s in range(4)]
     sizes: dict[int, list[int]] = {}
 
-    class Recorded(AsyncSized):
-        async def __call__(self, size: int, feed: Feed[Item]) -> Sent:
-            sizes.setdefault(feed.index, []).append(size)
-            return await super().__call__(size, feed)
-
     async def main(largest: int | None) -> None:
-        sources = [Recorded(p, meter) for p in parts]
+        sources = [Recorded(p, meter, sizes) for p in parts]
         merge = Merge(sources, budget=ReadBudget(bytes=4 << 20), largest=largest)
         async with merge:
             async for batch in merge:

@@ -45,9 +45,7 @@ async def test_small_budgets_read_in_many_requests_without_gaps_or_repeats(order
     # Streamed: no request has a row limit but each bucket's first, a probe of one row
     # (the table's first read has measured no row); the budget bounds what was asked
     # and not taken.
-    firsts: dict[bytes, ReadRowsQuery] = {}
-    for q in fake.stats.queries:
-        firsts.setdefault(q.row_ranges[0].start_key[:2], q)
+    firsts = _firsts(fake.stats.queries)
     assert len(firsts) == 4
     for q in fake.stats.queries:
         if q is firsts[q.row_ranges[0].start_key[:2]]:

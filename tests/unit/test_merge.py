@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable._merge import Feed, Merge, Sent
+from saltedtable._merge import WAKE_BATCH, Feed, Merge, MergeCore, Sent
 from saltedtable._strategy import (
     FIRST_PAGE_ROWS,
     PROBE_ROWS,
@@ -417,6 +417,33 @@ async def test_a_waiting_consumer_is_woken_in_batches() -> None:
             sizes.append(len(batch))
     assert sum(sizes) == 1600
     assert len(sizes) < 1600 / 6
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+async def test_a_hand_over_takes_about_a_wake_batch_whatever_the_sources(ordered: bool) -> None:
+    """Each of 16 sources wakes the consumer at its part of WAKE_BATCH, so a hand-over
+    holds about WAKE_BATCH items in all, not WAKE_BATCH per source (what the read
+    holds between two hand-overs starts the garbage collector's collections)."""
+    n = 16
+    sources = [Source(range(s, 16 * 400, n), burst=1) for s in range(n)]
+    merge = Merge(sources, ordered=ordered, budget=ReadBudget(rows=100_000), wake_delay=60)
+    sizes = []
+    async with merge:
+        async for batch in merge:
+            sizes.append(len(batch))
+    assert sum(sizes) == n * 400
+    steady = sorted(sizes[1:-1])  # (the first and last hand-overs are whatever is there)
+    assert steady[len(steady) // 2] <= 2 * WAKE_BATCH, steady
+
+
+def test_a_sources_part_of_the_wake_batch_counts_the_requests_that_run_at_once() -> None:
+    def part(sources: int, slots: int | None) -> int:
+        return MergeCore[int](sources, slots=slots)._batch()
+
+    assert part(1, None) == WAKE_BATCH
+    assert part(16, None) == WAKE_BATCH // 16
+    assert part(16, 2) == WAKE_BATCH // 2
+    assert part(4 * WAKE_BATCH, None) == 1
 
 
 async def test_batching_never_holds_an_item_past_the_delay() -> None:

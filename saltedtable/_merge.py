@@ -1098,6 +1098,8 @@ class Merge(MergeCore[T]):
         self._cancelled = False  # the producers were told to stop (see _cancel_producers)
         self._task: asyncio.Task[None] | None = None
         self._iter: AsyncGenerator[list[T], None] | None = None
+        #: The feeds counting down to the consumer's wake (see Feed.wake_left).
+        self._counting: Sequence[Feed[T]] = ()
 
     def __aiter__(self) -> Merge[T]:
         return self
@@ -1327,6 +1329,10 @@ class Merge(MergeCore[T]):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+            # The other feeds the consumer waits for need not count down to it
+            # too (each would wake it again, up to one wake per feed a hand-over).
+            for feed in self._counting:
+                feed.wake_left = 0
 
     def _consumer_waits(self) -> bool:
         return self._waiter is not None
@@ -1367,6 +1373,7 @@ class Merge(MergeCore[T]):
             self._stopped()
         loop = asyncio.get_running_loop()
         if batch is not None:
+            self._counting = feeds
             for feed in feeds:
                 feed.wake_at = batch
                 feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
@@ -1395,6 +1402,7 @@ class Merge(MergeCore[T]):
             await waiter
         finally:
             self._waiter = None
+            self._counting = ()
             if first:
                 timer.cancel()  # type: ignore[union-attr]
             elif started:

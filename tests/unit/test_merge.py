@@ -436,6 +436,38 @@ async def test_a_hand_over_takes_about_a_wake_batch_whatever_the_sources(ordered
     assert steady[len(steady) // 2] <= 2 * WAKE_BATCH, steady
 
 
+async def test_the_consumer_is_woken_once_a_hand_over_not_once_a_source() -> None:
+    """Sources that count down ``wake_left`` (the bucket sources do) stop once one of
+    them has woken the consumer: one wake a hand-over, not one per source it waited for."""
+    n = 16
+    wakes = 0
+
+    class Counting(Source):
+        async def __call__(self, size: int, feed: Feed[int]) -> Sent:
+            nonlocal wakes
+            pushed = 0
+            for item in self.items[self.pos : self.pos + size]:
+                await anyio.lowlevel.checkpoint()
+                feed.items.append(item)
+                feed.keys.append(item)
+                self.pos += 1
+                pushed += 1
+                if feed.wake_left:
+                    feed.wake_left -= 1
+                    if not feed.wake_left:
+                        wakes += 1
+                        feed.wake()
+            return Sent(pushed, self.pos < len(self.items))
+
+    sources = [Counting(range(s, n * 400, n)) for s in range(n)]
+    merge = Merge(sources, ordered=False, budget=ReadBudget(rows=100_000), wake_delay=60)
+    batches = 0
+    async with merge:
+        async for _ in merge:
+            batches += 1
+    assert wakes <= batches + 1, (wakes, batches)
+
+
 def test_a_sources_part_of_the_wake_batch_counts_the_requests_that_run_at_once() -> None:
     def part(sources: int, slots: int | None) -> int:
         return MergeCore[int](sources, slots=slots)._batch()

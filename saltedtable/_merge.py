@@ -27,9 +27,10 @@ its next request and how large it is (see :mod:`saltedtable._strategy`):
 The consumer hands over, in ordered mode, everything at or below the
 *watermark*: the smallest of the last keys the unfinished sources have
 delivered (nothing smaller can still come), sorted in C. A consumer waiting
-for a source is woken in batches (``wake_batch`` items, or ``wake_delay``
-seconds), so that its work per wake, which visits every source, is shared by
-many items.
+for sources is woken in batches (about ``wake_batch`` items in all, or
+``wake_delay`` seconds), so that its work per wake, which visits every source,
+is shared by many items, while what the read holds between two hand-overs
+stays small (see :data:`WAKE_BATCH`).
 
 Why a supervisor task: the producers are tasks of their own, each in a cancel
 scope of its own, and a supervisor task waits for them (and stops them all

@@ -137,6 +137,16 @@ def r2(address: str, proxy: ThreadProxy, args: argparse.Namespace) -> None:
             # Stall once every bucket has sent some rows: requests are mid-stream.
             proxy.call(lambda: proxy.proxy.stall_after(args.stall_after))
             next(stream)
+            deadline = time.monotonic() + 30
+            while not proxy.call(lambda: proxy.proxy.stalled):
+                # The buckets read ahead while the caller holds its first row: the
+                # stall comes once they have sent --stall-after bytes.
+                if time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"r2: the server never stalled: --stall-after {args.stall_after} "
+                        "is more than the scan's read-ahead sends; give fewer bytes"
+                    )
+                time.sleep(0.01)
             start = time.monotonic()
             if leave == "close":
                 stream.close()  # type: ignore[attr-defined]
@@ -519,7 +529,7 @@ def main() -> None:
     parser.add_argument("--op", type=float, default=30)
     parser.add_argument("--attempt", type=float, default=5)
     parser.add_argument("--defaults", action="store_true", help="r2: the table's default timeouts")
-    parser.add_argument("--stall-after", type=int, default=300_000, help="r2: bytes, then stall")
+    parser.add_argument("--stall-after", type=int, default=60_000, help="r2: bytes, then stall")
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--reads", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1, help="fair: plain/salted pairs per bound")

@@ -26,6 +26,7 @@ from google.cloud.bigtable.data import (
 )
 
 from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme, _reader
+from saltedtable._slots import Slots
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable, salted_table_of
 
@@ -140,10 +141,24 @@ def test_a_sync_small_read_overtakes_the_read_ahead_of_scans_nobody_consumes(
             while salted.limiter.waiting < SCANS:  # read-ahead queues for the slot
                 assert time.monotonic() < deadline, "the scans' read-ahead never queued"
                 time.sleep(0.001)
-            mark = len(counting.calls)
+            # Counted from when the small read asks for its slot (from its worker
+            # thread): requests granted before it asked were not its competitors.
+            marks: list[int] = []
+
+            class Marking(Slots):  # type: ignore[misc]
+                __slots__ = ()
+
+                def acquire(self, deadline: float, *args: Any, **kwargs: Any) -> bool:
+                    urgent = args[1] if len(args) > 1 else kwargs.get("urgent")
+                    if urgent is None:  # the small read's one request (scans pass theirs)
+                        marks.append(len(counting.calls))
+                    return bool(super().acquire(deadline, *args, **kwargs))
+
+            salted.limiter.__class__ = Marking
             rows = salted.read_rows(SMALL)
             assert [r.row_key for r in rows] == KEYS[1000:1010]
-            ahead = scan_requests_before_the_small_one(counting.calls[mark:])
+            assert len(marks) == 1, marks
+            ahead = scan_requests_before_the_small_one(counting.calls[marks[0] :])
             # At most the request that held the slot when the small read asked (it may
             # open its stream just after); FIFO started every queued one first (>= SCANS).
             assert ahead <= 1, f"{ahead} read-ahead requests started while the small read waited"

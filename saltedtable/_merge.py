@@ -91,6 +91,7 @@ __all__ = [
     "UNWATCHED",
     "WAKE_BATCH",
     "WAKE_DELAY",
+    "WAKE_PART_LEAST",
     "Feed",
     "Merge",
     "MergeCore",
@@ -117,6 +118,10 @@ T = TypeVar("T")
 #: four objects the collector tracks, and a collection starts every 700
 #: more of them.
 WAKE_BATCH: Final = 64
+#: The least part of :data:`WAKE_BATCH` a source wakes the consumer at (see
+#: ``MergeCore._batch``). Measured (unordered, 256 buckets, 64 slots): a part
+#: of 1 cost 142 calls a row against 110 with 16 a source.
+WAKE_PART_LEAST: Final = 4
 #: Seconds after which a waiting consumer takes whatever has arrived, even
 #: short of :data:`WAKE_BATCH`, while items come slowly; while they flow, a
 #: wait is bounded by about 1.5 x :data:`STALL_SECONDS` instead (see
@@ -952,9 +957,14 @@ class MergeCore(Generic[T]):
 
         Its part of :data:`WAKE_BATCH`: the read's other requests deliver about
         as much meanwhile, so a hand-over takes about ``wake_batch`` in all.
+        At least :data:`WAKE_PART_LEAST` (or ``wake_batch`` if smaller): each
+        wait costs work for every source it waits for (an unordered read waits
+        for all, and one queued for a slot is asked its class), so with many
+        buckets fewer, larger hand-overs cost less than the collections they start.
         """
         running = self._live if self._slots is None else min(self._live, self._slots)
-        return max(1, self._wake_batch // max(1, running))
+        least = min(self._wake_batch, WAKE_PART_LEAST)
+        return max(least, self._wake_batch // max(1, running))
 
     def _cap_per_source(self) -> int:
         return allowance(self._budget, self._live, self._largest or DEFAULT_ROW_BYTES)

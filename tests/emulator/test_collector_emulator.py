@@ -31,12 +31,14 @@ from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delet
 SCHEME = SaltScheme(16)
 ROWS = 16_000
 KEYS = [b"user%05d#%03d" % divmod(i, 100) for i in range(ROWS)]
-#: Young collections a scan may start. Measured on this table: the raw
+#: Collections an unordered scan may start. Measured on this table: the raw
 #: client's 16 sub-scans start about none; hand-overs of 16 rows a bucket
-#: started 59-74 a scan, ordered or not; now an unordered scan starts 0-3,
-#: an ordered one 14-22 (its buckets run apart: what it holds above the
-#: slowest bucket's last key swings by more than a hand-over).
-MOST = {True: ROWS // 400, False: ROWS // 2000}
+#: started 44-74 a scan; now 0-4, with other processes busy on the cores too.
+#: (An ordered scan starts 9-53 now against 48-71 before, under load: its
+#: buckets run apart, and what it holds above the slowest one swings by more
+#: than a hand-over, so its count cannot tell the two apart; the size of its
+#: hand-overs is tested in tests/unit/test_merge.py.)
+MOST = ROWS // 2000
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def table_id(emulator: Emulator) -> Iterator[str]:
 
 
 class Collections:
-    """Counts the young collections (generation 0) started while it is entered."""
+    """Counts the collections (of any generation) started while it is entered."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -72,15 +74,14 @@ class Collections:
         gc.callbacks.remove(self._seen)
 
 
-@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
-async def test_an_async_scan_starts_few_collections(
-    data_client: BigtableDataClientAsync, table_id: str, ordered: bool
+async def test_an_unordered_scan_starts_few_collections(
+    data_client: BigtableDataClientAsync, table_id: str
 ) -> None:
     salted = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SCHEME, guard=False)
     await salted.read_rows(ReadRowsQuery(limit=1))  # channels warm, the row size known
     rows = 0
     with Collections() as counted:
-        async for _ in await salted.read_rows_stream(ReadRowsQuery(), ordered=ordered):
+        async for _ in await salted.read_rows_stream(ReadRowsQuery(), ordered=False):
             rows += 1
     assert rows == ROWS
-    assert counted.count <= MOST[ordered], f"{counted.count} collections in a scan of {ROWS} rows"
+    assert counted.count <= MOST, f"{counted.count} collections in a scan of {ROWS} rows"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable._merge import WAKE_BATCH, Feed, Merge, MergeCore, Sent
+from saltedtable._merge import WAKE_BATCH, WAKE_PART_LEAST, Feed, Merge, MergeCore, Sent
 from saltedtable._strategy import (
     FIRST_PAGE_ROWS,
     PROBE_ROWS,
@@ -408,7 +408,7 @@ async def test_a_read_nested_in_another_reads_loop_finishes() -> None:
 
 
 async def test_a_waiting_consumer_is_woken_in_batches() -> None:
-    """With wake_batch=8 and no timer, the consumer gets batches of about 8 items per source."""
+    """With wake_batch=8 and no timer, the consumer gets batches of about 8 items in all."""
     sources = [Source(range(s, 1600, 2), burst=1) for s in range(2)]
     merge = Merge(sources, budget=ReadBudget(rows=10_000), wake_batch=8, wake_delay=60)
     sizes = []
@@ -475,7 +475,8 @@ def test_a_sources_part_of_the_wake_batch_counts_the_requests_that_run_at_once()
     assert part(1, None) == WAKE_BATCH
     assert part(16, None) == WAKE_BATCH // 16
     assert part(16, 2) == WAKE_BATCH // 2
-    assert part(4 * WAKE_BATCH, None) == 1
+    assert part(4 * WAKE_BATCH, None) == WAKE_PART_LEAST  # many buckets: fewer waits
+    assert MergeCore[int](256, slots=64, wake_batch=2)._batch() == 2  # (never above it)
 
 
 async def test_batching_never_holds_an_item_past_the_delay() -> None:

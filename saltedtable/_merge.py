@@ -112,9 +112,9 @@ T = TypeVar("T")
 #: (see ``MergeCore._batch``). Larger batches share the consumer's work per
 #: wake; smaller ones keep down what the read holds between two hand-overs,
 #: which every item allocated then is part of. Measured (16 buckets, rows of
-#: one cell): at 64 a scan of 40,000 rows starts about 10 garbage
-#: collections, where batches of 16 a source (about 256 in all) started
-#: 150, which cost it 60-130 ms and its throughput about 5%; a row holds
+#: one cell): at 64 a scan of 40,000 rows starts 3 (unordered) to 25
+#: (ordered) garbage collections, where batches of 16 a source (about 256 in
+#: all) started 150, which cost it 60-130 ms and its throughput about 5%; a row holds
 #: four objects the collector tracks, and a collection starts every 700
 #: more of them.
 WAKE_BATCH: Final = 64
@@ -373,7 +373,8 @@ class MergeCore(Generic[T]):
             consumer waits, before it is woken (unless a request ends or
             ``wake_delay`` seconds pass first): each source it waits for
             wakes it at its part of them (``wake_batch`` over the requests
-            that can run at once, at least 1).
+            that can run at once, at least :data:`WAKE_PART_LEAST` or
+            ``wake_batch`` if smaller).
         wake_delay: See ``wake_batch``.
         slots: Requests that can run at once (None: as many as there are
             sources). With more sources than slots, the first request of each
@@ -1056,7 +1057,8 @@ class Merge(MergeCore[T]):
             consumer waits, before it is woken (unless a request ends or
             ``wake_delay`` seconds pass first): each source it waits for
             wakes it at its part of them (``wake_batch`` over the requests
-            that can run at once, at least 1).
+            that can run at once, at least :data:`WAKE_PART_LEAST` or
+            ``wake_batch`` if smaller).
         wake_delay: See ``wake_batch``.
         stop_requests: Ends the requests running now without cancelling the
             tasks that run them; each source's request then returns by itself.

@@ -1053,13 +1053,8 @@ class Merge(MergeCore[T]):
             they arrive (False).
         limit: Stop after this many items (None: every item).
         budget: Bounds the items asked of sources and not yet handed over.
-        wake_batch: Items the sources may deliver, in all, while the
-            consumer waits, before it is woken (unless a request ends or
-            ``wake_delay`` seconds pass first): each source it waits for
-            wakes it at its part of them (``wake_batch`` over the requests
-            that can run at once, at least :data:`WAKE_PART_LEAST` or
-            ``wake_batch`` if smaller).
-        wake_delay: See ``wake_batch``.
+        wake_batch, wake_delay: When a waiting consumer is woken (see
+            :class:`MergeCore`).
         stop_requests: Ends the requests running now without cancelling the
             tasks that run them; each source's request then returns by itself.
             Awaited before the producers are cancelled (closing the merge

@@ -72,6 +72,7 @@ from ._strategy import (
     STREAM_WINDOW_ROWS,
     Ask,
     ReadBudget,
+    ahead_rows,
     allowance,
     capped_ask,
     fetch_bound,
@@ -187,8 +188,10 @@ class Feed(Generic[T]):
     """
 
     __slots__ = (
+        "_ahead",
         "_merge",
         "_waiter",
+        "ahead_at",
         "asked",
         "cap",
         "charged",
@@ -268,8 +271,13 @@ class Feed(Generic[T]):
         #: starts or stops waiting for this feed), so the slots need not ask
         #: every waiter at every hand-over.
         self.slot_watch: Callable[[], None] | None = None
+        #: The source asks :meth:`ahead` once it holds this many items (see
+        #: there); :data:`UNWATCHED`: it never does (a read whose sources page,
+        #: an unordered one).
+        self.ahead_at = _NEVER
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
+        self._ahead: asyncio.Future[bool] | None = None
 
     @property
     def bound(self) -> Any:
@@ -303,6 +311,29 @@ class Feed(Generic[T]):
         ended grant is already accounted for.
         """
         return self._merge._renew(self, size, pushed)
+
+    def ahead(self) -> asyncio.Future[bool] | None:
+        """The source holds :attr:`ahead_at` items: whether to pause its stream.
+
+        An ordered read's consumer takes a bucket's items only up to the
+        slowest bucket's last key; a bucket whose stream runs ahead while the
+        consumer waits for another holds rows that wait, and the process pays
+        for rows kept long (see :data:`~._strategy.AHEAD_ROWS`). Returns a
+        future the source may wait for without reading (the stream stays
+        open; gRPC's flow control holds the rest on the server), then call
+        :meth:`ahead_over`. The engine sets it to False once the consumer has
+        taken this feed down to half of :attr:`ahead_at` (read on), or to True
+        when the request should end here: the merge stops, or another
+        request of the read waits for room in the budget that this one's
+        grant holds. The source should also end its request should it wait
+        long, or should another request wait for its slot. None: read on (the
+        consumer does not wait now, or the merge stops).
+        """
+        return self._merge._ahead_wait(self)
+
+    def ahead_over(self) -> None:
+        """The source no longer waits for what :meth:`ahead` returned."""
+        self._merge._ahead_go(self, True)
 
     @property
     def read(self) -> object:
@@ -437,6 +468,10 @@ class MergeCore(Generic[T]):
         window = self._first_window = first_window(sources)
         for feed in self._feeds:
             feed.window = window
+        if self._streams and ordered and self._sources_stream:
+            ahead = ahead_rows(sources)
+            for feed in self._feeds:
+                feed.ahead_at = ahead
         self._live = sources  # sources not done
         self._asked = 0  # items asked by requests running now
         self._received = 0  # items every request so far delivered
@@ -458,6 +493,8 @@ class MergeCore(Generic[T]):
         self._got_items = 0
         self._got_bytes = 0
         self._room_waiters: list[Feed[T]] = []
+        #: Feeds whose source waits in Feed.ahead.
+        self._aheads: set[Feed[T]] = set()
         # The ordered consumer's books (see _take_ordered): feeds that have
         # delivered nothing yet, a heap of (bound, index) of the others not
         # done (an entry may be stale: a bound only grows), and a heap of
@@ -547,6 +584,27 @@ class MergeCore(Generic[T]):
         """Whether the consumer waits for items now (it has none it could take)."""
         return False
 
+    def _ahead_wait(self, feed: Feed[T]) -> asyncio.Future[bool] | None:
+        """See :meth:`Feed.ahead` (drivers whose sources stream)."""
+        return None
+
+    def _ahead_go(self, feed: Feed[T], end: bool) -> None:
+        """Settle what ``feed``'s source waits for in :meth:`Feed.ahead`, if anything."""
+        ahead, feed._ahead = feed._ahead, None
+        if ahead is not None:
+            self._aheads.discard(feed)
+            if not ahead.done():
+                ahead.set_result(end)
+
+    def _end_ahead(self) -> None:
+        """Every source that waits in :meth:`Feed.ahead` ends its request."""
+        for feed in list(self._aheads):
+            self._ahead_go(feed, True)
+
+    def _starved(self) -> bool:
+        """Whether a feed the consumer waits for waits for room in the budget."""
+        return any(feed.wake_at < _NEVER for feed in self._room_waiters)
+
     def _release(self, feed: Feed[T]) -> None:
         """Let the producer of ``feed`` ask :meth:`_demand` again, if it waits."""
         raise NotImplementedError
@@ -600,6 +658,11 @@ class MergeCore(Generic[T]):
 
     def _ask_page(self, feed: Feed[T]) -> Ask | None:
         """The next request of a read without a limit (see :func:`~._strategy.page_ask`)."""
+        if len(feed.keys) >= feed.ahead_at and not feed.wake_left and self._consumer_waits():
+            # It runs ahead of the watermark while the consumer waits for other
+            # feeds (see Feed.ahead): its next request waits until the consumer
+            # takes from it (_taken releases it).
+            return None
         ask = self._page(feed)
         if ask is not None and feed.ended_at:
             # Once per grant (a request, or a page a stream renews): the
@@ -631,6 +694,10 @@ class MergeCore(Generic[T]):
         if ask is None:
             # Woken when the consumer takes from this feed, or room comes free.
             self._room_waiters.append(feed)
+            if self._aheads and feed.wake_at < _NEVER:
+                # The consumer waits for this feed: the paused requests end, and
+                # give back the room their grants hold (see Feed.ahead).
+                self._end_ahead()
             return None
         if not feed.largest:  # none of its rows measured yet: few rows, doubling
             read_measured = self._largest is not None
@@ -765,6 +832,8 @@ class MergeCore(Generic[T]):
             self._reserved -= entry[1]
             del pending[0]
         feed.running_taken += count  # items of the running request
+        if feed._ahead is not None and len(feed.keys) <= feed.ahead_at >> 1:
+            self._ahead_go(feed, False)
         if self._release_idle or feed._waiter is not None:
             self._release(feed)
         if self._room_waiters:
@@ -1158,6 +1227,7 @@ class Merge(MergeCore[T]):
         """
         self._closed = self._stopping = True
         _STALL_WATCH.discard(self)
+        self._end_ahead()
         if self._live:
             # (Only while a producer runs: cancelling formats the task's repr,
             # which costs more than a small read's merge.)
@@ -1284,6 +1354,7 @@ class Merge(MergeCore[T]):
                 self._error = exc
             # The supervisor cancels the other producers next: end their requests first.
             self._stopping = True
+            self._end_ahead()
             await self._end_requests()
             raise
         except BaseException:
@@ -1345,6 +1416,14 @@ class Merge(MergeCore[T]):
     def _consumer_waits(self) -> bool:
         return self._waiter is not None
 
+    def _ahead_wait(self, feed: Feed[T]) -> asyncio.Future[bool] | None:
+        if self._waiter is None or self._stopping or feed.wake_left or self._starved():
+            return None
+        self._ahead_go(feed, True)
+        ahead = feed._ahead = asyncio.get_running_loop().create_future()
+        self._aheads.add(feed)
+        return ahead
+
     # (The sync merge reports a wait for pauses only, not for widening.)
     _consumer_waiting = _consumer_waits
 
@@ -1387,6 +1466,8 @@ class Merge(MergeCore[T]):
                 feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
                 if feed.slot_watch is not None:
                     feed.slot_watch()
+            if self._aheads and self._starved():
+                self._end_ahead()  # (see Feed.ahead)
         waiter = self._waiter = loop.create_future()
         if self._pause_wakes:
             self._wake_pausers()

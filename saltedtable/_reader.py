@@ -92,6 +92,11 @@ __all__ = [
 _log = logging.getLogger("saltedtable.reader")
 
 _NEVER: Final = 1 << 62
+#: The longest a bucket's stream pauses ahead of an ordered read's watermark
+#: (see ``BucketSource._ahead``): a slower bucket that stalls this long (a
+#: sparse filter the server scans for) has the others end their requests and
+#: give their slots back.
+AHEAD_MOST: Final = 0.5
 
 #: What the table's guard check returns: an awaitable (async) or a bool (sync).
 G = TypeVar("G")
@@ -197,6 +202,31 @@ class BucketSource(_BucketRequests, ProducerBase):
 
     def _halted(self) -> bool:
         return self.halt
+
+    async def _ahead(self, feed: Feed[Row]) -> bool:
+        """The bucket holds ``feed.ahead_at`` rows: pause while the consumer waits
+        for other buckets (see :meth:`~._merge.Feed.ahead`). False: end the
+        request here (asked to, paused :data:`AHEAD_MOST` seconds, or another
+        request waits for a slot).
+
+        The stream stays open while it pauses, and its slot held: rows the
+        merge cannot hand over yet wait on the server, not in this process.
+        """
+        limiter = self._limiter
+        if self.halt or limiter.waiting:
+            return True  # (the grant's end, or the next row, gives the slot up)
+        wake = feed.ahead()
+        if wake is None:
+            return True
+        end = True
+        limiter.hold_paused(wake)
+        try:
+            with anyio.move_on_after(AHEAD_MOST):
+                end = await wake
+        finally:
+            limiter.unhold(wake)
+            feed.ahead_over()
+        return not (end or self.halt or limiter.waiting)
 
     async def produce(self, merge: Merge[Row], feed: Feed[Row]) -> None:
         """The bucket's producer task: its requests in turn (a :class:`~._merge.Producer`).
@@ -305,6 +335,16 @@ class BucketSource(_BucketRequests, ProducerBase):
                                     feed.wake_left -= 1
                                     if not feed.wake_left:
                                         feed.wake()
+                                elif (
+                                    len(items) >= feed.ahead_at
+                                    and (streams or received < size)
+                                    and not await self._ahead(feed)
+                                ):
+                                    # Ahead of the watermark and paused: the request
+                                    # ends here (see _ahead). (Not at a paged request's
+                                    # last row: it ends anyway.)
+                                    early = True
+                                    break
                             if limiter.small and feed.pausable():
                                 # Read-ahead pauses while a small read runs (see
                                 # AsyncSlots.pause_for_small).

@@ -746,7 +746,16 @@ class AsyncSlots:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_give_way", "_pausers", "_queue", "_turns", "paused", "small", "total")
+    __slots__ = (
+        "_give_way",
+        "_holders",
+        "_pausers",
+        "_queue",
+        "_turns",
+        "paused",
+        "small",
+        "total",
+    )
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -759,6 +768,8 @@ class AsyncSlots:
         self.paused = 0
         # The futures of requests pausing for small reads (see pause_for_small).
         self._pausers: set[asyncio.Future[None]] = set()
+        # Of requests that pause with their slot held (see hold_paused).
+        self._holders: set[asyncio.Future[bool]] = set()
         self._queue: _Queue[_AsyncTicket] = _Queue()
         self._turns = _Turns(total)
         self._give_way: _GiveWay[_AsyncTicket] = _GiveWay()
@@ -834,6 +845,7 @@ class AsyncSlots:
             self._give_way.holds(runner)
             return True
         self._wake_pausers()  # a paused request may hold the slot it waits for
+        self._end_holders()
         if urgent is None and not turns.held.get(owner):
             # A small read has to wait: the request that has held its slot
             # longest ends at its next row and hands the slot to it, unless a
@@ -867,6 +879,7 @@ class AsyncSlots:
         if not ticket.granted and ticket.state and self._give_way:
             self._give_way.ask(ticket, time.monotonic())
             self._wake_pausers()
+            self._end_holders()
 
     def release(self, owner: object = None, runner: _Runner | None = None) -> None:
         """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
@@ -904,6 +917,21 @@ class AsyncSlots:
         for wake in self._pausers:
             if not wake.done():
                 wake.set_result(None)
+
+    def hold_paused(self, wake: asyncio.Future[bool]) -> None:
+        """A request pauses with its slot held: set ``wake`` to True once a
+        request has to wait for a slot, until :meth:`unhold` (the paused request
+        should then end, and give its slot back)."""
+        self._holders.add(wake)
+
+    def unhold(self, wake: asyncio.Future[bool]) -> None:
+        """The request paused with ``wake`` (see :meth:`hold_paused`) goes on or ended."""
+        self._holders.discard(wake)
+
+    def _end_holders(self) -> None:
+        for wake in self._holders:
+            if not wake.done():
+                wake.set_result(True)
 
     async def pause_for_small(
         self, feed: _Pausing, abort: Callable[[], bool], most: float

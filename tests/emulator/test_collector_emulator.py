@@ -1,4 +1,4 @@
-"""A scan starts few garbage collections, on the emulator.
+"""A scan starts few garbage collections and holds few rows, on the emulator.
 
 CPython starts a collection whenever the objects it tracks grow by 700 (its
 default threshold) since the last one. The raw client frees each row before
@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from google.cloud.bigtable.data import (
@@ -26,6 +27,8 @@ from google.cloud.bigtable.data import (
 )
 
 from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable._merge import WAKE_BATCH, Feed, MergeCore
+from saltedtable._strategy import ahead_rows
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delete_table
 
 SCHEME = SaltScheme(16)
@@ -85,3 +88,30 @@ async def test_an_unordered_scan_starts_few_collections(
             rows += 1
     assert rows == ROWS
     assert counted.count <= MOST, f"{counted.count} collections in a scan of {ROWS} rows"
+
+
+async def test_an_ordered_scans_buckets_hold_few_rows_above_the_slowest(
+    data_client: BigtableDataClientAsync, table_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an ordered scan holds at each hand-over: its buckets' streams interleave
+    unevenly, and rows above the slowest bucket's last key wait for it. Without a bound
+    a scan of this table held 800-5,500 rows at its hand-overs; a bucket now pauses its
+    stream once it holds ``ahead_rows(16)`` rows while the consumer waits for another."""
+    held: list[int] = []
+    take = MergeCore._take_ordered
+
+    def counted(merge: MergeCore[Any], live: list[Feed[Any]]) -> tuple[list[Any], list[Any]]:
+        out = take(merge, live)
+        if out[0]:
+            held.append(len(out[0]) + sum(len(feed.items) for feed in live))
+        return out
+
+    monkeypatch.setattr(MergeCore, "_take_ordered", counted)
+    salted = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SCHEME, guard=False)
+    await salted.read_rows(ReadRowsQuery(limit=1))  # channels warm, the row size known
+    got = [row.row_key async for row in await salted.read_rows_stream(ReadRowsQuery())]
+    assert got == sorted(KEYS)
+    # Each bucket pauses at its share, and the one the consumer waits for wakes it
+    # once it holds its part of a hand-over.
+    most = SCHEME.buckets * ahead_rows(SCHEME.buckets) + WAKE_BATCH
+    assert max(held) <= most, f"held up to {max(held)} rows (median {sorted(held)[len(held) // 2]})"

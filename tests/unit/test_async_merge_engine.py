@@ -20,7 +20,9 @@ SCHEME = SaltScheme(16)
 KEYS = [b"k%05d" % i for i in range(16_000)]  # about 1,000 a bucket
 SLOW = SCHEME.prefixes[0]
 STALL_AT = 100  # rows of the slow bucket before it stalls
-LEAD = 400  # rows every other bucket reads past the slow one meanwhile
+#: Rows every other bucket reads past the slow one meanwhile: fewer than a bucket may
+#: hold above the watermark (ahead_rows(16), 64) before it pauses its stream.
+LEAD = 32
 
 
 class OneSlowBucket:
@@ -63,10 +65,10 @@ class OneSlowBucket:
 
 async def test_an_ordered_read_keeps_its_streams_while_it_waits_for_a_slow_bucket() -> None:
     """The consumer waits for the slow bucket, so the rows the others hold wait for it, not
-    for the consumer: their streams go on (the window widens) instead of ending at half a
-    window and asking again. Before: every other bucket's stream ended while the slow one
-    stalled (47 requests and more); now each bucket takes its paged first request and one
-    stream."""
+    for the consumer: their streams go on (the window widens), or pause once they hold
+    ``ahead_rows`` rows, instead of ending at half a window and asking again. Before: every
+    other bucket's stream ended while the slow one stalled (47 requests and more); now each
+    bucket takes its paged first request and one stream."""
     fake = FakeTable()
     table = SaltedTableAsync(OneSlowBucket(fake), SCHEME)  # type: ignore[arg-type]
     await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in KEYS])

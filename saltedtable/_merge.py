@@ -20,6 +20,13 @@ its next request and how large it is (see :mod:`saltedtable._strategy`):
   the item that takes it past the cap). It holds no
   concurrency slot and keeps no stream open while the consumer is behind, so
   no limiter bound, however small or shared, can deadlock;
+* in an ordered read whose sources stream, a source that holds
+  :attr:`Feed.ahead_at` items while the consumer waits for *another* source
+  may pause in the middle of its request (:meth:`Feed.ahead`): the consumer
+  waits for the other source, not for it, and the pause ends once the
+  consumer takes from it, or when another request waits for a slot or the
+  source the consumer waits for waits for room (the source then ends its
+  request), so it cannot deadlock either;
 * without a limit each source is topped up to its share of the read's
   :class:`~saltedtable._strategy.ReadBudget` whenever it falls to half of it;
 * with a limit the consumer grants requests in rounds.

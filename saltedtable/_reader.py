@@ -11,7 +11,9 @@ the call's statistics together and hands the caller a list or a stream.
 Every request has room reserved for all the rows it may return, so a request
 runs to its end without waiting for the caller: it holds a concurrency slot
 (``max_concurrent_subscans``) only while it runs, and the waiting between
-requests happens outside any RPC.
+requests happens outside any RPC. (One pause within a request: a bucket of an
+ordered read that runs ahead of the slowest one while the merge waits for
+that one; see :meth:`BucketSource._ahead`.)
 
 Async: leaving a ``read_rows_stream`` early does not cancel its RPC, and cancelling
 a task while it waits for the stream's next row leaks memory in grpc.aio (see
@@ -97,6 +99,9 @@ _NEVER: Final = 1 << 62
 #: sparse filter the server scans for) has the others end their requests and
 #: give their slots back.
 AHEAD_MOST: Final = 0.5
+#: Rows after which a bucket that could not pause (see ``BucketSource._ahead``)
+#: looks again.
+AHEAD_AGAIN: Final = 8
 
 #: What the table's guard check returns: an awaitable (async) or a bool (sync).
 G = TypeVar("G")
@@ -203,21 +208,28 @@ class BucketSource(_BucketRequests, ProducerBase):
     def _halted(self) -> bool:
         return self.halt
 
-    async def _ahead(self, feed: Feed[Row]) -> bool:
-        """The bucket holds ``feed.ahead_at`` rows: pause while the consumer waits
-        for other buckets (see :meth:`~._merge.Feed.ahead`). False: end the
-        request here (asked to, paused :data:`AHEAD_MOST` seconds, or another
-        request waits for a slot).
+    async def _ahead(self, feed: Feed[Row], received: int, can_pause: bool) -> int:
+        """``received`` rows into the request: if the bucket holds ``feed.ahead_at``
+        rows, pause while the consumer waits for other buckets (see
+        :meth:`~._merge.Feed.ahead`). Returns the rows received at which to
+        look again (no ``len`` per row), or -1: end the request here (asked
+        to, paused :data:`AHEAD_MOST` seconds, or another request waits for a
+        slot). ``can_pause``: False at a paged request's last row (it ends anyway).
 
         The stream stays open while it pauses, and its slot held: rows the
         merge cannot hand over yet wait on the server, not in this process.
         """
+        held = len(feed.items)
+        if held < feed.ahead_at:
+            return received + feed.ahead_at - held
         limiter = self._limiter
-        if self.halt or limiter.waiting:
-            return True  # (the grant's end, or the next row, gives the slot up)
-        wake = feed.ahead()
+        wake = None
+        if can_pause and not self.halt and not limiter.waiting:
+            wake = feed.ahead()
         if wake is None:
-            return True
+            # (The grant's end, or the next row, gives the slot up; a consumer that
+            # does not wait now: look again soon.)
+            return received + AHEAD_AGAIN
         end = True
         limiter.hold_paused(wake)
         try:
@@ -226,7 +238,9 @@ class BucketSource(_BucketRequests, ProducerBase):
         finally:
             limiter.unhold(wake)
             feed.ahead_over()
-        return not (end or self.halt or limiter.waiting)
+        if end or self.halt or limiter.waiting:
+            return -1
+        return received + max(1, feed.ahead_at - len(feed.items))
 
     async def produce(self, merge: Merge[Row], feed: Feed[Row]) -> None:
         """The bucket's producer task: its requests in turn (a :class:`~._merge.Producer`).
@@ -291,6 +305,9 @@ class BucketSource(_BucketRequests, ProducerBase):
                     # A streamed request's grant ends after `size` rows; a paged one's request does.
                     end_at = size if streams else _NEVER
                     largest = feed.largest
+                    # Rows received when this bucket next looks at what it holds
+                    # (see _ahead): its distance to feed.ahead_at at the least.
+                    ahead_at = feed.ahead_at - len(items)
                     key: bytes | None = None
                     stream = None
                     complete = early = False
@@ -335,16 +352,15 @@ class BucketSource(_BucketRequests, ProducerBase):
                                     feed.wake_left -= 1
                                     if not feed.wake_left:
                                         feed.wake()
-                                elif (
-                                    len(items) >= feed.ahead_at
-                                    and (streams or received < size)
-                                    and not await self._ahead(feed)
-                                ):
-                                    # Ahead of the watermark and paused: the request
-                                    # ends here (see _ahead). (Not at a paged request's
-                                    # last row: it ends anyway.)
-                                    early = True
-                                    break
+                                elif received >= ahead_at:
+                                    # Maybe ahead of an ordered read's watermark: pause
+                                    # (see _ahead), or end the request here.
+                                    ahead_at = await self._ahead(
+                                        feed, received, streams or received < size
+                                    )
+                                    if ahead_at < 0:
+                                        early = True
+                                        break
                             if limiter.small and feed.pausable():
                                 # Read-ahead pauses while a small read runs (see
                                 # AsyncSlots.pause_for_small).

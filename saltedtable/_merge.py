@@ -20,13 +20,13 @@ its next request and how large it is (see :mod:`saltedtable._strategy`):
   the item that takes it past the cap). It holds no
   concurrency slot and keeps no stream open while the consumer is behind, so
   no limiter bound, however small or shared, can deadlock;
-* in an ordered read whose sources stream, a source that holds
-  :attr:`Feed.ahead_at` items while the consumer waits for *another* source
-  may pause in the middle of its request (:meth:`Feed.ahead`): the consumer
-  waits for the other source, not for it, and the pause ends once the
-  consumer takes from it, or when another request waits for a slot or the
-  source the consumer waits for waits for room (the source then ends its
-  request), so it cannot deadlock either;
+* the one wait within a request: in an ordered read whose sources stream, a
+  source that holds :attr:`Feed.ahead_at` items while the consumer waits for
+  *another* source may pause (:meth:`Feed.ahead`). The consumer waits for
+  the other source, not for it; the pause ends once the consumer has taken
+  it down to half, or (the source then ends its request) when another
+  request waits for a slot, the source the consumer waits for waits for
+  room, or it lasts too long, so it cannot deadlock either;
 * without a limit each source is topped up to its share of the read's
   :class:`~saltedtable._strategy.ReadBudget` whenever it falls to half of it;
 * with a limit the consumer grants requests in rounds.
@@ -279,8 +279,8 @@ class Feed(Generic[T]):
         #: every waiter at every hand-over.
         self.slot_watch: Callable[[], None] | None = None
         #: The source asks :meth:`ahead` once it holds this many items (see
-        #: there); :data:`UNWATCHED`: it never does (a read whose sources page,
-        #: an unordered one).
+        #: there); ``1 << 62``: it never does (a read whose sources page, an
+        #: unordered one, a limited one).
         self.ahead_at = _NEVER
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
@@ -334,7 +334,8 @@ class Feed(Generic[T]):
         request of the read waits for room in the budget that this one's
         grant holds. The source should also end its request should it wait
         long, or should another request wait for its slot. None: read on (the
-        consumer does not wait now, or the merge stops).
+        consumer does not wait now or is about to take, it waits for this very
+        feed, a feed it waits for waits for room, or the merge stops).
         """
         return self._merge._ahead_wait(self)
 
@@ -657,6 +658,12 @@ class MergeCore(Generic[T]):
         """
         if self._stopping:
             return 0
+        if len(feed.keys) > feed.ahead_at >> 1 and not feed.wake_left and self._consumer_waits():
+            # It ran ahead of the watermark while the consumer waits for other
+            # feeds (its request paused and ended, see Feed.ahead): its next
+            # request waits until the consumer has taken it down to half of
+            # ahead_at (_taken releases it).
+            return None
         ask = self._ask_limited(feed) if self._limit is not None else self._ask_page(feed)
         if ask is None:
             return None
@@ -665,11 +672,6 @@ class MergeCore(Generic[T]):
 
     def _ask_page(self, feed: Feed[T]) -> Ask | None:
         """The next request of a read without a limit (see :func:`~._strategy.page_ask`)."""
-        if len(feed.keys) >= feed.ahead_at and not feed.wake_left and self._consumer_waits():
-            # It runs ahead of the watermark while the consumer waits for other
-            # feeds (see Feed.ahead): its next request waits until the consumer
-            # takes from it (_taken releases it).
-            return None
         ask = self._page(feed)
         if ask is not None and feed.ended_at:
             # Once per grant (a request, or a page a stream renews): the
@@ -1424,7 +1426,8 @@ class Merge(MergeCore[T]):
         return self._waiter is not None
 
     def _ahead_wait(self, feed: Feed[T]) -> asyncio.Future[bool] | None:
-        if self._waiter is None or self._stopping or feed.wake_left or self._starved():
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._stopping or feed.wake_left or self._starved():
             return None
         self._ahead_go(feed, True)
         ahead = feed._ahead = asyncio.get_running_loop().create_future()

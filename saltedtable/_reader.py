@@ -98,7 +98,7 @@ _NEVER: Final = 1 << 62
 #: (see ``BucketSource._ahead``): a slower bucket that stalls this long (a
 #: sparse filter the server scans for) has the others end their requests and
 #: give their slots back.
-AHEAD_MOST: Final = 0.5
+AHEAD_MOST: Final = 2.0
 #: Rows after which a bucket that could not pause (see ``BucketSource._ahead``)
 #: looks again.
 AHEAD_AGAIN: Final = 8
@@ -216,8 +216,9 @@ class BucketSource(_BucketRequests, ProducerBase):
         to, paused :data:`AHEAD_MOST` seconds, or another request waits for a
         slot). ``can_pause``: False at a paged request's last row (it ends anyway).
 
-        The stream stays open while it pauses, and its slot held: rows the
-        merge cannot hand over yet wait on the server, not in this process.
+        The stream stays open while it pauses, and its slot held: what the
+        server sends meanwhile stops at gRPC's flow-control window, kept by the
+        transport as bytes, not as rows the merge holds.
         """
         held = len(feed.items)
         if held < feed.ahead_at:
@@ -256,7 +257,8 @@ class BucketSource(_BucketRequests, ProducerBase):
         another request waits for a slot (the table's other reads get their turn).
         Any request, paged or streamed, ends after its next row when the slots
         ask it to give way to a small read (:meth:`give_way`); the bucket's next
-        request then queues for a slot.
+        request then queues for a slot. In an ordered read a request may pause
+        while the bucket runs ahead of the slowest one (:meth:`_ahead`).
 
         (One flat coroutine on purpose, run as the task itself: the task pays
         for every frame between it and the stream each time a row arrives.)

@@ -768,8 +768,8 @@ class AsyncSlots:
         self.paused = 0
         # The futures of requests pausing for small reads (see pause_for_small).
         self._pausers: set[asyncio.Future[None]] = set()
-        # Of requests that pause with their slot held (see hold_paused).
-        self._holders: set[asyncio.Future[bool]] = set()
+        # Of requests that pause with their slot held (see hold_paused), oldest first.
+        self._holders: dict[asyncio.Future[bool], None] = {}
         self._queue: _Queue[_AsyncTicket] = _Queue()
         self._turns = _Turns(total)
         self._give_way: _GiveWay[_AsyncTicket] = _GiveWay()
@@ -845,7 +845,10 @@ class AsyncSlots:
             self._give_way.holds(runner)
             return True
         self._wake_pausers()  # a paused request may hold the slot it waits for
-        self._end_holders()
+        small = urgent is None and not turns.held.get(owner)
+        # Paused requests holding slots end: one for a small read (it may take the
+        # reserve), else enough for the waiter to take one outside the reserve.
+        self._end_holders(1 if small else turns.reserve + 1 - turns.free)
         if urgent is None and not turns.held.get(owner):
             # A small read has to wait: the request that has held its slot
             # longest ends at its next row and hands the slot to it, unless a
@@ -879,7 +882,7 @@ class AsyncSlots:
         if not ticket.granted and ticket.state and self._give_way:
             self._give_way.ask(ticket, time.monotonic())
             self._wake_pausers()
-            self._end_holders()
+            self._end_holders(1)
 
     def release(self, owner: object = None, runner: _Runner | None = None) -> None:
         """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
@@ -919,19 +922,24 @@ class AsyncSlots:
                 wake.set_result(None)
 
     def hold_paused(self, wake: asyncio.Future[bool]) -> None:
-        """A request pauses with its slot held: set ``wake`` to True once a
-        request has to wait for a slot, until :meth:`unhold` (the paused request
-        should then end, and give its slot back)."""
-        self._holders.add(wake)
+        """A request pauses with its slot held, until :meth:`unhold`: when a
+        request has to wait for a slot (or a small read for a request to give
+        way), the requests paused longest have their ``wake`` set to True (they
+        should end, and give their slots back): as many as that waiter needs
+        to take one (one, or more while no more than the reserve is free)."""
+        self._holders[wake] = None
 
     def unhold(self, wake: asyncio.Future[bool]) -> None:
         """The request paused with ``wake`` (see :meth:`hold_paused`) goes on or ended."""
-        self._holders.discard(wake)
+        self._holders.pop(wake, None)
 
-    def _end_holders(self) -> None:
-        for wake in self._holders:
+    def _end_holders(self, count: int) -> None:
+        while count > 0 and self._holders:
+            wake = next(iter(self._holders))
+            del self._holders[wake]
             if not wake.done():
                 wake.set_result(True)
+                count -= 1
 
     async def pause_for_small(
         self, feed: _Pausing, abort: Callable[[], bool], most: float

@@ -119,9 +119,9 @@ STREAM_WINDOW_ROWS: Final = 256
 #: cost the process more when it touches them again (sorting, handing over,
 #: freeing). Measured on the emulator (16 buckets, rows of one cell): without
 #: a bound an ordered scan held 800-5,500 rows at each hand-over, and its
-#: main thread used 1.25x the raw sub-scans' CPU; with 64 a bucket, 400 rows
-#: and 1.18x. Raw sub-scans that keep 2,048 rows alive use 1.09x their CPU,
-#: 256 rows 0.99x.
+#: main thread used 1.27x the raw sub-scans' CPU; with 64 a bucket, about 420
+#: rows and 1.17x. Raw sub-scans that keep 2,048 rows alive use 1.09x their
+#: CPU, 256 rows 0.99x.
 AHEAD_ROWS: Final = 1024
 #: The least :func:`ahead_rows` gives a bucket.
 AHEAD_LEAST: Final = 16

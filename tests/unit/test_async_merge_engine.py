@@ -8,10 +8,12 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 
+import saltedtable._merge as merge_module
 from saltedtable import CallStats, SaltedTableAsync, SaltScheme
 from saltedtable._merge import Feed, Merge, ProducerBase
 from tests.fakes import FakeTable
@@ -20,9 +22,7 @@ SCHEME = SaltScheme(16)
 KEYS = [b"k%05d" % i for i in range(16_000)]  # about 1,000 a bucket
 SLOW = SCHEME.prefixes[0]
 STALL_AT = 100  # rows of the slow bucket before it stalls
-#: Rows every other bucket reads past the slow one meanwhile: fewer than a bucket may
-#: hold above the watermark (ahead_rows(16), 64) before it pauses its stream.
-LEAD = 32
+LEAD = 400  # rows every other bucket reads past the slow one meanwhile
 
 
 class OneSlowBucket:
@@ -63,12 +63,16 @@ class OneSlowBucket:
             await inner.aclose()  # type: ignore[attr-defined]
 
 
-async def test_an_ordered_read_keeps_its_streams_while_it_waits_for_a_slow_bucket() -> None:
+async def test_an_ordered_read_keeps_its_streams_while_it_waits_for_a_slow_bucket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The consumer waits for the slow bucket, so the rows the others hold wait for it, not
-    for the consumer: their streams go on (the window widens), or pause once they hold
-    ``ahead_rows`` rows, instead of ending at half a window and asking again. Before: every
-    other bucket's stream ended while the slow one stalled (47 requests and more); now each
-    bucket takes its paged first request and one stream."""
+    for the consumer: their streams go on (the window widens) instead of ending at half a
+    window and asking again. Before: every other bucket's stream ended while the slow one
+    stalled (47 requests and more); now each bucket takes its paged first request and one
+    stream. (With the pause ahead of the slowest bucket switched off: a bucket would
+    pause at 64 rows, see tests/unit/test_ahead.py.)"""
+    monkeypatch.setattr(merge_module, "ahead_rows", lambda buckets: 1 << 62)
     fake = FakeTable()
     table = SaltedTableAsync(OneSlowBucket(fake), SCHEME)  # type: ignore[arg-type]
     await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in KEYS])

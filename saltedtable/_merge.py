@@ -327,8 +327,8 @@ class Feed(Generic[T]):
         consumer waits for another holds rows that wait, and the process pays
         for rows kept long (see :data:`~._strategy.AHEAD_ROWS`). Returns a
         future the source may wait for without reading (the stream stays
-        open; gRPC's flow control holds the rest on the server), then call
-        :meth:`ahead_over`. The engine sets it to False once the consumer has
+        open; what the server sends meanwhile stops at gRPC's flow-control
+        window), then call :meth:`ahead_over`. The engine sets it to False once the consumer has
         taken this feed down to half of :attr:`ahead_at` (read on), or to True
         when the request should end here: the merge stops, or another
         request of the read waits for room in the budget that this one's

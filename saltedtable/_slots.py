@@ -849,7 +849,7 @@ class AsyncSlots:
         # Paused requests holding slots end: one for a small read (it may take the
         # reserve), else enough for the waiter to take one outside the reserve.
         self._end_holders(1 if small else turns.reserve + 1 - turns.free)
-        if urgent is None and not turns.held.get(owner):
+        if small:
             # A small read has to wait: the request that has held its slot
             # longest ends at its next row and hands the slot to it, unless a
             # request gave way less than GIVE_WAY_AFTER ago (then asked once

@@ -84,6 +84,12 @@ def other_key(table: SaltedTableAsync, fake: StallingTable) -> bytes:
     raise AssertionError("every key is in the stalling bucket")
 
 
+async def scan(table: SaltedTableAsync, seen: list[bytes]) -> None:
+    """Scan the whole table, in key order, into ``seen``."""
+    async for row in await table.read_rows_stream(ReadRowsQuery()):
+        seen.append(row.row_key)
+
+
 async def settle(fake: FakeTable) -> None:
     """Until no row has been sent for a while (the buckets that can read have paused)."""
     sent = -1
@@ -104,13 +110,8 @@ async def test_buckets_ahead_of_a_stalled_one_hold_few_rows_and_the_read_is_exac
     rows) while the consumer waits for the stalled one."""
     fake, table = await stalling()
     seen: list[bytes] = []
-
-    async def scan() -> None:
-        async for row in await table.read_rows_stream(ReadRowsQuery()):
-            seen.append(row.row_key)
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(scan)
+        tg.start_soon(scan, table, seen)
         await fake.stalled.wait()
         await settle(fake)
         held = fake.stats.rows_sent - len(seen)
@@ -129,13 +130,8 @@ async def test_a_paused_stream_gives_its_slot_to_a_request_that_waits(
     fake, table = await stalling(slots=BUCKETS)
     key = other_key(table, fake)
     seen: list[bytes] = []
-
-    async def scan() -> None:
-        async for row in await table.read_rows_stream(ReadRowsQuery()):
-            seen.append(row.row_key)
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(scan)
+        tg.start_soon(scan, table, seen)
         await fake.stalled.wait()
         await settle(fake)
         paused = table.limiter.borrowed_tokens - 1  # (the stalled bucket's)
@@ -163,13 +159,8 @@ async def test_a_long_stall_ends_the_paused_requests_and_they_wait_without_a_slo
     monkeypatch.setattr(reader, "AHEAD_MOST", 0.05)
     fake, table = await stalling()
     seen: list[bytes] = []
-
-    async def scan() -> None:
-        async for row in await table.read_rows_stream(ReadRowsQuery()):
-            seen.append(row.row_key)
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(scan)
+        tg.start_soon(scan, table, seen)
         await fake.stalled.wait()
         for _ in range(1000):  # (10 s at most)
             if fake.stats.open_now == 1 and table.limiter.borrowed_tokens == 1:

@@ -231,12 +231,13 @@ class BucketSource(_BucketRequests, ProducerBase):
             # (The grant's end, or the next row, gives the slot up; a consumer that
             # does not wait now: look again soon.)
             return received + AHEAD_AGAIN
-        end = True
         limiter.hold_paused(wake)
+        # (A timer that settles the future, not a cancel scope: nothing is cancelled.)
+        timer = asyncio.get_running_loop().call_later(AHEAD_MOST, _settle_true, wake)
         try:
-            with anyio.move_on_after(AHEAD_MOST):
-                end = await wake
+            end = await wake
         finally:
+            timer.cancel()
             limiter.unhold(wake)
             feed.ahead_over()
         if end or self.halt or limiter.waiting:
@@ -615,6 +616,12 @@ class OneRequestSource(_OneRequest):
                 with anyio.CancelScope(shield=True):
                     await (stream.aclose() if complete else end_stream(stream))
         return Sent(self.received, False)
+
+
+def _settle_true(wake: asyncio.Future[bool]) -> None:
+    """Settle ``wake`` (a pause's, see ``BucketSource._ahead``) as "end the request"."""
+    if not wake.done():
+        wake.set_result(True)
 
 
 async def take_slot(

@@ -25,8 +25,10 @@ its next request and how large it is (see :mod:`saltedtable._strategy`):
   *another* source may pause (:meth:`Feed.ahead`). The consumer waits for
   the other source, not for it; the pause ends once the consumer has taken
   it down to half, or (the source then ends its request) when another
-  request waits for a slot, the source the consumer waits for waits for
-  room, or it lasts too long, so it cannot deadlock either;
+  request waits for a slot or it lasts too long. The source the consumer
+  waits for holds nothing, and a read always grants such a source an item
+  (the merge needs a head from each), so a pause cannot starve it of budget
+  room either;
 * without a limit each source is topped up to its share of the read's
   :class:`~saltedtable._strategy.ReadBudget` whenever it falls to half of it;
 * with a limit the consumer grants requests in rounds.
@@ -328,14 +330,13 @@ class Feed(Generic[T]):
         for rows kept long (see :data:`~._strategy.AHEAD_ROWS`). Returns a
         future the source may wait for without reading (the stream stays
         open; what the server sends meanwhile stops at gRPC's flow-control
-        window), then call :meth:`ahead_over`. The engine sets it to False once the consumer has
-        taken this feed down to half of :attr:`ahead_at` (read on), or to True
-        when the request should end here: the merge stops, or another
-        request of the read waits for room in the budget that this one's
-        grant holds. The source should also end its request should it wait
-        long, or should another request wait for its slot. None: read on (the
-        consumer does not wait now or is about to take, it waits for this very
-        feed, a feed it waits for waits for room, or the merge stops).
+        window), then call :meth:`ahead_over`. The engine sets it to False
+        once the consumer has taken this feed down to half of :attr:`ahead_at`
+        (read on), or to True when the merge stops (end the request here).
+        The source should also end its request should it wait long, or should
+        another request wait for its slot. None: read on (the consumer does
+        not wait now or is about to take, it waits for this very feed, or the
+        merge stops).
         """
         return self._merge._ahead_wait(self)
 
@@ -609,10 +610,6 @@ class MergeCore(Generic[T]):
         for feed in list(self._aheads):
             self._ahead_go(feed, True)
 
-    def _starved(self) -> bool:
-        """Whether a feed the consumer waits for waits for room in the budget."""
-        return any(feed.wake_at < _NEVER for feed in self._room_waiters)
-
     def _release(self, feed: Feed[T]) -> None:
         """Let the producer of ``feed`` ask :meth:`_demand` again, if it waits."""
         raise NotImplementedError
@@ -703,10 +700,6 @@ class MergeCore(Generic[T]):
         if ask is None:
             # Woken when the consumer takes from this feed, or room comes free.
             self._room_waiters.append(feed)
-            if self._aheads and feed.wake_at < _NEVER:
-                # The consumer waits for this feed: the paused requests end, and
-                # give back the room their grants hold (see Feed.ahead).
-                self._end_ahead()
             return None
         if not feed.largest:  # none of its rows measured yet: few rows, doubling
             read_measured = self._largest is not None
@@ -1427,7 +1420,7 @@ class Merge(MergeCore[T]):
 
     def _ahead_wait(self, feed: Feed[T]) -> asyncio.Future[bool] | None:
         waiter = self._waiter
-        if waiter is None or waiter.done() or self._stopping or feed.wake_left or self._starved():
+        if waiter is None or waiter.done() or self._stopping or feed.wake_left:
             return None
         self._ahead_go(feed, True)
         ahead = feed._ahead = asyncio.get_running_loop().create_future()
@@ -1476,8 +1469,6 @@ class Merge(MergeCore[T]):
                 feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
                 if feed.slot_watch is not None:
                     feed.slot_watch()
-            if self._aheads and self._starved():
-                self._end_ahead()  # (see Feed.ahead)
         waiter = self._waiter = loop.create_future()
         if self._pause_wakes:
             self._wake_pausers()

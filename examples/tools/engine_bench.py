@@ -10,10 +10,13 @@ Sections (``--sections``, default all):
 
 * ``profile``: cProfile of one 16-bucket scan of ``--rows`` rows: the raw client's
   16 concurrent sub-scans (one per bucket, unordered) against saltedtable ordered and
-  ``ordered=False``. Python function calls per row: deterministic, unlike timings
-  on a shared machine; and the requests each salted scan made (outside the profile).
+  ``ordered=False``, and the fan-in floor (:meth:`Scans.floor`: the least any stream
+  of logical rows over the 16 sub-scans does). Python function calls per row:
+  deterministic, unlike timings on a shared machine; and the requests each salted scan
+  made (outside the profile).
 * ``throughput``: the same scans timed, A/B alternating, ``--rounds`` times, plus one
-  raw scan of the whole table; paired ratios (median and range), the time to the
+  raw scan of the whole table and the fan-in floor; paired ratios against the raw
+  sub-scans and against the floor (median and range), the time to the
   first row as a fraction of each salted scan, and the requests each salted scan made.
   ``--runs`` repeats the section and pools the paired ratios of every round of every
   run: their median, the 2.5-97.5 percentile interval, and a 95% confidence interval
@@ -47,13 +50,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from google.cloud.bigtable.data import (
     BigtableDataClientAsync,
     ReadRowsQuery,
+    Row,
     RowMutationEntry,
     RowRange,
     SetCell,
@@ -73,6 +77,8 @@ from saltedtable.testing import (
 FAMILY = "cf"
 BUCKETS = 16
 ROWS_PER_PREFIX = 100
+#: Rows the fan-in floor (:meth:`Scans.floor`) hands to its consumer at a time.
+FLOOR_BATCH = 64
 
 
 def key_of(i: int) -> bytes:
@@ -125,10 +131,12 @@ class Scans:
     def __init__(self, raw: Any, salted: SaltedTableAsync) -> None:
         self.raw = raw
         self.salted = salted
+        plan = salted.plan(ReadRowsQuery())
         self.subs = [
             ReadRowsQuery(row_ranges=[r.to_row_range() for r in sub.ranges])
-            for sub in salted.plan(ReadRowsQuery()).subqueries
+            for sub in plan.subqueries
         ]
+        self.cuts = [len(sub.prefix) for sub in plan.subqueries]
         self.first: float | None = None
         #: Requests the last salted scan made (CallStats.requests), while `stats` is set.
         self.requests = 0
@@ -141,6 +149,68 @@ class Scans:
             return await count(await self.raw.read_rows_stream(q))
 
         return sum(await asyncio.gather(*(one(q) for q in subs)))
+
+    async def floor(self) -> int:
+        """The least work any fan-in of the 16 sub-scans into one stream of logical rows does.
+
+        Each sub-scan's task relabels its rows to logical keys (the row's and
+        each cell's), measures their bytes and appends them to one shared
+        batch; the consumer, one async generator, takes the whole batch once
+        it holds :data:`FLOOR_BATCH` rows (or a sub-scan ends) and yields its
+        rows one by one. No order, budget, slots, statistics or cancellation:
+        what saltedtable's scan costs above this is its own; what this costs
+        above the raw sub-scans, any drop-in stream over salted keys pays.
+        """
+        loop = asyncio.get_running_loop()
+        batch: list[Row] = []
+        held = measured = 0
+        left = len(self.subs)
+        waiter: asyncio.Future[None] | None = None
+
+        def wake() -> None:
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+        async def one(query: ReadRowsQuery, cut: int) -> None:
+            nonlocal held, measured, left
+            try:
+                async for row in await self.raw.read_rows_stream(query):
+                    key = row.row_key[cut:]
+                    row.row_key = key
+                    size = len(key)
+                    for cell in row.cells:
+                        cell.row_key = key
+                        size += len(cell.value)
+                    measured += size
+                    batch.append(row)
+                    held += 1
+                    if held >= FLOOR_BATCH:
+                        wake()
+            finally:
+                left -= 1
+                wake()
+
+        async def rows() -> AsyncIterator[Row]:
+            nonlocal batch, held, waiter
+            while True:
+                if batch:
+                    taken, batch, held = batch, [], 0
+                    for row in taken:
+                        yield row
+                elif not left:
+                    return
+                else:
+                    waiter = loop.create_future()
+                    await waiter
+                    waiter = None
+
+        tasks = [
+            asyncio.create_task(one(q, cut)) for q, cut in zip(self.subs, self.cuts, strict=True)
+        ]
+        try:
+            return await count(rows())
+        finally:
+            await asyncio.gather(*tasks)
 
     def sub_queries(self, query: ReadRowsQuery) -> list[ReadRowsQuery]:
         return [
@@ -236,6 +306,7 @@ async def profile(scans: Scans, rows: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     variants: dict[str, Callable[[], Awaitable[int]]] = {
         "raw_16_subscans": scans.raw16,
+        "fan_in_floor": scans.floor,
         "salted_ordered": scans.ordered,
         "salted_unordered": scans.unordered,
     }
@@ -261,10 +332,14 @@ async def profile(scans: Scans, rows: int) -> dict[str, Any]:
         "salted_ordered": await scans.count_requests(True),
         "salted_unordered": await scans.count_requests(False),
     }
-    for name in ("salted_ordered", "salted_unordered"):
+    for name in ("fan_in_floor", "salted_ordered", "salted_unordered"):
         out[name]["above_raw"] = round(
             out[name]["calls_per_row"] - out["raw_16_subscans"]["calls_per_row"], 2
         )
+        if name != "fan_in_floor":
+            out[name]["above_floor"] = round(
+                out[name]["calls_per_row"] - out["fan_in_floor"]["calls_per_row"], 2
+            )
         mine = per_function[name]
         diff = {f: mine.get(f, 0.0) - raw.get(f, 0.0) for f in set(mine) | set(raw)}
         out[name]["extra_calls_per_row"] = {
@@ -275,10 +350,10 @@ async def profile(scans: Scans, rows: int) -> dict[str, Any]:
 
 async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
     """Rows per second of each scan, alternating; paired ratios against the raw sub-scans."""
-    names = ["raw_16_subscans", "salted_ordered", "salted_unordered", "raw_1_scan"]
-    fns = [scans.raw16, scans.ordered, scans.unordered, scans.raw1]
+    names = ["raw_16_subscans", "salted_ordered", "salted_unordered", "raw_1_scan", "fan_in_floor"]
+    fns = [scans.raw16, scans.ordered, scans.unordered, scans.raw1, scans.floor]
     took: dict[str, list[float]] = {n: [] for n in names}
-    first: dict[str, list[float]] = {n: [] for n in names[1:]}
+    first: dict[str, list[float]] = {n: [] for n in ("salted_ordered", "salted_unordered")}
     for r in range(rounds):
         order = list(range(len(names)))
         order = order[r % len(order) :] + order[: r % len(order)]
@@ -295,9 +370,14 @@ async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
         "salted_unordered": await scans.count_requests(False),
     }
     raw = took["raw_16_subscans"]
+    floor = took["fan_in_floor"]
     return {
         "paired": {
             n: [round(a / b, 4) for a, b in zip(raw, took[n], strict=True)]
+            for n in ("salted_ordered", "salted_unordered", "fan_in_floor")
+        }
+        | {
+            f"{n}_vs_floor": [round(a / b, 4) for a, b in zip(floor, took[n], strict=True)]
             for n in ("salted_ordered", "salted_unordered")
         }
         | {
@@ -310,7 +390,7 @@ async def throughput(scans: Scans, rows: int, rounds: int) -> dict[str, Any]:
         "rows_per_s": {n: spread([rows / t for t in took[n]]) for n in names},
         "ratio_vs_raw_16": {
             n: spread([a / b for a, b in zip(raw, took[n], strict=True)])
-            for n in ("salted_ordered", "salted_unordered")
+            for n in ("salted_ordered", "salted_unordered", "fan_in_floor")
         },
         "ordered_vs_raw_1_scan": spread(
             [a / b for a, b in zip(took["raw_1_scan"], took["salted_ordered"], strict=True)]

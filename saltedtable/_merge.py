@@ -951,26 +951,34 @@ class MergeCore(Generic[T]):
             mark = stored
             break
         if mark is None:
-            # Every feed is done: whatever any of them holds goes out.
-            take = [feed for feed in live if feed.keys]
-            heads.clear()
-            for feed in take:
+            # Every feed is done: whatever any of them holds goes out (the
+            # watermark is the largest key held; every feed holding keys is a head).
+            holding = [feed for feed in live if feed.keys]
+            for feed in live:
                 in_heads[feed.index] = False
-        else:
-            take = []
-            while heads and heads[0][0] <= mark:
-                _, i = heapq.heappop(heads)
-                in_heads[i] = False
-                take.append(feeds[i])
+            heads[:] = []
+            for feed in holding:
+                keys = feed.keys
+                heads.append((keys[0] if kf is None else kf(keys[0]), feed.index))
+                in_heads[feed.index] = True
+                last = keys[-1] if kf is None else kf(keys[-1])
+                if mark is None or last > mark:
+                    mark = last
+            heapq.heapify(heads)
+        # Take every head at or below the watermark (one heap operation a feed:
+        # its next head, above the watermark, replaces it).
         out_keys: list[Any] = []
         out: list[T] = []
-        for feed in take:
+        taken = 0
+        while heads and heads[0][0] <= mark:
+            i = heads[0][1]
+            feed = feeds[i]
             keys = feed.keys
             last = keys[-1] if kf is None else kf(keys[-1])
-            if mark is None or last <= mark:
+            if last <= mark:
                 end = len(keys)
-            else:
-                end = bisect.bisect_right(keys, mark, 1, len(keys) - 1, key=kf)
+            else:  # (keys[0] <= mark < keys[-1])
+                end = bisect.bisect_right(keys, mark, 1, key=kf)
                 last = keys[end - 1] if kf is None else kf(keys[end - 1])
             feed.taken_last = last
             items = feed.items
@@ -980,10 +988,13 @@ class MergeCore(Generic[T]):
                 del keys[:end]
             del items[:end]
             self._taken(feed, end)
+            taken += 1
             if keys:
-                heapq.heappush(heads, (keys[0] if kf is None else kf(keys[0]), feed.index))
-                in_heads[feed.index] = True
-        if len(take) > 1:
+                heapq.heapreplace(heads, (keys[0] if kf is None else kf(keys[0]), i))
+            else:
+                heapq.heappop(heads)
+                in_heads[i] = False
+        if taken > 1:
             if kf is None:
                 out = _in_key_order(out, out_keys)
             else:

@@ -10,13 +10,14 @@ Sections (``--sections``, default all):
 
 * ``profile``: cProfile of one 16-bucket scan of ``--rows`` rows: the raw client's
   16 concurrent sub-scans (one per bucket, unordered) against saltedtable ordered and
-  ``ordered=False``, and the fan-in floor (:meth:`Scans.floor`: the least any stream
-  of logical rows over the 16 sub-scans does). Python function calls per row:
+  ``ordered=False``, and the two floors: :meth:`Scans.floor` (the least any stream of
+  logical rows over the 16 sub-scans does) and :meth:`Scans.ordered_floor` (the least
+  any ordered merge of them does). Python function calls per row:
   deterministic, unlike timings on a shared machine; and the requests each salted scan
   made (outside the profile).
 * ``throughput``: the same scans timed, A/B alternating, ``--rounds`` times, plus one
-  raw scan of the whole table and the fan-in floor; paired ratios against the raw
-  sub-scans and against the floor (median and range), the time to the
+  raw scan of the whole table and the two floors; paired ratios against the raw
+  sub-scans, and of each salted scan against its floor (median and range), the time to the
   first row as a fraction of each salted scan, and the requests each salted scan made.
   ``--runs`` repeats the section and pools the paired ratios of every round of every
   run: their median, the 2.5-97.5 percentile interval, and a 95% confidence interval

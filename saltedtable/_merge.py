@@ -1007,9 +1007,14 @@ class MergeCore(Generic[T]):
         while bounds and bounds[0][0] == mark:
             _, i = heapq.heappop(bounds)
             feed = feeds[i]
+            keys = feed.keys
+            if keys and not in_heads[i]:
+                # (Its keys lie above a watermark that another feed's key equals:
+                # they reach the heads before its entry leaves or moves up.)
+                heapq.heappush(heads, (keys[0] if kf is None else kf(keys[0]), i))
+                in_heads[i] = True
             if feed.done:
                 continue
-            keys = feed.keys
             bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
             if bound == mark:
                 waits.append(feed)
@@ -1029,9 +1034,9 @@ class MergeCore(Generic[T]):
                 count = len(keys)
                 feed.taken_last = keys[-1] if kf is None else kf(keys[-1])
                 out += feed.items
-                feed.items.clear()
+                del feed.items[:]  # (no call a feed, unlike clear())
                 if kf is None:
-                    keys.clear()
+                    del keys[:]
                 self._taken(feed, count)
         return out, [feed for feed in live if not feed.done]
 
@@ -1045,9 +1050,12 @@ class MergeCore(Generic[T]):
         for all, and one queued for a slot is asked its class), so with many
         buckets fewer, larger hand-overs cost less than the collections they start.
         """
-        running = self._live if self._slots is None else min(self._live, self._slots)
-        least = min(self._wake_batch, WAKE_PART_LEAST)
-        return max(least, self._wake_batch // max(1, running))
+        # (Called at every wait: comparisons, not min/max calls.)
+        live, slots, batch = self._live, self._slots, self._wake_batch
+        running = live if slots is None or live < slots else slots
+        least = batch if batch < WAKE_PART_LEAST else WAKE_PART_LEAST
+        part = batch // (running if running > 1 else 1)
+        return part if part > least else least
 
     def _cap_per_source(self) -> int:
         return allowance(self._budget, self._live, self._largest or DEFAULT_ROW_BYTES)

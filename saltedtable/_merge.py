@@ -1138,7 +1138,8 @@ class Merge(MergeCore[T]):
 
     Args:
         sources: One per source. In ordered mode each must deliver keys in
-            ascending order, and no key may appear in two sources.
+            ascending order; a key may appear in several sources (equal keys
+            of different sources come out in no set order).
         ordered: Merge in ascending key order (True) or hand items over as
             they arrive (False).
         limit: Stop after this many items (None: every item).

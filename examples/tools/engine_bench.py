@@ -15,11 +15,11 @@ Sections (``--sections``, default all):
   ordered merge of them). Python function calls per row:
   deterministic, unlike timings on a shared machine; and the requests each salted scan
   made (outside the profile).
-* ``throughput``: the same scans timed, in a shuffled order each round (seeded), ``--rounds``
-  times, plus one
-  raw scan of the whole table and the two floors; paired ratios against the raw
-  sub-scans, and of each salted scan against its floor (median and range), the time to the
-  first row as a fraction of each salted scan, and the requests each salted scan made.
+* ``throughput``: the same scans timed, in a shuffled order each round (seeded),
+  ``--rounds`` times, plus one raw scan of the whole table and the two floors; paired
+  ratios against the raw sub-scans, and of each salted scan against its floor (median
+  and range), the time to the first row as a fraction of each salted scan, and the
+  requests each salted scan made.
   ``--runs`` repeats the section and pools the paired ratios of every round of every
   run: their median, the 2.5-97.5 percentile interval, and a 95% confidence interval
   of the median (order statistics, distribution-free).
@@ -165,8 +165,9 @@ class Scans:
         batch; the consumer, one async generator, takes the whole batch once
         it holds :data:`FLOOR_BATCH` rows (or a sub-scan ends) and yields its
         rows one by one. No order, budget, slots, statistics or cancellation:
-        only what a drop-in stream over salted keys cannot leave out, done as
-        simply as we could (one implementation, not a proven lower bound).
+        the least saltedtable's stream does a row (relabel, measure for the
+        budget, hand to one consumer), done as simply as we could (one
+        implementation, not a proven lower bound).
         """
         loop = asyncio.get_running_loop()
         batch: list[Row] = []
@@ -763,8 +764,8 @@ async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
                     print(json.dumps(report["profile"], indent=1), file=sys.stderr)
                 if "throughput" in args.sections:
                     runs = [
-                        await throughput(scans, args.rows, args.rounds, seed=run)
-                        for run in range(args.runs)
+                        await throughput(scans, args.rows, args.rounds, seed=number)
+                        for number in range(args.runs)
                     ]
                     report["throughput"] = runs[0] if args.runs == 1 else {"runs": runs}
                     report["throughput"]["pooled_ratios"] = {

@@ -474,6 +474,9 @@ async def throughput(scans: Scans, rows: int, rounds: int, seed: int = 0) -> dic
         scans.ordered_floor,
     ]
     took: dict[str, list[float]] = {n: [] for n in names}
+    # The main thread's CPU seconds of each scan (the event loop's thread: the
+    # client's and saltedtable's Python work; gRPC's own threads are not in it).
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     first: dict[str, list[float]] = {n: [] for n in ("salted_ordered", "salted_unordered")}
     for _ in range(rounds):
         order = list(range(len(names)))
@@ -481,7 +484,9 @@ async def throughput(scans: Scans, rows: int, rounds: int, seed: int = 0) -> dic
         for i in order:
             gc.collect()
             start = time.perf_counter()
+            on_cpu = time.thread_time()
             got = await fns[i]()
+            cpu[names[i]].append(time.thread_time() - on_cpu)
             seconds = time.perf_counter() - start
             assert got == rows
             took[names[i]].append(seconds)
@@ -503,6 +508,13 @@ async def throughput(scans: Scans, rows: int, rounds: int, seed: int = 0) -> dic
             for n, f in floors.items()
         }
         | {
+            # (CPU over raw: above 1 is more CPU, unlike the speed ratios.)
+            f"{n}_main_cpu_over_raw": [
+                round(c / a, 4) for a, c in zip(cpu["raw_16_subscans"], cpu[n], strict=True)
+            ]
+            for n in ("salted_ordered", "salted_unordered", "fan_in_floor", "ordered_floor")
+        }
+        | {
             "ordered_vs_raw_1_scan": [
                 round(a / b, 4)
                 for a, b in zip(took["raw_1_scan"], took["salted_ordered"], strict=True)
@@ -518,6 +530,13 @@ async def throughput(scans: Scans, rows: int, rounds: int, seed: int = 0) -> dic
             [a / b for a, b in zip(took["raw_1_scan"], took["salted_ordered"], strict=True)]
         ),
         "first_row_fraction": {n: spread(v) for n, v in first.items() if v},
+        # Main-thread CPU of each scan over the raw sub-scans' in the same round
+        # (above 1: more CPU; the wall-time ratios above are raw over scan).
+        "main_cpu_vs_raw_16": {
+            n: spread([c / a for a, c in zip(cpu["raw_16_subscans"], cpu[n], strict=True)])
+            for n in ("salted_ordered", "salted_unordered", "fan_in_floor", "ordered_floor")
+        },
+        "main_cpu_seconds": {n: spread(v) for n, v in cpu.items()},
     }
 
 

@@ -953,17 +953,15 @@ class MergeCore(Generic[T]):
         if mark is None:
             # Every feed is done: whatever any of them holds goes out (the
             # watermark is the largest key held; every feed holding keys is a head).
-            holding = [feed for feed in live if feed.keys]
+            heads.clear()
             for feed in live:
-                in_heads[feed.index] = False
-            heads[:] = []
-            for feed in holding:
                 keys = feed.keys
-                heads.append((keys[0] if kf is None else kf(keys[0]), feed.index))
-                in_heads[feed.index] = True
-                last = keys[-1] if kf is None else kf(keys[-1])
-                if mark is None or last > mark:
-                    mark = last
+                in_heads[feed.index] = bool(keys)
+                if keys:
+                    heads.append((keys[0] if kf is None else kf(keys[0]), feed.index))
+                    last = keys[-1] if kf is None else kf(keys[-1])
+                    if mark is None or last > mark:
+                        mark = last
             heapq.heapify(heads)
         # Take every head at or below the watermark (one heap operation a feed:
         # its next head, above the watermark, replaces it).

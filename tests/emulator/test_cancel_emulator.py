@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.util
 import json
 import logging
 import subprocess
@@ -38,6 +37,7 @@ from google.cloud.bigtable.data.mutations import SetCell
 from saltedtable import SaltedTableAsync, SaltScheme
 from saltedtable._cancel import end_stream, find_calls, stop_reads
 from saltedtable.testing import INSTANCE, Emulator, create_table, delete_table
+from tests.scripts import load_script
 
 MakeTable = Any
 
@@ -54,13 +54,7 @@ FLAT = 8 * 2**20
 
 
 def _load_probe() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("saltedtable_leak_probe", PROBE_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("saltedtable_leak_probe", PROBE_PATH)
 
 
 probe = _load_probe()

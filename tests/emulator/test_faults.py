@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -52,6 +50,7 @@ from saltedtable.testing import (
     create_table,
     start_emulator,
 )
+from tests.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEME = SaltScheme(16)
@@ -62,15 +61,7 @@ TS = 1_000_000  # explicit timestamps: every SetCell is idempotent, so the clien
 
 def load_faultproxy() -> ModuleType:
     """Import emulator/faultproxy.py by path (emulator/ is not a package)."""
-    module = sys.modules.get("faultproxy")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("faultproxy", REPO / "emulator/faultproxy.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["faultproxy"] = module
-        spec.loader.exec_module(module)
-    return module
+    return load_script("faultproxy", REPO / "emulator/faultproxy.py")
 
 
 fp = load_faultproxy()

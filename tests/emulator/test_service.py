@@ -12,7 +12,6 @@ import base64
 import collections.abc
 import contextlib
 import gc
-import importlib.util
 import json
 import logging
 import sys
@@ -42,6 +41,7 @@ from google.cloud.bigtable.data.row import Cell, Row
 from saltedtable import SCHEME_ROW_KEY, SaltedTableAsync, SaltScheme, TableLikeAsync
 from saltedtable._cancel import find_calls
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table
+from tests.scripts import load_script
 
 MakeTable = Callable[..., str]
 
@@ -60,13 +60,7 @@ def _load_service() -> ModuleType:
     # service.py imports service_http.py from its own folder, as it does when run as a script.
     if str(SERVICE_PATH.parent) not in sys.path:
         sys.path.insert(0, str(SERVICE_PATH.parent))
-    spec = importlib.util.spec_from_file_location("saltedtable_example_service", SERVICE_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_script("saltedtable_example_service", SERVICE_PATH)
 
 
 service = _load_service()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 from collections.abc import Iterable
@@ -24,6 +23,7 @@ from saltedtable.advise import (
     format_key,
 )
 from saltedtable.advise.input import read_file
+from tests.scripts import load_script
 
 HOT_TENANT = b"tenant007"
 START_MS = 1_700_000_000_000
@@ -501,12 +501,7 @@ FAST: dict[str, Any] = {"candidates": (1, 2, 4, 8, 16), "resamples": 100}
 @pytest.fixture(scope="module")
 def demo() -> ModuleType:
     """examples/advise_demo.py imported as a module (examples/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("saltedtable_advise_demo", DEMO)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("saltedtable_advise_demo", DEMO)
 
 
 def timed(rows: Iterable[tuple[str, int, float]]) -> list[Access]:

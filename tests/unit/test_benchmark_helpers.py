@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import math
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +19,7 @@ from hypothesis import strategies as st
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, prefix_end
 from tests.fakes import ABANDONED, FakeTable, query_keys
+from tests.scripts import load_script
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "tools" / "benchmark.py"
 
@@ -28,13 +27,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "examples" / "tools" / "benchm
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
     """examples/tools/benchmark.py imported as a module (examples/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("saltedtable_benchmark", BENCHMARK)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("saltedtable_benchmark", BENCHMARK)
 
 
 async def _salted_fake(bench: ModuleType, rows: int) -> tuple[FakeTable, object, SaltedTableAsync]:

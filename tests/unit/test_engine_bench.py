@@ -8,9 +8,7 @@ meaningless. On the fake table, whose streams interleave row by row.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 from collections.abc import AsyncIterable
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +19,7 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, SetCell
 
 from saltedtable import SaltedTableAsync, SaltScheme
 from tests.fakes import FakeTable
+from tests.scripts import load_script
 
 ENGINE_BENCH = Path(__file__).resolve().parents[2] / "examples" / "tools" / "engine_bench.py"
 ROWS = 3_000
@@ -29,13 +28,7 @@ ROWS = 3_000
 @pytest.fixture(scope="module")
 def engine_bench() -> ModuleType:
     """examples/tools/engine_bench.py imported as a module (examples/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("saltedtable_engine_bench", ENGINE_BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("saltedtable_engine_bench", ENGINE_BENCH)
 
 
 async def _scans(engine_bench: ModuleType) -> tuple[Any, list[bytes]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import socket
 import struct
 import subprocess
@@ -17,21 +16,15 @@ from typing import Any
 
 import pytest
 
+from tests.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 PROXY_SCRIPT = REPO / "emulator" / "faultproxy.py"
 
 
 def load_faultproxy() -> ModuleType:
     """Import emulator/faultproxy.py by path (emulator/ is not a package)."""
-    module = sys.modules.get("faultproxy")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("faultproxy", PROXY_SCRIPT)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["faultproxy"] = module
-        spec.loader.exec_module(module)
-    return module
+    return load_script("faultproxy", PROXY_SCRIPT)
 
 
 fp = load_faultproxy()

@@ -32,6 +32,7 @@ FILES: tuple[tuple[str, str], ...] = (
     ("saltedtable/_read_call.py", "saltedtable/_read_call_sync.py"),
     ("saltedtable/_table_guard.py", "saltedtable/_table_guard_sync.py"),
     ("saltedtable/_batcher.py", "saltedtable/_batcher_sync.py"),
+    ("saltedtable/_chunks.py", "saltedtable/_chunks_sync.py"),
 )
 
 #: Whole words renamed, async name -> sync name (code, docstrings and comments alike).
@@ -52,6 +53,8 @@ NAMES: dict[str, str] = {
     "BigtableDataClientAsync": "BigtableDataClient",
     "MutationsBatcherAsync": "MutationsBatcher",
     "TableAsync": "Table",
+    "_DataApiTargetAsync": "_DataApiTarget",
+    "_ReadRowsOperationAsync": "_ReadRowsOperation",
     # saltedtable's, where the pair does not follow the `...Async` rule below. The public
     # sync names take the plain names in 0.3.0, when the deprecated async aliases
     # `TableLike` and `SaltedMutationsBatcher` are gone (docs/versioning.md).
@@ -75,6 +78,7 @@ MODULES: dict[str, str] = {
     "_read_call": "_read_call_sync",
     "_table_guard": "_table_guard_sync",
     "_batcher": "_batcher_sync",
+    "_chunks": "_chunks_sync",
 }
 
 #: Applied in order, before the names.
@@ -83,6 +87,8 @@ PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bAwaitable\[([^\[\]]+)\]"), r"\1"),
     (re.compile(r"\basync (def|with|for)\b"), r"\1"),
     (re.compile(r"\bawait "), ""),
+    # The client's modules: its async code, and the sync code generated from it.
+    (re.compile(r"\bbigtable\.data\._async\."), "bigtable.data._sync_autogen."),
 )
 
 _WORD = re.compile(r"\b\w+\b")

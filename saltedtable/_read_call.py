@@ -18,6 +18,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
+from ._chunks import client_read_rows_stream
 from ._concurrency import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from ._contracts import TableLikeAsync
 from ._merge import Merge
@@ -74,7 +75,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         stats: CallStats | None,
     ) -> None:
         super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
-        read_rows_stream = ctx.table.read_rows_stream
+        read_rows_stream = client_read_rows_stream(ctx.table)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[OneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
@@ -111,7 +112,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         if self._merge is not None:
             return self._merge
         ctx, plan, settings, timeouts = self._setup
-        read_rows_stream = ctx.table.read_rows_stream
+        read_rows_stream = client_read_rows_stream(ctx.table)
         limiter = ctx.limiter
         sources = [
             BucketSource(

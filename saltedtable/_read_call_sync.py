@@ -20,6 +20,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
+from ._chunks_sync import client_read_rows_stream
 from ._concurrency_sync import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from ._contracts import SyncTableLike
 from ._merge import ThreadMerge
@@ -76,7 +77,7 @@ class SyncReadCall(_Read[bool]):
         stats: CallStats | None,
     ) -> None:
         super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
-        read_rows_stream = ctx.table.read_rows_stream
+        read_rows_stream = client_read_rows_stream(ctx.table)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[SyncOneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
@@ -113,7 +114,7 @@ class SyncReadCall(_Read[bool]):
         if self._merge is not None:
             return self._merge
         ctx, plan, settings, timeouts = self._setup
-        read_rows_stream = ctx.table.read_rows_stream
+        read_rows_stream = client_read_rows_stream(ctx.table)
         limiter = ctx.limiter
         sources = [
             SyncBucketSource(

@@ -1,0 +1,258 @@
+# Generated from saltedtable/_chunks.py by .ci/unasync.py: do not edit.
+# Edit the async source, then run `make generate`.
+"""A read's rows from ReadRows responses in one generator: the client's read, one layer less.
+
+``Table.read_rows_stream`` turns a ReadRows stream into rows through two
+generators, one over the responses' chunks and one that merges chunks into
+rows, under the client's retry generator. Each row of a salted scan pays for
+both (under cProfile on the emulator, about a sixth of the main thread's time
+a row).
+
+:func:`client_read_rows_stream` gives a table's ``read_rows_stream`` with the
+same signature and behaviour, whose attempts go through :func:`merge_chunks`:
+both steps in one generator, each chunk checked as the client checks it, in
+the same order, with the same errors. Everything else is the client's own:
+its read operation (request, retries and back-off, the resumed request after
+a retried attempt, the row limit), its timeouts and retryable errors, its
+operation metrics. ``tests/unit/test_chunks.py`` runs both, this module's
+merge and the installed client's, over random chunk streams, valid and not,
+so a change in the client is seen.
+
+The read operation is a private class of the client (pinned by
+``google-cloud-bigtable>=2.50,<3``). Where it cannot be used (a table that is
+not the client's, a ``read_rows_stream`` replaced on the table, a client
+release whose operation differs) :func:`client_read_rows_stream` returns the
+table's own ``read_rows_stream``, and reads are as fast as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+from google.cloud.bigtable.data.exceptions import InvalidChunk
+from google.cloud.bigtable.data.row import Cell, Row
+from grpc import StatusCode
+
+from ._contracts import SyncReadRowsStream
+
+try:
+    from google.cloud.bigtable.data._helpers import _get_retryable_errors, _get_timeouts
+    from google.cloud.bigtable.data._metrics import OperationType
+    from google.cloud.bigtable.data._sync_autogen._read_rows import (
+        _ReadRowsOperation as _Operation,
+    )
+    from google.cloud.bigtable.data._sync_autogen.client import _DataApiTarget as _Target
+
+    _CLIENT = True
+except ImportError:  # pragma: no cover - a client release without them: the table's own reads
+    _CLIENT = False
+
+__all__ = ["client_read_rows_stream", "merge_chunks"]
+
+#: The client's own error for a reset chunk that carries data (``InvalidChunk``'s message).
+_RESET_WITH_DATA = "reset row with data"
+_DEFAULT = TABLE_DEFAULT.READ_ROWS
+
+
+def _invalid(message: str) -> InvalidChunk:
+    return InvalidChunk(message)  # type: ignore[no-untyped-call]
+
+
+def _reset_has_data(c: Any) -> bool:
+    return bool(
+        c.row_key
+        or c.HasField("family_name")
+        or c.HasField("qualifier")
+        or c.timestamp_micros
+        or c.labels
+        or c.value
+    )
+
+
+def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
+    """One attempt's rows: ``stream`` (the gapic ReadRows call) read and merged into rows.
+
+    What the client's ``chunk_stream`` and ``merge_rows`` do together, in one
+    generator: per chunk, the stream's checks (keys increase, the row limit),
+    then the merge's (families, qualifiers, split cells, resets), then the
+    stream's bookkeeping after the row is handed over (``op``'s last key and
+    rows left, which a retried attempt resumes from). ``op`` is the client's
+    read operation (its ``_operation_metric``, ``_last_yielded_row_key`` and
+    ``_remaining_count``). ``None``: the attempt had nothing left to ask.
+    """
+    metric = op._operation_metric
+    try:
+        if stream is None:
+            metric.end_with_success()
+            return
+        # The row being merged (None between rows), its cells, and the family and
+        # qualifier later chunks of the row may leave out.
+        row_key: Any = None
+        cells: list[Cell] = []
+        family: Any = None
+        qualifier: Any = None
+        # A cell split over chunks: its parts so far (None: not inside one).
+        parts: list[bytes] | None = None
+        ts = 0
+        labels: Any = None
+        for resp in stream:
+            resp = resp._pb
+            scanned = resp.last_scanned_row_key
+            if scanned:
+                last = op._last_yielded_row_key
+                if last is not None and scanned <= last:
+                    raise _invalid("last scanned out of order")
+                op._last_yielded_row_key = scanned
+            # The stream's key of the row its chunks belong to (per response, as the client's).
+            current: bytes | None = None
+            for c in resp.chunks:
+                if current is None:
+                    current = c.row_key
+                    last = op._last_yielded_row_key
+                    if last and current <= last:
+                        raise _invalid("row keys should be strictly increasing")
+                commit = False
+                if parts is not None:
+                    # The next part of a split cell.
+                    t = c.timestamp_micros
+                    cl = c.labels
+                    k = c.row_key
+                    if c.HasField("family_name") and c.family_name.value != family:
+                        raise _invalid("family changed mid cell")
+                    if c.HasField("qualifier") and c.qualifier.value != qualifier:
+                        raise _invalid("qualifier changed mid cell")
+                    if t and t != ts:
+                        raise _invalid("timestamp changed mid cell")
+                    if cl and cl != labels:
+                        raise _invalid("labels changed mid cell")
+                    if k and k != row_key:
+                        raise _invalid("row key changed mid cell")
+                    if c.reset_row:
+                        if _reset_has_data(c):
+                            raise _invalid(_RESET_WITH_DATA)
+                        row_key = None
+                        parts = None
+                    else:
+                        parts.append(c.value)
+                        if c.value_size <= 0:
+                            cells.append(
+                                Cell(b"".join(parts), row_key, family, qualifier, ts, list(labels))
+                            )
+                            parts = None
+                            commit = c.commit_row
+                else:
+                    if row_key is None:
+                        # A row's first chunk.
+                        row_key = c.row_key
+                        if not row_key:
+                            raise _invalid("first row chunk is missing key")
+                        cells = []
+                        family = qualifier = None
+                    if c.reset_row:
+                        if _reset_has_data(c):
+                            raise _invalid(_RESET_WITH_DATA)
+                        row_key = None
+                    else:
+                        k = c.row_key
+                        f = c.family_name.value
+                        q = c.qualifier.value if c.HasField("qualifier") else None
+                        if k and k != row_key:
+                            raise _invalid("unexpected new row key")
+                        if f:
+                            family = f
+                            if q is None:
+                                raise _invalid("new family without qualifier")
+                            qualifier = q
+                        elif family is None:
+                            raise _invalid("missing family")
+                        elif q is not None:
+                            qualifier = q
+                        elif qualifier is None:
+                            raise _invalid("missing qualifier")
+                        ts = c.timestamp_micros
+                        labels = c.labels if c.labels else []
+                        if c.value_size > 0:
+                            parts = [c.value]
+                        else:
+                            cells.append(
+                                Cell(c.value, row_key, family, qualifier, ts, list(labels))
+                            )
+                            commit = c.commit_row
+                if commit:
+                    blocked = time.monotonic_ns()
+                    yield Row(row_key, cells)
+                    attempt = metric.active_attempt
+                    if attempt is not None:
+                        attempt.application_blocking_time_ns += time.monotonic_ns() - blocked
+                    row_key = None
+                # The stream's bookkeeping after the chunk (the row is out).
+                if c.reset_row:
+                    current = None
+                elif c.commit_row:
+                    op._last_yielded_row_key = current
+                    left = op._remaining_count
+                    if left is not None:
+                        op._remaining_count = left - 1
+                        if left <= 0:
+                            raise _invalid("emit count exceeds row limit")
+                    current = None
+        if row_key is not None:
+            raise _invalid("premature end of stream")
+        metric.end_with_success()
+    except GeneratorExit:
+        metric.end_with_status(StatusCode.CANCELLED)
+        raise
+
+
+if _CLIENT:
+
+    class _MergedReadRows(_Operation):
+        """The client's read operation, its attempts' rows from :func:`merge_chunks`."""
+
+        __slots__ = ()
+
+        def chunk_stream(self, stream: Any) -> Any:
+            return stream  # merged with the rows in merge_rows
+
+        def merge_rows(self, chunks: Any) -> Iterator[Row]:
+            return merge_chunks(self, chunks)
+
+
+def client_read_rows_stream(table: Any) -> SyncReadRowsStream:
+    """``table.read_rows_stream``, its attempts merged by :func:`merge_chunks` where it can be.
+
+    The table's own method where ``table`` is not the client's (or has it
+    replaced), or the installed client's read operation is not the one this
+    module knows.
+    """
+    own = table.read_rows_stream
+    if (
+        not _CLIENT
+        or not isinstance(table, _Target)
+        or getattr(own, "__func__", None) is not _Target.read_rows_stream
+    ):
+        return own  # type: ignore[no-any-return]
+    # (The client's own read_rows_stream, but for the operation's class.)
+
+    def read_rows_stream(
+        query: Any,
+        *,
+        operation_timeout: Any = _DEFAULT,
+        attempt_timeout: Any = _DEFAULT,
+        retryable_errors: Any = _DEFAULT,
+    ) -> Iterable[Row]:
+        operation, attempt = _get_timeouts(operation_timeout, attempt_timeout, table)
+        op = _MergedReadRows(
+            query,
+            table,
+            operation_timeout=operation,
+            attempt_timeout=attempt,
+            metric=table._create_operation(OperationType.READ_ROWS, is_streaming=True),
+            retryable_exceptions=_get_retryable_errors(retryable_errors, table),
+        )
+        return op.start_operation()
+
+    return read_rows_stream

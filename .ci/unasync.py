@@ -55,6 +55,7 @@ NAMES: dict[str, str] = {
     "TableAsync": "Table",
     "_DataApiTargetAsync": "_DataApiTarget",
     "_ReadRowsOperationAsync": "_ReadRowsOperation",
+    "method_async": "method",
     # saltedtable's, where the pair does not follow the `...Async` rule below. The public
     # sync names take the plain names in 0.3.0, when the deprecated async aliases
     # `TableLike` and `SaltedMutationsBatcher` are gone (docs/versioning.md).

@@ -1,6 +1,6 @@
 # Generated from saltedtable/_chunks.py by .ci/unasync.py: do not edit.
 # Edit the async source, then run `make generate`.
-"""A read's rows from ReadRows responses in one generator: the client's read, one layer less.
+"""A read's rows from ReadRows responses in one generator: the client's read, with fewer layers.
 
 ``Table.read_rows_stream`` turns a ReadRows stream into rows through two
 generators, one over the responses' chunks and one that merges chunks into
@@ -27,13 +27,17 @@ table's own ``read_rows_stream``, and reads are as fast as before.
 
 from __future__ import annotations
 
+import re
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from google.api_core.gapic_v1 import method, routing_header
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
-from google.cloud.bigtable.data.exceptions import InvalidChunk
+from google.cloud.bigtable.data.exceptions import InvalidChunk, _RowSetComplete
 from google.cloud.bigtable.data.row import Cell, Row
+from google.cloud.bigtable_v2.types import ReadRowsRequest, ReadRowsResponse
 from grpc import StatusCode
 
 from ._contracts import SyncReadRowsStream
@@ -55,6 +59,14 @@ __all__ = ["client_read_rows_stream", "merge_chunks"]
 #: The client's own error for a reset chunk that carries data (``InvalidChunk``'s message).
 _RESET_WITH_DATA = "reset row with data"
 _DEFAULT = TABLE_DEFAULT.READ_ROWS
+_READ_ROWS = "/google.bigtable.v2.Bigtable/ReadRows"
+#: The protobuf message class itself: a response is parsed into it and read as it
+#: is, without the proto-plus wrapper the generated client builds around each one.
+_RESPONSE = ReadRowsResponse.pb()
+# The request's routing parameters, as the generated client derives them.
+_TABLE_NAME = re.compile(r"projects/[^/]+/instances/[^/]+/tables/[^/]+")
+_VIEW_TABLE = re.compile(r"(projects/[^/]+/instances/[^/]+/tables/[^/]+)(?:/.*)?")
+_VIEW_INSTANCE = re.compile(r"(projects/[^/]+/instances/[^/]+)(?:/.*)?")
 
 
 def _invalid(message: str) -> InvalidChunk:
@@ -73,7 +85,7 @@ def _reset_has_data(c: Any) -> bool:
 
 
 def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
-    """One attempt's rows: ``stream`` (the gapic ReadRows call) read and merged into rows.
+    """One attempt's rows: ``stream`` (a ReadRows call, protobuf responses) merged into rows.
 
     What the client's ``chunk_stream`` and ``merge_rows`` do together, in one
     generator: per chunk, the stream's checks (keys increase, the row limit),
@@ -99,7 +111,6 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
         ts = 0
         labels: Any = None
         for resp in stream:
-            resp = resp._pb
             scanned = resp.last_scanned_row_key
             if scanned:
                 last = op._last_yielded_row_key
@@ -214,11 +225,78 @@ if _CLIENT:
 
         __slots__ = ()
 
-        def chunk_stream(self, stream: Any) -> Any:
-            return stream  # merged with the rows in merge_rows
+        def _read_rows_attempt(self) -> Iterator[Row]:
+            """One attempt, as the client's: a retried one asks for what is left after
+            the last row handed over (or scanned), with the rows left of a limit; its
+            RPC is :func:`_call`'s.
+            """
+            self._operation_metric.start_attempt()
+            request = self.request
+            last = self._last_yielded_row_key
+            if last is not None:
+                try:
+                    request.rows = self._revise_request_rowset(
+                        row_set=request.rows, last_seen_row_key=last
+                    )
+                except _RowSetComplete:
+                    return merge_chunks(self, None)  # nothing is left to ask
+            left = self._remaining_count
+            if left is not None:
+                request.rows_limit = left
+                if left == 0:
+                    return merge_chunks(self, None)
+            # (self.target.client here, as the client's attempt: a sync read that was
+            # stopped raises on it, see _cancel.SyncRequest.)
+            call = _call(self.target.client, request, next(self.attempt_timeout_gen))
+            return merge_chunks(self, call)
 
-        def merge_rows(self, chunks: Any) -> Iterator[Row]:
-            return merge_chunks(self, chunks)
+
+#: Per client transport: its stubs when the RPC was made (the client replaces
+#: them when it refreshes its channel), and the RPC.
+_RPCS: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _rpc(client: Any) -> Any:
+    """The client's ReadRows RPC as its generated client makes it (the channel and its
+    interceptors, the error mapping, the client's headers), but for the responses: protobuf
+    messages, not proto-plus ones. Made again after the client refreshes its channel.
+    """
+    transport = client.transport
+    stubs = transport._stubs
+    made = _RPCS.get(transport)
+    if made is not None and made[0] is stubs:
+        return made[1]
+    stub = transport._logged_channel.unary_stream(
+        _READ_ROWS,
+        request_serializer=ReadRowsRequest.serialize,
+        response_deserializer=_RESPONSE.FromString,
+    )
+    rpc = method.wrap_method(stub, client_info=client.client_info)  # type: ignore[no-untyped-call]
+    _RPCS[transport] = (stubs, rpc)
+    return rpc
+
+
+def routing(request: Any) -> tuple[tuple[str, str]]:
+    """The ``x-goog-request-params`` header of a ReadRows request, as the generated client's."""
+    params = {}
+    if _TABLE_NAME.fullmatch(request.table_name):
+        params["table_name"] = request.table_name
+    params["app_profile_id"] = request.app_profile_id  # (always, even empty)
+    if match := _VIEW_TABLE.fullmatch(request.authorized_view_name):
+        params["table_name"] = match.group(1)
+    if match := _VIEW_INSTANCE.fullmatch(request.materialized_view_name):
+        params["name"] = match.group(1)
+    return (routing_header.to_grpc_metadata(params),)  # type: ignore[no-untyped-call]
+
+
+def _call(client: Any, request: Any, timeout: float) -> Any:
+    """Start one ReadRows RPC through the data ``client`` (see :func:`_rpc`)."""
+    gapic = client._gapic_client
+    # (The async generated client keeps a sync one, which checks the universe domain.)
+    validate = getattr(getattr(gapic, "_client", gapic), "_validate_universe_domain", None)
+    if validate is not None:
+        validate()
+    return _rpc(client)(request, timeout=timeout, metadata=routing(request))
 
 
 def client_read_rows_stream(table: Any) -> SyncReadRowsStream:

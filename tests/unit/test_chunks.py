@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery
 from google.cloud.bigtable.data._async._read_rows import _ReadRowsOperationAsync
@@ -61,16 +63,17 @@ class Broken(Exception):
     """The stream's own failure, after its responses."""
 
 
-async def _responses(responses: Sequence[Any], fail: bool) -> AsyncIterator[Any]:
+async def _responses(responses: Sequence[Any], fail: bool, wrap: bool) -> AsyncIterator[Any]:
     for resp in responses:
         await asyncio.sleep(0)
-        yield ReadRowsResponse.wrap(resp)
+        # The client's generated RPC hands out proto-plus messages, saltedtable's protobuf ones.
+        yield ReadRowsResponse.wrap(resp) if wrap else resp
     if fail:
         raise Broken("stream failed")
 
 
-async def _stream(responses: Sequence[Any], fail: bool) -> AsyncIterator[Any]:
-    return _responses(responses, fail)
+async def _stream(responses: Sequence[Any], fail: bool, wrap: bool) -> AsyncIterator[Any]:
+    return _responses(responses, fail, wrap)
 
 
 def _row(row: Row) -> tuple[Any, ...]:
@@ -104,7 +107,7 @@ async def _run(
     op = Op(Metric(), last, remaining)
     rows: list[tuple[Any, ...]] = []
     error = None
-    gen = merge(op, _stream(responses, fail))
+    gen = merge(op, _stream(responses, fail, merge is _client))
     try:
         async for row in gen:
             rows.append(_row(row))
@@ -119,9 +122,9 @@ async def _run(
     )
 
 
-def _sync_responses(responses: Sequence[Any], fail: bool) -> Iterator[Any]:
+def _sync_responses(responses: Sequence[Any], fail: bool, wrap: bool) -> Iterator[Any]:
     for resp in responses:
-        yield ReadRowsResponse.wrap(resp)
+        yield ReadRowsResponse.wrap(resp) if wrap else resp
     if fail:
         raise Broken("stream failed")
 
@@ -138,7 +141,7 @@ def _run_sync(
     op = Op(Metric(), last, remaining)
     rows: list[tuple[Any, ...]] = []
     error = None
-    gen = merge(op, _sync_responses(responses, fail))
+    gen = merge(op, _sync_responses(responses, fail, merge is _sync_client))
     try:
         for row in gen:
             rows.append(_row(row))
@@ -465,3 +468,99 @@ def _anonymous() -> Any:
     from google.auth.credentials import AnonymousCredentials
 
     return AnonymousCredentials()  # type: ignore[no-untyped-call]
+
+
+# -- the RPC: what goes on the wire is the client's ------------------------------------------
+
+
+class _Server:
+    """A gRPC server that answers ReadRows with one row and records what each call sent."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes, list[tuple[str, Any]]]] = []
+        handler = grpc.unary_stream_rpc_method_handler(self._read_rows)
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self._server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "google.bigtable.v2.Bigtable", {"ReadRows": handler}
+                ),
+            )
+        )
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    def _read_rows(self, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        # (Metadata the transport adds per connection, such as user-agent, is the same for both.)
+        self.calls.append((request, sorted(tuple(m) for m in context.invocation_metadata())))
+        chunk = _cell(Chunk(row_key=b"k", value=b"v", commit_row=True))
+        yield PB(chunks=[chunk]).SerializeToString()
+
+    def stop(self) -> None:
+        self._server.stop(None)
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
+    running = _Server()
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", f"127.0.0.1:{running.port}")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+TARGETS = ["table", "table with an app profile", "authorized view", "materialized view"]
+
+
+def _target(client: Any, which: str) -> Any:
+    if which == "table":
+        return client.get_table("inst", "tab")
+    if which == "table with an app profile":
+        return client.get_table("inst", "tab", app_profile_id="prof")
+    if which == "authorized view":
+        return client.get_authorized_view("inst", "tab", "view", app_profile_id="prof")
+    return client.get_materialized_view("inst", "mview")
+
+
+@pytest.mark.parametrize("which", TARGETS)
+async def test_the_merged_read_sends_what_the_clients_read_sends(
+    server: _Server, which: str
+) -> None:
+    """Against a gRPC server: the same request bytes and the same metadata (the routing
+    header, the client's x-goog-api-client), and the same row back, as the client's own read."""
+    from google.cloud.bigtable.data import BigtableDataClientAsync
+
+    client = BigtableDataClientAsync(project="proj")
+    try:
+        target = _target(client, which)
+        query = ReadRowsQuery(row_keys=[b"k"], limit=5)
+        own = [_row(r) async for r in await target.read_rows_stream(query)]
+        merged = [_row(r) async for r in await client_read_rows_stream(target)(query)]
+    finally:
+        await client.close()
+    assert merged == own == [(b"k", ((b"v", b"k", "f", b"q", 0, ()),))]
+    assert len(server.calls) == 2
+    assert server.calls[1] == server.calls[0]
+    params = dict(server.calls[0][1])["x-goog-request-params"]
+    assert "app_profile_id" in params
+
+
+@pytest.mark.parametrize("which", TARGETS)
+def test_the_sync_merged_read_sends_what_the_clients_read_sends(
+    server: _Server, which: str
+) -> None:
+    """The sync twin, against the same server: the same request and metadata as the client's."""
+    from google.cloud.bigtable.data import BigtableDataClient
+
+    client = BigtableDataClient(project="proj")
+    try:
+        target = _target(client, which)
+        query = ReadRowsQuery(row_keys=[b"k"], limit=5)
+        own = [_row(r) for r in target.read_rows_stream(query)]
+        merged = [_row(r) for r in _chunks_sync.client_read_rows_stream(target)(query)]
+    finally:
+        client.close()
+    assert merged == own == [(b"k", ((b"v", b"k", "f", b"q", 0, ()),))]
+    assert len(server.calls) == 2
+    assert server.calls[1] == server.calls[0]

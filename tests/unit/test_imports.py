@@ -47,6 +47,8 @@ ORDER: tuple[str, ...] = (
     "_slots",
     "_concurrency",
     "_concurrency_sync",
+    "_chunks",
+    "_chunks_sync",
     "_reader",
     "_read_call",
     "_read_call_sync",

@@ -1,26 +1,34 @@
-"""A read's rows from ReadRows responses in one generator: the client's read, with fewer layers.
+"""A request's rows: the client's read operation, with fewer layers a row.
 
-``TableAsync.read_rows_stream`` turns a ReadRows stream into rows through two
+``TableAsync.read_rows_stream`` reads a ReadRows stream through the generated
+client, which wraps every response in a proto-plus message, then two
 generators, one over the responses' chunks and one that merges chunks into
-rows, under the client's retry generator. Each row of a salted scan pays for
-both (under cProfile on the emulator, about a sixth of the main thread's time
-a row).
+rows, under the client's retry generator. Profiled on the emulator (cProfile,
+the raw client's 16 sub-scans of 40,000 rows), the two generators take 14% of
+the main thread's time and the proto-plus wrapping 7%, paid for every row.
 
 :func:`client_read_rows_stream` gives a table's ``read_rows_stream`` with the
-same signature and behaviour, whose attempts go through :func:`merge_chunks`:
-both steps in one generator, each chunk checked as the client checks it, in
-the same order, with the same errors. Everything else is the client's own:
-its read operation (request, retries and back-off, the resumed request after
-a retried attempt, the row limit), its timeouts and retryable errors, its
-operation metrics. ``tests/unit/test_chunks.py`` runs both, this module's
-merge and the installed client's, over random chunk streams, valid and not,
-so a change in the client is seen.
+same signature and behaviour whose attempts differ in two ways:
+
+* the RPC (:func:`_rpc`) goes through the client's channel, its interceptors,
+  the error mapping and the headers the generated client sends (its
+  ``x-goog-api-client``, the routing header of :func:`routing`), but parses
+  each response into the protobuf message itself, not a proto-plus wrapper;
+* :func:`merge_chunks` does both generators' work in one, each chunk checked as
+  the client checks it, in the same order, with the same errors.
+
+Everything else is the client's own: its read operation (the request, retries
+and back-off, the resumed request after a retried attempt, the row limit), its
+timeouts and retryable errors, its operation metrics. ``tests/unit/test_chunks.py``
+runs this module's merge and the installed client's over random chunk streams,
+valid and not, and both reads against a gRPC server that records what each
+sends, so that a change in the client is seen.
 
 The read operation is a private class of the client (pinned by
 ``google-cloud-bigtable>=2.50,<3``). Where it cannot be used (a table that is
 not the client's, a ``read_rows_stream`` replaced on the table, a client
-release whose operation differs) :func:`client_read_rows_stream` returns the
-table's own ``read_rows_stream``, and reads are as fast as before.
+release without it) :func:`client_read_rows_stream` returns the table's own
+``read_rows_stream``.
 """
 
 from __future__ import annotations

@@ -400,6 +400,10 @@ def pooled(values: list[float]) -> dict[str, Any]:
     }
 
 
+#: Functions listed in the profile section's ``time_shares``, by their own time.
+TIME_SHARES = 15
+
+
 async def profile(scans: Scans, rows: int) -> dict[str, Any]:
     """Python function calls per row of each scan under cProfile (after a warm-up scan)."""
     out: dict[str, Any] = {}
@@ -423,9 +427,15 @@ async def profile(scans: Scans, rows: int) -> dict[str, Any]:
             f"{Path(f).name}:{line}({fn})": calls / rows
             for (f, line, fn), (_, calls, *_) in st.stats.items()
         }
+        # Where the profiled time went: each function's own time (tottime), as a share.
+        top = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:TIME_SHARES]
         out[name] = {
             "calls_per_row": round(st.total_calls / rows, 2),
             "cpu_seconds": round(st.total_tt, 3),
+            "time_shares": {
+                f"{Path(f).name}:{line}({fn})": round(tt / st.total_tt, 3)
+                for (f, line, fn), (_, _, tt, *_) in top
+            },
         }
     raw = per_function["raw_16_subscans"]
     out["requests_per_scan"] = {

@@ -14,15 +14,16 @@ from typing import Any
 
 import grpc
 import pytest
-from google.cloud.bigtable.data import ReadRowsQuery
+from google.cloud.bigtable.data import ReadRowsQuery, RowRange
 from google.cloud.bigtable.data._async._read_rows import _ReadRowsOperationAsync
+from google.cloud.bigtable.data._async.client import _DataApiTargetAsync
 from google.cloud.bigtable.data._sync_autogen._read_rows import _ReadRowsOperation
 from google.cloud.bigtable.data.row import Row
-from google.cloud.bigtable_v2.types import ReadRowsResponse
+from google.cloud.bigtable_v2.types import ReadRowsRequest, ReadRowsResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable import _chunks_sync
+from saltedtable import _chunks, _chunks_sync
 from saltedtable._chunks import client_read_rows_stream, merge_chunks
 from tests.fakes import FakeTable
 
@@ -33,7 +34,17 @@ PROPERTY = settings(max_examples=400, deadline=None)
 
 @dataclass
 class Attempt:
-    application_blocking_time_ns: int = 0
+    """Counts the updates of the time the read's caller held each row (not their values)."""
+
+    updates: int = 0
+
+    @property
+    def application_blocking_time_ns(self) -> int:
+        return 0
+
+    @application_blocking_time_ns.setter
+    def application_blocking_time_ns(self, value: int) -> None:
+        self.updates += 1
 
 
 @dataclass
@@ -80,7 +91,15 @@ def _row(row: Row) -> tuple[Any, ...]:
     return (
         row.row_key,
         tuple(
-            (c.value, c.row_key, c.family, c.qualifier, c.timestamp_micros, tuple(c.labels))
+            (
+                c.value,
+                c.row_key,
+                c.family,
+                c.qualifier,
+                c.timestamp_micros,
+                type(c.labels).__name__,
+                tuple(c.labels),
+            )
             for c in row.cells
         ),
     )
@@ -93,6 +112,8 @@ class Outcome:
     metric: list[tuple[str, Any]]
     last: bytes | None
     remaining: int | None
+    #: Updates of the caller's blocking time (one per row handed over and resumed).
+    blocking_updates: int
 
 
 async def _run(
@@ -117,8 +138,14 @@ async def _run(
         error = (type(exc).__name__, str(exc))
     finally:
         await gen.aclose()
+    attempt = op._operation_metric.active_attempt
     return Outcome(
-        rows, error, op._operation_metric.calls, op._last_yielded_row_key, op._remaining_count
+        rows,
+        error,
+        op._operation_metric.calls,
+        op._last_yielded_row_key,
+        op._remaining_count,
+        0 if attempt is None else attempt.updates,
     )
 
 
@@ -151,8 +178,14 @@ def _run_sync(
         error = (type(exc).__name__, str(exc))
     finally:
         gen.close()
+    attempt = op._operation_metric.active_attempt
     return Outcome(
-        rows, error, op._operation_metric.calls, op._last_yielded_row_key, op._remaining_count
+        rows,
+        error,
+        op._operation_metric.calls,
+        op._last_yielded_row_key,
+        op._remaining_count,
+        0 if attempt is None else attempt.updates,
     )
 
 
@@ -204,7 +237,7 @@ def chunks(draw: st.DrawFn) -> Any:
         timestamp_micros=draw(st.sampled_from([0, 0, 1, 2])),
         labels=draw(st.sampled_from([[], [], ["x"], ["y"]])),
         value=draw(st.sampled_from([b"", b"v", b"w"])),
-        value_size=draw(st.sampled_from([0, 0, 0, 4])),
+        value_size=draw(st.sampled_from([0, 0, 0, 4, -1])),
     )
     family = draw(st.sampled_from([None, None, "", "f", "g"]))
     if family is not None:
@@ -289,9 +322,14 @@ def valid_responses(draw: st.DrawFn) -> list[Any]:
                     c.value_size = sum(len(v) for v in values) or 1
                 row_chunks.append(c)
         if draw(st.integers(0, 5)) == 0:
-            # The server takes the row back and sends it again.
+            # The server takes a row back (this one, or one it then skips) and goes on.
             reset = Chunk(reset_row=True)
-            flat.extend([*row_chunks[: draw(st.integers(1, len(row_chunks)))], reset])
+            taken_back = [Chunk() for _ in range(draw(st.integers(1, len(row_chunks))))]
+            for back, c in zip(taken_back, row_chunks, strict=False):
+                back.CopyFrom(c)
+            if draw(st.booleans()):
+                taken_back[0].row_key = key + b"~"
+            flat.extend([*taken_back, reset])
         row_chunks[-1].commit_row = True
         flat.extend(row_chunks)
     if flat and draw(st.booleans()):
@@ -387,6 +425,9 @@ def test_a_row_continued_in_the_next_response_is_refused_as_the_client_refuses_i
         ("labels", "labels changed mid cell"),
         ("row_key", "row key changed mid cell"),
         ("reset", "reset row with data"),
+        # Several at once: the first check in the client's order names it.
+        ("everything", "family changed mid cell"),
+        ("timestamp and labels", "timestamp changed mid cell"),
     ],
 )
 def test_a_split_cell_whose_next_part_differs_is_refused_with_the_clients_error(
@@ -406,6 +447,15 @@ def test_a_split_cell_whose_next_part_differs_is_refused_with_the_clients_error(
         part.labels.append("y")
     elif change == "row_key":
         part.row_key = b"b"
+    elif change == "everything":
+        part.family_name.value = "g"
+        part.qualifier.value = b"r"
+        part.timestamp_micros = 11
+        part.labels.append("y")
+        part.row_key = b"b"
+    elif change == "timestamp and labels":
+        part.timestamp_micros = 11
+        part.labels.append("y")
     else:
         part = Chunk(value=b"lit", reset_row=True)
     out = _compare([PB(chunks=[first, part])], None, None, False, None)
@@ -414,7 +464,44 @@ def test_a_split_cell_whose_next_part_differs_is_refused_with_the_clients_error(
     assert out.error[1].endswith(message)
 
 
+def test_a_negative_value_size_ends_a_split_cell_as_zero_does() -> None:
+    """The client reads value_size > 0 as "more parts follow": a negative one ends the cell."""
+    first = _cell(Chunk(row_key=b"a", value=b"sp", value_size=5))
+    resp = [PB(chunks=[first, Chunk(value=b"lit", value_size=-1, commit_row=True)])]
+    out = _compare(resp, None, None, False, None)
+    assert out.error is None
+    assert [c[0] for _, cells in out.rows for c in cells] == [b"split"]
+
+
+def test_a_row_after_a_reset_is_checked_against_the_last_row_handed_over() -> None:
+    """After a reset the next chunk starts a row again, whose key must follow the last row
+    handed over: a server that sends an earlier one is refused, as by the client."""
+    resp = [
+        PB(
+            chunks=[
+                _cell(Chunk(row_key=b"b", value=b"x", commit_row=True)),
+                _cell(Chunk(row_key=b"c", value=b"gone")),
+                Chunk(reset_row=True),
+                _cell(Chunk(row_key=b"a", value=b"late", commit_row=True)),
+            ]
+        )
+    ]
+    out = _compare(resp, None, None, False, None)
+    assert out.error is not None
+    assert out.error[1].endswith("row keys should be strictly increasing")
+    assert [key for key, _ in out.rows] == [b"b"]
+
+
 # -- the table's read_rows_stream ----------------------------------------------------------------
+
+
+def test_the_installed_client_is_one_the_merged_read_was_checked_against() -> None:
+    """A canary: on a client release not in TESTED_CLIENTS every read falls back to the
+    client's own read_rows_stream (correct, slower). If this fails, run this module's
+    tests on the new release and, when they pass, add it to _chunks.TESTED_CLIENTS."""
+    from google.cloud.bigtable import __version__
+
+    assert __version__.startswith(_chunks.TESTED_CLIENTS), __version__
 
 
 def test_tables_that_are_not_the_clients_keep_their_own_read_rows_stream() -> None:
@@ -424,11 +511,14 @@ def test_tables_that_are_not_the_clients_keep_their_own_read_rows_stream() -> No
     assert _chunks_sync.client_read_rows_stream(table) == table.read_rows_stream
 
 
-def test_a_sync_client_table_gets_the_merged_read_and_keeps_a_replacement() -> None:
+def test_a_sync_client_table_gets_the_merged_read_and_keeps_a_replacement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The sync twin: the client's table gets the merged read; a replaced method is kept."""
     from google.cloud.bigtable.data import BigtableDataClient
 
-    client = BigtableDataClient(project="p", credentials=_anonymous())
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", NOWHERE)  # (no channel refresh, no ping)
+    client = BigtableDataClient(project="p")
     try:
         table = client.get_table("i", "t")
         merged = _chunks_sync.client_read_rows_stream(table)
@@ -444,11 +534,15 @@ def test_a_sync_client_table_gets_the_merged_read_and_keeps_a_replacement() -> N
         client.close()
 
 
-async def test_a_replaced_read_rows_stream_is_used_as_it_is() -> None:
-    """A client table whose read_rows_stream was replaced (a spy, a wrapper) keeps it."""
-    from google.cloud.bigtable.data import BigtableDataClientAsync
+async def test_a_replaced_read_rows_stream_is_used_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client table whose read_rows_stream was replaced (a spy, a wrapper) keeps it, and
+    so does one whose class's method was patched (instrumentation, a test double)."""
+    from google.cloud.bigtable.data import BigtableDataClientAsync, TableAsync
 
-    client = BigtableDataClientAsync(project="p", credentials=_anonymous())
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", NOWHERE)
+    client = BigtableDataClientAsync(project="p")
     try:
         table = client.get_table("i", "t")
         merged = client_read_rows_stream(table)
@@ -460,14 +554,19 @@ async def test_a_replaced_read_rows_stream_is_used_as_it_is() -> None:
 
         table.read_rows_stream = spy  # type: ignore[method-assign]
         assert client_read_rows_stream(table) is spy
+        other = client.get_table("i", "u")
+        for cls in (TableAsync, _DataApiTargetAsync):
+            with monkeypatch.context() as patch:
+                patch.setattr(cls, "read_rows_stream", spy)
+                assert client_read_rows_stream(other) == other.read_rows_stream
+        assert client_read_rows_stream(other).__module__ == "saltedtable._chunks"
     finally:
         await client.close()
 
 
-def _anonymous() -> Any:
-    from google.auth.credentials import AnonymousCredentials
-
-    return AnonymousCredentials()  # type: ignore[no-untyped-call]
+#: An address nothing listens on: clients made for these tests start no channel refresh
+#: (as with an emulator) and are never asked to send anything.
+NOWHERE = "127.0.0.1:9"
 
 
 # -- the RPC: what goes on the wire is the client's ------------------------------------------
@@ -539,7 +638,7 @@ async def test_the_merged_read_sends_what_the_clients_read_sends(
         merged = [_row(r) async for r in await client_read_rows_stream(target)(query)]
     finally:
         await client.close()
-    assert merged == own == [(b"k", ((b"v", b"k", "f", b"q", 0, ()),))]
+    assert merged == own == [(b"k", ((b"v", b"k", "f", b"q", 0, "list", ()),))]
     assert len(server.calls) == 2
     assert server.calls[1] == server.calls[0]
     params = dict(server.calls[0][1])["x-goog-request-params"]
@@ -561,6 +660,241 @@ def test_the_sync_merged_read_sends_what_the_clients_read_sends(
         merged = [_row(r) for r in _chunks_sync.client_read_rows_stream(target)(query)]
     finally:
         client.close()
-    assert merged == own == [(b"k", ((b"v", b"k", "f", b"q", 0, ()),))]
+    assert merged == own == [(b"k", ((b"v", b"k", "f", b"q", 0, "list", ()),))]
     assert len(server.calls) == 2
     assert server.calls[1] == server.calls[0]
+
+
+# -- retries: the same attempts as the client's ----------------------------------------------
+
+ROW_KEYS = [bytes([c]) for c in b"abcdefghij"]
+U = grpc.StatusCode.UNAVAILABLE
+
+
+def _in(key: bytes, rows: Any) -> bool:
+    """Whether a RowSet (protobuf) asks for ``key``: an empty one asks for every key."""
+    if not rows.row_keys and not rows.row_ranges:
+        return True
+    if key in rows.row_keys:
+        return True
+    for r in rows.row_ranges:
+        start, end = r.WhichOneof("start_key"), r.WhichOneof("end_key")
+        if start == "start_key_closed" and key < r.start_key_closed:
+            continue
+        if start == "start_key_open" and key <= r.start_key_open:
+            continue
+        if end == "end_key_closed" and key > r.end_key_closed:
+            continue
+        if end == "end_key_open" and key >= r.end_key_open:
+            continue
+        return True
+    return False
+
+
+class _FailingServer(_Server):
+    """Serves ten one-cell rows; the n-th call may fail after some rows (a plan per call)."""
+
+    def __init__(self) -> None:
+        #: Per call: (rows sent before it fails, status, last_scanned_row_key sent before).
+        self.plan: list[tuple[int, grpc.StatusCode, bytes]] = []
+        super().__init__()
+
+    def _read_rows(self, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        metadata = [tuple(m) for m in context.invocation_metadata() if m[0] != "grpc-timeout"]
+        self.calls.append((request, sorted(metadata)))
+        req = ReadRowsRequest.pb().FromString(request)
+        n = len(self.calls) - 1
+        fail, code, scanned = self.plan[n] if n < len(self.plan) else (None, None, b"")
+        sent = 0
+        for key in ROW_KEYS:
+            if not _in(key, req.rows) or (req.rows_limit and sent >= req.rows_limit):
+                continue
+            if fail is not None and sent >= fail:
+                break
+            yield PB(
+                chunks=[_cell(Chunk(row_key=key, value=b"v" + key, commit_row=True))]
+            ).SerializeToString()
+            sent += 1
+        if scanned:
+            yield PB(last_scanned_row_key=scanned).SerializeToString()
+        if fail is not None:
+            context.abort(code, "injected")
+
+
+#: name: (the server's plan, the query, the read's arguments, the calls it makes).
+RETRIES: dict[str, tuple[Any, ReadRowsQuery, dict[str, Any], int]] = {
+    "fails twice mid scan": ([(3, U, b""), (2, U, b"")], ReadRowsQuery(), {}, 3),
+    "fails under a limit": ([(3, U, b"")], ReadRowsQuery(limit=5), {}, 2),
+    "limit reached, then fails": ([(4, U, b"")], ReadRowsQuery(limit=4), {}, 1),
+    "every key read, then fails": (
+        [(3, U, b"")],
+        ReadRowsQuery(row_keys=[b"a", b"b", b"c"]),
+        {},
+        1,
+    ),
+    "scanned past, then fails": (
+        [(2, U, b"e")],
+        ReadRowsQuery(row_ranges=[RowRange(b"b", b"h")]),
+        {},
+        2,
+    ),
+    "keys and ranges": (
+        [(2, U, b"")],
+        ReadRowsQuery(row_keys=[b"a", b"j"], row_ranges=[RowRange(b"c", b"e")]),
+        {},
+        2,
+    ),
+    "not retryable": ([(2, grpc.StatusCode.INVALID_ARGUMENT, b"")], ReadRowsQuery(), {}, 1),
+    "retryable errors of the call": (
+        [(2, grpc.StatusCode.UNAVAILABLE, b"")],
+        ReadRowsQuery(),
+        {"retryable_errors": []},
+        1,
+    ),
+}
+
+
+@pytest.fixture
+def failing(monkeypatch: pytest.MonkeyPatch) -> Iterator[_FailingServer]:
+    running = _FailingServer()
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", f"127.0.0.1:{running.port}")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+async def _async_attempts(
+    server: _FailingServer, plan: Any, query: Any, merged: bool, kwargs: Any
+) -> Any:
+    from google.cloud.bigtable.data import BigtableDataClientAsync
+
+    server.calls.clear()
+    server.plan = list(plan)
+    client = BigtableDataClientAsync(project="proj")
+    try:
+        table = client.get_table("inst", "tab", app_profile_id="ap")
+        operations: list[Any] = []
+        create = table._create_operation
+
+        def spy(*args: Any, **kw: Any) -> Any:
+            operations.append(create(*args, **kw))
+            return operations[-1]
+
+        table._create_operation = spy  # type: ignore[method-assign]
+        read = client_read_rows_stream(table) if merged else table.read_rows_stream
+        rows, error = [], None
+        try:
+            async for row in await read(query, **kwargs):
+                rows.append(row.row_key)
+        except Exception as exc:
+            error = (type(exc).__name__, str(exc))
+        (op,) = operations
+        return rows, error, server.calls[:], str(op.state), len(op.completed_attempts)
+    finally:
+        await client.close()
+
+
+def _sync_attempts(server: _FailingServer, plan: Any, query: Any, merged: bool, kwargs: Any) -> Any:
+    from google.cloud.bigtable.data import BigtableDataClient
+
+    server.calls.clear()
+    server.plan = list(plan)
+    client = BigtableDataClient(project="proj")
+    try:
+        table = client.get_table("inst", "tab", app_profile_id="ap")
+        operations: list[Any] = []
+        create = table._create_operation
+
+        def spy(*args: Any, **kw: Any) -> Any:
+            operations.append(create(*args, **kw))
+            return operations[-1]
+
+        table._create_operation = spy  # type: ignore[method-assign]
+        read = _chunks_sync.client_read_rows_stream(table) if merged else table.read_rows_stream
+        rows, error = [], None
+        try:
+            for row in read(query, **kwargs):
+                rows.append(row.row_key)
+        except Exception as exc:
+            error = (type(exc).__name__, str(exc))
+        (op,) = operations
+        return rows, error, server.calls[:], str(op.state), len(op.completed_attempts)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("scenario", list(RETRIES))
+async def test_retried_reads_make_the_clients_attempts(
+    failing: _FailingServer, scenario: str
+) -> None:
+    """A server that fails mid-stream: the same rows, error, requests (bytes and metadata of
+    every attempt, so the same resumed requests and row limits), and metric attempts."""
+    plan, query, kwargs, calls = RETRIES[scenario]
+    theirs = await _async_attempts(failing, plan, query, False, kwargs)
+    ours = await _async_attempts(failing, plan, query, True, kwargs)
+    assert ours == theirs
+    assert len(ours[2]) == calls
+
+
+@pytest.mark.parametrize("scenario", list(RETRIES))
+def test_sync_retried_reads_make_the_clients_attempts(
+    failing: _FailingServer, scenario: str
+) -> None:
+    """The sync twin against the same failing server: the client's attempts, rows and errors."""
+    plan, query, kwargs, calls = RETRIES[scenario]
+    theirs = _sync_attempts(failing, plan, query, False, kwargs)
+    ours = _sync_attempts(failing, plan, query, True, kwargs)
+    assert ours == theirs
+    assert len(ours[2]) == calls
+
+
+async def test_after_the_client_refreshes_its_channel_merged_reads_use_the_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client swaps its channel and drops its stubs every 35-45 minutes: the merged
+    read's RPC is made again on the new channel (as the client's own read is)."""
+    from google.cloud.bigtable.data import BigtableDataClientAsync
+
+    first, second = _Server(), _Server()
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", f"127.0.0.1:{first.port}")
+    client = BigtableDataClientAsync(project="proj")
+    try:
+        read = client_read_rows_stream(client.get_table("inst", "tab"))
+        assert len([r async for r in await read(ReadRowsQuery())]) == 1
+        old = client.transport.grpc_channel.swap_channel(
+            grpc.aio.insecure_channel(f"127.0.0.1:{second.port}")
+        )
+        client._invalidate_channel_stubs()
+        assert len([r async for r in await read(ReadRowsQuery())]) == 1
+        await old.close()
+    finally:
+        await client.close()
+        first.stop()
+        second.stop()
+    assert (len(first.calls), len(second.calls)) == (1, 1)
+
+
+def test_after_the_sync_client_refreshes_its_channel_merged_reads_use_the_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sync twin, after the same swap."""
+    from google.cloud.bigtable.data import BigtableDataClient
+
+    first, second = _Server(), _Server()
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", f"127.0.0.1:{first.port}")
+    client = BigtableDataClient(project="proj")
+    try:
+        read = _chunks_sync.client_read_rows_stream(client.get_table("inst", "tab"))
+        assert len(list(read(ReadRowsQuery()))) == 1
+        old = client.transport.grpc_channel.swap_channel(
+            grpc.insecure_channel(f"127.0.0.1:{second.port}")
+        )
+        client._invalidate_channel_stubs()
+        assert len(list(read(ReadRowsQuery()))) == 1
+        old.close()
+    finally:
+        client.close()
+        first.stop()
+        second.stop()
+    assert (len(first.calls), len(second.calls)) == (1, 1)

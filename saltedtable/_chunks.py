@@ -40,8 +40,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from typing import Any
 
 from google.api_core.gapic_v1 import method_async, routing_header
-from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable import __version__ as _CLIENT_VERSION
+from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import InvalidChunk
 from google.cloud.bigtable.data.row import Cell, Row
 from google.cloud.bigtable_v2.types import ReadRowsRequest, ReadRowsResponse

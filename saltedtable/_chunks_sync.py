@@ -36,7 +36,9 @@ table's own ``read_rows_stream``.
 from __future__ import annotations
 
 import re
+import sys
 import time
+import types
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -66,10 +68,14 @@ try:
     from google.cloud.bigtable.data._sync_autogen.client import _DataApiTarget as _Target
     from google.cloud.bigtable.data.exceptions import _RowSetComplete
 
-    _CLIENT = _CLIENT_VERSION.startswith(TESTED_CLIENTS)
-    #: The client's own method (as imported: a method patched later, on the class or a
-    #: subclass, for instrumentation or a test double, is respected).
-    _OWN = _Target.read_rows_stream
+    #: The code of the client's own ``read_rows_stream``: a table whose method is any
+    #: other function, or no plain function (patched on the table, its class or the
+    #: client's base class, for instrumentation or a test double), is read through it.
+    _OWN = getattr(_Target.read_rows_stream, "__code__", None)
+    # (Patched before this import: then the class holds the patch. Leave reads to it.)
+    _CLIENT = _CLIENT_VERSION.startswith(TESTED_CLIENTS) and (
+        _OWN is not None and _OWN.co_filename == sys.modules[_Target.__module__].__file__
+    )
 except ImportError:  # pragma: no cover - a client release without them: the table's own reads
     _CLIENT = False
 
@@ -331,8 +337,9 @@ def client_read_rows_stream(table: Any) -> SyncReadRowsStream:
     if (
         not _CLIENT
         or not isinstance(table, _Target)
-        or _Target.read_rows_stream is not _OWN
-        or getattr(own, "__func__", None) is not _OWN
+        or type(own) is not types.MethodType
+        or type(own.__func__) is not types.FunctionType
+        or own.__func__.__code__ is not _OWN
     ):
         return own  # type: ignore[no-any-return]
     # (The client's own read_rows_stream, but for the operation's class.)

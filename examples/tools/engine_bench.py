@@ -426,7 +426,7 @@ def pooled(values: list[float]) -> dict[str, Any]:
 
 
 #: Functions listed in the profile section's ``time_shares``, by their own time.
-TIME_SHARES = 15
+TIME_SHARES = 40
 
 
 async def profile(scans: Scans, rows: int) -> dict[str, Any]:

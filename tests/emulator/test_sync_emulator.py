@@ -248,8 +248,11 @@ def test_small_reads_next_to_streaming_scans_wait_their_turn_at_one_slot(
             before = counting.requests
             rows = table.read_rows(ReadRowsQuery(row_keys=[key]), operation_timeout=10)
             assert [r.row_key for r in rows] == [key]
-            # Requests started while it waited: about one per scan ahead of it, and its own.
-            assert counting.requests - before <= 2 * scans + 1
+            # Requests started while it waited: about one per scan ahead of it, and its own,
+            # plus one per scan that a scan may start while this thread plans the read,
+            # before it queues for the slot (a loaded machine slows that part: 4 at one
+            # scan was seen). With unfair slots a scan starts request after request.
+            assert counting.requests - before <= 3 * scans + 1
     finally:
         stop.set()
         for thread in threads:

@@ -7,6 +7,9 @@ sync twin against the sync client's.
 from __future__ import annotations
 
 import asyncio
+import functools
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -898,3 +901,88 @@ def test_after_the_sync_client_refreshes_its_channel_merged_reads_use_the_new_on
         first.stop()
         second.stop()
     assert (len(first.calls), len(second.calls)) == (1, 1)
+
+
+async def test_wrappers_of_the_clients_method_are_respected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Instrumentation that wraps the client's method (functools.wraps keeps its name; a
+    proxy object forwards every attribute to it) is not mistaken for the method itself."""
+    from google.cloud.bigtable.data import BigtableDataClientAsync, TableAsync
+
+    original = TableAsync.read_rows_stream
+
+    @functools.wraps(original)
+    async def wrapped(self: Any, query: Any, **kwargs: Any) -> Any:
+        return await original(self, query, **kwargs)
+
+    class Proxy:
+        """Forwards everything to the function it wraps (as wrapt's proxies do)."""
+
+        def __init__(self, func: Any) -> None:
+            self._func = func
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._func, name)
+
+        def __get__(self, obj: Any, cls: Any) -> Any:
+            return functools.partial(self._func, obj)
+
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", NOWHERE)
+    client = BigtableDataClientAsync(project="p")
+    try:
+        table = client.get_table("i", "t")
+        for patch in (wrapped, Proxy(original)):
+            with monkeypatch.context() as patching:
+                patching.setattr(TableAsync, "read_rows_stream", patch)
+                # (The table's own: a proxy's partial is a new object each time.)
+                assert getattr(client_read_rows_stream(table), "__module__", None) != (
+                    "saltedtable._chunks"
+                )
+        assert client_read_rows_stream(table).__module__ == "saltedtable._chunks"
+    finally:
+        await client.close()
+
+
+def test_a_method_patched_before_saltedtable_is_imported_is_respected() -> None:
+    """The client's class patched before saltedtable is imported: every read uses the patch."""
+    script = """
+import google.cloud.bigtable.data._async.client as c
+original = c._DataApiTargetAsync.read_rows_stream
+async def patched(self, query, **kwargs):
+    return await original(self, query, **kwargs)
+c._DataApiTargetAsync.read_rows_stream = patched
+from saltedtable import _chunks
+print(_chunks._CLIENT)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split() == ["False"]
+
+
+async def test_the_universe_domain_is_checked_as_the_client_checks_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The generated client checks the credentials' universe domain before a request; so
+    does the merged read, with the same error."""
+    from google.cloud.bigtable.data import BigtableDataClientAsync
+
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", NOWHERE)
+    client = BigtableDataClientAsync(project="p")
+
+    def wrong_universe() -> None:
+        raise ValueError("universe mismatch")
+
+    monkeypatch.setattr(client._gapic_client._client, "_validate_universe_domain", wrong_universe)
+    try:
+        table = client.get_table("i", "t")
+        errors = []
+        for read in (table.read_rows_stream, client_read_rows_stream(table)):
+            with pytest.raises(ValueError, match="universe mismatch") as caught:
+                async for _ in await read(ReadRowsQuery(), operation_timeout=5):
+                    pass
+            errors.append(type(caught.value))
+        assert errors == [ValueError, ValueError]
+    finally:
+        await client.close()

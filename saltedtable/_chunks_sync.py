@@ -145,8 +145,12 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
             # The stream's key of the row its chunks belong to (per response, as the client's).
             current: bytes | None = None
             for c in resp.chunks:
+                # (Each field read once: a protobuf field read builds a new object.)
+                k = c.row_key
+                reset = c.reset_row
+                committed = c.commit_row
                 if current is None:
-                    current = c.row_key
+                    current = k
                     last = op._last_yielded_row_key
                     if last and current <= last:
                         raise _invalid("row keys should be strictly increasing")
@@ -155,7 +159,6 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
                     # The next part of a split cell.
                     t = c.timestamp_micros
                     cl = c.labels
-                    k = c.row_key
                     if c.HasField("family_name") and c.family_name.value != family:
                         raise _invalid("family changed mid cell")
                     if c.HasField("qualifier") and c.qualifier.value != qualifier:
@@ -166,7 +169,7 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
                         raise _invalid("labels changed mid cell")
                     if k and k != row_key:
                         raise _invalid("row key changed mid cell")
-                    if c.reset_row:
+                    if reset:
                         if _reset_has_data(c):
                             raise _invalid(_RESET_WITH_DATA)
                         row_key = None
@@ -178,21 +181,20 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
                                 Cell(b"".join(parts), row_key, family, qualifier, ts, list(labels))
                             )
                             parts = None
-                            commit = c.commit_row
+                            commit = committed
                 else:
                     if row_key is None:
                         # A row's first chunk.
-                        row_key = c.row_key
+                        row_key = k
                         if not row_key:
                             raise _invalid("first row chunk is missing key")
                         cells = []
                         family = qualifier = None
-                    if c.reset_row:
+                    if reset:
                         if _reset_has_data(c):
                             raise _invalid(_RESET_WITH_DATA)
                         row_key = None
                     else:
-                        k = c.row_key
                         f = c.family_name.value
                         q = c.qualifier.value if c.HasField("qualifier") else None
                         if k and k != row_key:
@@ -209,14 +211,15 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
                         elif qualifier is None:
                             raise _invalid("missing qualifier")
                         ts = c.timestamp_micros
-                        labels = c.labels if c.labels else []
+                        cl = c.labels
+                        labels = cl if cl else []
                         if c.value_size > 0:
                             parts = [c.value]
                         else:
                             cells.append(
                                 Cell(c.value, row_key, family, qualifier, ts, list(labels))
                             )
-                            commit = c.commit_row
+                            commit = committed
                 if commit:
                     blocked = time.monotonic_ns()
                     yield Row(row_key, cells)
@@ -225,9 +228,9 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
                         attempt.application_blocking_time_ns += time.monotonic_ns() - blocked
                     row_key = None
                 # The stream's bookkeeping after the chunk (the row is out).
-                if c.reset_row:
+                if reset:
                     current = None
-                elif c.commit_row:
+                elif committed:
                     op._last_yielded_row_key = current
                     left = op._remaining_count
                     if left is not None:

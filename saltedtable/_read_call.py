@@ -20,7 +20,7 @@ from google.cloud.bigtable.data.row import Row
 
 from ._chunks import client_read_rows_stream
 from ._concurrency import ROW_KEY, OneRun, capacity, new_merge, one_merge
-from ._contracts import TableLikeAsync
+from ._contracts import ReadRowsStream, TableLikeAsync
 from ._merge import Merge
 from ._plan import ReadPlan
 from ._reader import (
@@ -95,11 +95,12 @@ class ReadCall(_Read[Awaitable[bool]]):
                 stop_requests=partial(stop_sources, [first]),
             )
             self._first = (first, one)
-        self._setup: tuple[ReadContextAsync, ReadPlan, ReadSettings, Timeouts] = (
+        self._setup: tuple[ReadContextAsync, ReadPlan, ReadSettings, Timeouts, ReadRowsStream] = (
             ctx,
             plan,
             settings,
             timeouts,
+            read_rows_stream,
         )
         #: The buckets' own requests, made when the read needs them (a small
         #: read answered by its one request never does).
@@ -111,8 +112,7 @@ class ReadCall(_Read[Awaitable[bool]]):
         """The merge of the buckets' own requests (made on first use)."""
         if self._merge is not None:
             return self._merge
-        ctx, plan, settings, timeouts = self._setup
-        read_rows_stream = client_read_rows_stream(ctx.table)
+        ctx, plan, settings, timeouts, read_rows_stream = self._setup
         limiter = ctx.limiter
         sources = [
             BucketSource(

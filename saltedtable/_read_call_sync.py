@@ -22,7 +22,7 @@ from google.cloud.bigtable.data.row import Row
 
 from ._chunks_sync import client_read_rows_stream
 from ._concurrency_sync import ROW_KEY, OneRun, capacity, new_merge, one_merge
-from ._contracts import SyncTableLike
+from ._contracts import SyncReadRowsStream, SyncTableLike
 from ._merge import ThreadMerge
 from ._plan import ReadPlan
 from ._reader import (
@@ -97,11 +97,12 @@ class SyncReadCall(_Read[bool]):
                 stop_requests=partial(stop_sync_sources, [first]),
             )
             self._first = (first, one)
-        self._setup: tuple[ReadContext, ReadPlan, ReadSettings, Timeouts] = (
+        self._setup: tuple[ReadContext, ReadPlan, ReadSettings, Timeouts, SyncReadRowsStream] = (
             ctx,
             plan,
             settings,
             timeouts,
+            read_rows_stream,
         )
         #: The buckets' own requests, made when the read needs them (a small
         #: read answered by its one request never does).
@@ -113,8 +114,7 @@ class SyncReadCall(_Read[bool]):
         """The merge of the buckets' own requests (made on first use)."""
         if self._merge is not None:
             return self._merge
-        ctx, plan, settings, timeouts = self._setup
-        read_rows_stream = client_read_rows_stream(ctx.table)
+        ctx, plan, settings, timeouts, read_rows_stream = self._setup
         limiter = ctx.limiter
         sources = [
             SyncBucketSource(

@@ -119,6 +119,18 @@ class Outcome:
     blocking_updates: int
 
 
+def _outcome(op: Op, rows: list[tuple[Any, ...]], error: tuple[str, str] | None) -> Outcome:
+    attempt = op._operation_metric.active_attempt
+    return Outcome(
+        rows,
+        error,
+        op._operation_metric.calls,
+        op._last_yielded_row_key,
+        op._remaining_count,
+        0 if attempt is None else attempt.updates,
+    )
+
+
 async def _run(
     merge: Any,
     responses: Sequence[Any],
@@ -141,15 +153,7 @@ async def _run(
         error = (type(exc).__name__, str(exc))
     finally:
         await gen.aclose()
-    attempt = op._operation_metric.active_attempt
-    return Outcome(
-        rows,
-        error,
-        op._operation_metric.calls,
-        op._last_yielded_row_key,
-        op._remaining_count,
-        0 if attempt is None else attempt.updates,
-    )
+    return _outcome(op, rows, error)
 
 
 def _sync_responses(responses: Sequence[Any], fail: bool, wrap: bool) -> Iterator[Any]:
@@ -181,15 +185,7 @@ def _run_sync(
         error = (type(exc).__name__, str(exc))
     finally:
         gen.close()
-    attempt = op._operation_metric.active_attempt
-    return Outcome(
-        rows,
-        error,
-        op._operation_metric.calls,
-        op._last_yielded_row_key,
-        op._remaining_count,
-        0 if attempt is None else attempt.updates,
-    )
+    return _outcome(op, rows, error)
 
 
 def _sync_client(op: Any, stream: Any) -> Iterator[Row]:
@@ -767,6 +763,19 @@ def failing(monkeypatch: pytest.MonkeyPatch) -> Iterator[_FailingServer]:
         running.stop()
 
 
+def _record_operations(table: Any) -> list[Any]:
+    """The client read operations' metrics ``table`` makes from now on."""
+    operations: list[Any] = []
+    create = table._create_operation
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        operations.append(create(*args, **kw))
+        return operations[-1]
+
+    table._create_operation = spy
+    return operations
+
+
 async def _async_attempts(
     server: _FailingServer, plan: Any, query: Any, merged: bool, kwargs: Any
 ) -> Any:
@@ -777,14 +786,7 @@ async def _async_attempts(
     client = BigtableDataClientAsync(project="proj")
     try:
         table = client.get_table("inst", "tab", app_profile_id="ap")
-        operations: list[Any] = []
-        create = table._create_operation
-
-        def spy(*args: Any, **kw: Any) -> Any:
-            operations.append(create(*args, **kw))
-            return operations[-1]
-
-        table._create_operation = spy  # type: ignore[method-assign]
+        operations = _record_operations(table)
         read = client_read_rows_stream(table) if merged else table.read_rows_stream
         rows, error = [], None
         try:
@@ -806,14 +808,7 @@ def _sync_attempts(server: _FailingServer, plan: Any, query: Any, merged: bool, 
     client = BigtableDataClient(project="proj")
     try:
         table = client.get_table("inst", "tab", app_profile_id="ap")
-        operations: list[Any] = []
-        create = table._create_operation
-
-        def spy(*args: Any, **kw: Any) -> Any:
-            operations.append(create(*args, **kw))
-            return operations[-1]
-
-        table._create_operation = spy  # type: ignore[method-assign]
+        operations = _record_operations(table)
         read = _chunks_sync.client_read_rows_stream(table) if merged else table.read_rows_stream
         rows, error = [], None
         try:

@@ -10,14 +10,17 @@ from typing import Any
 import pytest
 from google.api_core.exceptions import PermissionDenied
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, SetCell
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saltedtable import (
     SCHEME_ROW_KEY,
     CutoffPolicy,
+    Layout,
     LayoutError,
+    QueryPlanError,
     RecordMissingError,
+    RowKeyError,
     SaltedTableAsync,
     SaltScheme,
     epoch_field,
@@ -60,8 +63,116 @@ def test_the_record_row_and_the_legacy_prefix_are_added_when_asked() -> None:
 
 
 def test_an_empty_prefix_is_refused() -> None:
-    with pytest.raises(ValueError, match="must not be empty"):
+    """A view of every row is the table itself: an empty prefix is refused."""
+    with pytest.raises(QueryPlanError, match="must not be empty"):
         view_row_prefixes(SaltScheme(4), b"")
+
+
+# -- exactness with a cutoff: legacy keys before it, salted keys after it -------------------
+
+CUTOFF = CutoffPolicy(
+    dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10), unreadable="legacy"
+)
+BEFORE, AFTER = 1_700_000_000, 1_720_000_000  # 2023-11 and 2024-07, in epoch seconds
+CUTOFF_SCHEMES = [
+    SaltScheme(16),
+    SaltScheme(4),
+    SaltScheme(100),
+    SaltScheme(16, hash="java"),
+    SaltScheme(8, marker=b"~"),
+    SaltScheme(64, hash="phoenix"),
+    SaltScheme(16, key_part=fields(1)),
+]
+
+
+BACKGROUND = [
+    b"%s%d#%d" % (t, i, when) for t in (b"", b"t") for i in range(100) for when in (BEFORE, AFTER)
+]
+
+
+def shown(view: list[bytes], physical: bytes) -> bool:
+    """Whether a view of these row prefixes lets the row ``physical`` through."""
+    return any(physical.startswith(prefix) for prefix in view)
+
+
+@given(
+    scheme=st.sampled_from(CUTOFF_SCHEMES),
+    keys=st.lists(
+        st.tuples(st.text("0123456789-#~ab", min_size=1, max_size=4), st.booleans()),
+        min_size=1,
+        max_size=40,
+    ),
+    data=st.data(),
+)
+@settings(max_examples=300)
+def test_a_cutoff_view_shows_exactly_the_rows_of_its_logical_prefix(
+    scheme: SaltScheme, keys: list[tuple[str, bool]], data: st.DataObject
+) -> None:
+    """A physical row is in the view iff its logical key starts with the prefix, on both sides.
+
+    Keys are ``TENANT#TIME`` (drawn, and 400 others), legacy (unsalted) before the cutoff
+    and salted after; the prefix is a piece of one of them or any text. A prefix refused is one no row-prefix
+    view can show exactly: it begins a salt prefix, so the legacy key equal to it can
+    only be let through with the salted rows under that salt prefix.
+    """
+    logical = [f"{tenant}#{BEFORE if old else AFTER}".encode() for tenant, old in keys]
+    some_key = data.draw(st.sampled_from(logical))
+    logical += BACKGROUND  # other tenants' rows on both sides, in every bucket
+    prefix = data.draw(
+        st.one_of(
+            st.integers(1, len(some_key)).map(lambda n: some_key[:n]),
+            st.text("0123456789-#~ab", min_size=1, max_size=3).map(str.encode),
+        )
+    )
+    begun = sorted(p for p in scheme.prefixes if p.startswith(prefix) and p != prefix)
+    layout = Layout(scheme, CUTOFF)
+    try:
+        view = view_row_prefixes(scheme, prefix, cutoff=CUTOFF, record=False)
+    except QueryPlanError as exc:
+        assert begun, f"{prefix!r} was refused, but no salt prefix starts with it"
+        assert repr(begun[0]) in str(exc)
+        # The key equal to the prefix is a legacy key the layout stores unsalted...
+        assert layout.locate(prefix) == (None, prefix)
+        # ...and every row prefix that lets it through lets the bucket's rows through too.
+        assert all(begun[0].startswith(p) for p in (prefix[:n] for n in range(len(prefix) + 1)))
+        return
+    for key in logical:
+        try:
+            _, physical = layout.locate(key)
+        except RowKeyError:
+            continue  # a legacy key inside the salted key space: the layout never stores it
+        assert shown(view, physical) == key.startswith(prefix), (key, physical, view)
+    assert not begun
+
+
+def test_the_issue_example_is_refused_and_its_field_prefix_is_exact() -> None:
+    """SaltScheme(16), tenant b"1": the prefix b"1" begins b"10-" to b"15-" and is refused;
+    b"1#" shows tenant 1's rows on both sides and none of 1,000 other tenants' rows."""
+    scheme = SaltScheme(16)
+    cutoff = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+    with pytest.raises(QueryPlanError, match=r"b'1'.*b'10-'.*marker"):
+        view_row_prefixes(scheme, b"1", cutoff=cutoff)
+    layout = Layout(scheme, cutoff)
+    view = view_row_prefixes(scheme, b"1#", cutoff=cutoff)
+    own = [layout.locate(f"1#{t}")[1] for t in (BEFORE, AFTER)]
+    others = [layout.locate(f"t{i}#{AFTER}")[1] for i in range(1_000)]
+    assert own[0] == b"1#%d" % BEFORE  # the legacy row, unsalted
+    assert all(shown(view, physical) for physical in own)
+    assert sum(shown(view, physical) for physical in others) == 0
+
+
+def test_a_prefix_inside_a_salt_prefix_has_no_legacy_rows_to_show() -> None:
+    """A prefix that starts with a salt prefix adds no legacy row prefix: no legacy key
+    starts with one, and that row prefix would show another key's salted rows."""
+    scheme = SaltScheme(16)
+    cutoff = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
+    other = next(
+        b"t%d#%d" % (i, AFTER) for i in range(100) if scheme.bucket_of(b"t%d#%d" % (i, AFTER)) == 10
+    )
+    view = view_row_prefixes(scheme, b"10-t", cutoff=cutoff, record=False)
+    assert b"10-t" not in view
+    assert not shown(view, scheme.salt_key(other))
+    assert shown(view, scheme.salt_key(b"10-tail"))
 
 
 class FakeView(FakeTable):

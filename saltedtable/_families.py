@@ -23,6 +23,8 @@ from typing import Any, Final, final
 
 __all__ = [
     "FAMILY_NAME",
+    "MAX_AGE_SECONDS",
+    "MAX_VERSIONS",
     "RECORD_FAMILY",
     "FamilyInfo",
     "Placement",
@@ -249,11 +251,19 @@ def place_record(
 
 _AGGREGATES: Final = ("sum", "min", "max", "hll")
 
+#: The longest ``max_age``: a protobuf Duration holds at most 315,576,000,000 seconds
+#: (10,000 years of 365.25 days).
+MAX_AGE_SECONDS: Final = 315_576_000_000
+#: The most ``max_versions``: the field is an int32.
+MAX_VERSIONS: Final = 2**31 - 1
+_AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
 
 def parse_gc_rule(text: str) -> Any:
     """A GC rule from its short form: ``max_age=7d``, ``max_versions=3``, ``A|B`` (union), ``A&B``.
 
-    Ages take ``s``, ``m``, ``h`` or ``d``. ``none`` (or empty) is no rule.
+    Ages take ``s``, ``m``, ``h`` or ``d``, from 1s to :data:`MAX_AGE_SECONDS`;
+    versions from 1 to :data:`MAX_VERSIONS`. ``none`` (or empty) is no rule.
 
     Raises:
         ValueError: With the part that could not be read.
@@ -278,14 +288,20 @@ def parse_gc_rule(text: str) -> Any:
     name = name.strip().replace("-", "_")
     value = value.strip()
     if name in ("max_versions", "max_num_versions"):
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"GC rule {text!r}: max_versions needs a whole number >= 1")
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+        if not re.fullmatch(r"[0-9]+", value) or not 1 <= int(value) <= MAX_VERSIONS:
+            raise ValueError(
+                f"GC rule {text!r}: max_versions needs a whole number from 1 to {MAX_VERSIONS}"
+            )
         return types.GcRule(max_num_versions=int(value))
     if name == "max_age":
-        match = re.fullmatch(r"(\d+)([smhd])", value)
-        if match is None or int(match[1]) < 1:
-            raise ValueError(f"GC rule {text!r}: max_age needs a number and s, m, h or d (7d)")
-        seconds = int(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+        match = re.fullmatch(r"([0-9]+)([smhd])", value)
+        seconds = 0 if match is None else int(match[1]) * _AGE_UNITS[match[2]]
+        if not 1 <= seconds <= MAX_AGE_SECONDS:
+            raise ValueError(
+                f"GC rule {text!r}: max_age needs a number and s, m, h or d (7d), from 1s "
+                f"to {MAX_AGE_SECONDS}s (3652500d, about 10,000 years: a Duration's limit)"
+            )
         return types.GcRule(max_age=dt.timedelta(seconds=seconds))
     raise ValueError(
         f"GC rule {text!r}: expected max_age=DURATION, max_versions=N, none, "

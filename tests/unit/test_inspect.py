@@ -84,8 +84,9 @@ def test_families_are_shown_by_name_in_text_and_json() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("cf:max_age=0d", "max_age needs"),
-        ("cf:max_versions=0", "max_versions needs"),
+        ("cf:max_age=0d", "max_age"),
+        ("cf:max_age=soon", "max_age needs a number and s, m, h or d"),
+        ("cf:max_versions=0", "max_versions"),
         ("cf:max_age=1d|", "an empty part"),
         ("cf:ttl=1d", "expected max_age"),
         ("cf:agg=avg", "aggregate 'avg'"),
@@ -95,6 +96,52 @@ def test_families_are_shown_by_name_in_text_and_json() -> None:
 def test_bad_family_specs_are_refused_naming_the_part(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_family(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "cf:max_age=99999999999999d",  # beyond datetime.timedelta (an OverflowError before)
+        "cf:max_age=315576000001s",  # one second beyond the longest Duration
+        "cf:max_age=3652501d",
+        "cf:max_age=0s",
+        "cf:max_age=-1d",
+        "cf:max_age=\u0663d",  # an Arabic-Indic digit: a number, but not ASCII
+        "cf:max_versions=1|max_age=99999999999999999999h",  # inside a union
+    ],
+)
+def test_a_max_age_out_of_range_names_the_option_and_the_range(spec: str) -> None:
+    """max_age is 1s to 315,576,000,000s (about 10,000 years, a Duration's limit)."""
+    with pytest.raises(ValueError, match=r"max_age .*from 1s to 315576000000s") as caught:
+        parse_family(spec)
+    assert "family 'cf'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "cf:max_versions=2147483648",  # beyond int32 ("Value out of range" before)
+        "cf:max_versions=99999999999999999999",
+        "cf:max_versions=0",
+        "cf:max_versions=-3",
+        "cf:max_versions=\u00b2",  # a superscript two: isdigit() but not int()
+        "cf:max_versions=",
+    ],
+)
+def test_max_versions_out_of_range_names_the_option_and_the_range(spec: str) -> None:
+    """max_versions is a whole number from 1 to 2,147,483,647 (an int32)."""
+    with pytest.raises(ValueError, match=r"max_versions .*from 1 to 2147483647") as caught:
+        parse_family(spec)
+    assert "family 'cf'" in str(caught.value)
+
+
+def test_the_largest_gc_values_are_accepted() -> None:
+    """The ends of both ranges are valid rules."""
+    longest = family_info(*parse_family("cf:max_age=315576000000s"))
+    assert longest.gc_rule == "max_age=3652500d"
+    assert family_info(*parse_family("cf:max_age=3652500d")).gc_rule == "max_age=3652500d"
+    most = family_info(*parse_family("cf:max_versions=2147483647"))
+    assert most.gc_rule == "max_versions=2147483647"
 
 
 def test_family_specs() -> None:

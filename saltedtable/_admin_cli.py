@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._args import add_hash_options, float_above, int_at_least
+from ._args import add_hash_options, float_above, int_at_least, key_from_text
 from ._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from ._families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
 from ._salt import MAX_BUCKETS, SaltScheme
@@ -112,13 +112,15 @@ def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 def _cmd_create(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import NotFound
 
-    from ._create import create_salted_table
+    from ._create import check_split_keys, create_salted_table
 
     args.project, args.instance = _located(args)
     scheme, cutoff = _layout(args)
     for spec in args.family:
         parse_family(spec)  # bad ids and rules are usage errors, before any request
-    splits = [s.encode("utf-8", "surrogateescape") for s in args.split]
+    splits = check_split_keys(
+        [key_from_text(text, as_hex=args.hex, option="--split") for text in args.split], "--split"
+    )
     try:
         result = create_salted_table(
             args.project,
@@ -380,7 +382,7 @@ def add_table_commands(sub: Any) -> None:
         action="append",
         default=[],
         metavar="KEY",
-        help="another split point (the legacy key space's own; repeatable)",
+        help="another split point (the legacy key space's own; repeatable; hex with --hex)",
     )
     create.add_argument(
         "--if-not-exists",

@@ -8,12 +8,14 @@ number reads the same whichever command it was given to.
 from __future__ import annotations
 
 import argparse
+import binascii
 import math
 from collections.abc import Callable
 
+from ._exceptions import UsageError
 from ._salt import HASHES
 
-__all__ = ["add_hash_options", "float_above", "float_at_least", "int_at_least"]
+__all__ = ["add_hash_options", "float_above", "float_at_least", "int_at_least", "key_from_text"]
 
 
 def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -60,6 +62,20 @@ def float_at_least(low: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def key_from_text(text: str, *, as_hex: bool, option: str) -> bytes:
+    """A row key given to ``option``: its text as UTF-8, or with ``--hex`` the bytes it spells.
+
+    Raises:
+        UsageError: Text that is not hex (with ``as_hex``), naming ``option``.
+    """
+    if not as_hex:
+        return text.encode("utf-8", "surrogateescape")
+    try:
+        return binascii.unhexlify(text)
+    except (binascii.Error, ValueError) as exc:
+        raise UsageError(f"{option} {text!r} is not hex (--hex is given): {exc}") from None
 
 
 def add_hash_options(parser: argparse.ArgumentParser) -> None:

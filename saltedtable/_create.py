@@ -15,10 +15,16 @@ from typing import Any, Final, final
 from ._admin import ADMIN_TIMEOUT, admin_client, data_client, read_schema, table_path
 from ._cutoff import CutoffPolicy
 from ._families import RECORD_FAMILY, check_family_name, family_info, parse_family
-from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
+from ._salt import MAX_ROW_KEY_BYTES, SCHEME_ROW_KEY, SaltScheme, format_key, prefix_end, to_key
 from ._sync import SaltedTable
 
-__all__ = ["CreateResult", "check_table_id", "create_salted_table", "split_points"]
+__all__ = [
+    "CreateResult",
+    "check_split_keys",
+    "check_table_id",
+    "create_salted_table",
+    "split_points",
+]
 
 #: Bigtable's rule for table ids: a letter, digit or underscore, then up to 49 more
 #: letters, digits, underscores, hyphens or dots.
@@ -36,6 +42,26 @@ def check_table_id(table_id: str) -> None:
             f"table id {table_id!r} is not a valid Bigtable table id (1 to 50 of "
             "a-z A-Z 0-9 _ - ., not starting with - or .)"
         )
+
+
+def check_split_keys(keys: Sequence[bytes | str], option: str = "split key") -> list[bytes]:
+    """The split keys as bytes, refusing what Bigtable cannot split at.
+
+    Raises:
+        ValueError: An empty key, or one longer than a row key may be (4 KiB).
+    """
+    out: list[bytes] = []
+    for key in keys:
+        raw = to_key(key)
+        if not raw:
+            raise ValueError(f"{option}: an empty key is no split point")
+        if len(raw) > MAX_ROW_KEY_BYTES:
+            raise ValueError(
+                f"{option} {format_key(raw[:20])}... is {len(raw)} bytes; Bigtable row keys "
+                f"(and split points) are at most {MAX_ROW_KEY_BYTES}"
+            )
+        out.append(raw)
+    return out
 
 
 def split_points(
@@ -127,7 +153,8 @@ def create_salted_table(
         families: ``NAME[:RULE]`` specs (see ``parse_family``) or a mapping of
             family id to an admin ``ColumnFamily``, a rule spec, or None.
         cutoff: The cutoff of a forward-only migration's layout.
-        extra_splits: More split points (the legacy key space's own).
+        extra_splits: More split points (the legacy key space's own): row
+            keys of 1 to 4,096 bytes (``str`` is encoded as UTF-8).
         if_not_exists: Accept an existing table whose record agrees, in
             whichever family it lives; a table without a record gets one in
             its family ``saltedtable``, and one without that family is
@@ -140,8 +167,8 @@ def create_salted_table(
             differs, it has neither a record nor the family ``saltedtable``,
             or the record cannot be stored.
         ValueError: A bad family id or rule, a family given twice, a record
-            family with a rule that can collect it, or a scheme whose
-            prefixes cover the record row.
+            family with a rule that can collect it, a scheme whose prefixes
+            cover the record row, or an empty or over-long split key.
         google.api_core.exceptions.GoogleAPICallError: The admin API refused
             (an unknown instance or project: ``NotFound``).
     """
@@ -162,7 +189,7 @@ def create_salted_table(
             f"{scheme} has a prefix covering the reserved row {SCHEME_ROW_KEY!r}, so the "
             "layout record cannot be stored; give the scheme a marker"
         )
-    splits = split_points(scheme, cutoff, extra_splits)
+    splits = split_points(scheme, cutoff, check_split_keys(extra_splits))
     name = table_path(project, instance, table_id)
     with admin_client(credentials=credentials, emulator_host=emulator_host) as admin:
         try:

@@ -99,6 +99,10 @@ def test_create_if_not_exists_names_the_fix_for_a_table_without_record_or_family
         (("--family", f"{RECORD_FAMILY}:max_age=1d"), "must keep its latest version"),
         (("--family", "cf:agg=median"), "aggregate 'median'"),
         (("--hash", "md5"), "unknown hash"),
+        (("--hex", "--split", "zz"), "--split 'zz' is not hex"),
+        (("--split", ""), "--split: an empty key"),
+        (("--family", "cf:max_age=99999999999999d"), "from 1s to 315576000000s"),
+        (("--family", "cf:max_versions=2147483648"), "from 1 to 2147483647"),
     ],
 )
 def test_create_usage_errors_exit_2_and_create_nothing(
@@ -112,6 +116,47 @@ def test_create_usage_errors_exit_2_and_create_nothing(
     assert code == 2
     assert_one_line_error(err, needle)
     assert table_id not in list_tables(emulator.address)
+
+
+def test_create_hex_split_keys_reach_the_admin_api_decoded(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--hex --split 7a7a splits at b"zz", not at the text "7a7a" (the request is recorded)."""
+    from google.cloud.bigtable_admin_v2 import BigtableTableAdminClient
+
+    requests: list[object] = []
+    original = BigtableTableAdminClient.create_table
+
+    def recording(self: BigtableTableAdminClient, *args: object, **kwargs: object) -> object:
+        requests.append(kwargs["request"])
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BigtableTableAdminClient, "create_table", recording)
+    code, out, err = run(capsys, "create", table_id, *WHERE, "-n", "4", "--cutoff",
+                         "2024-01-01T00:00:00+00:00", "--hex", "--split", "7a7a",
+                         "--split", "00ff")  # fmt: skip
+    assert (code, err) == (0, "")
+    assert f"created {table_id}: 7 split points" in out
+    (request,) = requests
+    keys = [split.key for split in request.initial_splits]  # type: ignore[attr-defined]
+    assert keys == sorted([*SaltScheme(4).prefixes, b"3.", b"zz", b"\x00\xff"])
+    assert table_id in list_tables(emulator.address)
+
+
+def test_create_takes_the_largest_gc_values(
+    emulator: Emulator, table_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """max_age up to 315,576,000,000s (a Duration's limit) and max_versions up to 2**31 - 1."""
+    families = ("--family", "cf:max_age=315576000000s", "--family", "v:max_versions=2147483647")
+    code, _, err = run(capsys, "create", table_id, *WHERE, "-n", "4", *families)
+    assert (code, err) == (0, "")
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE, "--json")
+    families = {f["name"]: f["gc_rule"] for f in json.loads(out)["families"]}
+    assert families["cf"] == "max_age=3652500d"
+    assert families["v"] == "max_versions=2147483647"
 
 
 def test_inspect_of_an_unknown_table_names_it(

@@ -9,10 +9,11 @@ the record through the view.
 
 The prefixes are exact: a row is let through iff its logical key starts with
 the prefix. Legacy keys never start with a salt prefix (the layout refuses
-them), so the unsalted prefix and the salt prefixes' ranges meet only when
-the logical prefix begins a salt prefix (``b"1"`` and ``b"10-"``); no row
-prefix can then let the legacy key ``b"1"`` through without the salted rows
-under ``b"10-"``, and such a prefix is refused.
+them), so the unsalted prefix and a salt prefix's range meet only when one
+starts the other. A logical prefix inside a salt prefix (``b"10-x"``) has no
+legacy rows, so no unsalted prefix is added; one that begins a salt prefix
+(``b"1"`` and ``b"10-"``) is refused, since no row prefix lets the legacy key
+``b"1"`` through without the salted rows under ``b"10-"``.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ ROW_KEY: Final[None] = None
 #: ordered scan read about as many rows/s with 2 requests at once as with 16
 #: (within the noise of two shared cores); next to 10 slow scans at 64 slots
 #: (56 requests at once in their first wave) a small read took 2-24x the
-#: plain table's time, 1.2-6x with 2 (see docs/performance.md). The table's
+#: plain table's time, 1.2-6x with 2 (see docs/development.md). The table's
 #: slots bound every read as before.
 READ_REQUESTS: Final = 2
 

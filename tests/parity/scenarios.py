@@ -952,8 +952,11 @@ def refused_at(phase: str, error: str) -> Any:
 
 
 def reversed_refused(plain: list[Observation], salted: list[Observation]) -> None:
-    """A reversed scan is refused before anything is sent (the emulator itself answers
-    MethodNotImplemented to the plain table; Cloud Bigtable reads backwards)."""
+    """A reversed scan is refused before anything is sent (the plain table gets
+    MethodNotImplemented: the client does not announce reverse-scan support)."""
+    assert {o[2][0] for o in plain if o[0] == "raised"} == {
+        "google.api_core.exceptions.MethodNotImplemented"
+    }, plain
     assert [(o[0], o[1], o[2][0]) for o in salted] == [
         ("raised", "call", "saltedtable._exceptions.QueryPlanError")
     ], salted

@@ -7,7 +7,7 @@ the cell's time in local time (``2024/05/01-12:00:00.000000``), and on the
 next line, indented by four spaces, the value quoted as Go's ``%q`` quotes it;
 a blank line ends the row. Keys and qualifiers are shown with
 :func:`~saltedtable._salt.format_key` (printable ASCII as is, other bytes as
-``\\xNN``), or as hex.
+``\\xNN``); with ``hex``, keys are shown as hex.
 
 JSON (:func:`row_json`) is one object per row: ``key`` and ``cells``, each
 cell with ``family``, ``qualifier``, ``timestamp_micros`` and ``value``.
@@ -20,7 +20,7 @@ is hex instead.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from ._salt import format_key
@@ -100,10 +100,9 @@ def _ordered(cells: Iterable[Cell]) -> list[Cell]:
 
 def row_text(row: Row, *, hex: bool = False, tz: dt.tzinfo | None = None) -> str:
     """The row as ``cbt read`` prints it, ending with its blank line (see the module)."""
-    show: Callable[[bytes], str] = bytes.hex if hex else format_key
-    lines = [_RULE, show(row.row_key)]
+    lines = [_RULE, row.row_key.hex() if hex else format_key(row.row_key)]
     for cell in _ordered(row.cells):
-        column = f"{cell.family}:{show(cell.qualifier)}"
+        column = f"{cell.family}:{format_key(cell.qualifier)}"
         lines.append(f"  {column:<40} @ {cbt_time(cell.timestamp_micros, tz)}")
         lines.append(f"    {go_quote(cell.value)}")
     lines.append("")

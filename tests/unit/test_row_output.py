@@ -81,12 +81,13 @@ def test_row_text_is_cbts_layout() -> None:
 
 
 def test_row_text_escapes_keys_and_qualifiers_or_shows_hex() -> None:
-    """Keys and qualifiers show printable ASCII as is and other bytes as \\xNN (or hex)."""
+    """Keys and qualifiers show printable ASCII and \\xNN for other bytes; --hex: keys as hex."""
     row = make_row(b"k\xff#1", ("cf", b"q\x00" + b"x" * 40, MAY_1, b"v"))
     lines = row_text(row, tz=dt.UTC).splitlines()
     assert lines[1] == "k\\xff#1"
     assert lines[2] == f"  cf:q\\x00{'x' * 40} @ 2024/05/01-12:00:00.000000"  # longer than 40
-    assert row_text(row, hex=True, tz=dt.UTC).splitlines()[1] == "6bff2331"
+    hexed = row_text(row, hex=True, tz=dt.UTC).splitlines()
+    assert hexed[1:3] == ["6bff2331", lines[2]]  # the key as hex, the qualifier as before
 
 
 def test_row_json_has_key_cells_family_qualifier_time_and_value() -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._admin_cli import _api_errors, _located, _where
 from ._args import int_at_least
-from ._exceptions import DataError, UsageError
+from ._exceptions import DataError, LayoutError, SaltSchemeError, UsageError
 from ._row_output import row_json, row_text
 from ._salt import format_key, prefix_end
 
@@ -62,8 +62,8 @@ def recorded_table(args: argparse.Namespace) -> Iterator[SaltedTable]:
 
     Raises:
         DataError: The table has no layout record.
-        LayoutError: The record names a layout only Python code can rebuild,
-            or the table refuses it.
+        LayoutError: The record names a layout only Python code can rebuild
+            (or one this saltedtable does not know), or the table refuses it.
     """
     from ._admin import data_client
     from ._connection import data_timeouts
@@ -90,7 +90,10 @@ def recorded_table(args: argparse.Namespace) -> Iterator[SaltedTable]:
                     f"store one with `saltedtable guard {args.table} --add-family` and the "
                     "scheme options"
                 )
-            layout = layout_of_record(record)
+            try:
+                layout = layout_of_record(record)
+            except SaltSchemeError as exc:  # a hash a newer saltedtable knows, say
+                raise LayoutError(f"the table's layout record cannot be read here: {exc}") from None
             yield SaltedTable.open(
                 raw, layout.scheme, cutoff=layout.cutoff, sample_rows=0, require_record=True
             )

@@ -153,6 +153,14 @@ def test_read_json_round_trips_keys_and_bytes(
         assert cells["cf", b"q"]["timestamp_micros"] == MAY_1
 
 
+def test_read_sends_the_app_profile(
+    capsys: pytest.CaptureFixture[str], users: SaltedTable, table_id: str
+) -> None:
+    """--app-profile goes with the requests (the emulator accepts any profile)."""
+    code, out, _ = run(capsys, "read", table_id, *WHERE, "--app-profile", "batch", "--count", "2")
+    assert (code, shown_keys(out)) == (0, USERS[:2])
+
+
 def test_read_hex_takes_and_shows_hex_keys(
     capsys: pytest.CaptureFixture[str], users: SaltedTable, table_id: str
 ) -> None:

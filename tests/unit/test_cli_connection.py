@@ -138,6 +138,16 @@ COMMANDS = [
 WHERE = ("--project", "p", "--instance", "i")
 
 
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_every_command_waits_15_seconds_at_most_by_default(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    """--timeout defaults to 15 s (the clients' own default is 60 s, retries 600 s)."""
+    code, out, _ = run(capsys, command[0], "--help")
+    assert code == 0
+    assert "(default 15)" in " ".join(out.split()).rsplit("--timeout SECONDS", 1)[1][:120]
+
+
 @pytest.fixture
 def closed_port() -> str:
     """host:port of a local port nothing listens on."""

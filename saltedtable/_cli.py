@@ -5,7 +5,8 @@ Exit codes scripts can trust:
 * 0: success (``advise`` succeeds even when it warns).
 * 1: a data problem: a key or query the scheme rejects, an input file that
   cannot be read or has a malformed row, a table that cannot be sampled, a
-  plot that cannot be written.
+  plot that cannot be written, a Bigtable endpoint that cannot be reached or
+  does not answer within ``--timeout``, credentials that cannot be used.
 * 2: bad usage, found before any data is read: an unknown option, a bad
   number, an unknown hash, a missing input file, ``--plot`` without
   matplotlib.
@@ -338,8 +339,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    # create, guard, inspect (and the table options of key): through the admin API,
-    # whose client is imported only when a command runs.
+    # The table commands (create, guard, inspect; read, lookup, count) and key's table
+    # options: the Bigtable clients are imported only when one of them runs.
     from ._admin_cli import add_location_options, add_table_commands
     from ._read_cli import add_read_commands, add_table_source
 

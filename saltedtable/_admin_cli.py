@@ -13,37 +13,41 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._args import add_hash_options, float_above, int_at_least, key_from_text
+from ._args import float_above, int_at_least, key_from_text
+from ._connection import DEFAULT_TIMEOUT, connection_errors, connection_failure, data_timeouts
 from ._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from ._families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
-from ._salt import MAX_BUCKETS, SaltScheme
+from ._salt import SaltScheme
 
 if TYPE_CHECKING:
     from ._record import LayoutRecord
 
-__all__ = ["add_table_commands"]
+__all__ = ["add_location_options", "add_table_commands"]
 
 
 def _where(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", metavar="TABLE", help="table id")
+    add_location_options(parser)
+
+
+def add_location_options(parser: argparse.ArgumentParser) -> None:
+    """``--instance``, ``--project`` and ``--timeout``: where a table is, how long to wait."""
     parser.add_argument("--instance", help="Bigtable instance (default: $SALTEDTABLE_INSTANCE)")
     parser.add_argument("--project", help="Google Cloud project (default: $SALTEDTABLE_PROJECT)")
+    parser.add_argument(
+        "--timeout",
+        type=float_above(0),
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds each Bigtable request may take, retries included (default "
+        f"{DEFAULT_TIMEOUT:g})",
+    )
 
 
 def _layout_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    from ._specs import add_time_arguments
+    from ._specs import add_layout_options
 
-    parser.add_argument(
-        "-n",
-        "--buckets",
-        type=int_at_least(1, MAX_BUCKETS),
-        required=required,
-        help="number of salt buckets N" + ("" if required else " (default: the record's)"),
-    )
-    add_hash_options(parser)
-    parser.add_argument("--marker", default="", help="bytes written before every prefix (text)")
-    parser.add_argument("--cutoff", metavar="ISO", help="the cutoff of a forward-only migration")
-    add_time_arguments(parser)
+    add_layout_options(parser, required=required, default=None if required else "the record's")
 
 
 def _located(args: argparse.Namespace) -> tuple[str, str]:
@@ -55,17 +59,9 @@ def _located(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _layout(args: argparse.Namespace) -> tuple[SaltScheme, Any]:
-    from ._specs import cutoff_policy_from_args, key_part_from_spec
+    from ._specs import layout_from_args
 
-    scheme = SaltScheme(
-        args.buckets,
-        hash=args.hash,
-        key_part=key_part_from_spec(args.key_part),
-        separator=args.separator.encode(),
-        marker=args.marker.encode(),
-    )
-    cutoff = cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable)
-    return scheme, cutoff
+    return layout_from_args(args)
 
 
 def _refusal(exc: Exception, table: str | None = None) -> str:
@@ -91,6 +87,9 @@ def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 
         try:
             return run(args)
+        except connection_errors() as exc:  # before the API's other errors: it is one of them
+            line = connection_failure(exc, timeout=args.timeout, environ=os.environ)
+            raise DataError(line or _refusal(exc)) from None
         except LayoutError as exc:
             raise DataError(_refusal(exc, args.table)) from None
         except NotFound as exc:
@@ -131,6 +130,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
             cutoff=cutoff,
             extra_splits=splits,
             if_not_exists=args.if_not_exists,
+            timeout=args.timeout,
         )
     except NotFound as exc:  # a missing table is no error here: the instance or project
         raise DataError(
@@ -155,7 +155,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import GoogleAPICallError
     from google.cloud.bigtable_admin_v2 import types
 
-    from ._admin import ADMIN_TIMEOUT, admin_client, data_client, read_schema, table_path
+    from ._admin import admin_client, data_client, read_schema, table_path
     from ._create import check_table_id
     from ._sync import SaltedTable
 
@@ -171,7 +171,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     if args.add_family:
         name = table_path(args.project, args.instance, args.table)
         with admin_client() as admin:
-            schema = read_schema(admin, name)
+            schema = read_schema(admin, name, timeout=args.timeout)
             if RECORD_FAMILY not in schema:
                 request = types.ModifyColumnFamiliesRequest(
                     name=name,
@@ -181,7 +181,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
                         )
                     ],
                 )
-                admin.modify_column_families(request=request, timeout=ADMIN_TIMEOUT)
+                admin.modify_column_families(request=request, timeout=args.timeout)
                 added = True
                 print(f"added the column family {RECORD_FAMILY!r} (no GC rule)")
             else:
@@ -191,8 +191,9 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     try:
         with data_client(args.project) as client:
             table = SaltedTable.from_client(
-                client, args.instance, args.table, scheme, cutoff=cutoff, record_refresh=None
-            )
+                client, args.instance, args.table, scheme, cutoff=cutoff, record_refresh=None,
+                **data_timeouts(args.timeout),
+            )  # fmt: skip
             table.guard_scheme(family=family)
             stored, where = table.stored_layout, table._guard.stored_family
     except (GoogleAPICallError, LayoutError) as exc:
@@ -229,7 +230,9 @@ def _family_at_risk(args: argparse.Namespace, family: str | None) -> int:
         return 0
     try:
         with admin_client() as admin:
-            schema = read_schema(admin, table_path(args.project, args.instance, args.table))
+            schema = read_schema(
+                admin, table_path(args.project, args.instance, args.table), timeout=args.timeout
+            )
     except GoogleAPICallError:
         return 0
     problem = record_family_problem(schema[family]) if family in schema else None
@@ -273,7 +276,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     schema = None
     try:
         with admin_client() as admin:
-            schema = read_schema(admin, name)
+            schema = read_schema(admin, name, timeout=args.timeout)
     except PermissionDenied as exc:
         report.notes.append(f"the schema cannot be read ({exc.message}): GC rules not checked")
     if schema is not None:
@@ -282,7 +285,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 {"name": info.name, "gc_rule": info.gc_rule, "aggregate": info.aggregate}
             )
     with data_client(args.project) as client:
-        table = client.get_table(args.instance, args.table)
+        table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
         try:
             cell = newest_record_cell(table.read_row(SCHEME_ROW_KEY))
             if cell is not None:

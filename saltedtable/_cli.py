@@ -5,7 +5,8 @@ Exit codes scripts can trust:
 * 0: success (``advise`` succeeds even when it warns).
 * 1: a data problem: a key or query the scheme rejects, an input file that
   cannot be read or has a malformed row, a table that cannot be sampled, a
-  plot that cannot be written.
+  plot that cannot be written, a Bigtable endpoint that cannot be reached or
+  does not answer within ``--timeout``, credentials that cannot be used.
 * 2: bad usage, found before any data is read: an unknown option, a bad
   number, an unknown hash, a missing input file, ``--plot`` without
   matplotlib.
@@ -29,10 +30,9 @@ from typing import Final, NoReturn
 
 from ._args import add_hash_options, float_above, int_at_least
 from ._commands import EXIT_DATA, EXIT_USAGE, fail
-from ._cutoff import (
-    CutoffPolicy,
-)
+from ._connection import DEFAULT_TIMEOUT
 from ._exceptions import SaltedTableError, UsageError
+from ._layout import Layout
 from ._migrate_args import parse as parse_migrate
 from ._salt import (
     MAX_BUCKETS,
@@ -40,7 +40,13 @@ from ._salt import (
     format_key,
     prefix_end,
 )
-from ._specs import add_time_arguments, cutoff_policy_from_args, key_part_from_spec
+from ._specs import (
+    add_layout_options,
+    add_marker_and_cutoff,
+    cutoff_policy_from_args,
+    key_part_from_spec,
+    layout_from_args,
+)
 
 __all__ = ["format_key", "main"]
 
@@ -76,26 +82,18 @@ def _parse_key(text: str, as_hex: bool) -> bytes:
         raise argparse.ArgumentTypeError(f"{text!r} is not hex: {exc}") from exc
 
 
-def _add_scheme_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-n", "--buckets", type=int_at_least(1), required=True, help="number of salt buckets N"
-    )
-    add_hash_options(parser)
-
-
 def _scheme_factory(args: argparse.Namespace) -> Callable[[int], SaltScheme]:
     key_part = key_part_from_spec(args.key_part)
     separator = args.separator.encode()
+    marker = args.marker.encode()
 
     def make(buckets: int) -> SaltScheme:
-        return SaltScheme(buckets, hash=args.hash, key_part=key_part, separator=separator)
+        return SaltScheme(
+            buckets, hash=args.hash, key_part=key_part, separator=separator, marker=marker
+        )
 
     make(1)  # an unknown hash or a bad separator is a usage error, before any data is read
     return make
-
-
-def _scheme(args: argparse.Namespace) -> SaltScheme:
-    return _scheme_factory(args)(args.buckets)
 
 
 def _show(key: bytes, as_hex: bool) -> str:
@@ -117,21 +115,69 @@ def _candidates(text: str) -> tuple[int, ...]:
 
 
 def _cmd_key(args: argparse.Namespace) -> int:
-    scheme = _scheme(args)
+    keys = [_parse_key(text, args.hex) for text in args.keys]  # bad hex: before any request
+    if args.table is not None:
+        given = [flag for dest, flag in _LAYOUT_FLAGS.items() if _given(args, dest)]
+        if given:
+            raise UsageError(
+                f"--table takes the layout from the table's record: leave out {', '.join(given)}"
+            )
+        from ._admin_cli import _api_errors
+
+        return _api_errors(lambda args: _keys_of_table(args, keys))(args)
+    if args.buckets is None:
+        raise UsageError("give -n/--buckets N (and the other scheme options), or --table")
+    scheme, cutoff = layout_from_args(args)
+    return _show_keys(Layout(scheme, cutoff), keys, args)
+
+
+#: The scheme options ``key --table`` refuses (the record gives them), by destination.
+_LAYOUT_FLAGS: Final = {
+    "buckets": "-n/--buckets",
+    "hash": "--hash",
+    "key_part": "--key-part",
+    "separator": "--separator",
+    "marker": "--marker",
+    "cutoff": "--cutoff",
+    "time": "--time",
+    "time_sep": "--time-sep",
+    "unreadable": "--unreadable",
+}
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    """Whether the option ``dest`` was set to something other than its default."""
+    return bool(getattr(args, dest) != args.layout_defaults[dest])
+
+
+def _keys_of_table(args: argparse.Namespace, keys: list[bytes]) -> int:
+    from ._read_cli import recorded_table
+
+    with recorded_table(args) as table:
+        layout = table.layout
+    return _show_keys(layout, keys, args)
+
+
+def _show_keys(layout: Layout, keys: list[bytes], args: argparse.Namespace) -> int:
+    """Print each key's bucket (or ``legacy``) and its physical (or logical) key."""
     status = 0
-    for text in args.keys:
-        key = _parse_key(text, args.hex)
+    for key in keys:
         try:
-            if args.unsalt:
-                bucket, logical = scheme.split_key(key)
-                print(f"{_show(key, args.hex)}\tbucket {bucket}\t{_show(logical, args.hex)}")
-            else:
-                bucket, physical = scheme.locate(key)
-                print(f"{_show(key, args.hex)}\tbucket {bucket}\t{_show(physical, args.hex)}")
+            bucket, other = _unsalt(layout, key) if args.unsalt else layout.locate(key)
         except SaltedTableError as exc:
             print(f"saltedtable key: {exc}", file=sys.stderr)
             status = EXIT_DATA
+            continue
+        where = "legacy" if bucket is None else f"bucket {bucket}"
+        print(f"{_show(key, args.hex)}\t{where}\t{_show(other, args.hex)}")
     return status
+
+
+def _unsalt(layout: Layout, physical: bytes) -> tuple[int | None, bytes]:
+    """``(bucket, logical key)`` of a physical key; bucket None for a cutoff's legacy key."""
+    if layout.cutoff is not None and not layout.scheme.has_prefix(physical):
+        return None, physical
+    return layout.scheme.split_key(physical)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -139,7 +185,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     from ._plan import plan_reads
 
-    scheme = _scheme(args)
+    scheme, cutoff = layout_from_args(args)
     keys: list[str | bytes] = [_parse_key(k, args.hex) for k in args.key or ()]
     ranges: list[RowRange] = []
     if args.prefix is not None:
@@ -153,12 +199,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             )
         )
     query = ReadRowsQuery(row_keys=keys, row_ranges=ranges, limit=args.limit)
-    print(plan_reads(query, scheme, _cutoff_policy(args)).explain())
+    print(plan_reads(query, scheme, cutoff).explain())
     return 0
-
-
-def _cutoff_policy(args: argparse.Namespace) -> CutoffPolicy | None:
-    return cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable)
 
 
 def _table_spec(spec: str) -> tuple[str, tuple[str, ...]]:
@@ -236,6 +278,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     request = AdviseRequest(
         scheme_for=_scheme_factory(args),
         candidates=candidates,
+        cutoff=cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable),
         input=args.input,
         table=args.table,
         project=args.project,
@@ -296,34 +339,39 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    # The table commands (create, guard, inspect; read, lookup, count) and key's table
+    # options: the Bigtable clients are imported only when one of them runs.
+    from ._admin_cli import add_location_options, add_table_commands
+    from ._read_cli import add_read_commands, add_table_source
+
     key = sub.add_parser(
         "key",
         help="logical -> physical key (or back with --unsalt)",
-        description="Show the bucket and the physical key of logical keys (or the reverse).",
+        description="Show the bucket (or 'legacy', before a cutoff) and the physical key of "
+        "logical keys, or the reverse. The layout is the scheme options', or with --table "
+        "the one a table's layout record describes.",
     )
-    _add_scheme_options(key)
+    add_layout_options(key, required=False, default="the record's, with --table")
     key.add_argument("--unsalt", action="store_true", help="physical -> logical")
+    key.add_argument("--table", metavar="ID", help="take the layout from this table's record")
+    add_location_options(key)
+    add_table_source(key)
     key.add_argument("keys", nargs="+", metavar="KEY")
-    key.set_defaults(func=_cmd_key)
+    key.set_defaults(
+        func=_cmd_key, layout_defaults={dest: key.get_default(dest) for dest in _LAYOUT_FLAGS}
+    )
 
     explain = sub.add_parser(
         "explain",
         help="the physical sub-queries of a logical read",
         description="Show the physical sub-queries a logical read turns into.",
     )
-    _add_scheme_options(explain)
+    add_layout_options(explain, required=True)
     explain.add_argument("--key", action="append", help="a point key (repeatable)")
     explain.add_argument("--prefix", help="a key prefix to scan")
     explain.add_argument("--start", help="range start (inclusive)")
     explain.add_argument("--end", help="range end (exclusive)")
     explain.add_argument("--limit", type=int_at_least(1), help="row limit")
-    explain.add_argument(
-        "--cutoff",
-        metavar="ISO",
-        help="forward-only migration: keys with a time before this are unsalted "
-        "(e.g. 2024-01-01T00:00:00+00:00)",
-    )
-    add_time_arguments(explain)
     explain.set_defaults(func=_cmd_explain)
 
     adv = sub.add_parser(
@@ -352,9 +400,9 @@ def _parser() -> argparse.ArgumentParser:
     adv.add_argument(
         "--timeout",
         type=float_above(0),
-        default=120.0,
+        default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
-        help="operation timeout of each Bigtable call with --table (default 120)",
+        help=f"operation timeout of each Bigtable call with --table (default {DEFAULT_TIMEOUT:g})",
     )
     adv.add_argument(
         "--candidates",
@@ -413,6 +461,7 @@ def _parser() -> argparse.ArgumentParser:
         help="also simulate N and draw it in --plot (default: the recommended N)",
     )
     add_hash_options(adv)
+    add_marker_and_cutoff(adv)
     adv.add_argument("--json", action="store_true", help="print the report as JSON")
     adv.add_argument("--plot", metavar="PNG", help="write a Key Visualizer-style heat map")
     adv.add_argument(
@@ -469,10 +518,8 @@ def _parser() -> argparse.ArgumentParser:
     emu.add_argument("command", nargs="*", metavar="-- COMMAND", help="run this, then stop")
     emu.set_defaults(func=_cmd_emulator)
 
-    # create, guard, inspect: through the admin API, imported only when run.
-    from ._admin_cli import add_table_commands
-
     add_table_commands(sub)
+    add_read_commands(sub)
     return parser
 
 

@@ -1,8 +1,9 @@
 """Command errors and exit statuses: the one place a refusal becomes a status (pure).
 
 Every ``saltedtable`` command (``key``, ``explain``, ``advise``, ``create``,
-``guard``, ``inspect``, ``emulator``, ``migrate``) raises its refusals, and
-its entry point prints one line and returns :func:`exit_status` of the error::
+``guard``, ``inspect``, ``read``, ``lookup``, ``count``, ``emulator``, ``migrate``)
+raises its refusals, and its entry point prints one line and returns
+:func:`exit_status` of the error::
 
     0    done
     1    a data problem: an unreadable input, a table that refuses, a layout

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 from ._admin import ADMIN_TIMEOUT, admin_client, data_client, read_schema, table_path
+from ._connection import data_timeouts
 from ._cutoff import CutoffPolicy
 from ._families import RECORD_FAMILY, check_family_name, family_info, parse_family
 from ._salt import MAX_ROW_KEY_BYTES, SCHEME_ROW_KEY, SaltScheme, format_key, prefix_end, to_key
@@ -134,6 +135,7 @@ def create_salted_table(
     if_not_exists: bool = False,
     credentials: Any = None,
     emulator_host: str | None = None,
+    timeout: float | None = None,
 ) -> CreateResult:
     """Create a salted table: split at every bucket prefix, with a family for its layout record.
 
@@ -161,6 +163,9 @@ def create_salted_table(
             refused with the command that adds it.
         credentials: Credentials for the admin and data clients.
         emulator_host: An emulator's ``host:port`` (default ``$BIGTABLE_EMULATOR_HOST``).
+        timeout: Seconds each request may take, retries included (None: the
+            clients' defaults, 60 seconds for an admin call). An admin read
+            given a timeout is one attempt.
 
     Raises:
         LayoutError: The table exists (without ``if_not_exists``), its record
@@ -193,7 +198,7 @@ def create_salted_table(
     name = table_path(project, instance, table_id)
     with admin_client(credentials=credentials, emulator_host=emulator_host) as admin:
         try:
-            schema = read_schema(admin, name)
+            schema = read_schema(admin, name, timeout=timeout)
             exists = True
         except NotFound:
             exists = False
@@ -205,7 +210,7 @@ def create_salted_table(
         if exists:
             stored_in = _accept_existing(
                 project, instance, table_id, scheme, cutoff, credentials, emulator_host,
-                has_reserved=RECORD_FAMILY in schema,
+                has_reserved=RECORD_FAMILY in schema, timeout=timeout,
             )  # fmt: skip
             return CreateResult(name, False, (), stored_in)
         request = types.CreateTableRequest(
@@ -215,7 +220,7 @@ def create_salted_table(
             initial_splits=[types.CreateTableRequest.Split(key=key) for key in splits],
         )
         try:
-            admin.create_table(request=request, timeout=ADMIN_TIMEOUT)
+            admin.create_table(request=request, timeout=timeout or ADMIN_TIMEOUT)
         except NotFound as exc:
             exc.add_note(f"instance {instance!r} of project {project!r} was not found")
             raise
@@ -225,11 +230,11 @@ def create_salted_table(
             ) from None
         try:
             stored_in = _store_record(
-                project, instance, table_id, scheme, cutoff, credentials, emulator_host
+                project, instance, table_id, scheme, cutoff, credentials, emulator_host, timeout
             )
         except BaseException as exc:
             try:
-                admin.delete_table(name=name, timeout=ADMIN_TIMEOUT)
+                admin.delete_table(name=name, timeout=timeout or ADMIN_TIMEOUT)
             except Exception as cleanup:  # the first error is the one to raise
                 first = str(cleanup).splitlines()[0] if str(cleanup) else ""
                 exc.add_note(
@@ -251,6 +256,7 @@ def _accept_existing(
     emulator_host: str | None,
     *,
     has_reserved: bool,
+    timeout: float | None = None,
 ) -> str:
     """``if_not_exists`` on an existing table: the family of its agreeing record.
 
@@ -266,7 +272,9 @@ def _accept_existing(
     from ._exceptions import LayoutError
 
     with data_client(project, credentials=credentials, emulator_host=emulator_host) as client:
-        table = SaltedTable.from_client(client, instance, table_id, scheme, cutoff=cutoff)
+        table = SaltedTable.from_client(
+            client, instance, table_id, scheme, cutoff=cutoff, **data_timeouts(timeout)
+        )
         table.guard_scheme()  # reads the record wherever it lives; refuses a different one
         family = table._guard.stored_family
     if family is not None:
@@ -279,7 +287,9 @@ def _accept_existing(
             f"--instance {instance} -n {scheme.buckets} --add-family` (and the scheme's other "
             "options)"
         )
-    return _store_record(project, instance, table_id, scheme, cutoff, credentials, emulator_host)
+    return _store_record(
+        project, instance, table_id, scheme, cutoff, credentials, emulator_host, timeout
+    )
 
 
 def _store_record(
@@ -290,10 +300,13 @@ def _store_record(
     cutoff: CutoffPolicy | None,
     credentials: Any,
     emulator_host: str | None,
+    timeout: float | None = None,
 ) -> str:
     """Store (or check) the layout record of a table: the family it lives in."""
     with data_client(project, credentials=credentials, emulator_host=emulator_host) as client:
-        table = SaltedTable.from_client(client, instance, table_id, scheme, cutoff=cutoff)
+        table = SaltedTable.from_client(
+            client, instance, table_id, scheme, cutoff=cutoff, **data_timeouts(timeout)
+        )
         table.guard_scheme(family=RECORD_FAMILY)
         family = table._guard.stored_family
     return family or RECORD_FAMILY

@@ -1,7 +1,10 @@
 """Command-line specs of key parts and cutoff policies, shared by the commands.
 
-``saltedtable explain``, ``advise`` and ``migrate`` take the same ``--key-part``
-and ``--cutoff``/``--time`` options; this turns their text into the values.
+``saltedtable key``, ``explain``, ``advise``, ``create``, ``guard``, ``inspect``
+and ``migrate`` take the same scheme options (``-n``, ``--hash``,
+``--key-part``, ``--separator``, ``--marker``, ``--cutoff``/``--time``...):
+:func:`add_layout_options` adds them and :func:`layout_from_args` turns their
+text into the values.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from ._args import add_hash_options, int_at_least
 from ._cutoff import (
     CutoffPolicy,
     big_endian_int,
@@ -18,14 +22,66 @@ from ._cutoff import (
     reversed_epoch_field,
 )
 from ._exceptions import SaltSchemeError, UsageError
-from ._salt import before_last, fields
+from ._salt import MAX_BUCKETS, SaltScheme, before_last, fields
 
 __all__ = [
+    "add_layout_options",
+    "add_marker_and_cutoff",
     "add_time_arguments",
     "cutoff_policy_from_args",
     "key_part_from_spec",
+    "layout_from_args",
     "time_reader_from_spec",
 ]
+
+
+def add_layout_options(parser: Any, *, required: bool, default: str | None = None) -> None:
+    """Add every scheme option: ``-n``, the hash options, ``--marker`` and the cutoff's.
+
+    Args:
+        parser: An argparse parser or argument group.
+        required: Whether ``-n/--buckets`` must be given.
+        default: Where ``-n`` comes from when it is not given (shown in the help).
+    """
+    parser.add_argument(
+        "-n",
+        "--buckets",
+        type=int_at_least(1, MAX_BUCKETS),
+        required=required,
+        help="number of salt buckets N" + ("" if default is None else f" (default: {default})"),
+    )
+    add_hash_options(parser)
+    add_marker_and_cutoff(parser)
+
+
+def add_marker_and_cutoff(parser: Any) -> None:
+    """Add ``--marker``, ``--cutoff``, ``--time``, ``--time-sep`` and ``--unreadable``."""
+    parser.add_argument("--marker", default="", help="bytes written before every prefix (text)")
+    parser.add_argument(
+        "--cutoff",
+        metavar="ISO",
+        help="forward-only migration: keys with a time before this are unsalted "
+        "(e.g. 2024-01-01T00:00:00+00:00)",
+    )
+    add_time_arguments(parser)
+
+
+def layout_from_args(args: Any) -> tuple[SaltScheme, CutoffPolicy | None]:
+    """The scheme and cutoff of the options :func:`add_layout_options` added.
+
+    Raises:
+        SaltSchemeError: A scheme that cannot work (an unknown hash, say).
+        UsageError: A bad ``--cutoff`` or ``--time``.
+    """
+    scheme = SaltScheme(
+        args.buckets,
+        hash=args.hash,
+        key_part=key_part_from_spec(args.key_part),
+        separator=args.separator.encode(),
+        marker=args.marker.encode(),
+    )
+    cutoff = cutoff_policy_from_args(args.cutoff, args.time, args.time_sep, args.unreadable)
+    return scheme, cutoff
 
 
 def add_time_arguments(parser: Any) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import IO, Literal, final
 
+from .._connection import connection_failure
 from .._exceptions import InputError, MissingInputError
 from .._salt import MAX_ROW_KEY_BYTES
 from .model import Access
@@ -414,7 +415,8 @@ async def sample_table(
                     accesses.append(Access(row.row_key, 1.0, moment))
                     bar.update(len(accesses))
     except (GoogleAPIError, GoogleAuthError) as exc:
-        raise InputError(f"cannot sample {where}: {_one_line(exc)}") from None
+        why = connection_failure(exc, timeout=operation_timeout, environ=os.environ)
+        raise InputError(f"cannot sample {where}: {why or _one_line(exc)}") from None
     finally:
         bar.close(len(accesses))
     if not accesses:

@@ -47,6 +47,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
 
+from .._cutoff import CutoffPolicy
+from .._layout import Layout
 from .._salt import SaltScheme, format_key
 from .noise import CONFIDENCE, NoiseFloor, estimate, uniform_floor
 from .noise import count_unit as _count_unit
@@ -258,6 +260,7 @@ def advise(
     windows: int | None = None,
     scan_limit: int = DEFAULT_SCAN_LIMIT,
     scheme_for: Callable[[int], SaltScheme] = SaltScheme,
+    cutoff: CutoffPolicy | None = None,
     ordered: bool = False,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
@@ -280,6 +283,8 @@ def advise(
             per tablet per window.
         scan_limit: Row limit of the scan whose read cost is reported.
         scheme_for: Builds the scheme for N buckets (hash and key part).
+        cutoff: A forward-only migration's cutoff: keys whose time is before it
+            stay unsalted in every salted layout (where the table keeps them).
         ordered: Without times, use the sample order as the time axis even if
             the keys are sorted.
         resamples: Resamples behind each interval (>= 20).
@@ -300,6 +305,7 @@ def advise(
         ValueError: Bad arguments, an empty sample, or times on some accesses only.
         SaltSchemeError: ``scheme_for`` rejects a candidate.
         RowKeyError: A key the scheme cannot salt.
+        CutoffError: With ``cutoff``, a key whose time cannot be read.
     """
     _check_arguments(
         accesses,
@@ -325,6 +331,7 @@ def advise(
         sample,
         candidates,
         scheme_for,
+        cutoff,
         scan_limit=scan_limit,
         target=target,
         resamples=resamples,
@@ -554,6 +561,7 @@ def _simulate_candidates(
     sample: _Sample,
     candidates: Sequence[int],
     scheme_for: Callable[[int], SaltScheme],
+    cutoff: CutoffPolicy | None,
     *,
     scan_limit: int,
     target: float,
@@ -571,7 +579,11 @@ def _simulate_candidates(
             physical, sub_scans = sample.keys, 1
         else:
             scheme = widest = scheme_for(n)
-            physical = [scheme.salt_key(k) for k in sample.keys]
+            if cutoff is None:
+                physical = [scheme.salt_key(k) for k in sample.keys]
+            else:  # legacy keys stay where they are, unsalted
+                place = Layout(scheme, cutoff).locate
+                physical = [place(k)[1] for k in sample.keys]
             # hash="java" has 2N-1 prefixes, and a scan reads every one of them.
             sub_scans = len(scheme.prefixes)
         sims.append(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Literal, final
 
+from .._cutoff import CutoffPolicy
 from .._exceptions import DataError, SaltedTableError, SaltSchemeError, UsageError
 from .._salt import SaltScheme, format_key
 from . import input as advise_input
@@ -30,6 +31,8 @@ class AdviseRequest:
     #: How keys are salted for a bucket count (the command's scheme options).
     scheme_for: Callable[[int], SaltScheme]
     candidates: Sequence[int]
+    #: A forward-only migration's cutoff: older keys stay unsalted (``--cutoff``).
+    cutoff: CutoffPolicy | None = None
     input: str | None = None
     table: str | None = None
     project: str | None = None
@@ -99,6 +102,7 @@ def run(request: AdviseRequest, out: IO[str] | None = None) -> int:
             windows=request.windows,
             scan_limit=request.limit or model.DEFAULT_SCAN_LIMIT,
             scheme_for=request.scheme_for,
+            cutoff=request.cutoff,
             ordered=request.ordered,
             resamples=request.resamples or model.DEFAULT_RESAMPLES,
             seed=request.seed,

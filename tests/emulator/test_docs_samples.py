@@ -18,6 +18,9 @@ How authors write samples (also in docs/development.md, "Samples in the docs"):
   makes (a record left by an older release in a family that can collect it).
 - Samples name their own project and instance (``my-project``/``my-instance``): the
   emulator accepts any, and the suite's own instance is never wiped.
+- ``$ export NAME=VALUE ...`` sets variables for the page's later commands, and
+  ``NAME=VALUE saltedtable ...`` for one command, as a shell does (a sample's own
+  ``BIGTABLE_EMULATOR_HOST`` wins over the session's emulator).
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClient, SetCell
 from google.cloud.bigtable_admin_v2 import types
 
-from saltedtable import SCHEME_ROW_KEY, SaltScheme, describe_layout
+from saltedtable import SCHEME_ROW_KEY, SaltedTable, SaltScheme, describe_layout
 from saltedtable._admin import admin_client
+from saltedtable._create import create_salted_table
 from saltedtable._families import parse_family
 from saltedtable.testing import (
     INSTANCE,
@@ -56,7 +60,7 @@ DOCS = ROOT / "docs"
 PAGES = ("cli.md", "guard.md", "tables.md")
 
 #: How many blocks each page may mark ``not run``: a new skip is a deliberate edit here.
-NOT_RUN_ALLOWED = {"cli.md": 1, "guard.md": 0, "tables.md": 0}
+NOT_RUN_ALLOWED = {"cli.md": 2, "guard.md": 0, "tables.md": 0}
 
 #: What runs ``saltedtable`` from this checkout (the installed script may be another's).
 MAIN = "from saltedtable._cli import main; raise SystemExit(main())"
@@ -173,8 +177,31 @@ def record_in_ttl_family(address: str) -> None:
         )
 
 
+def events_with_users(address: str) -> None:
+    """``events``, salted over 4 buckets, holding the rows docs/cli.md reads back."""
+    create_salted_table("my-project", "my-instance", "events", SaltScheme(4), emulator_host=address)
+    millis = 1714564800000  # 2024-05-01T12:00:00Z
+    rows = {
+        b"user1": [("name", b"Ada", 0), ("visits", (3).to_bytes(8, "big"), 0)],
+        b"user10": [("name", b"Grace", 1)],
+        b"user2": [("name", "Zo\u00eb".encode(), 2)],
+    }
+    with BigtableDataClient(project="my-project") as client:
+        raw = client.get_table("my-instance", "events")
+        with SaltedTable.open(raw, SaltScheme(4)) as table:
+            for key, cells in rows.items():
+                mutations = [
+                    SetCell("cf", column, value, (millis + minutes * 60_000) * 1000)
+                    for column, value, minutes in cells
+                ]
+                table.mutate_row(key, mutations)
+
+
 #: What ``<!-- sample setup: NAME -->`` runs, by name; each takes the emulator's address.
-SETUPS: dict[str, Callable[[str], None]] = {"record-in-ttl-family": record_in_ttl_family}
+SETUPS: dict[str, Callable[[str], None]] = {
+    "events-with-users": events_with_users,
+    "record-in-ttl-family": record_in_ttl_family,
+}
 
 
 # --------------------------------------------------------------------------- running
@@ -199,14 +226,30 @@ def wipe(address: str, pairs: set[tuple[str, str]]) -> None:
             delete_table(address, table_id, project=project, instance=instance, missing_ok=True)
 
 
-def run_command(argv: list[str], address: str) -> tuple[int, str]:
-    """Run ``saltedtable ARGS`` from this checkout; return its exit status and its output
-    (stdout and stderr interleaved as a terminal shows them)."""
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def assignments(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The leading ``NAME=VALUE`` words of ``argv`` as variables, and the words after them."""
+    variables: dict[str, str] = {}
+    while argv and _ASSIGNMENT.match(argv[0]):
+        name, _, value = argv[0].partition("=")
+        variables[name] = value
+        argv = argv[1:]
+    return variables, argv
+
+
+def run_command(
+    argv: list[str], address: str, variables: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run ``saltedtable ARGS`` from this checkout with the sample's ``variables``; return
+    its exit status and its output (stdout and stderr interleaved as a terminal shows them)."""
     env = dict(os.environ)
     for name in ("SALTEDTABLE_PROJECT", "SALTEDTABLE_INSTANCE", "SALTEDTABLE_TABLE"):
         env.pop(name, None)
     env.pop("PYTHONSAFEPATH", None)  # the checkout's package comes first on sys.path
     env.update(BIGTABLE_EMULATOR_HOST=address, PYTHONUNBUFFERED="1", COLUMNS="80")
+    env.update(variables or {})
     # A session of its own, so that a command that hangs can be stopped with what it
     # started: SIGTERM first (``saltedtable emulator`` then stops its emulator, which runs
     # in a session of its own), then SIGKILL.
@@ -234,6 +277,7 @@ def run_command(argv: list[str], address: str) -> tuple[int, str]:
 
 def differences(page: str, blocks: list[Block], address: str) -> Iterator[str]:
     """Run the page's blocks in order; yield a report for each command whose output differs."""
+    exported: dict[str, str] = {}
     for block in blocks:
         if block.not_run is not None:
             continue
@@ -242,13 +286,19 @@ def differences(page: str, blocks: list[Block], address: str) -> Iterator[str]:
         for command in block.commands:
             where = f"docs/{page}:{command.line}: $ {command.text}"
             argv = command.argv
+            if argv[:1] == ["export"]:
+                variables, rest = assignments(argv[1:])
+                if not rest and not command.expected:
+                    exported.update(variables)
+                    continue
+            variables, argv = assignments(argv)
             if not argv or argv[0] != "saltedtable":
                 yield (
                     f"{where}\n  runs no saltedtable command: write it as ```sh, or mark "
                     "the block `<!-- not run: REASON -->`"
                 )
                 continue
-            status, output = run_command(argv, address)
+            status, output = run_command(argv, address, {**exported, **variables})
             want = normalise("\n".join(command.expected))
             got = normalise(output)
             if want != got:

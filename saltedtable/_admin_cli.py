@@ -141,7 +141,9 @@ def _cmd_create(args: argparse.Namespace) -> int:
             f"layout record in family {result.record_family!r}"
         )
     else:
-        print(f"{args.table} exists; its layout record agrees (family {result.record_family!r})")
+        outcome = "stored" if result.record_stored else "agrees"
+        did = _what_the_guard_did(outcome, result.record_family, result.sampled_rows)
+        print(f"{args.table} exists; {did}")
         return _family_at_risk(args, result.record_family)
     return 0
 
@@ -164,7 +166,9 @@ def _cmd_guard(args: argparse.Namespace) -> int:
         raise UsageError("give --family or --add-family, not both")
     if args.family is not None:
         check_family_name(args.family)
-    family = RECORD_FAMILY if args.add_family else args.family
+    # --override stores the new record in the reserved family unless --family names another.
+    reserved = args.add_family or args.override
+    family = args.family if args.family is not None else RECORD_FAMILY if reserved else None
     added = False
     if args.add_family:
         name = table_path(args.project, args.instance, args.table)
@@ -191,8 +195,9 @@ def _cmd_guard(args: argparse.Namespace) -> int:
             table = SaltedTable.from_client(
                 client, args.instance, args.table, scheme, cutoff=cutoff, record_refresh=None
             )
-            table.guard_scheme(family=family)
+            table.guard_scheme(family=family, override=args.override)
             stored, where = table.stored_layout, table._guard.stored_family
+            outcome, sampled = table._guard.outcome, table._guard.sampled
     except (GoogleAPICallError, LayoutError) as exc:
         if not added:
             raise
@@ -209,8 +214,21 @@ def _cmd_guard(args: argparse.Namespace) -> int:
             f"(the reserved family {RECORD_FAMILY!r}) or --family FAMILY"
         )
         return 1
-    print(f"{args.table}: the layout record agrees, in family {where!r}: {stored}")
+    print(f"{args.table}: {_what_the_guard_did(outcome, where, sampled)}: {stored}")
     return _family_at_risk(args, where)
+
+
+def _what_the_guard_did(outcome: str | None, family: str | None, sampled: int | None) -> str:
+    """How ``guard`` and ``create --if-not-exists`` say what happened to the record."""
+    rows = f"{sampled} sampled row{'s' * (sampled != 1)}" if sampled else ""
+    checked = f"{rows} fit it" if rows else "the table holds no rows"
+    if outcome == "stored":
+        return f"stored the layout record in family {family!r} (there was none; {checked})"
+    if outcome == "replaced":
+        return f"replaced the layout record, in family {family!r} ({checked})"
+    if outcome == "moved":
+        return f"the layout record agrees; moved it to family {family!r}"
+    return f"the layout record agrees, in family {family!r}"
 
 
 def _family_at_risk(args: argparse.Namespace, family: str | None) -> int:
@@ -385,7 +403,8 @@ def add_table_commands(sub: Any) -> None:
     create.add_argument(
         "--if-not-exists",
         action="store_true",
-        help="accept an existing table whose layout record agrees",
+        help="accept an existing table whose layout record agrees (one without a record "
+        "gets one, if a sample of its rows fits the scheme)",
     )
     create.set_defaults(func=_api_errors(_cmd_create))
 
@@ -394,7 +413,9 @@ def add_table_commands(sub: Any) -> None:
         help="check a table's layout record; store or move it",
         description="Check the table's layout record against the scheme; with --add-family "
         f"add the reserved family {RECORD_FAMILY!r} and store (or move) the record there, "
-        "with --family store (or move) it in that family, after checking its GC rule.",
+        "with --family store (or move) it in that family, after checking its GC rule. A "
+        "record is stored (or, with --override, replaces another) only when a sample of the "
+        "table's rows fits the scheme; otherwise nothing is written (exit 1).",
     )
     _where(guard)
     _layout_options(guard, required=True)
@@ -403,6 +424,13 @@ def add_table_commands(sub: Any) -> None:
         "--add-family",
         action="store_true",
         help=f"add the family {RECORD_FAMILY!r} if missing and keep the record there",
+    )
+    guard.add_argument(
+        "--override",
+        action="store_true",
+        help="replace a different stored record, after the data was rewritten with this "
+        f"layout (in the family {RECORD_FAMILY!r} unless --family names another); refused "
+        "if sampled rows do not fit",
     )
     guard.set_defaults(func=_api_errors(_cmd_guard))
 

@@ -80,7 +80,8 @@ def test_open_with_another_bucket_count_stores_nothing_and_the_right_one_opens(
     """open(N=8, family=...) over N=4 rows: LayoutError before any record; N=4 opens after."""
     fake = fake_table()
     written_by_another_tool(fake, SaltScheme(4), KEYS)
-    with pytest.raises(LayoutError, match=r"was not stored: \d+ sampled row\(s\) do not fit the layout of Salt"):
+    refusal = r"was not stored: \d+ sampled row\(s\) do not fit the layout of SaltScheme"
+    with pytest.raises(LayoutError, match=refusal):
         open_table(flavour, fake, SaltScheme(8), family=family)
     assert fake.cells_of(SCHEME_ROW_KEY) == []
     table = open_table(flavour, fake, SaltScheme(4), family=family)
@@ -212,7 +213,7 @@ def test_a_record_stored_meanwhile_by_another_writer_is_agreed_with_not_claimed(
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_outcome_is_stored_then_agrees_then_moved(flavour: str) -> None:
-    """"stored" only when this object wrote the record; "agrees" when one was there."""
+    """ "stored" only when this object wrote the record; "agrees" when one was there."""
     fake = fake_table()
     written_by_another_tool(fake, SaltScheme(4), KEYS)
     first = open_table(flavour, fake, SaltScheme(4), family="cf")

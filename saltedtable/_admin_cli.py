@@ -202,7 +202,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
         if not added:
             raise
         # Half done: say what was changed (the empty family is harmless and stays).
-        why = _refusal(exc)
+        why = _refusal(exc).rstrip(".")
         raise DataError(
             f"added the column family {RECORD_FAMILY!r} to {args.table}, but the layout "
             f"record was not stored there: {why}; the new family is empty, and the command "

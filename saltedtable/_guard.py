@@ -169,9 +169,11 @@ def layout_offenders(
     return offenders
 
 
-def layout_error(layout: Layout, offenders: Sequence[str], *, refused: str = "") -> LayoutError:
+def layout_error(
+    layout: Layout, offenders: Sequence[str], *, refused: str = "", examples: int = 5
+) -> LayoutError:
     """The error for sampled rows that do not fit the layout (``refused``: what was not done)."""
-    shown = "\n  ".join(offenders[:5])
+    shown = "\n  ".join(offenders[:examples])
     cutoff = "" if layout.cutoff is None else " with " + repr(layout.cutoff)
     return LayoutError(
         f"{refused}{len(offenders)} sampled row(s) do not fit the layout of "
@@ -429,7 +431,7 @@ class GuardCore:
         offenders = layout_offenders(self._layout, samples)
         if offenders:
             refused = f"the layout record of {self._id} was not {action}: "
-            raise layout_error(self._layout, offenders, refused=refused)
+            raise layout_error(self._layout, offenders, refused=refused, examples=2)
         return sum(len(keys) for keys in samples)
 
     def _judging(

@@ -450,7 +450,8 @@ def add_table_commands(sub: Any) -> None:
         type=int_at_least(1),
         default=100,
         metavar="ROWS",
-        help="rows sampled from each bucket and outside them (default 100)",
+        help="rows sampled from each bucket (each of 16 runs of buckets, with more than "
+        "16) and outside them (default 100)",
     )
     inspect.add_argument(
         "--show", type=int_at_least(1), default=10, metavar="K", help="stray keys shown (10)"

@@ -8,7 +8,8 @@ first operations share it), refuses a different layout with
 :class:`~saltedtable.SchemeMismatchError`, and, when the table has no record
 yet, stores one with the first write that names a column family. The record
 is created only if the row is still empty (a conditional mutation), so two
-services starting on a new table at once agree on one record.
+services starting on a new table at once agree on one record. No record is
+stored, nor replaced by an override, before a sample of the rows fits it.
 
 :meth:`~._table_guard.TableGuard.check_layout` samples the key space (the
 queries: :func:`sample_queries`; the verdict: :func:`layout_offenders`) and

@@ -106,7 +106,8 @@ class SaltedTable(TableAttributes):
     reads the layout record stored in the table (one extra request per
     object) and refuses a different one with :class:`SchemeMismatchError`;
     the first write that names a column family stores the record if the
-    table has none.
+    table has none, once a sample of the rows already there fits this
+    layout (otherwise :class:`LayoutError`, and nothing is written).
 
     Args:
         table: The Bigtable table holding the physical (salted) rows.

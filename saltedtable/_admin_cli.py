@@ -143,7 +143,9 @@ def _cmd_create(args: argparse.Namespace) -> int:
             f"layout record in family {result.record_family!r}"
         )
     else:
-        print(f"{args.table} exists; its layout record agrees (family {result.record_family!r})")
+        outcome = "stored" if result.record_stored else "agrees"
+        did = _what_the_guard_did(outcome, result.record_family, result.sampled_rows)
+        print(f"{args.table} exists; {did}")
         return _family_at_risk(args, result.record_family)
     return 0
 
@@ -166,7 +168,9 @@ def _cmd_guard(args: argparse.Namespace) -> int:
         raise UsageError("give --family or --add-family, not both")
     if args.family is not None:
         check_family_name(args.family)
-    family = RECORD_FAMILY if args.add_family else args.family
+    # --override stores the new record in the reserved family unless --family names another.
+    reserved = args.add_family or args.override
+    family = args.family if args.family is not None else RECORD_FAMILY if reserved else None
     added = False
     if args.add_family:
         name = table_path(args.project, args.instance, args.table)
@@ -194,13 +198,14 @@ def _cmd_guard(args: argparse.Namespace) -> int:
                 client, args.instance, args.table, scheme, cutoff=cutoff, record_refresh=None,
                 **data_timeouts(args.timeout),
             )  # fmt: skip
-            table.guard_scheme(family=family)
+            table.guard_scheme(family=family, override=args.override)
             stored, where = table.stored_layout, table._guard.stored_family
+            outcome, sampled = table._guard.outcome, table._guard.sampled
     except (GoogleAPICallError, LayoutError) as exc:
         if not added:
             raise
         # Half done: say what was changed (the empty family is harmless and stays).
-        why = _refusal(exc)
+        why = _refusal(exc).rstrip(".")
         raise DataError(
             f"added the column family {RECORD_FAMILY!r} to {args.table}, but the layout "
             f"record was not stored there: {why}; the new family is empty, and the command "
@@ -212,8 +217,21 @@ def _cmd_guard(args: argparse.Namespace) -> int:
             f"(the reserved family {RECORD_FAMILY!r}) or --family FAMILY"
         )
         return 1
-    print(f"{args.table}: the layout record agrees, in family {where!r}: {stored}")
+    print(f"{args.table}: {_what_the_guard_did(outcome, where, sampled)}: {stored}")
     return _family_at_risk(args, where)
+
+
+def _what_the_guard_did(outcome: str | None, family: str | None, sampled: int | None) -> str:
+    """How ``guard`` and ``create --if-not-exists`` say what happened to the record."""
+    rows = f"{sampled} sampled row{'s' * (sampled != 1)}" if sampled else ""
+    checked = f"{rows} fit it" if rows else "the table holds no rows"
+    if outcome == "stored":
+        return f"stored the layout record in family {family!r} (there was none; {checked})"
+    if outcome == "replaced":
+        return f"replaced the layout record, in family {family!r} ({checked})"
+    if outcome == "moved":
+        return f"the layout record agrees; moved it to family {family!r}"
+    return f"the layout record agrees, in family {family!r}"
 
 
 def _family_at_risk(args: argparse.Namespace, family: str | None) -> int:
@@ -390,7 +408,8 @@ def add_table_commands(sub: Any) -> None:
     create.add_argument(
         "--if-not-exists",
         action="store_true",
-        help="accept an existing table whose layout record agrees",
+        help="accept an existing table whose layout record agrees (one without a record "
+        "gets one, if a sample of its rows fits the scheme)",
     )
     create.set_defaults(func=_api_errors(_cmd_create))
 
@@ -399,7 +418,9 @@ def add_table_commands(sub: Any) -> None:
         help="check a table's layout record; store or move it",
         description="Check the table's layout record against the scheme; with --add-family "
         f"add the reserved family {RECORD_FAMILY!r} and store (or move) the record there, "
-        "with --family store (or move) it in that family, after checking its GC rule.",
+        "with --family store (or move) it in that family, after checking its GC rule. A "
+        "record is stored (or, with --override, replaces another) only when a sample of the "
+        "table's rows fits the scheme; otherwise nothing is written (exit 1).",
     )
     _where(guard)
     _layout_options(guard, required=True)
@@ -408,6 +429,13 @@ def add_table_commands(sub: Any) -> None:
         "--add-family",
         action="store_true",
         help=f"add the family {RECORD_FAMILY!r} if missing and keep the record there",
+    )
+    guard.add_argument(
+        "--override",
+        action="store_true",
+        help="replace a different stored record, after the data was rewritten with this "
+        f"layout (in the family {RECORD_FAMILY!r} unless --family names another); refused "
+        "if sampled rows do not fit",
     )
     guard.set_defaults(func=_api_errors(_cmd_guard))
 
@@ -427,7 +455,8 @@ def add_table_commands(sub: Any) -> None:
         type=int_at_least(1),
         default=100,
         metavar="ROWS",
-        help="rows sampled from each bucket and outside them (default 100)",
+        help="rows sampled from each bucket (each of 16 runs of buckets, with more than "
+        "16) and outside them (default 100)",
     )
     inspect.add_argument(
         "--show", type=int_at_least(1), default=10, metavar="K", help="stray keys shown (10)"

@@ -94,12 +94,18 @@ class CreateResult:
         created: False when the table existed and ``if_not_exists`` accepted it.
         splits: The split points the table was created with (empty if it existed).
         record_family: The family holding the layout record.
+        record_stored: Whether this call stored the record (False: an existing
+            table's record agreed, and nothing was written).
+        sampled_rows: The rows sampled before the record was stored (all of
+            them fit the layout; None: none were sampled).
     """
 
     table: str
     created: bool
     splits: tuple[bytes, ...]
     record_family: str
+    record_stored: bool = True
+    sampled_rows: int | None = None
 
 
 def _families_of(families: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
@@ -159,8 +165,9 @@ def create_salted_table(
             keys of 1 to 4,096 bytes (``str`` is encoded as UTF-8).
         if_not_exists: Accept an existing table whose record agrees, in
             whichever family it lives; a table without a record gets one in
-            its family ``saltedtable``, and one without that family is
-            refused with the command that adds it.
+            its family ``saltedtable`` if a sample of its rows fits the
+            layout, and one without that family is refused with the command
+            that adds it.
         credentials: Credentials for the admin and data clients.
         emulator_host: An emulator's ``host:port`` (default ``$BIGTABLE_EMULATOR_HOST``).
         timeout: Seconds each request may take, retries included (None: the
@@ -170,7 +177,8 @@ def create_salted_table(
     Raises:
         LayoutError: The table exists (without ``if_not_exists``), its record
             differs, it has neither a record nor the family ``saltedtable``,
-            or the record cannot be stored.
+            its rows do not fit the layout (nothing is stored), or the record
+            cannot be stored.
         ValueError: A bad family id or rule, a family given twice, a record
             family with a rule that can collect it, a scheme whose prefixes
             cover the record row, or an empty or over-long split key.
@@ -208,11 +216,11 @@ def create_salted_table(
                 "give another id, or --if-not-exists to accept it when its record agrees"
             )
         if exists:
-            stored_in = _accept_existing(
+            stored_in, stored, sampled = _accept_existing(
                 project, instance, table_id, scheme, cutoff, credentials, emulator_host,
                 has_reserved=RECORD_FAMILY in schema, timeout=timeout,
             )  # fmt: skip
-            return CreateResult(name, False, (), stored_in)
+            return CreateResult(name, False, (), stored_in, stored, sampled)
         request = types.CreateTableRequest(
             parent=f"projects/{project}/instances/{instance}",
             table_id=table_id,
@@ -229,7 +237,7 @@ def create_salted_table(
                 f"table {table_id!r} was created meanwhile by someone else; nothing was changed"
             ) from None
         try:
-            stored_in = _store_record(
+            stored_in, _, sampled = _store_record(
                 project, instance, table_id, scheme, cutoff, credentials, emulator_host, timeout
             )
         except BaseException as exc:
@@ -243,7 +251,7 @@ def create_salted_table(
                     "before creating it again"
                 )
             raise
-    return CreateResult(name, True, tuple(splits), stored_in)
+    return CreateResult(name, True, tuple(splits), stored_in, True, sampled)
 
 
 def _accept_existing(
@@ -257,17 +265,19 @@ def _accept_existing(
     *,
     has_reserved: bool,
     timeout: float | None = None,
-) -> str:
-    """``if_not_exists`` on an existing table: the family of its agreeing record.
+) -> tuple[str, bool, int | None]:
+    """``if_not_exists`` on an existing table: its record's family, whether stored, rows sampled.
 
-    A record that agrees is accepted in whatever family holds it. A table
-    without one gets one in the reserved family when it has that family;
-    otherwise it is refused with the command that adds the family (create
-    does not change an existing table's schema).
+    A record that agrees is accepted in whatever family holds it (nothing is
+    sampled: None). A table without one gets one in the reserved family when
+    it has that family and a sample of its rows fits the layout; otherwise it
+    is refused with the command that adds the family (create does not change
+    an existing table's schema).
 
     Raises:
         SchemeMismatchError: The stored record differs.
-        LayoutError: No record, and no reserved family to store one in.
+        LayoutError: No record, and no reserved family to store one in; or
+            sampled rows do not fit the layout (nothing is stored).
     """
     from ._exceptions import LayoutError
 
@@ -278,7 +288,7 @@ def _accept_existing(
         table.guard_scheme()  # reads the record wherever it lives; refuses a different one
         family = table._guard.stored_family
     if family is not None:
-        return family
+        return family, False, None
     if not has_reserved:
         raise LayoutError(
             f"table {table_id!r} exists in instance {instance!r} without a layout record and "
@@ -301,12 +311,17 @@ def _store_record(
     credentials: Any,
     emulator_host: str | None,
     timeout: float | None = None,
-) -> str:
-    """Store (or check) the layout record of a table: the family it lives in."""
+) -> tuple[str, bool, int | None]:
+    """Store (or check) the layout record: its family, whether this stored it, rows sampled.
+
+    Raises:
+        LayoutError: Sampled rows do not fit the layout (nothing is stored).
+    """
     with data_client(project, credentials=credentials, emulator_host=emulator_host) as client:
         table = SaltedTable.from_client(
             client, instance, table_id, scheme, cutoff=cutoff, **data_timeouts(timeout)
         )
         table.guard_scheme(family=RECORD_FAMILY)
-        family = table._guard.stored_family
-    return family or RECORD_FAMILY
+        guard = table._guard
+        family, stored, sampled = guard.stored_family, guard.outcome == "stored", guard.sampled
+    return family or RECORD_FAMILY, stored, sampled

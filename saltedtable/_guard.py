@@ -8,7 +8,8 @@ first operations share it), refuses a different layout with
 :class:`~saltedtable.SchemeMismatchError`, and, when the table has no record
 yet, stores one with the first write that names a column family. The record
 is created only if the row is still empty (a conditional mutation), so two
-services starting on a new table at once agree on one record.
+services starting on a new table at once agree on one record. No record is
+stored, nor replaced by an override, before a sample of the rows fits it.
 
 :meth:`~._table_guard.TableGuard.check_layout` samples the key space (the
 queries: :func:`sample_queries`; the verdict: :func:`layout_offenders`) and
@@ -29,7 +30,7 @@ from google.api_core.exceptions import (
     Unknown,
 )
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
-from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
+from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
     CellsColumnLimitFilter,
@@ -45,6 +46,7 @@ from ._families import RECORD_FAMILY, Placement, TableSchema, place_record, reco
 from ._layout import Layout
 from ._migration import tolerates_copies, tolerates_legacy_rows
 from ._plan import PageCursor, SubQuery
+from ._ranges import KeyRange
 from ._record import (
     DEFAULT_RECORD_REFRESH,
     SCHEME_QUALIFIER,
@@ -58,7 +60,7 @@ from ._record import (
     open_differences,
     record_of_row,
 )
-from ._salt import SCHEME_ROW_KEY, prefix_end
+from ._salt import SCHEME_ROW_KEY
 from ._timeouts import GuardTime, deadline_exceeded
 
 __all__ = [
@@ -99,18 +101,40 @@ RECORD_ONLY: Final = RowFilterChain(
 KEYS_ONLY: Final = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
 
 
+#: The most requests a layout sample sends into the salt prefixes. With more
+#: buckets than this, each request covers a run of neighbouring buckets (its
+#: first rows then come from the lowest of them that holds rows), so a sample
+#: costs at most this many requests plus one for the rest of the key space.
+SAMPLE_REQUESTS: Final = 16
+
+#: Rows each request of the sample taken before a record is stored reads.
+STORE_SAMPLE_ROWS: Final = 100
+
+
+def _sample_runs(layout: Layout) -> list[tuple[KeyRange, ...]]:
+    """The salt prefix ranges in key order, cut into at most :data:`SAMPLE_REQUESTS` runs."""
+    holes = [KeyRange(start, True, end, False) for start, end in layout.salted_holes()]
+    n = len(holes)
+    runs = min(n, SAMPLE_REQUESTS)
+    return [tuple(holes[i * n // runs : (i + 1) * n // runs]) for i in range(runs)]
+
+
 def sample_queries(
     layout: Layout, sample_rows: int, stored: LayoutRecord | None = None
 ) -> list[ReadRowsQuery]:
-    """The reads :func:`layout_offenders` judges: the first rows of each salt prefix, and beyond."""
-    queries = [
-        ReadRowsQuery(
-            row_ranges=RowRange(prefix, prefix_end(prefix) or None),
-            limit=sample_rows,
-            row_filter=KEYS_ONLY,
-        )
-        for prefix in layout.scheme.prefixes
-    ]
+    """The reads :func:`layout_offenders` judges: the first rows of the salt prefixes, and beyond.
+
+    One request per bucket up to :data:`SAMPLE_REQUESTS` buckets; with more,
+    one per run of neighbouring buckets (every bucket lies in one). Each reads
+    up to ``sample_rows`` keys; one more request reads the key space outside
+    every prefix. So a sample costs at most ``SAMPLE_REQUESTS + 1`` requests
+    and ``(SAMPLE_REQUESTS + 1) * sample_rows`` keys, whatever the bucket count.
+    """
+    queries = []
+    for ranges in _sample_runs(layout):
+        query = PageCursor(SubQuery(None, b"", (), ranges, KEYS_ONLY)).next_query(sample_rows)
+        assert query is not None  # (a run holds at least one range)
+        queries.append(query)
     if layout.cutoff is None and tolerates_legacy_rows(stored):
         return queries  # a migration's cut-over: the legacy rows are still being retired
     # Rows outside every salt prefix: the legacy side of a cutoff layout, and
@@ -133,7 +157,7 @@ def layout_offenders(
     expects copies of legacy rows in the buckets).
     """
     offenders: list[str] = []
-    prefixes = len(layout.scheme.prefixes)
+    prefixes = len(_sample_runs(layout))  # the first queries read inside the prefixes
     copies = tolerates_copies(stored)
     for i, keys in enumerate(samples):
         for key in keys:
@@ -146,15 +170,18 @@ def layout_offenders(
     return offenders
 
 
-def layout_error(layout: Layout, offenders: Sequence[str]) -> LayoutError:
-    """The error for sampled rows that do not fit the layout."""
-    shown = "\n  ".join(offenders[:5])
+def layout_error(
+    layout: Layout, offenders: Sequence[str], *, refused: str = "", examples: int = 5
+) -> LayoutError:
+    """The error for sampled rows that do not fit the layout (``refused``: what was not done)."""
+    shown = "\n  ".join(offenders[:examples])
     cutoff = "" if layout.cutoff is None else " with " + repr(layout.cutoff)
     return LayoutError(
-        f"{len(offenders)} sampled row(s) do not fit the layout of {layout.scheme}{cutoff}, "
-        f"e.g.\n  {shown}\nIf these are older unsalted keys that look salted, give the "
-        "scheme a marker (SaltScheme(..., marker=b'~')) so salted keys cannot meet them; if "
-        "the table was written with another bucket count or hash, open it with that scheme."
+        f"{refused}{len(offenders)} sampled row(s) do not fit the layout of "
+        f"{layout.scheme}{cutoff}, e.g.\n  {shown}\nIf these are older unsalted keys that "
+        "look salted, give the scheme a marker (SaltScheme(..., marker=b'~')) so salted keys "
+        "cannot meet them; if the table was written with another bucket count or hash, use "
+        "that scheme."
     )
 
 
@@ -202,9 +229,18 @@ class GuardCore:
     run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
     for the stored record and its family (sent back in), ``("schema",
     None)`` for the table's column families (``(schema or None, reason)``),
+    ``("sample", queries)`` for the keys each of the queries of
+    :func:`sample_queries` returns (judged by :func:`layout_offenders`
+    before a record of this layout is stored or replaces another: a row
+    that does not fit refuses the write with :class:`LayoutError`),
     ``("create", placement)`` for a conditional write of the record (True
-    when stored, False when the table has no such family) and
-    ``("replace", (family, record))`` for overwriting it.
+    when this write stored it, None when another writer's record was there
+    first, False when the table has no such family) and ``("replace",
+    (family, record))`` for overwriting it.
+
+    After each check :attr:`outcome` says what it did (``"agrees"``,
+    ``"stored"``, ``"moved"``, ``"replaced"``, or ``"none"`` when no record is
+    stored) and :attr:`sampled` how many rows the sample before a store read.
 
     Args:
         layout: The layout the table object uses.
@@ -263,6 +299,8 @@ class GuardCore:
         self._warned: set[str] = set()
         self._probe_failed = False
         self._view = view
+        self._outcome: str | None = None
+        self._sampled: int | None = None
 
     @property
     def record(self) -> LayoutRecord:
@@ -280,6 +318,23 @@ class GuardCore:
     def stored_family(self) -> str | None:
         """The column family the stored record lives in (None: none, or not read yet)."""
         return self._stored_family
+
+    @property
+    def outcome(self) -> str | None:
+        """What the last check did (None: not checked yet).
+
+        ``"agrees"``: a stored record was found and agrees (nothing written);
+        ``"stored"``: there was none, and this object stored its own after a
+        sample of the rows fit it; ``"moved"``: an agreeing record was moved to
+        another family; ``"replaced"``: ``override`` replaced a different one
+        after the sample fit; ``"none"``: no record is stored.
+        """
+        return self._outcome
+
+    @property
+    def sampled(self) -> int | None:
+        """Rows the last store (or replacement) sampled before it wrote (None: none sampled)."""
+        return self._sampled
 
     @property
     def checked(self) -> bool:
@@ -364,9 +419,30 @@ class GuardCore:
         )
         self._state = "unstored"
 
+    def _sample_fits(self, rows: int, action: str) -> Generator[Step, Any, int]:
+        """Before a record of this layout is written: sample the rows, refuse misfits.
+
+        Returns:
+            The number of rows the sample read.
+
+        Raises:
+            LayoutError: A sampled row does not fit this layout (nothing is written).
+        """
+        samples: list[list[bytes]] = yield ("sample", sample_queries(self._layout, rows))
+        offenders = layout_offenders(self._layout, samples)
+        if offenders:
+            refused = f"the layout record of {self._id} was not {action}: "
+            raise layout_error(self._layout, offenders, refused=refused, examples=2)
+        return sum(len(keys) for keys in samples)
+
     def _judging(
-        self, family: str | None, override: bool = False, explicit: bool = False
+        self,
+        family: str | None,
+        override: bool = False,
+        explicit: bool = False,
+        sample_rows: int = STORE_SAMPLE_ROWS,
     ) -> Generator[Step, Any, None]:
+        self._outcome, self._sampled = None, None
         try:
             # The interval runs from before the read is sent: a record the
             # reply shows may have been read by the server at any time since.
@@ -379,14 +455,16 @@ class GuardCore:
                     f"read it; {_how_to_store(self._name)}"
                 )
             action = guard_action(stored, self.record, family=family, override=override)
+            outcome = "agrees" if action == "ok" else "none"
             if action == "ok" and explicit and family is not None and where != family:
-                # guard_scheme(family=F) with the record elsewhere: move it to F.
+                # guard_scheme(family=F) with the record elsewhere: move it to F
+                # (the record agreed already: nothing new is claimed, so no sample).
                 schema, _ = yield ("schema", None)
                 placement = self._place(schema, family, explicit=True)
                 assert stored is not None
                 assert placement.family is not None
                 yield ("replace", (placement.family, stored))
-                where = placement.family
+                where, outcome = placement.family, "moved"
             elif action == "create" and self._view:
                 if explicit:
                     raise LayoutError(
@@ -395,6 +473,7 @@ class GuardCore:
                     )
                 self._not_stored("a salted table over an authorized view does not store it")
                 self._stored, self._stored_family = None, None
+                self._outcome = "none"
                 self._settled()
                 return
             elif action == "create":
@@ -409,9 +488,14 @@ class GuardCore:
                     # The write names a family the table lacks (the write fails):
                     # a later write may name one that can hold the record.
                     self._stored, self._stored_family = None, None
-                    self._state = "absent"
+                    self._state, self._outcome = "absent", "none"
                     return
-                if placement.family is None or not (yield ("create", placement)):
+                created: bool | None = False
+                if placement.family is not None:
+                    # The record claims the rows already there: they must fit it.
+                    self._sampled = yield from self._sample_fits(sample_rows, "stored")
+                    created = yield ("create", placement)
+                if created is False:
                     self._probe_failed = self._probe_failed or placement.probe
                     reason = placement.reason
                     if placement.probe or self._probe_failed:
@@ -421,6 +505,7 @@ class GuardCore:
                         )
                     self._not_stored(reason)
                     self._stored, self._stored_family = None, None
+                    self._outcome = "none"
                     self._settled()
                     return
                 found = yield ("read", None)
@@ -428,18 +513,22 @@ class GuardCore:
                     raise LayoutError(f"the layout record {SCHEME_ROW_KEY!r} did not persist")
                 stored, where = found
                 guard_action(stored, self.record, family=family)  # the other writer's?
+                outcome = "stored" if created else "agrees"
             elif action == "replace":
                 schema, _ = yield ("schema", None)
                 placement = self._place(schema, family, explicit=True)
                 assert placement.family is not None
+                # An override follows a deliberate rewrite: the rows must fit the new layout.
+                self._sampled = yield from self._sample_fits(sample_rows, "replaced")
                 _log.warning("replacing the stored salt layout %s with %s", stored, self.record)
                 yield ("replace", (placement.family, self.record))
-                stored, where = self.record, placement.family
+                stored, where, outcome = self.record, placement.family, "replaced"
         except LayoutError as exc:
             self._error = exc
             self._state = "refused"
             raise
         self._stored, self._stored_family = stored, where
+        self._outcome = outcome
         if self._state != "off":
             self._state = "absent" if stored is None else "agrees"
             self._settled()

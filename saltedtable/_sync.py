@@ -57,6 +57,7 @@ from ._facade import (
     sharded_refused,
     sharded_result,
 )
+from ._guard import STORE_SAMPLE_ROWS
 from ._layout import Layout, relabel
 from ._plan import ReadPlan
 from ._query import check_filter
@@ -105,7 +106,8 @@ class SaltedTable(TableAttributes):
     reads the layout record stored in the table (one extra request per
     object) and refuses a different one with :class:`SchemeMismatchError`;
     the first write that names a column family stores the record if the
-    table has none.
+    table has none, once a sample of the rows already there fits this
+    layout (otherwise :class:`LayoutError`, and nothing is written).
 
     Args:
         table: The Bigtable table holding the physical (salted) rows.
@@ -153,16 +155,17 @@ class SaltedTable(TableAttributes):
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         self._table = table
         self._layout = Layout(scheme, cutoff)
+        self.limiter = Slots(max_concurrent_subscans)
         self._guard = SyncTableGuard(
             table,
             self._layout,
             enabled=guard,
+            limiter=self.limiter,
             require_record=require_record,
             refresh=record_refresh,
             schema=schema_reader_for(table),
             name=table_label(table),
         )
-        self.limiter = Slots(max_concurrent_subscans)
         # What every read of this table shares; the odds say whether small reads
         # try one request over every bucket: (no limit, limit).
         self._reads = ReadContext(
@@ -226,16 +229,21 @@ class SaltedTable(TableAttributes):
         1. The scheme guard (:meth:`guard_scheme`): the stored layout record is
            compared with this one; with ``family`` set, a missing record is
            stored now, and ``override_scheme=True`` (after you rewrote the
-           data) replaces a different one.
-        2. :meth:`check_layout` samples up to ``sample_rows`` rows from each
-           salted prefix range (and the rest of the key space) and refuses with
-           :class:`LayoutError` if any row there does not fit.
+           data) replaces a different one. Either is written only after a
+           sample of the rows fits this layout (``sample_rows`` per request,
+           100 when it is 0): otherwise :class:`LayoutError`, and nothing is
+           written.
+        2. :meth:`check_layout` samples up to ``sample_rows`` rows per request
+           from the salted prefix ranges (and the rest of the key space) and
+           refuses with :class:`LayoutError` if any row there does not fit
+           (skipped when step 1 just sampled them, or ``sample_rows`` is 0).
 
         ``kwargs`` go to the constructor.
         """
         salted = cls(table, scheme, cutoff=cutoff, **kwargs)
-        salted.guard_scheme(family=family, override=override_scheme)
-        if sample_rows:
+        rows = sample_rows or STORE_SAMPLE_ROWS
+        salted._guard.ensure(family=family, override=override_scheme, sample_rows=rows)
+        if sample_rows and salted._guard.sampled is None:
             salted.check_layout(sample_rows=sample_rows)
         return salted
 
@@ -294,15 +302,18 @@ class SaltedTable(TableAttributes):
                 (whole, in one row mutation). Its GC rule is checked through
                 the admin API first (see docs/guard.md); without
                 ``family`` nothing is stored (an existing record is still
-                checked).
-            override: Replace a different stored record instead of refusing.
+                checked). A missing record is stored only after a sample of
+                the rows (see :meth:`check_layout`) fits this layout.
+            override: Replace a different stored record instead of refusing,
+                after the same sample.
 
         Raises:
             SchemeMismatchError: The stored layout differs and ``override`` is False.
             RecordMissingError: No record, no ``family`` and ``require_record=True``.
-            LayoutError: The record cannot be stored: no family for an override,
-                a family the table lacks, an aggregate family, a GC rule that
-                could collect it, or a scheme whose prefixes cover the reserved row.
+            LayoutError: The record cannot be stored: a sampled row does not
+                fit this layout, no family for an override, a family the table
+                lacks, an aggregate family, a GC rule that could collect it, or
+                a scheme whose prefixes cover the reserved row.
         """
         self._guard.ensure(family=family, override=override)
 
@@ -313,6 +324,11 @@ class SaltedTable(TableAttributes):
         computes for the rest of its key and, with a cutoff, a timestamp at or
         after the cutoff. A row outside them must, with a cutoff, be a legacy
         row; without one, none should be there.
+
+        The sample is bounded whatever the bucket count: one request per
+        bucket up to 16 buckets, else one per run of neighbouring buckets (16
+        requests), plus one for the key space outside the prefixes; each reads
+        up to ``sample_rows`` row keys (see docs/guard.md).
 
         Raises:
             LayoutError: With up to five offending keys and the way out.

@@ -13,6 +13,7 @@ from collections.abc import Generator
 from typing import Any
 
 from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError, PermissionDenied
+from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 
 from ._concurrency import Lock, capacity, fan_out, run_blocking, slot
 from ._contracts import AttemptTimeout, TableLikeAsync, Timeout
@@ -20,6 +21,8 @@ from ._exceptions import LayoutError
 from ._families import Placement, TableSchema
 from ._guard import (
     RECORD_ONLY,
+    SAMPLE_REQUESTS,
+    STORE_SAMPLE_ROWS,
     Found,
     GuardCore,
     Step,
@@ -46,16 +49,25 @@ class TableGuard(GuardCore):
         table: The physical table.
         layout: The layout the table object uses.
         enabled: False switches the guard off (nothing is read or written).
+        limiter: The table's request slots, which the sample taken before a
+            record is stored keeps to (None: slots of its own, one per request).
         **options: See :class:`GuardCore`.
     """
 
     def __init__(
-        self, table: TableLikeAsync, layout: Layout, *, enabled: bool = True, **options: Any
+        self,
+        table: TableLikeAsync,
+        layout: Layout,
+        *,
+        enabled: bool = True,
+        limiter: AsyncSlots | None = None,
+        **options: Any,
     ) -> None:
         options.setdefault("view", getattr(table, "authorized_view_id", None) is not None)
         super().__init__(layout, enabled=enabled, **options)
         self._table = table
         self._lock = Lock()
+        self._limiter = limiter if limiter is not None else AsyncSlots(SAMPLE_REQUESTS + 1)
 
     async def check(self, limit: GuardTime = None) -> bool:
         """Before any operation: read the stored record (once, or again when due); refuse another.
@@ -109,14 +121,21 @@ class TableGuard(GuardCore):
             self._lock.release()
         return True
 
-    async def ensure(self, *, family: str | None, override: bool = False) -> None:
-        """The explicit guard (``guard_scheme``): check, store if absent, or replace."""
+    async def ensure(
+        self, *, family: str | None, override: bool = False, sample_rows: int = STORE_SAMPLE_ROWS
+    ) -> None:
+        """The explicit guard (``guard_scheme``): check, store if absent, or replace.
+
+        A record is stored (or replaces another) only after a sample of
+        ``sample_rows`` rows per request fits this layout (see :attr:`outcome`).
+        """
         if self._refuse_unstorable(family, override):
             async with self._lock:
                 self._error = None
                 if self._state in ("refused", "unstored"):
                     self._state = "unread"
-                await self._run(self._judging(family, override, explicit=True), None)
+                steps = self._judging(family, override, explicit=True, sample_rows=sample_rows)
+                await self._run(steps, None)
 
     async def _stored_record(self, limit: GuardTime = None) -> Found:
         return found_record(
@@ -135,18 +154,20 @@ class TableGuard(GuardCore):
                 self._schema_reader = None  # one try per object
         return self._schema_answer()
 
-    async def _create(self, placement: Placement, limit: GuardTime) -> bool:
+    async def _create(self, placement: Placement, limit: GuardTime) -> bool | None:
+        """Store the record if the row is empty: True stored, None taken, False no such family."""
         assert placement.family is not None
         mutations = self._record_mutations("create", placement.family, self.record)
         try:
             try:
-                await self._table.check_and_mutate_row(
+                taken = await self._table.check_and_mutate_row(
                     SCHEME_ROW_KEY,
                     None,
                     false_case_mutations=mutations,
                     **operation_only(guard_timeouts(limit)),
                 )
-                return True
+                # True: the row held cells (another writer's record), so nothing was written.
+                return None if taken is True else True
             except FailedPrecondition as exc:
                 self._plain_store_warning(exc)
             await self._table.mutate_row(SCHEME_ROW_KEY, mutations, **guard_timeouts(limit))
@@ -171,6 +192,8 @@ class TableGuard(GuardCore):
                         return
                 elif kind == "schema":
                     answer = await self._read_schema(limit)
+                elif kind == "sample":
+                    answer = await self._read_samples(arg, self._limiter, limit)
                 elif kind == "create":
                     answer = await self._create(arg, limit)
                 else:
@@ -182,31 +205,17 @@ class TableGuard(GuardCore):
                         **guard_timeouts(limit),
                     )
 
-    async def check_layout(self, *, sample_rows: int, limiter: AsyncSlots) -> None:
-        """Sample the key space and refuse rows that do not fit the layout.
-
-        Also refuses a record stored in a family whose GC rule can collect it
-        (when the schema can be read).
-
-        Args:
-            sample_rows: Rows read from each salt prefix range (and the rest).
-            limiter: The table's request slots: each sample holds one.
-
-        Raises:
-            LayoutError: With up to five offending keys and the way out.
-        """
-        if not self.checked:
-            found = await self._stored_record()
-            self._stored, self._stored_family = found if found is not None else (None, None)
-        stored = self._stored
-        queries = sample_queries(self._layout, sample_rows, stored)
+    async def _read_samples(
+        self, queries: list[ReadRowsQuery], limiter: AsyncSlots, limit: GuardTime = None
+    ) -> list[list[bytes]]:
+        """The keys each of ``queries`` returns, each request holding one of the table's slots."""
 
         async def sample(i: int) -> list[bytes] | Exception:
             try:
                 async with slot(limiter):
                     # The limit ends the stream on the server side: reading it
                     # to the end leaves no RPC behind.
-                    stream = await self._table.read_rows_stream(queries[i])
+                    stream = await self._table.read_rows_stream(queries[i], **guard_timeouts(limit))
                     return [row.row_key async for row in stream]
             except Exception as exc:  # the first one is raised as it is, below
                 return exc
@@ -216,6 +225,29 @@ class TableGuard(GuardCore):
             if isinstance(keys, Exception):
                 raise keys
             samples.append(keys)
+        return samples
+
+    async def check_layout(self, *, sample_rows: int, limiter: AsyncSlots) -> None:
+        """Sample the key space and refuse rows that do not fit the layout.
+
+        Also refuses a record stored in a family whose GC rule can collect it
+        (when the schema can be read).
+
+        Args:
+            sample_rows: Rows read by each request of the sample (see
+                :func:`~._guard.sample_queries`).
+            limiter: The table's request slots: each sample holds one.
+
+        Raises:
+            LayoutError: With up to five offending keys and the way out.
+        """
+        if not self.checked:
+            found = await self._stored_record()
+            self._stored, self._stored_family = found if found is not None else (None, None)
+        stored = self._stored
+        samples = await self._read_samples(
+            sample_queries(self._layout, sample_rows, stored), limiter
+        )
         offenders = layout_offenders(self._layout, samples, stored)
         if offenders:
             raise layout_error(self._layout, offenders)

@@ -221,7 +221,7 @@ async def test_guard_add_family_moves_a_record_out_of_a_ttl_family_and_inspect_a
     assert "--add-family" in out
     code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--add-family")
     assert (code, err) == (0, "")
-    assert f"in family {RECORD_FAMILY!r}" in out
+    assert f"the layout record agrees; moved it to family {RECORD_FAMILY!r}" in out
     code, out, _ = run(capsys, "inspect", table_id, *WHERE)
     assert code == 0, out
     code, _, err = run(capsys, "guard", table_id, *WHERE, "-n", "8")
@@ -289,3 +289,125 @@ def test_create_in_an_unknown_instance_names_the_instance_and_project(
     assert code == 1
     assert_one_line_error(err, "not found: instance 'nope'", f"of project {PROJECT!r}")
     assert "table" not in err.split("error: ", 1)[1].split("(")[0]
+
+
+# -- nothing stores a record it has not checked against the rows -------------------------------
+
+
+async def written_without_record(
+    client: BigtableDataClientAsync, table_id: str, scheme: SaltScheme, n: int = 200
+) -> None:
+    """Rows salted by ``scheme`` as another tool writes them: no layout record."""
+    table = SaltedTableAsync.from_client(client, INSTANCE, table_id, scheme, guard=False)
+    entries = [RowMutationEntry(f"user{i:05d}", SetCell("cf", b"q", b"v")) for i in range(n)]
+    await table.bulk_mutate_rows(entries)
+
+
+async def stored_record(client: BigtableDataClientAsync, table_id: str) -> object:
+    from saltedtable._record import record_of_row
+
+    return record_of_row(await client.get_table(INSTANCE, table_id).read_row(SCHEME_ROW_KEY))
+
+
+async def test_guard_add_family_refuses_to_store_a_layout_the_rows_do_not_fit(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    bigtable_data_client: BigtableDataClientAsync,
+) -> None:
+    """N=4 rows, no record: guard -n 8 --add-family exits 1 storing nothing; -n 4 stores."""
+    from saltedtable import describe_layout
+
+    create_table(emulator.address, table_id, ["cf"])
+    await written_without_record(bigtable_data_client, table_id, SaltScheme(4))
+    code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "8", "--add-family")
+    assert code == 1
+    assert "agrees" not in out
+    assert_one_line_error(err, "the layout record was not stored", "do not fit the layout")
+    assert await stored_record(bigtable_data_client, table_id) is None
+    code, _, err = run(capsys, "guard", table_id, *WHERE, "-n", "8", "--family", "cf")
+    assert code == 1
+    assert_one_line_error(err, "was not stored", "do not fit the layout")
+    assert await stored_record(bigtable_data_client, table_id) is None
+    code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "4", "--add-family")
+    assert (code, err) == (0, "")
+    assert f"stored the layout record in family {RECORD_FAMILY!r} (there was none; " in out
+    assert "sampled rows fit it)" in out
+    assert "agrees" not in out
+    assert await stored_record(bigtable_data_client, table_id) == describe_layout(SaltScheme(4))
+    code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "4")
+    assert (code, err) == (0, "")
+    assert f"the layout record agrees, in family {RECORD_FAMILY!r}" in out
+    # The correct reader still opens.
+    await SaltedTableAsync.open(bigtable_data_client.get_table(INSTANCE, table_id), SaltScheme(4))
+
+
+async def test_create_if_not_exists_refuses_to_store_a_layout_the_rows_do_not_fit(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    bigtable_data_client: BigtableDataClientAsync,
+) -> None:
+    """create --if-not-exists over N=4 rows: -n 8 exits 1 storing nothing; -n 4 says stored."""
+    create_table(emulator.address, table_id, ["cf", RECORD_FAMILY])
+    await written_without_record(bigtable_data_client, table_id, SaltScheme(4))
+    code, out, err = run(capsys, "create", table_id, *WHERE, "-n", "8", "--if-not-exists")
+    assert code == 1
+    assert "agrees" not in out
+    assert_one_line_error(err, "was not stored", "do not fit the layout")
+    assert await stored_record(bigtable_data_client, table_id) is None
+    code, out, err = run(capsys, "create", table_id, *WHERE, "-n", "4", "--if-not-exists")
+    assert (code, err) == (0, "")
+    assert f"{table_id} exists; stored the layout record in family {RECORD_FAMILY!r}" in out
+    code, out, _ = run(capsys, "create", table_id, *WHERE, "-n", "4", "--if-not-exists")
+    assert code == 0
+    assert f"{table_id} exists; the layout record agrees, in family {RECORD_FAMILY!r}" in out
+
+
+def test_guard_stores_a_record_on_an_empty_table_saying_it_holds_no_rows(
+    emulator: Emulator, table_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty table gets its record: "stored", with nothing sampled."""
+    create_table(emulator.address, table_id, ["cf"])
+    code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "8", "--add-family")
+    assert (code, err) == (0, "")
+    assert "stored the layout record" in out
+    assert "the table holds no rows" in out
+
+
+async def test_guard_override_replaces_the_record_only_when_the_rows_fit(
+    emulator: Emulator,
+    table_id: str,
+    capsys: pytest.CaptureFixture[str],
+    bigtable_data_client: BigtableDataClientAsync,
+) -> None:
+    """--override before the rewrite: exit 1, the record stays; after it: replaced."""
+    from google.cloud.bigtable.data.mutations import DeleteAllFromRow
+
+    from saltedtable import describe_layout
+
+    assert run(capsys, "create", table_id, *WHERE, "-n", "4")[0] == 0
+    await fill(bigtable_data_client, table_id, SaltScheme(4), 200)
+    code, _, err = run(capsys, "guard", table_id, *WHERE, "-n", "8")
+    assert code == 1
+    assert_one_line_error(err, "buckets: stored 4, now 8")
+    code, out, err = run(capsys, "guard", table_id, *WHERE, "-n", "8", "--override")
+    assert code == 1
+    assert_one_line_error(err, "was not replaced", "do not fit the layout")
+    assert await stored_record(bigtable_data_client, table_id) == describe_layout(SaltScheme(4))
+    # The deliberate rewrite, then the override.
+    raw = bigtable_data_client.get_table(INSTANCE, table_id)
+    await raw.bulk_mutate_rows(
+        [
+            RowMutationEntry(SaltScheme(4).salt_key(f"user{i:05d}"), DeleteAllFromRow())
+            for i in range(200)
+        ]
+    )
+    await written_without_record(bigtable_data_client, table_id, SaltScheme(8))
+    code, out, _ = run(capsys, "guard", table_id, *WHERE, "-n", "8", "--override")
+    assert code == 0
+    assert f"replaced the layout record, in family {RECORD_FAMILY!r} (200 sampled rows" in out
+    assert await stored_record(bigtable_data_client, table_id) == describe_layout(SaltScheme(8))
+    code, _, err = run(capsys, "guard", table_id, *WHERE, "-n", "4")
+    assert code == 1
+    assert_one_line_error(err, "buckets: stored 8, now 4")

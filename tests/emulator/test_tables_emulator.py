@@ -534,3 +534,118 @@ async def test_create_if_not_exists_gives_a_record_less_table_one_or_names_the_f
     assert await record_cells(data_client, without) == []  # nothing written
     with admin_client(emulator_host=emulator.address) as admin:
         assert sorted(read_schema(admin, table_path(PROJECT, INSTANCE, without))) == ["cf"]
+
+
+# -- nothing stores a record it has not checked against the rows -------------------------------
+
+USERS = [b"user%05d" % i for i in range(300)]
+
+
+async def four_bucket_rows_without_record(
+    emulator: Emulator, made: list[str], client: BigtableDataClientAsync
+) -> str:
+    """A table written with 4 buckets by a tool without the guard: rows, no record."""
+    table_id = plain_table(emulator, made, "cf", RECORD_FAMILY)
+    other_tool = SaltedTableAsync.from_client(
+        client, INSTANCE, table_id, SaltScheme(4), guard=False
+    )
+    await other_tool.bulk_mutate_rows([RowMutationEntry(k, SetCell("cf", b"q", k)) for k in USERS])
+    return table_id
+
+
+async def test_open_with_the_wrong_bucket_count_stores_nothing(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    """SaltedTableAsync.open(N=8, family=...) over N=4 rows: refused before any record."""
+    table_id = await four_bucket_rows_without_record(emulator, table_ids, data_client)
+    raw = data_client.get_table(INSTANCE, table_id)
+    for family in ("cf", RECORD_FAMILY):
+        with pytest.raises(LayoutError, match=f"the layout record of {table_id} was not stored"):
+            await SaltedTableAsync.open(raw, SaltScheme(8), family=family)
+        assert await record_cells(data_client, table_id) == []
+    right = await SaltedTableAsync.open(raw, SaltScheme(4), family=RECORD_FAMILY)
+    assert await record_cells(data_client, table_id) == [RECORD_FAMILY]
+    row = await right.read_row(USERS[5])
+    assert row is not None
+    assert row.cells[0].value == USERS[5]
+
+
+def test_sync_open_with_the_wrong_bucket_count_stores_nothing(
+    emulator: Emulator, table_ids: list[str]
+) -> None:
+    """SaltedTable.open (sync) does the same: refused, nothing stored; N=4 opens after."""
+    with BigtableDataClient(project=PROJECT) as client:
+
+        async def setup() -> str:
+            async with BigtableDataClientAsync(project=PROJECT) as async_client:
+                return await four_bucket_rows_without_record(emulator, table_ids, async_client)
+
+        table_id = asyncio.run(setup())
+        raw = client.get_table(INSTANCE, table_id)
+        with pytest.raises(LayoutError, match="was not stored"):
+            SaltedTable.open(raw, SaltScheme(8), family=RECORD_FAMILY)
+        assert raw.read_row(SCHEME_ROW_KEY) is None
+        right = SaltedTable.open(raw, SaltScheme(4), family=RECORD_FAMILY)
+        assert right.stored_layout == describe_layout(SaltScheme(4))
+        assert right.read_row(USERS[5]) is not None
+
+
+async def test_the_first_write_with_the_wrong_bucket_count_stores_nothing(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    """A first write with N=8 over N=4 rows: refused; no record, no row; N=4 writes after."""
+    table_id = await four_bucket_rows_without_record(emulator, table_ids, data_client)
+    wrong = SaltedTableAsync.from_client(data_client, INSTANCE, table_id, SaltScheme(8))
+    with pytest.raises(LayoutError, match="was not stored"):
+        await wrong.mutate_row(b"new", SetCell("cf", b"q", b"v"))
+    assert await record_cells(data_client, table_id) == []
+    raw = data_client.get_table(INSTANCE, table_id)
+    assert await raw.read_row(SaltScheme(8).salt_key(b"new")) is None
+    right = SaltedTableAsync.from_client(data_client, INSTANCE, table_id, SaltScheme(4))
+    await right.mutate_row(b"new", SetCell("cf", b"q", b"v"))
+    assert await record_cells(data_client, table_id) == [RECORD_FAMILY]
+    assert await right.read_row(b"new") is not None
+
+
+def test_the_sync_first_write_with_the_wrong_bucket_count_stores_nothing(
+    emulator: Emulator, table_ids: list[str]
+) -> None:
+    """The same through the sync table's bulk write."""
+
+    async def setup() -> str:
+        async with BigtableDataClientAsync(project=PROJECT) as async_client:
+            return await four_bucket_rows_without_record(emulator, table_ids, async_client)
+
+    table_id = asyncio.run(setup())
+    with BigtableDataClient(project=PROJECT) as client:
+        wrong = SaltedTable.from_client(client, INSTANCE, table_id, SaltScheme(8))
+        with pytest.raises(LayoutError, match="was not stored"):
+            wrong.bulk_mutate_rows([RowMutationEntry(b"new", SetCell("cf", b"q", b"v"))])
+        raw = client.get_table(INSTANCE, table_id)
+        assert raw.read_row(SCHEME_ROW_KEY) is None
+        right = SaltedTable.from_client(client, INSTANCE, table_id, SaltScheme(4))
+        right.bulk_mutate_rows([RowMutationEntry(b"new", SetCell("cf", b"q", b"v"))])
+        assert right.stored_layout == describe_layout(SaltScheme(4))
+
+
+async def test_create_if_not_exists_reports_a_stored_record_and_refuses_misfit_rows(
+    emulator: Emulator, table_ids: list[str], data_client: BigtableDataClientAsync
+) -> None:
+    """create_salted_table(if_not_exists=True): misfit rows refused; then stored, then agrees."""
+    table_id = await four_bucket_rows_without_record(emulator, table_ids, data_client)
+    with pytest.raises(LayoutError, match="was not stored"):
+        create_salted_table(
+            PROJECT, INSTANCE, table_id, SaltScheme(8), if_not_exists=True,
+            emulator_host=emulator.address,
+        )  # fmt: skip
+    assert await record_cells(data_client, table_id) == []
+    stored = create_salted_table(
+        PROJECT, INSTANCE, table_id, SaltScheme(4), if_not_exists=True,
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    assert (stored.created, stored.record_stored, stored.sampled_rows) == (False, True, 300)
+    agreed = create_salted_table(
+        PROJECT, INSTANCE, table_id, SaltScheme(4), if_not_exists=True,
+        emulator_host=emulator.address,
+    )  # fmt: skip
+    assert (agreed.record_stored, agreed.sampled_rows) == (False, None)

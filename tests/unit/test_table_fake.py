@@ -461,11 +461,14 @@ def bucket_query(scheme: SaltScheme, bucket: int) -> Callable[[ReadRowsQuery], b
 async def failing_pair(bucket: int) -> tuple[SaltedTableAsync, FakeTable, ServiceUnavailable]:
     scheme = SaltScheme(16)
     cause = ServiceUnavailable(f"bucket {bucket} is down")
-    fake = FakeTable(fail_when=bucket_query(scheme, bucket), fail_with=cause, latency=0.001)
+    fake = FakeTable(fail_with=cause, latency=0.001)
     table = SaltedTableAsync(fake, scheme)
     await table.bulk_mutate_rows(
         [RowMutationEntry(b"k%03d" % i, SetCell("f1", b"q", b"v", 1000)) for i in range(200)]
     )
+    # The bucket fails from now on (the first write's sample of the rows, taken
+    # before it stored the layout record, read it too).
+    fake.fail_when = bucket_query(scheme, bucket)
     return table, fake, cause
 
 
@@ -520,9 +523,11 @@ async def test_breaking_out_of_a_stream_closes_every_subscan(ordered: bool) -> N
 
 async def test_cancelled_read_closes_every_subscan() -> None:
     """A read cancelled while its sub-scans are pending leaves no stream open, none abandoned."""
-    fake = FakeTable(latency=60)
+    fake = FakeTable()
     table = SaltedTableAsync(fake, SaltScheme(16))
     await table.mutate_row(b"k", SetCell("f1", b"q", b"v", 1000))
+    fake.latency = 60  # after the write, whose sample before storing the record reads too
+    fake.stats.endings.clear()
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(table.read_rows, ReadRowsQuery())
@@ -564,6 +569,7 @@ async def test_concurrency_is_bounded_by_max_concurrent_subscans() -> None:
 async def test_timeouts_reach_the_table() -> None:
     """Sub-scans get the table defaults as budgets: <= 600 s per operation, <= 20 s per attempt."""
     pair = await make_pair(SaltScheme(4), {b"a": [("f1", b"q", 1, b"v")]})
+    pair.fake.read_kwargs.clear()  # the first write's sample, within the write's budget
     await pair.table.read_rows(ReadRowsQuery())
     for kwargs in pair.fake.read_kwargs:
         assert 0 < kwargs["operation_timeout"] <= 600

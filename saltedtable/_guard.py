@@ -174,11 +174,13 @@ def layout_error(
     layout: Layout, offenders: Sequence[str], *, refused: str = "", examples: int = 5
 ) -> LayoutError:
     """The error for sampled rows that do not fit the layout (``refused``: what was not done)."""
-    shown = "\n  ".join(offenders[:examples])
+    # One example a line, each ended so that the message still reads when a CLI folds
+    # it onto one line.
+    shown = ";\n  ".join(offenders[:examples])
     cutoff = "" if layout.cutoff is None else " with " + repr(layout.cutoff)
     return LayoutError(
         f"{refused}{len(offenders)} sampled row(s) do not fit the layout of "
-        f"{layout.scheme}{cutoff}, e.g.\n  {shown}\nIf these are older unsalted keys that "
+        f"{layout.scheme}{cutoff}, e.g.\n  {shown}.\nIf these are older unsalted keys that "
         "look salted, give the scheme a marker (SaltScheme(..., marker=b'~')) so salted keys "
         "cannot meet them; if the table was written with another bucket count or hash, use "
         "that scheme."

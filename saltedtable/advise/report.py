@@ -139,17 +139,29 @@ def text_report(
     )
     out.append(f"noise: {_counts_text(advice)}{_noise_text(advice)}")
     out.append("")
+    # The keys rise with time: a column for the max/mean at the ends where they are written.
+    ends = advice.simulations[0].write_end_level is not None
+    head = f"{'ends':>6}  " if ends else ""
     out.append(
         f"{'N':>5}  {'max/mean':>8}  {'corrected':>9}  {_LEVEL + ' interval':>12}  "
-        f"{'verdict':<8}  {'sub-scans':>9}  rows read by a limit-{limit} scan"
+        f"{'verdict':<8}  {head}{'sub-scans':>9}  rows read by a limit-{limit} scan"
     )
-    out.append(f"{'':>5}  {'':>8}  {'':>9}  {'':>12}  {'':<8}  {'':>9}  {'naive':>8}  saltedtable")
+    blank = f"{'':>6}  " if ends else ""
+    out.append(
+        f"{'':>5}  {'':>8}  {'':>9}  {'':>12}  {'':<8}  {blank}{'':>9}  {'naive':>8}  saltedtable"
+    )
     for sim in advice.simulations:
         mark = "  <- recommended" if sim.buckets == advice.recommended else ""
+        level = f"{sim.write_end_level:>6.2f}  " if sim.write_end_level is not None else ""
         out.append(
             f"{sim.buckets:>5}  {sim.max_mean:>8.2f}  {sim.corrected:>9.2f}  "
-            f"{_interval(sim):>12}  {sim.verdict:<8}  {sim.sub_scans:>9}  "
+            f"{_interval(sim):>12}  {sim.verdict:<8}  {level}{sim.sub_scans:>9}  "
             f"{sim.naive_limit_rows:>8,}  {sim.paged_limit_rows:>11,}{mark}"
+        )
+    if ends:
+        out.append(
+            "ends: max/mean at one moment, when the keys that rise with time are written at "
+            "the end of each bucket (see monotonic-keys)"
         )
     out.append("")
     unsalted = advice.simulations[0]
@@ -162,15 +174,22 @@ def text_report(
         f"  at its peak {hot.ratio:.1f}x the mean tablet, in window {hot.window + 1} of "
         f"{advice.windows} ({hot.share:.0%} of that window's load)"
     )
+    # A measure that meets the target says nothing of the end where rising keys go.
+    at_end = (
+        f"; but its end, where the keys that rise with time are written, takes "
+        f"{unsalted.write_end_level:.2f}x the mean tablet"
+        if unsalted.write_end_level is not None
+        else ""
+    )
     if unsalted.verdict == "uniform":
         out.append(
             f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout is "
-            "indistinguishable from uniform"
+            f"indistinguishable from uniform{at_end}"
         )
     elif unsalted.meets_target:
         out.append(
             f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout already meets "
-            f"max/mean <= {advice.target:g} ({unsalted.corrected:.2f}, corrected)"
+            f"max/mean <= {advice.target:g} ({unsalted.corrected:.2f}, corrected){at_end}"
         )
     else:
         out.append(
@@ -181,12 +200,18 @@ def text_report(
         out.append(f"recommended: none of the candidates meets max/mean <= {advice.target:g}")
     else:
         best = advice.simulation(advice.recommended)
-        if best.buckets == 1:
+        if best.buckets == 1:  # never with keys that rise with time (see advise())
             out.append(f"recommended: N = 1, no salting: {_why_it_meets(best, advice)}")
         else:
+            at_ends = (
+                ""
+                if best.write_end_level is None
+                else ", also at the ends where the keys that rise with time are written "
+                f"({best.write_end_level:.2f})"
+            )
             out.append(
                 f"recommended: N = {best.buckets}, the smallest candidate that meets "
-                f"max/mean <= {advice.target:g}: {_why_it_meets(best, advice)}"
+                f"max/mean <= {advice.target:g}{at_ends}: {_why_it_meets(best, advice)}"
             )
             out.append(
                 f"  cost: every scan becomes {best.sub_scans} sub-scans; a limit-{limit} read "
@@ -273,6 +298,9 @@ def json_report(
                 "sub_scans": sim.sub_scans,
                 "naive_limit_rows": sim.naive_limit_rows,
                 "paged_limit_rows": sim.paged_limit_rows,
+                "write_end_level": None
+                if sim.write_end_level is None
+                else round(sim.write_end_level, 4),
                 "hottest": {
                     "tablet": sim.hottest.tablet,
                     "window": sim.hottest.window,

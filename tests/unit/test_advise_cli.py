@@ -140,6 +140,7 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
             "sub_scans",
             "naive_limit_rows",
             "paged_limit_rows",
+            "write_end_level",
             "hottest",
         }
         assert set(layout["hottest"]) == {

@@ -75,7 +75,7 @@ def _refusal(exc: Exception, table: str | None = None) -> str:
     if isinstance(exc, SchemeMismatchError):
         diffs = "; ".join(open_differences(exc.stored, exc.current))
         whose = "the table's layout record" if table is None else f"the layout record of {table!r}"
-        return f"{whose} differs ({diffs}): give the stored scheme"
+        return f"{whose} differs ({diffs}): give the stored scheme: {exc.stored.cli_flags()}"
     notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
     if isinstance(exc, LayoutError):
         return " ".join(line.strip() for line in str(exc).splitlines()) + notes
@@ -310,7 +310,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 if report.record.cutoff is not None or report.record.key_part:
                     report.notes.append(
                         "the record has a key part or cutoff: give the scheme options "
-                        "to check where keys belong"
+                        f"to check where keys belong: {report.record.cli_flags()}"
                     )
             else:
                 return _emit(report, args)  # no record and no scheme: nothing more to judge

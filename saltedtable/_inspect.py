@@ -111,6 +111,7 @@ class Inspection:
             "table": self.table,
             "record": None if self.record is None else self.record.as_dict(),
             "record_family": self.record_family,
+            "record_flags": None if self.record is None else str(self.record.cli_flags()),
             "families": self.sorted_families(),
             "scheme": self.scheme,
             "bucket_bytes": {str(b): round(v) for b, v in sorted(self.buckets.items())},
@@ -129,6 +130,7 @@ class Inspection:
             lines.append("record: none")
         else:
             lines.append(f"record: in family {self.record_family!r}: {self.record.as_dict()}")
+            lines.append(f"  as flags: {self.record.cli_flags()}")
         lines.append("families:")
         for fam in self.sorted_families():
             kind = f", aggregate {fam['aggregate']}" if fam.get("aggregate") else ""

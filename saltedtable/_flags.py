@@ -23,6 +23,7 @@ from typing import Any, Final, final
 
 from ._cutoff import (
     LONG_MAX,
+    CutoffPolicy,
     big_endian_int,
     epoch_field,
     iso8601_field,
@@ -30,7 +31,13 @@ from ._cutoff import (
 )
 from ._salt import before_last, fields
 
-__all__ = ["LayoutFlags", "layout_flags", "rebuild_key_part", "rebuild_time_reader"]
+__all__ = [
+    "LayoutFlags",
+    "layout_flags",
+    "rebuild_cutoff",
+    "rebuild_key_part",
+    "rebuild_time_reader",
+]
 
 #: The ready-made time readers, by the name their stored text starts with.
 _READERS: Final[dict[str, Callable[..., Any]]] = {
@@ -85,6 +92,29 @@ def rebuild_key_part(text: str | None) -> Any:
     None for a named or custom part, or any other text.
     """
     return _rebuild(text, _KEY_PARTS)
+
+
+def rebuild_cutoff(cutoff: Mapping[str, Any] | None) -> CutoffPolicy | None:
+    """The cutoff policy a record's ``cutoff`` object stores, or None.
+
+    None without a cutoff, and for one whose time reader is not ready-made (a
+    custom function only its author's code has) or whose fields do not make a
+    policy.
+    """
+    if not isinstance(cutoff, Mapping):
+        return None
+    reader = rebuild_time_reader(cutoff.get("timestamp"))
+    instant = _instant(cutoff)
+    if reader is None or instant is None:
+        return None
+    try:
+        return CutoffPolicy(
+            dt.datetime.fromisoformat(instant),
+            reader,
+            unreadable=cutoff.get("unreadable") or "error",
+        )
+    except ValueError:
+        return None
 
 
 def _text(value: bytes) -> str | None:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._salt import format_key
 from .model import Advice, Simulation
 from .noise import CONFIDENCE
+
+if TYPE_CHECKING:
+    from .input import TableSample
 
 __all__ = ["JSON_SCHEMA", "epoch_scale", "json_report", "text_report"]
 
@@ -108,6 +111,7 @@ def text_report(
     hash_name: str,
     key_part: str | None,
     show_key: Callable[[bytes], str] = format_key,
+    keys: str | None = None,
 ) -> str:
     """The report for people, as printed by ``saltedtable advise``.
 
@@ -118,6 +122,8 @@ def text_report(
         hash_name: The hash the layouts were salted with.
         key_part: The ``--key-part`` spec, if any.
         show_key: How keys are shown.
+        keys: How a table's keys were read (:meth:`~saltedtable.advise.input.TableSample.describe`),
+            shown under the sample line.
 
     Returns:
         The report, lines separated by ``\\n``, ending with a newline.
@@ -132,6 +138,8 @@ def text_report(
         f"{advice.distinct_keys:,} distinct keys, load {advice.total_load:,.6g}; "
         f"{_axis_text(advice, time_source)}"
     )
+    if keys is not None:
+        out.append(f"  {keys}")
     part = f", key part {key_part}" if key_part else ""
     out.append(
         f"model: {advice.tablets} tablets of equal key count; hash {hash_name}{part}; "
@@ -240,6 +248,7 @@ def json_report(
     key_part: str | None,
     keys_as_hex: bool = False,
     plot: str | None = None,
+    table: TableSample | None = None,
 ) -> dict[str, Any]:
     """The report for machines: a JSON-ready ``dict`` with ``"schema": JSON_SCHEMA``.
 
@@ -253,6 +262,8 @@ def json_report(
         key_part: The ``--key-part`` spec, if any.
         keys_as_hex: Show keys as hex instead of escaped text.
         plot: The heat map written, if any.
+        table: How a sampled table's rows were read (``input.layout_record``,
+            ``input.left_out``; null for a file).
     """
     show = bytes.hex if keys_as_hex else format_key
     return {
@@ -270,6 +281,20 @@ def json_report(
             "windows": advice.windows,
             "window_edges": [round(edge, 6) for edge in advice.window_edges],
             "keys_as": "hex" if keys_as_hex else "text",
+            "layout_record": None
+            if table is None or table.record is None
+            else {
+                "family": table.record_family,
+                "record": table.record.as_dict(),
+                "flags": str(table.record.cli_flags()),
+            },
+            "left_out": None
+            if table is None
+            else {
+                "record_rows": table.record_rows,
+                "outside_layout": table.outside,
+                "hidden": table.hidden,
+            },
         },
         "model": {
             "tablets": advice.tablets,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ._args import add_hash_options, float_above, int_at_least
 from ._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from ._families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
+from ._inspect import SUMMARY_ABOVE
 from ._salt import MAX_BUCKETS, SaltScheme
 
 if TYPE_CHECKING:
@@ -262,6 +263,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from ._layout import Layout
     from ._record import decode_layout, describe_layout, newest_record_cell, open_differences
     from ._salt import SCHEME_ROW_KEY, format_key
+    from .advise.input import Progress, progress_stream
 
     args.project, args.instance = _located(args)
     check_table_id(args.table)  # a usage error, before any request
@@ -336,7 +338,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             )
             if checkable:
                 queries = sample_queries(layout, args.sample_rows, report.record)
-                keys = [[row.row_key for row in table.read_rows(q)] for q in queries]
+                # One read a bucket: at N=4,096 that is seconds, so say how far it is.
+                bar = Progress("sampling keys", len(queries), progress_stream(args.progress))
+                keys: list[list[bytes]] = []
+                for query in queries:
+                    keys.append([row.row_key for row in table.read_rows(query)])
+                    bar.update(len(keys))
+                bar.close(len(keys))
                 report.stray = layout_offenders(layout, keys, report.record)[: args.show]
                 if report.stray:
                     report.problems.append(
@@ -348,7 +356,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _emit(report: Any, args: argparse.Namespace) -> int:
-    print(json.dumps(report.as_json(), indent=2) if args.json else report.text())
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        print(report.text(all_buckets=args.all_buckets))
     return 1 if report.problems else 0
 
 
@@ -426,6 +437,17 @@ def add_table_commands(sub: Any) -> None:
     )
     inspect.add_argument(
         "--show", type=int_at_least(1), default=10, metavar="K", help="stray keys shown (10)"
+    )
+    inspect.add_argument(
+        "--all-buckets",
+        action="store_true",
+        help=f"list every bucket (above {SUMMARY_ABOVE} buckets the text report shows the "
+        "largest, the smallest and a histogram of their sizes)",
+    )
+    inspect.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the key sampling's progress on stderr even if it is not a terminal",
     )
     inspect.add_argument(
         "--max-skew",

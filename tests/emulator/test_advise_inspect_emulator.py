@@ -137,3 +137,29 @@ def test_inspect_shows_a_cutoff_records_time_reader_as_flags(
     assert err.rstrip().endswith(
         "give the stored scheme: -n 8 --cutoff 2024-01-01T00:00:00+00:00 --time epoch:ms:1:13"
     )
+
+
+def test_inspect_summarises_many_buckets_with_progress(
+    table_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """N = 256: the text report summarises the buckets (largest, smallest, histogram) instead of
+    256 lines, --progress shows the key sampling on stderr, --all-buckets lists every bucket."""
+    assert run(capsys, "create", table_id, *WHERE, "-n", "256")[0] == 0
+    keys = [b"%d#user%05d" % (AFTER_MS + i, i) for i in range(3_000)]
+    write(table_id, SaltScheme(256), keys)
+    code, out, err = run(capsys, "inspect", table_id, *WHERE, "--progress")
+    assert code == 0, out
+    assert "buckets: 256, about " in out
+    assert "  largest 10:\n    bucket " in out
+    assert "  smallest: bucket " in out
+    assert "  every bucket: --all-buckets (or --json)" in out
+    assert sum(line.startswith("  bucket ") for line in out.splitlines()) == 0
+    spans = [line for line in out.splitlines() if line.startswith("    ~")]
+    assert sum(int(line.split(":")[1].split()[0].replace(",", "")) for line in spans) == 256
+    assert "sampling keys [" in err
+    assert err.rstrip().endswith("100%")
+    code, out, err = run(capsys, "inspect", table_id, *WHERE, "--all-buckets")
+    assert code == 0, out
+    assert sum(line.startswith("  bucket ") for line in out.splitlines()) == 256
+    assert "largest" not in out
+    assert err == ""  # no progress unless asked (stderr is not a terminal here)

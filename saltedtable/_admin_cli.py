@@ -244,13 +244,30 @@ def _family_at_risk(args: argparse.Namespace, family: str | None) -> int:
 # -- inspect ---------------------------------------------------------------------------------------
 
 
-def _scheme_from_record(record: LayoutRecord) -> SaltScheme:
-    return SaltScheme(
+def _layout_of_record(record: LayoutRecord) -> tuple[SaltScheme, Any, bool]:
+    """The scheme and cutoff a record stores, and whether they are the whole layout.
+
+    A ready-made key part and time reader are rebuilt from their stored text; a
+    custom one (only its author's code has it) is left out, and the layout is
+    then not whole: the bucket count, hash, separator and marker still give the
+    buckets' sizes, but not where each key belongs.
+    """
+    from ._flags import rebuild_cutoff, rebuild_key_part
+    from ._record import describe_layout, open_differences
+
+    part = rebuild_key_part(record.key_part)
+    cutoff = rebuild_cutoff(None if record.cutoff is None else record.cutoff.as_dict())
+    scheme = SaltScheme(
         record.buckets,
         hash=record.hash or "crc32",
+        key_part=part,
         separator=b"-" if record.separator is None else record.separator,
         marker=record.marker or b"",
     )
+    whole = (record.key_part is None or part is not None) and (
+        record.cutoff is None or cutoff is not None
+    )
+    return scheme, cutoff, whole and not open_differences(record, describe_layout(scheme, cutoff))
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -268,6 +285,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     args.project, args.instance = _located(args)
     check_table_id(args.table)  # a usage error, before any request
     given = _layout(args) if args.buckets is not None else None
+    whole = False  # the record gave the whole layout (else only the buckets can be judged)
     report = Inspection(table=args.table)
     name = table_path(args.project, args.instance, args.table)
     schema = None
@@ -308,11 +326,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                             "the given layout disagrees with the record: " + "; ".join(diffs)
                         )
             elif report.record is not None:
-                scheme, cutoff = _scheme_from_record(report.record), None
-                if report.record.cutoff is not None or report.record.key_part:
+                scheme, cutoff, whole = _layout_of_record(report.record)
+                if not whole:
                     report.notes.append(
-                        "the record has a key part or cutoff: give the scheme options "
-                        f"to check where keys belong: {report.record.cli_flags()}"
+                        "the record names a custom key part or time reader: give the scheme "
+                        f"options to check where keys belong: {report.record.cli_flags()}"
                     )
             else:
                 return _emit(report, args)  # no record and no scheme: nothing more to judge
@@ -333,10 +351,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 report.problems.append(
                     f"skew {report.skew:.2f} is above --max-skew {args.max_skew}"
                 )
-            checkable = given is not None or not (
-                report.record and (report.record.key_part or report.record.cutoff)
-            )
-            if checkable:
+            if given is not None or whole:
                 queries = sample_queries(layout, args.sample_rows, report.record)
                 # One read a bucket: at N=4,096 that is seconds, so say how far it is.
                 bar = Progress("sampling keys", len(queries), progress_stream(args.progress))

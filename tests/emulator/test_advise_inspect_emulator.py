@@ -12,6 +12,7 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClient, RowMutationEntry, SetCell
 
 from saltedtable import CutoffPolicy, SaltedTable, SaltScheme, epoch_field
+from saltedtable._create import create_salted_table
 from saltedtable._families import RECORD_FAMILY
 from saltedtable.advise.input import read_table
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table
@@ -116,27 +117,62 @@ def test_advise_table_on_a_cutoff_table_keeps_legacy_keys_and_unsalts_the_rest(
     assert report["input"]["left_out"]["record_rows"] == 1
 
 
-def test_inspect_shows_a_cutoff_records_time_reader_as_flags(
+def read_ms(key: bytes) -> int:
+    """A custom time reader: epoch milliseconds before the first '#' (the record names it)."""
+    return int(key.split(b"#")[0]) * 1000
+
+
+def test_inspect_rebuilds_a_cutoff_layout_from_its_record_and_shows_its_flags(
     table_id: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """inspect prints the record's flags; a mismatch names the flags that would agree."""
+    """A cutoff record with a ready-made time reader: inspect prints its flags, checks where
+    keys belong without being given the scheme (an unsalted row after the cutoff is a problem),
+    and a refusal names the flags that would agree."""
     layout = ("-n", "8", "--cutoff", CUTOFF.isoformat(), "--time", "epoch:ms:1:13")
     assert run(capsys, "create", table_id, *WHERE, *layout)[0] == 0
+    write_raw(table_id, [b"user1#%d" % BEFORE_MS])
     code, out, err = run(capsys, "inspect", table_id, *WHERE)
+    assert code == 0, out
     assert "  as flags: -n 8 --cutoff 2024-01-01T00:00:00+00:00 --time epoch:ms:1:13\n" in out
-    assert (
-        "give the scheme options to check where keys belong: -n 8 --cutoff "
-        "2024-01-01T00:00:00+00:00 --time epoch:ms:1:13"
-    ) in out
+    assert "layout: SaltScheme(buckets=8, hash='crc32'), CutoffPolicy(" in out
+    assert "give the scheme options" not in out
     code, out, err = run(capsys, "inspect", table_id, *WHERE, "--json")
     assert json.loads(out)["record_flags"] == (
         "-n 8 --cutoff 2024-01-01T00:00:00+00:00 --time epoch:ms:1:13"
     )
+    write_raw(table_id, [b"user2#%d" % AFTER_MS])  # unsalted, but after the cutoff
+    code, out, err = run(capsys, "inspect", table_id, *WHERE)
+    assert code == 1
+    assert "PROBLEM: 1 sampled key(s) do not fit the layout" in out
     code, _, err = run(capsys, "guard", table_id, *WHERE, "-n", "8", "--cutoff", CUTOFF.isoformat())
     assert code == 1
     assert err.rstrip().endswith(
         "give the stored scheme: -n 8 --cutoff 2024-01-01T00:00:00+00:00 --time epoch:ms:1:13"
     )
+
+
+def test_inspect_names_a_custom_time_reader_it_cannot_rebuild(
+    emulator: Emulator, table_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record whose time reader is the application's own function: shown by its name, and the
+    note asks for the scheme options to check where keys belong."""
+    create_salted_table(
+        PROJECT,
+        INSTANCE,
+        table_id,
+        SaltScheme(4),
+        cutoff=CutoffPolicy(CUTOFF, read_ms),
+        emulator_host=emulator.address,
+    )
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE)
+    assert code == 0, out
+    name = f"{read_ms.__module__}.read_ms"
+    flags = f"-n 4 --cutoff 2024-01-01T00:00:00+00:00 (no flag gives the time reader {name})"
+    assert f"  as flags: {flags}\n" in out
+    assert (
+        "note: the record names a custom key part or time reader: give the scheme options to "
+        f"check where keys belong: {flags}"
+    ) in out
 
 
 def test_inspect_summarises_many_buckets_with_progress(

@@ -302,7 +302,10 @@ alone raises it: each max/mean is shown corrected, with a 95% interval, next
 to the noise floor (what a perfectly uniform workload sampled the same way
 shows). The recommendation is the smallest candidate N whose interval is at or
 below --target, or whose max/mean is within the noise floor: every scan of a
-salted table costs N sub-scans. Details: docs/advise.md.
+salted table costs N sub-scans. Keys that rise with time (timestamp-first) also
+need the "ends" column (the max/mean at one moment, every new key at the end of
+its bucket) at or below --target, and never get N = 1. With --table, a salted
+table's keys are unsalted with its layout record first. Details: docs/advise.md.
 
 examples:
   saltedtable advise access-log.csv

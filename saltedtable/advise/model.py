@@ -26,7 +26,9 @@ way would show (the noise floor). A layout *meets* the target when its whole
 interval is at or below it, or when its measured max/mean is within the noise
 floor (indistinguishable from uniform). The recommendation is the smallest
 candidate that meets the target, because each bucket costs every scan one more
-sub-scan.
+sub-scan. When the key as a whole rises with time, a layout must also meet the
+target at the ends where new keys are written (:attr:`Simulation.write_end_level`),
+and N = 1 is never recommended: one tablet takes every new row.
 
 Time matters: keys such as ``tenant#timestamp`` are spread evenly over the
 tablets in storage, but at any moment every write of a tenant goes to the end

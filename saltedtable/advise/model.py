@@ -1329,10 +1329,12 @@ class _WriteEnds:
         if scheme is None:
             add(0, end, self.load)
         else:
-            buckets = {scheme.bucket_of(k) for k in self.members}
             # A key part that keeps the rising keys in one bucket keeps their end there;
             # else the hash sends new keys to every bucket alike.
-            spread = buckets if len(buckets) == 1 else set(slots)
+            spread = set(slots)
+            seen = {scheme.bucket_of(k) for k in itertools.islice(self.members, 64)}
+            if len(seen) == 1 and {scheme.bucket_of(k) for k in self.members} == seen:
+                spread = seen
             for bucket in spread:
                 add(slots[bucket], end, self.load / len(spread))
         return t_count * max(tablets) / self.total if self.total else 0.0

@@ -384,11 +384,11 @@ class TableSample:
     def describe(self) -> str:
         """One line for the report: which record turned the keys logical, and what was left out."""
         left = [
-            f"{count:,} {what}"
-            for count, what in (
-                (self.record_rows, "record row"),
-                (self.outside, "rows outside its layout"),
-                (self.hidden, "rows readers hide"),
+            f"{count:,} {one if count == 1 else many}"
+            for count, one, many in (
+                (self.record_rows, "record row", "record rows"),
+                (self.outside, "row outside its layout", "rows outside its layout"),
+                (self.hidden, "row readers hide", "rows readers hide"),
             )
             if count
         ]

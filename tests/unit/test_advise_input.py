@@ -251,7 +251,7 @@ def test_a_cutoff_tables_legacy_rows_stay_and_copies_are_hidden() -> None:
     assert sample.describe() == (
         "logical keys, unsalted with the table's layout record (family 'saltedtable': -n 8 "
         "--cutoff 2024-01-01T00:00:00+00:00 --time epoch:ms:0:13); left out: 1 record row, "
-        "1 rows readers hide"
+        "1 row readers hide"
     )
 
 
@@ -262,7 +262,7 @@ def test_rows_outside_a_layout_without_cutoff_are_left_out_and_counted() -> None
     sample = logical_sample(rows, describe_layout(scheme), "cf")
     assert [a.key for a in sample.accesses] == [b"a", b"b"]
     assert sample.outside == 1
-    assert "left out: 1 record row, 1 rows outside its layout" in sample.describe()
+    assert "left out: 1 record row, 1 row outside its layout" in sample.describe()
 
 
 def test_without_a_record_the_keys_are_kept_as_stored_but_the_reserved_row() -> None:

@@ -20,6 +20,7 @@ from ._inspect import SUMMARY_ABOVE
 from ._salt import MAX_BUCKETS, SaltScheme
 
 if TYPE_CHECKING:
+    from ._cutoff import CutoffPolicy
     from ._record import LayoutRecord
 
 __all__ = ["add_table_commands"]
@@ -244,7 +245,7 @@ def _family_at_risk(args: argparse.Namespace, family: str | None) -> int:
 # -- inspect ---------------------------------------------------------------------------------------
 
 
-def _layout_of_record(record: LayoutRecord) -> tuple[SaltScheme, Any, bool]:
+def _layout_of_record(record: LayoutRecord) -> tuple[SaltScheme, CutoffPolicy | None, bool]:
     """The scheme and cutoff a record stores, and whether they are the whole layout.
 
     A ready-made key part and time reader are rebuilt from their stored text; a

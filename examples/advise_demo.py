@@ -16,6 +16,8 @@ The other workloads are the ones the advisor's tests and docs measure:
 * ``uniform``: random keys from a million users, evenly over the hour.
 * ``hot-key``: 10,000 users evenly, plus one key, ``celebrity``, with a tenth of
   all accesses.
+* ``timestamp-first``: writes keyed ``epoch-ms#user`` (the time first), evenly
+  over the hour: every new row goes to the end of the key space.
 
 ``--weighted`` writes one ``key,count`` line per distinct key instead (the
 accesses summed per key, no time): a weighted sample, as a counter export gives.
@@ -84,12 +86,20 @@ def hot_key_lines(lines: int, *, seed: int = 5) -> Iterator[Line]:
         yield key, 1, (START_MS + ms) / 1000
 
 
+def timestamp_first_lines(lines: int, *, seed: int = 3) -> Iterator[Line]:
+    """Writes keyed ``epoch-ms#user``, evenly over an hour: the keys rise with time."""
+    rnd = random.Random(seed)
+    for ms in sorted(rnd.randrange(HOUR_MS) for _ in range(lines)):
+        yield f"{START_MS + ms}#user{rnd.randrange(1_000):03d}", 1, (START_MS + ms) / 1000
+
+
 WORKLOADS: dict[str, tuple[Callable[[int], Iterator[Line]], int]] = {
     "tenants": (tenant_lines, 60_000),
     "busy-tenant": (lambda n: tenant_lines(n, factor=5), 60_000),
     "article": (article_lines, 20_000),
     "uniform": (uniform_lines, 20_000),
     "hot-key": (hot_key_lines, 20_000),
+    "timestamp-first": (timestamp_first_lines, 20_000),
 }
 
 

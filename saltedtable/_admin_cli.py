@@ -17,9 +17,11 @@ from ._args import float_above, int_at_least, key_from_text
 from ._connection import DEFAULT_TIMEOUT, connection_errors, connection_failure, data_timeouts
 from ._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from ._families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
+from ._inspect import SUMMARY_ABOVE
 from ._salt import SaltScheme
 
 if TYPE_CHECKING:
+    from ._cutoff import CutoffPolicy
     from ._record import LayoutRecord
 
 __all__ = ["add_location_options", "add_table_commands"]
@@ -71,7 +73,7 @@ def _refusal(exc: Exception, table: str | None = None) -> str:
     if isinstance(exc, SchemeMismatchError):
         diffs = "; ".join(open_differences(exc.stored, exc.current))
         whose = "the table's layout record" if table is None else f"the layout record of {table!r}"
-        return f"{whose} differs ({diffs}): give the stored scheme"
+        return f"{whose} differs ({diffs}): give the stored scheme: {exc.stored.cli_flags()}"
     notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
     if isinstance(exc, LayoutError):
         return " ".join(line.strip() for line in str(exc).splitlines()) + notes
@@ -266,13 +268,30 @@ def _family_at_risk(args: argparse.Namespace, family: str | None) -> int:
 # -- inspect ---------------------------------------------------------------------------------------
 
 
-def _scheme_from_record(record: LayoutRecord) -> SaltScheme:
-    return SaltScheme(
+def _layout_of_record(record: LayoutRecord) -> tuple[SaltScheme, CutoffPolicy | None, bool]:
+    """The scheme and cutoff a record stores, and whether they are the whole layout.
+
+    A ready-made key part and time reader are rebuilt from their stored text; a
+    custom one (only its author's code has it) is left out, and the layout is
+    then not whole: the bucket count, hash, separator and marker still give the
+    buckets' sizes, but not where each key belongs.
+    """
+    from ._flags import rebuild_cutoff, rebuild_key_part
+    from ._record import describe_layout, open_differences
+
+    part = rebuild_key_part(record.key_part)
+    cutoff = rebuild_cutoff(None if record.cutoff is None else record.cutoff.as_dict())
+    scheme = SaltScheme(
         record.buckets,
         hash=record.hash or "crc32",
+        key_part=part,
         separator=b"-" if record.separator is None else record.separator,
         marker=record.marker or b"",
     )
+    whole = (record.key_part is None or part is not None) and (
+        record.cutoff is None or cutoff is not None
+    )
+    return scheme, cutoff, whole and not open_differences(record, describe_layout(scheme, cutoff))
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -285,10 +304,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from ._layout import Layout
     from ._record import decode_layout, describe_layout, newest_record_cell, open_differences
     from ._salt import SCHEME_ROW_KEY, format_key
+    from .advise.input import Progress, progress_stream
 
     args.project, args.instance = _located(args)
     check_table_id(args.table)  # a usage error, before any request
     given = _layout(args) if args.buckets is not None else None
+    whole = False  # the record gave the whole layout (else only the buckets can be judged)
     report = Inspection(table=args.table)
     name = table_path(args.project, args.instance, args.table)
     schema = None
@@ -329,11 +350,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                             "the given layout disagrees with the record: " + "; ".join(diffs)
                         )
             elif report.record is not None:
-                scheme, cutoff = _scheme_from_record(report.record), None
-                if report.record.cutoff is not None or report.record.key_part:
+                scheme, cutoff, whole = _layout_of_record(report.record)
+                if not whole:
                     report.notes.append(
-                        "the record has a key part or cutoff: give the scheme options "
-                        "to check where keys belong"
+                        "the record names a custom key part or time reader: give the scheme "
+                        f"options to check where keys belong: {report.record.cli_flags()}"
                     )
             else:
                 return _emit(report, args)  # no record and no scheme: nothing more to judge
@@ -354,12 +375,15 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 report.problems.append(
                     f"skew {report.skew:.2f} is above --max-skew {args.max_skew}"
                 )
-            checkable = given is not None or not (
-                report.record and (report.record.key_part or report.record.cutoff)
-            )
-            if checkable:
+            if given is not None or whole:
                 queries = sample_queries(layout, args.sample_rows, report.record)
-                keys = [[row.row_key for row in table.read_rows(q)] for q in queries]
+                # One read a bucket: at N=4,096 that is seconds, so say how far it is.
+                bar = Progress("sampling keys", len(queries), progress_stream(args.progress))
+                keys: list[list[bytes]] = []
+                for query in queries:
+                    keys.append([row.row_key for row in table.read_rows(query)])
+                    bar.update(len(keys))
+                bar.close(len(keys))
                 report.stray = layout_offenders(layout, keys, report.record)[: args.show]
                 if report.stray:
                     report.problems.append(
@@ -371,7 +395,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _emit(report: Any, args: argparse.Namespace) -> int:
-    print(json.dumps(report.as_json(), indent=2) if args.json else report.text())
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        print(report.text(all_buckets=args.all_buckets))
     return 1 if report.problems else 0
 
 
@@ -460,6 +487,17 @@ def add_table_commands(sub: Any) -> None:
     )
     inspect.add_argument(
         "--show", type=int_at_least(1), default=10, metavar="K", help="stray keys shown (10)"
+    )
+    inspect.add_argument(
+        "--all-buckets",
+        action="store_true",
+        help=f"list every bucket (above {SUMMARY_ABOVE} buckets the text report shows the "
+        "largest, the smallest and a histogram of their sizes)",
+    )
+    inspect.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the key sampling's progress on stderr even if it is not a terminal",
     )
     inspect.add_argument(
         "--max-skew",

@@ -204,12 +204,32 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _table_spec(spec: str) -> tuple[str, tuple[str, ...]]:
-    """Parse ``ID`` or ``ID:FAMILY[,FAMILY...]`` (default family ``cf``)."""
+    """Parse ``ID`` or ``ID:FAMILY[,FAMILY...]`` (default family ``cf``), checked as ``create``
+    checks them: ids Bigtable would refuse are usage errors before the emulator starts."""
+    from ._create import check_table_id
+    from ._families import check_family_name
+
     table_id, _, families = spec.partition(":")
     names = tuple(name for name in families.split(",") if name) if families else ("cf",)
     if not table_id or not names:
         raise argparse.ArgumentTypeError(f"expected ID or ID:FAMILY[,FAMILY...], got {spec!r}")
+    try:
+        check_table_id(table_id)
+        for name in names:
+            check_family_name(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"family {twice[0]!r} is given twice in {spec!r}")
     return table_id, names
+
+
+def _resource_id(text: str) -> str:
+    """A project or instance id for the emulator: not empty, no space (it is exported)."""
+    if not text or text != text.strip() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"expected an id without spaces, got {text!r}")
+    return text
 
 
 @contextlib.contextmanager
@@ -325,7 +345,10 @@ alone raises it: each max/mean is shown corrected, with a 95% interval, next
 to the noise floor (what a perfectly uniform workload sampled the same way
 shows). The recommendation is the smallest candidate N whose interval is at or
 below --target, or whose max/mean is within the noise floor: every scan of a
-salted table costs N sub-scans. Details: docs/advise.md.
+salted table costs N sub-scans. Keys that rise with time (timestamp-first) also
+need the "ends" column (the max/mean at one moment, every new key at the end of
+its bucket) at or below --target, and never get N = 1. With --table, a salted
+table's keys are unsalted with its layout record first. Details: docs/advise.md.
 
 examples:
   saltedtable advise access-log.csv
@@ -482,9 +505,10 @@ def _parser() -> argparse.ArgumentParser:
         "emulator",
         help="run the Bigtable emulator, in the foreground or around a command",
         description="Run the official Bigtable emulator (cbtemulator) on 127.0.0.1. Without "
-        "COMMAND it runs in the foreground until Ctrl-C and prints the export line for "
-        "BIGTABLE_EMULATOR_HOST; with `-- COMMAND ARGS...` it runs COMMAND with "
-        "BIGTABLE_EMULATOR_HOST set, then stops and exits with COMMAND's exit code.",
+        "COMMAND it runs in the foreground until Ctrl-C and prints the export lines for "
+        "BIGTABLE_EMULATOR_HOST, SALTEDTABLE_PROJECT and SALTEDTABLE_INSTANCE (what the other "
+        "commands read); with `-- COMMAND ARGS...` it runs COMMAND with them set, then stops "
+        "and exits with COMMAND's exit code.",
         usage="%(prog)s [--port N] [--table ID[:FAM1,FAM2]]... [-- COMMAND ARGS...]",
     )
     emu.add_argument(
@@ -501,8 +525,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ID[:FAM1,FAM2]",
         help="create this table (default family: cf); repeatable",
     )
-    emu.add_argument("--project", default="test-project", help="default: test-project")
-    emu.add_argument("--instance", default="test-instance", help="default: test-instance")
+    emu.add_argument(
+        "--project", type=_resource_id, default="test-project", help="default: test-project"
+    )
+    emu.add_argument(
+        "--instance", type=_resource_id, default="test-instance", help="default: test-instance"
+    )
     emu.add_argument(
         "--binary",
         metavar="PATH",

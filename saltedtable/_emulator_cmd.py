@@ -1,16 +1,19 @@
 """``saltedtable emulator``: run the official Bigtable emulator from the shell.
 
 Without a command the emulator runs in the foreground until Ctrl-C or SIGTERM,
-after printing the ``export BIGTABLE_EMULATOR_HOST=...`` line for another shell.
-With a command it starts the emulator, creates the tables, runs the command with
-``BIGTABLE_EMULATOR_HOST`` set, stops the emulator and returns the command's exit
-code. ``_cli.py`` parses the arguments; this module does the running.
+after printing the ``export`` lines for another shell: ``BIGTABLE_EMULATOR_HOST``,
+and the project and instance the tables were created in as the other commands
+read them (``SALTEDTABLE_PROJECT``, ``SALTEDTABLE_INSTANCE``). With a command it
+starts the emulator, creates the tables, runs the command with those variables
+set, stops the emulator and returns the command's exit code. ``_cli.py`` parses
+the arguments; this module does the running.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,7 +27,12 @@ from ._commands import EXIT_CANNOT_RUN, EXIT_DATA, fail, signalled
 from ._exceptions import CommandError, EmulatorError
 from .testing import EMULATOR_HOST_ENV, Emulator, create_table, emulator_env, start_emulator
 
-__all__ = ["run_emulator"]
+__all__ = ["INSTANCE_ENV", "PROJECT_ENV", "emulator_exports", "run_emulator"]
+
+#: Where ``create``, ``inspect``, ``guard`` and ``advise --table`` look for the
+#: project and instance when ``--project`` and ``--instance`` are not given.
+PROJECT_ENV: Final = "SALTEDTABLE_PROJECT"
+INSTANCE_ENV: Final = "SALTEDTABLE_INSTANCE"
 
 _CHILD_STOP_TIMEOUT: Final = 5.0
 _OUTPUT_TAIL: Final = 4000
@@ -47,8 +55,23 @@ def _finish(child: subprocess.Popen[bytes], signum: signal.Signals) -> None:
             child.wait()
 
 
-def _run_command(emulator: Emulator, command: Sequence[str]) -> int:
-    env = {**os.environ, **emulator_env(emulator)}
+def emulator_exports(address: str, project: str, instance: str) -> dict[str, str]:
+    """The environment the other commands need to reach the emulator's tables.
+
+    ``BIGTABLE_EMULATOR_HOST`` for the Bigtable clients, and the project and
+    instance the tables were created in, which ``saltedtable create``,
+    ``inspect``, ``guard`` and ``advise --table`` read when not given
+    ``--project`` and ``--instance``.
+    """
+    return {EMULATOR_HOST_ENV: address, PROJECT_ENV: project, INSTANCE_ENV: instance}
+
+
+def _run_command(emulator: Emulator, command: Sequence[str], project: str, instance: str) -> int:
+    env = {
+        **os.environ,
+        **emulator_env(emulator),
+        **emulator_exports(emulator.address, project, instance),
+    }
     try:
         child = subprocess.Popen(list(command), env=env)
     except OSError as error:
@@ -130,8 +153,9 @@ def _serve(
         except api_exceptions.GoogleAPIError as error:
             return fail(_PROG, CommandError(f"creating tables failed: {error}"))
         if command:
-            return _run_command(emulator, command)
-        lines = [f"export {EMULATOR_HOST_ENV}={emulator.address}"]
+            return _run_command(emulator, command, project, instance)
+        exports = emulator_exports(emulator.address, project, instance)
+        lines = [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
         for table_id, families in tables:
             name = f"projects/{project}/instances/{instance}/tables/{table_id}"
             lines.append(f"# created table {name} (families: {', '.join(families)})")

@@ -127,6 +127,10 @@ class _Record(Protocol):
 
     def as_dict(self) -> dict[str, Any]: ...
 
+    def cli_flags(self) -> object:
+        """The command-line flags of the layout (shown with ``str()``)."""
+        ...
+
 
 class SchemeMismatchError(LayoutError):
     """The table was written with a different layout than the one it is opened with.
@@ -147,6 +151,7 @@ class SchemeMismatchError(LayoutError):
             f"new one would miss rows:\n{lines}\n"
             f"  stored:  {json.dumps(a, sort_keys=True)}\n"
             f"  current: {json.dumps(b, sort_keys=True)}\n"
+            f"  stored, as command-line flags: {stored.cli_flags()}\n"
             "Open it with the stored scheme; after rewriting the data, replace the record "
             "with SaltedTableAsync.open(..., family=..., override_scheme=True)."
         )

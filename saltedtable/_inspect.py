@@ -11,12 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, final
+from typing import Any, Final, final
 
 from ._record import LayoutRecord
 from ._salt import SCHEME_ROW_KEY, SaltScheme, prefix_end
 
-__all__ = ["Inspection", "bucket_sizes", "skew", "split_alignment"]
+__all__ = [
+    "SUMMARY_ABOVE",
+    "Inspection",
+    "bucket_sizes",
+    "largest_buckets",
+    "size_histogram",
+    "skew",
+    "split_alignment",
+]
+
+#: Above this many buckets the text report summarises them (``--all-buckets`` lists all).
+SUMMARY_ABOVE: Final = 32
+#: Buckets the summary lists by name: the largest ones.
+_SHOWN_LARGEST: Final = 10
+_HISTOGRAM_BINS: Final = 8
+_BAR: Final = 30
 
 
 def _buckets_between(scheme: SaltScheme, start: bytes, end: bytes) -> list[int]:
@@ -79,6 +94,54 @@ def split_alignment(
     return aligned, missing
 
 
+def largest_buckets(sizes: dict[int, float], count: int) -> list[tuple[int, float]]:
+    """The ``count`` largest buckets as ``(bucket, bytes)``, largest first (ties: lower first)."""
+    return sorted(sizes.items(), key=lambda item: (-item[1], item[0]))[:count]
+
+
+def size_histogram(sizes: dict[int, float], bins: int) -> list[tuple[float, float, int]]:
+    """How many buckets fall in each of ``bins`` equal spans from the smallest size to the largest.
+
+    Returns:
+        ``(low, high, buckets)`` per span, in order; the last span includes its
+        upper end. One span when every bucket has the same size; none without buckets.
+    """
+    if not sizes:
+        return []
+    low, high = min(sizes.values()), max(sizes.values())
+    if high <= low:
+        return [(low, high, len(sizes))]
+    width = (high - low) / bins
+    counts = [0] * bins
+    for size in sizes.values():
+        counts[min(bins - 1, int((size - low) / width))] += 1
+    return [(low + i * width, low + (i + 1) * width, n) for i, n in enumerate(counts)]
+
+
+def _bucket_lines(sizes: dict[int, float], all_buckets: bool) -> list[str]:
+    """Every bucket on its own line, or above :data:`SUMMARY_ABOVE`, a summary of them."""
+    if all_buckets or len(sizes) <= SUMMARY_ABOVE:
+        return [f"  bucket {bucket}: ~{size:,.0f} bytes" for bucket, size in sorted(sizes.items())]
+    lines = [f"  largest {_SHOWN_LARGEST}:"]
+    lines.extend(
+        f"    bucket {bucket}: ~{size:,.0f} bytes"
+        for bucket, size in largest_buckets(sizes, _SHOWN_LARGEST)
+    )
+    smallest = min(sizes.items(), key=lambda item: (item[1], item[0]))
+    lines.append(f"  smallest: bucket {smallest[0]}: ~{smallest[1]:,.0f} bytes")
+    lines.append("  sizes:")
+    spans = size_histogram(sizes, _HISTOGRAM_BINS)
+    most = max(n for _, _, n in spans)
+    labels = [f"~{low:,.0f} to ~{high:,.0f} bytes:" for low, high, _ in spans]
+    width = max(map(len, labels))
+    for label, (_, _, n) in zip(labels, spans, strict=True):
+        bar = "#" * round(n * _BAR / most)
+        what = "bucket " if n == 1 else "buckets"
+        lines.append(f"    {label:<{width}} {n:>6,} {what} {bar}".rstrip())
+    lines.append("  every bucket: --all-buckets (or --json)")
+    return lines
+
+
 @final
 @dataclass
 class Inspection:
@@ -111,6 +174,7 @@ class Inspection:
             "table": self.table,
             "record": None if self.record is None else self.record.as_dict(),
             "record_family": self.record_family,
+            "record_flags": None if self.record is None else str(self.record.cli_flags()),
             "families": self.sorted_families(),
             "scheme": self.scheme,
             "bucket_bytes": {str(b): round(v) for b, v in sorted(self.buckets.items())},
@@ -122,13 +186,20 @@ class Inspection:
             "notes": self.notes,
         }
 
-    def text(self) -> str:
-        """The report for people."""
+    def text(self, *, all_buckets: bool = False) -> str:
+        """The report for people.
+
+        Args:
+            all_buckets: List every bucket, also above :data:`SUMMARY_ABOVE`
+                buckets (where the largest, the smallest and a histogram of
+                their sizes are shown instead).
+        """
         lines = [f"table {self.table}"]
         if self.record is None:
             lines.append("record: none")
         else:
             lines.append(f"record: in family {self.record_family!r}: {self.record.as_dict()}")
+            lines.append(f"  as flags: {self.record.cli_flags()}")
         lines.append("families:")
         for fam in self.sorted_families():
             kind = f", aggregate {fam['aggregate']}" if fam.get("aggregate") else ""
@@ -142,8 +213,7 @@ class Inspection:
                 f"buckets: {len(self.buckets)}, about {total:,.0f} bytes from {self.samples} "
                 f"samples, skew (max/mean) {shown}"
             )
-            for bucket, size in sorted(self.buckets.items()):
-                lines.append(f"  bucket {bucket}: ~{size:,.0f} bytes")
+            lines.extend(_bucket_lines(self.buckets, all_buckets))
             lines.append(
                 f"splits: {len(self.splits_aligned)} of "
                 f"{len(self.splits_aligned) + len(self.splits_missing)} bucket boundaries "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import LayoutError, SchemeMismatchError, layout_differences
+from ._flags import LayoutFlags, layout_flags
 from ._named import key_part_identity
 from ._salt import SCHEME_ROW_KEY, SaltScheme
 
@@ -289,6 +290,15 @@ class LayoutRecord:
         instant it names. What :class:`~saltedtable.SchemeMismatchError` shows.
         """
         return layout_differences(self.as_dict(), other.as_dict())
+
+    def cli_flags(self) -> LayoutFlags:
+        """The command-line flags that give this layout (``-n 8 --time epoch:ms:1:13 ...``).
+
+        What to pass ``saltedtable inspect``, ``guard`` or ``create``; a custom
+        key part or time reader has no flag and is named instead (see
+        :class:`~saltedtable._flags.LayoutFlags`).
+        """
+        return layout_flags(self.as_dict())
 
     def __str__(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)

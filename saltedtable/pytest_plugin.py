@@ -19,6 +19,10 @@ starts until a test asks for a fixture:
   emulator, closed after the test.
 * ``salted_table_async_factory`` (async): ``make(scheme, ...) ->
   SaltedTableAsync`` over a fresh table, closed after the test.
+* ``bigtable_sync_data_client``: a ``BigtableDataClient`` (the sync client)
+  connected to the emulator, closed after the test.
+* ``salted_table_factory``: ``make(scheme, ...) -> SaltedTable`` (the sync
+  table) over a fresh table, closed after the test.
 
 Tables live in project ``saltedtable.testing.PROJECT`` and instance
 ``saltedtable.testing.INSTANCE``. The async fixtures need ``pytest-asyncio``
@@ -35,21 +39,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 if TYPE_CHECKING:
-    from google.cloud.bigtable.data import BigtableDataClientAsync
+    from google.cloud.bigtable.data import BigtableDataClient, BigtableDataClientAsync
 
     from saltedtable._salt import SaltScheme
+    from saltedtable._sync import SaltedTable
     from saltedtable._table import SaltedTableAsync
     from saltedtable.testing import Emulator, ExternalEmulator
 
 __all__ = [
     "SaltedTableAsyncFactory",
+    "SaltedTableFactory",
     "TableFactory",
     "bigtable_data_client",
     "bigtable_emulator",
     "bigtable_families",
+    "bigtable_sync_data_client",
     "bigtable_table",
     "bigtable_table_factory",
     "salted_table_async_factory",
+    "salted_table_factory",
 ]
 
 _HOST_OPTION = "--bigtable-emulator-host"
@@ -81,6 +89,29 @@ class SaltedTableAsyncFactory(Protocol):
             families: Column families of the fresh table (default: ``bigtable_families``).
             table_id: Use this existing table instead of creating one.
             **options: Passed to ``SaltedTableAsync.from_client`` (``cutoff=``,
+                ``stats_hook=``, ...).
+        """
+        ...
+
+
+class SaltedTableFactory(Protocol):
+    """The ``salted_table_factory`` fixture: a sync salted table over a fresh table."""
+
+    def __call__(
+        self,
+        scheme: SaltScheme,
+        *,
+        families: Iterable[str] | None = None,
+        table_id: str | None = None,
+        **options: Any,
+    ) -> SaltedTable:
+        """Return a ``SaltedTable`` with ``scheme`` over a fresh table.
+
+        Args:
+            scheme: The salt scheme.
+            families: Column families of the fresh table (default: ``bigtable_families``).
+            table_id: Use this existing table instead of creating one.
+            **options: Passed to ``SaltedTable.from_client`` (``cutoff=``,
                 ``stats_hook=``, ...).
         """
         ...
@@ -227,3 +258,61 @@ async def salted_table_async_factory(
     finally:
         for table in made:
             await table.close()
+
+
+@pytest.fixture
+def bigtable_sync_data_client(
+    bigtable_emulator: Emulator | ExternalEmulator,
+) -> Iterator[BigtableDataClient]:
+    """A sync data client connected to the session's emulator, closed after the test."""
+    from google.cloud.bigtable.data import BigtableDataClient
+
+    from saltedtable.testing import PROJECT
+
+    with warnings.catch_warnings():
+        # The client warns that it talks to an emulator: here that is the point.
+        warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
+        client = BigtableDataClient(project=PROJECT)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def salted_table_factory(
+    bigtable_sync_data_client: BigtableDataClient, bigtable_table_factory: TableFactory
+) -> Iterator[SaltedTableFactory]:
+    """``make(scheme, *, families=None, table_id=None, **options) -> SaltedTable``.
+
+    The sync twin of ``salted_table_async_factory``: each call wraps a fresh
+    table (or ``table_id``) with ``scheme``; every table made is closed after
+    the test, and the fresh tables are deleted. Needs no pytest-asyncio.
+    """
+    from saltedtable._sync import SaltedTable
+    from saltedtable.testing import INSTANCE
+
+    made: list[SaltedTable] = []
+
+    def make(
+        scheme: SaltScheme,
+        *,
+        families: Iterable[str] | None = None,
+        table_id: str | None = None,
+        **options: Any,
+    ) -> SaltedTable:
+        if table_id is None:
+            table_id = bigtable_table_factory(families)
+        elif families is not None:
+            raise TypeError("families= only applies to a fresh table, not to table_id=")
+        table = SaltedTable.from_client(
+            bigtable_sync_data_client, INSTANCE, table_id, scheme, **options
+        )
+        made.append(table)
+        return table
+
+    try:
+        yield make
+    finally:
+        for table in made:
+            table.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import binascii
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -15,23 +16,30 @@ import sys
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Literal, final
 
 from .._connection import connection_failure
-from .._exceptions import InputError, MissingInputError
-from .._salt import MAX_ROW_KEY_BYTES
+from .._exceptions import InputError, LayoutError, MissingInputError
+from .._flags import rebuild_cutoff
+from .._layout import Layout
+from .._record import LayoutRecord, newest_record_cell, record_of_row
+from .._salt import MAX_ROW_KEY_BYTES, SCHEME_ROW_KEY, SaltScheme
 from .model import Access
 
 __all__ = [
     "InputError",
     "MissingInputError",
     "Progress",
+    "TableSample",
+    "logical_sample",
     "parse_count",
     "parse_time",
     "plan_sample",
     "progress_stream",
     "read_file",
+    "read_table",
     "sample_table",
 ]
 
@@ -354,7 +362,99 @@ def plan_sample(
     return out
 
 
-async def sample_table(
+@final
+@dataclass(frozen=True, slots=True)
+class TableSample:
+    """A table's sampled rows as the advisor reads them: logical keys, and how they were read."""
+
+    #: One access per row kept, under its logical key.
+    accesses: list[Access]
+    #: The table's layout record, which the keys were unsalted with (None: none stored).
+    record: LayoutRecord | None = None
+    #: The column family holding the record.
+    record_family: str | None = None
+    #: Rows read, the ones left out included.
+    rows: int = 0
+    #: Rows left out: saltedtable's reserved row (the layout record).
+    record_rows: int = 0
+    #: Rows left out: outside every salt prefix of a record without a cutoff (not its data).
+    outside: int = 0
+    #: Rows left out: rows every reader hides (copies of legacy rows during a backfill).
+    hidden: int = 0
+
+    def describe(self) -> str:
+        """One line for the report: which record turned the keys logical, and what was left out."""
+        left = [
+            f"{count:,} {one if count == 1 else many}"
+            for count, one, many in (
+                (self.record_rows, "record row", "record rows"),
+                (self.outside, "row outside its layout", "rows outside its layout"),
+                (self.hidden, "row readers hide", "rows readers hide"),
+            )
+            if count
+        ]
+        out = f"; left out: {', '.join(left)}" if left else ""
+        if self.record is None:
+            return f"keys as stored: the table has no layout record{out}"
+        return (
+            f"logical keys, unsalted with the table's layout record (family "
+            f"{self.record_family!r}: {self.record.cli_flags()}){out}"
+        )
+
+
+def logical_sample(
+    rows: Iterable[Access], record: LayoutRecord | None, record_family: str | None = None
+) -> TableSample:
+    """Turn rows read from a table (physical keys) into accesses of logical keys (pure).
+
+    The reserved layout row is left out. With a record, a key in a salt bucket
+    loses its prefix; with the record's cutoff, a key outside every bucket is a
+    legacy key, kept as it is, and rows every reader hides (known when the
+    record's time reader is a ready-made one) are left out; without a cutoff,
+    such a key is not this layout's data and is left out. The prefix is taken
+    off without checking the key's hash (``saltedtable inspect`` checks that),
+    so a custom key part the record only names does not matter here.
+    """
+    accesses: list[Access] = []
+    read = record_rows = outside = hidden = 0
+    layout: Layout | None = None
+    prefixes: dict[bytes, int] = {}
+    if record is not None:
+        scheme = SaltScheme(
+            record.buckets,
+            hash=record.hash or "crc32",
+            separator=b"-" if record.separator is None else record.separator,
+            marker=record.marker or b"",
+        )
+        cutoff = rebuild_cutoff(None if record.cutoff is None else record.cutoff.as_dict())
+        layout = Layout(scheme, cutoff)
+        prefixes = {scheme.prefix(b): b for b in scheme.bucket_ids}
+    # Salt prefixes never start one another: at most one length matches a key.
+    lengths = sorted({len(p) for p in prefixes})
+    for row in rows:
+        read += 1
+        if row.key.startswith(SCHEME_ROW_KEY):
+            record_rows += 1
+            continue
+        if layout is None or record is None:
+            accesses.append(row)
+            continue
+        bucket = next((prefixes[row.key[:n]] for n in lengths if row.key[:n] in prefixes), None)
+        if bucket is not None and len(row.key) > len(layout.scheme.prefix(bucket)):
+            logical = row.key[len(layout.scheme.prefix(bucket)) :]
+        elif record.cutoff is not None and bucket is None:
+            logical = row.key  # a legacy row, written before the cutoff
+        else:
+            outside += 1
+            continue
+        if layout.hidden_reason(bucket, logical) is not None:
+            hidden += 1
+            continue
+        accesses.append(Access(logical, row.count, row.time))
+    return TableSample(accesses, record, record_family, read, record_rows, outside, hidden)
+
+
+async def read_table(
     *,
     project: str,
     instance: str,
@@ -362,28 +462,31 @@ async def sample_table(
     limit: int,
     operation_timeout: float,
     progress: IO[str] | None = None,
-) -> list[Access]:
-    """Read up to ``limit`` row keys, and their newest cell's time, spread over a table.
+) -> TableSample:
+    """Read up to ``limit`` rows spread over a table, as logical keys with their newest time.
 
     Key-only reads: no values cross the wire, one cell per row for its
     timestamp. The rows are spread over the table's tablets in proportion to
-    their size (:func:`plan_sample`), because the first
-    ``limit`` rows would only show the start of the key space.
+    their size (:func:`plan_sample`), because the first ``limit`` rows would
+    only show the start of the key space. The table's layout record, if it
+    has one, is read first, and the keys are judged as the table's readers
+    see them (:func:`logical_sample`).
 
     Args:
         project: Google Cloud project.
         instance: Bigtable instance.
         table: Table ID.
-        limit: Rows to read in all.
+        limit: Rows to read in all (the record row, if met, among them).
         operation_timeout: Timeout of each Bigtable call, in seconds.
         progress: Where to draw a progress bar (None: nowhere).
 
     Returns:
-        One access per row (count 1; time in epoch seconds, or None for every
-        row when some row has no cell).
+        One access per row kept (count 1; time in epoch seconds, or None for
+        every row when some row has no cell), and what was left out.
 
     Raises:
-        InputError: The table cannot be read, or has no rows.
+        InputError: The table cannot be read, holds a record that is not one,
+            or has no rows besides the ones left out.
     """
     from google.api_core.exceptions import GoogleAPIError
     from google.auth.exceptions import GoogleAuthError
@@ -396,34 +499,67 @@ async def sample_table(
 
     key_only = RowFilterChain([StripValueTransformerFilter(True), CellsRowLimitFilter(1)])
     bar = Progress(f"sampling {table}", limit, progress)
-    accesses: list[Access] = []
+    rows: list[Access] = []
     where = f"table {table!r} (project {project!r}, instance {instance!r})"
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
             client = BigtableDataClientAsync(project=project)
         async with client, client.get_table(instance, table) as handle:
+            reserved = await handle.read_row(SCHEME_ROW_KEY, operation_timeout=operation_timeout)
+            cell = newest_record_cell(reserved)
+            record = record_of_row(reserved)
             samples = await handle.sample_row_keys(operation_timeout=operation_timeout)
-            for start, end, rows in plan_sample(samples, limit):
+            for start, end, count in plan_sample(samples, limit):
                 query = ReadRowsQuery(
-                    row_ranges=RowRange(start, end), limit=rows, row_filter=key_only
+                    row_ranges=RowRange(start, end), limit=count, row_filter=key_only
                 )
                 stream = await handle.read_rows_stream(query, operation_timeout=operation_timeout)
                 async for row in stream:
-                    stamps = [cell.timestamp_micros for cell in row.cells]
+                    stamps = [c.timestamp_micros for c in row.cells]
                     moment = max(stamps) / 1e6 if stamps else None
-                    accesses.append(Access(row.row_key, 1.0, moment))
-                    bar.update(len(accesses))
+                    rows.append(Access(row.row_key, 1.0, moment))
+                    bar.update(len(rows))
     except (GoogleAPIError, GoogleAuthError) as exc:
         why = connection_failure(exc, timeout=operation_timeout, environ=os.environ)
         raise InputError(f"cannot sample {where}: {why or _one_line(exc)}") from None
+    except LayoutError as exc:
+        raise InputError(f"{where}: {_one_line(exc)}") from None
     finally:
-        bar.close(len(accesses))
-    if not accesses:
-        raise InputError(f"{where} has no rows")
-    if any(a.time is None for a in accesses):
-        accesses = [Access(a.key, a.count) for a in accesses]
-    return accesses
+        bar.close(len(rows))
+    sample = logical_sample(rows, record, None if cell is None else cell.family)
+    if not sample.accesses:
+        left = "" if sample.rows == len(sample.accesses) else " besides the ones left out"
+        raise InputError(f"{where} has no rows{left}")
+    if any(a.time is None for a in sample.accesses):
+        untimed = [Access(a.key, a.count) for a in sample.accesses]
+        sample = dataclasses.replace(sample, accesses=untimed)
+    return sample
+
+
+async def sample_table(
+    *,
+    project: str,
+    instance: str,
+    table: str,
+    limit: int,
+    operation_timeout: float,
+    progress: IO[str] | None = None,
+) -> list[Access]:
+    """The accesses of :func:`read_table`: logical keys, the record row left out.
+
+    Raises:
+        InputError: The table cannot be read, or has no rows.
+    """
+    sample = await read_table(
+        project=project,
+        instance=instance,
+        table=table,
+        limit=limit,
+        operation_timeout=operation_timeout,
+        progress=progress,
+    )
+    return sample.accesses
 
 
 def _one_line(exc: BaseException) -> str:

@@ -26,7 +26,9 @@ way would show (the noise floor). A layout *meets* the target when its whole
 interval is at or below it, or when its measured max/mean is within the noise
 floor (indistinguishable from uniform). The recommendation is the smallest
 candidate that meets the target, because each bucket costs every scan one more
-sub-scan.
+sub-scan. When the key as a whole rises with time, a layout must also meet the
+target at the ends where new keys are written (:attr:`Simulation.write_end_level`),
+and N = 1 is never recommended: one tablet takes every new row.
 
 Time matters: keys such as ``tenant#timestamp`` are spread evenly over the
 tablets in storage, but at any moment every write of a tenant goes to the end
@@ -39,6 +41,7 @@ spot away.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 import statistics
@@ -173,6 +176,9 @@ class Simulation:
     sub_scans: int
     naive_limit_rows: int
     paged_limit_rows: int
+    #: max/mean at one moment when every key that rises with time is written at the
+    #: end of its range (see :func:`advise`); None when no keys rise with time.
+    write_end_level: float | None = None
 
     @property
     def meets_target(self) -> bool:
@@ -327,11 +333,17 @@ def advise(
         count_unit=count_unit,
         findings=findings,
     )
-    sims, widest = _simulate_candidates(
+    todo = sorted(set(candidates) | {1})
+    # The scheme of the largest candidate: which keys salting can split at all.
+    widest = scheme_for(todo[-1]) if todo[-1] > 1 else None
+    rising: list[Finding] = []
+    ends = _find_monotonic(accesses, sample.axis, sample.positions, widest, show_key, rising)
+    sims = _simulate_candidates(
         sample,
-        candidates,
+        todo,
         scheme_for,
         cutoff,
+        ends,
         scan_limit=scan_limit,
         target=target,
         resamples=resamples,
@@ -355,10 +367,11 @@ def advise(
     ratio = round(_settled(unsalted.corrected), 1)
     # No shards when the unsalted layout already meets the target (or is like uniform).
     rule = 1 if unsalted.meets_target else max(1, math.ceil(ratio))
-    recommended = next((s.buckets for s in sims if s.meets_target), None)
+    recommended = _recommend(sims, target)
     _diagnose(
         sample,
         sims,
+        rising=rising,
         widest=widest,
         key_window=key_window,
         top_keys=top_keys,
@@ -559,26 +572,25 @@ class _Sample:
 
 def _simulate_candidates(
     sample: _Sample,
-    candidates: Sequence[int],
+    todo: Sequence[int],
     scheme_for: Callable[[int], SaltScheme],
     cutoff: CutoffPolicy | None,
+    ends: _WriteEnds | None,
     *,
     scan_limit: int,
     target: float,
     resamples: int,
     seed: int,
     progress: Callable[[int, int], None] | None,
-) -> tuple[list[Simulation], SaltScheme | None]:
-    """Simulate unsalted and every candidate N, ascending; also the widest scheme built."""
-    todo = sorted(set(candidates) | {1})
+) -> list[Simulation]:
+    """Simulate every bucket count of ``todo`` (ascending, 1 first: unsalted)."""
     sims: list[Simulation] = []
-    # The scheme of the largest candidate: which keys salting can split at all.
-    widest: SaltScheme | None = None
     for done, n in enumerate(todo, 1):
+        scheme: SaltScheme | None = None
         if n == 1:
             physical, sub_scans = sample.keys, 1
         else:
-            scheme = widest = scheme_for(n)
+            scheme = scheme_for(n)
             if cutoff is None:
                 physical = [scheme.salt_key(k) for k in sample.keys]
             else:  # legacy keys stay where they are, unsalted
@@ -586,33 +598,56 @@ def _simulate_candidates(
                 physical = [place(k)[1] for k in sample.keys]
             # hash="java" has 2N-1 prefixes, and a scan reads every one of them.
             sub_scans = len(scheme.prefixes)
-        sims.append(
-            _simulate(
-                n,
-                sub_scans,
-                physical,
-                sample.cells,
-                sample.w_count,
-                sample.phases,
-                sample.t_count,
-                sample.total,
-                scan_limit,
-                unit=sample.unit,
-                target=target,
-                floor_high=sample.floor.high,
-                resamples=resamples,
-                seed=seed,
-            )
+        sim = _simulate(
+            n,
+            sub_scans,
+            physical,
+            sample.cells,
+            sample.w_count,
+            sample.phases,
+            sample.t_count,
+            sample.total,
+            scan_limit,
+            unit=sample.unit,
+            target=target,
+            floor_high=sample.floor.high,
+            resamples=resamples,
+            seed=seed,
         )
+        if ends is not None:
+            level = ends.level(scheme, sample.keys, sample.t_count)
+            sim = dataclasses.replace(sim, write_end_level=level)
+        sims.append(sim)
         if progress is not None:
             progress(done, len(todo))
-    return sims, widest
+    return sims
+
+
+def _recommend(sims: Sequence[Simulation], target: float) -> int | None:
+    """The smallest N that meets the target as measured and where new keys are written.
+
+    A measure averaged over time windows cannot see that every new key of a
+    key space that rises with time goes to its end: when keys rise (the
+    ``monotonic-keys`` warning, which sets :attr:`Simulation.write_end_level`),
+    a layout must also keep that level at or below the target, and N = 1 never
+    qualifies, whatever the measure says: one tablet takes every new row.
+    """
+    for sim in sims:
+        if not sim.meets_target:
+            continue
+        if sim.write_end_level is not None and sim.buckets == 1:
+            continue
+        if sim.write_end_level is not None and not _at_most(sim.write_end_level, target):
+            continue
+        return sim.buckets
+    return None
 
 
 def _diagnose(
     sample: _Sample,
     sims: list[Simulation],
     *,
+    rising: Sequence[Finding],
     widest: SaltScheme | None,
     key_window: dict[tuple[int, int], float],
     top_keys: tuple[tuple[bytes, float], ...],
@@ -623,10 +658,10 @@ def _diagnose(
     show_key: Callable[[bytes], str],
     findings: list[Finding],
 ) -> None:
-    """Add what the numbers alone do not say to ``findings``."""
+    """Add what the numbers alone do not say to ``findings`` (``rising``: the monotonic ones)."""
     accesses, keys, t_count = sample.accesses, sample.keys, sample.t_count
     _find_hot_key(top_keys, len(keys), t_count, target, show_key, findings)
-    _find_monotonic(accesses, sample.axis, sample.positions, widest, show_key, findings)
+    findings.extend(rising)
     if sample.w_count == 1:
         _find_no_load(
             sample.key_load,
@@ -652,7 +687,17 @@ def _diagnose(
     _find_inconclusive(sims, recommended, target, sample.loaded, findings)
     _find_wide_hot_range(sims[0], keys, rule, recommended, show_key, findings)
     if recommended is None:
-        if not _at_most(hot_key_floor, target):
+        # Salted layouts that meet the target as measured: only the ends stopped them.
+        blocked = [s for s in sims if s.meets_target and s.buckets > 1]
+        if blocked and rising:
+            best_end = min(blocked, key=lambda s: s.write_end_level or 0.0)
+            why = (
+                f"keys that rise with time keep the tablets at their ends at "
+                f"{best_end.write_end_level or 0.0:.2f} or more (N={best_end.buckets}; see "
+                f"{rising[0].code}): try larger --candidates, or lead the key with a field "
+                "that does not grow"
+            )
+        elif not _at_most(hot_key_floor, target):
             why = f"single keys keep max/mean near {hot_key_floor:.2f} whatever N is (see hot-key)"
         elif not _at_most(chance.high, target):
             why = "the sample is too small to tell (see small-sample)"
@@ -1239,6 +1284,96 @@ def _overtaking_share(values: Sequence[_T], chunks: int) -> float:
     return sum(shares) / len(shares)
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class _WriteEnds:
+    """Where keys that rise with time (``monotonic-keys``) are written at any one moment.
+
+    The rising lines (every line, or those led by a number) write their next row
+    just after their newest key, in each bucket their keys hash to: the end of
+    each bucket's slice. The other lines add their load where their keys are
+    stored.
+
+    Only for keys that rise as a whole: their ends sit at bucket boundaries,
+    whatever the tablets. The ends of ``tenant#time`` fields lie anywhere in a
+    tablet, so a moment's picture of them would turn on where the model happens
+    to cut tablets; the time windows measure those.
+    """
+
+    #: The rising key written last, the rising lines' load and their distinct keys.
+    newest: bytes
+    load: float
+    members: frozenset[bytes]
+    #: Load of the other lines, per key.
+    other: dict[bytes, float]
+    total: float
+
+    def level(self, scheme: SaltScheme | None, keys: Sequence[bytes], t_count: int) -> float:
+        """max/mean when each group takes its load at its ends (``scheme`` None: unsalted).
+
+        The key space is cut into ``t_count`` equal tablets; each bucket holds an
+        equal slice of it (what the hash gives a large table, and what a table
+        split at every bucket prefix keeps), and within its slice the logical
+        keys in the order of ``keys`` (the sample's distinct keys, sorted). So
+        the ends of N <= T buckets never share a tablet, whatever the sample's
+        small counts per bucket say.
+        """
+        d = len(keys)
+        tablets = [0.0] * t_count
+        if scheme is None:
+            slots: dict[int, int] = {}
+            n = 1
+        else:
+            order = sorted(scheme.bucket_ids, key=scheme.prefix)
+            slots = {bucket: i for i, bucket in enumerate(order)}
+            n = len(order)
+
+        def add(slot: int, rank: float, load: float) -> None:
+            # ``rank`` keys of the slice lie before the point: its tablet is the one
+            # whose range (start, end] holds it, so a bucket's end stays in its tablet.
+            where = (slot + rank / d) * t_count / n
+            tablets[min(t_count - 1, max(0, math.ceil(where) - 1))] += load
+
+        for key, load in self.other.items():
+            slot = 0 if scheme is None else slots[scheme.bucket_of(key)]
+            add(slot, bisect.bisect_left(keys, key) + 0.5, load)
+        end = bisect.bisect_right(keys, self.newest)
+        if scheme is None:
+            add(0, end, self.load)
+        else:
+            # A key part that keeps the rising keys in one bucket keeps their end there;
+            # else the hash sends new keys to every bucket alike.
+            spread = set(slots)
+            seen = {scheme.bucket_of(k) for k in itertools.islice(self.members, 64)}
+            if len(seen) == 1 and {scheme.bucket_of(k) for k in self.members} == seen:
+                spread = seen
+            for bucket in spread:
+                add(slots[bucket], end, self.load / len(spread))
+        return t_count * max(tablets) / self.total if self.total else 0.0
+
+
+def _write_ends(accesses: Sequence[Access], rising: Sequence[int]) -> _WriteEnds:
+    """The write ends of the lines ``rising`` (indices of lines whose keys rise with time).
+
+    The newest key is that of the last line in time: for unpadded sequence
+    numbers (``10-x`` sorts before ``9-x``) that is where new keys go, not the
+    largest key.
+    """
+    inside = set(rising)
+    members = frozenset(accesses[i].key for i in rising)
+    other: dict[bytes, float] = {}
+    for i, a in enumerate(accesses):
+        if i not in inside and a.count > 0:
+            other[a.key] = other.get(a.key, 0.0) + a.count
+    return _WriteEnds(
+        newest=accesses[rising[-1]].key,
+        load=math.fsum(accesses[i].count for i in rising),
+        members=members,
+        other=other,
+        total=math.fsum(a.count for a in accesses),
+    )
+
+
 def _find_monotonic(
     accesses: Sequence[Access],
     axis: TimeAxis,
@@ -1246,22 +1381,29 @@ def _find_monotonic(
     scheme: SaltScheme | None,
     show_key: Callable[[bytes], str],
     findings: list[Finding],
-) -> None:
-    """Warn when keys rise with time, as a whole or within each leading field."""
+) -> _WriteEnds | None:
+    """Warn when keys rise with time, as a whole or within each leading field.
+
+    Returns:
+        Where the keys are written when they rise as a whole (``monotonic-keys``), else None.
+    """
     # Count-0 lines are storage, not writes: they say nothing about time.
     lines = [i for i, a in enumerate(accesses) if a.count > 0]
     if axis == "none" or len(lines) < 4 * _MONOTONIC_CHUNKS:
-        return
-    by_time = [accesses[i].key for i in sorted(lines, key=positions.__getitem__)]
+        return None
+    in_time = sorted(lines, key=positions.__getitem__)
+    by_time = [accesses[i].key for i in in_time]
     # Slices of time, not neighbours: concurrent lines in one second come in any
     # order, but the keys of later seconds are still larger.
     rising = _overtaking_share(by_time, _MONOTONIC_CHUNKS)
     first, last, what = by_time[0], by_time[-1], "key"
+    group = in_time
     if rising < _MONOTONIC_SHARE:
         # Keys led by a number (epoch times, sequences, ISO dates), even when
         # they are only part of the traffic: compare them as numbers (unpadded
         # sequences do not sort as bytes) and as bytes (2024-05-01T...).
-        led = [k for k in by_time if k[:1].isdigit()]
+        group = [i for i in in_time if accesses[i].key[:1].isdigit()]
+        led = [accesses[i].key for i in group]
         if len(led) >= max(4 * _MONOTONIC_CHUNKS, _MONOTONIC_MIN_SHARE * len(by_time)):
             numbers = [n for k in led if (n := _leading_number(k)) is not None]
             rising = max(
@@ -1285,14 +1427,14 @@ def _find_monotonic(
                 "field that does not grow (tenant, user, a hash) and put the time after it",
             )
         )
-        return
+        return _write_ends(accesses, group)  # in time order
     # Within each leading field (tenant#timestamp): each field's writes go to
     # its own end of range; a busy field makes that end a hot tablet.
     groups: dict[bytes, list[bytes]] = {}
     for key in by_time:
         groups.setdefault(_leading_field(key), []).append(key)
     if len(groups) < 2:
-        return
+        return None
     rising_lines = 0
     example = b""
     for field, keys in groups.items():
@@ -1320,3 +1462,4 @@ def _find_monotonic(
                 f"hot tablet; {salting}",
             )
         )
+    return None

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._salt import format_key
 from .model import Advice, Simulation
 from .noise import CONFIDENCE
+
+if TYPE_CHECKING:
+    from .input import TableSample
 
 __all__ = ["JSON_SCHEMA", "epoch_scale", "json_report", "text_report"]
 
@@ -108,6 +111,7 @@ def text_report(
     hash_name: str,
     key_part: str | None,
     show_key: Callable[[bytes], str] = format_key,
+    keys: str | None = None,
 ) -> str:
     """The report for people, as printed by ``saltedtable advise``.
 
@@ -118,6 +122,8 @@ def text_report(
         hash_name: The hash the layouts were salted with.
         key_part: The ``--key-part`` spec, if any.
         show_key: How keys are shown.
+        keys: How a table's keys were read (:meth:`~saltedtable.advise.input.TableSample.describe`),
+            shown under the sample line.
 
     Returns:
         The report, lines separated by ``\\n``, ending with a newline.
@@ -132,6 +138,8 @@ def text_report(
         f"{advice.distinct_keys:,} distinct keys, load {advice.total_load:,.6g}; "
         f"{_axis_text(advice, time_source)}"
     )
+    if keys is not None:
+        out.append(f"  {keys}")
     part = f", key part {key_part}" if key_part else ""
     out.append(
         f"model: {advice.tablets} tablets of equal key count; hash {hash_name}{part}; "
@@ -139,17 +147,29 @@ def text_report(
     )
     out.append(f"noise: {_counts_text(advice)}{_noise_text(advice)}")
     out.append("")
+    # The keys rise with time: a column for the max/mean at the ends where they are written.
+    ends = advice.simulations[0].write_end_level is not None
+    head = f"{'ends':>6}  " if ends else ""
     out.append(
         f"{'N':>5}  {'max/mean':>8}  {'corrected':>9}  {_LEVEL + ' interval':>12}  "
-        f"{'verdict':<8}  {'sub-scans':>9}  rows read by a limit-{limit} scan"
+        f"{'verdict':<8}  {head}{'sub-scans':>9}  rows read by a limit-{limit} scan"
     )
-    out.append(f"{'':>5}  {'':>8}  {'':>9}  {'':>12}  {'':<8}  {'':>9}  {'naive':>8}  saltedtable")
+    blank = f"{'':>6}  " if ends else ""
+    out.append(
+        f"{'':>5}  {'':>8}  {'':>9}  {'':>12}  {'':<8}  {blank}{'':>9}  {'naive':>8}  saltedtable"
+    )
     for sim in advice.simulations:
         mark = "  <- recommended" if sim.buckets == advice.recommended else ""
+        level = f"{sim.write_end_level:>6.2f}  " if sim.write_end_level is not None else ""
         out.append(
             f"{sim.buckets:>5}  {sim.max_mean:>8.2f}  {sim.corrected:>9.2f}  "
-            f"{_interval(sim):>12}  {sim.verdict:<8}  {sim.sub_scans:>9}  "
+            f"{_interval(sim):>12}  {sim.verdict:<8}  {level}{sim.sub_scans:>9}  "
             f"{sim.naive_limit_rows:>8,}  {sim.paged_limit_rows:>11,}{mark}"
+        )
+    if ends:
+        out.append(
+            "ends: max/mean at one moment, when the keys that rise with time are written at "
+            "the end of each bucket (see monotonic-keys)"
         )
     out.append("")
     unsalted = advice.simulations[0]
@@ -162,15 +182,22 @@ def text_report(
         f"  at its peak {hot.ratio:.1f}x the mean tablet, in window {hot.window + 1} of "
         f"{advice.windows} ({hot.share:.0%} of that window's load)"
     )
+    # A measure that meets the target says nothing of the end where rising keys go.
+    at_end = (
+        f"; but its end, where the keys that rise with time are written, takes "
+        f"{unsalted.write_end_level:.2f}x the mean tablet"
+        if unsalted.write_end_level is not None
+        else ""
+    )
     if unsalted.verdict == "uniform":
         out.append(
             f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout is "
-            "indistinguishable from uniform"
+            f"indistinguishable from uniform{at_end}"
         )
     elif unsalted.meets_target:
         out.append(
             f"rule of thumb: N ~ {advice.rule_of_thumb}: the unsalted layout already meets "
-            f"max/mean <= {advice.target:g} ({unsalted.corrected:.2f}, corrected)"
+            f"max/mean <= {advice.target:g} ({unsalted.corrected:.2f}, corrected){at_end}"
         )
     else:
         out.append(
@@ -181,12 +208,18 @@ def text_report(
         out.append(f"recommended: none of the candidates meets max/mean <= {advice.target:g}")
     else:
         best = advice.simulation(advice.recommended)
-        if best.buckets == 1:
+        if best.buckets == 1:  # never with keys that rise with time (see advise())
             out.append(f"recommended: N = 1, no salting: {_why_it_meets(best, advice)}")
         else:
+            at_ends = (
+                ""
+                if best.write_end_level is None
+                else ", also at the ends where the keys that rise with time are written "
+                f"({best.write_end_level:.2f})"
+            )
             out.append(
                 f"recommended: N = {best.buckets}, the smallest candidate that meets "
-                f"max/mean <= {advice.target:g}: {_why_it_meets(best, advice)}"
+                f"max/mean <= {advice.target:g}{at_ends}: {_why_it_meets(best, advice)}"
             )
             out.append(
                 f"  cost: every scan becomes {best.sub_scans} sub-scans; a limit-{limit} read "
@@ -215,6 +248,7 @@ def json_report(
     key_part: str | None,
     keys_as_hex: bool = False,
     plot: str | None = None,
+    table: TableSample | None = None,
 ) -> dict[str, Any]:
     """The report for machines: a JSON-ready ``dict`` with ``"schema": JSON_SCHEMA``.
 
@@ -228,6 +262,8 @@ def json_report(
         key_part: The ``--key-part`` spec, if any.
         keys_as_hex: Show keys as hex instead of escaped text.
         plot: The heat map written, if any.
+        table: How a sampled table's rows were read (``input.layout_record``,
+            ``input.left_out``; null for a file).
     """
     show = bytes.hex if keys_as_hex else format_key
     return {
@@ -245,6 +281,20 @@ def json_report(
             "windows": advice.windows,
             "window_edges": [round(edge, 6) for edge in advice.window_edges],
             "keys_as": "hex" if keys_as_hex else "text",
+            "layout_record": None
+            if table is None or table.record is None
+            else {
+                "family": table.record_family,
+                "record": table.record.as_dict(),
+                "flags": str(table.record.cli_flags()),
+            },
+            "left_out": None
+            if table is None
+            else {
+                "record_rows": table.record_rows,
+                "outside_layout": table.outside,
+                "hidden": table.hidden,
+            },
         },
         "model": {
             "tablets": advice.tablets,
@@ -273,6 +323,9 @@ def json_report(
                 "sub_scans": sim.sub_scans,
                 "naive_limit_rows": sim.naive_limit_rows,
                 "paged_limit_rows": sim.paged_limit_rows,
+                "write_end_level": None
+                if sim.write_end_level is None
+                else round(sim.write_end_level, 4),
                 "hottest": {
                     "tablet": sim.hottest.tablet,
                     "window": sim.hottest.window,

@@ -71,9 +71,10 @@ def run(request: AdviseRequest, out: IO[str] | None = None) -> int:
     if request.plot:
         _check_plot_available()
     progress = advise_input.progress_stream(request.progress)
+    table: advise_input.TableSample | None = None
     if request.table is not None:
-        accesses = asyncio.run(
-            advise_input.sample_table(
+        table = asyncio.run(
+            advise_input.read_table(
                 project=request.project or "",
                 instance=request.instance or "",
                 table=request.table,
@@ -82,6 +83,7 @@ def run(request: AdviseRequest, out: IO[str] | None = None) -> int:
                 progress=progress,
             )
         )
+        accesses = table.accesses
         source, fmt, time_source = f"table {request.table}", "table", "cell timestamps"
     else:
         assert request.input is not None
@@ -148,6 +150,7 @@ def run(request: AdviseRequest, out: IO[str] | None = None) -> int:
             key_part=request.key_part,
             keys_as_hex=request.hex,
             plot=plot_path,
+            table=table,
         )
         json.dump(document, out, indent=2)
         out.write("\n")
@@ -160,6 +163,7 @@ def run(request: AdviseRequest, out: IO[str] | None = None) -> int:
                 hash_name=request.hash_name,
                 key_part=request.key_part,
                 show_key=show_key,
+                keys=None if table is None else table.describe(),
             )
         )
         if plot_path:

@@ -273,6 +273,25 @@ def test_cli_creates_tables_before_the_command(
     assert cli(["emulator", *argv]) == 0
 
 
+def test_cli_exports_the_project_and_instance_the_other_commands_read(
+    no_new_emulators: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command sees the emulator's project and instance as SALTEDTABLE_PROJECT and
+    SALTEDTABLE_INSTANCE, so `saltedtable create` needs no --project or --instance there."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.delenv("SALTEDTABLE_PROJECT", raising=False)
+    monkeypatch.delenv("SALTEDTABLE_INSTANCE", raising=False)
+    check = (
+        "import os, sys\n"
+        "from saltedtable._cli import main\n"
+        "assert os.environ['SALTEDTABLE_PROJECT'] == 'p-1', os.environ\n"
+        "assert os.environ['SALTEDTABLE_INSTANCE'] == 'i-1', os.environ\n"
+        "sys.exit(main(['create', 'salted', '-n', '4']) or main(['inspect', 'salted']))\n"
+    )
+    argv = ["--project", "p-1", "--instance", "i-1", "--", sys.executable, "-c", check]
+    assert cli(["emulator", *argv]) == 0
+
+
 def test_cli_reports_a_missing_emulator_without_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -286,7 +305,7 @@ def test_cli_reports_a_missing_emulator_without_traceback(
 
 
 def test_foreground_mode_stops_the_emulator_on_sigterm(emulator: Emulator) -> None:
-    """`saltedtable emulator` prints the export line, serves, and exits 0 on SIGTERM."""
+    """`saltedtable emulator` prints the export lines, serves, and exits 0 on SIGTERM."""
     script = shutil.which("saltedtable", path=str(Path(sys.executable).parent))
     assert script is not None, "the saltedtable console script is not installed (make install)"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -305,6 +324,8 @@ def test_foreground_mode_stops_the_emulator_on_sigterm(emulator: Emulator) -> No
             export = cli.stdout.readline().strip()
             assert export.startswith(f"export {EMULATOR_HOST_ENV}=127.0.0.1:"), export
             address = export.split("=", 1)[1]
+            assert cli.stdout.readline() == "export SALTEDTABLE_PROJECT=test-project\n"
+            assert cli.stdout.readline() == "export SALTEDTABLE_INSTANCE=test-instance\n"
             assert "tables/events" in cli.stdout.readline()
             assert list_tables(address) == ["events"]
             cli.send_signal(signal.SIGTERM)

@@ -162,3 +162,39 @@ def test_without_pytest_asyncio_only_the_async_fixtures_fail(
     )
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*bigtable_data_client is async and needs pytest-asyncio*"])
+
+
+def test_the_sync_factory_runs_a_users_sync_tests_without_pytest_asyncio(
+    pytester: pytest.Pytester, emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """examples/test_visits_sync.py passes through salted_table_factory and the sync client
+    fixture with pytest-asyncio unimportable; the tables it made are deleted."""
+    shadow = pytester.mkdir("shadow")
+    (shadow / "pytest_asyncio.py").write_text("raise ImportError('hidden by the test')\n")
+    pytester.makepyfile(test_visits_sync=(REPO / "examples" / "test_visits_sync.py").read_text())
+    pytester.makepyfile(
+        test_closed="""
+        import pytest
+
+        from saltedtable import SaltScheme
+        from saltedtable.testing import list_tables
+
+        MADE = []
+
+        def test_makes_tables(salted_table_factory, bigtable_table):
+            '''Two tables: a fresh one, and one over a given id; families= only for fresh ones.'''
+            MADE.append(salted_table_factory(SaltScheme(4)))
+            MADE.append(salted_table_factory(SaltScheme(4), table_id=bigtable_table))
+            with pytest.raises(TypeError, match="families= only applies"):
+                salted_table_factory(SaltScheme(4), table_id=bigtable_table, families=["x"])
+
+        def test_they_were_deleted(bigtable_emulator):
+            '''Both tables are gone after their test.'''
+            assert not {t.table_id for t in MADE} & set(list_tables(bigtable_emulator.address))
+        """
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shadow), str(REPO)]))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:asyncio", "-p", "no:cacheprovider", f"--bigtable-emulator-host={emulator.address}"
+    )
+    result.assert_outcomes(passed=4)

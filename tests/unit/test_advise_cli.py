@@ -106,7 +106,10 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
         "windows",
         "window_edges",
         "keys_as",
+        "layout_record",
+        "left_out",
     }
+    assert (report["input"]["layout_record"], report["input"]["left_out"]) == (None, None)
     assert report["input"]["lines"] == 20_000
     assert report["input"]["storage_lines"] == 0
     assert report["input"]["format"] == "csv"
@@ -140,6 +143,7 @@ def test_advise_json_schema(capsys: pytest.CaptureFixture[str], skewed: Path) ->
             "sub_scans",
             "naive_limit_rows",
             "paged_limit_rows",
+            "write_end_level",
             "hottest",
         }
         assert set(layout["hottest"]) == {

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from saltedtable import (
+    SCHEME_ROW_KEY,
+    CutoffPolicy,
+    CutoffRecord,
+    LayoutRecord,
+    SaltScheme,
+    describe_layout,
+    epoch_field,
+    fields,
+)
+from saltedtable._layout import Layout
 from saltedtable.advise import Access
 from saltedtable.advise.input import (
     InputError,
     MissingInputError,
     Progress,
+    logical_sample,
     parse_count,
     parse_time,
     plan_sample,
@@ -170,3 +186,103 @@ def test_plan_sample_merges_tiny_ranges_and_handles_no_samples() -> None:
     assert sum(rows for _, _, rows in many) == 3
     assert many[0][0] is None
     assert many[-1][1] is None
+
+
+# -- a table's rows as logical keys ------------------------------------------------------
+
+CUTOFF = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+BEFORE_MS, AFTER_MS = 1_700_000_000_000, 1_710_000_000_000
+
+
+def physical_rows(layout: Layout, keys: list[bytes]) -> list[Access]:
+    """The rows a table written with ``layout`` holds for ``keys``, plus its record row."""
+    rows = [Access(layout.locate(k)[1], 1.0, float(i)) for i, k in enumerate(keys)]
+    return [*rows, Access(SCHEME_ROW_KEY, 1.0, 0.0)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        # Text: hash="java" salts UTF-8 keys only.
+        st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=12).map(
+            str.encode
+        ),
+        min_size=1,
+        max_size=60,
+        unique=True,
+    ),
+    st.integers(1, 300),
+    st.sampled_from(["crc32", "java", "farmhash"]),
+    st.sampled_from([b"", b"~"]),
+    st.sampled_from([None, fields(1, b"#")]),
+)
+def test_a_salted_tables_rows_are_read_as_their_logical_keys(
+    keys: list[bytes], buckets: int, hash_name: str, marker: bytes, part: Any
+) -> None:
+    """Whatever the scheme: every row comes back under its logical key, with its count and
+    time, the record row left out, and the key part (which only picks buckets) not needed."""
+    scheme = SaltScheme(buckets, hash=hash_name, key_part=part, marker=marker)
+    record = describe_layout(scheme)
+    rows = physical_rows(Layout(scheme), keys)
+    sample = logical_sample(rows, record, "saltedtable")
+    assert [a.key for a in sample.accesses] == keys
+    assert [a.time for a in sample.accesses] == [float(i) for i in range(len(keys))]
+    assert (sample.rows, sample.record_rows, sample.outside, sample.hidden) == (
+        len(keys) + 1,
+        1,
+        0,
+        0,
+    )
+
+
+def test_a_cutoff_tables_legacy_rows_stay_and_copies_are_hidden() -> None:
+    """With a cutoff: legacy rows keep their key, salted rows lose their prefix, and the
+    backfilled copy of a legacy row in a bucket is left out, as every reader leaves it out."""
+    policy = CutoffPolicy(CUTOFF, epoch_field("ms", index=0, digits=13))
+    layout = Layout(SaltScheme(8), policy)
+    legacy = [b"%d#old%d" % (BEFORE_MS + i, i) for i in range(5)]
+    new = [b"%d#new%d" % (AFTER_MS + i, i) for i in range(5)]
+    rows = physical_rows(layout, legacy + new)
+    copy = SaltScheme(8).salt_key(legacy[0])
+    rows.append(Access(copy, 1.0, 9.0))
+    sample = logical_sample(rows, describe_layout(SaltScheme(8), policy), "saltedtable")
+    assert [a.key for a in sample.accesses] == legacy + new
+    assert (sample.record_rows, sample.outside, sample.hidden) == (1, 0, 1)
+    assert sample.describe() == (
+        "logical keys, unsalted with the table's layout record (family 'saltedtable': -n 8 "
+        "--cutoff 2024-01-01T00:00:00+00:00 --time epoch:ms:0:13); left out: 1 record row, "
+        "1 row readers hide"
+    )
+
+
+def test_rows_outside_a_layout_without_cutoff_are_left_out_and_counted() -> None:
+    """Without a cutoff, a row outside every salt prefix is not the layout's data."""
+    scheme = SaltScheme(4)
+    rows = [*physical_rows(Layout(scheme), [b"a", b"b"]), Access(b"unsalted", 1.0, 1.0)]
+    sample = logical_sample(rows, describe_layout(scheme), "cf")
+    assert [a.key for a in sample.accesses] == [b"a", b"b"]
+    assert sample.outside == 1
+    assert "left out: 1 record row, 1 row outside its layout" in sample.describe()
+
+
+def test_without_a_record_the_keys_are_kept_as_stored_but_the_reserved_row() -> None:
+    """No record: keys as stored (nothing says how to unsalt them), the reserved row still out."""
+    rows = [Access(b"03-a", 1.0, 1.0), Access(SCHEME_ROW_KEY + b"x", 1.0, 1.0)]
+    sample = logical_sample(rows, None)
+    assert [a.key for a in sample.accesses] == [b"03-a"]
+    assert sample.describe() == (
+        "keys as stored: the table has no layout record; left out: 1 record row"
+    )
+
+
+def test_a_custom_time_reader_still_unsalts_the_keys() -> None:
+    """A cutoff whose time reader only its author's code has: keys still unsalted, none hidden."""
+    policy = CutoffPolicy(CUTOFF, lambda k: int(k[:13]) * 1000)
+    record = LayoutRecord(
+        8, "crc32", None, b"-", b"", CutoffRecord(CUTOFF.isoformat(), 0, "app.read_time", "error")
+    )
+    layout = Layout(SaltScheme(8), policy)
+    keys = [b"%d#x" % BEFORE_MS, b"%d#y" % AFTER_MS]
+    sample = logical_sample(physical_rows(layout, keys), record, "saltedtable")
+    assert [a.key for a in sample.accesses] == keys
+    assert "(no flag gives the time reader app.read_time)" in sample.describe()

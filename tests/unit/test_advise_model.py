@@ -815,3 +815,84 @@ def test_demo_files_are_what_the_command_reads(demo: ModuleType, tmp_path: Path)
     }
     assert all(a.time is None for a in with_storage[:5_000])
     assert all(a.time is not None for a in with_storage[5_000:])
+
+
+# -- keys that rise with time: never "no salting" -----------------------------------------
+
+
+def timestamp_first(lines: int, seed: int = 1, jitter: int = 100) -> list[Access]:
+    """Keys ``epoch-ms#user`` written in time order (a dump of timestamp-first keys)."""
+    rnd = random.Random(seed)
+    out, ms = [], START_MS
+    for _ in range(lines):
+        ms += rnd.randint(1, jitter)
+        out.append(Access(f"{ms}#{rnd.randrange(1000)}".encode(), 1.0, ms / 1000))
+    return out
+
+
+def test_timestamp_first_keys_in_one_window_are_not_told_no_salting() -> None:
+    """800 timestamp-first keys: one window measures every layout uniform, but the keys are
+    flagged monotonic, so N = 1 is not recommended: the ends of 32 buckets on 32 tablets are."""
+    advice = advise(timestamp_first(800))
+    assert advice.windows == 1
+    assert "monotonic-keys" in codes(advice)
+    assert advice.simulation(1).verdict == "uniform"  # what the measure alone says
+    assert advice.recommended == 32
+    levels = [sim.write_end_level for sim in advice.simulations]
+    # T = 32 tablets: N ends take T/N of the mean, 1 from N = T on.
+    assert levels == pytest.approx([32, 16, 8, 4, 2, 1, 1])
+
+
+def test_the_write_end_level_is_only_set_for_keys_that_rise() -> None:
+    """Keys that do not rise (tenant#time, random users) leave write_end_level None."""
+    assert all(s.write_end_level is None for s in skewed_advice().simulations)
+
+
+def test_rising_keys_that_no_candidate_spreads_say_why() -> None:
+    """With candidates too small for the ends, nothing is recommended and the reason is the ends."""
+    advice = advise(timestamp_first(800), candidates=(1, 2, 4))
+    assert advice.recommended is None
+    unreachable = next(f for f in advice.findings if f.code == "target-unreachable")
+    assert "rise with time" in unreachable.message
+    assert "N=4" in unreachable.message
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(0, 10_000),
+    st.integers(80, 1_500),
+    st.sampled_from([1, 2, 5, 32]),
+    st.sampled_from([1.2, 1.5, 3.0, 40.0]),
+    st.sampled_from([None, 1, 4]),
+    st.floats(0.0, 0.6),
+)
+def test_keys_flagged_monotonic_are_never_recommended_no_salting(
+    seed: int, lines: int, tablets: int, target: float, windows: int | None, noise: float
+) -> None:
+    """Whatever the sample size, tablets, target and windows: when the advice flags the keys as
+    monotonic, it recommends no N = 1, and the N it recommends keeps its ends at the target."""
+    rnd = random.Random(seed)
+    accesses = timestamp_first(lines, seed)
+    # Some traffic keyed by user, not by time: the rising part may be flagged or not.
+    accesses += [
+        Access(b"user%04d" % rnd.randrange(9999), 1.0, a.time)
+        for a in accesses
+        if rnd.random() < noise
+    ]
+    advice = advise(
+        accesses,
+        tablets=tablets,
+        target=target,
+        windows=windows,
+        candidates=(1, 2, 8, 64),
+        resamples=20,
+        seed=seed,
+    )
+    if "monotonic-keys" not in codes(advice):
+        assert all(s.write_end_level is None for s in advice.simulations)
+        return
+    assert advice.recommended != 1
+    if advice.recommended is not None:
+        level = advice.simulation(advice.recommended).write_end_level
+        assert level is not None
+        assert level <= target + 1e-9

@@ -96,6 +96,41 @@ def test_json_report_mirrors_the_advice() -> None:
     assert bytes.fromhex(first["hottest"]["first_key"]) == sim.hottest.first_key
 
 
+def rising(lines: int = 800) -> Advice:
+    """Advice on timestamp-first keys in time order, too few for more than one window."""
+    rnd = random.Random(1)
+    ms, rows = 1_700_000_000_000, []
+    for _ in range(lines):
+        ms += rnd.randint(1, 100)
+        rows.append(Access(f"{ms}#{rnd.randrange(1000)}".encode(), 1.0, ms / 1000))
+    return advise(rows, candidates=(1, 2, 4, 8, 16, 32), resamples=50)
+
+
+def test_keys_that_rise_are_never_headlined_no_salting() -> None:
+    """Timestamp-first keys measured uniform in one window: the headline recommends the N whose
+    ends meet the target, the table shows the ends column, the rule of thumb names the end."""
+    text = report(rising())
+    assert "no salting" not in text
+    assert "warning [monotonic-keys]" in text
+    assert (
+        "recommended: N = 32, the smallest candidate that meets max/mean <= 1.5, also at the "
+        "ends where the keys that rise with time are written (1.00)"
+    ) in text
+    assert "verdict     ends  sub-scans" in text
+    assert "uniform    32.00          1" in text
+    assert "but its end, where the keys that rise with time are written, takes 32.00x" in text
+
+
+def test_json_report_gives_each_layouts_write_end_level() -> None:
+    """--json: write_end_level per layout, null when no keys rise with time."""
+    layouts = json_report(rising(), source="s", fmt="csv", hash_name="crc32", key_part=None)[
+        "layouts"
+    ]
+    assert [layout["write_end_level"] for layout in layouts] == [32, 16, 8, 4, 2, 1]
+    plain = json_report(uniform(), source="s", fmt="csv", hash_name="crc32", key_part=None)
+    assert {layout["write_end_level"] for layout in plain["layouts"]} == {None}
+
+
 @pytest.mark.parametrize(
     ("values", "scale"),
     [

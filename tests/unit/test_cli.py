@@ -155,6 +155,13 @@ def test_emulator_passes_every_option_and_the_command(
         (["--port", "not-a-number"], "--port"),
         (["--table", ":cf"], "--table"),
         (["--table", "t:,"], "--table"),
+        (["--table=-t"], "not a valid Bigtable table id"),
+        (["--table", "t" * 51], "not a valid Bigtable table id"),
+        (["--table", "my table"], "not a valid Bigtable table id"),
+        (["--table", "t:cf,.meta"], "column family '.meta' is not a valid Bigtable family id"),
+        (["--table", "t:cf,cf"], "family 'cf' is given twice"),
+        (["--project", ""], "--project"),
+        (["--instance", "my instance"], "--instance"),
         (["--startup-timeout", "0"], "--startup-timeout"),
     ],
 )
@@ -165,6 +172,15 @@ def test_emulator_bad_arguments_exit_2(
     code, _, err = run(capsys, "emulator", *argv)
     assert code == 2
     assert_one_line_error(err, needle)
+
+
+def test_emulator_exports_what_the_other_commands_read() -> None:
+    """The foreground lines export the emulator's address and the project and instance."""
+    assert _emulator_cmd.emulator_exports("127.0.0.1:8086", "p", "i") == {
+        "BIGTABLE_EMULATOR_HOST": "127.0.0.1:8086",
+        "SALTEDTABLE_PROJECT": "p",
+        "SALTEDTABLE_INSTANCE": "i",
+    }
 
 
 # -- explain with a time cutoff ------------------------------------------------------

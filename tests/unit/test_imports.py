@@ -26,6 +26,7 @@ ORDER: tuple[str, ...] = (
     "_ranges",
     "_cutoff",
     "_named",
+    "_flags",
     "_families",
     "_layout",
     "_strategy",

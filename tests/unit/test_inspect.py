@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from saltedtable import SCHEME_ROW_KEY, SaltScheme
 from saltedtable._create import split_points
 from saltedtable._families import family_info, parse_family, parse_gc_rule
-from saltedtable._inspect import Inspection, bucket_sizes, skew, split_alignment
+from saltedtable._inspect import (
+    SUMMARY_ABOVE,
+    Inspection,
+    bucket_sizes,
+    largest_buckets,
+    size_histogram,
+    skew,
+    split_alignment,
+)
 
 SCHEME = SaltScheme(4)
 
@@ -150,3 +162,64 @@ def test_family_specs() -> None:
     both = family_info(*parse_family("x:max_age=1d&max_versions=1"))
     assert (both.gc_rule, both.may_drop_latest) == ("(max_age=1d and max_versions=1)", False)
     assert family_info(*parse_family("n:agg=max")).aggregate == "int64 max"
+
+
+# -- many buckets: a summary -----------------------------------------------------------------
+
+
+def bucket_report(buckets: int) -> Inspection:
+    """A report of ``buckets`` buckets of 1,000 + 10 x id bytes (bucket ``buckets - 1`` largest)."""
+    sizes = {b: 1_000.0 + 10 * b for b in range(buckets)}
+    return Inspection(table="t", scheme="s", buckets=sizes, skew=skew(sizes), samples=5)
+
+
+def test_a_few_buckets_are_listed_one_a_line_as_before() -> None:
+    """Up to SUMMARY_ABOVE buckets, every bucket has its line, and no summary is shown."""
+    text = bucket_report(SUMMARY_ABOVE).text()
+    lines = [line for line in text.splitlines() if line.startswith("  bucket ")]
+    assert lines[0] == "  bucket 0: ~1,000 bytes"
+    assert len(lines) == SUMMARY_ABOVE
+    assert "largest" not in text
+    assert "--all-buckets" not in text
+
+
+def test_many_buckets_are_summarised_and_all_buckets_lists_them() -> None:
+    """4,096 buckets: ten largest, the smallest, a histogram of 8 spans summing to 4,096, and
+    a pointer to --all-buckets, in some 30 lines; all_buckets=True lists every bucket."""
+    report = bucket_report(4096)
+    text = report.text()
+    assert len(text.splitlines()) < 40
+    assert "  largest 10:\n    bucket 4095: ~41,950 bytes\n    bucket 4094: ~41,940 bytes" in text
+    assert "  smallest: bucket 0: ~1,000 bytes" in text
+    spans = [line for line in text.splitlines() if line.startswith("    ~")]
+    assert len(spans) == 8
+    assert spans[0].startswith("    ~1,000 to ~6,119 bytes:")
+    assert sum(int(line.split(":")[1].split()[0].replace(",", "")) for line in spans) == 4096
+    assert "  every bucket: --all-buckets (or --json)" in text
+    every = report.text(all_buckets=True)
+    assert sum(line.startswith("  bucket ") for line in every.splitlines()) == 4096
+    assert len(report.as_json()["bucket_bytes"]) == 4096
+
+
+def test_equal_buckets_make_one_span() -> None:
+    """When every bucket has the same size the histogram is one line."""
+    sizes = dict.fromkeys(range(100), 500.0)
+    assert size_histogram(sizes, 8) == [(500.0, 500.0, 100)]
+    assert size_histogram({}, 8) == []
+    text = Inspection(table="t", buckets=sizes, skew=1.0).text()
+    assert "    ~500 to ~500 bytes:    100 buckets " + "#" * 30 in text
+
+
+@given(st.dictionaries(st.integers(0, 5000), st.floats(0, 1e12), min_size=1), st.integers(1, 20))
+def test_the_histogram_counts_every_bucket_once_in_ordered_spans(
+    sizes: dict[int, float], bins: int
+) -> None:
+    """The spans cover smallest to largest in order, and count every bucket exactly once."""
+    spans = size_histogram(sizes, bins)
+    assert sum(n for _, _, n in spans) == len(sizes)
+    assert spans[0][0] == min(sizes.values())
+    assert spans[-1][1] == pytest.approx(max(sizes.values()))
+    for (_, high, _), (low, _, _) in itertools.pairwise(spans):
+        assert high == pytest.approx(low)
+    top = largest_buckets(sizes, 3)
+    assert [size for _, size in top] == sorted(sizes.values(), reverse=True)[:3]

@@ -37,6 +37,7 @@ __all__ = [
     "rebuild_cutoff",
     "rebuild_key_part",
     "rebuild_time_reader",
+    "stored_instant",
 ]
 
 #: The ready-made time readers, by the name their stored text starts with.
@@ -104,7 +105,7 @@ def rebuild_cutoff(cutoff: Mapping[str, Any] | None) -> CutoffPolicy | None:
     if not isinstance(cutoff, Mapping):
         return None
     reader = rebuild_time_reader(cutoff.get("timestamp"))
-    instant = _instant(cutoff)
+    instant = stored_instant(cutoff)
     if reader is None or instant is None:
         return None
     try:
@@ -175,7 +176,7 @@ def _key_part_flags(part: Any) -> list[str] | None:
     return None
 
 
-def _instant(cutoff: Mapping[str, Any]) -> str | None:
+def stored_instant(cutoff: Mapping[str, Any]) -> str | None:
     """The cutoff as ISO text with an offset: the stored text when it names the stored instant."""
     micros = cutoff.get("at_micros")
     text = cutoff.get("at")
@@ -256,7 +257,7 @@ def layout_flags(record: Mapping[str, Any]) -> LayoutFlags:
             words += [flag, text]
     cutoff = record.get("cutoff")
     if isinstance(cutoff, Mapping):
-        instant = _instant(cutoff)
+        instant = stored_instant(cutoff)
         if instant is None:
             missing.append(f"the cutoff instant {cutoff.get('at_micros')!r}")
         else:

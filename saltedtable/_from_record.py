@@ -4,83 +4,29 @@ The layout record names saltedtable's ready-made key parts (``fields``,
 ``before_last``) and time readers (``epoch_field``, ...) by their ``repr``.
 :func:`layout_of_record` turns a record back into the :class:`Layout` it was
 made from, so the command line reads a table with the scheme stored in it
-instead of one typed by hand. The names are parsed, never evaluated: only a
-call of one of those classes with literal arguments is accepted.
+instead of one typed by hand. The names are read by :mod:`._flags`, which
+parses them and evaluates nothing but literal arguments.
 """
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
-from collections.abc import Callable, Mapping
-from typing import Any, Final
 
-from ._cutoff import (
-    CutoffPolicy,
-    big_endian_int,
-    epoch_field,
-    iso8601_field,
-    reversed_epoch_field,
-)
+from ._cutoff import CutoffPolicy
 from ._exceptions import LayoutError
+from ._flags import rebuild_key_part, rebuild_time_reader, stored_instant
 from ._layout import Layout
 from ._record import DELETING, LayoutRecord
-from ._salt import SaltScheme, before_last, fields
+from ._salt import SaltScheme
 
-__all__ = ["layout_of_record", "ready_made"]
-
-_KEY_PARTS: Final[Mapping[str, Callable[..., Any]]] = {
-    "fields": fields,
-    "before_last": before_last,
-}
-_TIME_READERS: Final[Mapping[str, Callable[..., Any]]] = {
-    "epoch_field": epoch_field,
-    "reversed_epoch_field": reversed_epoch_field,
-    "iso8601_field": iso8601_field,
-    "big_endian_int": big_endian_int,
-}
-_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def ready_made(text: str, known: Mapping[str, Callable[..., Any]]) -> Any | None:
-    """The value whose ``repr`` is ``text``, if it is a call of one of ``known``; else None.
-
-    ``text`` is parsed as one call expression whose arguments are literals
-    (``fields(k=1, sep=b'#')``); nothing is evaluated but those literals.
-    """
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return None
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-        return None
-    make = known.get(node.func.id)
-    if make is None:
-        return None
-    try:
-        args = [ast.literal_eval(arg) for arg in node.args]
-        kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
-    except (ValueError, TypeError, SyntaxError):
-        return None
-    if len(kwargs) != len(node.keywords):  # a **mapping argument
-        return None
-    try:
-        return make(*args, **kwargs)
-    except (TypeError, ValueError):  # arguments this saltedtable does not take
-        return None
+__all__ = ["layout_of_record"]
 
 
 def _cutoff_instant(at_micros: int | None, at: str | None) -> dt.datetime:
-    if at_micros is not None:
-        return _EPOCH + dt.timedelta(microseconds=at_micros)
-    if at is not None:
-        try:
-            when = dt.datetime.fromisoformat(at)
-        except ValueError:
-            when = None
-        if when is not None and when.tzinfo is not None:
-            return when
-    raise LayoutError(f"the layout record's cutoff has no instant ({at!r})")
+    text = stored_instant({"at_micros": at_micros, "at": at})
+    if text is None:
+        raise LayoutError(f"the layout record's cutoff has no instant ({at!r})")
+    return dt.datetime.fromisoformat(text)
 
 
 def layout_of_record(record: LayoutRecord) -> Layout:
@@ -99,7 +45,7 @@ def layout_of_record(record: LayoutRecord) -> Layout:
     """
     key_part = None
     if record.key_part is not None:
-        key_part = ready_made(record.key_part, _KEY_PARTS)
+        key_part = rebuild_key_part(record.key_part)
         if key_part is None:
             raise LayoutError(
                 f"the layout record names the key part {record.key_part!r}, which only the "
@@ -115,7 +61,7 @@ def layout_of_record(record: LayoutRecord) -> Layout:
     found = record.cutoff
     if found is None or record.migration == DELETING:
         return Layout(scheme)
-    reader = None if found.timestamp is None else ready_made(found.timestamp, _TIME_READERS)
+    reader = rebuild_time_reader(found.timestamp)
     if reader is None:
         raise LayoutError(
             f"the layout record names the time reader {found.timestamp!r}, which only the "

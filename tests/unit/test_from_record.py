@@ -18,7 +18,8 @@ from saltedtable._cutoff import (
     reversed_epoch_field,
 )
 from saltedtable._exceptions import LayoutError
-from saltedtable._from_record import layout_of_record, ready_made
+from saltedtable._flags import rebuild_key_part
+from saltedtable._from_record import layout_of_record
 from saltedtable._layout import Layout
 from saltedtable._record import BACKFILL, CUTOVER, DELETING, LayoutRecord, describe_layout
 from saltedtable._salt import SaltScheme, before_last, fields
@@ -120,12 +121,12 @@ def test_a_custom_key_part_or_time_reader_is_refused_naming_it() -> None:
         "epoch_field(unit='ms')",
     ],
 )
-def test_ready_made_accepts_only_a_known_call_with_literal_arguments(text: str) -> None:
+def test_a_key_part_is_rebuilt_only_from_a_known_call_with_literal_arguments(text: str) -> None:
     """Only literals are evaluated; unknown names, bad arguments and other syntax give None."""
-    assert ready_made(text, {"fields": fields}) is None
+    assert rebuild_key_part(text) is None
 
 
-def test_ready_made_rebuilds_its_repr() -> None:
+def test_a_key_part_is_rebuilt_from_its_repr() -> None:
     """The stored text of a ready-made part is its repr, which gives an equal value back."""
     part = fields(2, b"/")
-    assert ready_made(repr(part), {"fields": fields}) == part
+    assert rebuild_key_part(repr(part)) == part

@@ -31,11 +31,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 
-from saltedtable import SaltedTableAsync, SaltScheme
+from saltedtable import ReadBudget, SaltedTableAsync, SaltScheme
 from saltedtable._cancel import end_stream, find_calls, stop_reads
 from saltedtable.testing import INSTANCE, Emulator, create_table, delete_table
 from tests.scripts import load_script
@@ -111,6 +112,51 @@ async def test_a_stream_left_with_a_bare_break_leaves_no_task_once_unreferenced(
         gc.enable()
     assert was_running >= 17, was_running  # a supervisor and a producer per bucket
     assert not left, f"{len(left)} tasks of the read outlived it: {left}"
+
+
+async def quiet(salted: SaltedTableAsync) -> None:
+    """Wait until no request of ``salted`` runs or waits for a slot, ten checks in a row."""
+    calm = 0
+    with anyio.fail_after(30):
+        while calm < 10:
+            await asyncio.sleep(0.01)
+            busy = salted.limiter.borrowed_tokens or salted.limiter.waiting
+            calm = 0 if busy else calm + 1
+
+
+@pytest.mark.parametrize(("limit", "ordered"), [(40, True), (40, False), (None, True)])
+async def test_a_stream_left_idle_with_a_bare_break_leaves_no_task_a_loop_turn_later(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, limit: int | None, ordered: bool
+) -> None:
+    """Issue 36: ``async for row in await table.read_rows_stream(...): break`` while the
+    read waits idle (its round's requests, or its budget's, have ended): one event-loop
+    turn later no task of the read is left, with no garbage collection. Before, its
+    producers and supervisor waited until asyncio's finaliser closed the stream, turns
+    later (the stream above was left while requests ran: those end between rows first)."""
+    table_id = make_table()
+    salted = SaltedTableAsync(
+        data_client.get_table(INSTANCE, table_id),
+        SaltScheme(16),
+        budget=ReadBudget(rows=640, one_request_rows=0),  # (the fan-out at once)
+    )
+    await salted.bulk_mutate_rows(
+        [RowMutationEntry(b"r%05d" % i, SetCell("cf", b"q", b"v" * 100)) for i in range(6000)]
+    )
+    before = asyncio.all_tasks()
+    idle: set[asyncio.Task[Any]] = set()
+    gc.disable()  # the claim: no garbage collection needed
+    try:
+        async for _ in await salted.read_rows_stream(ReadRowsQuery(limit=limit), ordered=ordered):
+            await quiet(salted)
+            idle = asyncio.all_tasks() - before
+            break
+        await asyncio.sleep(0)
+        left = asyncio.all_tasks() - before
+    finally:
+        gc.enable()
+    assert len(idle) >= 17, idle  # a supervisor and a producer per bucket
+    assert not left, f"{len(left)} tasks of the read are left: {left}"
+    assert salted.limiter.borrowed_tokens == 0
 
 
 # -- end_stream and stop_reads on client streams ---------------------------------------

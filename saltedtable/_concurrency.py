@@ -18,7 +18,10 @@ here, and the generated code calls the one of the same name in
 - :func:`one_merge`: what runs a small read's one request (:class:`OneRun`
   here: one task, no merge; a merge of that one source there);
 - :class:`Lock`: one operation at a time, waited for until a deadline;
-- :func:`run_blocking`: call a blocking function (in a worker thread here).
+- :func:`run_blocking`: call a blocking function (in a worker thread here);
+- :func:`row_stream`: what a read's caller iterates (:class:`RowStream` here,
+  which stops the read as soon as its caller drops it; the generator itself
+  there, which Python closes at once).
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ from __future__ import annotations
 import asyncio
 import operator
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Generic, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast, final
 
 import anyio
 import anyio.to_thread
 
-from ._merge import Feed, Merge, Source
+from ._merge import Feed, Merge, Source, close_at_once
 from ._slots import AsyncSlots
 from ._strategy import ReadBudget
 
@@ -41,10 +44,12 @@ __all__ = [
     "ROW_KEY",
     "Lock",
     "OneRun",
+    "RowStream",
     "capacity",
     "fan_out",
     "new_merge",
     "one_merge",
+    "row_stream",
     "run_blocking",
     "slot",
 ]
@@ -214,6 +219,77 @@ class OneRun(Generic[T]):
                 await asyncio.wait([task])
         if not task.cancelled():
             task.exception()  # retrieved (raised to the caller by __anext__, if it was there)
+
+    def abandon(self) -> bool:
+        """Whether nothing of it runs now (its request ended, or never started)."""
+        task = self._task
+        return task is None or task.done()
+
+
+@final
+class RowStream(AsyncGenerator[T, None]):
+    """A read's stream as its caller sees it: ``rows``, stopped at once when dropped.
+
+    A stream left with a bare ``break`` and no longer referenced is closed by
+    asyncio a few loop turns later, from a task of its own; until then the
+    read's producers wait idle (one task a bucket, and a supervisor). Dropped
+    between rows, this one asks ``abandon`` to stop the read now: when no
+    request runs, the read's tasks end at the event loop's next turn and
+    ``rows`` is closed in this call (its cleanup then awaits nothing, see
+    :meth:`~._merge.Merge.abandon`). When a request runs, asyncio closes
+    ``rows`` as before, which ends the request between rows, so that no RPC
+    outlives the read and nothing leaks.
+
+    Args:
+        rows: The read's stream.
+        abandon: Stops the read if nothing runs; whether it did.
+    """
+
+    __slots__ = ("_abandon", "_next", "_rows")
+
+    def __init__(self, rows: AsyncGenerator[T, None], abandon: Callable[[], bool]) -> None:
+        self._rows = rows
+        self._next = rows.__anext__
+        self._abandon = abandon
+
+    def __aiter__(self) -> RowStream[T]:
+        return self
+
+    if TYPE_CHECKING:
+
+        def __anext__(self) -> Coroutine[Any, Any, T]: ...
+
+    else:
+        # The next row is the generator's own __anext__, found through C only (a
+        # method here would add a Python call to every row: about 40% of a bare
+        # async generator's cost per item).
+        __anext__ = property(operator.attrgetter("_next"))
+
+    def asend(self, value: None, /) -> Coroutine[Any, Any, T]:
+        return self._rows.asend(value)
+
+    def athrow(self, *args: Any) -> Coroutine[Any, Any, T]:
+        return self._rows.athrow(*args)
+
+    def aclose(self) -> Coroutine[Any, Any, None]:
+        return self._rows.aclose()
+
+    def __del__(self) -> None:
+        rows = self._rows
+        if getattr(rows, "ag_frame", None) is None or getattr(rows, "ag_running", True):
+            return  # finished, or someone is inside it (asyncio closes it later)
+        if self._abandon():
+            close_at_once(rows)
+
+    def __repr__(self) -> str:
+        return f"<saltedtable row stream of {self._rows!r}>"
+
+
+def row_stream(
+    rows: AsyncGenerator[T, None], abandon: Callable[[], bool]
+) -> AsyncGenerator[T, None]:
+    """What a read's caller iterates: :class:`RowStream` (see there)."""
+    return RowStream(rows, abandon)
 
 
 async def run_blocking(func: Callable[..., T], *args: Any) -> T:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar, final
 
@@ -30,6 +30,7 @@ __all__ = [
     "fan_out",
     "new_merge",
     "one_merge",
+    "row_stream",
     "run_blocking",
     "slot",
 ]
@@ -121,6 +122,17 @@ def one_merge(
 ) -> ThreadMerge[T]:
     """What runs a small read's one request: a merge of that one source, in one thread."""
     return new_merge([source], slots=1, ordered=False, budget=budget, stop_requests=stop_requests)
+
+
+def row_stream(
+    rows: Generator[T, None, None], abandon: Callable[[], bool]
+) -> Generator[T, None, None]:
+    """What a read's caller iterates: ``rows`` itself (``abandon`` is not needed here).
+
+    Python closes a generator its caller drops at once, in the dropping thread,
+    which ends the read's requests and joins its workers (see ThreadMerge.close).
+    """
+    return rows
 
 
 def run_blocking(func: Callable[..., T], *args: Any) -> T:

@@ -112,6 +112,7 @@ __all__ = [
     "SyncSource",
     "ThreadMerge",
     "Wait",
+    "close_at_once",
 ]
 
 T = TypeVar("T")
@@ -199,6 +200,7 @@ class Feed(Generic[T]):
     __slots__ = (
         "_ahead",
         "_merge",
+        "_parked",
         "_waiter",
         "ahead_at",
         "asked",
@@ -286,6 +288,9 @@ class Feed(Generic[T]):
         self.ahead_at = _NEVER
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
+        #: The wait for a grant its producer is in now (None: it is not in one),
+        #: woken or not yet: what Merge.abandon needs to know.
+        self._parked: asyncio.Future[None] | None = None
         self._ahead: asyncio.Future[bool] | None = None
 
     @property
@@ -1193,6 +1198,7 @@ class Merge(MergeCore[T]):
         #: Each producer's cancel scope, entered by ``producing`` in its task.
         self._scopes: list[anyio.CancelScope] = []
         self._cancelled = False  # the producers were told to stop (see _cancel_producers)
+        self._abandoned = False  # stopped by abandon(): nothing is left to wait for
         self._task: asyncio.Task[None] | None = None
         self._iter: AsyncGenerator[list[T], None] | None = None
         #: The feeds counting down to the consumer's wake (see Feed.wake_left).
@@ -1245,6 +1251,8 @@ class Merge(MergeCore[T]):
 
         Safe to call more than once and from any task; never raises a producer error.
         """
+        if self._abandoned:
+            return  # (abandon() stopped it: nothing runs a request, nothing to wait for)
         self._closed = self._stopping = True
         _STALL_WATCH.discard(self)
         self._end_ahead()
@@ -1266,6 +1274,52 @@ class Merge(MergeCore[T]):
                 it, self._iter = self._iter, None
                 await it.aclose()
         self._wake()
+
+    def abandon(self) -> bool:
+        """Stop now, without waiting, if no request runs: the consumer has gone for good.
+
+        For a consumer that dropped its stream between batches (a bare ``break``):
+        asyncio would close the stream a few loop turns later, from a task of its
+        own, while the producers wait idle. When every producer waits for its next
+        grant (none is inside a request, so none holds an RPC or a slot), they and
+        the supervisor are cancelled here and end at the event loop's next turn,
+        and :meth:`aclose` has nothing left to do. Otherwise nothing changes:
+        closing the merge ends the running requests between rows (see
+        ``stop_requests``), as it must to leak nothing.
+
+        Returns:
+            Whether the merge stopped (or never started); False: it is left to
+            :meth:`aclose`. Called outside the merge's event loop: False.
+        """
+        if self._abandoned:
+            return True
+        task = self._task
+        if task is None:  # never iterated: no producer ever ran
+            self._closed = self._stopping = self._abandoned = True
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        if self._closed or loop is not task.get_loop():
+            return False
+        if not task.done() and any(f._parked is None and not f.done for f in self._feeds):
+            return False  # a request runs, or is about to: aclose ends it
+        it = self._iter
+        if it is not None and getattr(it, "ag_running", False):
+            return False
+        self._closed = self._stopping = self._abandoned = True
+        _STALL_WATCH.discard(self)
+        self._end_ahead()
+        # The producers first: each ends in its first step at the next turn (one
+        # already woken finds the merge stopping: no grant), before the
+        # supervisor's, which then finds every one of them done.
+        self._cancel_producers()
+        task.cancel()
+        if it is not None:
+            self._iter = None
+            close_at_once(it)  # (suspended at its yield: its cleanup awaits nothing)
+        return True
 
     # -- producers ---------------------------------------------------------------
 
@@ -1321,12 +1375,14 @@ class Merge(MergeCore[T]):
                 if pending:
                     await asyncio.wait(pending)
         except asyncio.CancelledError:
-            # Cancelled from outside (aclose cancels the producers, not this task).
+            # Cancelled from outside (aclose cancels the producers, not this task;
+            # abandon cancels both, the producers first).
             if self._error is None and not self._closed:
                 self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
             self._cancel_producers()
-            if tasks:
-                await asyncio.wait(tasks)
+            pending = [t for t in tasks if not t.done()]
+            if pending:
+                await asyncio.wait(pending)
             raise
         finally:
             for task in tasks:
@@ -1393,8 +1449,9 @@ class Merge(MergeCore[T]):
         """
         size = self._demand(feed)
         while size is None:
-            waiter = feed._waiter = asyncio.get_running_loop().create_future()
+            waiter = feed._waiter = feed._parked = asyncio.get_running_loop().create_future()
             await waiter
+            feed._parked = None
             size = self._demand(feed)
         if size:
             self._start(feed, size)
@@ -1727,6 +1784,10 @@ class ThreadMerge(MergeCore[T]):
                 ended = self._stop_requests()
             pool.shutdown(wait=ended, cancel_futures=True)
 
+    def abandon(self) -> bool:
+        """Always False: a sync stream dropped by its consumer is closed at once (see Merge)."""
+        return False
+
     # -- the driver's part ---------------------------------------------------------
 
     def _wake(self) -> None:
@@ -1792,6 +1853,22 @@ class ThreadMerge(MergeCore[T]):
                 feed.wake_at = _NEVER
         if self._error is not None or self._closed:
             self._stopped()
+
+
+def close_at_once(generator: AsyncGenerator[Any, None]) -> None:
+    """Close a suspended async generator now, in this call, without the event loop.
+
+    For a generator whose cleanup awaits nothing that suspends: asyncio closes
+    an unreferenced one from a task of its own, turns later. One whose
+    cleanup does suspend is a bug of the caller (RuntimeError).
+    """
+    closing = generator.aclose()
+    try:
+        closing.send(None)
+    except StopIteration:
+        return
+    closing.close()
+    raise RuntimeError(f"{generator!r} awaited while it was being closed at once")
 
 
 def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:

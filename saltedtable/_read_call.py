@@ -181,6 +181,17 @@ class ReadCall(_Read[Awaitable[bool]]):
             self._finish(made, emitted, error)
         return rows
 
+    def abandon(self) -> bool:
+        """The caller dropped the stream between rows: stop the read now if nothing runs.
+
+        Returns:
+            Whether it stopped: closing the stream then awaits nothing. False: a
+            request runs, which closing the stream ends (see ``Merge.abandon``).
+        """
+        if self._first is not None and not self._first[1].abandon():
+            return False
+        return self._merge is None or self._merge.abandon()
+
     async def stream(self) -> AsyncGenerator[Row, None]:
         """Flatten the batches; closing this generator cancels every sub-scan."""
         error: BaseException | None = None

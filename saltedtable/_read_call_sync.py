@@ -183,6 +183,17 @@ class SyncReadCall(_Read[bool]):
             self._finish(made, emitted, error)
         return rows
 
+    def abandon(self) -> bool:
+        """The caller dropped the stream between rows: stop the read now if nothing runs.
+
+        Returns:
+            Whether it stopped: closing the stream then awaits nothing. False: a
+            request runs, which closing the stream ends (see ``ThreadMerge.abandon``).
+        """
+        if self._first is not None and not self._first[1].abandon():
+            return False
+        return self._merge is None or self._merge.abandon()
+
     def stream(self) -> Generator[Row, None, None]:
         """Flatten the batches; closing this generator cancels every sub-scan."""
         error: BaseException | None = None

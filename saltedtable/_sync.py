@@ -36,7 +36,7 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._admin import schema_reader_for, table_label
 from ._batcher_sync import SaltedMutationsBatcherSync
-from ._concurrency_sync import capacity, fan_out
+from ._concurrency_sync import capacity, fan_out, row_stream
 from ._contracts import AttemptTimeout, Retryable, SyncTableLike, Timeout
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
@@ -379,7 +379,7 @@ class SaltedTable(TableAttributes):
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return self._watched(call.stream())
+        return self._stream(call)
 
     def read_rows(
         self,
@@ -436,7 +436,11 @@ class SaltedTable(TableAttributes):
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return self._watched(call.stream())
+        return self._stream(call)
+
+    def _stream(self, call: SyncReadCall) -> Generator[Row, None, None]:
+        """The stream a read's caller iterates (see ``row_stream``: it stops when dropped)."""
+        return row_stream(self._watched(call.stream()), call.abandon)
 
     def _watched(self, rows: Generator[Row, None, None]) -> Generator[Row, None, None]:
         """A cutoff layout's scan reads the record again when due, between rows and at its end.

@@ -34,7 +34,7 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._admin import schema_reader_for, table_label
 from ._batcher import SaltedMutationsBatcherAsync
-from ._concurrency import capacity, fan_out
+from ._concurrency import capacity, fan_out, row_stream
 from ._contracts import AttemptTimeout, Retryable, TableLikeAsync, Timeout
 from ._cutoff import CutoffPolicy
 from ._exceptions import UnsaltableKeyError
@@ -377,7 +377,7 @@ class SaltedTableAsync(TableAttributes):
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return self._watched(call.stream())
+        return self._stream(call)
 
     async def read_rows(
         self,
@@ -434,7 +434,11 @@ class SaltedTableAsync(TableAttributes):
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
-        return self._watched(call.stream())
+        return self._stream(call)
+
+    def _stream(self, call: ReadCall) -> AsyncGenerator[Row, None]:
+        """The stream a read's caller iterates (see ``row_stream``: it stops when dropped)."""
+        return row_stream(self._watched(call.stream()), call.abandon)
 
     def _watched(self, rows: AsyncGenerator[Row, None]) -> AsyncGenerator[Row, None]:
         """A cutoff layout's scan reads the record again when due, between rows and at its end.

@@ -9,10 +9,11 @@ The soaks run ``examples/tools/leak_probe.py`` modes in a child process each (it
 
 * ``stream-end`` must stay flat: end_stream leaks nothing per stream;
 * ``stream-task-cancel`` is a canary: it still leaks while grpc/grpc#43360 is open. When
-  it stops leaking, grpcio has released the fix: pin that version and simplify;
+  it stops leaking (it then xfails, every run), grpcio has released the fix: pin that
+  version and simplify;
 * ``salted`` (the fan-out, which ends its requests' RPCs before it cancels their readers)
   must stay flat; ``salted-task-cancel`` (the fan-out with that step patched out) shows
-  that the soak does see the leak it guards against.
+  that the soak does see the leak it guards against (it xfails when it sees less).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 
-from saltedtable import SaltedTableAsync, SaltScheme
+from saltedtable import ReadBudget, SaltedTableAsync, SaltScheme
 from saltedtable._cancel import end_stream, find_calls, stop_reads
 from saltedtable.testing import INSTANCE, Emulator, create_table, delete_table
 from tests.scripts import load_script
@@ -110,6 +112,51 @@ async def test_a_stream_left_with_a_bare_break_leaves_no_task_once_unreferenced(
         gc.enable()
     assert was_running >= 17, was_running  # a supervisor and a producer per bucket
     assert not left, f"{len(left)} tasks of the read outlived it: {left}"
+
+
+async def quiet(salted: SaltedTableAsync) -> None:
+    """Wait until no request of ``salted`` runs or waits for a slot, ten checks in a row."""
+    calm = 0
+    with anyio.fail_after(30):
+        while calm < 10:
+            await asyncio.sleep(0.01)
+            busy = salted.limiter.borrowed_tokens or salted.limiter.waiting
+            calm = 0 if busy else calm + 1
+
+
+@pytest.mark.parametrize(("limit", "ordered"), [(40, True), (40, False), (None, True)])
+async def test_a_stream_left_idle_with_a_bare_break_leaves_no_task_a_loop_turn_later(
+    data_client: BigtableDataClientAsync, make_table: MakeTable, limit: int | None, ordered: bool
+) -> None:
+    """Issue 36: ``async for row in await table.read_rows_stream(...): break`` while the
+    read waits idle (its round's requests, or its budget's, have ended): one event-loop
+    turn later no task of the read is left, with no garbage collection. Before, its
+    producers and supervisor waited until asyncio's finaliser closed the stream, turns
+    later (the stream above was left while requests ran: those end between rows first)."""
+    table_id = make_table()
+    salted = SaltedTableAsync(
+        data_client.get_table(INSTANCE, table_id),
+        SaltScheme(16),
+        budget=ReadBudget(rows=640, one_request_rows=0),  # (the fan-out at once)
+    )
+    await salted.bulk_mutate_rows(
+        [RowMutationEntry(b"r%05d" % i, SetCell("cf", b"q", b"v" * 100)) for i in range(6000)]
+    )
+    before = asyncio.all_tasks()
+    idle: set[asyncio.Task[Any]] = set()
+    gc.disable()  # the claim: no garbage collection needed
+    try:
+        async for _ in await salted.read_rows_stream(ReadRowsQuery(limit=limit), ordered=ordered):
+            await quiet(salted)
+            idle = asyncio.all_tasks() - before
+            break
+        await asyncio.sleep(0)
+        left = asyncio.all_tasks() - before
+    finally:
+        gc.enable()
+    assert len(idle) >= 17, idle  # a supervisor and a producer per bucket
+    assert not left, f"{len(left)} tasks of the read are left: {left}"
+    assert salted.limiter.borrowed_tokens == 0
 
 
 # -- end_stream and stop_reads on client streams ---------------------------------------
@@ -222,6 +269,20 @@ def _growth(tables: tuple[str, str], mode: str, scans: int, warmup: int) -> int:
     return int(last["rss"] - first["rss"])
 
 
+def _expect_leak(growth: int, bound: int, what: str, meaning: str) -> None:
+    """Pass when ``growth`` shows grpc/grpc#43360's leak (more than ``bound``), else xfail.
+
+    The leak is upstream's and its size varies with the grpcio release and the machine's
+    load (fewer receives are pending when a scan is stopped on a busy machine), so a
+    smaller one is reported, never a failure.
+    """
+    if growth <= bound:
+        pytest.xfail(
+            f"{what} grew RSS by only {growth / 2**20:.1f} MB (the leak: more than "
+            f"{bound / 2**20:.0f} MB): {meaning}"
+        )
+
+
 def test_soak_streams_ended_by_end_stream_stay_flat(soak_tables: tuple[str, str]) -> None:
     """500 client streams ended mid-receive by end_stream: RSS within FLAT (a leak: ~20 MB)."""
     growth = _growth(soak_tables, "stream-end", 500, 100)
@@ -229,12 +290,18 @@ def test_soak_streams_ended_by_end_stream_stay_flat(soak_tables: tuple[str, str]
 
 
 def test_soak_canary_grpcio_still_leaks_a_cancelled_receive(soak_tables: tuple[str, str]) -> None:
-    """Cancelling a pending read still leaks (grpc/grpc#43360); when this fails, grpcio is fixed."""
+    """Cancelling a pending read still leaks (grpc/grpc#43360); xfails once it leaks less.
+
+    A canary: a smaller leak (a fixed grpcio, or a loaded machine that gets fewer reads
+    cancelled mid-receive) is news to look into, not a failure of saltedtable.
+    """
     growth = _growth(soak_tables, "stream-task-cancel", 500, 100)
-    assert growth > FLAT, (
-        f"500 reads cancelled while receiving grew RSS by only {growth / 2**20:.1f} MB: "
-        "this grpcio no longer leaks them (grpc/grpc#43360). Require it, and end_stream "
-        "can fall back to plain cancellation."
+    _expect_leak(
+        growth,
+        FLAT,
+        "500 reads cancelled while receiving",
+        "if it stays so, this grpcio no longer leaks them: require it, and end_stream "
+        "can fall back to plain cancellation",
     )
 
 
@@ -247,10 +314,15 @@ def test_soak_salted_scans_left_early_stay_flat(soak_tables: tuple[str, str]) ->
 def test_soak_fanout_that_cancels_its_readers_leaks(soak_tables: tuple[str, str]) -> None:
     """The same scans with the merge's stop_requests patched out grow RSS past 2 x FLAT.
 
-    120 of them: a scan left after two rows has fewer requests mid-receive since its
-    first pages are small (64 rows a bucket), and 60 grew RSS by about 10 MB."""
+    It shows that the soak sees the leak the flat soak above guards against; when it sees
+    less (xfail, not a failure: the leak is upstream's), that soak proves less. 120 scans:
+    a scan left after two rows has fewer requests mid-receive since its first pages are
+    small (64 rows a bucket), and 60 grew RSS by about 10 MB.
+    """
     growth = _growth(soak_tables, "salted-task-cancel", 120, 20)
-    assert growth > 2 * FLAT, (
-        f"120 fan-outs that cancel readers mid-receive grew RSS by only {growth / 2**20:.1f} MB: "
-        "grpc/grpc#43360 may be fixed in this grpcio (see the canary above)"
+    _expect_leak(
+        growth,
+        2 * FLAT,
+        "120 fan-outs that cancel readers mid-receive",
+        "grpc/grpc#43360 may be fixed in this grpcio (see the canary above)",
     )

@@ -26,9 +26,9 @@ from google.cloud.bigtable.data import (
 )
 
 from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme, _reader
-from saltedtable._slots import Slots
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable, salted_table_of
+from tests.slot_marks import mark_small_reads
 
 SCHEME = SaltScheme(16)
 KEYS = [b"key-%05d" % i for i in range(2400)]
@@ -143,18 +143,7 @@ def test_a_sync_small_read_overtakes_the_read_ahead_of_scans_nobody_consumes(
                 time.sleep(0.001)
             # Counted from when the small read asks for its slot (from its worker
             # thread): requests granted before it asked were not its competitors.
-            marks: list[int] = []
-
-            class Marking(Slots):  # type: ignore[misc]
-                __slots__ = ()
-
-                def acquire(self, deadline: float, *args: Any, **kwargs: Any) -> bool:
-                    urgent = args[1] if len(args) > 1 else kwargs.get("urgent")
-                    if urgent is None:  # the small read's one request (scans pass theirs)
-                        marks.append(len(counting.calls))
-                    return bool(super().acquire(deadline, *args, **kwargs))
-
-            salted.limiter.__class__ = Marking
+            marks = mark_small_reads(salted.limiter, lambda: len(counting.calls))
             rows = salted.read_rows(SMALL)
             assert [r.row_key for r in rows] == KEYS[1000:1010]
             assert len(marks) == 1, marks

@@ -20,6 +20,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -51,6 +52,7 @@ from google.cloud.bigtable.data.row_filters import (
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+import saltedtable
 from saltedtable import (
     SCHEME_ROW_KEY,
     CallStats,
@@ -129,12 +131,17 @@ async def collect(stream: AsyncIterator[Row]) -> list[Row]:
         return [row async for row in stream]
 
 
+# The package's own directory, not any path containing "saltedtable": a checkout is
+# usually named saltedtable too, and its tests' coroutines must not count as the library's.
+PACKAGE_DIR = Path(saltedtable.__file__).resolve().parent
+
+
 def saltedtable_tasks() -> set[asyncio.Task[Any]]:
     """Running tasks whose coroutine comes from the saltedtable package."""
     found = set()
     for task in asyncio.all_tasks():
         code = getattr(task.get_coro(), "cr_code", None)
-        if code is not None and f"{os.sep}saltedtable{os.sep}" in code.co_filename:
+        if code is not None and Path(code.co_filename).resolve().is_relative_to(PACKAGE_DIR):
             found.add(task)
     return found
 

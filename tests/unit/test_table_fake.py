@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +47,7 @@ from saltedtable import (
     before_last,
     fields,
 )
+from saltedtable._merge import close_at_once
 from tests.fakes import ABANDONED, FakeTable
 
 # -- the differential harness --------------------------------------------------
@@ -519,6 +520,80 @@ async def test_breaking_out_of_a_stream_closes_every_subscan(ordered: bool) -> N
     assert ABANDONED not in fake.stats.endings
     assert fake.stats.rows_sent < 2000
     assert asyncio.all_tasks() == before
+
+
+async def idle_stream_tasks(table: SaltedTableAsync, fake: FakeTable) -> None:
+    """Wait until no request of ``table`` runs or waits for a slot (its reads' tasks idle)."""
+    with anyio.fail_after(10):
+        while fake.stats.open_now or table.limiter.borrowed_tokens or table.limiter.waiting:  # noqa: ASYNC110 - the fake has no event for this
+            await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize(
+    ("limit", "ordered"), [(40, True), (40, False), (None, True), (None, False)]
+)
+async def test_a_stream_left_with_a_bare_break_leaves_no_task_a_loop_turn_later(
+    limit: int | None, ordered: bool
+) -> None:
+    """Issue 36: a stream left with a bare ``break`` while its read waits idle (the
+    requests of its round, or of its budget, have ended) leaves no task one event-loop
+    turn later, with no garbage collection; before, a supervisor and a producer per
+    bucket waited until asyncio closed the stream, turns later."""
+    fake = FakeTable()
+    # (No one request first: the read fans out to its 16 buckets at once.)
+    table = SaltedTableAsync(fake, SaltScheme(16), budget=ReadBudget(rows=320, one_request_rows=0))
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(b"k%04d" % i, SetCell("f1", b"q", b"v", 1000)) for i in range(2000)]
+    )
+    before = asyncio.all_tasks()
+    gc.disable()  # the claim: no garbage collection needed
+    try:
+        async for _row in await table.read_rows_stream(ReadRowsQuery(limit=limit), ordered=ordered):
+            await idle_stream_tasks(table, fake)
+            idle = asyncio.all_tasks() - before
+            break
+        await asyncio.sleep(0)
+        left = asyncio.all_tasks() - before
+    finally:
+        gc.enable()
+    assert len(idle) >= 17, idle  # a supervisor and a producer per bucket, waiting
+    assert not left, left
+    assert fake.stats.open_now == 0
+    assert ABANDONED not in fake.stats.endings
+    assert table.limiter.borrowed_tokens == 0
+
+
+async def test_a_row_stream_is_an_async_generator_of_its_rows() -> None:
+    """What read_rows_stream returns passes asend, athrow and aclose to the read's stream."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4))
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(b"k%d" % i, SetCell("f1", b"q", b"v", 1000)) for i in range(6)]
+    )
+    stream = await table.read_rows_stream(ReadRowsQuery())
+    assert isinstance(stream, AsyncGenerator)
+    assert (await anext(stream)).row_key == b"k0"
+    assert (await stream.asend(None)).row_key == b"k1"
+    with pytest.raises(KeyError):
+        await stream.athrow(KeyError("from the caller"))
+    await stream.aclose()
+    assert [row async for row in stream] == []
+    assert fake.stats.open_now == 0
+
+
+async def test_close_at_once_refuses_a_generator_whose_cleanup_awaits() -> None:
+    """close_at_once is for cleanups that never suspend: one that does is a bug, said so."""
+
+    async def rows() -> AsyncGenerator[int, None]:
+        try:
+            yield 1
+        finally:
+            await asyncio.sleep(0)
+
+    stream = rows()
+    assert await anext(stream) == 1
+    with pytest.raises(RuntimeError, match="awaited while it was being closed"):
+        close_at_once(stream)
 
 
 async def test_cancelled_read_closes_every_subscan() -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import operator
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Generic, TypeVar, cast, final
 
@@ -47,6 +47,7 @@ __all__ = [
     "one_merge",
     "run_blocking",
     "slot",
+    "wait_all",
 ]
 
 T = TypeVar("T")
@@ -219,6 +220,15 @@ class OneRun(Generic[T]):
 async def run_blocking(func: Callable[..., T], *args: Any) -> T:
     """``func(*args)`` in a worker thread, so that the event loop runs meanwhile."""
     return await anyio.to_thread.run_sync(func, *args)
+
+
+async def wait_all(jobs: Collection[Any]) -> None:
+    """Wait until every job (an asyncio task or future) is done; leave them running if cancelled.
+
+    Their outcomes are not raised: whoever made the jobs collects them.
+    """
+    if jobs:
+        await asyncio.wait(jobs)
 
 
 @final

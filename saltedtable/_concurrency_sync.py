@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar, final
 
@@ -32,6 +32,7 @@ __all__ = [
     "one_merge",
     "run_blocking",
     "slot",
+    "wait_all",
 ]
 
 T = TypeVar("T")
@@ -126,6 +127,15 @@ def one_merge(
 def run_blocking(func: Callable[..., T], *args: Any) -> T:
     """``func(*args)``, in the calling thread."""
     return func(*args)
+
+
+def wait_all(jobs: Collection[Any]) -> None:
+    """Wait until every job (a ``concurrent.futures.Future``) is done.
+
+    Their outcomes are not raised: whoever made the jobs collects them.
+    """
+    if jobs:
+        concurrent.futures.wait(jobs)
 
 
 @final

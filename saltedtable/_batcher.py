@@ -64,7 +64,8 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
         physical.logical = mutation_entry
         guard = self._guard
         if guard is not None:
-            # A settled guard: one clock read (none when it is never read again).
+            # A settled guard costs one clock read (none when it never reads
+            # the record again); any other state asks the guard.
             until = guard.clear_until
             if until < math.inf and until <= time.monotonic():
                 try:

@@ -201,8 +201,8 @@ class _BatcherCore:
         self._seq = 0
         #: Entries before this seq were counted by a raised group already.
         self._reported = 0
-        #: Failures not raised yet, with their entry's seq: the guard's (held back)
-        #: and the client's (the sync client reports them from its own threads).
+        #: Failures not raised yet, naming the caller's entries, with their seq: the
+        #: guard's (held back) and the client's (the sync client's come from its threads).
         self._failed: list[tuple[int, FailedMutationEntryError]] = []
         self._lock = threading.Lock()
         self._tracked = _track_failures(inner, self._record)
@@ -228,7 +228,7 @@ class _BatcherCore:
                 # (An entry not placed here cannot be flushed, but if one were,
                 # the next flush() reports it.)
                 seq = entry.seq if isinstance(entry, _PhysicalEntry) else -1
-                self._failed.append((seq, exc))
+                self._failed.append((seq, logical_failure(exc, self._layout)))
 
     def _flush_jobs(self) -> set[Any]:
         """Flush what the client's batcher holds; its flush jobs that are not done.
@@ -263,9 +263,7 @@ class _BatcherCore:
             attempted = max(len(taken), end - self._reported)
             self._reported = max(self._reported, end)
         taken.sort(key=_SEQ)  # in the order they were appended
-        return MutationsExceptionGroup(
-            [logical_failure(exc, self._layout) for _, exc in taken], attempted
-        )
+        return MutationsExceptionGroup([exc for _, exc in taken], attempted)
 
     def _combined(
         self, ours: MutationsExceptionGroup | None, group: MutationsExceptionGroup | None

@@ -599,8 +599,8 @@ class FakeBatcher:
     (google-cloud-bigtable 2.50): ``_schedule_flush()`` starts a flush job (a
     task) of the staged entries and returns it, ``_flush_jobs`` holds the jobs
     not done, and each job hands its failed entries (indexes stripped, as the
-    client's batcher does) to ``_add_exceptions``, whose store ``close()``
-    raises as a ``MutationsExceptionGroup``. As the client's, ``append`` starts
+    client's batcher does) to ``_add_exceptions``, which keeps the first ten
+    and the last ten for ``close()`` to raise as a ``MutationsExceptionGroup``. As the client's, ``append`` starts
     a job once ``flush_limit_mutation_count`` entries are staged, and nothing
     is written before a job runs.
 
@@ -651,7 +651,7 @@ class FakeBatcher:
         self._attempted += len(entries)
 
     def _add_exceptions(self, excs: list[Exception]) -> None:
-        self._errors.extend(excs)
+        self._errors = _kept(self._errors, excs)
 
     async def close(self) -> None:
         """Flush and close; raise the collected failures."""
@@ -667,6 +667,12 @@ class FakeBatcher:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _kept(errors: list[Exception], new: list[Exception]) -> list[Exception]:
+    """The failures the client's batcher keeps for close(): the first ten and the last ten."""
+    errors = errors + new
+    return errors if len(errors) <= 20 else errors[:10] + errors[-10:]
 
 
 async def _write_batch(table: FakeTable, entries: list[RowMutationEntry]) -> list[Exception]:
@@ -797,7 +803,7 @@ class SyncFakeBatcher:
         self._attempted += len(entries)
 
     def _add_exceptions(self, excs: list[Exception]) -> None:
-        self._errors.extend(excs)
+        self._errors = _kept(self._errors, excs)
 
     def close(self) -> None:
         """Flush and close; raise the collected failures."""

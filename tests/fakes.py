@@ -600,9 +600,9 @@ class FakeBatcher:
     task) of the staged entries and returns it, ``_flush_jobs`` holds the jobs
     not done, and each job hands its failed entries (indexes stripped, as the
     client's batcher does) to ``_add_exceptions``, which keeps the first ten
-    and the last ten for ``close()`` to raise as a ``MutationsExceptionGroup``. As the client's, ``append`` starts
-    a job once ``flush_limit_mutation_count`` entries are staged, and nothing
-    is written before a job runs.
+    and the last ten for ``close()`` to raise as a ``MutationsExceptionGroup``.
+    As the client's, ``append`` starts a job once ``flush_limit_mutation_count``
+    entries are staged, and nothing is written before a job runs.
 
     ``blocked`` (physical key -> event): a job holding such an entry waits for
     the event before it writes anything.

@@ -89,7 +89,8 @@ async def test_flush_raises_the_callers_own_failed_entries_once() -> None:
         await batcher.flush()
     got = failed_entries(info.value)
     assert [e.row_key for e in got] == [b"bad1", b"bad2"]  # logical keys, in append order
-    assert got[0] is mine[1] and got[1] is mine[3]  # the caller's own objects
+    assert got[0] is mine[1]
+    assert got[1] is mine[3]
     assert all(isinstance(exc.__cause__, ServiceUnavailable) for exc in info.value.exceptions)
     assert info.value.total_entries_attempted == 4
     await batcher.flush()  # nothing new: nothing raised
@@ -169,7 +170,8 @@ async def test_entries_the_guard_could_not_clear_are_raised_by_flush_and_never_s
         await batcher.flush()
     (failed,) = info.value.exceptions
     assert isinstance(failed, FailedMutationEntryError)
-    assert failed.entry is mine and failed.__cause__ is cause
+    assert failed.entry is mine
+    assert failed.__cause__ is cause
     await batcher.close()  # raised once
     assert fake.data_keys() == []
 

@@ -692,7 +692,7 @@ def _outcome(salt: Callable[[Any], bytes], key: Any) -> bytes | tuple[type, str]
 
 
 @pytest.mark.parametrize("hash_name", ALL_HASHES)
-@pytest.mark.parametrize("n", (1, 7, 16, 100))
+@pytest.mark.parametrize("n", [1, 7, 16, 100])
 def test_the_salter_salts_as_salt_key_does(hash_name: str, n: int) -> None:
     """Every key, edge cases included, salts (or is refused) as salt_key does it."""
     s = scheme(n, hash_name)

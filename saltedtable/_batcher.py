@@ -50,7 +50,8 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
             ValueError: ``mutation_entry`` is a mutation, not an entry.
             RowKeyError: The key cannot be placed.
         """
-        # Per row: the fewest calls (see docs/development.md). type() is no call.
+        # Per row: the fewest calls (docs/development.md, "Write path internals");
+        # type() is no call.
         if not self._open or (
             type(mutation_entry) is not RowMutationEntry
             and not isinstance(mutation_entry, RowMutationEntry)
@@ -94,6 +95,8 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
                 entry object (``index`` is None). ``close()`` does not raise
                 them again.
             RuntimeError: The batcher is closed.
+            NotImplementedError: The client's batcher lacks the private flush
+                jobs it uses (a google-cloud-bigtable other than 2.50's).
         """
         before = self._seq
         await wait_all(self._flush_jobs())

@@ -43,8 +43,9 @@ Sections (``--sections``, default all):
   shuffled order, ``--write-rounds`` rounds (>= 20 for the published ratios). Ratios:
   raw seconds over salted seconds in the same round (above 0.95: within 5% of the
   client), median and 95% interval of the median; the share of each variant's time in
-  garbage collection and its full collections. Then the batcher's rounds again with
-  ``--write-live`` entries held alive in the process. ``calls``: Python calls per
+  garbage collection and its full collections, and the ratios without that time. Then
+  the batcher's and the bulk writes' rounds again with ``--write-live`` entries held
+  alive in the process. ``calls``: Python calls per
   appended row, per bulk entry and per point write (cProfile), and above the raw
   client's. Example: ``engine_bench.py --sections writes --write-rounds 20``.
 """
@@ -964,7 +965,7 @@ def write_rounds(
     appends: int,
     point_ops: int,
     seed: int,
-    only_batcher: bool = False,
+    point: bool = True,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every (flavour, operation, variant) once a round, in a shuffled order (seeded).
 
@@ -974,9 +975,8 @@ def write_rounds(
     """
     jobs: list[tuple[str, str, str]] = []
     for flavour in flavours:
-        ops = [f"batcher_{appends}"]
-        if not only_batcher:
-            ops += [f"bulk_{n}" for n in bulk_sizes]
+        ops = [f"batcher_{appends}", *(f"bulk_{n}" for n in bulk_sizes)]
+        if point:
             ops += ["mutate_row", "check_and_mutate_row"]
         for op in ops:
             jobs += [(flavour, op, variant) for variant in WRITE_VARIANTS]
@@ -1012,10 +1012,13 @@ def write_rounds(
 def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Per operation: each salted variant's speed over the raw client's, paired by round.
 
-    ``ratio``: raw seconds over salted seconds in the same round (1 is the
+    Each variant: raw seconds over salted seconds in the same round (1 is the
     client's speed; for the point writes, its latency over ours), pooled with
-    :func:`pooled` (median, 95% interval of the median); and the share of each
-    variant's time spent in garbage collection, and its full (gen 2) collections.
+    :func:`pooled` (median, 95% interval of the median); ``<variant>_without_gc``
+    the same with each run's collection time taken out (where a full collection
+    lands decides much of a run's time: docs/development.md, "Write path
+    internals"); the share of each variant's time spent in garbage collection,
+    and its full (gen 2) collections.
     """
     out: dict[str, Any] = {}
     for name, per_round in rounds.items():
@@ -1024,6 +1027,13 @@ def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         for variant in WRITE_VARIANTS[1:]:
             ratios = [a / r[variant]["seconds"] for a, r in zip(raw, per_round, strict=True)]
             entry[variant] = pooled(ratios)
+            entry[f"{variant}_without_gc"] = pooled(
+                [
+                    (r["raw"]["seconds"] - r["raw"]["gc_seconds"])
+                    / (r[variant]["seconds"] - r[variant]["gc_seconds"])
+                    for r in per_round
+                ]
+            )
         entry["raw_seconds"] = spread(raw)
         entry["gc_share"] = {
             v: spread([r[v]["gc_seconds"] / r[v]["seconds"] for r in per_round])
@@ -1076,8 +1086,9 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
             report["ratios"] = write_summary(plain)
             print(json.dumps({"writes": report["ratios"]}, indent=1), file=sys.stderr)
             if args.write_live:
-                # The batcher again, in a process that holds this many live entries
-                # (every full collection walks them).
+                # The batcher and the bulk writes again, in a process that holds
+                # this many live entries (every full collection walks them, and
+                # they raise the bar for one: see write_summary).
                 held = write_entries(b"live", args.write_live)
                 live = write_rounds(
                     flavours,
@@ -1086,7 +1097,7 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
                     args.write_appends,
                     args.write_point_ops,
                     seed=42,
-                    only_batcher=True,
+                    point=False,
                 )
                 report["ratios_with_live_entries"] = write_summary(live)
                 report["tracked_objects_with_live_entries"] = len(gc.get_objects())

@@ -230,7 +230,10 @@ def test_engine_bench_writes_section_runs(emulator: Emulator, tmp_path: Path) ->
     for ratios in writes["ratios"].values():
         assert ratios["salted"]["n"] == ratios["salted_guard"]["n"] == 2
         assert ratios["salted"]["median"] > 0
-    assert set(writes["ratios_with_live_entries"]) == {"async/batcher_30", "sync/batcher_30"}
+    live_ops = ("batcher_30", "bulk_40", "bulk_60")
+    assert set(writes["ratios_with_live_entries"]) == {
+        f"{f}/{op}" for f in ("async", "sync") for op in live_ops
+    }
     assert writes["tracked_objects_with_live_entries"] > 500
     for flavour in ("async", "sync"):
         above = writes["calls"][flavour]["salted_guard_above_raw"]

@@ -144,6 +144,7 @@ def test_the_write_summary_is_raw_over_salted_seconds_paired_by_round(
     ]
     summary = engine_bench.write_summary({"async/x": per_round})["async/x"]
     assert summary["salted"]["median"] == 0.75  # (0.5 + 1.0) / 2
+    assert summary["salted_without_gc"]["median"] == 0.75  # each run 10% in collections
     assert summary["salted_guard"]["median"] == 0.875  # (1.0 + 0.75) / 2
     assert summary["gc_share"]["raw"]["median"] == 0.1
     assert summary["gen2_collections"]["salted"]["median"] == 0.0

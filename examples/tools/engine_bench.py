@@ -36,7 +36,8 @@ Sections (``--sections``, default all):
   raw single scan against saltedtable ordered and unordered with the default budget;
   peak RSS (VmHWM) of each, and saltedtable's ``peak_buffered_bytes``.
 * ``writes`` (issue 41; not in the default sections): the async and the sync client
-  against saltedtable without and with the layout guard, in the same process:
+  against saltedtable without and with the layout guard, in the same process, and the
+  client writing the salted keys itself (``floor``: what the keys' shape costs):
   ``bulk_mutate_rows`` of ``--write-bulk-rows`` entries, ``mutations_batcher()`` with
   ``--write-appends`` appends, and ``--write-point-ops`` sequential ``mutate_row`` and
   ``check_and_mutate_row`` calls; every operation of every variant once a round, in a
@@ -814,10 +815,15 @@ async def wide(
 
 # -- writes (issue 41) ----------------------------------------------------------------
 
-#: The write section's variants of one flavour: the raw client's table, and the
-#: salted table without and with the layout guard (settled by a first write).
-WRITE_VARIANTS = ("raw", "salted", "salted_guard")
+#: The write section's variants of one flavour: the raw client's table; ``floor``,
+#: the raw client writing the keys saltedtable writes (salted before the timing:
+#: what the key's shape costs the client and the server, not saltedtable's work);
+#: and the salted table without and with the layout guard (settled by a first write).
+WRITE_VARIANTS = ("raw", "floor", "salted", "salted_guard")
+#: The variants compared with the raw client (and with the floor).
+SALTED_VARIANTS = ("salted", "salted_guard")
 WRITE_VALUE = b"x" * 100
+WRITE_SCHEME = SaltScheme(BUCKETS)
 
 
 def write_entries(tag: bytes, n: int) -> list[RowMutationEntry]:
@@ -866,8 +872,16 @@ class WriteTargets:
             return self.loop.run_until_complete(make())
         return make()
 
+    @staticmethod
+    def _keys_for(variant: str, entries: list[RowMutationEntry]) -> list[RowMutationEntry]:
+        if variant != "floor":
+            return entries
+        salt = WRITE_SCHEME.salt_key
+        return [RowMutationEntry(salt(e.row_key), list(e.mutations)) for e in entries]
+
     def bulk(self, variant: str, entries: list[RowMutationEntry]) -> Callable[[], Any]:
         table = self.tables[variant]
+        entries = self._keys_for(variant, entries)
         if self.flavour == "async":
 
             async def go_async() -> None:
@@ -878,6 +892,7 @@ class WriteTargets:
 
     def batcher(self, variant: str, entries: list[RowMutationEntry]) -> Callable[[], Any]:
         table = self.tables[variant]
+        entries = self._keys_for(variant, entries)
         if self.flavour == "async":
 
             async def go_async() -> None:
@@ -896,6 +911,8 @@ class WriteTargets:
 
     def point(self, variant: str, op: str, keys: list[bytes]) -> Callable[[], Any]:
         table = self.tables[variant]
+        if variant == "floor":
+            keys = [WRITE_SCHEME.salt_key(key) for key in keys]
         cell = SetCell(FAMILY, b"q", WRITE_VALUE, 1000)
         predicate = PassAllFilter(True)
         if self.flavour == "async":
@@ -948,7 +965,7 @@ def write_calls(targets: WriteTargets, appends: int, rows: int) -> dict[str, Any
             st: Any = pstats.Stats(prof)
             found[op] = round(st.total_calls / count, 2)
         out[variant] = found
-    for variant in WRITE_VARIANTS[1:]:
+    for variant in SALTED_VARIANTS:
         out[f"{variant}_above_raw"] = {
             op: round(out[variant][op] - out["raw"][op], 2) for op in out["raw"]
         }
@@ -1014,7 +1031,9 @@ def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
     Each variant: raw seconds over salted seconds in the same round (1 is the
     client's speed; for the point writes, its latency over ours), pooled with
-    :func:`pooled` (median, 95% interval of the median); ``<variant>_without_gc``
+    :func:`pooled` (median, 95% interval of the median); ``floor`` the same for
+    the raw client writing salted keys, and ``<variant>_vs_floor`` the floor's
+    seconds over the variant's (saltedtable's own work); ``<variant>_without_gc``
     the same with each run's collection time taken out (where a full collection
     lands decides much of a run's time: docs/development.md, "Write path
     internals"); the share of each variant's time spent in garbage collection,
@@ -1024,9 +1043,15 @@ def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for name, per_round in rounds.items():
         raw = [r["raw"]["seconds"] for r in per_round]
         entry: dict[str, Any] = {}
-        for variant in WRITE_VARIANTS[1:]:
+        entry["floor"] = pooled(
+            [a / r["floor"]["seconds"] for a, r in zip(raw, per_round, strict=True)]
+        )
+        for variant in SALTED_VARIANTS:
             ratios = [a / r[variant]["seconds"] for a, r in zip(raw, per_round, strict=True)]
             entry[variant] = pooled(ratios)
+            entry[f"{variant}_vs_floor"] = pooled(
+                [r["floor"]["seconds"] / r[variant]["seconds"] for r in per_round]
+            )
             entry[f"{variant}_without_gc"] = pooled(
                 [
                     (r["raw"]["seconds"] - r["raw"]["gc_seconds"])
@@ -1129,6 +1154,7 @@ def _write_tables(client: Any, ids: dict[str, str], *, async_: bool) -> dict[str
     salted = client.get_table(INSTANCE, ids["salted"])
     return {
         "raw": client.get_table(INSTANCE, ids["raw"]),
+        "floor": client.get_table(INSTANCE, ids["raw"]),
         "salted": kind(salted, SaltScheme(BUCKETS), guard=False),
         "salted_guard": kind(client.get_table(INSTANCE, ids["salted"]), SaltScheme(BUCKETS)),
     }

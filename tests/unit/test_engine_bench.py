@@ -100,6 +100,7 @@ def test_the_write_rounds_pair_every_variant_and_write_every_entry(
                 "async",
                 {
                     "raw": raw,
+                    "floor": raw,
                     "salted": SaltedTableAsync(salted, scheme, guard=False),
                     "salted_guard": SaltedTableAsync(salted, scheme),
                 },
@@ -109,6 +110,7 @@ def test_the_write_rounds_pair_every_variant_and_write_every_entry(
                 "sync",
                 {
                     "raw": sync_raw,
+                    "floor": sync_raw,
                     "salted": SaltedTable(sync_salted, scheme, guard=False),
                     "salted_guard": SaltedTable(sync_salted, scheme),
                 },
@@ -128,6 +130,7 @@ def test_the_write_rounds_pair_every_variant_and_write_every_entry(
         assert b"w0#0000029" in raw_fake.data_keys()  # the bulk write's, round 0
         assert scheme.salt_key(b"b1#0000019") in salted_fake.data_keys()
         assert scheme.salt_key(b"point#00005") in salted_fake.data_keys()  # round 1's 3rd
+        assert scheme.salt_key(b"w1#0000029") in raw_fake.data_keys()  # the floor's keys
     summary = engine_bench.write_summary(rounds)
     assert summary["sync/bulk_30"]["salted_guard"]["n"] == 2
 
@@ -139,12 +142,14 @@ def test_the_write_summary_is_raw_over_salted_seconds_paired_by_round(
         return {"seconds": seconds, "gc_seconds": seconds / 10, "gc_collections": [3, 1, 0]}
 
     per_round = [
-        {"raw": run(1.0), "salted": run(2.0), "salted_guard": run(1.0)},
-        {"raw": run(3.0), "salted": run(3.0), "salted_guard": run(4.0)},
+        {"raw": run(1.0), "floor": run(1.0), "salted": run(2.0), "salted_guard": run(1.0)},
+        {"raw": run(3.0), "floor": run(2.0), "salted": run(3.0), "salted_guard": run(4.0)},
     ]
     summary = engine_bench.write_summary({"async/x": per_round})["async/x"]
     assert summary["salted"]["median"] == 0.75  # (0.5 + 1.0) / 2
     assert summary["salted_without_gc"]["median"] == 0.75  # each run 10% in collections
     assert summary["salted_guard"]["median"] == 0.875  # (1.0 + 0.75) / 2
+    assert summary["floor"]["median"] == 1.25  # (1.0 + 1.5) / 2
+    assert summary["salted_vs_floor"]["median"] == round((0.5 + 2 / 3) / 2, 3)
     assert summary["gc_share"]["raw"]["median"] == 0.1
     assert summary["gen2_collections"]["salted"]["median"] == 0.0

@@ -29,7 +29,15 @@ from __future__ import annotations
 import asyncio
 import operator
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast, final
 
@@ -52,6 +60,7 @@ __all__ = [
     "row_stream",
     "run_blocking",
     "slot",
+    "wait_all",
 ]
 
 T = TypeVar("T")
@@ -295,6 +304,15 @@ def row_stream(
 async def run_blocking(func: Callable[..., T], *args: Any) -> T:
     """``func(*args)`` in a worker thread, so that the event loop runs meanwhile."""
     return await anyio.to_thread.run_sync(func, *args)
+
+
+async def wait_all(jobs: Collection[Any]) -> None:
+    """Wait until every job (an asyncio task or future) is done; leave them running if cancelled.
+
+    Their outcomes are not raised: whoever made the jobs collects them.
+    """
+    if jobs:
+        await asyncio.wait(jobs)
 
 
 @final

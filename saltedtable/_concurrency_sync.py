@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar, final
 
@@ -33,6 +33,7 @@ __all__ = [
     "row_stream",
     "run_blocking",
     "slot",
+    "wait_all",
 ]
 
 T = TypeVar("T")
@@ -138,6 +139,15 @@ def row_stream(
 def run_blocking(func: Callable[..., T], *args: Any) -> T:
     """``func(*args)``, in the calling thread."""
     return func(*args)
+
+
+def wait_all(jobs: Collection[Any]) -> None:
+    """Wait until every job (a ``concurrent.futures.Future``) is done.
+
+    Their outcomes are not raised: whoever made the jobs collects them.
+    """
+    if jobs:
+        concurrent.futures.wait(jobs)
 
 
 @final

@@ -138,10 +138,15 @@ def samples_for(
 
 
 def filter_for(
-    layout: Layout, bucket: int | None, row_filter: RowFilter | None
+    layout: Layout, bucket: int | None, row_filter: RowFilter | None, *, checked: bool = False
 ) -> RowFilter | None:
-    """The filter to send for a row in ``bucket`` (legacy rows need no rewrite)."""
-    check_filter(row_filter)
+    """The filter to send for a row in ``bucket`` (legacy rows need no rewrite).
+
+    ``checked``: the caller ran :func:`check_filter` already (building the
+    filter's protobuf is most of a point write's own calls: once is enough).
+    """
+    if not checked:
+        check_filter(row_filter)
     if bucket is None:
         return row_filter
     return rewrite_filter(row_filter, layout.scheme.prefix(bucket))

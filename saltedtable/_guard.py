@@ -20,6 +20,7 @@ are expected in the states ``_migration`` describes).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final
@@ -280,6 +281,9 @@ class GuardCore:
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
         self._storable = not layout.scheme.has_prefix(SCHEME_ROW_KEY)
+        # (Set before the state: setting either keeps clear_until up to date.)
+        self._refresh = refresh
+        self._due_at = 0.0
         self._state = "unread" if enabled and self._storable else "off"
         if require_record and enabled and not self._storable:
             raise LayoutError(
@@ -287,8 +291,6 @@ class GuardCore:
                 "so the table cannot hold a record: require_record=True cannot be met"
             )
         self._require = require_record
-        self._refresh = refresh
-        self._due = 0.0
         self._read_at = 0.0  # when the last read of the record was sent (monotonic)
         self._stored: LayoutRecord | None = None
         self._stored_family: str | None = None
@@ -303,6 +305,42 @@ class GuardCore:
         self._view = view
         self._outcome: str | None = None
         self._sampled: int | None = None
+
+    #: Until when (``time.monotonic()``) no operation, a write included, needs
+    #: the guard's I/O: ``inf`` for a guard that is off (or settled and never
+    #: read again), ``-inf`` while :meth:`_pending` must decide. The batcher and
+    #: the point operations compare it with the clock on every call, which a
+    #: settled guard answers with one clock read instead of a state check.
+    clear_until: float
+
+    @property
+    def _state(self) -> str:
+        return self._state_now
+
+    @_state.setter
+    def _state(self, state: str) -> None:
+        self._state_now = state
+        self._clear()
+
+    @property
+    def _due(self) -> float:
+        return self._due_at
+
+    @_due.setter
+    def _due(self, when: float) -> None:
+        self._due_at = when
+        self._clear()
+
+    def _clear(self) -> None:
+        # Only the settled states clear writes: any other state (one added
+        # later too) leaves every operation to _pending.
+        state = self._state_now
+        if state == "off":
+            self.clear_until = math.inf
+        elif state in ("agrees", "unstored"):
+            self.clear_until = math.inf if self._refresh is None else self._due_at
+        else:
+            self.clear_until = -math.inf
 
     @property
     def record(self) -> LayoutRecord:

@@ -70,6 +70,12 @@ class Layout:
             )
         return None, key
 
+    def salter(self) -> Callable[[bytes | str], bytes]:
+        """``locate(key)[1]`` for the write path: see :meth:`SaltScheme.salter`."""
+        if self.cutoff is None:
+            return self.scheme.salter()
+        return functools.partial(_physical_key, self)
+
     def to_logical(self, physical: bytes) -> bytes:
         """The logical key of a physical key written by this layout.
 
@@ -306,3 +312,8 @@ def _legacy_gaps(scheme: SaltScheme) -> tuple[KeyRange, ...]:
 
 
 _cached_gaps = functools.lru_cache(maxsize=64)(_legacy_gaps)
+
+
+def _physical_key(layout: Layout, key: bytes | str) -> bytes:
+    """Where ``key`` is stored under ``layout`` (its :meth:`Layout.salter` with a cutoff)."""
+    return layout.locate(key)[1]

@@ -736,7 +736,7 @@ class SaltedTable(TableAttributes):
         return bool(
             self._table.check_and_mutate_row(
                 write.physical,
-                filter_for(self._layout, write.bucket, predicate),
+                filter_for(self._layout, write.bucket, predicate, checked=True),
                 true_case_mutations=true_case_mutations,
                 false_case_mutations=false_case_mutations,
                 operation_timeout=operation_timeout,

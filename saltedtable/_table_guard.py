@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -101,6 +103,9 @@ class TableGuard(GuardCore):
             attempt: ``attempt_timeout`` as the caller gave it (None: the operation's).
             kind: Which of the table's defaults apply (see ``resolve_timeouts``).
         """
+        until = self.clear_until
+        if until == math.inf or (until > -math.inf and time.monotonic() < until):
+            return operation  # settled: one clock read at most
         if not self._pending(family):
             return operation
         limit = guard_limit(self._table, operation, attempt, kind)

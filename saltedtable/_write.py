@@ -8,10 +8,13 @@ client's batchers, which keep flushing by count, bytes and timer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 from google.api_core.exceptions import DeadlineExceeded
-from google.cloud.bigtable.data import RowMutationEntry
+from google.cloud.bigtable.data import Mutation, RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
     MutationsExceptionGroup,
@@ -32,16 +35,33 @@ __all__ = [
 ]
 
 
-class _PhysicalEntry(RowMutationEntry):
-    """An entry under its physical key that remembers the caller's own entry.
+class _Placed(RowMutationEntry):
+    """An entry under its physical key, made without the client's checks.
 
-    The client reports a failed entry by handing back the object it was
-    given; this lets failures name the caller's object, not a copy.
+    The caller's entry was checked when it was made, and the physical one
+    shares its mutations (a tuple): one is made per row written, so its
+    construction runs no Python ``__init__``; the writer sets ``row_key`` and
+    ``mutations`` itself.
     """
 
-    def __init__(self, row_key: bytes, logical: RowMutationEntry) -> None:
-        super().__init__(row_key, list(logical.mutations))
-        self.logical = logical
+    # (The C initialiser that takes no arguments: RowMutationEntry's would
+    # check and copy the mutations again.)
+    __init__ = object.__init__
+
+
+class _PhysicalEntry(_Placed):
+    """A batcher's entry under its physical key that remembers the caller's own entry.
+
+    The client reports a failed entry by handing back the object it was
+    given; this lets failures name the caller's object, not a copy. ``seq`` is
+    its position among the batcher's appended entries, which tells a
+    ``flush()`` which failures are its own.
+    """
+
+    __slots__ = ("logical", "seq")
+
+    logical: RowMutationEntry
+    seq: int
 
 
 def physical_entries(
@@ -52,16 +72,30 @@ def physical_entries(
     Raises:
         RowKeyError, CutoffError: A key cannot be placed; nothing is returned.
     """
+    physical: list[RowMutationEntry] = [_Placed() for _ in entries]
+    if stats is None:
+        salt = layout.salter()
+        for entry, out in zip(entries, physical, strict=True):
+            out.row_key = salt(entry.row_key)
+            # The client's entries hold a tuple, which the physical entry shares;
+            # anything else (a list set on the entry afterwards) is copied.
+            mutations = entry.mutations
+            out.mutations = mutations if type(mutations) is tuple else tuple(mutations)
+        return physical
     locate = layout.locate
-    physical = []
-    for entry in entries:
+    for entry, out in zip(entries, physical, strict=True):
         bucket, key = locate(entry.row_key)
-        physical.append(RowMutationEntry(key, list(entry.mutations)))
-        if stats is not None:
-            b = stats.bucket(bucket)
-            b.rows += 1
-            b.bytes += len(key) + sum(m.size() for m in entry.mutations)
+        out.row_key, out.mutations = key, _mutations_of(entry)
+        b = stats.bucket(bucket)
+        b.rows += 1
+        b.bytes += len(key) + sum(m.size() for m in entry.mutations)
     return physical
+
+
+def _mutations_of(entry: RowMutationEntry) -> tuple[Mutation, ...]:
+    """The entry's mutations as a tuple (the client's own entries hold one, shared as is)."""
+    mutations = entry.mutations
+    return mutations if type(mutations) is tuple else tuple(mutations)
 
 
 def first_family(entries: Sequence[RowMutationEntry]) -> str | None:
@@ -79,26 +113,36 @@ def logical_group(
     originals: Sequence[RowMutationEntry] | None = None,
 ) -> MutationsExceptionGroup:
     """The same failures, naming the caller's logical entries instead of physical ones."""
-    failures: list[FailedMutationEntryError] = []
+    failures: list[Exception] = []
     for exc in group.exceptions:
         if not isinstance(exc, FailedMutationEntryError):
             failures.append(exc)  # anything else passes through unchanged
-            continue
-        if originals is not None and exc.index is not None and exc.index < len(originals):
-            entry = originals[exc.index]
-        elif isinstance(exc.entry, _PhysicalEntry):
-            entry = exc.entry.logical
+        elif originals is not None and exc.index is not None and exc.index < len(originals):
+            failures.append(_failure(exc, originals[exc.index]))
         else:
-            try:
-                key = layout.to_logical(to_key(exc.entry.row_key))
-            except RowKeyError:
-                key = to_key(exc.entry.row_key)
-            entry = RowMutationEntry(key, list(exc.entry.mutations))
-        cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
-        failures.append(FailedMutationEntryError(exc.index, entry, cause))
+            failures.append(logical_failure(exc, layout))
     return MutationsExceptionGroup(
-        failures, group.total_entries_attempted, message=str(group.message)
+        failures,  # type: ignore[arg-type]
+        group.total_entries_attempted,
+        message=str(group.message),
     )
+
+
+def logical_failure(exc: FailedMutationEntryError, layout: Layout) -> FailedMutationEntryError:
+    """The failure of a physical entry, naming the caller's entry (or one with its logical key)."""
+    entry = exc.entry
+    if isinstance(entry, _PhysicalEntry):
+        return _failure(exc, entry.logical)
+    try:
+        key = layout.to_logical(to_key(entry.row_key))
+    except RowKeyError:
+        key = to_key(entry.row_key)
+    return _failure(exc, RowMutationEntry(key, list(entry.mutations)))
+
+
+def _failure(exc: FailedMutationEntryError, entry: RowMutationEntry) -> FailedMutationEntryError:
+    cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+    return FailedMutationEntryError(exc.index, entry, cause)
 
 
 def every_entry_failed(
@@ -117,51 +161,140 @@ def every_entry_failed(
     )
 
 
-class _BatcherCore:
-    """What the async and the sync batcher share: placing entries, holding back failures."""
+#: The client's batcher's private parts that ``flush()`` and the outcome tracking use
+#: (google-cloud-bigtable 2.50: ``_schedule_flush()`` stages a flush job and returns
+#: it, ``_flush_jobs`` holds the running ones, and each job hands its failed entries
+#: to ``_add_exceptions``).
+_FLUSH_INTERNALS: Final = ("_add_exceptions", "_schedule_flush", "_flush_jobs")
 
-    __slots__ = ("_appended", "_held", "_inner", "_layout")
+
+class _BatcherCore:
+    """What the async and the sync batcher share: placing entries, tracking their outcomes.
+
+    The client's batcher keeps ten of the first and ten of the last failures
+    for ``close()``. This one takes the client's private store of failures
+    (``_add_exceptions``, called by each flush job with every entry it could
+    not write) and keeps every failure itself, with the position of its entry
+    among those appended, so that ``flush()`` raises those appended before it
+    and ``close()`` the rest, each failure once.
+    """
+
+    __slots__ = (
+        "_failed",
+        "_inner",
+        "_layout",
+        "_lock",
+        "_open",
+        "_reported",
+        "_salt",
+        "_seq",
+        "_tracked",
+    )
 
     def __init__(self, inner: BatcherLike | SyncBatcherLike, layout: Layout) -> None:
         self._inner = inner
         self._layout = layout
-        #: Entries held back because the guard failed, reported on close.
-        self._held: list[FailedMutationEntryError] = []
-        #: Entries appended since failures were last raised.
-        self._appended = 0
+        self._salt = layout.salter()
+        #: False once close() began: appends then go to the client's, which refuses them.
+        self._open = True
+        #: Entries appended (sent to the client's batcher or held back): the next one's seq.
+        self._seq = 0
+        #: Entries before this seq were counted by a raised group already.
+        self._reported = 0
+        #: Failures not raised yet, naming the caller's entries, with their seq: the
+        #: guard's (held back) and the client's (the sync client's come from its threads).
+        self._failed: list[tuple[int, FailedMutationEntryError]] = []
+        self._lock = threading.Lock()
+        self._tracked = _track_failures(inner, self._record)
 
     @property
     def closed(self) -> bool:
         """True once the batcher was closed."""
         return bool(self._inner.closed)
 
-    def _passes_through(self, entry: object) -> bool:
-        # Not an entry, or a closed batcher: refused as the client refuses it.
-        return not isinstance(entry, RowMutationEntry) or self.closed
-
-    def _placed(self, entry: RowMutationEntry) -> _PhysicalEntry:
-        physical = _PhysicalEntry(self._layout.locate(entry.row_key)[1], entry)
-        self._appended += 1
-        return physical
-
     def _hold(self, entry: RowMutationEntry, cause: Exception) -> None:
         # The client's append never fails for Bigtable: its flush does.
-        self._held.append(FailedMutationEntryError(None, entry, cause))
+        with self._lock:
+            seq, self._seq = self._seq, self._seq + 1
+            self._failed.append((seq, FailedMutationEntryError(None, entry, cause)))
 
-    def _take_failures(self) -> tuple[list[FailedMutationEntryError], int]:
-        failures, self._held = self._held, []
-        appended, self._appended = self._appended, 0
-        return failures, appended
+    def _record(self, failures: list[FailedMutationEntryError]) -> None:
+        """Keep a flush job's failed entries (in place of the client's ``_add_exceptions``)."""
+        if not failures:
+            return
+        with self._lock:
+            for exc in failures:
+                entry = getattr(exc, "entry", None)
+                # (An entry not placed here cannot be flushed, but if one were,
+                # the next flush() reports it.)
+                seq = entry.seq if isinstance(entry, _PhysicalEntry) else -1
+                self._failed.append((seq, logical_failure(exc, self._layout)))
+
+    def _flush_jobs(self) -> set[Any]:
+        """Flush what the client's batcher holds; its flush jobs that are not done.
+
+        Raises:
+            RuntimeError: The batcher is closed.
+            NotImplementedError: The client's batcher lacks the parts it takes.
+        """
+        if not self._open:
+            raise RuntimeError("Cannot flush a closed MutationsBatcher")
+        if not self._tracked:
+            raise NotImplementedError(
+                f"flush() needs the internals {', '.join(_FLUSH_INTERNALS)} of "
+                f"google-cloud-bigtable's MutationsBatcher, which "
+                f"{type(self._inner).__qualname__} lacks"
+            )
+        inner: Any = self._inner
+        new = inner._schedule_flush()
+        jobs = set(inner._flush_jobs)  # (a copy: each job leaves the set when done)
+        if new is not None:
+            jobs.add(new)
+        return jobs
+
+    def _take(self, before: int | None = None) -> MutationsExceptionGroup | None:
+        """The failures not raised yet of the entries before seq ``before`` (None: all)."""
+        with self._lock:
+            end = self._seq if before is None else before
+            taken = [f for f in self._failed if f[0] < end]
+            if not taken:
+                return None
+            self._failed = [f for f in self._failed if f[0] >= end]
+            attempted = max(len(taken), end - self._reported)
+            self._reported = max(self._reported, end)
+        taken.sort(key=_SEQ)  # in the order they were appended
+        return MutationsExceptionGroup([exc for _, exc in taken], attempted)
 
     def _combined(
-        self,
-        failures: list[FailedMutationEntryError],
-        appended: int,
-        group: MutationsExceptionGroup | None,
+        self, ours: MutationsExceptionGroup | None, group: MutationsExceptionGroup | None
     ) -> MutationsExceptionGroup | None:
-        """Every failure to raise on close, naming the caller's entries (None: none)."""
-        if group is not None:
-            if not failures:
-                return logical_group(group, self._layout)
-            failures = [*failures, *logical_group(group, self._layout).exceptions]
-        return MutationsExceptionGroup(failures, appended) if failures else None
+        """Every failure to raise on close, naming the caller's entries (None: none).
+
+        ``group`` is what the client's ``close()`` raised: nothing, when its
+        failures are tracked here.
+        """
+        if group is None:
+            return ours
+        theirs = logical_group(group, self._layout)
+        if ours is None:
+            return theirs
+        return MutationsExceptionGroup(
+            [*ours.exceptions, *theirs.exceptions],
+            ours.total_entries_attempted,
+        )
+
+
+_SEQ: Final = operator.itemgetter(0)
+
+
+def _track_failures(
+    inner: BatcherLike | SyncBatcherLike,
+    record: Callable[[list[FailedMutationEntryError]], None],
+) -> bool:
+    """Route the client's batcher's failures to ``record``; False where it cannot be done."""
+    if not all(hasattr(inner, name) for name in _FLUSH_INTERNALS):
+        return False
+    # An instance attribute, found before the class's method: the client's
+    # store stays empty, so its close() raises nothing of its own.
+    inner._add_exceptions = record  # type: ignore[union-attr]
+    return True

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
 import heapq
 import inspect
+import math
 import re
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -590,16 +593,28 @@ class FakeTable:
 
 
 class FakeBatcher:
-    """A minimal ``MutationsBatcherAsync``: queue entries, apply them on flush/close.
+    """A minimal ``MutationsBatcherAsync``: queue entries, write them in flush jobs.
 
-    Failures are collected and raised by ``close()`` as a ``MutationsExceptionGroup``
-    with indexes stripped, as the real batcher does.
+    It has the client's private parts the salted batcher takes
+    (google-cloud-bigtable 2.50): ``_schedule_flush()`` starts a flush job (a
+    task) of the staged entries and returns it, ``_flush_jobs`` holds the jobs
+    not done, and each job hands its failed entries (indexes stripped, as the
+    client's batcher does) to ``_add_exceptions``, which keeps the first ten
+    and the last ten for ``close()`` to raise as a ``MutationsExceptionGroup``.
+    As the client's, ``append`` starts a job once ``flush_limit_mutation_count``
+    entries are staged, and nothing is written before a job runs.
+
+    ``blocked`` (physical key -> event): a job holding such an entry waits for
+    the event before it writes anything.
     """
 
     def __init__(self, table: FakeTable, **kwargs: Any) -> None:
         self.table = table
         self.kwargs = kwargs
-        self._staged: list[RowMutationEntry] = []
+        self.limit: float = kwargs.get("flush_limit_mutation_count") or math.inf
+        self.blocked: dict[bytes, asyncio.Event] = {}
+        self._staged_entries: list[RowMutationEntry] = []
+        self._flush_jobs: set[asyncio.Task[None]] = set()
         self._errors: list[Exception] = []
         self._attempted = 0
         self._closed = False
@@ -610,27 +625,39 @@ class FakeBatcher:
         return self._closed
 
     async def append(self, mutation_entry: RowMutationEntry) -> None:
-        """Queue an entry."""
+        """Queue an entry; start a flush job at the limit."""
         if self._closed:
             raise RuntimeError("Cannot append to closed MutationsBatcher")
-        self._staged.append(mutation_entry)
+        self._staged_entries.append(mutation_entry)
+        if len(self._staged_entries) >= self.limit:
+            self._schedule_flush()
+            await asyncio.sleep(0)
 
-    async def flush(self) -> None:
-        """Apply what is queued; remember failures for close()."""
-        staged, self._staged = self._staged, []
-        self._attempted += len(staged)
-        try:
-            await self.table.bulk_mutate_rows(staged)
-        except MutationsExceptionGroup as group:
-            for exc in group.exceptions:
-                if isinstance(exc, FailedMutationEntryError):
-                    exc.index = None  # the real batcher strips batch positions
-                self._errors.append(exc)
+    def _schedule_flush(self) -> asyncio.Task[None] | None:
+        if not self._staged_entries:
+            return None
+        staged, self._staged_entries = self._staged_entries, []
+        job = asyncio.get_running_loop().create_task(self._flush_internal(staged))
+        self._flush_jobs.add(job)
+        job.add_done_callback(self._flush_jobs.discard)
+        return job
+
+    async def _flush_internal(self, entries: list[RowMutationEntry]) -> None:
+        for entry in entries:
+            event = self.blocked.get(_to_bytes(entry.row_key))
+            if event is not None:
+                await event.wait()
+        self._add_exceptions(await _write_batch(self.table, entries))
+        self._attempted += len(entries)
+
+    def _add_exceptions(self, excs: list[Exception]) -> None:
+        self._errors = _kept(self._errors, excs)
 
     async def close(self) -> None:
         """Flush and close; raise the collected failures."""
         self._closed = True
-        await self.flush()
+        self._schedule_flush()
+        await asyncio.gather(*self._flush_jobs)
         if self._errors:
             errors, self._errors = self._errors, []
             raise MutationsExceptionGroup(errors, self._attempted)  # type: ignore[arg-type]
@@ -640,6 +667,24 @@ class FakeBatcher:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _kept(errors: list[Exception], new: list[Exception]) -> list[Exception]:
+    """The failures the client's batcher keeps for close(): the first ten and the last ten."""
+    errors = errors + new
+    return errors if len(errors) <= 20 else errors[:10] + errors[-10:]
+
+
+async def _write_batch(table: FakeTable, entries: list[RowMutationEntry]) -> list[Exception]:
+    """Write a flush job's entries; its failures, without their batch positions."""
+    try:
+        await table.bulk_mutate_rows(entries)
+    except MutationsExceptionGroup as group:
+        for exc in group.exceptions:
+            if isinstance(exc, FailedMutationEntryError):
+                exc.index = None  # the real batcher strips batch positions
+        return list(group.exceptions)
+    return []
 
 
 class SyncFakeTable:
@@ -657,7 +702,7 @@ class SyncFakeTable:
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.fake, name)
         if name == "mutations_batcher":
-            return lambda **kwargs: SyncFakeBatcher(attr(**kwargs))
+            return lambda **kwargs: SyncFakeBatcher(self.fake, **kwargs)
         if not callable(attr) or name.startswith("_") or name == "saltedtable_schema":
             return attr
 
@@ -709,23 +754,65 @@ def _pull(loop: asyncio.AbstractEventLoop, stream: Any) -> Iterator[Row]:
 
 
 class SyncFakeBatcher:
-    """The fake batcher, sync."""
+    """The fake batcher, sync: flush jobs run on worker threads, as the client's do.
 
-    def __init__(self, inner: FakeBatcher) -> None:
-        self.inner = inner
+    ``blocked`` (physical key -> ``threading.Event``): as for :class:`FakeBatcher`.
+    """
+
+    def __init__(self, table: FakeTable, **kwargs: Any) -> None:
+        self.table = table
+        self.kwargs = kwargs
+        self.limit: float = kwargs.get("flush_limit_mutation_count") or math.inf
+        self.blocked: dict[bytes, threading.Event] = {}
+        self._staged_entries: list[RowMutationEntry] = []
+        self._flush_jobs: set[concurrent.futures.Future[None]] = set()
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+        self._errors: list[Exception] = []
+        self._attempted = 0
+        self._closed = False
 
     @property
     def closed(self) -> bool:
         """True once closed."""
-        return self.inner.closed
+        return self._closed
 
     def append(self, mutation_entry: RowMutationEntry) -> None:
-        """Queue an entry."""
-        asyncio.run(self.inner.append(mutation_entry))
+        """Queue an entry; start a flush job at the limit."""
+        if self._closed:
+            raise RuntimeError("Cannot append to closed MutationsBatcher")
+        self._staged_entries.append(mutation_entry)
+        if len(self._staged_entries) >= self.limit:
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> concurrent.futures.Future[None] | None:
+        if not self._staged_entries:
+            return None
+        staged, self._staged_entries = self._staged_entries, []
+        job = self._executor.submit(self._flush_internal, staged)
+        if not job.done():
+            self._flush_jobs.add(job)
+            job.add_done_callback(self._flush_jobs.discard)
+        return job
+
+    def _flush_internal(self, entries: list[RowMutationEntry]) -> None:
+        for entry in entries:
+            event = self.blocked.get(_to_bytes(entry.row_key))
+            if event is not None:
+                event.wait()
+        self._add_exceptions(asyncio.run(_write_batch(self.table, entries)))
+        self._attempted += len(entries)
+
+    def _add_exceptions(self, excs: list[Exception]) -> None:
+        self._errors = _kept(self._errors, excs)
 
     def close(self) -> None:
-        """Flush and close."""
-        asyncio.run(self.inner.close())
+        """Flush and close; raise the collected failures."""
+        self._closed = True
+        self._schedule_flush()
+        self._executor.shutdown(wait=True)
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise MutationsExceptionGroup(errors, self._attempted)  # type: ignore[arg-type]
 
     def __enter__(self) -> SyncFakeBatcher:
         return self

@@ -35,6 +35,20 @@ Sections (``--sections``, default all):
 * ``wide``: a fresh process streams a table of 64 KiB rows (and one of 1 MiB rows),
   raw single scan against saltedtable ordered and unordered with the default budget;
   peak RSS (VmHWM) of each, and saltedtable's ``peak_buffered_bytes``.
+* ``writes`` (issue 41; not in the default sections): the async and the sync client
+  against saltedtable without and with the layout guard, in the same process, and the
+  client writing the salted keys itself (``floor``: what the keys' shape costs):
+  ``bulk_mutate_rows`` of ``--write-bulk-rows`` entries, ``mutations_batcher()`` with
+  ``--write-appends`` appends, and ``--write-point-ops`` sequential ``mutate_row`` and
+  ``check_and_mutate_row`` calls; every operation of every variant once a round, in a
+  shuffled order, ``--write-rounds`` rounds (>= 20 for the published ratios). Ratios:
+  raw seconds over salted seconds in the same round (above 0.95: within 5% of the
+  client), median and 95% interval of the median; the share of each variant's time in
+  garbage collection and its full collections, and the ratios without that time. Then
+  the batcher's and the bulk writes' rounds again with ``--write-live`` entries held
+  alive in the process. ``calls``: Python calls per
+  appended row, per bulk entry and per point write (cProfile), and above the raw
+  client's. Example: ``engine_bench.py --sections writes --write-rounds 20``.
 """
 
 from __future__ import annotations
@@ -61,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from google.cloud.bigtable.data import (
+    BigtableDataClient,
     BigtableDataClientAsync,
     ReadRowsQuery,
     Row,
@@ -68,9 +83,10 @@ from google.cloud.bigtable.data import (
     RowRange,
     SetCell,
 )
+from google.cloud.bigtable.data.row_filters import PassAllFilter
 from grpc import aio
 
-from saltedtable import CallStats, SaltedTableAsync, SaltScheme, prefix_end
+from saltedtable import CallStats, SaltedTable, SaltedTableAsync, SaltScheme, prefix_end
 from saltedtable.testing import (
     EMULATOR_HOST_ENV,
     INSTANCE,
@@ -797,6 +813,353 @@ async def wide(
     return out
 
 
+# -- writes (issue 41) ----------------------------------------------------------------
+
+#: The write section's variants of one flavour: the raw client's table; ``floor``,
+#: the raw client writing the keys saltedtable writes (salted before the timing:
+#: what the key's shape costs the client and the server, not saltedtable's work);
+#: and the salted table without and with the layout guard (settled by a first write).
+WRITE_VARIANTS = ("raw", "floor", "salted", "salted_guard")
+#: The variants compared with the raw client (and with the floor).
+SALTED_VARIANTS = ("salted", "salted_guard")
+WRITE_VALUE = b"x" * 100
+WRITE_SCHEME = SaltScheme(BUCKETS)
+
+
+def write_entries(tag: bytes, n: int) -> list[RowMutationEntry]:
+    """``n`` entries of one 100-byte cell; a fixed timestamp, so that rounds overwrite them."""
+    return [
+        RowMutationEntry(b"%s#%07d" % (tag, i), SetCell(FAMILY, b"q", WRITE_VALUE, 1000))
+        for i in range(n)
+    ]
+
+
+class GcWatch:
+    """Garbage collections while a block runs: how many of each generation, and their time."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections[info["generation"]] += 1
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[GcWatch]:
+        gc.callbacks.append(self)
+        try:
+            yield self
+        finally:
+            gc.callbacks.remove(self)
+
+
+class WriteTargets:
+    """The tables of one flavour: raw (its own table), salted and salted_guard (another)."""
+
+    def __init__(self, flavour: str, tables: dict[str, Any], loop: asyncio.AbstractEventLoop):
+        self.flavour = flavour
+        self.tables = tables
+        self.loop = loop
+
+    def run(self, make: Callable[[], Any]) -> Any:
+        """Run one operation: ``make()`` is its coroutine (async) or does it (sync)."""
+        if self.flavour == "async":
+            return self.loop.run_until_complete(make())
+        return make()
+
+    @staticmethod
+    def _keys_for(variant: str, entries: list[RowMutationEntry]) -> list[RowMutationEntry]:
+        if variant != "floor":
+            return entries
+        salt = WRITE_SCHEME.salt_key
+        return [RowMutationEntry(salt(e.row_key), list(e.mutations)) for e in entries]
+
+    def bulk(self, variant: str, entries: list[RowMutationEntry]) -> Callable[[], Any]:
+        table = self.tables[variant]
+        entries = self._keys_for(variant, entries)
+        if self.flavour == "async":
+
+            async def go_async() -> None:
+                await table.bulk_mutate_rows(entries)
+
+            return go_async
+        return lambda: table.bulk_mutate_rows(entries)
+
+    def batcher(self, variant: str, entries: list[RowMutationEntry]) -> Callable[[], Any]:
+        table = self.tables[variant]
+        entries = self._keys_for(variant, entries)
+        if self.flavour == "async":
+
+            async def go_async() -> None:
+                async with table.mutations_batcher() as batcher:
+                    for entry in entries:
+                        await batcher.append(entry)
+
+            return go_async
+
+        def go() -> None:
+            with table.mutations_batcher() as batcher:
+                for entry in entries:
+                    batcher.append(entry)
+
+        return go
+
+    def point(self, variant: str, op: str, keys: list[bytes]) -> Callable[[], Any]:
+        table = self.tables[variant]
+        if variant == "floor":
+            keys = [WRITE_SCHEME.salt_key(key) for key in keys]
+        cell = SetCell(FAMILY, b"q", WRITE_VALUE, 1000)
+        predicate = PassAllFilter(True)
+        if self.flavour == "async":
+
+            async def go_async() -> None:
+                for key in keys:
+                    if op == "mutate_row":
+                        await table.mutate_row(key, cell)
+                    else:
+                        await table.check_and_mutate_row(key, predicate, true_case_mutations=cell)
+
+            return go_async
+
+        def go() -> None:
+            for key in keys:
+                if op == "mutate_row":
+                    table.mutate_row(key, cell)
+                else:
+                    table.check_and_mutate_row(key, predicate, true_case_mutations=cell)
+
+        return go
+
+
+def write_calls(targets: WriteTargets, appends: int, rows: int) -> dict[str, Any]:
+    """Python calls (cProfile) per appended row, per bulk entry and per point write."""
+
+    def make(variant: str, op: str, count: int) -> Callable[[], Any]:
+        if op == "batcher_per_append":
+            return targets.batcher(variant, write_entries(b"c", count))
+        if op == "bulk_per_entry":
+            return targets.bulk(variant, write_entries(b"c", count))
+        return targets.point(variant, op.removesuffix("_per_call"), KEYS[:count])
+
+    counts = {
+        "batcher_per_append": appends,
+        "bulk_per_entry": rows,
+        "mutate_row_per_call": 50,
+        "check_and_mutate_row_per_call": 50,
+    }
+    out: dict[str, Any] = {}
+    for variant in WRITE_VARIANTS:
+        found: dict[str, float] = {}
+        for op, count in counts.items():
+            targets.run(make(variant, op, count))  # warm-up
+            go = make(variant, op, count)
+            prof = cProfile.Profile()
+            prof.enable()
+            targets.run(go)
+            prof.disable()
+            st: Any = pstats.Stats(prof)
+            found[op] = round(st.total_calls / count, 2)
+        out[variant] = found
+    for variant in SALTED_VARIANTS:
+        out[f"{variant}_above_raw"] = {
+            op: round(out[variant][op] - out["raw"][op], 2) for op in out["raw"]
+        }
+    return out
+
+
+KEYS = [b"point#%05d" % i for i in range(100_000)]
+
+
+def write_rounds(
+    flavours: dict[str, WriteTargets],
+    rounds: int,
+    bulk_sizes: list[int],
+    appends: int,
+    point_ops: int,
+    seed: int,
+    point: bool = True,
+) -> dict[str, list[dict[str, Any]]]:
+    """Every (flavour, operation, variant) once a round, in a shuffled order (seeded).
+
+    Each operation starts after a full collection, with its entries made
+    beforehand (outside the timing); returns, per ``flavour/operation``, one
+    dict per round: each variant's seconds and its garbage collections.
+    """
+    jobs: list[tuple[str, str, str]] = []
+    for flavour in flavours:
+        ops = [f"batcher_{appends}", *(f"bulk_{n}" for n in bulk_sizes)]
+        if point:
+            ops += ["mutate_row", "check_and_mutate_row"]
+        for op in ops:
+            jobs += [(flavour, op, variant) for variant in WRITE_VARIANTS]
+    shuffle = random.Random(seed).shuffle
+    out: dict[str, list[dict[str, Any]]] = {}
+    for number in range(rounds):
+        shuffle(jobs)
+        took: dict[str, dict[str, Any]] = {}
+        for flavour, op, variant in jobs:
+            targets = flavours[flavour]
+            if op.startswith("batcher_"):
+                go = targets.batcher(variant, write_entries(b"b%d" % number, appends))
+            elif op.startswith("bulk_"):
+                go = targets.bulk(variant, write_entries(b"w%d" % number, int(op[5:])))
+            else:
+                go = targets.point(variant, op, KEYS[number * point_ops : (number + 1) * point_ops])
+            gc.collect()
+            with GcWatch().watching() as watch:
+                start = time.perf_counter()
+                targets.run(go)
+                seconds = time.perf_counter() - start
+            took.setdefault(f"{flavour}/{op}", {})[variant] = {
+                "seconds": seconds,
+                "gc_seconds": watch.seconds,
+                "gc_collections": watch.collections,
+            }
+            del go
+        for name, variants in took.items():
+            out.setdefault(name, []).append(variants)
+    return out
+
+
+def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per operation: each salted variant's speed over the raw client's, paired by round.
+
+    Each variant: raw seconds over salted seconds in the same round (1 is the
+    client's speed; for the point writes, its latency over ours), pooled with
+    :func:`pooled` (median, 95% interval of the median); ``floor`` the same for
+    the raw client writing salted keys, and ``<variant>_vs_floor`` the floor's
+    seconds over the variant's (saltedtable's own work); ``<variant>_without_gc``
+    the same with each run's collection time taken out (where a full collection
+    lands decides much of a run's time: docs/development.md, "Write path
+    internals"); the share of each variant's time spent in garbage collection,
+    and its full (gen 2) collections.
+    """
+    out: dict[str, Any] = {}
+    for name, per_round in rounds.items():
+        raw = [r["raw"]["seconds"] for r in per_round]
+        entry: dict[str, Any] = {}
+        entry["floor"] = pooled(
+            [a / r["floor"]["seconds"] for a, r in zip(raw, per_round, strict=True)]
+        )
+        for variant in SALTED_VARIANTS:
+            ratios = [a / r[variant]["seconds"] for a, r in zip(raw, per_round, strict=True)]
+            entry[variant] = pooled(ratios)
+            entry[f"{variant}_vs_floor"] = pooled(
+                [r["floor"]["seconds"] / r[variant]["seconds"] for r in per_round]
+            )
+            entry[f"{variant}_without_gc"] = pooled(
+                [
+                    (r["raw"]["seconds"] - r["raw"]["gc_seconds"])
+                    / (r[variant]["seconds"] - r[variant]["gc_seconds"])
+                    for r in per_round
+                ]
+            )
+        entry["raw_seconds"] = spread(raw)
+        entry["gc_share"] = {
+            v: spread([r[v]["gc_seconds"] / r[v]["seconds"] for r in per_round])
+            for v in WRITE_VARIANTS
+        }
+        entry["gen2_collections"] = {
+            v: spread([float(r[v]["gc_collections"][2]) for r in per_round]) for v in WRITE_VARIANTS
+        }
+        out[name] = entry
+    return out
+
+
+def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
+    """The write section: both flavours, raw against salted with and without the guard."""
+    loop = asyncio.new_event_loop()
+    ids = {"raw": f"wraw-{uuid.uuid4().hex[:8]}", "salted": f"wsalt-{uuid.uuid4().hex[:8]}"}
+    for table_id in ids.values():
+        create_table(address, table_id, (FAMILY,))
+    try:
+        async_client, async_tables = loop.run_until_complete(_async_tables(ids))
+        sync_client = BigtableDataClient(project=PROJECT)
+        try:
+            flavours = {
+                "async": WriteTargets("async", async_tables, loop),
+                "sync": WriteTargets("sync", _write_tables(sync_client, ids, async_=False), loop),
+            }
+            flavours = {f: t for f, t in flavours.items() if f in args.write_flavours}
+            for targets in flavours.values():  # the guard stores the record: settled
+                targets.run(targets.point("salted_guard", "mutate_row", KEYS[:1]))
+            report: dict[str, Any] = {
+                "rounds": args.write_rounds,
+                "bulk_sizes": args.write_bulk_rows,
+                "appends": args.write_appends,
+                "point_ops": args.write_point_ops,
+                "live_entries": args.write_live,
+            }
+            report["calls"] = {
+                f: write_calls(t, args.write_appends, max(args.write_bulk_rows))
+                for f, t in flavours.items()
+            }
+            print(json.dumps({"writes_calls": report["calls"]}, indent=1), file=sys.stderr)
+            plain = write_rounds(
+                flavours,
+                args.write_rounds,
+                args.write_bulk_rows,
+                args.write_appends,
+                args.write_point_ops,
+                seed=41,
+            )
+            report["ratios"] = write_summary(plain)
+            print(json.dumps({"writes": report["ratios"]}, indent=1), file=sys.stderr)
+            if args.write_live:
+                # The batcher and the bulk writes again, in a process that holds
+                # this many live entries (every full collection walks them, and
+                # they raise the bar for one: see write_summary).
+                held = write_entries(b"live", args.write_live)
+                live = write_rounds(
+                    flavours,
+                    args.write_rounds,
+                    args.write_bulk_rows,
+                    args.write_appends,
+                    args.write_point_ops,
+                    seed=42,
+                    point=False,
+                )
+                report["ratios_with_live_entries"] = write_summary(live)
+                report["tracked_objects_with_live_entries"] = len(gc.get_objects())
+                del held
+                print(
+                    json.dumps({"writes_live": report["ratios_with_live_entries"]}, indent=1),
+                    file=sys.stderr,
+                )
+                report["raw_rounds_with_live_entries"] = live
+            report["raw_rounds"] = plain
+        finally:
+            sync_client.close()
+            loop.run_until_complete(async_client.close())
+    finally:
+        loop.close()
+        for table_id in ids.values():
+            delete_table(address, table_id, missing_ok=True)
+    return report
+
+
+async def _async_tables(ids: dict[str, str]) -> tuple[BigtableDataClientAsync, dict[str, Any]]:
+    """The async client and its tables (made in the event loop, as the client requires)."""
+    client: BigtableDataClientAsync = BigtableDataClientAsync(project=PROJECT)
+    return client, _write_tables(client, ids, async_=True)
+
+
+def _write_tables(client: Any, ids: dict[str, str], *, async_: bool) -> dict[str, Any]:
+    kind: Any = SaltedTableAsync if async_ else SaltedTable
+    salted = client.get_table(INSTANCE, ids["salted"])
+    return {
+        "raw": client.get_table(INSTANCE, ids["raw"]),
+        "floor": client.get_table(INSTANCE, ids["raw"]),
+        "salted": kind(salted, SaltScheme(BUCKETS), guard=False),
+        "salted_guard": kind(client.get_table(INSTANCE, ids["salted"]), SaltScheme(BUCKETS)),
+    }
+
+
 @contextlib.contextmanager
 def emulator() -> Iterator[str]:
     if os.environ.get(EMULATOR_HOST_ENV):
@@ -867,15 +1230,39 @@ def main() -> None:
     parser.add_argument("--wide-mb", type=int, default=512, help="size of each wide-row table")
     parser.add_argument("--wide-runs", type=int, default=1, help="fresh processes per scan")
     parser.add_argument(
+        "--write-rounds",
+        type=int,
+        default=3,
+        help="writes: paired rounds (at least 20 for the published ratios)",
+    )
+    parser.add_argument(
+        "--write-bulk-rows", type=int, nargs="+", default=[10_000, 20_000], help="writes"
+    )
+    parser.add_argument("--write-appends", type=int, default=5_000, help="writes: batcher")
+    parser.add_argument(
+        "--write-point-ops", type=int, default=200, help="writes: mutate_row calls a round"
+    )
+    parser.add_argument(
+        "--write-live",
+        type=int,
+        default=100_000,
+        help="writes: live entries held for the batcher's second set of rounds (0: none)",
+    )
+    parser.add_argument(
+        "--write-flavours", nargs="+", default=["async", "sync"], choices=["async", "sync"]
+    )
+    parser.add_argument(
         "--sections",
         nargs="+",
         default=["profile", "throughput", "delay", "wide"],
-        choices=["profile", "throughput", "delay", "firstrow", "wide"],
+        choices=["profile", "throughput", "delay", "firstrow", "wide", "writes"],
     )
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     args = parser.parse_args()
     with emulator() as address:
         report = asyncio.run(run(args, address))
+        if "writes" in args.sections:
+            report["writes"] = writes(args, address)
     text = json.dumps(report, indent=1)
     print(text)
     if args.out is not None:

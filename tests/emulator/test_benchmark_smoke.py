@@ -191,3 +191,55 @@ def test_kept_tables_are_reused_by_the_next_run(emulator: Emulator, tmp_path: Pa
     finally:
         for table_id in set(list_tables(emulator.address)) - tables_before:
             delete_table(emulator.address, table_id)
+
+
+ENGINE_BENCH = BENCHMARK.with_name("engine_bench.py")
+
+
+@pytest.mark.timeout(180)
+def test_engine_bench_writes_section_runs(emulator: Emulator, tmp_path: Path) -> None:
+    """A tiny ``engine_bench.py --sections writes``: every ratio, both flavours, no table left."""
+    tables_before = set(list_tables(emulator.address))
+    out = tmp_path / "writes.json"
+    command = [
+        sys.executable,
+        str(ENGINE_BENCH),
+        "--sections",
+        "writes",
+        "--write-rounds",
+        "2",
+        "--write-bulk-rows",
+        "40",
+        "60",
+        "--write-appends",
+        "30",
+        "--write-point-ops",
+        "2",
+        "--write-live",
+        "500",
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, EMULATOR_HOST_ENV: emulator.address}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert set(list_tables(emulator.address)) == tables_before
+    writes = json.loads(out.read_text())["writes"]
+    ops = ("batcher_30", "bulk_40", "bulk_60", "mutate_row", "check_and_mutate_row")
+    assert set(writes["ratios"]) == {f"{f}/{op}" for f in ("async", "sync") for op in ops}
+    for ratios in writes["ratios"].values():
+        assert ratios["salted"]["n"] == ratios["salted_guard"]["n"] == 2
+        assert ratios["salted"]["median"] > 0
+    live_ops = ("batcher_30", "bulk_40", "bulk_60")
+    assert set(writes["ratios_with_live_entries"]) == {
+        f"{f}/{op}" for f in ("async", "sync") for op in live_ops
+    }
+    assert writes["tracked_objects_with_live_entries"] > 500
+    for flavour in ("async", "sync"):
+        above = writes["calls"][flavour]["salted_guard_above_raw"]
+        assert set(above) == {
+            "batcher_per_append",
+            "bulk_per_entry",
+            "mutate_row_per_call",
+            "check_and_mutate_row_per_call",
+        }

@@ -375,6 +375,7 @@ def test_locate_routes_by_key_time_at_the_boundary(delta_us: int, side: str) -> 
         assert (bucket, physical) == S8.locate(key)
     else:
         assert (bucket, physical) == (None, key)
+    assert layout.salter()(key) == physical  # the write path's salter routes alike
 
 
 @PROPERTY

@@ -8,6 +8,7 @@ meaningless. On the fake table, whose streams interleave row by row.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterable
 from pathlib import Path
@@ -17,8 +18,8 @@ from typing import Any
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, SetCell
 
-from saltedtable import SaltedTableAsync, SaltScheme
-from tests.fakes import FakeTable
+from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
+from tests.fakes import FakeTable, SyncFakeTable
 from tests.scripts import load_script
 
 ENGINE_BENCH = Path(__file__).resolve().parents[2] / "examples" / "tools" / "engine_bench.py"
@@ -79,3 +80,76 @@ async def test_the_ordered_floor_hands_over_every_row_in_key_order(
     assert all(cells == [key] for key, cells in seen)
     salted = [row.row_key for row in await scans.salted.read_rows(ReadRowsQuery())]
     assert salted == keys
+
+
+# -- the write section -----------------------------------------------------------------
+
+
+def test_the_write_rounds_pair_every_variant_and_write_every_entry(
+    engine_bench: ModuleType,
+) -> None:
+    """Every (flavour, operation, variant) once a round, on fakes; the entries land salted."""
+    scheme = SaltScheme(engine_bench.BUCKETS)
+    loop = asyncio.new_event_loop()
+    try:
+        fakes = {f: (FakeTable(), FakeTable()) for f in ("async", "sync")}
+        raw, salted = fakes["async"]
+        sync_raw, sync_salted = (SyncFakeTable(t) for t in fakes["sync"])
+        flavours = {
+            "async": engine_bench.WriteTargets(
+                "async",
+                {
+                    "raw": raw,
+                    "floor": raw,
+                    "salted": SaltedTableAsync(salted, scheme, guard=False),
+                    "salted_guard": SaltedTableAsync(salted, scheme),
+                },
+                loop,
+            ),
+            "sync": engine_bench.WriteTargets(
+                "sync",
+                {
+                    "raw": sync_raw,
+                    "floor": sync_raw,
+                    "salted": SaltedTable(sync_salted, scheme, guard=False),
+                    "salted_guard": SaltedTable(sync_salted, scheme),
+                },
+                loop,
+            ),
+        }
+        rounds = engine_bench.write_rounds(flavours, 2, [30], 20, 3, seed=0)
+    finally:
+        loop.close()
+    ops = ("batcher_20", "bulk_30", "mutate_row", "check_and_mutate_row")
+    assert set(rounds) == {f"{f}/{op}" for f in ("async", "sync") for op in ops}
+    for per_round in rounds.values():
+        assert len(per_round) == 2
+        assert all(set(r) == set(engine_bench.WRITE_VARIANTS) for r in per_round)
+    for raw_fake, salted_fake in fakes.values():
+        assert b"b1#0000019" in raw_fake.data_keys()  # the batcher's, round 1
+        assert b"w0#0000029" in raw_fake.data_keys()  # the bulk write's, round 0
+        assert scheme.salt_key(b"b1#0000019") in salted_fake.data_keys()
+        assert scheme.salt_key(b"point#00005") in salted_fake.data_keys()  # round 1's 3rd
+        assert scheme.salt_key(b"w1#0000029") in raw_fake.data_keys()  # the floor's keys
+    summary = engine_bench.write_summary(rounds)
+    assert summary["sync/bulk_30"]["salted_guard"]["n"] == 2
+
+
+def test_the_write_summary_is_raw_over_salted_seconds_paired_by_round(
+    engine_bench: ModuleType,
+) -> None:
+    def run(seconds: float) -> dict[str, Any]:
+        return {"seconds": seconds, "gc_seconds": seconds / 10, "gc_collections": [3, 1, 0]}
+
+    per_round = [
+        {"raw": run(1.0), "floor": run(1.0), "salted": run(2.0), "salted_guard": run(1.0)},
+        {"raw": run(3.0), "floor": run(2.0), "salted": run(3.0), "salted_guard": run(4.0)},
+    ]
+    summary = engine_bench.write_summary({"async/x": per_round})["async/x"]
+    assert summary["salted"]["median"] == 0.75  # (0.5 + 1.0) / 2
+    assert summary["salted_without_gc"]["median"] == 0.75  # each run 10% in collections
+    assert summary["salted_guard"]["median"] == 0.875  # (1.0 + 0.75) / 2
+    assert summary["floor"]["median"] == 1.25  # (1.0 + 1.5) / 2
+    assert summary["salted_vs_floor"]["median"] == round((0.5 + 2 / 3) / 2, 3)
+    assert summary["gc_share"]["raw"]["median"] == 0.1
+    assert summary["gen2_collections"]["salted"]["median"] == 0.0

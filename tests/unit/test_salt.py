@@ -679,3 +679,32 @@ def test_unsalt_rejects_bad_phoenix_prefixes() -> None:
     unsalt_error(s, b"\xff" + key)
     unsalt_error(s, b"\x07" + key)
     unsalt_error(s, b"\x08")
+
+
+# -- the write path's salter ------------------------------------------------------------
+
+
+def _outcome(salt: Callable[[Any], bytes], key: Any) -> bytes | tuple[type, str]:
+    try:
+        return salt(key)
+    except Exception as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("hash_name", ALL_HASHES)
+@pytest.mark.parametrize("n", [1, 7, 16, 100])
+def test_the_salter_salts_as_salt_key_does(hash_name: str, n: int) -> None:
+    """Every key, edge cases included, salts (or is refused) as salt_key does it."""
+    s = scheme(n, hash_name)
+    salt = s.salter()
+    longest = 4096 - max(len(p) for p in s.prefixes)
+    keys: list[Any] = [b"user1#2024", "user1#2024", "é", b"\xff\xfe", b"", "", None, 7]
+    keys += [b"k" * size for size in (longest - 1, longest, longest + 1, 4096 - 1, 4096)]
+    keys += [random.Random(n).randbytes(20) for _ in range(50)]
+    for key in keys:
+        assert _outcome(salt, key) == _outcome(s.salt_key, key), key
+
+
+def test_a_key_part_scheme_salts_through_salt_key() -> None:
+    s = scheme(16, key_part=fields(1))
+    assert s.salter()(b"user1#2024") == s.salt_key(b"user1#2024")

@@ -269,9 +269,8 @@ class RowStream(AsyncGenerator[T, None]):
         def __anext__(self) -> Coroutine[Any, Any, T]: ...
 
     else:
-        # The next row is the generator's own __anext__, found through C only (a
-        # method here would add a Python call to every row: about 40% of a bare
-        # async generator's cost per item).
+        # The next row is the generator's own __anext__, found through C only: a
+        # method here would add a Python call to every row.
         __anext__ = property(operator.attrgetter("_next"))
 
     def asend(self, value: None, /) -> Coroutine[Any, Any, T]:

@@ -60,7 +60,7 @@ DOCS = ROOT / "docs"
 PAGES = ("cli.md", "guard.md", "tables.md")
 
 #: How many blocks each page may mark ``not run``: a new skip is a deliberate edit here.
-NOT_RUN_ALLOWED = {"cli.md": 2, "guard.md": 0, "tables.md": 0}
+NOT_RUN_ALLOWED = {"cli.md": 3, "guard.md": 0, "tables.md": 1}
 
 #: What runs ``saltedtable`` from this checkout (the installed script may be another's).
 MAIN = "from saltedtable._cli import main; raise SystemExit(main())"

@@ -179,6 +179,22 @@ def _cmd_guard(args: argparse.Namespace) -> int:
         with admin_client() as admin:
             schema = read_schema(admin, name, timeout=args.timeout)
             if RECORD_FAMILY not in schema:
+                # Check before changing anything: a record that differs, or rows that do
+                # not fit, refuse the command with the schema as it was.
+                with data_client(args.project) as client:
+                    first = SaltedTable.from_client(
+                        client, args.instance, args.table, scheme, cutoff=cutoff,
+                        record_refresh=None, **data_timeouts(args.timeout),
+                    )  # fmt: skip
+                    first.guard_scheme()  # reads the record only; refuses one that differs
+                    if first.stored_layout is None:
+                        try:
+                            first.check_layout()
+                        except LayoutError as exc:
+                            raise LayoutError(
+                                f"the layout record of {args.table} was not stored, and no "
+                                f"family was added: {_refusal(exc)}"
+                            ) from None
                 request = types.ModifyColumnFamiliesRequest(
                     name=name,
                     modifications=[

@@ -165,7 +165,7 @@ def _show_keys(layout: Layout, keys: list[bytes], args: argparse.Namespace) -> i
         try:
             bucket, other = _unsalt(layout, key) if args.unsalt else layout.locate(key)
         except SaltedTableError as exc:
-            print(f"saltedtable key: {exc}", file=sys.stderr)
+            print(f"saltedtable key: error: {exc}", file=sys.stderr)
             status = EXIT_DATA
             continue
         where = "legacy" if bucket is None else f"bucket {bucket}"

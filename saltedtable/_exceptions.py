@@ -153,7 +153,8 @@ class SchemeMismatchError(LayoutError):
             f"  current: {json.dumps(b, sort_keys=True)}\n"
             f"  stored, as command-line flags: {stored.cli_flags()}\n"
             "Open it with the stored scheme; after rewriting the data, replace the record "
-            "with SaltedTableAsync.open(..., family=..., override_scheme=True)."
+            "with `saltedtable guard TABLE --override` and the new scheme's flags, or "
+            "SaltedTableAsync.open(..., family=..., override_scheme=True)."
         )
 
 

@@ -224,7 +224,14 @@ def place_record(
             return Placement(family, checked=False, reason=unreadable)
         info = schema.get(family)
         if info is None:
-            raise LayoutError(f"the table has no column family {family!r} for the layout record")
+            add = (
+                " (saltedtable guard --add-family adds it)"
+                if family == RECORD_FAMILY
+                else f"; add it, or store the record in {RECORD_FAMILY!r} (guard --add-family)"
+            )
+            raise LayoutError(
+                f"the table has no column family {family!r} for the layout record{add}"
+            )
         problem = record_family_problem(info)
         if problem is not None:
             raise LayoutError(

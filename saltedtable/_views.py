@@ -86,12 +86,18 @@ def _legacy_prefix(scheme: SaltScheme, logical: bytes) -> bytes | None:
     begun = sorted(p for p in scheme.prefixes if p.startswith(logical))
     if begun:
         more = f" (and {len(begun) - 1} more)" if len(begun) > 1 else ""
+        # A marker keeps the key spaces apart unless the prefix begins the marker itself.
+        marker = (
+            ""
+            if scheme.marker
+            else ", or use a scheme with a marker (SaltScheme(..., marker=b'~')) so the "
+            "salted and unsalted key spaces cannot meet"
+        )
         raise QueryPlanError(
             f"a view of the logical prefix {logical!r} cannot be exact with a cutoff: "
             f"{logical!r} begins the salt prefix {begun[0]!r}{more}, so a row prefix that "
             f"lets its legacy (unsalted) keys through also shows other keys' salted rows "
             f"under {begun[0]!r}; give a longer prefix that ends the key's field "
-            f"(e.g. {logical + b'#'!r}), or use a scheme with a marker "
-            "(SaltScheme(..., marker=b'~')) so the salted and unsalted key spaces cannot meet"
+            f"(e.g. {logical + b'#'!r}){marker}"
         )
     return logical

@@ -186,3 +186,12 @@ def test_help_of_the_read_commands(capsys: pytest.CaptureFixture[str], command: 
     assert code == 0
     for option in ("--project", "--instance", "--app-profile", "--timeout", "--hex", "--json"):
         assert option in out
+
+
+def test_a_key_without_a_readable_time_is_an_error_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A key the cutoff cannot place prints an ``error:`` line like every other refusal."""
+    code, out, err = run(capsys, "key", *SENSOR, "sensor1#soon")
+    assert (code, out) == (1, "")
+    assert err.startswith("saltedtable key: error: cannot read a timestamp")

@@ -155,6 +155,7 @@ def test_the_mismatch_error_shows_both_records() -> None:
     assert (error.stored, error.current) == (stored, current)
     assert "buckets: stored 16, now 8" in str(error)
     assert f"stored:  {stored}" in str(error)
+    assert "saltedtable guard TABLE --override" in str(error)  # the shell's way, not only Python's
 
 
 def test_item_access_still_works_with_a_deprecation_warning() -> None:

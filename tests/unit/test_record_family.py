@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery
@@ -417,3 +418,16 @@ def test_read_schema_passes_the_timeout_without_retries() -> None:
     read_schema(Admin(), "t")  # type: ignore[arg-type]
     assert calls[1]["timeout"] == ADMIN_TIMEOUT
     assert "retry" not in calls[1]
+
+
+@pytest.mark.parametrize(
+    ("family", "hint"),
+    [
+        (RECORD_FAMILY, "guard --add-family adds it"),
+        ("meta", f"store the record in {RECORD_FAMILY!r}"),
+    ],
+)
+def test_a_missing_family_named_for_the_record_says_how_to_add_one(family: str, hint: str) -> None:
+    """Naming a family the table lacks is refused with the command that gives it one."""
+    with pytest.raises(LayoutError, match=re.escape(hint)):
+        place_record({"cf": family_info("cf", types.ColumnFamily())}, family=family, explicit=True)

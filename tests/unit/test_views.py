@@ -268,3 +268,13 @@ async def test_a_view_without_the_record_row_turns_the_guard_off_with_a_reason(
     )
     with pytest.raises(RecordMissingError, match="does not include the layout record row"):
         await strict.read_row(b"a#1")
+
+
+def test_the_refusal_suggests_a_marker_only_to_a_scheme_without_one() -> None:
+    """A prefix that begins the marker itself is refused without advice the scheme followed."""
+    cutoff = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field("s"))
+    with pytest.raises(QueryPlanError) as marked:
+        view_row_prefixes(SaltScheme(4, marker=b"~"), b"~", cutoff=cutoff)
+    assert "marker" not in str(marked.value).split("begins the salt prefix")[1]
+    with pytest.raises(QueryPlanError, match=r"use a scheme with a marker"):
+        view_row_prefixes(SaltScheme(16), b"1", cutoff=cutoff)

@@ -293,17 +293,12 @@ def _layout_of_record(record: LayoutRecord) -> tuple[SaltScheme, CutoffPolicy | 
     buckets' sizes, but not where each key belongs.
     """
     from ._flags import rebuild_cutoff, rebuild_key_part
+    from ._from_record import scheme_of_record
     from ._record import describe_layout, open_differences
 
     part = rebuild_key_part(record.key_part)
     cutoff = rebuild_cutoff(None if record.cutoff is None else record.cutoff.as_dict())
-    scheme = SaltScheme(
-        record.buckets,
-        hash=record.hash or "crc32",
-        key_part=part,
-        separator=b"-" if record.separator is None else record.separator,
-        marker=record.marker or b"",
-    )
+    scheme = scheme_of_record(record, part)
     whole = (record.key_part is None or part is not None) and (
         record.cutoff is None or cutoff is not None
     )

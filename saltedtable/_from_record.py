@@ -11,6 +11,7 @@ parses them and evaluates nothing but literal arguments.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from ._cutoff import CutoffPolicy
 from ._exceptions import LayoutError
@@ -19,7 +20,7 @@ from ._layout import Layout
 from ._record import DELETING, LayoutRecord
 from ._salt import SaltScheme
 
-__all__ = ["layout_of_record"]
+__all__ = ["layout_of_record", "scheme_of_record"]
 
 
 def _cutoff_instant(at_micros: int | None, at: str | None) -> dt.datetime:
@@ -27,6 +28,17 @@ def _cutoff_instant(at_micros: int | None, at: str | None) -> dt.datetime:
     if text is None:
         raise LayoutError(f"the layout record's cutoff has no instant ({at!r})")
     return dt.datetime.fromisoformat(text)
+
+
+def scheme_of_record(record: LayoutRecord, key_part: Any) -> SaltScheme:
+    """The salt scheme ``record`` stores, with ``key_part`` (rebuilt by the caller)."""
+    return SaltScheme(
+        record.buckets,
+        hash=record.hash or "crc32",
+        key_part=key_part,
+        separator=b"-" if record.separator is None else record.separator,
+        marker=record.marker or b"",
+    )
 
 
 def layout_of_record(record: LayoutRecord) -> Layout:
@@ -51,13 +63,7 @@ def layout_of_record(record: LayoutRecord) -> Layout:
                 f"the layout record names the key part {record.key_part!r}, which only the "
                 "code that wrote it can rebuild; read the table from Python with that scheme"
             )
-    scheme = SaltScheme(
-        record.buckets,
-        hash=record.hash or "crc32",
-        key_part=key_part,
-        separator=b"-" if record.separator is None else record.separator,
-        marker=record.marker or b"",
-    )
+    scheme = scheme_of_record(record, key_part)
     found = record.cutoff
     if found is None or record.migration == DELETING:
         return Layout(scheme)

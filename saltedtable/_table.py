@@ -724,7 +724,11 @@ class SaltedTableAsync(TableAttributes):
 
         Row-key regexes in the predicate are matched against the logical key.
         """
-        check_filter(predicate)
+        if not self._guard.settled():
+            # The guard may send requests first: a value that is no filter fails before
+            # them. Settled, the client's own build of the filter fails the same way with
+            # nothing sent, and builds it once.
+            check_filter(predicate)
         write = prepare_row_write(
             self._layout,
             row_key,

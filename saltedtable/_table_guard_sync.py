@@ -90,6 +90,11 @@ class SyncTableGuard(GuardCore):
         """Before a write: check, and store the record if the table has none yet."""
         return self._settle(family, limit)
 
+    def settled(self) -> bool:
+        """Whether an operation now needs no I/O of the guard first (one clock read at most)."""
+        until = self.clear_until
+        return until == math.inf or (until > -math.inf and time.monotonic() < until)
+
     def within(
         self, family: str | None, operation: Timeout, attempt: AttemptTimeout, kind: str
     ) -> Timeout:
@@ -105,9 +110,8 @@ class SyncTableGuard(GuardCore):
             attempt: ``attempt_timeout`` as the caller gave it (None: the operation's).
             kind: Which of the table's defaults apply (see ``resolve_timeouts``).
         """
-        until = self.clear_until
-        if until == math.inf or (until > -math.inf and time.monotonic() < until):
-            return operation  # settled: one clock read at most
+        if self.settled():
+            return operation
         if not self._pending(family):
             return operation
         limit = guard_limit(self._table, operation, attempt, kind)

@@ -1020,6 +1020,53 @@ async def test_check_and_mutate_row_matches_regex_against_the_logical_key(
         assert await salted.read_row(b"user-7", row_filter=RowKeyRegexFilter(b"\\d.*")) is None
 
 
+class CountingFilter(FamilyNameRegexFilter):
+    """A family filter that counts how often its protobuf is built."""
+
+    built = 0
+
+    def _to_pb(self) -> Any:
+        CountingFilter.built += 1
+        return super()._to_pb()
+
+
+async def test_check_and_mutate_row_refuses_a_value_that_is_no_filter_with_nothing_sent(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """Before the guard settles and after: the client's AttributeError, no row, no record."""
+    async with data_client.get_table(INSTANCE, make_table()) as table:
+        salted = SaltedTableAsync(table, SCHEME16)
+        no_filter: Any = "cf"
+        with pytest.raises(AttributeError):  # the guard would store a record: checked first
+            await salted.check_and_mutate_row(
+                b"k", no_filter, true_case_mutations=SetCell("cf", b"q", b"v", 1000)
+            )
+        assert await table.read_row(SCHEME_ROW_KEY) is None
+        await salted.mutate_row(b"other", SetCell("cf", b"q", b"v", 1000))  # settles the guard
+        with pytest.raises(AttributeError):  # the client's own build fails, nothing sent
+            await salted.check_and_mutate_row(
+                b"k", no_filter, true_case_mutations=SetCell("cf", b"q", b"v", 1000)
+            )
+        assert await salted.read_row(b"k") is None
+
+
+async def test_check_and_mutate_row_builds_a_settled_table_s_filter_once(
+    data_client: BigtableDataClientAsync, make_table: MakeTable
+) -> None:
+    """Once the guard is settled the predicate's protobuf is built by the client alone."""
+    async with data_client.get_table(INSTANCE, make_table()) as table:
+        salted = SaltedTableAsync(table, SCHEME16)
+        await salted.mutate_row(b"k", SetCell("cf", b"q", b"v", 1000))
+        CountingFilter.built = 0
+        matched = await salted.check_and_mutate_row(
+            b"k", CountingFilter(b"cf"), true_case_mutations=SetCell("cf", b"t", b"y", 2000)
+        )
+        assert (matched, CountingFilter.built) == (True, 1)
+        row = await salted.read_row(b"k")
+        assert row is not None
+        assert sorted(c.qualifier for c in row.cells) == [b"q", b"t"]
+
+
 async def test_read_modify_write_row_returns_logical_row(
     data_client: BigtableDataClientAsync, make_table: MakeTable
 ) -> None:

@@ -222,6 +222,15 @@ async def bigtable_data_client(
         await client.close()
 
 
+def _table_for(factory: TableFactory, families: Iterable[str] | None, table_id: str | None) -> str:
+    """The table a factory wraps: ``table_id``, or a fresh one with ``families``."""
+    if table_id is None:
+        return factory(families)
+    if families is not None:
+        raise TypeError("families= only applies to a fresh table, not to table_id=")
+    return table_id
+
+
 @_async_fixture
 async def salted_table_async_factory(
     bigtable_data_client: BigtableDataClientAsync, bigtable_table_factory: TableFactory
@@ -243,10 +252,7 @@ async def salted_table_async_factory(
         table_id: str | None = None,
         **options: Any,
     ) -> SaltedTableAsync:
-        if table_id is None:
-            table_id = bigtable_table_factory(families)
-        elif families is not None:
-            raise TypeError("families= only applies to a fresh table, not to table_id=")
+        table_id = _table_for(bigtable_table_factory, families, table_id)
         table = SaltedTableAsync.from_client(
             bigtable_data_client, INSTANCE, table_id, scheme, **options
         )
@@ -301,10 +307,7 @@ def salted_table_factory(
         table_id: str | None = None,
         **options: Any,
     ) -> SaltedTable:
-        if table_id is None:
-            table_id = bigtable_table_factory(families)
-        elif families is not None:
-            raise TypeError("families= only applies to a fresh table, not to table_id=")
+        table_id = _table_for(bigtable_table_factory, families, table_id)
         table = SaltedTable.from_client(
             bigtable_sync_data_client, INSTANCE, table_id, scheme, **options
         )

@@ -1,13 +1,15 @@
-"""Generate the sync twins of saltedtable's async modules (unasync style).
+"""Generate saltedtable's sync code from its async sources (unasync style).
 
-The table facade, the read call, the guard driver and the batcher are written
-once, async; their sync twins are this script's output: ordered substitutions
-(``async def`` -> ``def``, ``await x`` -> ``x``, ``async with``/``async for``,
-the async dunders, ``aclose`` -> ``close``, the async names -> the sync ones)
-and then ruff (unused imports, import order, format), so a generated file
-passes ``make lint`` as it is. What differs by more than that lives behind
-``saltedtable/_concurrency.py`` and its hand-written twin
-``saltedtable/_concurrency_sync.py``.
+Every module of ``saltedtable/_async/`` (the table facade, the read call, chunked
+reads, the guard driver and the batcher) is written once, async; the same-named
+module of ``saltedtable/_sync_autogen/`` is this script's output: ordered
+substitutions (``async def`` -> ``def``, ``await x`` -> ``x``, ``async with``/``async
+for``, the async dunders, ``aclose`` -> ``close``, the async names -> the sync ones,
+a ``x_asyncio`` module -> ``x_threads``) and then ruff (unused imports, import order,
+format), so a generated file passes ``make lint`` as it is. What differs by more
+than that lives in the hand-written ``_asyncio``/``_threads`` drivers.
+
+A substitution no source uses any more is an error, so the table below cannot rot.
 
 Usage::
 
@@ -26,14 +28,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+SOURCE_DIR = "saltedtable/_async"
+TARGET_DIR = "saltedtable/_sync_autogen"
+
+
+def _files() -> tuple[tuple[str, str], ...]:
+    """(async source, generated sync file) pairs, folder to folder, relative to the root."""
+    return tuple(
+        (f"{SOURCE_DIR}/{path.name}", f"{TARGET_DIR}/{path.name}")
+        for path in sorted((ROOT / SOURCE_DIR).glob("*.py"))
+        if path.name != "__init__.py"
+    )
+
+
 #: (async source, generated sync file), relative to the repository root.
-FILES: tuple[tuple[str, str], ...] = (
-    ("saltedtable/_table.py", "saltedtable/_sync.py"),
-    ("saltedtable/_read_call.py", "saltedtable/_read_call_sync.py"),
-    ("saltedtable/_table_guard.py", "saltedtable/_table_guard_sync.py"),
-    ("saltedtable/_batcher.py", "saltedtable/_batcher_sync.py"),
-    ("saltedtable/_chunks.py", "saltedtable/_chunks_sync.py"),
-)
+FILES: tuple[tuple[str, str], ...] = _files()
 
 #: Whole words renamed, async name -> sync name (code, docstrings and comments alike).
 NAMES: dict[str, str] = {
@@ -41,14 +50,10 @@ NAMES: dict[str, str] = {
     "AsyncGenerator": "Generator",
     "AsyncIterable": "Iterable",
     "AsyncIterator": "Iterator",
-    "StopAsyncIteration": "StopIteration",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    "__aiter__": "__iter__",
-    "__anext__": "__next__",
     "aclose": "close",
     "aclosing": "closing",
-    "asynccontextmanager": "contextmanager",
     # the Bigtable client's
     "BigtableDataClientAsync": "BigtableDataClient",
     "MutationsBatcherAsync": "MutationsBatcher",
@@ -72,16 +77,6 @@ NAMES: dict[str, str] = {
     "stop_sources": "stop_sync_sources",
 }
 
-#: Module names, where a module is named (``from ._x import``, ``:mod:`._x```).
-MODULES: dict[str, str] = {
-    "_table": "_sync",
-    "_concurrency": "_concurrency_sync",
-    "_read_call": "_read_call_sync",
-    "_table_guard": "_table_guard_sync",
-    "_batcher": "_batcher_sync",
-    "_chunks": "_chunks_sync",
-}
-
 #: Applied in order, before the names.
 PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bAsyncGenerator\[([^\[\]]+), None\]"), r"Generator[\1, None, None]"),
@@ -93,13 +88,18 @@ PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 _WORD = re.compile(r"\b\w+\b")
-#: A module named after a dot that does not follow a name (``self._table`` is no module).
-_MODULE = re.compile(r"(?<![\w)\]])\.(" + "|".join(MODULES) + r")\b")
+#: A runtime driver named after a dot that does not follow a name (``self.x_asyncio`` is
+#: no module): ``from .._engine.runtime_asyncio import`` -> ``.._engine.runtime_threads``.
+_DRIVER = re.compile(r"(?<![\w)\]])(\.(?:\w+\.)*\w+)_asyncio\b")
+
+#: The NAMES entries and PATTERNS (by index) some source used, for ``unused()``.
+_USED: set[str] = set()
 
 
 def _name(match: re.Match[str]) -> str:
     word = match.group(0)
     if word in NAMES:
+        _USED.add(word)
         return NAMES[word]
     # python-bigtable's rule: the async class is the sync one's name + "Async".
     if word.endswith("Async") and len(word) > len("Async") and word[0].isupper():
@@ -109,10 +109,18 @@ def _name(match: re.Match[str]) -> str:
 
 def unasync(source: str) -> str:
     """The sync text of an async module's text (before ruff tidies it)."""
-    for pattern, replacement in PATTERNS:
-        source = pattern.sub(replacement, source)
+    for index, (pattern, replacement) in enumerate(PATTERNS):
+        source, count = pattern.subn(replacement, source)
+        if count:
+            _USED.add(f"PATTERNS[{index}]")
     source = _WORD.sub(_name, source)
-    return _MODULE.sub(lambda m: "." + MODULES[m.group(1)], source)
+    return _DRIVER.sub(r"\1_threads", source)
+
+
+def unused() -> list[str]:
+    """The substitutions no call of :func:`unasync` has used so far."""
+    every = [*NAMES, *(f"PATTERNS[{index}]" for index in range(len(PATTERNS)))]
+    return [name for name in every if name not in _USED]
 
 
 def header(source_path: str) -> str:
@@ -153,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when a file is stale")
     args = parser.parse_args(argv)
     stale = []
+    _USED.clear()
     for source_path, target_path in FILES:
         wanted = generate(source_path, target_path)
         target = ROOT / target_path
@@ -171,8 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             target.write_text(wanted, encoding="utf-8")
             print(f"wrote {target_path}")
+    never = unused()
     if stale:
         print(f"stale: {', '.join(stale)}; run `make generate` (python .ci/unasync.py)")
+    if never:
+        print(f"these substitutions were never used (remove them): {', '.join(never)}")
+    if stale or never:
         return 1
     return 0
 

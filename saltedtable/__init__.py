@@ -12,14 +12,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ._cutoff import (
-    CutoffPolicy,
-    TimestampReader,
-    big_endian_int,
-    epoch_field,
-    iso8601_field,
-    reversed_epoch_field,
-)
+from ._engine.budget import ReadBudget, ReadSettings
 from ._exceptions import (
     CutoffError,
     EmulatorError,
@@ -34,12 +27,21 @@ from ._exceptions import (
     SchemeMismatchError,
     UnsaltableKeyError,
 )
-from ._families import RECORD_FAMILY
-from ._layout import Layout
-from ._named import NamedKeyPart, named_key_part
-from ._ranges import KeyRange
-from ._record import CutoffRecord, LayoutRecord, describe_layout
-from ._salt import (
+from ._guard.families import RECORD_FAMILY
+from ._guard.record import CutoffRecord, LayoutRecord, describe_layout
+from ._read.stats import BucketStats, CallStats, OneRequestOutcome, OneRequestResult, StatsHook
+from ._scheme.cutoff import (
+    CutoffPolicy,
+    TimestampReader,
+    big_endian_int,
+    epoch_field,
+    iso8601_field,
+    reversed_epoch_field,
+)
+from ._scheme.layout import Layout
+from ._scheme.named import NamedKeyPart, named_key_part
+from ._scheme.ranges import KeyRange
+from ._scheme.salt import (
     HASHES,
     MAX_BUCKETS,
     SCHEME_ROW_KEY,
@@ -49,36 +51,34 @@ from ._salt import (
     fields,
     prefix_end,
 )
-from ._stats import BucketStats, CallStats, OneRequestOutcome, OneRequestResult, StatsHook
-from ._strategy import ReadBudget, ReadSettings
-from ._views import view_row_prefixes
+from ._scheme.views import view_row_prefixes
 
 if TYPE_CHECKING:
-    from ._batcher import SaltedMutationsBatcherAsync
-    from ._batcher_sync import SaltedMutationsBatcherSync
+    from ._async.batcher import SaltedMutationsBatcherAsync
+    from ._async.table import SaltedTableAsync
     from ._contracts import SyncTableLike, TableLikeAsync
     from ._create import CreateResult, create_salted_table
-    from ._plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
-    from ._reader import SubScan
-    from ._sync import SaltedTable
-    from ._table import SaltedTableAsync
+    from ._read.plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
+    from ._read.sources import SubScan
+    from ._sync_autogen.batcher import SaltedMutationsBatcherSync
+    from ._sync_autogen.table import SaltedTable
 
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
 _LAZY: dict[str, str] = {
     "CreateResult": "._create",
     "create_salted_table": "._create",
-    "ReadPlan": "._plan",
-    "SubQuery": "._plan",
-    "plan_reads": "._plan",
-    "rewrite_filter": "._plan",
-    "SubScan": "._reader",
-    "SaltedTable": "._sync",
-    "SaltedMutationsBatcherSync": "._batcher_sync",
+    "ReadPlan": "._read.plan",
+    "SubQuery": "._read.plan",
+    "plan_reads": "._read.plan",
+    "rewrite_filter": "._read.plan",
+    "SubScan": "._read.sources",
+    "SaltedTable": "._sync_autogen.table",
+    "SaltedMutationsBatcherSync": "._sync_autogen.batcher",
     "SyncTableLike": "._contracts",
-    "SaltedTableAsync": "._table",
+    "SaltedTableAsync": "._async.table",
     "TableLikeAsync": "._contracts",
-    "SaltedMutationsBatcherAsync": "._batcher",
+    "SaltedMutationsBatcherAsync": "._async.batcher",
 }
 #: Old public names that still work, with a DeprecationWarning, until 0.3.0: the new
 #: name of each. (They follow python-bigtable: ``...Async`` names the async class; in

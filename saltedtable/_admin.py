@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
-from ._families import FamilyInfo, TableSchema, family_info
+from ._guard.families import FamilyInfo, TableSchema, family_info
 
 if TYPE_CHECKING:
     from google.cloud.bigtable.data import BigtableDataClient

@@ -14,10 +14,17 @@ from typing import Any, Final, final
 
 from ._admin import ADMIN_TIMEOUT, admin_client, data_client, read_schema, table_path
 from ._connection import data_timeouts
-from ._cutoff import CutoffPolicy
-from ._families import RECORD_FAMILY, check_family_name, family_info, parse_family
-from ._salt import MAX_ROW_KEY_BYTES, SCHEME_ROW_KEY, SaltScheme, format_key, prefix_end, to_key
-from ._sync import SaltedTable
+from ._guard.families import RECORD_FAMILY, check_family_name, family_info, parse_family
+from ._scheme.cutoff import CutoffPolicy
+from ._scheme.salt import (
+    MAX_ROW_KEY_BYTES,
+    SCHEME_ROW_KEY,
+    SaltScheme,
+    format_key,
+    prefix_end,
+    to_key,
+)
+from ._sync_autogen.table import SaltedTable
 
 __all__ = [
     "CreateResult",
@@ -146,7 +153,7 @@ def create_salted_table(
     """Create a salted table: split at every bucket prefix, with a family for its layout record.
 
     The table gets the caller's column families (with their GC rules or
-    aggregate types) plus :data:`~saltedtable._families.RECORD_FAMILY`
+    aggregate types) plus :data:`~saltedtable._guard.families.RECORD_FAMILY`
     (no GC rule), and the layout record of ``scheme`` and ``cutoff`` is
     stored there before this returns. Everything is checked before anything
     is created, and a record that cannot be stored deletes the new table
@@ -189,7 +196,7 @@ def create_salted_table(
     from google.cloud.bigtable_admin_v2 import types
 
     from ._exceptions import LayoutError
-    from ._families import RECORD_FAMILY, record_family_problem
+    from ._guard.families import RECORD_FAMILY, record_family_problem
 
     check_table_id(table_id)
     wanted = _families_of(families)

@@ -123,7 +123,7 @@ def layout_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
 
 
 class _Record(Protocol):
-    """What the error shows of a layout record (``saltedtable._record.LayoutRecord``)."""
+    """What the error shows of a layout record (``saltedtable._guard.record.LayoutRecord``)."""
 
     def as_dict(self) -> dict[str, Any]: ...
 
@@ -194,7 +194,7 @@ class CommandError(SaltedTableError):
     Args:
         *args: The message.
         exit_status: The process exit status, when not the class's own (see
-            ``saltedtable._commands``).
+            ``saltedtable._cli.commands``).
     """
 
     #: The process exit status.

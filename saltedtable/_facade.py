@@ -27,15 +27,15 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._contracts import AttemptTimeout, Retryable, TableDefaults, Timeout
-from ._cutoff import CutoffPolicy
-from ._layout import Layout, samples_in_range
-from ._plan import ReadPlan, plan_reads, rewrite_filter
-from ._query import as_query, check_filter
-from ._record import family_of
-from ._salt import SaltScheme, to_key
-from ._stats import CallStats, StatsHook, report
-from ._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget, ReadSettings
-from ._timeouts import Timeouts, check_timeouts, resolve_timeouts
+from ._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget, ReadSettings
+from ._guard.record import family_of
+from ._read.plan import ReadPlan, plan_reads, rewrite_filter
+from ._read.query import as_query, check_filter
+from ._read.stats import CallStats, StatsHook, report
+from ._read.timeouts import Timeouts, check_timeouts, resolve_timeouts
+from ._scheme.cutoff import CutoffPolicy
+from ._scheme.layout import Layout, samples_in_range
+from ._scheme.salt import SaltScheme, to_key
 from ._write import physical_entries
 
 __all__ = [

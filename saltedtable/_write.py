@@ -23,10 +23,10 @@ from google.cloud.bigtable.data.exceptions import (
 
 from ._contracts import BatcherLike, SyncBatcherLike
 from ._exceptions import RowKeyError
-from ._layout import Layout
-from ._record import family_of
-from ._salt import to_key
-from ._stats import CallStats
+from ._guard.record import family_of
+from ._read.stats import CallStats
+from ._scheme.layout import Layout
+from ._scheme.salt import to_key
 
 __all__ = [
     "every_entry_failed",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._stats import CallStats, StatsHook
+from ._read.stats import CallStats, StatsHook
 
 __all__ = ["attributes", "stats_hook"]
 

@@ -41,9 +41,9 @@ import pytest
 if TYPE_CHECKING:
     from google.cloud.bigtable.data import BigtableDataClient, BigtableDataClientAsync
 
-    from saltedtable._salt import SaltScheme
-    from saltedtable._sync import SaltedTable
-    from saltedtable._table import SaltedTableAsync
+    from saltedtable._async.table import SaltedTableAsync
+    from saltedtable._scheme.salt import SaltScheme
+    from saltedtable._sync_autogen.table import SaltedTable
     from saltedtable.testing import Emulator, ExternalEmulator
 
 __all__ = [
@@ -240,7 +240,7 @@ async def salted_table_async_factory(
     Each call wraps a fresh table (or ``table_id``) with ``scheme``; every table
     made is closed after the test, and the fresh tables are deleted.
     """
-    from saltedtable._table import SaltedTableAsync
+    from saltedtable._async.table import SaltedTableAsync
     from saltedtable.testing import INSTANCE
 
     made: list[SaltedTableAsync] = []
@@ -295,7 +295,7 @@ def salted_table_factory(
     table (or ``table_id``) with ``scheme``; every table made is closed after
     the test, and the fresh tables are deleted. Needs no pytest-asyncio.
     """
-    from saltedtable._sync import SaltedTable
+    from saltedtable._sync_autogen.table import SaltedTable
     from saltedtable.testing import INSTANCE
 
     made: list[SaltedTable] = []

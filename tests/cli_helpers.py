@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from saltedtable._cli import main
+from saltedtable._cli.main import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

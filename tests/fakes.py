@@ -66,7 +66,7 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from saltedtable import SCHEME_ROW_KEY
-from saltedtable._families import FamilyInfo
+from saltedtable._guard.families import FamilyInfo
 
 __all__ = [
     "FakeBatcher",

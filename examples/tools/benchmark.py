@@ -82,10 +82,10 @@ from saltedtable import (
     prefix_end,
     testing,
 )
+from saltedtable._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, DEFAULT_ROW_BYTES, allowance
 
 # The sweep's paged control reads exactly as the engine does (internal helpers).
-from saltedtable._plan import PageCursor
-from saltedtable._strategy import DEFAULT_MAX_CONCURRENT_SUBSCANS, DEFAULT_ROW_BYTES, allowance
+from saltedtable._read.plan import PageCursor
 
 # -- targets of issue 6 ----------------------------------------------------------
 

@@ -109,8 +109,8 @@ async def main(address: str) -> None:
     await SaltedTableAsync.open(raw, SaltScheme(4), cutoff=cutoff, family="cf")
     kwargs = {"record_refresh": 1e-9} if hasattr(saltedtable, "RECORD_FAMILY") else {}
     reader = SaltedTableAsync(raw, SaltScheme(4), cutoff=cutoff, **kwargs)
-    from saltedtable._migration import migration_record
-    from saltedtable._record import encode_layout
+    from saltedtable._guard.migration import migration_record
+    from saltedtable._guard.record import encode_layout
 
     deleting = encode_layout(migration_record(SaltScheme(4), cutoff, "deleting"))
     seen = 0
@@ -138,7 +138,7 @@ async def main(address: str) -> None:
     print("   ", helper(SaltScheme(4), b"tenant1#") if helper else "no helper")
 
     print("7. create / inspect commands")
-    from saltedtable._cli import main as cli
+    from saltedtable._cli.main import main as cli
 
     name = f"t-{uuid.uuid4().hex[:8]}"
     where = ["--project", testing.PROJECT, "--instance", testing.INSTANCE]

@@ -21,7 +21,7 @@ Modes (``stream`` = the client's ``read_rows_stream``; ``grpc`` = the generated
 =========================  ===================================================
 stream-task-cancel         a task waiting in ``__anext__`` is cancelled
 stream-aclose              ``aclose()`` only: the RPC runs on to its deadline
-stream-end                 ``saltedtable._cancel.end_stream`` (the mitigation)
+stream-end                 ``saltedtable._read.cancel_asyncio.end_stream`` (the mitigation)
 grpc-task-cancel           a task waiting in ``call.read()`` is cancelled
 grpc-cancel-idle           ``call.cancel()`` while no read is pending
 grpc-cancel-pending        ``call.cancel()`` while another task's read is pending
@@ -124,7 +124,7 @@ async def scan_once(mode: str, ctx: dict[str, Any]) -> None:
     """Open one scan, take two rows, and stop it the way ``mode`` says."""
     from google.cloud.bigtable.data import ReadRowsQuery
 
-    from saltedtable._cancel import _cancel_pending_read, end_stream
+    from saltedtable._read.cancel_asyncio import _cancel_pending_read, end_stream
 
     if mode.startswith("stream"):
         table = ctx["table"]
@@ -165,7 +165,7 @@ async def scan_once(mode: str, ctx: dict[str, Any]) -> None:
 
 def patch_task_cancel() -> None:
     """Make every fan-out cancel its readers while they wait for a message (the leak)."""
-    from saltedtable import _read_call
+    import saltedtable._async.read_call as _read_call
 
     async def keep_reading(sources: Any) -> None:
         return None

@@ -16,7 +16,7 @@ sampling, progress), :mod:`~saltedtable.advise.report` (text and JSON reports),
 
 from __future__ import annotations
 
-from .._salt import format_key
+from .._scheme.salt import format_key
 from .model import (
     DEFAULT_CANDIDATES,
     DEFAULT_RESAMPLES,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from .._salt import format_key
+from .._scheme.salt import format_key
 from .model import Advice, Simulation
 
 __all__ = ["render_heatmap"]

@@ -22,10 +22,10 @@ from typing import IO, Literal, final
 
 from .._connection import connection_failure
 from .._exceptions import InputError, LayoutError, MissingInputError
-from .._flags import rebuild_cutoff
-from .._layout import Layout
-from .._record import LayoutRecord, newest_record_cell, record_of_row
-from .._salt import MAX_ROW_KEY_BYTES, SCHEME_ROW_KEY, SaltScheme
+from .._guard.record import LayoutRecord, newest_record_cell, record_of_row
+from .._scheme.flags import rebuild_cutoff
+from .._scheme.layout import Layout
+from .._scheme.salt import MAX_ROW_KEY_BYTES, SCHEME_ROW_KEY, SaltScheme
 from .model import Access
 
 __all__ = [

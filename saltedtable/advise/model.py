@@ -50,9 +50,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
 
-from .._cutoff import CutoffPolicy
-from .._layout import Layout
-from .._salt import SaltScheme, format_key
+from .._scheme.cutoff import CutoffPolicy
+from .._scheme.layout import Layout
+from .._scheme.salt import SaltScheme, format_key
 from .noise import CONFIDENCE, NoiseFloor, estimate, uniform_floor
 from .noise import count_unit as _count_unit
 

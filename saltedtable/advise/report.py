@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from .._salt import format_key
+from .._scheme.salt import format_key
 from .model import Advice, Simulation
 from .noise import CONFIDENCE
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Literal, final
 
-from .._cutoff import CutoffPolicy
 from .._exceptions import DataError, SaltedTableError, SaltSchemeError, UsageError
-from .._salt import SaltScheme, format_key
+from .._scheme.cutoff import CutoffPolicy
+from .._scheme.salt import SaltScheme, format_key
 from . import input as advise_input
 from . import model, report
 

@@ -1,6 +1,6 @@
 """``saltedtable migrate``: the migration steps from the command line.
 
-:mod:`saltedtable._migrate_args` parses the arguments (it needs no Beam); this
+:mod:`saltedtable._cli.migrate` parses the arguments (it needs no Beam); this
 module runs the step. Runs locally by default (Beam's in-process portable
 runner); options that Apache Beam knows are handed to its
 ``PipelineOptions``, so ``--runner DataflowRunner --project ... --region ...
@@ -21,16 +21,16 @@ from typing import IO, TypedDict
 from apache_beam.options.pipeline_options import PipelineOptions
 from google.api_core.exceptions import GoogleAPICallError, NotFound
 
-from .._commands import EXIT_DATA, EXIT_OK, EXIT_USAGE, exit_status, one_line
+from .._cli.commands import EXIT_DATA, EXIT_OK, EXIT_USAGE, exit_status, one_line
+from .._cli.migrate import NEW_SCHEME_FIELDS, PROG, parse
+from .._cli.specs import cutoff_policy_from_args, key_part_from_spec
 from .._exceptions import (
     DataError,
     SaltedTableError,
     UsageError,
 )
-from .._migrate_args import NEW_SCHEME_FIELDS, PROG, parse
-from .._record import describe_layout
-from .._salt import SaltScheme
-from .._specs import cutoff_policy_from_args, key_part_from_spec
+from .._guard.record import describe_layout
+from .._scheme.salt import SaltScheme
 from ._io import BigtableTarget
 from ._migrate import (
     MigrationReport,
@@ -42,7 +42,7 @@ from ._migrate import (
     verify_backfill,
     verify_resalt,
 )
-from ._record import read_record
+from ._record_steps import read_record
 
 __all__ = ["main", "run_step"]
 
@@ -176,7 +176,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def run_step(args: argparse.Namespace, beam_args: list[str]) -> int:
-    """Run the step that :func:`saltedtable._migrate_args.parse` read; return the exit code."""
+    """Run the step that :func:`saltedtable._cli.migrate.parse` read; return the exit code."""
     prog = f"{_PROG} {args.step}"
     _quiet_beam(args.verbose)
     try:

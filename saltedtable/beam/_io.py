@@ -3,7 +3,7 @@
 Each worker opens its own synchronous ``BigtableDataClient`` in
 ``DoFn.setup`` (clients do not pickle); what travels to workers is plain
 values: a :class:`BigtableTarget`, a :class:`~saltedtable.Layout`, a
-:class:`~saltedtable.ReadPlan` and its :class:`~saltedtable._split.Split` s.
+:class:`~saltedtable.ReadPlan` and its :class:`~saltedtable._read.split.Split` s.
 
 A read is planned in the driver (pure), split on a worker once the table's
 ``sample_row_keys`` are known, spread by a reshuffle, and read split by split
@@ -45,18 +45,18 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._admin import schema_reader_for, table_label
-from .._cutoff import CutoffPolicy
+from .._engine.budget import ReadBudget
 from .._exceptions import QueryPlanError, SaltedTableError, SchemeMismatchError, WriteFailedError
-from .._layout import Layout, relabel
-from .._plan import PageCursor, ReadPlan, SubQuery, plan_reads
-from .._query import as_query
-from .._reader import row_bytes
-from .._record import describe_layout, family_of, open_differences
-from .._salt import SaltScheme, to_key
-from .._split import DEFAULT_SPLIT_BYTES, Split, split_plan
-from .._strategy import ReadBudget
-from .._table_guard_sync import SyncTableGuard
-from ._record import read_record
+from .._guard.record import describe_layout, family_of, open_differences
+from .._read.plan import PageCursor, ReadPlan, SubQuery, plan_reads
+from .._read.query import as_query
+from .._read.sources import row_bytes
+from .._read.split import DEFAULT_SPLIT_BYTES, Split, split_plan
+from .._scheme.cutoff import CutoffPolicy
+from .._scheme.layout import Layout, relabel
+from .._scheme.salt import SaltScheme, to_key
+from .._sync_autogen.guard import SyncTableGuard
+from ._record_steps import read_record
 
 __all__ = [
     "METRICS_NAMESPACE",

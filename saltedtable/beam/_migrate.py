@@ -44,13 +44,11 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, Table
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow
 from google.cloud.bigtable.data.row import Row
 
-from .._cutoff import CutoffPolicy
+from .._engine.budget import ReadBudget
 from .._exceptions import LayoutError, RowKeyError, SchemeMismatchError
-from .._guard import KEYS_ONLY
-from .._layout import Layout, relabel
-from .._migration import migration_record, migration_state
-from .._plan import SubQuery, plan_reads
-from .._record import (
+from .._guard.decisions import KEYS_ONLY
+from .._guard.migration import migration_record, migration_state
+from .._guard.record import (
     BACKFILL,
     CUTOVER,
     DEFAULT_LEGACY_GRACE,
@@ -60,9 +58,11 @@ from .._record import (
     describe_layout,
     open_differences,
 )
-from .._salt import SaltScheme
-from .._split import DEFAULT_SPLIT_BYTES, Split
-from .._strategy import ReadBudget
+from .._read.plan import SubQuery, plan_reads
+from .._read.split import DEFAULT_SPLIT_BYTES, Split
+from .._scheme.cutoff import CutoffPolicy
+from .._scheme.layout import Layout, relabel
+from .._scheme.salt import SaltScheme
 from ._io import (
     METRICS_NAMESPACE,
     PROGRESS,
@@ -80,7 +80,7 @@ from ._io import (
     row_digest,
     scan_pages,
 )
-from ._record import StoredRecord, read_record, swap_record
+from ._record_steps import StoredRecord, read_record, swap_record
 
 __all__ = [
     "BackfillLegacy",

@@ -12,7 +12,7 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry, SetCell
 
 from saltedtable import SaltedTableAsync, SaltScheme
-from saltedtable._cli import main as cli_main
+from saltedtable._cli.main import main as cli_main
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable
 
@@ -24,7 +24,7 @@ CUTOFF = ["--cutoff", "2024-01-01T00:00:00+00:00", "--time", "epoch:ms:1:13"]
 # prints, for each, its exit code and everything it wrote to stderr, as JSON lines.
 _RUNNER = """
 import contextlib, io, json, os, sys, tempfile
-from saltedtable._cli import main
+from saltedtable._cli.main import main
 for argv in json.loads(sys.argv[1]):
     with tempfile.TemporaryFile() as err:
         saved = os.dup(2)

@@ -40,8 +40,8 @@ from saltedtable import (
     describe_layout,
     prefix_end,
 )
-from saltedtable._cli import main as cli_main
-from saltedtable._migration import BACKFILL, CUTOVER, DELETING, migration_record
+from saltedtable._cli.main import main as cli_main
+from saltedtable._guard.migration import BACKFILL, CUTOVER, DELETING, migration_record
 from saltedtable.beam import (
     BigtableTarget,
     ReadSaltedRows,
@@ -53,7 +53,7 @@ from saltedtable.beam import (
     resalt,
     verify_backfill,
 )
-from saltedtable.beam._record import read_record, swap_record
+from saltedtable.beam._record_steps import read_record, swap_record
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import count_element, run_collect, snapshot
 from tests.conftest import MakeTable
@@ -452,7 +452,7 @@ def test_a_migration_record_never_goes_into_a_ttl_family(emulator: Any) -> None:
     from google.cloud.bigtable_admin_v2 import types
 
     from saltedtable._admin import admin_client
-    from saltedtable._families import parse_family
+    from saltedtable._guard.families import parse_family
     from saltedtable.testing import delete_table
 
     table_id = f"t-{uuid.uuid4().hex[:12]}"
@@ -484,7 +484,7 @@ def test_delete_legacy_waits_by_default_as_long_as_the_command() -> None:
     """Python callers get the command's grace, longer than the default record_refresh."""
     import inspect
 
-    from saltedtable._record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
+    from saltedtable._guard.record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
 
     default = inspect.signature(delete_legacy).parameters["grace"].default
     assert default == DEFAULT_LEGACY_GRACE

@@ -498,7 +498,7 @@ def test_an_opened_target_closes_its_table_and_client(monkeypatch: pytest.Monkey
 
 async def test_an_opened_target_reads_the_emulator(make_table: MakeTable) -> None:
     """opened() gives a working table of the target's instance."""
-    from saltedtable.beam._record import read_record
+    from saltedtable.beam._record_steps import read_record
 
     table_id = make_table(("cf",))
     with BigtableTarget(PROJECT, INSTANCE, table_id).opened() as table:

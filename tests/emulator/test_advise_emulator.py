@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry, SetCell
 
-from saltedtable._cli import main
+from saltedtable._cli.main import main
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 
 MakeTable = Callable[..., str]

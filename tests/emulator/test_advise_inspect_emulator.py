@@ -13,7 +13,7 @@ from google.cloud.bigtable.data import BigtableDataClient, RowMutationEntry, Set
 
 from saltedtable import CutoffPolicy, SaltedTable, SaltScheme, epoch_field
 from saltedtable._create import create_salted_table
-from saltedtable._families import RECORD_FAMILY
+from saltedtable._guard.families import RECORD_FAMILY
 from saltedtable.advise.input import read_table
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table
 from tests.cli_helpers import run

@@ -37,7 +37,7 @@ from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, R
 from google.cloud.bigtable.data.mutations import SetCell
 
 from saltedtable import ReadBudget, SaltedTableAsync, SaltScheme
-from saltedtable._cancel import end_stream, find_calls, stop_reads
+from saltedtable._read.cancel_asyncio import end_stream, find_calls, stop_reads
 from saltedtable.testing import INSTANCE, Emulator, create_table, delete_table
 from tests.scripts import load_script
 

@@ -27,8 +27,8 @@ from google.cloud.bigtable.data import (
 )
 
 from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
-from saltedtable._merge import WAKE_BATCH, Feed, MergeCore
-from saltedtable._strategy import ahead_rows
+from saltedtable._engine.budget import ahead_rows
+from saltedtable._engine.merge import WAKE_BATCH, Feed, MergeCore
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delete_table
 
 SCHEME = SaltScheme(16)

@@ -43,7 +43,7 @@ from google.cloud.bigtable_admin_v2 import types
 from saltedtable import SCHEME_ROW_KEY, SaltedTable, SaltScheme, describe_layout
 from saltedtable._admin import admin_client
 from saltedtable._create import create_salted_table
-from saltedtable._families import parse_family
+from saltedtable._guard.families import parse_family
 from saltedtable.testing import (
     INSTANCE,
     PROJECT,
@@ -63,7 +63,7 @@ PAGES = ("cli.md", "guard.md", "tables.md")
 NOT_RUN_ALLOWED = {"cli.md": 3, "guard.md": 0, "tables.md": 1}
 
 #: What runs ``saltedtable`` from this checkout (the installed script may be another's).
-MAIN = "from saltedtable._cli import main; raise SystemExit(main())"
+MAIN = "from saltedtable._cli.main import main; raise SystemExit(main())"
 
 #: The time one command may take (the emulator answers in milliseconds).
 COMMAND_TIMEOUT = 120.0

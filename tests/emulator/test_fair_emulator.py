@@ -25,7 +25,8 @@ from google.cloud.bigtable.data import (
     RowRange,
 )
 
-from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme, _reader
+import saltedtable._read.sources as _reader
+from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable, salted_table_of
 from tests.slot_marks import mark_small_reads

@@ -17,7 +17,7 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, SetCell
 
 from saltedtable import testing
-from saltedtable._cli import main as cli
+from saltedtable._cli.main import main as cli
 from saltedtable._exceptions import EmulatorError, EmulatorNotFoundError
 from saltedtable.testing import (
     EMULATOR_HOST_ENV,
@@ -283,7 +283,7 @@ def test_cli_exports_the_project_and_instance_the_other_commands_read(
     monkeypatch.delenv("SALTEDTABLE_INSTANCE", raising=False)
     check = (
         "import os, sys\n"
-        "from saltedtable._cli import main\n"
+        "from saltedtable._cli.main import main\n"
         "assert os.environ['SALTEDTABLE_PROJECT'] == 'p-1', os.environ\n"
         "assert os.environ['SALTEDTABLE_INSTANCE'] == 'i-1', os.environ\n"
         "sys.exit(main(['create', 'salted', '-n', '4']) or main(['inspect', 'salted']))\n"

@@ -23,7 +23,7 @@ from google.cloud.bigtable.data import (
 )
 
 from saltedtable import CallStats, SaltedTable, SaltedTableAsync, SaltScheme
-from saltedtable._strategy import STREAM_WINDOW_ROWS, first_window
+from saltedtable._engine.budget import STREAM_WINDOW_ROWS, first_window
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable, salted_table_of
 

@@ -17,9 +17,9 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry, SetCell
 
 from saltedtable import SCHEME_ROW_KEY, SaltedTable, named_key_part
-from saltedtable._from_record import layout_of_record
-from saltedtable._record import record_of_row
-from saltedtable._row_output import row_text, text_bytes
+from saltedtable._cli.row_output import row_text, text_bytes
+from saltedtable._guard.from_record import layout_of_record
+from saltedtable._guard.record import record_of_row
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delete_table
 from tests.cli_helpers import assert_one_line_error, run
 

@@ -39,7 +39,7 @@ from google.cloud.bigtable.data import (
 from google.cloud.bigtable.data.row import Cell, Row
 
 from saltedtable import SCHEME_ROW_KEY, SaltedTableAsync, SaltScheme, TableLikeAsync
-from saltedtable._cancel import find_calls
+from saltedtable._read.cancel_asyncio import find_calls
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table
 from tests.scripts import load_script
 

@@ -3,7 +3,7 @@
 The client's sync streams reach the process through one event thread per
 channel, which hands each running stream's rows over in turn: every request
 a read keeps running delays every other read's rows. So a sync read runs
-:data:`~saltedtable._concurrency_sync.READ_REQUESTS` requests at once at most,
+:data:`~saltedtable._engine.runtime_threads.READ_REQUESTS` requests at once at most,
 in as many worker threads, whatever the table's slots allow. Before, at the
 default 64 slots, each 16-bucket scan ran 16 and kept 16 worker threads.
 Threads and statistics are counted, not timed.
@@ -18,7 +18,7 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowRange
 
 from saltedtable import CallStats, SaltedTable, SaltScheme
-from saltedtable._concurrency_sync import READ_REQUESTS
+from saltedtable._engine.runtime_threads import READ_REQUESTS
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable, salted_table_of
 

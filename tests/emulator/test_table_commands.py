@@ -10,7 +10,7 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry, SetCell
 
 from saltedtable import SCHEME_ROW_KEY, SaltedTableAsync, SaltScheme
-from saltedtable._families import RECORD_FAMILY
+from saltedtable._guard.families import RECORD_FAMILY
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delete_table, list_tables
 from tests.cli_helpers import assert_one_line_error, run
 
@@ -186,8 +186,8 @@ async def test_guard_add_family_moves_a_record_out_of_a_ttl_family_and_inspect_a
     from google.cloud.bigtable_admin_v2 import types
 
     from saltedtable._admin import admin_client
-    from saltedtable._families import parse_family
-    from saltedtable._record import encode_layout
+    from saltedtable._guard.families import parse_family
+    from saltedtable._guard.record import encode_layout
 
     with admin_client(emulator_host=emulator.address) as admin:
         admin.create_table(
@@ -302,7 +302,7 @@ async def written_without_record(
 
 
 async def stored_record(client: BigtableDataClientAsync, table_id: str) -> object:
-    from saltedtable._record import record_of_row
+    from saltedtable._guard.record import record_of_row
 
     return record_of_row(await client.get_table(INSTANCE, table_id).read_row(SCHEME_ROW_KEY))
 

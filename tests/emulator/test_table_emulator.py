@@ -67,7 +67,7 @@ from saltedtable import (
     fields,
     prefix_end,
 )
-from saltedtable._cancel import find_calls
+from saltedtable._read.cancel_asyncio import find_calls
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
 from saltedtable.testing import create_table as admin_create_table
 from saltedtable.testing import delete_table as admin_delete_table

@@ -43,9 +43,9 @@ from saltedtable import (
 )
 from saltedtable._admin import admin_client, read_schema, table_path
 from saltedtable._create import create_salted_table
-from saltedtable._families import RECORD_FAMILY, parse_family
-from saltedtable._migration import migration_record
-from saltedtable._record import encode_layout
+from saltedtable._guard.families import RECORD_FAMILY, parse_family
+from saltedtable._guard.migration import migration_record
+from saltedtable._guard.record import encode_layout
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table, list_tables
 
 pytestmark = pytest.mark.emulator

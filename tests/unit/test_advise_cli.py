@@ -419,7 +419,7 @@ def test_key_command_imports_neither_the_advisor_nor_the_client() -> None:
     """`saltedtable key` imports neither the advisor, matplotlib nor the Bigtable client."""
     code = (
         "import sys\n"
-        "from saltedtable._cli import main\n"
+        "from saltedtable._cli.main import main\n"
         "assert main(['key', '-n', '4', 'user1']) == 0\n"
         "prefixes = ('saltedtable.advise', 'matplotlib', 'google.cloud.bigtable', 'grpc',\n"
         "            'importlib.metadata')\n"

@@ -22,7 +22,7 @@ from saltedtable import (
     epoch_field,
     fields,
 )
-from saltedtable._layout import Layout
+from saltedtable._scheme.layout import Layout
 from saltedtable.advise import Access
 from saltedtable.advise.input import (
     InputError,

@@ -18,9 +18,9 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 
-import saltedtable._reader as reader
+import saltedtable._read.sources as reader
 from saltedtable import SaltedTableAsync, SaltScheme
-from saltedtable._strategy import AHEAD_LEAST, AHEAD_ROWS, ahead_rows
+from saltedtable._engine.budget import AHEAD_LEAST, AHEAD_ROWS, ahead_rows
 from tests.fakes import FakeTable
 
 BUCKETS = 16

@@ -13,9 +13,9 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 
-import saltedtable._merge as merge_module
+import saltedtable._engine.merge as merge_module
 from saltedtable import CallStats, SaltedTableAsync, SaltScheme
-from saltedtable._merge import Feed, Merge, ProducerBase
+from saltedtable._engine.merge import Feed, Merge, ProducerBase
 from tests.fakes import FakeTable
 
 SCHEME = SaltScheme(16)

@@ -32,9 +32,9 @@ from saltedtable import (
     SaltScheme,
     SchemeMismatchError,
 )
-from saltedtable._batcher import SaltedMutationsBatcherAsync
-from saltedtable._layout import Layout
-from saltedtable._record import describe_layout, encode_layout
+from saltedtable._async.batcher import SaltedMutationsBatcherAsync
+from saltedtable._guard.record import describe_layout, encode_layout
+from saltedtable._scheme.layout import Layout
 from tests.fakes import FakeBatcher, FakeTable, SyncFakeTable
 
 SCHEME = SaltScheme(8)
@@ -302,8 +302,8 @@ async def test_the_first_append_stores_the_record_before_the_entry_is_sent() -> 
 
 async def test_a_settled_guard_reads_the_record_again_when_due_and_refuses_a_new_one() -> None:
     """Appends skip the guard while it is settled; once due, an append reads the record."""
-    import saltedtable._batcher as batcher_module
-    import saltedtable._guard as guard_module
+    import saltedtable._async.batcher as batcher_module
+    import saltedtable._guard.decisions as guard_module
 
     fake = FakeTable()
     with clock(batcher_module, guard_module) as now:

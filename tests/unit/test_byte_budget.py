@@ -27,8 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saltedtable import CallStats, ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
-from saltedtable._merge import Feed, Merge, Sent, ThreadMerge
-from saltedtable._strategy import (
+from saltedtable._engine.budget import (
     DEFAULT_ROW_BYTES,
     FIRST_PAGE_ROWS,
     PROBE_ROWS,
@@ -38,6 +37,7 @@ from saltedtable._strategy import (
     page_ask,
     ramp,
 )
+from saltedtable._engine.merge import Feed, Merge, Sent, ThreadMerge
 from tests.fakes import FakeTable, SyncFakeTable
 
 PROPERTY = settings(max_examples=25, deadline=None)

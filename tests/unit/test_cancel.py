@@ -18,7 +18,7 @@ from grpc import aio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable._cancel import cancel_rpc, end_stream, find_calls, stop_reads
+from saltedtable._read.cancel_asyncio import cancel_rpc, end_stream, find_calls, stop_reads
 
 
 class FakeCall(aio.Call):  # type: ignore[misc]

@@ -26,8 +26,9 @@ from google.cloud.bigtable_v2.types import ReadRowsRequest, ReadRowsResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable import _chunks, _chunks_sync
-from saltedtable._chunks import client_read_rows_stream, merge_chunks
+import saltedtable._async.chunks as _chunks
+import saltedtable._sync_autogen.chunks as _chunks_sync
+from saltedtable._async.chunks import client_read_rows_stream, merge_chunks
 from tests.fakes import FakeTable
 
 PB = ReadRowsResponse.pb()
@@ -522,7 +523,7 @@ def test_a_sync_client_table_gets_the_merged_read_and_keeps_a_replacement(
         table = client.get_table("i", "t")
         merged = _chunks_sync.client_read_rows_stream(table)
         assert merged != table.read_rows_stream
-        assert merged.__module__ == "saltedtable._chunks_sync"
+        assert merged.__module__ == "saltedtable._sync_autogen.chunks"
 
         def spy(query: ReadRowsQuery, **kwargs: Any) -> Any:
             return type(table).read_rows_stream(table, query, **kwargs)
@@ -546,7 +547,7 @@ async def test_a_replaced_read_rows_stream_is_used_as_it_is(
         table = client.get_table("i", "t")
         merged = client_read_rows_stream(table)
         assert merged != table.read_rows_stream
-        assert merged.__module__ == "saltedtable._chunks"
+        assert merged.__module__ == "saltedtable._async.chunks"
 
         async def spy(query: ReadRowsQuery, **kwargs: Any) -> Any:
             return await type(table).read_rows_stream(table, query, **kwargs)
@@ -558,7 +559,7 @@ async def test_a_replaced_read_rows_stream_is_used_as_it_is(
             with monkeypatch.context() as patch:
                 patch.setattr(cls, "read_rows_stream", spy)
                 assert client_read_rows_stream(other) == other.read_rows_stream
-        assert client_read_rows_stream(other).__module__ == "saltedtable._chunks"
+        assert client_read_rows_stream(other).__module__ == "saltedtable._async.chunks"
     finally:
         await client.close()
 
@@ -932,9 +933,9 @@ async def test_wrappers_of_the_clients_method_are_respected(
                 patching.setattr(TableAsync, "read_rows_stream", patch)
                 # (The table's own: a proxy's partial is a new object each time.)
                 assert getattr(client_read_rows_stream(table), "__module__", None) != (
-                    "saltedtable._chunks"
+                    "saltedtable._async.chunks"
                 )
-        assert client_read_rows_stream(table).__module__ == "saltedtable._chunks"
+        assert client_read_rows_stream(table).__module__ == "saltedtable._async.chunks"
     finally:
         await client.close()
 
@@ -947,7 +948,7 @@ original = c._DataApiTargetAsync.read_rows_stream
 async def patched(self, query, **kwargs):
     return await original(self, query, **kwargs)
 c._DataApiTargetAsync.read_rows_stream = patched
-from saltedtable import _chunks
+import saltedtable._async.chunks as _chunks
 print(_chunks._CLIENT)
 """
     done = subprocess.run(

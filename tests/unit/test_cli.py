@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from saltedtable import _emulator_cmd
+import saltedtable._cli.emulator as _emulator_cmd
 from tests.cli_helpers import assert_one_line_error, run
 
 # -- every command ----------------------------------------------------------------------

@@ -235,7 +235,7 @@ def test_the_process_prints_one_line_and_exits_in_time(closed_port: str, tmp_pat
     env = {**os.environ, "BIGTABLE_EMULATOR_HOST": closed_port, "PYTHONPATH": root}
     start = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", "from saltedtable._cli import main; raise SystemExit(main())",
+        [sys.executable, "-c", "from saltedtable._cli.main import main; raise SystemExit(main())",
          "inspect", "t", *WHERE, "--timeout", "1"],
         env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
         check=False,

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from saltedtable._cli import main
+from saltedtable._cli.main import main
 from tests.cli_helpers import assert_one_line_error
 
 STEPS = ("backfill", "verify", "cutover", "delete-legacy", "resalt")
@@ -96,8 +96,8 @@ def test_importing_saltedtable_beam_without_beam_names_the_package() -> None:
 
 def test_delete_legacy_waits_longer_than_the_default_record_refresh() -> None:
     """A reader with the default record_refresh has read the record again before a row goes."""
-    from saltedtable._migrate_args import parse
-    from saltedtable._record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
+    from saltedtable._cli.migrate import parse
+    from saltedtable._guard.record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
 
     parsed = parse(
         ["delete-legacy", "--bigtable-project", "p", "--instance", "i", "--table", "t", "-n", "4"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from saltedtable import SaltScheme, fields
-from saltedtable._cutoff import CutoffPolicy, epoch_field
-from saltedtable._layout import Layout
+from saltedtable._scheme.cutoff import CutoffPolicy, epoch_field
+from saltedtable._scheme.layout import Layout
 from saltedtable.advise import model
 from tests.cli_helpers import assert_one_line_error, run
 

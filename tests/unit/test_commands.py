@@ -16,7 +16,7 @@ from saltedtable import (
     SaltSchemeError,
     SchemeMismatchError,
 )
-from saltedtable._commands import (
+from saltedtable._cli.commands import (
     EXIT_CANNOT_RUN,
     EXIT_DATA,
     EXIT_INTERRUPTED,

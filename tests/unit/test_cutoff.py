@@ -39,6 +39,7 @@ from google.cloud.bigtable.data.row_filters import (
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import saltedtable._scheme.cutoff as cutoff_module
 from saltedtable import (
     CutoffError,
     CutoffPolicy,
@@ -58,10 +59,9 @@ from saltedtable import (
     prefix_end,
     reversed_epoch_field,
 )
-from saltedtable import _cutoff as cutoff_module
-from saltedtable._cutoff import LONG_MAX, to_micros
-from saltedtable._layout import _legacy_gaps
-from saltedtable._salt import SCHEME_ROW_KEY
+from saltedtable._scheme.cutoff import LONG_MAX, to_micros
+from saltedtable._scheme.layout import _legacy_gaps
+from saltedtable._scheme.salt import SCHEME_ROW_KEY
 from tests.fakes import ABANDONED, FakeTable, in_range
 
 PROPERTY = settings(max_examples=80, deadline=None)

@@ -22,10 +22,11 @@ from google.cloud.bigtable.data.mutations import SetCell
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme, _slots
-from saltedtable._merge import Merge, Sent
-from saltedtable._slots import AsyncSlots, Slots, next_waiter
-from saltedtable._strategy import ReadBudget
+import saltedtable._engine.slots as _slots
+from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable._engine.budget import ReadBudget
+from saltedtable._engine.merge import Merge, Sent
+from saltedtable._engine.slots import AsyncSlots, Slots, next_waiter
 from tests.fakes import FakeTable, SyncFakeTable
 
 
@@ -468,7 +469,7 @@ QUEUE_OPS = st.lists(
 )
 def test_the_slots_queue_picks_exactly_as_next_waiter(ops: list[tuple[object, ...]]) -> None:
     """Grouped by owner, watched waiters filed by class: the same waiter as a scan of all."""
-    from saltedtable._slots import _Queue, _watchable
+    from saltedtable._engine.slots import _Queue, _watchable
 
     queue: _Queue[object] = _Queue()  # type: ignore[type-var]
     model: deque[object] = deque()
@@ -1040,7 +1041,7 @@ def _windows(cut: bool, stray: int) -> list[int]:
     """A feed's windows over six requests that the consumer empties at once, each
     delivering all it asked less ``stray`` hidden rows; ``cut``: its source ended each
     one early (given way, paused, at its byte cap)."""
-    from saltedtable._merge import ThreadMerge
+    from saltedtable._engine.merge import ThreadMerge
 
     merge: ThreadMerge[int] = ThreadMerge(
         [lambda *a: None] * 16,  # type: ignore[list-item]
@@ -1084,7 +1085,7 @@ def test_a_sync_merge_wakes_its_paused_requests_when_its_consumer_waits() -> Non
     """A request pausing for a small read (Feed.on_pause) is woken as soon as its read's
     consumer waits for any item, and its feed is no longer pausable while it does: the
     paused request may hold the worker thread another bucket's request needs."""
-    from saltedtable._merge import ThreadMerge, Wait
+    from saltedtable._engine.merge import ThreadMerge, Wait
 
     merge: ThreadMerge[int] = ThreadMerge([lambda *a: None] * 2, threads=2, ordered=False)  # type: ignore[list-item]
     paused, other = merge._feeds

@@ -25,9 +25,9 @@ from saltedtable import (
     named_key_part,
     reversed_epoch_field,
 )
-from saltedtable._admin_cli import _layout
-from saltedtable._cli import _parser
-from saltedtable._flags import layout_flags, rebuild_key_part, rebuild_time_reader
+from saltedtable._cli.admin import _layout
+from saltedtable._cli.main import _parser
+from saltedtable._scheme.flags import layout_flags, rebuild_key_part, rebuild_time_reader
 
 WHEN = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
 

@@ -10,19 +10,19 @@ from typing import Any
 import pytest
 
 from saltedtable import named_key_part
-from saltedtable._cutoff import (
+from saltedtable._exceptions import LayoutError
+from saltedtable._guard.from_record import layout_of_record
+from saltedtable._guard.record import BACKFILL, CUTOVER, DELETING, LayoutRecord, describe_layout
+from saltedtable._scheme.cutoff import (
     CutoffPolicy,
     big_endian_int,
     epoch_field,
     iso8601_field,
     reversed_epoch_field,
 )
-from saltedtable._exceptions import LayoutError
-from saltedtable._flags import rebuild_key_part
-from saltedtable._from_record import layout_of_record
-from saltedtable._layout import Layout
-from saltedtable._record import BACKFILL, CUTOVER, DELETING, LayoutRecord, describe_layout
-from saltedtable._salt import SaltScheme, before_last, fields
+from saltedtable._scheme.flags import rebuild_key_part
+from saltedtable._scheme.layout import Layout
+from saltedtable._scheme.salt import SaltScheme, before_last, fields
 
 CUTOFF = dt.datetime(2024, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=2)))
 

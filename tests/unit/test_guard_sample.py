@@ -25,11 +25,11 @@ from saltedtable import (
     SchemeMismatchError,
     describe_layout,
 )
-from saltedtable._families import RECORD_FAMILY
-from saltedtable._guard import SAMPLE_REQUESTS, STORE_SAMPLE_ROWS, sample_queries
-from saltedtable._layout import Layout
-from saltedtable._ranges import KeyRange
-from saltedtable._record import decode_layout
+from saltedtable._guard.decisions import SAMPLE_REQUESTS, STORE_SAMPLE_ROWS, sample_queries
+from saltedtable._guard.families import RECORD_FAMILY
+from saltedtable._guard.record import decode_layout
+from saltedtable._scheme.layout import Layout
+from saltedtable._scheme.ranges import KeyRange
 from tests.fakes import FakeTable, SyncFakeTable, query_keys
 
 FLAVOURS = ["async", "sync"]

@@ -34,8 +34,8 @@ from saltedtable import (
     epoch_field,
     fields,
 )
-from saltedtable._layout import _legacy_gaps
-from saltedtable._record import decode_layout, encode_layout
+from saltedtable._guard.record import decode_layout, encode_layout
+from saltedtable._scheme.layout import _legacy_gaps
 from saltedtable.otel import attributes, stats_hook
 from tests.fakes import FakeTable
 
@@ -583,7 +583,7 @@ async def test_a_table_without_client_metrics_says_so_once(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No metrics controller to hook into: one warning however many reads ask for stats."""
-    monkeypatch.setattr("saltedtable._stats._CANNOT_COUNT", set())
+    monkeypatch.setattr("saltedtable._read.stats._CANNOT_COUNT", set())
     table = SaltedTableAsync(FakeTable(), SaltScheme(4))
     with caplog.at_level(logging.WARNING, logger="saltedtable"):
         for _ in range(3):

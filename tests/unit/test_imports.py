@@ -1,13 +1,17 @@
 """The package's import rules: every import points downward, and the exports agree.
 
-docs/development.md lists the modules floor by floor; :data:`ORDER` is that list,
-lowest first. A module may import only modules listed before it (at module level,
-inside a function or under ``TYPE_CHECKING`` alike), so there is no import cycle.
+docs/development.md lists the modules folder by folder; :data:`ORDER` is that list,
+lowest first, in dotted names (``"_scheme.salt"``; a folder's ``__init__`` is the
+folder's name). A module may import only modules listed before it (at module level,
+inside a function or under ``TYPE_CHECKING`` alike), so there is no import cycle,
+between folders or inside one. The read engine imports nothing but itself and the
+standard library.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,99 +22,149 @@ PACKAGE = Path(saltedtable.__file__).resolve().parent
 
 #: Lowest floor first. A new module goes where its imports put it (and in the guide).
 ORDER: tuple[str, ...] = (
-    # pure
     "_exceptions",
     "_contracts",
-    "_commands",
-    "_salt",
-    "_ranges",
-    "_cutoff",
-    "_named",
-    "_flags",
-    "_families",
-    "_layout",
-    "_strategy",
-    "_record",
-    "_migration",
-    "_query",
-    "_plan",
-    "_split",
-    "_args",
-    "_specs",
-    "_from_record",
-    "_stats",
-    "_views",
-    "_inspect",
-    "_row_output",
-    "_timeouts",
-    "_connection",
-    # the engine
-    "_merge",
-    # I/O, each module serving both flavours
-    "_cancel",
-    "_slots",
-    "_concurrency",
-    "_concurrency_sync",
-    "_chunks",
-    "_chunks_sync",
-    "_reader",
-    "_read_call",
-    "_read_call_sync",
+    # where a key lives (pure)
+    "_scheme.salt",
+    "_scheme.ranges",
+    "_scheme.cutoff",
+    "_scheme.named",
+    "_scheme.flags",
+    "_scheme.layout",
+    "_scheme.views",
+    "_scheme",
+    # the read engine (no Bigtable)
+    "_engine.budget",
+    "_engine.slots",
+    "_engine.merge",
+    "_engine.runtime_asyncio",
+    "_engine.runtime_threads",
+    "_engine",
+    # one read against Bigtable
+    "_read.timeouts",
+    "_read.query",
+    "_read.plan",
+    "_read.split",
+    "_read.stats",
+    "_read.cancel_asyncio",
+    "_read.sources",
+    "_read",
+    # the layout record and the guard's decisions (pure)
+    "_guard.families",
+    "_guard.record",
+    "_guard.migration",
+    "_guard.from_record",
+    "_guard.decisions",
     "_guard",
-    "_table_guard",
-    "_table_guard_sync",
+    # the tables' pure halves, shared by both flavours
     "_write",
-    "_batcher",
-    "_batcher_sync",
     "_admin",
     "_facade",
-    "_table",
-    "_sync",
+    # the async sources, then their generated twins
+    "_async.chunks",
+    "_async.read_call",
+    "_async.guard",
+    "_async.batcher",
+    "_async.table",
+    "_async",
+    "_sync_autogen.chunks",
+    "_sync_autogen.read_call",
+    "_sync_autogen.guard",
+    "_sync_autogen.batcher",
+    "_sync_autogen.table",
+    "_sync_autogen",
+    "_connection",
     "_create",
     # around it
     "otel",
     "testing",
     "pytest_plugin",
-    "_emulator_cmd",
-    "_migrate_args",
+    "advise.noise",
+    "advise.model",
+    "advise.input",
+    "advise.heatmap",
+    "advise.report",
+    "advise.run",
     "advise",
-    "_admin_cli",
-    "_read_cli",
+    "_cli.commands",
+    "_cli.args",
+    "_cli.specs",
+    "_cli.inspect",
+    "_cli.row_output",
+    "_cli.emulator",
+    "_cli.migrate",
+    "_cli.admin",
+    "_cli.read",
+    "_cli.main",
     "_cli",
+    "beam._record_steps",
+    "beam._io",
+    "beam._migrate",
+    "beam._cli",
     "beam",
     "__init__",
 )
 
+#: The engine's folder: it may import only itself, the standard library and ENGINE_MAY.
+ENGINE = "_engine"
+#: What the engine may import besides the standard library: the runtime it drives.
+ENGINE_MAY = frozenset({"anyio"})
+
 
 def _module_of(path: Path) -> str:
-    """The ORDER name of a file: a top-level module, or its subpackage."""
+    """The ORDER name of a file: its dotted module under the package."""
     parts = path.relative_to(PACKAGE).with_suffix("").parts
-    return parts[0]
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _known(dotted: str) -> str | None:
+    """The ORDER name of an absolute ``saltedtable...`` module, or None if it is none."""
+    if dotted == "saltedtable":
+        return "__init__"
+    name = dotted.removeprefix("saltedtable.")
+    return name if name in ORDER else None
+
+
+def _targets(path: Path, node: ast.ImportFrom) -> set[str]:
+    """The absolute modules an ``import from`` names: the module, or the modules it imports."""
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        parts = ["saltedtable", *path.relative_to(PACKAGE).with_suffix("").parts][:-1]
+        if path.name == "__init__.py":
+            parts = ["saltedtable", *path.relative_to(PACKAGE).parts[:-1]]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join([*parts, node.module] if node.module else parts)
+    found = set()
+    for alias in node.names:
+        if base == "saltedtable" and alias.name == "__version__":
+            continue  # the installed version, which the package root reads on demand
+        # `from . import model`: the module model; `from .model import X`: the module .model
+        found.add(f"{base}.{alias.name}" if _known(f"{base}.{alias.name}") else base)
+    return found
 
 
 def _imported(path: Path) -> set[str]:
-    """The package's own modules (ORDER names) that ``path`` imports, anywhere in it."""
+    """Every absolute module ``path`` imports, anywhere in it."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    depth = len(path.relative_to(PACKAGE).parts) - 1  # 0: saltedtable/x.py, 1: a subpackage
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                if node.module and node.module.startswith("saltedtable."):
-                    found.add(node.module.split(".")[1])
-                continue
-            up = node.level - 1 - depth  # > 0 never happens; 0: the package itself
-            if up < 0:
-                continue  # a sibling inside the same subpackage
-            if node.module:
-                found.add(node.module.split(".")[0])
-            else:
-                found.update(alias.name for alias in node.names)
+            found |= _targets(path, node)
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("saltedtable."):
-                    found.add(alias.name.split(".")[1])
+            found.update(alias.name for alias in node.names)
     return found
+
+
+def _own(path: Path) -> set[str]:
+    """The package's own modules (ORDER names) that ``path`` imports."""
+    return {
+        known
+        for module in _imported(path)
+        if module.split(".")[0] == "saltedtable" and (known := _known(module)) is not None
+    }
 
 
 FILES = sorted(p for p in PACKAGE.rglob("*.py"))
@@ -123,17 +177,74 @@ def test_every_module_has_a_floor() -> None:
     assert set(ORDER) - names == set(), "ORDER names modules that no longer exist"
 
 
+def test_every_import_of_the_package_is_known() -> None:
+    """An import of a package module that ORDER does not know (a typo, a removed module) fails."""
+    unknown = sorted(
+        f"{path.relative_to(PACKAGE)}: {module}"
+        for path in FILES
+        for module in _imported(path)
+        if module.split(".")[0] == "saltedtable"
+        and _known(module) is None
+        and _known(module.rsplit(".", 1)[0]) is None
+    )
+    assert unknown == []
+
+
+def test_a_folder_is_one_run_of_floors() -> None:
+    """A folder's modules sit together in ORDER, followed by the folder itself."""
+    folders = {name.split(".")[0] for name in ORDER if "." in name}
+    for folder in folders:
+        at = [i for i, name in enumerate(ORDER) if name.split(".")[0] == folder]
+        assert at == list(range(at[0], at[-1] + 1)), f"{folder}'s modules are split in ORDER"
+        # The folder's __init__ comes last: it may import (re-export) its own modules.
+        assert ORDER[at[-1]] == folder, f"{folder} (its __init__) comes last in its run"
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_point_downward(path: Path) -> None:
     """Every module of the package a file imports is on a lower floor than the file's own."""
     own = _module_of(path)
     rank = ORDER.index(own)
-    upward = sorted(
-        name
-        for name in _imported(path)
-        if name != own and name in ORDER and ORDER.index(name) > rank
+    upward = sorted(name for name in _own(path) if ORDER.index(name) > rank)
+    assert not upward, f"{path.relative_to(PACKAGE)} ({own}) imports from above its floor: {upward}"
+
+
+ENGINE_FILES = sorted((PACKAGE / ENGINE).glob("*.py"))
+
+
+@pytest.mark.parametrize("path", ENGINE_FILES, ids=lambda p: p.name)
+def test_the_engine_imports_only_itself_and_the_standard_library(path: Path) -> None:
+    """No google, grpc or other saltedtable module in ``_engine/`` (anyio is its runtime)."""
+    outside = sorted(
+        module
+        for module in _imported(path)
+        if not module.startswith(f"saltedtable.{ENGINE}")
+        and module.split(".")[0] not in sys.stdlib_module_names | ENGINE_MAY
     )
-    assert not upward, f"{path.name} ({own}) imports from above its floor: {upward}"
+    assert outside == [], f"{path.name} imports from outside the engine: {outside}"
+
+
+def test_the_import_reader_resolves_relative_and_sibling_imports() -> None:
+    """What the rules above see: a client import, another folder, a sibling, a folder module."""
+    merge = PACKAGE / ENGINE / "merge.py"
+    run = PACKAGE / "advise" / "run.py"
+    text = (
+        "from google.cloud.bigtable.data import Row\n"
+        "from .._read.plan import ReadPlan\n"
+        "from .budget import ReadBudget\n"
+    )
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom):
+            found |= _targets(merge, node)
+    assert found == {
+        "google.cloud.bigtable.data",
+        "saltedtable._read.plan",
+        "saltedtable._engine.budget",
+    }
+    (node,) = ast.parse("from . import model, report\n").body
+    assert isinstance(node, ast.ImportFrom)
+    assert _targets(run, node) == {"saltedtable.advise.model", "saltedtable.advise.report"}
 
 
 def _init_tree() -> ast.Module:
@@ -236,17 +347,18 @@ def test_a_sideways_import_is_seen() -> None:
     """The owner check flags a name taken through a module that only imports it."""
     beam = PACKAGE / "beam" / "_io.py"
     text = (
-        "from ._record import SaltScheme\n"  # _record imports SaltScheme from _salt
-        "from ._salt import SaltScheme as S\n"
+        "from .record import SaltScheme\n"  # record imports SaltScheme from _scheme.salt
+        "from .._scheme.salt import SaltScheme as S\n"
         "from saltedtable import SaltedTableAsync\n"  # the package re-exports it lazily
-        "from . import _salt\n"
+        "from .._scheme import salt\n"
     )
-    assert _sideways(PACKAGE / "_guard.py", text) == [
-        "line 1: SaltScheme from saltedtable._record",
+    assert _sideways(PACKAGE / "_guard" / "decisions.py", text) == [
+        "line 1: SaltScheme from saltedtable._guard.record",
         "line 3: SaltedTableAsync from saltedtable",
     ]
     assert (
-        _sideways(beam, "from .._salt import SaltScheme\nfrom ._io import ReadSaltedRows\n") == []
+        _sideways(beam, "from .._scheme.salt import SaltScheme\nfrom ._io import ReadSaltedRows\n")
+        == []
     )
 
 

@@ -9,9 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from saltedtable import SCHEME_ROW_KEY, SaltScheme
-from saltedtable._create import split_points
-from saltedtable._families import family_info, parse_family, parse_gc_rule
-from saltedtable._inspect import (
+from saltedtable._cli.inspect import (
     SUMMARY_ABOVE,
     Inspection,
     bucket_sizes,
@@ -20,6 +18,8 @@ from saltedtable._inspect import (
     skew,
     split_alignment,
 )
+from saltedtable._create import split_points
+from saltedtable._guard.families import family_info, parse_family, parse_gc_rule
 
 SCHEME = SaltScheme(4)
 

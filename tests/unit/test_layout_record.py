@@ -20,8 +20,8 @@ from saltedtable import (
     epoch_field,
     fields,
 )
-from saltedtable._migration import migration_record
-from saltedtable._record import decode_layout, encode_layout, open_differences
+from saltedtable._guard.migration import migration_record
+from saltedtable._guard.record import decode_layout, encode_layout, open_differences
 
 POLICY = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field("s", index=1))
 EPOCH = "epoch_field(unit='s', sep=b'#', index=1, digits=None)"

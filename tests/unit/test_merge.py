@@ -14,14 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable._merge import WAKE_BATCH, WAKE_PART_LEAST, Feed, Merge, MergeCore, Sent
-from saltedtable._strategy import (
+from saltedtable._engine.budget import (
     FIRST_PAGE_ROWS,
     PROBE_ROWS,
     ReadBudget,
     allowance,
     fetch_bound,
 )
+from saltedtable._engine.merge import WAKE_BATCH, WAKE_PART_LEAST, Feed, Merge, MergeCore, Sent
 
 PROPERTY = settings(max_examples=80, deadline=None)
 
@@ -652,7 +652,7 @@ async def test_a_complete_limited_read_lets_its_last_requests_end(
     ordered: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At the limit, running requests end on their own (not cancelled) and idle ones stop."""
-    monkeypatch.setattr("saltedtable._merge.DRAIN_SECONDS", 60.0)
+    monkeypatch.setattr("saltedtable._engine.merge.DRAIN_SECONDS", 60.0)
     sources = [Source(range(s, 4000, 8), burst=3) for s in range(8)]
     with anyio.fail_after(10):  # a producer left waiting for a grant would hang here
         got = await drain(Merge(sources, ordered=ordered, limit=10))

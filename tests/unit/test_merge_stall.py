@@ -16,7 +16,7 @@ import asyncio
 import anyio
 import pytest
 
-from saltedtable._merge import STALL_SECONDS, WAKE_BATCH, Feed, Merge, Sent
+from saltedtable._engine.merge import STALL_SECONDS, WAKE_BATCH, Feed, Merge, Sent
 
 
 class FastThenStall:

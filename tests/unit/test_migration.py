@@ -19,8 +19,8 @@ from saltedtable import (
     describe_layout,
     epoch_field,
 )
-from saltedtable._guard import SCHEME_QUALIFIER, encode_layout
-from saltedtable._migration import (
+from saltedtable._guard.decisions import SCHEME_QUALIFIER, encode_layout
+from saltedtable._guard.migration import (
     BACKFILL,
     CUTOVER,
     DELETING,
@@ -178,7 +178,7 @@ def test_relabel_puts_the_logical_key_on_the_row_and_its_cells() -> None:
     """A row read under its salted key comes back, the same object, under the logical one."""
     from google.cloud.bigtable.data.row import Cell, Row
 
-    from saltedtable._layout import relabel
+    from saltedtable._scheme.layout import relabel
 
     physical = SCHEME.salt_key(b"user")
     row = Row(physical, [Cell(b"v", physical, "cf", b"q", 1), Cell(b"w", physical, "cf", b"r", 2)])

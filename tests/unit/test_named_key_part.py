@@ -16,8 +16,8 @@ from saltedtable import (
     fields,
     named_key_part,
 )
-from saltedtable._layout import _legacy_gaps
-from saltedtable._named import key_part_identity
+from saltedtable._scheme.layout import _legacy_gaps
+from saltedtable._scheme.named import key_part_identity
 from tests.fakes import FakeTable
 
 

@@ -25,6 +25,7 @@ from google.cloud.bigtable.data.row_filters import (
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import saltedtable._read.plan as plan_module
 from saltedtable import (
     KeyRange,
     QueryPlanError,
@@ -39,8 +40,7 @@ from saltedtable import (
     prefix_end,
     rewrite_filter,
 )
-from saltedtable import _plan as plan_module
-from saltedtable._plan import MAX_KEYS_PER_REQUEST, PageCursor
+from saltedtable._read.plan import MAX_KEYS_PER_REQUEST, PageCursor
 from tests.fakes import _apply_filter, in_range, query_keys
 
 PROPERTY = settings(max_examples=60, deadline=None)
@@ -770,7 +770,7 @@ def test_a_requests_row_range_is_the_one_key_range_converts_to(
 ) -> None:
     """The cheaply built ranges of a request equal ``KeyRange.to_row_range``'s, hash alike
     (``ReadRowsQuery`` files them in a dict) and make the same request."""
-    from saltedtable._ranges import KeyRange
+    from saltedtable._scheme.ranges import KeyRange
 
     assume(not start or not end or start <= end)  # the planner never sends an inverted range
     rng = KeyRange(start, start_closed, end, end_closed)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from saltedtable._layout import samples_in_range
-from saltedtable._query import as_query
+from saltedtable._read.query import as_query
+from saltedtable._scheme.layout import samples_in_range
 
 KEYS = st.binary(min_size=1, max_size=3)
 

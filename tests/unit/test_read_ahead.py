@@ -19,8 +19,7 @@ import anyio.lowlevel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable._merge import Feed, Merge, Sent, ThreadMerge
-from saltedtable._strategy import (
+from saltedtable._engine.budget import (
     FIRST_PAGE_ROWS,
     MIN_WINDOW_ROWS,
     PROBE_ROWS,
@@ -33,6 +32,7 @@ from saltedtable._strategy import (
     page_ask,
     widen,
 )
+from saltedtable._engine.merge import Feed, Merge, Sent, ThreadMerge
 
 SOURCES = 4
 ITEMS = 5000  # a source: its share of the default budget (20,000 rows over 4)

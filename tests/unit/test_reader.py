@@ -14,8 +14,8 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import StripValueTransformerFilter
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan
-from saltedtable._cancel import end_stream
-from saltedtable._strategy import PROBE_ROWS
+from saltedtable._engine.budget import PROBE_ROWS
+from saltedtable._read.cancel_asyncio import end_stream
 from tests.fakes import FakeTable
 
 KEYS = [b"k%05d" % i for i in range(400)]

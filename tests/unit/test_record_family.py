@@ -24,7 +24,7 @@ from saltedtable import (
     describe_layout,
     epoch_field,
 )
-from saltedtable._families import (
+from saltedtable._guard.families import (
     RECORD_FAMILY,
     FamilyInfo,
     check_family_name,
@@ -34,8 +34,8 @@ from saltedtable._families import (
     place_record,
     record_family_problem,
 )
-from saltedtable._migration import migration_record
-from saltedtable._record import encode_layout
+from saltedtable._guard.migration import migration_record
+from saltedtable._guard.record import encode_layout
 from tests.fakes import FakeTable, SyncFakeTable
 
 CUTOFF = CutoffPolicy(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), epoch_field(digits=10))
@@ -314,9 +314,9 @@ def test_the_refresh_interval_runs_from_before_the_read_is_sent(
     """A reply that takes longer than the interval leaves the record due at once."""
     import types as pytypes
 
-    import saltedtable._guard as guard_module
-    from saltedtable._layout import Layout
-    from saltedtable._table_guard_sync import SyncTableGuard
+    import saltedtable._guard.decisions as guard_module
+    from saltedtable._scheme.layout import Layout
+    from saltedtable._sync_autogen.guard import SyncTableGuard
 
     clock = [1000.0]
     monkeypatch.setattr(guard_module, "time", pytypes.SimpleNamespace(monotonic=lambda: clock[0]))
@@ -351,8 +351,8 @@ def test_the_refresh_interval_runs_from_before_the_read_is_sent(
 def test_the_schema_read_gets_what_is_left_of_the_operation_budget() -> None:
     import time
 
-    from saltedtable._layout import Layout
-    from saltedtable._table_guard_sync import SyncTableGuard
+    from saltedtable._scheme.layout import Layout
+    from saltedtable._sync_autogen.guard import SyncTableGuard
 
     fake = FakeTable(families=["cf"])
     asked: list[float | None] = []
@@ -376,8 +376,8 @@ def test_a_schema_read_that_times_out_is_an_unreadable_schema(
 
     from google.api_core.exceptions import DeadlineExceeded
 
-    from saltedtable._layout import Layout
-    from saltedtable._table_guard_sync import SyncTableGuard
+    from saltedtable._scheme.layout import Layout
+    from saltedtable._sync_autogen.guard import SyncTableGuard
 
     fake = FakeTable(families=["cf"])
     asked: list[float | None] = []

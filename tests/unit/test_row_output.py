@@ -10,7 +10,7 @@ from google.cloud.bigtable.data.row import Cell, Row
 from hypothesis import given
 from hypothesis import strategies as st
 
-from saltedtable._row_output import (
+from saltedtable._cli.row_output import (
     bytes_text,
     cbt_time,
     go_quote,

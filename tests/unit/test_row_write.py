@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from saltedtable import CutoffPolicy, RowKeyError, SaltScheme, epoch_field
 from saltedtable._facade import RowWrite, prepare_row_write
-from saltedtable._layout import Layout
+from saltedtable._scheme.layout import Layout
 
 SCHEME = SaltScheme(8)
 CUTOFF = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

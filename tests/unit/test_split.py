@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saltedtable import SCHEME_ROW_KEY, KeyRange, Layout, SaltScheme, SubQuery, plan_reads
-from saltedtable._split import Split, split_plan
+from saltedtable._read.split import Split, split_plan
 
 ALPHABET = b"\x00ab\xff"
 #: Every non-empty key up to four bytes over the alphabet: bounds have at most three,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from saltedtable._strategy import (
+from saltedtable._engine.budget import (
     MEDIAN_ONE_ROUND,
     STREAM_MIN_ROWS,
     OneRequestOdds,

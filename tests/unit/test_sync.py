@@ -24,8 +24,8 @@ from saltedtable import (
     SchemeMismatchError,
     SubScan,
 )
-from saltedtable._concurrency_sync import READ_REQUESTS
-from saltedtable._merge import Feed, Sent, ThreadMerge
+from saltedtable._engine.merge import Feed, Sent, ThreadMerge
+from saltedtable._engine.runtime_threads import READ_REQUESTS
 from tests.fakes import FakeTable, SyncFakeTable
 from tests.slot_marks import mark_small_reads, reads_point_keys
 from tests.unit.test_merge import partitions

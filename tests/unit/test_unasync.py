@@ -40,8 +40,12 @@ unasync = _load()
         ("SaltedMutationsBatcherAsync", "SaltedMutationsBatcherSync"),
         ("table: TableLikeAsync", "table: SyncTableLike"),
         ("merge: Merge[Row]", "merge: ThreadMerge[Row]"),
-        ("from ._read_call import ReadCall", "from ._read_call_sync import SyncReadCall"),
-        ("see :mod:`._concurrency`", "see :mod:`._concurrency_sync`"),
+        ("from .read_call import ReadCall", "from .read_call import SyncReadCall"),
+        (
+            "from .._engine.runtime_asyncio import slot",
+            "from .._engine.runtime_threads import slot",
+        ),
+        ("see :mod:`.._read.cancel_asyncio`", "see :mod:`.._read.cancel_threads`"),
     ],
 )
 def test_a_substitution(source: str, expected: str) -> None:
@@ -53,6 +57,7 @@ def test_a_substitution(source: str, expected: str) -> None:
     "text",
     [
         "return self._read_call(query)",  # a method named like a module
+        "self.loop_asyncio",  # an attribute named like a driver
         "awaited = 1",  # `await` inside a word
         "Asyncio",  # not a `...Async` name
         "MergeCore[Row]",  # a longer name that starts with a renamed one
@@ -71,6 +76,22 @@ def test_a_generated_file_says_so_first() -> None:
         assert first == unasync.header(source).splitlines()[0]
 
 
+def test_every_generated_file_has_its_source() -> None:
+    """The generated folder holds the twins of the source folder, file for file, and no more."""
+    generated = {p.name for p in (ROOT / unasync.TARGET_DIR).glob("*.py")} - {"__init__.py"}
+    assert generated == {Path(target).name for _, target in unasync.FILES}
+    assert len(unasync.FILES) >= 5
+
+
+def test_an_unused_substitution_fails_the_check(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A NAMES entry no source uses makes the generator exit 1, naming it."""
+    monkeypatch.setitem(unasync.NAMES, "NoSourceUsesThisName", "Nothing")
+    assert unasync.main(["--check"]) == 1
+    assert "NoSourceUsesThisName" in capsys.readouterr().out
+
+
 def test_the_generated_files_are_current() -> None:
     """`python .ci/unasync.py --check` passes: no sync twin is stale (else `make generate`)."""
     assert unasync.main(["--check"]) == 0
@@ -80,11 +101,12 @@ def test_the_check_fails_on_a_stale_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A generated file edited by hand makes --check exit 1 and show the difference."""
-    batcher = [pair for pair in unasync.FILES if pair[1] == "saltedtable/_batcher_sync.py"]
+    batcher = [pair for pair in unasync.FILES if pair[1] == "saltedtable/_sync_autogen/batcher.py"]
     for source, target in batcher:
         (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / source).write_text((ROOT / source).read_text(encoding="utf-8"))
         text = (ROOT / target).read_text(encoding="utf-8")
+        (tmp_path / target).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / target).write_text(text.replace("def append", "def append_edited"))
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())  # ruff config
     monkeypatch.setattr(unasync, "ROOT", tmp_path)
@@ -92,4 +114,4 @@ def test_the_check_fails_on_a_stale_file(
     assert unasync.main(["--check"]) == 1
     out = capsys.readouterr().out
     assert "+    def append(" in out
-    assert "stale: saltedtable/_batcher_sync.py" in out
+    assert "stale: saltedtable/_sync_autogen/batcher.py" in out

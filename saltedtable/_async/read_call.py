@@ -1,0 +1,234 @@
+"""One logical read: its sources, the merge, its statistics.
+
+:class:`ReadCall` ties a plan, its bucket sources (:mod:`._reader`), the
+budget and the call's statistics together and hands the caller a list or a
+stream (see :mod:`._reader` for how a read that ends early stops its
+requests). This module is the source of both flavours: ``_read_call_sync``
+is generated from ``_read_call`` by ``.ci/unasync.py``, and uses the
+hand-written sync sources and merge driver (the merge of each flavour comes
+from :mod:`._concurrency`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import AsyncGenerator, Awaitable, Iterator
+from functools import partial
+from typing import final
+
+from google.cloud.bigtable.data.row import Row
+
+from .._contracts import ReadRowsStream, TableLikeAsync
+from .._engine.budget import ReadSettings
+from .._engine.merge import Merge
+from .._engine.runtime_asyncio import ROW_KEY, OneRun, capacity, new_merge, one_merge
+from .._engine.slots import AsyncSlots
+from .._read.plan import ReadPlan
+from .._read.sources import (
+    BucketSource,
+    OneRequestSource,
+    _one_budget,
+    _Read,
+    _ReadContext,
+    stop_sources,
+)
+from .._read.stats import CallStats
+from .._read.timeouts import Timeouts
+from .chunks import client_read_rows_stream
+
+__all__ = ["ReadCall"]
+
+
+@final
+class ReadContextAsync(_ReadContext[TableLikeAsync, AsyncSlots, Awaitable[bool]]):
+    """What every read of one table shares (built once per table object)."""
+
+    __slots__ = ()
+
+
+@final
+class ReadCall(_Read[Awaitable[bool]]):
+    """One logical read: its sources, the merge it runs when iterated, and its statistics.
+
+    Args:
+        ctx: What the table's reads share: the physical table, its layout
+            (which rows reads hide), slots, guard, one-request odds and
+            statistics hook.
+        plan: What to read.
+        settings: How to read it (ordered, budget, the one request or not),
+            decided once per read (:meth:`ReadPlan.settings`).
+        timeouts: The resolved time budget.
+        operation: The call's name in statistics (``"read_rows"``, ...).
+        stats: Filled in as the read runs (created when a hook needs one).
+    """
+
+    __slots__ = ("_first", "_merge", "_setup")
+
+    def __init__(
+        self,
+        ctx: ReadContextAsync,
+        plan: ReadPlan,
+        settings: ReadSettings,
+        timeouts: Timeouts,
+        *,
+        operation: str,
+        stats: CallStats | None,
+    ) -> None:
+        super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
+        read_rows_stream = client_read_rows_stream(ctx.table)
+        limiter, budget = ctx.limiter, settings.budget
+        self._first: tuple[OneRequestSource, OneRun[Row]] | None = None
+        if self._one is not None:
+            first = OneRequestSource(
+                read_rows_stream,
+                self._one.request,
+                plan.subqueries,
+                deadline=self._deadline,
+                timeouts=timeouts,
+                limiter=limiter,
+                stats=[self._bucket_stats(sub) for sub in plan.subqueries],
+                cap=budget.bytes,
+            )
+            one = one_merge(
+                first,
+                budget=_one_budget(self._one.request),
+                stop_requests=partial(stop_sources, [first]),
+            )
+            self._first = (first, one)
+        self._setup: tuple[ReadContextAsync, ReadPlan, ReadSettings, Timeouts, ReadRowsStream] = (
+            ctx,
+            plan,
+            settings,
+            timeouts,
+            read_rows_stream,
+        )
+        #: The buckets' own requests, made when the read needs them (a small
+        #: read answered by its one request never does).
+        self._merge: Merge[Row] | None = None
+        if self._one is None:
+            self._buckets()
+
+    def _buckets(self) -> Merge[Row]:
+        """The merge of the buckets' own requests (made on first use)."""
+        if self._merge is not None:
+            return self._merge
+        ctx, plan, settings, timeouts, read_rows_stream = self._setup
+        limiter = ctx.limiter
+        sources = [
+            BucketSource(
+                read_rows_stream,
+                sub,
+                deadline=self._deadline,
+                timeouts=timeouts,
+                limiter=limiter,
+                bstats=self._bucket_stats(sub),
+                stray=self._stray_for(sub),
+            )
+            for sub in plan.subqueries
+        ]
+        merge = new_merge(
+            sources,
+            slots=capacity(limiter),
+            ordered=settings.ordered,
+            limit=plan.limit,
+            budget=settings.budget,
+            stop_requests=partial(stop_sources, sources),
+            key=ROW_KEY,
+            largest=self._size_hint(),
+            measured=None if self._first is None else self._first[0].largest,
+        )
+        self._merge = merge
+        return merge
+
+    async def _try_one(self) -> list[Row] | None:
+        """Run the one request over every bucket: the read's rows, or None to go on."""
+        if self._first is None or self._one is None:
+            return None
+        source, merge = self._first
+        rows: list[Row] = []
+        try:
+            async with merge:
+                async for batch in merge:
+                    rows += batch
+        except BaseException as exc:
+            self._one.failed(exc, source)
+            return None
+        answered = self._one.done(rows, source)
+        if answered is not None:  # (else its measure goes on in the buckets' merge)
+            self._learn(source.largest)
+        return answered
+
+    async def collect(self) -> list[Row]:
+        """Every row of the read, in a list."""
+        rows: list[Row] | None = None
+        error: BaseException | None = None
+        try:
+            if self._guard is not None:
+                await self._guard(self._limit)
+            rows = await self._try_one()
+            if rows is None:
+                rows = []
+                async with self._buckets() as merge:
+                    async for batch in merge:
+                        rows += batch
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            made = self._merge
+            small = self._one is not None and self._one.fitted
+            emitted = len(rows or ()) if small else 0 if made is None else made.emitted
+            self._finish(made, emitted, error)
+        return rows
+
+    def abandon(self) -> bool:
+        """The caller dropped the stream between rows: stop the read now if nothing runs.
+
+        Returns:
+            Whether it stopped: closing the stream then awaits nothing. False: a
+            request runs, which closing the stream ends (see ``Merge.abandon``).
+        """
+        if self._first is not None and not self._first[1].abandon():
+            return False
+        return self._merge is None or self._merge.abandon()
+
+    async def stream(self) -> AsyncGenerator[Row, None]:
+        """Flatten the batches; closing this generator cancels every sub-scan."""
+        error: BaseException | None = None
+        rows: Iterator[Row] = iter(())
+        emitted = 0  # rows handed over from the one request
+        try:
+            if self._guard is not None:
+                await self._guard(self._limit)
+            small = await self._try_one()
+            if small is not None:
+                emitted = len(small)
+                rows = iter(small)
+                for row in rows:
+                    yield row
+                return
+            async for batch in self._buckets():
+                rows = iter(batch)
+                for row in rows:
+                    yield row
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            try:
+                if self._first is not None:
+                    await self._first[1].aclose()
+                if self._merge is not None:
+                    await self._merge.aclose()
+            except BaseException as exc:
+                # Cancelled while it cleans up (in async code, cancellation reaches
+                # through shields): still reported, once.
+                if error is None:
+                    error = exc
+                raise
+            finally:
+                # Left early: what the caller had not taken of the last batch was not read.
+                merge = self._merge
+                if merge is not None:
+                    emitted += merge.emitted
+                self._finish(merge, emitted - operator.length_hint(rows), error)

@@ -1,0 +1,7 @@
+"""The read engine: the ordered merge of many bucket streams, the fair slots, the byte budget.
+
+It knows sources, rows as opaque values with a key and a size, and deadlines; it
+imports nothing from google, grpc or the rest of saltedtable (a test holds this).
+A shared core lives in ``x.py``; the hand-written drivers for each runtime in
+``x_asyncio.py`` and ``x_threads.py``. Only ``saltedtable._read`` and the tables use it.
+"""

@@ -1,0 +1,1893 @@
+"""The merge engine: read sorted sources at once; hand over batches in key order or as they come.
+
+One engine, two drivers: :class:`MergeCore` makes every decision,
+:class:`Merge` drives it on asyncio (the async table's reads) and
+:class:`ThreadMerge` with worker threads (the sync table's reads).
+
+Generic: nothing here knows about Bigtable. A *source* runs one request at a
+time: called with a size and its :class:`Feed`, it appends at most that many
+items and their sort keys to the feed as they arrive, and returns how many it
+appended and whether more may follow. The engine decides when each source runs
+its next request and how large it is (see :mod:`saltedtable._engine.budget`):
+
+* a read without a limit whose sources all fit its slots may *stream*: a
+  source keeps its request open past its grant and asks :meth:`Feed.renew`
+  for the next one as the last one's items arrive (a page costs no round
+  trip); each grant counts as a request of its size would;
+* every item a request may return has room before the request starts, so a
+  source never waits for the consumer in the middle of a request: room in
+  items (its size) and in bytes (its :attr:`Feed.cap`; the source stops after
+  the item that takes it past the cap). It holds no
+  concurrency slot and keeps no stream open while the consumer is behind, so
+  no limiter bound, however small or shared, can deadlock;
+* the one wait within a request: in an ordered read whose sources stream, a
+  source that holds :attr:`Feed.ahead_at` items while the consumer waits for
+  *another* source may pause (:meth:`Feed.ahead`). The consumer waits for
+  the other source, not for it; the pause ends once the consumer has taken
+  it down to half, or (the source then ends its request) when another
+  request waits for a slot or it lasts too long. The source the consumer
+  waits for holds nothing, and a read always grants such a source an item
+  (the merge needs a head from each), so a pause cannot starve it of budget
+  room either;
+* without a limit each source is topped up to its share of the read's
+  :class:`~saltedtable._engine.budget.ReadBudget` whenever it falls to half of it;
+* with a limit the consumer grants requests in rounds.
+
+The consumer hands over, in ordered mode, everything at or below the
+*watermark*: the smallest of the last keys the unfinished sources have
+delivered (nothing smaller can still come), sorted in C. A consumer waiting
+for sources is woken in batches (about ``wake_batch`` items in all, or
+``wake_delay`` seconds), so that its work per wake, which visits every source,
+is shared by many items, while what the read holds between two hand-overs
+stays small (see :data:`WAKE_BATCH`).
+
+Why a supervisor task: the producers are tasks of their own, each in a cancel
+scope of its own, and a supervisor task waits for them (and stops them all
+when one fails), so the consumer side can be a plain async iterator that may
+be abandoned (``break``), closed from another task (asyncio's async-generator
+finaliser) or cancelled, without exiting a cancel scope in the wrong task.
+:meth:`Merge.aclose` cancels the producers and waits until they are gone. The
+producers are plain asyncio tasks, not a task group's: a task group wraps each
+in a frame of its own, which the task pays for at every item it resumes for.
+
+The thread driver: each request runs in a worker of a pool the merge owns,
+and the caller's thread merges; every decision happens under one
+:class:`threading.Condition`. A source stops at its next item once
+:attr:`ThreadMerge.stopping` is set; :meth:`ThreadMerge.close` ends the
+requests still running through its ``stop_requests`` (their workers may be
+blocked waiting for a row), and returns once every worker is back and the
+pool is shut down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import concurrent.futures
+import contextlib
+import heapq
+import threading
+import time
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, cast, final
+
+import anyio
+
+from .budget import (
+    DEFAULT_ROW_BYTES,
+    FIRST_PAGE_ROWS,
+    READ_AHEAD_SECONDS,
+    STREAM_WINDOW_ROWS,
+    Ask,
+    ReadBudget,
+    ahead_rows,
+    allowance,
+    capped_ask,
+    fetch_bound,
+    first_request,
+    first_round,
+    first_window,
+    page_ask,
+    ramp,
+    refills,
+    streamable,
+    unordered_shares,
+    widen,
+)
+
+__all__ = [
+    "STALL_SECONDS",
+    "UNWATCHED",
+    "WAKE_BATCH",
+    "WAKE_DELAY",
+    "WAKE_PART_LEAST",
+    "Feed",
+    "Merge",
+    "MergeCore",
+    "Producer",
+    "ProducerBase",
+    "Sent",
+    "Source",
+    "SyncSource",
+    "ThreadMerge",
+    "Wait",
+    "close_at_once",
+]
+
+T = TypeVar("T")
+
+#: Items the sources of a read may deliver, in all, while its consumer waits,
+#: before it is woken (or a request's end, or :data:`WAKE_DELAY`): each
+#: source the consumer waits for wakes it once it holds its part of them
+#: (see ``MergeCore._batch``). Larger batches share the consumer's work per
+#: wake; smaller ones keep down what the read holds between two hand-overs,
+#: which every item allocated then is part of. Measured (16 buckets, rows of
+#: one cell): at 64 a scan of 40,000 rows starts 3 (unordered) to 25
+#: (ordered) garbage collections, where batches of 16 a source (about 256 in
+#: all) started 150, which cost it 60-130 ms and its throughput about 5%; a row holds
+#: four objects the collector tracks, and a collection starts every 700
+#: more of them.
+WAKE_BATCH: Final = 64
+#: The least part of :data:`WAKE_BATCH` a source wakes the consumer at (see
+#: ``MergeCore._batch``). Measured (unordered, 256 buckets, 64 slots): a part
+#: of 1 cost 142 calls a row against 110 with 16 a source.
+WAKE_PART_LEAST: Final = 4
+#: Seconds after which a waiting consumer takes whatever has arrived, even
+#: short of :data:`WAKE_BATCH`, while items come slowly; while they flow, a
+#: wait is bounded by about 1.5 x :data:`STALL_SECONDS` instead (see
+#: ``Merge._wait``): the most batching adds to an item's latency.
+WAKE_DELAY: Final = 0.002
+_NEVER: Final = 1 << 62
+#: :attr:`Feed.wake_at` while the consumer does not wait for the feed: a source
+#: may skip the length check while ``wake_at >= UNWATCHED``.
+UNWATCHED: Final = _NEVER
+#: How long a wait while items flow (no timer) may last before a thread of
+#: saltedtable's wakes it; a wait that lasted this long makes the next waits
+#: timed by :data:`WAKE_DELAY` (see ``Merge._wait``).
+STALL_SECONDS: Final = 0.05
+#: Seconds a limited read that is complete waits for its last requests to end by themselves.
+DRAIN_SECONDS: Final = 1.0
+
+
+class Sent(NamedTuple):
+    """What one request of a source did."""
+
+    #: Items it appended to the feed.
+    pushed: int
+    #: Whether the source may have more items after this request.
+    more: bool
+    #: The source ended the request early, between items (given way, paused too
+    #: long, an item past its byte cap): it says nothing of the consumer's pace.
+    cut: bool = False
+
+
+class Source(Protocol[T]):
+    """Runs one request of at most ``size`` items, appending them to ``feed`` as they arrive."""
+
+    def __call__(self, size: int, feed: Feed[T], /) -> Awaitable[Sent]: ...
+
+
+class Producer(Protocol[T]):
+    """A source that runs its own producer loop, as the producer task itself.
+
+    ``produce(merge, feed)`` is what :class:`Merge` runs for it: a loop of
+    ``size = await merge.next_size(feed)`` (0: stop), one request of at most
+    ``size`` items, ``merge.request_done(feed, pushed)``, inside
+    ``async with merge.producing(feed)``. The same loop as a :class:`Source`'s,
+    one frame fewer between the task and the source's stream (each item
+    that arrives resumes every frame of the task).
+    """
+
+    def produce(self, merge: Merge[T], feed: Feed[T], /) -> Awaitable[None]: ...
+
+
+@final
+class Feed(Generic[T]):
+    """Where a source puts what it reads, and what the engine knows of that source.
+
+    A source appends to :attr:`items` and :attr:`keys` (same length, keys
+    ascending in an ordered merge) and, whenever ``len(keys) >= wake_at``,
+    calls :meth:`wake`. That check is all a source pays per item while the
+    consumer does not wait for it.
+
+    Bytes: a source adds each item's size to :attr:`got_bytes` and keeps
+    :attr:`largest` up to date, and stops its request after the item that
+    takes :attr:`got_bytes` past :attr:`cap` (unless that item is the
+    request's last anyway); the engine reads both when the request ends.
+    """
+
+    __slots__ = (
+        "_ahead",
+        "_merge",
+        "_parked",
+        "_waiter",
+        "ahead_at",
+        "asked",
+        "cap",
+        "charged",
+        "done",
+        "ended_at",
+        "got_bytes",
+        "grant",
+        "grants",
+        "index",
+        "items",
+        "keys",
+        "largest",
+        "pending",
+        "probes",
+        "requests",
+        "running_taken",
+        "slot_watch",
+        "streams",
+        "taken_last",
+        "wake_at",
+        "wake_left",
+        "window",
+    )
+
+    def __init__(self, merge: MergeCore[T], index: int) -> None:
+        self.items: list[T] = []
+        #: With a merge's ``key`` function, the same list as :attr:`items` (a
+        #: source appends each item once; the merge takes keys from items).
+        self.keys: list[Any] = self.items if merge._key is not None else []
+        #: The source calls :meth:`wake` once it holds this many items.
+        self.wake_at = _NEVER
+        #: The same, as a countdown (async :class:`Merge` only): while it is
+        #: positive, the consumer waits for this feed, and a source may count it
+        #: down by one per item appended and call :meth:`wake` when it reaches 0
+        #: (no ``len`` per item). 0 while the consumer does not wait for it.
+        self.wake_left = 0
+        #: No more items will come (the source finished, failed or stopped).
+        self.done = False
+        #: Size of the request running now (0: none).
+        self.asked = 0
+        #: Items the consumer granted for the next request (limited reads).
+        self.grant = 0
+        #: Requests started so far.
+        self.requests = 0
+        #: The last key the consumer took from this feed.
+        self.taken_last: Any = None
+        #: Bytes the running request may deliver: it stops after the item that passes them.
+        self.cap = 0
+        #: Bytes the running request delivered so far (the source adds them).
+        self.got_bytes = 0
+        #: Bytes of the largest item the source has delivered.
+        self.largest = 0
+        #: Per finished request whose items are not all taken: [items left, bytes].
+        self.pending: list[list[int]] = []
+        #: Bytes of those requests (each charged in full until its last item is taken).
+        self.charged = 0
+        #: Items of the running request the consumer took while it ran.
+        self.running_taken = 0
+        #: The source may keep its request open past the size it was granted,
+        #: asking :meth:`renew` for more (a read without a limit whose
+        #: sources all fit the slots: see :meth:`renew`).
+        self.streams = merge._streams
+        #: Items the feed may hold and have asked for (reads without a limit);
+        #: see :func:`~._strategy.widen`.
+        self.window = FIRST_PAGE_ROWS
+        #: When its last request ended (``time.monotonic()``; 0: none has, or it
+        #: was cut short).
+        self.ended_at = 0.0
+        #: Grants so far: its requests, and the pages a streamed request renewed.
+        self.grants = 0
+        #: Of them, probes: requests of :data:`~._strategy.PROBE_ROWS` made
+        #: before the read had measured a row (their pace says nothing either).
+        self.probes = 0
+        self.index = index
+        #: Set by the async table's slots while this feed's next request waits
+        #: for one: called when :meth:`urgent` may have changed (the consumer
+        #: starts or stops waiting for this feed), so the slots need not ask
+        #: every waiter at every hand-over.
+        self.slot_watch: Callable[[], None] | None = None
+        #: The source asks :meth:`ahead` once it holds this many items (see
+        #: there); ``1 << 62``: it never does (a read whose sources page, an
+        #: unordered one, a limited one).
+        self.ahead_at = _NEVER
+        self._merge = merge
+        self._waiter: asyncio.Future[None] | None = None
+        #: The wait for a grant its producer is in now (None: it is not in one),
+        #: woken or not yet: what Merge.abandon needs to know.
+        self._parked: asyncio.Future[None] | None = None
+        self._ahead: asyncio.Future[bool] | None = None
+
+    @property
+    def bound(self) -> Any:
+        """The last key delivered (None: nothing yet): every later key is larger."""
+        keys = self.keys
+        if not keys:
+            return self.taken_last
+        key = self._merge._key
+        return keys[-1] if key is None else key(keys[-1])
+
+    def wake(self) -> None:
+        """Wake the consumer waiting for this feed."""
+        self.wake_at = _NEVER
+        self.wake_left = 0
+        if self.slot_watch is not None:
+            self.slot_watch()
+        self._merge._wake()
+
+    def renew(self, size: int, pushed: int) -> int:
+        """End the running grant of ``size`` items (``pushed`` of them appended) and
+        grant the next at once if the engine would start a request now.
+
+        For a source whose request streams (:attr:`streams`): one request can
+        carry many grants, so a page of items costs no new request and no round
+        trip. Each grant counts exactly as a request of its size and byte cap
+        would (:attr:`cap` is the new grant's; put the ended grant's bytes in
+        :attr:`got_bytes` and keep :attr:`largest` up to date first). Returns
+        the new grant's size, or 0: none now (the budget is full, or the
+        merge stops); the source then ends its request and reports 0 items
+        for it (``Sent(0, more)``, or ``merge.request_done(feed, 0)``): the
+        ended grant is already accounted for.
+        """
+        return self._merge._renew(self, size, pushed)
+
+    def ahead(self) -> asyncio.Future[bool] | None:
+        """The source holds :attr:`ahead_at` items: whether to pause its stream.
+
+        An ordered read's consumer takes a bucket's items only up to the
+        slowest bucket's last key; a bucket whose stream runs ahead while the
+        consumer waits for another holds rows that wait, and the process pays
+        for rows kept long (see :data:`~._strategy.AHEAD_ROWS`). Returns a
+        future the source may wait for without reading (the stream stays
+        open; what the server sends meanwhile stops at gRPC's flow-control
+        window), then call :meth:`ahead_over`. The engine sets it to False
+        once the consumer has taken this feed down to half of :attr:`ahead_at`
+        (read on), or to True when the merge stops (end the request here).
+        The source should also end its request should it wait long, or should
+        another request wait for its slot. None: read on (the consumer does
+        not wait now or is about to take, it waits for this very feed, or the
+        merge stops).
+        """
+        return self._merge._ahead_wait(self)
+
+    def ahead_over(self) -> None:
+        """The source no longer waits for what :meth:`ahead` returned."""
+        self._merge._ahead_go(self, True)
+
+    @property
+    def read(self) -> object:
+        """The merge this feed belongs to: the read whose slots its requests count in."""
+        return self._merge
+
+    def urgent(self) -> bool:
+        """Whether the consumer waits, or will wait, for this feed's next request.
+
+        True (foreground) for a limited read's requests (granted in rounds as
+        the consumer waits), for a feed that has delivered nothing yet (the
+        read's first requests), and while the consumer waits for this feed;
+        False (background) for read-ahead while the consumer has items to
+        take. The table's slots ask it while the request waits for a slot.
+        """
+        return self._merge._urgent(self)
+
+    def pausable(self) -> bool:
+        """Whether this feed's running request may pause for a small read (see
+        :meth:`~._slots.Slots.pause_for_small`).
+
+        Read-ahead (not :meth:`urgent`) of a consumer slower than the reads:
+        the feed's window never grew (see :func:`~._strategy.widen`), so the
+        rows it holds last its consumer a while. A consumer that keeps up is
+        not made to wait for pauses: in an ordered read it takes from every
+        bucket in turn, and paused buckets would hand it their rows one wait
+        at a time (measured: an ordered scan next to small reads back to back
+        fell from 13,000 to 3,100 rows/s when every read-ahead paused).
+        """
+        return self._merge._pausable(self)
+
+    def on_pause(self, wake: Callable[[], None] | None) -> None:
+        """While this feed's request pauses for a small read, ``wake`` (None: no
+        longer): called when the consumer starts to wait for any item, when
+        :meth:`pausable` turns False (a paused request of the read may hold
+        what another of its requests waits for: a slot, a worker thread)."""
+        self._merge._on_pause(self, wake)
+
+
+class Wait(NamedTuple):
+    """A step of the consumer loop: wait for one of ``feeds`` (see ``MergeCore._wait_for``)."""
+
+    #: The feeds whose progress matters (empty: any request's end).
+    feeds: Sequence[Feed[Any]]
+    #: Items one of them must hold to wake the consumer early (None: only a request's end).
+    batch: int | None
+    #: The feeds have sent nothing yet (a timer still bounds the wait).
+    first: bool = False
+
+
+class MergeCore(Generic[T]):
+    """Everything a merge decides, shared by the async driver and the thread driver.
+
+    A driver runs one producer per source, calling :meth:`_demand` for the
+    size of each request (0: stop, None: wait until :meth:`_release` says the
+    feed may ask again), then :meth:`_start`, the source, :meth:`_end`, and
+    :meth:`_source_done` when the source stops. The consumer iterates
+    :meth:`_steps`: batches to hand over, or a :class:`Wait` for the driver
+    to wait on. :meth:`_wake` and :meth:`_release` are the driver's own.
+
+    Args:
+        sources: How many sources there are.
+        ordered: Merge in ascending key order (True) or hand items over as
+            they arrive (False).
+        limit: Stop after this many items (None: every item).
+        budget: Bounds the items asked of sources and not yet handed over.
+        wake_batch: Items the sources may deliver, in all, while the
+            consumer waits, before it is woken (unless a request ends or
+            ``wake_delay`` seconds pass first): each source it waits for
+            wakes it at its part of them (``wake_batch`` over the requests
+            that can run at once, at least :data:`WAKE_PART_LEAST` or
+            ``wake_batch`` if smaller).
+        wake_delay: See ``wake_batch``.
+        slots: Requests that can run at once (None: as many as there are
+            sources). With more sources than slots, the first request of each
+            source in an ordered read asks less (:func:`~._strategy.first_request`).
+        key: The key of an item (None: sources append keys to :attr:`Feed.keys`
+            themselves). With a key, :attr:`Feed.keys` is :attr:`Feed.items`:
+            a source appends each item once, and the merge computes keys (in C,
+            with an ``operator.attrgetter``) only where it compares them.
+        largest: A hint of the items' size (bytes of the largest), for the
+            requests sent before the read has measured an item; None: none (a
+            read without a limit then probes each source with one item; see
+            :func:`~._strategy.ramp`). Ignored past a page's byte cap.
+        measured: What the read already measured of its items (a missed one
+            request's largest row): sizes requests as its own measure does.
+    """
+
+    #: Whether the driver's sources stream their requests where a feed allows it
+    #: (:attr:`Feed.streams`): the async bucket sources do, the sync ones page.
+    _sources_stream = True
+
+    def __init__(
+        self,
+        sources: int,
+        *,
+        ordered: bool = True,
+        limit: int | None = None,
+        budget: ReadBudget | None = None,
+        wake_batch: int = WAKE_BATCH,
+        wake_delay: float = WAKE_DELAY,
+        slots: int | None = None,
+        key: Callable[[T], Any] | None = None,
+        largest: int | None = None,
+        measured: int | None = None,
+    ) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {limit}")
+        if wake_batch < 1:
+            raise ValueError(f"wake_batch must be >= 1, got {wake_batch}")
+        if not wake_delay >= 0:
+            raise ValueError(f"wake_delay must be >= 0, got {wake_delay}")
+        self._ordered = ordered
+        self._limit = limit
+        self._budget = budget if budget is not None else ReadBudget()
+        self._wake_batch = wake_batch
+        self._wake_delay = wake_delay
+        self._slots = slots
+        self._key = key
+        # Sources may stream their requests (Feed.renew): a read without a
+        # limit whose sources all fit the slots, so none waits for another's page.
+        self._streams = limit is None and (slots is None or sources <= slots)
+        #: The byte cap a stream is judged by (see :func:`streamable`): half of a
+        #: bucket's share of the budget's bytes at the read's start, not the larger
+        #: caps its buckets get as others finish, so rows too wide to stream
+        #: at the start are paged to the end of the read.
+        self.stream_cap = self._budget.bytes // (2 * max(1, sources))
+        self._feeds = [Feed(self, i) for i in range(sources)]
+        #: Requests pausing for a small read (see Feed.on_pause): woken when the
+        #: consumer starts to wait.
+        self._pause_wakes: dict[Feed[T], Callable[[], None]] = {}
+        window = self._first_window = first_window(sources)
+        for feed in self._feeds:
+            feed.window = window
+        if self._streams and ordered and self._sources_stream:
+            ahead = ahead_rows(sources)
+            for feed in self._feeds:
+                feed.ahead_at = ahead
+        self._live = sources  # sources not done
+        self._asked = 0  # items asked by requests running now
+        self._received = 0  # items every request so far delivered
+        self._held = 0  # items delivered by finished requests and not taken
+        self._peak = 0
+        # Bytes: the caps of running requests plus what feeds are charged for.
+        self._reserved = 0
+        self._peak_bytes = 0
+        # The largest item seen (None: none yet). ``measured``: what the read
+        # measured before its sources started (its one request's rows). Until the
+        # read measures one, ``largest`` (a hint: recent reads', see RowSizes)
+        # sizes requests; for a read without a limit, a hint wider than a page's
+        # cap is dropped (the read probes, one row a bucket, instead of waiting
+        # for room).
+        if largest is not None and (largest <= 0 or (limit is None and largest > self.stream_cap)):
+            largest = None
+        self._measured = bool(measured and measured > 0)
+        self._largest: int | None = measured if self._measured else largest
+        self._got_items = 0
+        self._got_bytes = 0
+        self._room_waiters: list[Feed[T]] = []
+        #: Feeds whose source waits in Feed.ahead.
+        self._aheads: set[Feed[T]] = set()
+        # The ordered consumer's books (see _take_ordered): feeds that have
+        # delivered nothing yet, a heap of (bound, index) of the others not
+        # done (an entry may be stale: a bound only grows), and a heap of
+        # (first key held, index) of feeds holding keys that may be taken.
+        self._lagging: list[Feed[T]] = list(self._feeds)
+        self._bounds: list[tuple[Any, int]] = []
+        self._heads: list[tuple[Any, int]] = []
+        self._in_heads = [False] * sources
+        self._emitted = 0
+        self._rounds = 0
+        self._error: BaseException | None = None
+        self._stopping = False  # no new requests: the limit is met, or the merge closes
+        self._closed = False
+        self._gone = False  # every producer has returned or failed
+
+    # -- what callers see --------------------------------------------------------
+
+    @property
+    def ordered(self) -> bool:
+        """Whether items are merged in key order (else handed over as they arrive)."""
+        return self._ordered
+
+    @property
+    def emitted(self) -> int:
+        """Items handed to the consumer so far."""
+        return self._emitted
+
+    @property
+    def peak_outstanding(self) -> int:
+        """The most items asked of sources and not yet handed over, at any one time."""
+        return self._peak
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of requests a limited read took (0 for reads without a limit)."""
+        return self._rounds
+
+    @property
+    def requests(self) -> int:
+        """Requests the sources ran."""
+        return sum(feed.requests for feed in self._feeds)
+
+    @property
+    def peak_bytes(self) -> int:
+        """The most bytes asked of sources and not yet handed over, at any one time.
+
+        Running requests count their byte cap (or what they delivered past
+        it, once they end); finished requests what they delivered, until
+        their last item is taken.
+        """
+        return self._peak_bytes
+
+    @property
+    def row_bytes(self) -> float:
+        """The mean size of the items delivered (the default size until one is)."""
+        if not self._got_items:
+            return float(DEFAULT_ROW_BYTES)
+        return self._got_bytes / self._got_items
+
+    @property
+    def largest(self) -> int | None:
+        """Bytes of the largest item delivered so far, which sizes requests (None: none yet).
+
+        Before the read has delivered an item: what it was started with, its
+        own earlier measure (``measured``: a missed one request's rows) or a
+        hint (``largest``: the table's recent reads with its filter, see
+        :class:`~._strategy.RowSizes`), if any.
+        """
+        return self._largest
+
+    @property
+    def measured_largest(self) -> int | None:
+        """Bytes of the largest item this read measured (None: none yet; a hint is not one)."""
+        return self._largest if self._measured else None
+
+    # -- what a driver provides ----------------------------------------------------
+
+    #: :meth:`_release` has work even for a producer that does not wait (the
+    #: thread driver starts requests there); the async one only wakes a waiter.
+    _release_idle = True
+
+    def _wake(self) -> None:
+        """Wake the consumer if it waits."""
+        raise NotImplementedError
+
+    def _consumer_waits(self) -> bool:
+        """Whether the consumer waits for items now (it has none it could take)."""
+        return False
+
+    def _ahead_wait(self, feed: Feed[T]) -> asyncio.Future[bool] | None:
+        """See :meth:`Feed.ahead` (drivers whose sources stream)."""
+        return None
+
+    def _ahead_go(self, feed: Feed[T], end: bool) -> None:
+        """Settle what ``feed``'s source waits for in :meth:`Feed.ahead`, if anything."""
+        ahead, feed._ahead = feed._ahead, None
+        if ahead is not None:
+            self._aheads.discard(feed)
+            if not ahead.done():
+                ahead.set_result(end)
+
+    def _end_ahead(self) -> None:
+        """Every source that waits in :meth:`Feed.ahead` ends its request."""
+        for feed in list(self._aheads):
+            self._ahead_go(feed, True)
+
+    def _release(self, feed: Feed[T]) -> None:
+        """Let the producer of ``feed`` ask :meth:`_demand` again, if it waits."""
+        raise NotImplementedError
+
+    # -- producers -------------------------------------------------------------
+
+    def _pausable(self, feed: Feed[T]) -> bool:
+        """See :meth:`Feed.pausable`."""
+        return (
+            feed.window <= self._first_window
+            and not self._urgent(feed)
+            and not self._consumer_waiting()
+        )
+
+    def _on_pause(self, feed: Feed[T], wake: Callable[[], None] | None) -> None:
+        """See :meth:`Feed.on_pause`."""
+        if wake is None:
+            self._pause_wakes.pop(feed, None)
+        else:
+            self._pause_wakes[feed] = wake
+
+    def _wake_pausers(self) -> None:
+        """The consumer starts to wait: every request pausing for a small read goes on."""
+        for wake in list(self._pause_wakes.values()):
+            wake()
+
+    def _consumer_waiting(self) -> bool:
+        """Whether the consumer waits for any item now (for pauses; see :meth:`_pausable`)."""
+        return False
+
+    def _urgent(self, feed: Feed[T]) -> bool:
+        """See :meth:`Feed.urgent`."""
+        return (
+            self._limit is not None
+            or feed.wake_at < _NEVER
+            or (feed.taken_last is None and not feed.keys)
+        )
+
+    def _demand(self, feed: Feed[T]) -> int | None:
+        """Size of the feed's next request; 0 to stop; None to wait for the consumer.
+
+        Sets the request's byte cap (:attr:`Feed.cap`) too.
+        """
+        if self._stopping:
+            return 0
+        if len(feed.keys) > feed.ahead_at >> 1 and not feed.wake_left and self._consumer_waits():
+            # It ran ahead of the watermark while the consumer waits for other
+            # feeds (its request paused and ended, see Feed.ahead): its next
+            # request waits until the consumer has taken it down to half of
+            # ahead_at (_taken releases it).
+            return None
+        ask = self._ask_limited(feed) if self._limit is not None else self._ask_page(feed)
+        if ask is None:
+            return None
+        feed.cap = ask.cap
+        return ask.rows
+
+    def _ask_page(self, feed: Feed[T]) -> Ask | None:
+        """The next request of a read without a limit (see :func:`~._strategy.page_ask`)."""
+        ask = self._page(feed)
+        if ask is not None and feed.ended_at:
+            # Once per grant (a request, or a page a stream renews): the
+            # consumer took the feed down to half its window this soon after
+            # its last grant ended (see widen). Not after the first (nor after
+            # the probes before it): the merge's first batch takes every
+            # bucket's rows up to the lowest first page at once, whatever the
+            # consumer's pace.
+            since, feed.ended_at = time.monotonic() - feed.ended_at, 0.0
+            if feed.grants < 2 + feed.probes:
+                since = READ_AHEAD_SECONDS
+            most = self._budget.rows
+            if feed.streams and self._sources_stream and not self._ordered:
+                most = min(most, max(feed.window, STREAM_WINDOW_ROWS))
+            window = widen(feed.window, since, most)
+            if window != feed.window:
+                feed.window = window
+                ask = self._page(feed)
+        if ask is None and self._ordered and self._emitted and self._consumer_waits():
+            # The consumer came back for more and waits: it has no item it
+            # could take, so every item this feed holds lies above the
+            # watermark, waiting for other sources, not for the consumer. It
+            # keeps up: widen, so that the feed's stream goes on. (Not in the
+            # merge's first wait: that one says nothing of the consumer's pace.)
+            window = widen(feed.window, 0.0, self._budget.rows)
+            if window != feed.window:
+                feed.window = window
+                ask = self._page(feed)
+        if ask is None:
+            # Woken when the consumer takes from this feed, or room comes free.
+            self._room_waiters.append(feed)
+            return None
+        if not feed.largest:  # none of its rows measured yet: few rows, doubling
+            read_measured = self._largest is not None
+            ask = ramp(ask, requests=feed.requests, measured=False, read_measured=read_measured)
+            if not read_measured:
+                feed.probes += 1
+        if not feed.requests and self._ordered and ask.cap:
+            est = self._largest or DEFAULT_ROW_BYTES
+            share = allowance(self._budget, self._live, est)
+            rows = min(ask.rows, first_request(share, len(self._feeds), self._slots))
+            ask = Ask(rows, ask.cap)
+        return ask
+
+    def _page(self, feed: Feed[T]) -> Ask | None:
+        return page_ask(
+            self._budget,
+            live=self._live,
+            largest=self._largest,
+            held_rows=len(feed.keys),
+            held_bytes=feed.charged,
+            rows_room=self._room(),
+            bytes_room=self._budget.bytes - self._reserved,
+            needs_head=self._ordered,
+            alone=not self._asked and not self._held,
+            window=feed.window,
+        )
+
+    def _ask_limited(self, feed: Feed[T]) -> Ask | None:
+        """A granted request of a read with a limit, within the bytes the budget has left."""
+        if not feed.grant:
+            return None
+        share = self._budget.bytes // max(1, self._live)
+        cap = min(share, self._budget.bytes - self._reserved)
+        ask = capped_ask(feed.grant, largest=self._largest, cap=cap)
+        if ask is None:
+            if feed.keys:
+                # No bytes left for it: the next round asks again (as for rows).
+                feed.grant = 0
+                return None
+            ask = Ask(1, 0)  # the merge needs a head item from every source
+        feed.grant = 0
+        return ask
+
+    def _renew(self, feed: Feed[T], size: int, pushed: int) -> int:
+        """See :meth:`Feed.renew`."""
+        self._end(feed, size, pushed)
+        if self._stopping or self._limit is not None:
+            return 0
+        ask = self._ask_page(feed)
+        if ask is None or not streamable(
+            min(ask.cap, self.stream_cap), feed.largest or self._largest or 0
+        ):
+            return 0  # (rows too wide to stream: the next request is paged)
+        feed.cap = ask.cap
+        self._start(feed, ask.rows, renewed=True)
+        return ask.rows
+
+    def _start(self, feed: Feed[T], size: int, *, renewed: bool = False) -> None:
+        feed.asked = size
+        feed.grants += 1
+        if not renewed:
+            feed.requests += 1
+        self._asked += size
+        self._peak = max(self._peak, self._asked + self._held)
+        self._reserved += feed.cap
+        self._peak_bytes = max(self._peak_bytes, self._reserved)
+
+    def _end(self, feed: Feed[T], size: int, pushed: int, cut: bool = False) -> None:
+        feed.asked = 0
+        # A request its source ended early (``cut``, see Sent) says nothing of the
+        # consumer's pace: no widening after it (see widen).
+        feed.ended_at = 0.0 if cut else time.monotonic()
+        self._asked -= size
+        self._held += pushed
+        self._received += pushed
+        got, feed.got_bytes = feed.got_bytes, 0
+        self._reserved -= feed.cap
+        feed.cap = 0
+        left, feed.running_taken = pushed - feed.running_taken, 0
+        if left > 0:
+            feed.pending.append([left, got])
+            feed.charged += got
+            self._reserved += got
+            self._peak_bytes = max(self._peak_bytes, self._reserved)
+        if pushed:
+            self._got_items += pushed
+            self._got_bytes += got
+            largest = feed.largest = max(1, feed.largest)  # (> 0: the feed has measured rows)
+            if not self._measured or self._largest is None or largest > self._largest:
+                self._largest = largest  # (the read's first measure replaces the hint)
+                self._measured = True
+        if self._room_waiters:
+            self._release_room()
+        self._wake()
+
+    def _release_room(self) -> None:
+        waiters, self._room_waiters = self._room_waiters, []
+        for feed in waiters:
+            self._release(feed)
+
+    def _source_done(self, feed: Feed[T]) -> None:
+        """The source of ``feed`` stopped: finished, failed or cancelled."""
+        feed.done = True
+        self._live -= 1
+        if self._room_waiters:
+            self._release_room()
+        self._wake()
+
+    # -- the consumer -----------------------------------------------------------
+
+    def _stopped(self) -> NoReturn:
+        """The producers stopped early: one failed, or the merge was closed."""
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise _Closed
+        raise RuntimeError("a merge source stopped without an error")
+
+    def _taken(self, feed: Feed[T], count: int) -> None:
+        """Account for ``count`` items the consumer took; let the producer ask again."""
+        self._held -= count
+        pending = feed.pending
+        while pending:
+            entry = pending[0]
+            if entry[0] > count:
+                entry[0] -= count
+                count = 0
+                break
+            # The request's last item is taken: its bytes are free.
+            count -= entry[0]
+            feed.charged -= entry[1]
+            self._reserved -= entry[1]
+            del pending[0]
+        feed.running_taken += count  # items of the running request
+        if feed._ahead is not None and len(feed.keys) <= feed.ahead_at >> 1:
+            self._ahead_go(feed, False)
+        if self._release_idle or feed._waiter is not None:
+            self._release(feed)
+        if self._room_waiters:
+            self._release_room()
+
+    def _first_round(self) -> None:
+        """Grant a limited read's first requests; called once, before any producer runs."""
+        live = self._feeds
+        if self._limit is None or not live:
+            return
+        self._rounds = 1
+        if self._ordered:
+            sizes = first_round(self._limit, len(live), self._cap_per_source())
+            for feed, size in zip(live, sizes, strict=True):
+                feed.grant = size
+        else:
+            self._grant_unordered(live)
+
+    def _steps(self) -> Iterator[list[T] | Wait]:
+        """The consumer loop: batches to hand over, and the waits in between."""
+        limit = self._limit
+        live = list(self._feeds)
+        live_count = self._live
+        while live:
+            out, waits = self._take_ordered(live) if self._ordered else self._take_unordered(live)
+            if out:
+                if limit is not None and len(out) > limit - self._emitted:
+                    del out[limit - self._emitted :]
+                self._emitted += len(out)
+                yield out
+                if limit is not None and self._emitted >= limit:
+                    self._stopping = True
+                    break
+            # Sources that ended and were emptied leave; the consumer may have
+            # been away (awaiting between batches) while they ended.
+            # (Only when a source has ended since: a visit of every feed.)
+            if self._live != live_count or not self._live:
+                live = [feed for feed in live if feed.keys or not feed.done]
+                live_count = self._live
+            if not live:
+                break
+            if out:
+                continue
+            if limit is not None:
+                if self._ordered:
+                    self._grant_ordered(live)
+                else:
+                    self._grant_unordered(live)
+                yield Wait((), None)  # a request's end or a failure wakes it
+            elif self._ordered and waits and waits[0].taken_last is None and not waits[0].keys:
+                # Buckets that have sent nothing yet: any first row moves the merge
+                # on (the first rows of a read come sooner than a batch would).
+                yield Wait(waits, 1, first=True)
+            else:
+                yield Wait(waits, self._batch())
+        if self._error is not None:
+            raise self._error
+
+    def _take_ordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
+        """Everything at or below the watermark, sorted; else the feeds to wait for.
+
+        The watermark is the lowest bound of the feeds not done. It comes from
+        a heap of bounds, refreshed lazily: an entry is looked at again only
+        when it reaches the top, and a feed whose held keys start at or below
+        the watermark always has an entry below it (its keys came after the
+        bound it was filed at), so it reaches the heap of heads before the
+        rows are taken. A batch costs O(log N) per feed it touches, not a
+        visit of every feed.
+        """
+        if self._closed:
+            self._stopped()  # closed from another task: its feeds may be cut short
+        kf = self._key
+        feeds = self._feeds
+        bounds = self._bounds
+        heads = self._heads
+        in_heads = self._in_heads
+        if self._lagging:
+            lagging: list[Feed[T]] = []
+            for feed in self._lagging:
+                keys = feed.keys
+                if keys and not in_heads[feed.index]:
+                    head = keys[0] if kf is None else kf(keys[0])
+                    heapq.heappush(heads, (head, feed.index))
+                    in_heads[feed.index] = True
+                if feed.done:
+                    continue
+                if keys:
+                    heapq.heappush(bounds, (keys[-1] if kf is None else kf(keys[-1]), feed.index))
+                elif feed.taken_last is not None:
+                    heapq.heappush(bounds, (feed.taken_last, feed.index))
+                else:
+                    lagging.append(feed)
+            self._lagging = lagging
+            if lagging:
+                return [], list(lagging)
+        if self._error is not None:
+            self._stopped()  # a failed source is done, but not complete
+        mark: Any = None
+        while bounds:
+            stored, i = bounds[0]
+            feed = feeds[i]
+            keys = feed.keys
+            if keys and not in_heads[i]:
+                heapq.heappush(heads, (keys[0] if kf is None else kf(keys[0]), i))
+                in_heads[i] = True
+            if feed.done:
+                heapq.heappop(bounds)
+                continue
+            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
+            if bound != stored:
+                heapq.heapreplace(bounds, (bound, i))
+                continue
+            mark = stored
+            break
+        if mark is None:
+            # Every feed is done: whatever any of them holds goes out (the
+            # watermark is the largest key held; every feed holding keys is a head).
+            heads.clear()
+            for feed in live:
+                keys = feed.keys
+                in_heads[feed.index] = bool(keys)
+                if keys:
+                    heads.append((keys[0] if kf is None else kf(keys[0]), feed.index))
+                    last = keys[-1] if kf is None else kf(keys[-1])
+                    if mark is None or last > mark:
+                        mark = last
+            heapq.heapify(heads)
+        # Take every head at or below the watermark (one heap operation a feed:
+        # its next head, above the watermark, replaces it).
+        out_keys: list[Any] = []
+        out: list[T] = []
+        taken = 0
+        while heads and heads[0][0] <= mark:
+            i = heads[0][1]
+            feed = feeds[i]
+            keys = feed.keys
+            last = keys[-1] if kf is None else kf(keys[-1])
+            if last <= mark:
+                end = len(keys)
+            else:  # (keys[0] <= mark < keys[-1])
+                end = bisect.bisect_right(keys, mark, 1, key=kf)
+                last = keys[end - 1] if kf is None else kf(keys[end - 1])
+            feed.taken_last = last
+            items = feed.items
+            out += items[:end]
+            if kf is None:
+                out_keys += keys[:end]
+                del keys[:end]
+            del items[:end]
+            self._taken(feed, end)
+            taken += 1
+            if keys:
+                heapq.heapreplace(heads, (keys[0] if kf is None else kf(keys[0]), i))
+            else:
+                heapq.heappop(heads)
+                in_heads[i] = False
+        if taken > 1:
+            if kf is None:
+                out = _in_key_order(out, out_keys)
+            else:
+                out.sort(key=kf)
+        if out:
+            return out, []
+        # The feeds at the watermark (none holds a key): the consumer waits for them.
+        waits: list[Feed[T]] = []
+        seen: list[tuple[Any, int]] = []
+        while bounds and bounds[0][0] == mark:
+            _, i = heapq.heappop(bounds)
+            feed = feeds[i]
+            keys = feed.keys
+            if keys and not in_heads[i]:
+                # (Its keys lie above a watermark that another feed's key equals:
+                # they reach the heads before its entry leaves or moves up.)
+                heapq.heappush(heads, (keys[0] if kf is None else kf(keys[0]), i))
+                in_heads[i] = True
+            if feed.done:
+                continue
+            bound = (keys[-1] if kf is None else kf(keys[-1])) if keys else feed.taken_last
+            if bound == mark:
+                waits.append(feed)
+            seen.append((bound, i))
+        for entry in seen:
+            heapq.heappush(bounds, entry)
+        return [], waits
+
+    def _take_unordered(self, live: list[Feed[T]]) -> tuple[list[T], list[Feed[T]]]:
+        if self._error is not None or self._closed:
+            self._stopped()
+        out: list[T] = []
+        kf = self._key
+        for feed in live:
+            keys = feed.keys
+            if keys:
+                count = len(keys)
+                feed.taken_last = keys[-1] if kf is None else kf(keys[-1])
+                out += feed.items
+                del feed.items[:]  # (no call a feed, unlike clear())
+                if kf is None:
+                    del keys[:]
+                self._taken(feed, count)
+        return out, [feed for feed in live if not feed.done]
+
+    def _batch(self) -> int:
+        """Items a source the consumer waits for holds before it wakes the consumer.
+
+        Its part of :data:`WAKE_BATCH`: the read's other requests deliver about
+        as much meanwhile, so a hand-over takes about ``wake_batch`` in all.
+        At least :data:`WAKE_PART_LEAST` (or ``wake_batch`` if smaller): each
+        wait costs work for every source it waits for (an unordered read waits
+        for all, and one queued for a slot is asked its class), so with many
+        buckets fewer, larger hand-overs cost less than the collections they start.
+        """
+        # (Called at every wait: comparisons, not min/max calls.)
+        live, slots, batch = self._live, self._slots, self._wake_batch
+        running = live if slots is None or live < slots else slots
+        least = batch if batch < WAKE_PART_LEAST else WAKE_PART_LEAST
+        part = batch // (running if running > 1 else 1)
+        return part if part > least else least
+
+    def _cap_per_source(self) -> int:
+        return allowance(self._budget, self._live, self._largest or DEFAULT_ROW_BYTES)
+
+    def _grant_ordered(self, live: list[Feed[T]]) -> None:
+        """Start the next round of a limited ordered read once no request runs."""
+        assert self._limit is not None
+        if self._asked or any(feed.grant for feed in live):
+            return  # a round is still running
+        kf = self._key
+        held = sorted(
+            key for feed in live for key in (feed.keys if kf is None else map(kf, feed.items))
+        )
+        feeds = [feed for feed in live if not feed.done]
+        # The second round keeps to what the first left of the fetch bound (if
+        # the first left any); a third, rare, asks all that any bucket could
+        # still contribute, which ends the read unless the budget's share caps it.
+        room = None
+        if self._rounds == 1:
+            left = fetch_bound(self._limit, len(self._feeds)) - self._received
+            room = left if left > 0 else None
+        sizes = refills(
+            self._limit,
+            self._emitted,
+            held,
+            [feed.bound for feed in feeds],
+            [True] * len(feeds),
+            self._cap_per_source(),
+            room,
+        )
+        if not sizes:
+            # Cannot happen with sorted sources (the watermark would have let
+            # the missing items out); ask everyone rather than wait forever.
+            sizes = dict.fromkeys(range(len(feeds)), 1)
+        self._rounds += 1
+        # Within the budget, the sources furthest behind first; one item for
+        # a source that holds nothing is always allowed (the merge needs it).
+        room = self._room()
+        for i in sorted(sizes, key=lambda i: (feeds[i].bound is not None, feeds[i].bound)):
+            size = min(sizes[i], room)
+            if size < 1:
+                if feeds[i].keys:
+                    continue
+                size = 1
+            room -= size
+            feeds[i].grant = size
+            self._release(feeds[i])
+
+    def _room(self) -> int:
+        """Items the budget still allows to be asked for."""
+        est = self._largest or DEFAULT_ROW_BYTES
+        return self._budget.rows_for(est) - self._asked - self._held
+
+    def _grant_unordered(self, live: list[Feed[T]]) -> None:
+        """Ask idle sources for what a limited unordered read still misses."""
+        assert self._limit is not None
+        missing = self._limit - self._emitted - self._held - self._asked
+        missing -= sum(feed.grant for feed in live)
+        idle = [feed for feed in live if not feed.done and not feed.asked and not feed.grant]
+        if missing <= 0 or not idle:
+            return
+        cap = self._cap_per_source()
+        room = self._room()
+        for feed in idle:
+            if missing <= 0:
+                break
+            size = min(cap, unordered_shares(missing, len(idle), feed.requests + 1))
+            size = max(1, min(size, room)) if not feed.keys else min(size, room)
+            if size < 1:
+                continue
+            room -= size
+            feed.grant = size
+            missing -= size
+            self._release(feed)
+
+
+@final
+class Merge(MergeCore[T]):
+    """Run sources concurrently on asyncio and yield batches, merged by key or unordered.
+
+    Args:
+        sources: One per source. In ordered mode each must deliver keys in
+            ascending order; a key may appear in several sources (equal keys
+            of different sources come out in no set order).
+        ordered: Merge in ascending key order (True) or hand items over as
+            they arrive (False).
+        limit: Stop after this many items (None: every item).
+        budget: Bounds the items asked of sources and not yet handed over.
+        wake_batch, wake_delay: When a waiting consumer is woken (see
+            :class:`MergeCore`).
+        stop_requests: Ends the requests running now without cancelling the
+            tasks that run them; each source's request then returns by itself.
+            Awaited before the producers are cancelled (closing the merge
+            early, or another source failed): a task cancelled while it waits
+            for a gRPC message leaks memory in grpc.aio (see :mod:`._cancel`).
+        slots: Requests that can run at once (see :class:`MergeCore`).
+        key: The key of an item, or None (see :class:`MergeCore`).
+        largest, measured: The items' size as hinted or measured before the
+            read (see :class:`MergeCore`).
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Source[T] | Producer[T]],
+        *,
+        ordered: bool = True,
+        limit: int | None = None,
+        budget: ReadBudget | None = None,
+        wake_batch: int = WAKE_BATCH,
+        wake_delay: float = WAKE_DELAY,
+        stop_requests: Callable[[], Awaitable[None]] | None = None,
+        slots: int | None = None,
+        key: Callable[[T], Any] | None = None,
+        largest: int | None = None,
+        measured: int | None = None,
+    ) -> None:
+        super().__init__(
+            len(sources),
+            ordered=ordered,
+            limit=limit,
+            budget=budget,
+            wake_batch=wake_batch,
+            wake_delay=wake_delay,
+            slots=slots,
+            key=key,
+            largest=largest,
+            measured=measured,
+        )
+        self._sources = list(sources)
+        self._stop_requests = stop_requests
+        self._release_idle = False  # (_release only wakes a producer's waiter)
+        self._waiter: asyncio.Future[None] | None = None
+        self._timed = True  # the next batch wait has a timer (see _wait)
+        #: When the untimed batch wait running now began (0.0: none runs; see _StallWatch).
+        self._untimed_since = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Each producer's cancel scope, entered by ``producing`` in its task.
+        self._scopes: list[anyio.CancelScope] = []
+        self._cancelled = False  # the producers were told to stop (see _cancel_producers)
+        self._abandoned = False  # stopped by abandon(): nothing is left to wait for
+        self._task: asyncio.Task[None] | None = None
+        self._iter: AsyncGenerator[list[T], None] | None = None
+        #: The feeds counting down to the consumer's wake (see Feed.wake_left).
+        self._counting: Sequence[Feed[T]] = ()
+
+    def __aiter__(self) -> Merge[T]:
+        return self
+
+    async def __anext__(self) -> list[T]:
+        if self._iter is None:
+            if self._closed:
+                raise StopAsyncIteration
+            self._first_round()
+            self._task = asyncio.get_running_loop().create_task(self._supervise())
+            self._task.add_done_callback(self._supervisor_done)
+            self._iter = self._batches()
+        try:
+            return await self._iter.__anext__()
+        except (StopAsyncIteration, _Closed):
+            if self._stopping and not self._closed:
+                await self._let_requests_end()
+            await self.aclose()
+            raise StopAsyncIteration from None
+
+    async def _let_requests_end(self) -> None:
+        """A limited read is complete: let the requests still running end on their own.
+
+        They are small (sized by the rounds) and their rows are not needed, but
+        ending them by cancelling costs more than reading them to their end: a
+        cancelled stream is an error on the server, and cancelling a task while it
+        waits for a message leaks memory in grpc.aio (grpc/grpc#43360). Bounded by
+        :data:`DRAIN_SECONDS`; what is left then is cancelled.
+        """
+        task = self._task
+        if task is None or task.done():
+            return
+        for feed in self._feeds:
+            self._release(feed)  # a producer waiting for a grant now sees the read stop
+        with anyio.move_on_after(DRAIN_SECONDS):
+            await asyncio.wait([task])
+
+    async def __aenter__(self) -> Merge[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel every producer (and so every request running) and wait until they are gone.
+
+        Safe to call more than once and from any task; never raises a producer error.
+        """
+        if self._abandoned:
+            return  # (abandon() stopped it: nothing runs a request, nothing to wait for)
+        self._closed = self._stopping = True
+        _STALL_WATCH.discard(self)
+        self._end_ahead()
+        if self._live:
+            # (Only while a producer runs: cancelling formats the task's repr,
+            # which costs more than a small read's merge.)
+            try:
+                await self._end_requests()
+            finally:  # (a plain asyncio cancel of the caller passes the shields)
+                self._cancel_producers()
+        with anyio.CancelScope(shield=True):
+            if self._task is not None:
+                await asyncio.wait([self._task])
+                if not self._task.cancelled():
+                    self._task.exception()  # retrieved: it is reported through _error
+            if self._iter is not None and not getattr(self._iter, "ag_running", False):
+                # (A consumer still inside __anext__ in another task finishes
+                # the generator itself when it sees the merge closed.)
+                it, self._iter = self._iter, None
+                await it.aclose()
+        self._wake()
+
+    def abandon(self) -> bool:
+        """Stop now, without waiting, if no request runs: the consumer has gone for good.
+
+        For a consumer that dropped its stream between batches (a bare ``break``):
+        asyncio would close the stream a few loop turns later, from a task of its
+        own, while the producers wait idle. When every producer waits for its next
+        grant (none is inside a request, so none holds an RPC or a slot), they and
+        the supervisor are cancelled here and end at the event loop's next turn,
+        and :meth:`aclose` has nothing left to do. Otherwise nothing changes:
+        closing the merge ends the running requests between rows (see
+        ``stop_requests``), as it must to leak nothing.
+
+        Returns:
+            Whether the merge stopped (or never started); False: it is left to
+            :meth:`aclose`. Called outside the merge's event loop: False.
+        """
+        if self._abandoned:
+            return True
+        task = self._task
+        if task is None:  # never iterated: no producer ever ran
+            self._closed = self._stopping = self._abandoned = True
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        if self._closed or loop is not task.get_loop():
+            return False
+        if not task.done() and any(f._parked is None and not f.done for f in self._feeds):
+            return False  # a request runs, or is about to: aclose ends it
+        it = self._iter
+        if it is not None and getattr(it, "ag_running", False):
+            return False
+        self._closed = self._stopping = self._abandoned = True
+        _STALL_WATCH.discard(self)
+        self._end_ahead()
+        # The producers first: each ends in its first step at the next turn (one
+        # already woken finds the merge stopping: no grant), before the
+        # supervisor's, which then finds every one of them done.
+        self._cancel_producers()
+        task.cancel()
+        if it is not None:
+            self._iter = None
+            close_at_once(it)  # (suspended at its yield: its cleanup awaits nothing)
+        return True
+
+    # -- producers ---------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        """Run one task per source until every one has returned; stop them all if one fails.
+
+        The producers are plain asyncio tasks, each running its source's
+        coroutine itself (no wrapper frame, which a task pays for every time it
+        resumes: once per item), and each enters a cancel scope of its own in
+        :meth:`producing`, so that cancelling them (:meth:`aclose`, a failure)
+        respects the shields they close their requests under.
+        """
+        loop = asyncio.get_running_loop()
+        tasks = [
+            loop.create_task(
+                source.produce(self, self._feeds[i])
+                if isinstance(source, ProducerBase)
+                else self._produce(i)
+            )
+            for i, source in enumerate(self._sources)
+        ]
+        # One callback a task (not asyncio.wait in a loop, which would re-arm
+        # every pending task at each end: N^2 at N = 4,096 buckets).
+        ended = loop.create_future()
+        left = len(tasks)
+
+        def on_end(task: asyncio.Task[None]) -> None:
+            nonlocal left
+            left -= 1
+            failed = task.cancelled() or task.exception() is not None
+            if (failed or not left) and not ended.done():
+                ended.set_result(None)
+
+        for task in tasks:
+            task.add_done_callback(on_end)
+        try:
+            if tasks:
+                await ended
+            failed = [t for t in tasks if t.done() and (t.cancelled() or t.exception())]
+            if failed:
+                # A producer failed (its error is the merge's, and `producing`
+                # ended the other requests), or a cancellation that was not the
+                # merge's ended it: the others stop.
+                first = failed[0]
+                if self._error is None and not self._closed:
+                    self._error = (
+                        RuntimeError(_CANCELLED_FROM_OUTSIDE)
+                        if first.cancelled()
+                        else first.exception()
+                    )
+                self._cancel_producers()
+                pending = [t for t in tasks if not t.done()]
+                if pending:
+                    await asyncio.wait(pending)
+        except asyncio.CancelledError:
+            # Cancelled from outside (aclose cancels the producers, not this task;
+            # abandon cancels both, the producers first).
+            if self._error is None and not self._closed:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+            self._cancel_producers()
+            pending = [t for t in tasks if not t.done()]
+            if pending:
+                await asyncio.wait(pending)
+            raise
+        finally:
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    exc = task.exception()  # (retrieved: reported through _error)
+                    if exc is not None and self._error is None:
+                        self._error = exc
+            self._producers_gone()
+
+    def _cancel_producers(self) -> None:
+        """Cancel every producer's scope (and those of producers yet to enter theirs)."""
+        self._cancelled = True
+        for scope in self._scopes:
+            scope.cancel()
+
+    async def _produce(self, i: int) -> None:
+        feed = self._feeds[i]
+        source = self._sources[i]
+        run = cast("Source[T]", source)
+        async with self.producing(feed):
+            while size := await self.next_size(feed):
+                sent = await run(size, feed)
+                self.request_done(feed, sent.pushed, sent.cut)
+                if not sent.more:
+                    return
+
+    @contextlib.asynccontextmanager
+    async def producing(self, feed: Feed[T]) -> AsyncIterator[None]:
+        """Around a producer's loop (see :class:`Producer`): its failure stops the merge.
+
+        The producer runs in a cancel scope of its own, which the merge
+        cancels when it closes or another producer fails.
+        """
+        scope = anyio.CancelScope()
+        self._scopes.append(scope)
+        if self._cancelled:
+            scope.cancel()
+        try:
+            with scope:
+                yield
+            if scope.cancelled_caught and self._error is None and not self._closed:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+        except Exception as exc:
+            if self._error is None:
+                self._error = exc
+            # The supervisor cancels the other producers next: end their requests first.
+            self._stopping = True
+            self._end_ahead()
+            await self._end_requests()
+            raise
+        except BaseException:
+            # Cancelled, and not by aclose() or another source's failure: the
+            # feed is cut short, which the consumer must not take for its end.
+            if self._error is None and not self._closed:
+                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+            raise
+        finally:
+            self._source_done(feed)
+
+    async def next_size(self, feed: Feed[T]) -> int:
+        """Wait until the engine grants ``feed`` its next request; its size (0: stop).
+
+        The request counts as started (its size and :attr:`Feed.cap`) once this returns.
+        """
+        size = self._demand(feed)
+        while size is None:
+            waiter = feed._waiter = feed._parked = asyncio.get_running_loop().create_future()
+            await waiter
+            feed._parked = None
+            size = self._demand(feed)
+        if size:
+            self._start(feed, size)
+        return size
+
+    def request_done(self, feed: Feed[T], pushed: int, cut: bool = False) -> None:
+        """The request :meth:`next_size` granted ended, ``pushed`` items appended in its
+        last grant (see :meth:`Feed.renew`); ``cut``: ended early (see :class:`Sent`)."""
+        if feed.asked:  # (0: the source's last renew ended its grant)
+            self._end(feed, feed.asked, pushed, cut)
+
+    async def _end_requests(self) -> None:
+        if self._stop_requests is not None:
+            with anyio.CancelScope(shield=True):
+                await self._stop_requests()
+
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        # Normally _supervise has already reported its end. A supervisor
+        # cancelled before it ever ran has not: tell the consumer now.
+        if task.cancelled() and self._error is None and not self._closed:
+            self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
+        self._producers_gone()
+
+    def _producers_gone(self) -> None:
+        self._gone = True
+        self._wake()
+
+    # -- the consumer --------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+            # The other feeds the consumer waits for need not count down to it
+            # too (each would wake it again, up to one wake per feed a hand-over).
+            for feed in self._counting:
+                feed.wake_left = 0
+
+    def _consumer_waits(self) -> bool:
+        return self._waiter is not None
+
+    def _ahead_wait(self, feed: Feed[T]) -> asyncio.Future[bool] | None:
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._stopping or feed.wake_left:
+            return None
+        self._ahead_go(feed, True)
+        ahead = feed._ahead = asyncio.get_running_loop().create_future()
+        self._aheads.add(feed)
+        return ahead
+
+    # (The sync merge reports a wait for pauses only, not for widening.)
+    _consumer_waiting = _consumer_waits
+
+    def _release(self, feed: Feed[T]) -> None:
+        waiter, feed._waiter = feed._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _batches(self) -> AsyncGenerator[list[T], None]:
+        for step in self._steps():
+            if isinstance(step, Wait):
+                await self._wait(step.feeds, step.batch, step.first)
+            else:
+                yield step
+
+    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None, first: bool = False) -> None:
+        """Wait until one of ``feeds`` holds ``batch`` items, a request ends, or the merge stops.
+
+        With ``batch > 1`` some waits are timed: a timer ends them after
+        ``wake_delay`` seconds. A pending timer costs the event loop work on
+        every iteration (about five calls a row on a scan), so only waits
+        where rows come slowly have one: the first wait of a merge, a wait
+        after a timed one in which no item came, and a wait after one that
+        lasted :data:`STALL_SECONDS`. While rows flow, batches fill without
+        a timer on the loop; :class:`_StallWatch` wakes such a wait after
+        :data:`STALL_SECONDS` (checked every half of it, from a thread). So
+        an item that comes slowly waits at most ``wake_delay``, except that a
+        stall right after rows flowed can hold up to ``batch - 1`` items for
+        about 1.5 x :data:`STALL_SECONDS` (then the waits are timed again).
+        With None only a request's end (or a failure) wakes. A wait for the
+        ``first`` items of feeds is always timed.
+        """
+        if self._error is not None or self._gone or self._closed:
+            self._stopped()
+        loop = asyncio.get_running_loop()
+        if batch is not None:
+            self._counting = feeds
+            for feed in feeds:
+                feed.wake_at = batch
+                feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
+                if feed.slot_watch is not None:
+                    feed.slot_watch()
+        waiter = self._waiter = loop.create_future()
+        if self._pause_wakes:
+            self._wake_pausers()
+        timer = None
+        started = 0.0
+        held = 0
+        if first:
+            timer = loop.call_later(self._wake_delay, self._wake)
+        elif batch is not None and batch > 1:
+            if self._timed:
+                timer = loop.call_later(self._wake_delay, self._wake)
+                held = sum(len(feed.keys) for feed in feeds)
+            else:
+                # No timer on the loop: _StallWatch wakes a wait that lasts
+                # STALL_SECONDS (a stall right after fast rows), from its thread.
+                started = self._untimed_since = loop.time()
+                if self._loop is None:
+                    self._loop = loop
+                    _STALL_WATCH.add(self)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            self._counting = ()
+            if first:
+                timer.cancel()  # type: ignore[union-attr]
+            elif started:
+                self._untimed_since = 0.0
+                self._timed = loop.time() - started >= STALL_SECONDS
+            elif timer is not None:
+                timer.cancel()
+                # Timed out with no new item: rows come slowly, keep timing.
+                self._timed = (
+                    timer.when() <= loop.time() and sum(len(f.keys) for f in feeds) <= held
+                )
+            for feed in feeds:
+                feed.wake_at = _NEVER
+                feed.wake_left = 0
+                if feed.slot_watch is not None:
+                    feed.slot_watch()
+        if self._error is not None or self._closed:
+            self._stopped()
+
+    def _check_stall(self, now: float) -> None:
+        """From the watch's thread: wake the consumer if its untimed wait has lasted too long."""
+        since, loop = self._untimed_since, self._loop
+        if since and loop is not None and now - since >= STALL_SECONDS:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits
+                loop.call_soon_threadsafe(self._wake_stalled, since)
+
+    def _wake_stalled(self, since: float) -> None:
+        if self._untimed_since == since:  # (still the same wait)
+            self._wake()
+
+
+@final
+class _StallWatch:
+    """Wakes async merges whose untimed batch wait has lasted :data:`STALL_SECONDS`.
+
+    While rows flow, a consumer waits for full batches without a timer: a
+    pending timer costs the event loop work on every turn (about five calls
+    a row on a scan), which a thread that looks every half
+    :data:`STALL_SECONDS` does not. So rows that came just before a stall (a
+    sparse filter: the server scans without sending rows) wait at most
+    about 1.5 x :data:`STALL_SECONDS`, not until the stall ends. One thread
+    per process, started with the first such wait and gone once no merge is
+    left to watch (merges are held weakly).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._merges: weakref.WeakSet[Merge[Any]] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+
+    def add(self, merge: Merge[Any]) -> None:
+        with self._lock:
+            self._merges.add(merge)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="saltedtable-stall-watch", daemon=True
+                )
+                self._thread.start()
+
+    def discard(self, merge: Merge[Any]) -> None:
+        with self._lock:
+            self._merges.discard(merge)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(STALL_SECONDS / 2)
+            with self._lock:
+                merges = list(self._merges)
+                if not merges:
+                    self._thread = None
+                    return
+            now = time.monotonic()
+            for merge in merges:
+                merge._check_stall(now)
+            del merges
+
+
+_STALL_WATCH: Final = _StallWatch()
+
+
+# -- the thread driver (the sync table's) -------------------------------------------------
+
+
+class SyncSource(Protocol[T]):
+    """Runs one request of at most ``size`` items, pushing them with ``merge.push``."""
+
+    def __call__(self, size: int, feed: Feed[T], merge: ThreadMerge[T], /) -> Sent: ...
+
+
+@final
+class ThreadMerge(MergeCore[T]):
+    """Run sync sources in worker threads; the caller's thread merges and iterates batches.
+
+    Everything the engine decides happens under one lock (a
+    :class:`threading.Condition`). A feed's request is submitted to the pool
+    when the engine grants it (:meth:`_release`); the worker pushes items
+    under the lock, and at the request's end asks for the next one itself.
+
+    Args:
+        sources: One per source (see :class:`MergeCore` for the ordering contract).
+        threads: Workers at most (the pool is the read's own), which are
+            also the requests that can run at once.
+        ordered, limit, budget: As for :class:`Merge`.
+        stop_requests: Ends the requests running now, from the closing thread
+            (the workers may be blocked inside them); returns whether every one
+            has ended. Called by :meth:`close` while a request runs.
+    """
+
+    _sources_stream = False
+
+    def __init__(
+        self,
+        sources: Sequence[SyncSource[T]],
+        *,
+        threads: int,
+        ordered: bool = True,
+        limit: int | None = None,
+        budget: ReadBudget | None = None,
+        stop_requests: Callable[[], bool] | None = None,
+        largest: int | None = None,
+        measured: int | None = None,
+    ) -> None:
+        super().__init__(
+            len(sources),
+            ordered=ordered,
+            limit=limit,
+            budget=budget,
+            slots=threads,
+            largest=largest,
+            measured=measured,
+        )
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self._sources = list(sources)
+        self._threads = min(threads, max(1, len(sources)))
+        self._cond = threading.Condition()
+        self._waiting = False  # the consumer waits (see _consumer_waiting)
+        self._running: set[int] = set()  # feeds with a request submitted or running
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._steps_iter: Iterator[list[T] | Wait] | None = None
+        self._stop_requests = stop_requests
+
+    @property
+    def stopping(self) -> bool:
+        """True once sources should stop at their next item (limit met, closed, failed)."""
+        return self._stopping
+
+    def _consumer_waiting(self) -> bool:
+        return self._waiting
+
+    def _on_pause(self, feed: Feed[T], wake: Callable[[], None] | None) -> None:
+        with self._cond:
+            super()._on_pause(feed, wake)
+
+    def push(self, feed: Feed[T], item: T, key: Any) -> None:
+        """Called by a source, in its worker, for each item it reads."""
+        with self._cond:
+            feed.items.append(item)
+            feed.keys.append(key)
+            if len(feed.keys) >= feed.wake_at:
+                feed.wake()
+
+    def __iter__(self) -> ThreadMerge[T]:
+        return self
+
+    def __next__(self) -> list[T]:
+        with self._cond:
+            if self._closed:
+                raise StopIteration
+            if self._steps_iter is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self._threads, thread_name_prefix="saltedtable-subscan"
+                )
+                self._first_round()
+                self._steps_iter = self._steps()
+                for feed in self._feeds:
+                    self._release(feed)
+            try:
+                while True:
+                    step = next(self._steps_iter)
+                    if not isinstance(step, Wait):
+                        return step
+                    self._wait(step)
+            except StopIteration:
+                pass
+        self.close()
+        raise StopIteration
+
+    def __enter__(self) -> ThreadMerge[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every source and wait until every worker is back.
+
+        With ``stop_requests``, the requests running now are ended from here
+        (a worker blocked inside one returns at once); otherwise each source
+        stops at its next item. A request that has not started never starts.
+        Should ``stop_requests`` report a request it could not end in time,
+        the pool is shut down without waiting for that worker.
+
+        Safe to call more than once; never raises a source's error.
+        """
+        with self._cond:
+            self._closed = self._stopping = True
+            self._cond.notify_all()
+            pool, self._pool = self._pool, None
+            busy = bool(self._running)
+        if pool is not None:
+            ended = True
+            if busy and self._stop_requests is not None:
+                ended = self._stop_requests()
+            pool.shutdown(wait=ended, cancel_futures=True)
+
+    def abandon(self) -> bool:
+        """Always False: a sync stream dropped by its consumer is closed at once (see Merge)."""
+        return False
+
+    # -- the driver's part ---------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._cond.notify_all()
+
+    def _release(self, feed: Feed[T]) -> None:
+        # Called with the lock held: start the feed's next request if the engine grants one.
+        if feed.done or feed.index in self._running or self._pool is None:
+            return
+        size = self._demand(feed)
+        if size is None:
+            return  # released again when the consumer takes or grants
+        if not size:
+            self._source_done(feed)
+            return
+        self._start(feed, size)
+        self._running.add(feed.index)
+        self._pool.submit(self._run, feed, size)
+
+    def _run(self, feed: Feed[T], size: int) -> None:
+        source = self._sources[feed.index]
+        try:
+            sent = source(size, feed, self)
+        except BaseException as exc:
+            with self._cond:
+                if self._error is None:
+                    self._error = exc
+                self._stopping = True
+                self._running.discard(feed.index)
+                self._source_done(feed)
+                if not self._running:
+                    self._gone = True
+            if not isinstance(exc, Exception):
+                raise
+            return
+        with self._cond:
+            self._running.discard(feed.index)
+            self._end(feed, size, sent.pushed, sent.cut)
+            if not sent.more or self._stopping:
+                self._source_done(feed)
+            else:
+                self._release(feed)
+            if not self._running and self._live == 0:
+                self._gone = True
+            self._cond.notify_all()
+
+    def _wait(self, step: Wait) -> None:
+        """Wait (the lock held) as the consumer loop asks; raise if the merge stopped."""
+        if self._error is not None or self._closed:
+            self._stopped()
+        if step.batch is not None:
+            for feed in step.feeds:
+                feed.wake_at = step.batch
+        timeout = self._wake_delay if step.batch is not None and step.batch > 1 else None
+        self._waiting = True
+        if self._pause_wakes:
+            self._wake_pausers()
+        try:
+            self._cond.wait(timeout)
+        finally:
+            self._waiting = False
+            for feed in step.feeds:
+                feed.wake_at = _NEVER
+        if self._error is not None or self._closed:
+            self._stopped()
+
+
+def close_at_once(generator: AsyncGenerator[Any, None]) -> None:
+    """Close a suspended async generator now, in this call, without the event loop.
+
+    For a generator whose cleanup awaits nothing that suspends: asyncio closes
+    an unreferenced one from a task of its own, turns later. One whose
+    cleanup does suspend is a bug of the caller (RuntimeError).
+    """
+    closing = generator.aclose()
+    try:
+        closing.send(None)
+    except StopIteration:
+        return
+    closing.close()
+    raise RuntimeError(f"{generator!r} awaited while it was being closed at once")
+
+
+def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:
+    """``items`` sorted by ``keys`` (same length): a timsort in C of a few sorted runs."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return [items[k] for k in order]
+
+
+_CANCELLED_FROM_OUTSIDE: Final = "the merge's producers were cancelled from outside"
+
+
+class ProducerBase:
+    """A :class:`Producer` subclasses this, so :class:`Merge` tells it from a :class:`Source`."""
+
+    __slots__ = ()
+
+    async def produce(self, merge: Merge[Any], feed: Feed[Any], /) -> None:
+        raise NotImplementedError
+
+
+class _Closed(Exception):
+    """The merge was closed (from another task) while its consumer waited."""

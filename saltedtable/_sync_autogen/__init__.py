@@ -1,0 +1,5 @@
+"""Generated from ``saltedtable._async`` by ``.ci/unasync.py``: do not edit.
+
+Each file is the sync twin of the same-named file in ``_async/``. Edit the async
+source, then run ``make generate``.
+"""

@@ -1,0 +1,804 @@
+# Generated from saltedtable/_async/table.py by .ci/unasync.py: do not edit.
+# Edit the async source, then run `make generate`.
+"""SaltedTable: a drop-in for ``Table`` that takes and returns logical keys.
+
+A thin facade. Each method maps its logical arguments through the layout
+(:mod:`._layout`, :mod:`._plan`), calls one engine (reads: :mod:`._read_call`;
+writes: :mod:`._write` and :mod:`._batcher`; the guard: :mod:`._table_guard`)
+or the wrapped table, and maps the results back to logical keys.
+
+This module is the source of both flavours: the sync ``SaltedTable`` (module
+``_sync``) is generated from ``_table`` by ``.ci/unasync.py``. The two differ
+only in how requests run at once (:mod:`._concurrency`): tasks of the event
+loop, or worker threads within the table-wide FIFO-fair slots. Either way a
+read left early stops every request it started, and no RPC outlives it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Generator, Sequence
+from contextlib import closing
+from typing import Any, final
+
+from google.api_core.exceptions import GoogleAPICallError
+from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+from google.cloud.bigtable.data.exceptions import (
+    MutationsExceptionGroup,
+)
+from google.cloud.bigtable.data.mutations import Mutation
+from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
+from google.cloud.bigtable.data.read_rows_query import RowRange
+from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import RowFilter
+
+from .._admin import schema_reader_for, table_label
+from .._contracts import AttemptTimeout, Retryable, SyncTableLike, Timeout
+from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
+from .._engine.runtime_threads import capacity, fan_out, row_stream
+from .._engine.slots import Slots
+from .._exceptions import UnsaltableKeyError
+from .._facade import (
+    SHARDED_CONCURRENCY,
+    Query,
+    TableAttributes,
+    bulk_prepare,
+    bulk_report,
+    check_arguments,
+    check_row_key,
+    filter_for,
+    plan_for,
+    prepare_row_write,
+    read_for,
+    read_timeouts,
+    samples_for,
+    sharded_refused,
+    sharded_result,
+)
+from .._guard.decisions import STORE_SAMPLE_ROWS
+from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
+from .._read.plan import ReadPlan
+from .._read.query import check_filter
+from .._read.stats import CallStats, StatsHook, install_retry_counter
+from .._read.timeouts import (
+    Timeouts,
+    check_timeouts,
+    deadline_exceeded,
+    resolve_timeouts,
+)
+from .._scheme.cutoff import CutoffPolicy
+from .._scheme.layout import Layout, relabel
+from .._scheme.salt import SaltScheme, prefix_end, to_key
+from .._write import every_entry_failed, first_family, logical_group
+from .batcher import SaltedMutationsBatcherSync
+from .guard import SyncTableGuard
+from .read_call import ReadContext, SyncReadCall
+
+__all__ = ["SaltedTable"]
+
+
+def _watch(rows: Generator[Row, None, None], guard: SyncTableGuard) -> Generator[Row, None, None]:
+    with closing(rows):  # leaving this scan closes (cancels) the one inside
+        for row in rows:
+            if guard.due():
+                guard.check()
+            yield row
+    # The scan may end because the rows behind it were deleted: when the record
+    # is due, read it before ending cleanly (see _watched).
+    if guard.due():
+        guard.check()
+
+
+@final
+class SaltedTable(TableAttributes):
+    """A Bigtable table whose row keys are salted transparently.
+
+    Offers the data methods and attributes of ``google.cloud.bigtable.data.
+    Table`` with the same names, arguments, defaults and errors. Keys
+    going in are logical and are salted with ``scheme``; keys coming out
+    (rows, cells, failed mutation entries) are logical again. Reads that span
+    keys fan out to one sub-scan per bucket, run them concurrently and merge
+    the rows in logical key order, holding at most ``budget``.
+
+    The layout is guarded by default: the table object's first operation
+    reads the layout record stored in the table (one extra request per
+    object) and refuses a different one with :class:`SchemeMismatchError`;
+    the first write that names a column family stores the record if the
+    table has none, once a sample of the rows already there fits this
+    layout (otherwise :class:`LayoutError`, and nothing is written).
+
+    Args:
+        table: The Bigtable table holding the physical (salted) rows.
+        scheme: How logical keys map to physical keys.
+        cutoff: Forward-only migration: keys whose timestamp is before
+            ``cutoff.cutoff`` stay unsalted where they are; newer keys are
+            salted. Reads see one table.
+        guard: False switches the layout guard off (for tables written by
+            other tools, or when you check the layout yourself).
+        require_record: Refuse a table that has no layout record
+            (:class:`~saltedtable.RecordMissingError`, saying how to store
+            one) instead of reading it.
+        record_refresh: Seconds after which the next operation reads the
+            record again, so a long-lived object sees a migration move on
+            (one ``ReadRow`` of the reserved row per interval, only while
+            operations run; None: once per object). A scan with a cutoff
+            checks it between rows and at its end, and stops with
+            :class:`~saltedtable.SchemeMismatchError`.
+        budget: What one read may hold at once (rows and bytes asked of
+            buckets and not yet handed over); see :class:`ReadBudget`.
+        max_concurrent_subscans: ReadRows requests in flight for this table,
+            across every read running on it at once (also the most one read
+            runs at once; a read of the sync table runs two at most, see
+            docs/table.md).
+        stats_hook: Called with the :class:`CallStats` of every finished read
+            and bulk write (for logging or metrics export).
+
+    Raises:
+        TypeError: ``table`` is None, or ``scheme``/``cutoff``/``budget`` of the wrong type.
+    """
+
+    def __init__(
+        self,
+        table: SyncTableLike,
+        scheme: SaltScheme,
+        *,
+        cutoff: CutoffPolicy | None = None,
+        guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
+        budget: ReadBudget | None = None,
+        max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
+        stats_hook: StatsHook | None = None,
+    ) -> None:
+        check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
+        self._table = table
+        self._layout = Layout(scheme, cutoff)
+        self.limiter = Slots(max_concurrent_subscans)
+        self._guard = SyncTableGuard(
+            table,
+            self._layout,
+            enabled=guard,
+            limiter=self.limiter,
+            require_record=require_record,
+            refresh=record_refresh,
+            schema=schema_reader_for(table),
+            name=table_label(table),
+        )
+        # What every read of this table shares; the odds say whether small reads
+        # try one request over every bucket: (no limit, limit).
+        self._reads = ReadContext(
+            table=table,
+            layout=self._layout,
+            limiter=self.limiter,
+            budget=budget if budget is not None else ReadBudget(),
+            guard=self._guard.check,
+            odds=(OneRequestOdds(), OneRequestOdds()),
+            hook=stats_hook,
+        )
+
+    @classmethod
+    def from_client(
+        cls,
+        client: BigtableDataClient,
+        instance_id: str,
+        table_id: str,
+        scheme: SaltScheme,
+        *,
+        cutoff: CutoffPolicy | None = None,
+        guard: bool = True,
+        require_record: bool = False,
+        record_refresh: float | None = DEFAULT_RECORD_REFRESH,
+        budget: ReadBudget | None = None,
+        max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
+        stats_hook: StatsHook | None = None,
+        **table_kwargs: Any,
+    ) -> SaltedTable:
+        """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``.
+
+        ``table_kwargs`` go to ``get_table`` (app profile, default timeouts and
+        retryable errors). Nothing is sent until the first operation.
+        """
+        return cls(
+            client.get_table(instance_id, table_id, **table_kwargs),
+            scheme,
+            cutoff=cutoff,
+            guard=guard,
+            require_record=require_record,
+            record_refresh=record_refresh,
+            budget=budget,
+            max_concurrent_subscans=max_concurrent_subscans,
+            stats_hook=stats_hook,
+        )
+
+    @classmethod
+    def open(
+        cls,
+        table: SyncTableLike,
+        scheme: SaltScheme,
+        *,
+        cutoff: CutoffPolicy | None = None,
+        family: str | None = None,
+        override_scheme: bool = False,
+        sample_rows: int = 100,
+        **kwargs: Any,
+    ) -> SaltedTable:
+        """Wrap ``table`` after checking it against this layout now, not on first use.
+
+        1. The scheme guard (:meth:`guard_scheme`): the stored layout record is
+           compared with this one; with ``family`` set, a missing record is
+           stored now, and ``override_scheme=True`` (after you rewrote the
+           data) replaces a different one. Either is written only after a
+           sample of the rows fits this layout (``sample_rows`` per request,
+           100 when it is 0): otherwise :class:`LayoutError`, and nothing is
+           written.
+        2. :meth:`check_layout` samples up to ``sample_rows`` rows per request
+           from the salted prefix ranges (and the rest of the key space) and
+           refuses with :class:`LayoutError` if any row there does not fit
+           (skipped when step 1 just sampled them, or ``sample_rows`` is 0).
+
+        ``kwargs`` go to the constructor.
+        """
+        salted = cls(table, scheme, cutoff=cutoff, **kwargs)
+        rows = sample_rows or STORE_SAMPLE_ROWS
+        salted._guard.ensure(family=family, override=override_scheme, sample_rows=rows)
+        if sample_rows and salted._guard.sampled is None:
+            salted.check_layout(sample_rows=sample_rows)
+        return salted
+
+    # -- what Table exposes ---------------------------------------------------
+
+    @property
+    def table(self) -> SyncTableLike:
+        """The underlying table of physical rows."""
+        return self._table
+
+    @property
+    def scheme(self) -> SaltScheme:
+        """How keys are salted (fixed for the object's lifetime)."""
+        return self._layout.scheme
+
+    @property
+    def cutoff(self) -> CutoffPolicy | None:
+        """The forward-only migration cutoff, or None (fixed for the object's lifetime)."""
+        return self._layout.cutoff
+
+    @property
+    def layout(self) -> Layout:
+        """The scheme and cutoff together: where every logical key lives."""
+        return self._layout
+
+    @property
+    def stored_layout(self) -> LayoutRecord | None:
+        """The layout record the guard found in the table (None: none, or not read yet)."""
+        return self._guard.stored
+
+    @property
+    def budget(self) -> ReadBudget:
+        """What one read may hold at once."""
+        return self._reads.budget
+
+    @property
+    def stats_hook(self) -> StatsHook | None:
+        """Called with the :class:`CallStats` of every finished read and bulk write."""
+        return self._reads.hook
+
+    @stats_hook.setter
+    def stats_hook(self, hook: StatsHook | None) -> None:
+        self._reads = dataclasses.replace(self._reads, hook=hook)
+
+    def __str__(self) -> str:
+        return f"SaltedTable<{self._table}, {self.scheme}>"
+
+    # -- the guard -------------------------------------------------------------------
+
+    def guard_scheme(self, *, family: str | None = None, override: bool = False) -> None:
+        """Compare the layout stored in the table with this one now; store it if absent.
+
+        Args:
+            family: Column family to keep the record in: a missing record is
+                stored there, one found in another family is moved there
+                (whole, in one row mutation). Its GC rule is checked through
+                the admin API first (see docs/guard.md); without
+                ``family`` nothing is stored (an existing record is still
+                checked). A missing record is stored only after a sample of
+                the rows (see :meth:`check_layout`) fits this layout.
+            override: Replace a different stored record instead of refusing,
+                after the same sample.
+
+        Raises:
+            SchemeMismatchError: The stored layout differs and ``override`` is False.
+            RecordMissingError: No record, no ``family`` and ``require_record=True``.
+            LayoutError: The record cannot be stored: a sampled row does not
+                fit this layout, no family for an override, a family the table
+                lacks, an aggregate family, a GC rule that could collect it, or
+                a scheme whose prefixes cover the reserved row.
+        """
+        self._guard.ensure(family=family, override=override)
+
+    def check_layout(self, *, sample_rows: int = 100) -> None:
+        """Sample the key space and check every row there belongs to this layout.
+
+        A row inside a salted prefix range must carry the bucket the scheme
+        computes for the rest of its key and, with a cutoff, a timestamp at or
+        after the cutoff. A row outside them must, with a cutoff, be a legacy
+        row; without one, none should be there.
+
+        The sample is bounded whatever the bucket count: one request per
+        bucket up to 16 buckets, else one per run of neighbouring buckets (16
+        requests), plus one for the key space outside the prefixes; each reads
+        up to ``sample_rows`` row keys (see docs/guard.md).
+
+        Raises:
+            LayoutError: With up to five offending keys and the way out.
+        """
+        self._guard.check_layout(sample_rows=sample_rows, limiter=self.limiter)
+
+    # -- reads -----------------------------------------------------------------
+
+    def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
+        """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
+        slots = capacity(self.limiter)
+        return plan_for(query, self._layout, self.budget, ordered=ordered, slots=slots)
+
+    def read_rows_stream(
+        self,
+        query: Query,
+        *,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
+        ordered: bool = True,
+        stats: CallStats | None = None,
+    ) -> Generator[Row, None, None]:
+        """Stream the rows of a logical query, merged in logical key order.
+
+        The query and timeouts are checked before anything is sent, so bad
+        keys, filters and timeouts fail here, as with ``Table``. The
+        stream holds at most the read's budget. Leaving it early (``break``
+        then ``close()``, or dropping it; in async code, cancelling the
+        caller too) stops every sub-scan still running; prefer ``with
+        contextlib.closing(stream)`` so that happens at once.
+
+        Args:
+            query: Logical keys, ranges, filter and limit (a ``ReadRowsQuery``,
+                or a dict of ``ReadRowsRequest`` fields).
+            operation_timeout: Time budget for the whole read, all sub-scans included.
+            attempt_timeout: Time budget of each request.
+            retryable_errors: Errors the client retries within the budget.
+            ordered: False hands rows over as they arrive, in no particular order.
+            stats: Filled in with per-bucket statistics as the read runs.
+
+        Raises:
+            google.api_core.exceptions.GoogleAPIError: While iterating, what a
+                failing sub-scan raised after the client's retries (the first
+                one), with a note naming its bucket and range.
+        """
+        call = self._read_call(
+            "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
+            ordered=ordered, stats=stats,
+        )  # fmt: skip
+        return self._stream(call)
+
+    def read_rows(
+        self,
+        query: Query,
+        *,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
+        ordered: bool = True,
+        stats: CallStats | None = None,
+    ) -> list[Row]:
+        """Read the rows of a logical query into a list (see :meth:`read_rows_stream`)."""
+        call = self._read_call(
+            "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
+            ordered=ordered, stats=stats,
+        )  # fmt: skip
+        rows = call.collect()
+        if self._layout.cutoff is not None and self._guard.refreshes and self._guard.due():
+            self._guard.check()  # the record moved on while the rows were read?
+        return rows
+
+    def read_prefix(
+        self,
+        prefix: bytes | str,
+        *,
+        limit: int | None = None,
+        row_filter: RowFilter | None = None,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
+        ordered: bool = True,
+        stats: CallStats | None = None,
+    ) -> Generator[Row, None, None]:
+        """Stream every row whose logical key starts with ``prefix``.
+
+        ``ReadRowsQuery`` has no prefix helper; this builds the range
+        ``[prefix, prefix_end)``. With a key part that fixes the bucket for the
+        prefix (for example ``fields(2)`` and a prefix holding two fields) only
+        one bucket is read.
+
+        Example::
+
+            with closing(table.read_prefix(b"user42#", limit=10)) as rows:
+                for row in rows:
+                    print(row.row_key)
+        """
+        key = to_key(prefix)
+        query = ReadRowsQuery(
+            row_ranges=RowRange(key or None, prefix_end(key) or None),
+            limit=limit,
+            row_filter=row_filter,
+        )
+        call = self._read_call(
+            "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
+            ordered=ordered, stats=stats,
+        )  # fmt: skip
+        return self._stream(call)
+
+    def _stream(self, call: SyncReadCall) -> Generator[Row, None, None]:
+        """The stream a read's caller iterates (see ``row_stream``: it stops when dropped)."""
+        return row_stream(self._watched(call.stream()), call.abandon)
+
+    def _watched(self, rows: Generator[Row, None, None]) -> Generator[Row, None, None]:
+        """A cutoff layout's scan reads the record again when due, between rows and at its end.
+
+        A migration that moves the record to ``deleting`` starts removing the
+        legacy rows such a scan reads: it stops with SchemeMismatchError
+        instead of missing them, also when it ends because the rows after its
+        last one were deleted. The end is checked only when the record is due:
+        ``delete-legacy`` waits longer than the refresh interval (counted from
+        before the record's last read was sent) after the move before it
+        deletes a row, so a record that is not due yet was read after any
+        deletion could have started. Other scans are handed over as they are.
+        """
+        if self._layout.cutoff is None or not self._guard.refreshes:
+            return rows
+        return _watch(rows, self._guard)
+
+    def read_row(
+        self,
+        row_key: str | bytes,
+        *,
+        row_filter: RowFilter | None = None,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
+    ) -> Row | None:
+        """Read one row by its logical key; None if it does not exist."""
+        check_row_key(row_key)
+        check_timeouts(operation_timeout, attempt_timeout)
+        operation_timeout = self._guard.within(
+            None, operation_timeout, attempt_timeout, "read_rows"
+        )
+        key = to_key(row_key)
+        try:
+            bucket, physical = self._layout.locate(key)
+        except UnsaltableKeyError:
+            return None  # never written salted
+        row = self._table.read_row(
+            physical,
+            row_filter=filter_for(self._layout, bucket, row_filter),
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+            retryable_errors=retryable_errors,
+        )
+        return None if row is None else relabel(row, key)
+
+    def row_exists(
+        self,
+        row_key: str | bytes,
+        *,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
+    ) -> bool:
+        """Tell whether a row with this logical key exists."""
+        check_row_key(row_key)
+        check_timeouts(operation_timeout, attempt_timeout)
+        operation_timeout = self._guard.within(
+            None, operation_timeout, attempt_timeout, "read_rows"
+        )
+        try:
+            physical = self._layout.locate(row_key)[1]
+        except UnsaltableKeyError:
+            return False  # never written salted
+        return bool(
+            self._table.row_exists(
+                physical,
+                operation_timeout=operation_timeout,
+                attempt_timeout=attempt_timeout,
+                retryable_errors=retryable_errors,
+            )
+        )
+
+    def read_rows_sharded(
+        self,
+        sharded_query: Sequence[Query],
+        *,
+        operation_timeout: Timeout = TABLE_DEFAULT.READ_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.READ_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.READ_ROWS,
+    ) -> list[Row]:
+        """Run several logical queries concurrently; rows come back in query order.
+
+        As in the client: at most 10 queries run at once, ``operation_timeout``
+        is the budget of the whole call (a query that starts late gets what is
+        left), and if any query fails (one that cannot be read included) a
+        ``ShardedReadRowsExceptionGroup`` carries one ``FailedQueryShardError``
+        per failed query plus the rows of the queries that succeeded.
+        """
+        if not sharded_query:
+            raise ValueError("empty sharded_query")
+        operation, attempt = resolve_timeouts(
+            self._table, operation_timeout, attempt_timeout, "read_rows"
+        )
+        deadline = time.monotonic() + operation
+        # Once for the whole call, so that a refusal is raised as it is, not once per
+        # shard; a request that fails fails every shard, as a failed call does.
+        try:
+            self._guard.check((deadline, attempt))
+        except GoogleAPICallError as exc:
+            raise sharded_refused(sharded_query, exc) from None
+
+        def run(i: int) -> list[Row] | Exception:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise deadline_exceeded("Operation timeout exceeded before starting query")
+                # A query that cannot be read fails its own shard, as in the client.
+                call = self._call(
+                    "read_rows_sharded",
+                    sharded_query[i],
+                    Timeouts(left, min(attempt, left), retryable_errors),
+                    ordered=True,
+                    stats=None,
+                )
+                return call.collect()
+            except Exception as exc:  # collected like the client's gather
+                return exc
+
+        results = fan_out(run, len(sharded_query), limit=SHARDED_CONCURRENCY)
+        return sharded_result(sharded_query, results)
+
+    def sample_row_keys(
+        self,
+        *,
+        row_range: RowRange | None = None,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.DEFAULT,
+        retryable_errors: Retryable = TABLE_DEFAULT.DEFAULT,
+    ) -> list[tuple[bytes, int]]:
+        """Sample the table's split points, as logical keys in logical order.
+
+        Bigtable samples the physical table. Each sample's share of the data
+        (the offset delta since the previous sample) is re-attributed to its
+        logical key; offsets are the running total in logical order, so they
+        stay increasing and usable with ``ReadRowsQuery.shard``. They are an
+        estimate: a bucket's data is spread across the whole logical range.
+
+        Args:
+            row_range: Only the samples inside this logical range, the last
+                one at its end (the whole table is sampled: a logical range
+                spans every bucket).
+        """
+        check_timeouts(operation_timeout, attempt_timeout)
+        operation_timeout = self._guard.within(None, operation_timeout, attempt_timeout, "default")
+        samples = self._table.sample_row_keys(
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+            retryable_errors=retryable_errors,
+        )
+        return samples_for(self._layout, samples, row_range)
+
+    def _read_call(
+        self,
+        operation: str,
+        query: Query,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        *,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> SyncReadCall:
+        timeouts = read_timeouts(self._table, operation_timeout, attempt_timeout, retryable_errors)
+        return self._call(operation, query, timeouts, ordered=ordered, stats=stats)
+
+    def _call(
+        self,
+        operation: str,
+        query: Query,
+        timeouts: Timeouts,
+        *,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> SyncReadCall:
+        ctx = self._reads
+        plan, settings = read_for(
+            query, ctx.layout, ctx.budget, ordered=ordered, slots=capacity(ctx.limiter)
+        )
+        if stats is not None or ctx.hook is not None:
+            install_retry_counter(self._table)
+        return SyncReadCall(ctx, plan, settings, timeouts, operation=operation, stats=stats)
+
+    # -- writes ----------------------------------------------------------------
+
+    def mutate_row(
+        self,
+        row_key: str | bytes,
+        mutations: list[Mutation] | Mutation,
+        *,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.DEFAULT,
+        retryable_errors: Retryable = TABLE_DEFAULT.DEFAULT,
+    ) -> Any:
+        """Apply mutations to the row with this logical key.
+
+        Returns what the client's ``mutate_row`` returns (the RPC's response).
+        """
+        write = prepare_row_write(
+            self._layout,
+            row_key,
+            mutations,
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+        )
+        operation_timeout = self._guard.within(
+            write.family, operation_timeout, attempt_timeout, "default"
+        )
+        return self._table.mutate_row(
+            write.physical,
+            mutations,
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+            retryable_errors=retryable_errors,
+        )
+
+    def bulk_mutate_rows(
+        self,
+        mutation_entries: list[RowMutationEntry],
+        *,
+        operation_timeout: Timeout = TABLE_DEFAULT.MUTATE_ROWS,
+        attempt_timeout: AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
+        retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+        stats: CallStats | None = None,
+    ) -> None:
+        """Apply many logical entries in one ``bulk_mutate_rows`` call across buckets.
+
+        Every key is salted before anything is sent, so a bad key fails the
+        call with nothing written.
+
+        Raises:
+            MutationsExceptionGroup: Some entries failed; each
+                ``FailedMutationEntryError.entry`` is the caller's logical entry
+                and ``.index`` its position in ``mutation_entries``.
+        """
+        mutation_entries, physical, stats = bulk_prepare(
+            self._layout,
+            mutation_entries,
+            operation_timeout,
+            attempt_timeout,
+            stats,
+            self.stats_hook,
+        )
+        error: BaseException | None = None
+        try:
+            try:
+                operation_timeout = self._guard.within(
+                    first_family(mutation_entries),
+                    operation_timeout,
+                    attempt_timeout,
+                    "mutate_rows",
+                )
+            except GoogleAPICallError as exc:
+                # Reported as the client reports a call that failed as a whole.
+                raise every_entry_failed(mutation_entries, exc) from None
+            self._table.bulk_mutate_rows(
+                physical,
+                operation_timeout=operation_timeout,
+                attempt_timeout=attempt_timeout,
+                retryable_errors=retryable_errors,
+            )
+        except MutationsExceptionGroup as group:
+            error = logical_group(group, self._layout, mutation_entries)
+            raise error from None
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            bulk_report(stats, len(mutation_entries), error, self.stats_hook)
+
+    def check_and_mutate_row(
+        self,
+        row_key: str | bytes,
+        predicate: RowFilter | None,
+        *,
+        true_case_mutations: Mutation | list[Mutation] | None = None,
+        false_case_mutations: Mutation | list[Mutation] | None = None,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
+    ) -> bool:
+        """Mutate the row with this logical key depending on ``predicate``.
+
+        Row-key regexes in the predicate are matched against the logical key.
+        """
+        if not self._guard.settled():
+            # The guard may send requests first: a value that is no filter fails before
+            # them. Settled, the client's own build of the filter fails the same way with
+            # nothing sent, and builds it once.
+            check_filter(predicate)
+        write = prepare_row_write(
+            self._layout,
+            row_key,
+            true_case_mutations,
+            false_case_mutations,
+            operation_timeout=operation_timeout,
+        )
+        operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        return bool(
+            self._table.check_and_mutate_row(
+                write.physical,
+                filter_for(self._layout, write.bucket, predicate, checked=True),
+                true_case_mutations=true_case_mutations,
+                false_case_mutations=false_case_mutations,
+                operation_timeout=operation_timeout,
+            )
+        )
+
+    def read_modify_write_row(
+        self,
+        row_key: str | bytes,
+        rules: ReadModifyWriteRule | list[ReadModifyWriteRule],
+        *,
+        operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
+    ) -> Row:
+        """Atomically read-modify-write the row with this logical key."""
+        write = prepare_row_write(self._layout, row_key, rules, operation_timeout=operation_timeout)
+        operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        row = self._table.read_modify_write_row(
+            write.physical, rules, operation_timeout=operation_timeout
+        )
+        return relabel(row, write.key)
+
+    def mutations_batcher(
+        self,
+        *,
+        flush_interval: float | None = 5,
+        flush_limit_mutation_count: int | None = 1000,
+        flush_limit_bytes: int = 20 * 1024 * 1024,
+        flow_control_max_mutation_count: int = 100_000,
+        flow_control_max_bytes: int = 100 * 1024 * 1024,
+        batch_operation_timeout: Timeout = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_attempt_timeout: AttemptTimeout = TABLE_DEFAULT.MUTATE_ROWS,
+        batch_retryable_errors: Retryable = TABLE_DEFAULT.MUTATE_ROWS,
+    ) -> SaltedMutationsBatcherSync:
+        """Return a batcher whose entries are salted as they are appended (see the client's)."""
+        inner = self._table.mutations_batcher(
+            flush_interval=flush_interval,
+            flush_limit_mutation_count=flush_limit_mutation_count,
+            flush_limit_bytes=flush_limit_bytes,
+            flow_control_max_mutation_count=flow_control_max_mutation_count,
+            flow_control_max_bytes=flow_control_max_bytes,
+            batch_operation_timeout=batch_operation_timeout,
+            batch_attempt_timeout=batch_attempt_timeout,
+            batch_retryable_errors=batch_retryable_errors,
+        )
+        return SaltedMutationsBatcherSync(inner, self._layout, self._guard)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the underlying table."""
+        self._table.close()
+
+    def __enter__(self) -> SaltedTable:
+        # The client's table warms its channels for the instance here.
+        enter = getattr(self._table, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

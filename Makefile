@@ -12,7 +12,7 @@ BEAM_VENV  := .venv-beam
 BEAM_BIN   := $(BEAM_VENV)/bin
 BEAM_STAMP := $(BEAM_VENV)/.saltedtable-installed
 
-.PHONY: install install-beam test test-beam unit lint generate docs docs-serve dist demo emulator bench bench-beam clean
+.PHONY: install install-beam test test-beam unit lint generate docs docs-serve dist wheel-check demo emulator bench bench-beam clean
 
 install: $(STAMP)
 
@@ -78,6 +78,11 @@ docs-serve: $(STAMP)
 dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
+
+## make wheel-check: install the built wheel in clean venvs, away from the sources, and run
+## the console script, an emulator round trip and `import saltedtable.beam` (a few minutes)
+wheel-check: dist
+	PYTHON=$(PYTHON) .ci/wheel_check
 
 ## make demo: start the emulator, create the table, run both quickstarts, stop the emulator
 demo: $(STAMP)

@@ -115,3 +115,13 @@ def test_the_check_fails_on_a_stale_file(
     out = capsys.readouterr().out
     assert "+    def append(" in out
     assert "stale: saltedtable/_sync_autogen/batcher.py" in out
+
+
+def test_gitattributes_marks_exactly_the_generated_files() -> None:
+    """The path-keyed setting moves with the files: its pattern matches the generated folder."""
+    lines = (ROOT / ".gitattributes").read_text(encoding="utf-8").splitlines()
+    patterns = [line.split()[0] for line in lines if "linguist-generated" in line]
+    marked = {str(p.relative_to(ROOT)) for pattern in patterns for p in ROOT.glob(pattern)}
+    generated = {target for _, target in unasync.FILES}
+    assert generated <= marked, f"not marked generated: {sorted(generated - marked)}"
+    assert all(path.startswith(unasync.TARGET_DIR) for path in marked)

@@ -45,7 +45,8 @@ import anyio
 import anyio.to_thread
 
 from .budget import ReadBudget
-from .merge import Feed, Merge, Source, close_at_once
+from .merge import Feed
+from .merge_asyncio import Merge, Source, close_at_once
 from .slots import AsyncSlots
 
 __all__ = [

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, Final, TypeVar, final
 
 from .budget import ReadBudget
-from .merge import SyncSource, ThreadMerge
+from .merge_threads import SyncSource, ThreadMerge
 from .slots import Slots
 
 __all__ = [

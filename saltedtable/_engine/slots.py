@@ -241,7 +241,7 @@ class _Queue(Generic[_Q]):
     O(owners + log n) instead of a scan of every waiter.
 
     A waiter is *watched* when its ``urgent`` check is a bound method of an
-    object with a ``slot_watch`` attribute (a merge's :class:`~._merge.Feed`):
+    object with a ``slot_watch`` attribute (a merge's :class:`~.merge.Feed`):
     its class is asked once when it queues, and again only when that object
     calls ``slot_watch`` (its consumer starts or stops waiting for it); the
     slots keep it in its class's heap. Every other waiter's class is asked at

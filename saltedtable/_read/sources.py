@@ -57,7 +57,9 @@ from .._engine.budget import (
     RowSizes,
     streamable,
 )
-from .._engine.merge import Feed, Merge, MergeCore, ProducerBase, Sent, ThreadMerge
+from .._engine.merge import Feed, MergeCore, Sent
+from .._engine.merge_asyncio import Merge, ProducerBase
+from .._engine.merge_threads import ThreadMerge
 from .._engine.slots import PAUSE_MOST, AsyncSlots, Slots
 from .._scheme.layout import Layout
 from .cancel_asyncio import SyncRequest, end_stream, stop_reads, stop_sync_requests

@@ -37,7 +37,9 @@ from saltedtable._engine.budget import (
     page_ask,
     ramp,
 )
-from saltedtable._engine.merge import Feed, Merge, Sent, ThreadMerge
+from saltedtable._engine.merge import Feed, Sent
+from saltedtable._engine.merge_asyncio import Merge
+from saltedtable._engine.merge_threads import ThreadMerge
 from tests.fakes import FakeTable, SyncFakeTable
 
 PROPERTY = settings(max_examples=25, deadline=None)

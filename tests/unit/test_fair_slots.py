@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 import saltedtable._engine.slots as _slots
 from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable._engine.budget import ReadBudget
-from saltedtable._engine.merge import Merge, Sent
+from saltedtable._engine.merge import Sent
+from saltedtable._engine.merge_asyncio import Merge
 from saltedtable._engine.slots import AsyncSlots, Slots, next_waiter
 from tests.fakes import FakeTable, SyncFakeTable
 
@@ -1041,7 +1042,7 @@ def _windows(cut: bool, stray: int) -> list[int]:
     """A feed's windows over six requests that the consumer empties at once, each
     delivering all it asked less ``stray`` hidden rows; ``cut``: its source ended each
     one early (given way, paused, at its byte cap)."""
-    from saltedtable._engine.merge import ThreadMerge
+    from saltedtable._engine.merge_threads import ThreadMerge
 
     merge: ThreadMerge[int] = ThreadMerge(
         [lambda *a: None] * 16,  # type: ignore[list-item]
@@ -1085,7 +1086,8 @@ def test_a_sync_merge_wakes_its_paused_requests_when_its_consumer_waits() -> Non
     """A request pausing for a small read (Feed.on_pause) is woken as soon as its read's
     consumer waits for any item, and its feed is no longer pausable while it does: the
     paused request may hold the worker thread another bucket's request needs."""
-    from saltedtable._engine.merge import ThreadMerge, Wait
+    from saltedtable._engine.merge import Wait
+    from saltedtable._engine.merge_threads import ThreadMerge
 
     merge: ThreadMerge[int] = ThreadMerge([lambda *a: None] * 2, threads=2, ordered=False)  # type: ignore[list-item]
     paused, other = merge._feeds

@@ -37,6 +37,8 @@ ORDER: tuple[str, ...] = (
     "_engine.budget",
     "_engine.slots",
     "_engine.merge",
+    "_engine.merge_asyncio",
+    "_engine.merge_threads",
     "_engine.runtime_asyncio",
     "_engine.runtime_threads",
     "_engine",

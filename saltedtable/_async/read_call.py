@@ -22,7 +22,7 @@ from .._contracts import ReadRowsStream, TableLikeAsync
 from .._engine.budget import ReadSettings
 from .._engine.merge_asyncio import Merge
 from .._engine.runtime_asyncio import ROW_KEY, OneRun, capacity, new_merge, one_merge
-from .._engine.slots import AsyncSlots
+from .._engine.slots_asyncio import AsyncSlots
 from .._read.plan import ReadPlan
 from .._read.sources import (
     BucketSource,

@@ -36,7 +36,7 @@ from .._admin import schema_reader_for, table_label
 from .._contracts import AttemptTimeout, Retryable, TableLikeAsync, Timeout
 from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
 from .._engine.runtime_asyncio import capacity, fan_out, row_stream
-from .._engine.slots import AsyncSlots
+from .._engine.slots_asyncio import AsyncSlots
 from .._exceptions import UnsaltableKeyError
 from .._facade import (
     SHARDED_CONCURRENCY,

@@ -19,7 +19,7 @@ from typing import Any, Final, TypeVar, final
 
 from .budget import ReadBudget
 from .merge_threads import SyncSource, ThreadMerge
-from .slots import Slots
+from .slots_threads import Slots
 
 __all__ = [
     "READ_REQUESTS",

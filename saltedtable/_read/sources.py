@@ -60,7 +60,9 @@ from .._engine.budget import (
 from .._engine.merge import Feed, MergeCore, Sent
 from .._engine.merge_asyncio import Merge, ProducerBase
 from .._engine.merge_threads import ThreadMerge
-from .._engine.slots import PAUSE_MOST, AsyncSlots, Slots
+from .._engine.slots import PAUSE_MOST
+from .._engine.slots_asyncio import AsyncSlots
+from .._engine.slots_threads import Slots
 from .._scheme.layout import Layout
 from .cancel_asyncio import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from .plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request

@@ -38,7 +38,7 @@ from .._admin import schema_reader_for, table_label
 from .._contracts import AttemptTimeout, Retryable, SyncTableLike, Timeout
 from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
 from .._engine.runtime_threads import capacity, fan_out, row_stream
-from .._engine.slots import Slots
+from .._engine.slots_threads import Slots
 from .._exceptions import UnsaltableKeyError
 from .._facade import (
     SHARDED_CONCURRENCY,

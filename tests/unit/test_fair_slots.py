@@ -23,11 +23,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import saltedtable._engine.slots as _slots
+import saltedtable._engine.slots_asyncio as slots_asyncio
+import saltedtable._engine.slots_threads as slots_threads
 from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable._engine.budget import ReadBudget
 from saltedtable._engine.merge import Sent
 from saltedtable._engine.merge_asyncio import Merge
-from saltedtable._engine.slots import AsyncSlots, Slots, next_waiter
+from saltedtable._engine.slots import next_waiter
+from saltedtable._engine.slots_asyncio import AsyncSlots
+from saltedtable._engine.slots_threads import Slots
 from tests.fakes import FakeTable, SyncFakeTable
 
 
@@ -470,17 +474,17 @@ QUEUE_OPS = st.lists(
 )
 def test_the_slots_queue_picks_exactly_as_next_waiter(ops: list[tuple[object, ...]]) -> None:
     """Grouped by owner, watched waiters filed by class: the same waiter as a scan of all."""
-    from saltedtable._engine.slots import _Queue, _watchable
+    from saltedtable._engine.slots import WaitQueue, watchable
 
-    queue: _Queue[object] = _Queue()  # type: ignore[type-var]
+    queue: WaitQueue[object] = WaitQueue()  # type: ignore[type-var]
     model: deque[object] = deque()
     for op in ops:
         if op[0] == "ask":
             _, watched, fg, owner = op
             waiter = (Watched if watched else Plain)(fg, owner)  # type: ignore[arg-type]
             model.append(waiter)
-            queue.append(waiter, _watchable(waiter.urgent))  # type: ignore[arg-type]
-            assert _watchable(waiter.urgent) == (watched and fg is not None)  # type: ignore[arg-type]
+            queue.append(waiter, watchable(waiter.urgent))  # type: ignore[arg-type]
+            assert watchable(waiter.urgent) == (watched and fg is not None)  # type: ignore[arg-type]
         elif op[0] in ("flip", "leave") and model:
             waiter = model[op[1] % len(model)]  # type: ignore[call-overload]
             if op[0] == "leave":
@@ -881,7 +885,8 @@ class PFeed:
 @pytest.fixture
 def no_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pauses are not asked again on a timer: only a wake-up ends one early."""
-    monkeypatch.setattr(_slots, "PAUSE_SLICE", 60.0)
+    monkeypatch.setattr(slots_threads, "PAUSE_SLICE", 60.0)
+    monkeypatch.setattr(slots_asyncio, "PAUSE_SLICE", 60.0)
 
 
 def _never_stop() -> bool:

@@ -36,6 +36,8 @@ ORDER: tuple[str, ...] = (
     # the read engine (no Bigtable)
     "_engine.budget",
     "_engine.slots",
+    "_engine.slots_asyncio",
+    "_engine.slots_threads",
     "_engine.merge",
     "_engine.merge_asyncio",
     "_engine.merge_threads",

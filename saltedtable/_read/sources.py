@@ -49,14 +49,7 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from .._contracts import ReadRowsStream, SyncReadRowsStream
-from .._engine.budget import (
-    DEFAULT_ROW_BYTES,
-    OneRequestOdds,
-    ReadBudget,
-    ReadSettings,
-    RowSizes,
-    streamable,
-)
+from .._engine.budget import DEFAULT_ROW_BYTES, ReadBudget, streamable
 from .._engine.merge import Feed, MergeCore, Sent
 from .._engine.merge_asyncio import Merge, ProducerBase
 from .._engine.merge_threads import ThreadMerge
@@ -66,6 +59,7 @@ from .._engine.slots_threads import Slots
 from .._scheme.layout import Layout
 from .cancel_asyncio import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from .plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
+from .settings import OneRequestOdds, ReadSettings, RowSizes
 from .stats import (
     BucketStats,
     CallStats,

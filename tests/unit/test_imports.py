@@ -45,6 +45,7 @@ ORDER: tuple[str, ...] = (
     "_engine.runtime_threads",
     "_engine",
     # one read against Bigtable
+    "_read.settings",
     "_read.timeouts",
     "_read.query",
     "_read.plan",

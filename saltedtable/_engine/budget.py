@@ -99,24 +99,16 @@ READ_AHEAD_SECONDS: Final = 1.0
 #: enough that a consumer that keeps up reaches full pages in few requests.
 READ_AHEAD_GROWTH: Final = 4
 #: The largest window of a bucket of an unordered read whose request streams: a
-#: stream's next grant costs no round trip, so a larger window buys nothing,
-#: while the rows a bucket holds are objects the caller's process keeps alive
-#: (measured on the emulator, 16 buckets of 2,500 rows: windows up to the
-#: bucket's share held 15,000-19,000 rows at once and read at 0.85-0.87x the
-#: raw sub-scans; at most 256 a bucket, 2,700-4,000 rows and 0.91-0.98x).
-#: An ordered read's rows wait above its merge's watermark for slower buckets,
-#: so its windows grow to the share.
+#: stream's next grant costs no round trip, while the rows a bucket holds are objects
+#: the process keeps alive (emulator, 16 buckets: windows up to the share held
+#: 15,000-19,000 rows at 0.85x the raw sub-scans, 256 held 2,700-4,000 at 0.91-0.98x).
+#: An ordered read's windows grow to the share. See docs/performance.md.
 STREAM_WINDOW_ROWS: Final = 256
 #: Rows the buckets of an ordered read whose requests stream may hold above its
-#: merge's watermark, in all, while its consumer waits for another bucket: a
-#: bucket that runs further ahead pauses its stream (see :func:`ahead_rows`).
-#: Rows wait above the watermark for the slowest bucket, and rows held long
-#: cost the process more when it touches them again (sorting, handing over,
-#: freeing). Measured on the emulator (16 buckets, rows of one cell): without
-#: a bound an ordered scan held 800-5,500 rows at each hand-over, and its
-#: main thread used 1.27x the raw sub-scans' CPU; with 64 a bucket, about 420
-#: rows and 1.17x. Raw sub-scans that keep 2,048 rows alive use 1.09x their
-#: CPU, 256 rows 0.99x.
+#: merge's watermark, in all, while its consumer waits for another bucket; a bucket
+#: further ahead pauses (see :func:`ahead_rows`), as rows held long cost CPU when
+#: touched again (emulator, 16 buckets: unbounded, 800-5,500 rows and 1.27x the raw
+#: sub-scans' CPU; 64 a bucket, 420 rows and 1.17x). See docs/performance.md.
 AHEAD_ROWS: Final = 1024
 #: The least :func:`ahead_rows` gives a bucket.
 AHEAD_LEAST: Final = 16

@@ -88,17 +88,12 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Items the sources of a read may deliver, in all, while its consumer waits,
-#: before it is woken (or a request's end, or :data:`WAKE_DELAY`): each
-#: source the consumer waits for wakes it once it holds its part of them
-#: (see ``MergeCore._batch``). Larger batches share the consumer's work per
-#: wake; smaller ones keep down what the read holds between two hand-overs,
-#: which every item allocated then is part of. Measured (16 buckets, rows of
-#: one cell): at 64 a scan of 40,000 rows starts 3 (unordered) to 25
-#: (ordered) garbage collections, where batches of 16 a source (about 256 in
-#: all) started 150, which cost it 60-130 ms and its throughput about 5%; a row holds
-#: four objects the collector tracks, and a collection starts every 700
-#: more of them.
+#: Items the sources of a read may deliver, in all, while its consumer waits, before
+#: it is woken (or a request's end, or :data:`WAKE_DELAY`; each source it waits for
+#: wakes it at its part, see ``MergeCore._batch``): larger batches share the
+#: consumer's work per wake, smaller ones hold less between hand-overs and start fewer
+#: garbage collections (a 40,000-row scan: 3-25 at 64, 150 at 16 a source, about 5% of
+#: its throughput). See docs/performance.md.
 WAKE_BATCH: Final = 64
 #: The least part of :data:`WAKE_BATCH` a source wakes the consumer at (see
 #: ``MergeCore._batch``). Measured (unordered, 256 buckets, 64 slots): a part

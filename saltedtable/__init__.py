@@ -12,7 +12,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ._engine.budget import ReadBudget, ReadSettings
+from ._engine.budget import ReadBudget
 from ._exceptions import (
     CutoffError,
     EmulatorError,
@@ -29,6 +29,7 @@ from ._exceptions import (
 )
 from ._guard.families import RECORD_FAMILY
 from ._guard.record import CutoffRecord, LayoutRecord, describe_layout
+from ._read.settings import ReadSettings
 from ._read.stats import BucketStats, CallStats, OneRequestOutcome, OneRequestResult, StatsHook
 from ._scheme.cutoff import (
     CutoffPolicy,

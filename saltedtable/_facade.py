@@ -27,10 +27,11 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from ._contracts import AttemptTimeout, Retryable, TableDefaults, Timeout
-from ._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget, ReadSettings
+from ._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget
 from ._guard.record import family_of
 from ._read.plan import ReadPlan, plan_reads, rewrite_filter
 from ._read.query import as_query, check_filter
+from ._read.settings import ReadSettings
 from ._read.stats import CallStats, StatsHook, report
 from ._read.timeouts import Timeouts, check_timeouts, resolve_timeouts
 from ._scheme.cutoff import CutoffPolicy

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from saltedtable._engine.slots import Slots
+from saltedtable._engine.slots_threads import Slots
 
 __all__ = ["mark_small_reads", "reads_point_keys"]
 

@@ -19,7 +19,7 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 
 from .._contracts import AttemptTimeout, TableLikeAsync, Timeout
 from .._engine.runtime_asyncio import Lock, capacity, fan_out, run_blocking, slot
-from .._engine.slots import AsyncSlots
+from .._engine.slots_asyncio import AsyncSlots
 from .._exceptions import LayoutError
 from .._guard.decisions import (
     RECORD_ONLY,

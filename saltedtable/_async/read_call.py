@@ -19,11 +19,11 @@ from typing import final
 from google.cloud.bigtable.data.row import Row
 
 from .._contracts import ReadRowsStream, TableLikeAsync
-from .._engine.budget import ReadSettings
-from .._engine.merge import Merge
+from .._engine.merge_asyncio import Merge
 from .._engine.runtime_asyncio import ROW_KEY, OneRun, capacity, new_merge, one_merge
-from .._engine.slots import AsyncSlots
+from .._engine.slots_asyncio import AsyncSlots
 from .._read.plan import ReadPlan
+from .._read.settings import ReadSettings
 from .._read.sources import (
     BucketSource,
     OneRequestSource,

@@ -34,9 +34,9 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._admin import schema_reader_for, table_label
 from .._contracts import AttemptTimeout, Retryable, TableLikeAsync, Timeout
-from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
+from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget
 from .._engine.runtime_asyncio import capacity, fan_out, row_stream
-from .._engine.slots import AsyncSlots
+from .._engine.slots_asyncio import AsyncSlots
 from .._exceptions import UnsaltableKeyError
 from .._facade import (
     SHARDED_CONCURRENCY,
@@ -59,6 +59,7 @@ from .._guard.decisions import STORE_SAMPLE_ROWS
 from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
 from .._read.plan import ReadPlan
 from .._read.query import check_filter
+from .._read.settings import OneRequestOdds
 from .._read.stats import CallStats, StatsHook, install_retry_counter
 from .._read.timeouts import (
     Timeouts,

@@ -1,8 +1,8 @@
 """The merge engine: read sorted sources at once; hand over batches in key order or as they come.
 
 One engine, two drivers: :class:`MergeCore` makes every decision,
-:class:`Merge` drives it on asyncio (the async table's reads) and
-:class:`ThreadMerge` with worker threads (the sync table's reads).
+:class:`~.merge_asyncio.Merge` drives it on asyncio (the async table's reads) and
+:class:`~.merge_threads.ThreadMerge` with worker threads (the sync table's reads).
 
 Generic: nothing here knows about Bigtable. A *source* runs one request at a
 time: called with a size and its :class:`Feed`, it appends at most that many
@@ -40,39 +40,16 @@ for sources is woken in batches (about ``wake_batch`` items in all, or
 ``wake_delay`` seconds), so that its work per wake, which visits every source,
 is shared by many items, while what the read holds between two hand-overs
 stays small (see :data:`WAKE_BATCH`).
-
-Why a supervisor task: the producers are tasks of their own, each in a cancel
-scope of its own, and a supervisor task waits for them (and stops them all
-when one fails), so the consumer side can be a plain async iterator that may
-be abandoned (``break``), closed from another task (asyncio's async-generator
-finaliser) or cancelled, without exiting a cancel scope in the wrong task.
-:meth:`Merge.aclose` cancels the producers and waits until they are gone. The
-producers are plain asyncio tasks, not a task group's: a task group wraps each
-in a frame of its own, which the task pays for at every item it resumes for.
-
-The thread driver: each request runs in a worker of a pool the merge owns,
-and the caller's thread merges; every decision happens under one
-:class:`threading.Condition`. A source stops at its next item once
-:attr:`ThreadMerge.stopping` is set; :meth:`ThreadMerge.close` ends the
-requests still running through its ``stop_requests`` (their workers may be
-blocked waiting for a row), and returns once every worker is back and the
-pool is shut down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import concurrent.futures
-import contextlib
 import heapq
-import threading
 import time
-import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, Final, Generic, NamedTuple, NoReturn, Protocol, TypeVar, cast, final
-
-import anyio
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, Generic, NamedTuple, NoReturn, TypeVar, final
 
 from .budget import (
     DEFAULT_ROW_BYTES,
@@ -97,37 +74,26 @@ from .budget import (
 )
 
 __all__ = [
-    "STALL_SECONDS",
+    "NEVER",
     "UNWATCHED",
     "WAKE_BATCH",
     "WAKE_DELAY",
     "WAKE_PART_LEAST",
     "Feed",
-    "Merge",
+    "MergeClosed",
     "MergeCore",
-    "Producer",
-    "ProducerBase",
     "Sent",
-    "Source",
-    "SyncSource",
-    "ThreadMerge",
     "Wait",
-    "close_at_once",
 ]
 
 T = TypeVar("T")
 
-#: Items the sources of a read may deliver, in all, while its consumer waits,
-#: before it is woken (or a request's end, or :data:`WAKE_DELAY`): each
-#: source the consumer waits for wakes it once it holds its part of them
-#: (see ``MergeCore._batch``). Larger batches share the consumer's work per
-#: wake; smaller ones keep down what the read holds between two hand-overs,
-#: which every item allocated then is part of. Measured (16 buckets, rows of
-#: one cell): at 64 a scan of 40,000 rows starts 3 (unordered) to 25
-#: (ordered) garbage collections, where batches of 16 a source (about 256 in
-#: all) started 150, which cost it 60-130 ms and its throughput about 5%; a row holds
-#: four objects the collector tracks, and a collection starts every 700
-#: more of them.
+#: Items the sources of a read may deliver, in all, while its consumer waits, before
+#: it is woken (or a request's end, or :data:`WAKE_DELAY`; each source it waits for
+#: wakes it at its part, see ``MergeCore._batch``): larger batches share the
+#: consumer's work per wake, smaller ones hold less between hand-overs and start fewer
+#: garbage collections (a 40,000-row scan: 3-25 at 64, 150 at 16 a source, about 5% of
+#: its throughput). See docs/performance.md.
 WAKE_BATCH: Final = 64
 #: The least part of :data:`WAKE_BATCH` a source wakes the consumer at (see
 #: ``MergeCore._batch``). Measured (unordered, 256 buckets, 64 slots): a part
@@ -138,16 +104,10 @@ WAKE_PART_LEAST: Final = 4
 #: wait is bounded by about 1.5 x :data:`STALL_SECONDS` instead (see
 #: ``Merge._wait``): the most batching adds to an item's latency.
 WAKE_DELAY: Final = 0.002
-_NEVER: Final = 1 << 62
+NEVER: Final = 1 << 62
 #: :attr:`Feed.wake_at` while the consumer does not wait for the feed: a source
 #: may skip the length check while ``wake_at >= UNWATCHED``.
-UNWATCHED: Final = _NEVER
-#: How long a wait while items flow (no timer) may last before a thread of
-#: saltedtable's wakes it; a wait that lasted this long makes the next waits
-#: timed by :data:`WAKE_DELAY` (see ``Merge._wait``).
-STALL_SECONDS: Final = 0.05
-#: Seconds a limited read that is complete waits for its last requests to end by themselves.
-DRAIN_SECONDS: Final = 1.0
+UNWATCHED: Final = NEVER
 
 
 class Sent(NamedTuple):
@@ -160,26 +120,6 @@ class Sent(NamedTuple):
     #: The source ended the request early, between items (given way, paused too
     #: long, an item past its byte cap): it says nothing of the consumer's pace.
     cut: bool = False
-
-
-class Source(Protocol[T]):
-    """Runs one request of at most ``size`` items, appending them to ``feed`` as they arrive."""
-
-    def __call__(self, size: int, feed: Feed[T], /) -> Awaitable[Sent]: ...
-
-
-class Producer(Protocol[T]):
-    """A source that runs its own producer loop, as the producer task itself.
-
-    ``produce(merge, feed)`` is what :class:`Merge` runs for it: a loop of
-    ``size = await merge.next_size(feed)`` (0: stop), one request of at most
-    ``size`` items, ``merge.request_done(feed, pushed)``, inside
-    ``async with merge.producing(feed)``. The same loop as a :class:`Source`'s,
-    one frame fewer between the task and the source's stream (each item
-    that arrives resumes every frame of the task).
-    """
-
-    def produce(self, merge: Merge[T], feed: Feed[T], /) -> Awaitable[None]: ...
 
 
 @final
@@ -233,7 +173,7 @@ class Feed(Generic[T]):
         #: source appends each item once; the merge takes keys from items).
         self.keys: list[Any] = self.items if merge._key is not None else []
         #: The source calls :meth:`wake` once it holds this many items.
-        self.wake_at = _NEVER
+        self.wake_at = NEVER
         #: The same, as a countdown (async :class:`Merge` only): while it is
         #: positive, the consumer waits for this feed, and a source may count it
         #: down by one per item appended and call :meth:`wake` when it reaches 0
@@ -266,14 +206,14 @@ class Feed(Generic[T]):
         #: sources all fit the slots: see :meth:`renew`).
         self.streams = merge._streams
         #: Items the feed may hold and have asked for (reads without a limit);
-        #: see :func:`~._strategy.widen`.
+        #: see :func:`~.budget.widen`.
         self.window = FIRST_PAGE_ROWS
         #: When its last request ended (``time.monotonic()``; 0: none has, or it
         #: was cut short).
         self.ended_at = 0.0
         #: Grants so far: its requests, and the pages a streamed request renewed.
         self.grants = 0
-        #: Of them, probes: requests of :data:`~._strategy.PROBE_ROWS` made
+        #: Of them, probes: requests of :data:`~.budget.PROBE_ROWS` made
         #: before the read had measured a row (their pace says nothing either).
         self.probes = 0
         self.index = index
@@ -285,7 +225,7 @@ class Feed(Generic[T]):
         #: The source asks :meth:`ahead` once it holds this many items (see
         #: there); ``1 << 62``: it never does (a read whose sources page, an
         #: unordered one, a limited one).
-        self.ahead_at = _NEVER
+        self.ahead_at = NEVER
         self._merge = merge
         self._waiter: asyncio.Future[None] | None = None
         #: The wait for a grant its producer is in now (None: it is not in one),
@@ -304,7 +244,7 @@ class Feed(Generic[T]):
 
     def wake(self) -> None:
         """Wake the consumer waiting for this feed."""
-        self.wake_at = _NEVER
+        self.wake_at = NEVER
         self.wake_left = 0
         if self.slot_watch is not None:
             self.slot_watch()
@@ -332,7 +272,7 @@ class Feed(Generic[T]):
         An ordered read's consumer takes a bucket's items only up to the
         slowest bucket's last key; a bucket whose stream runs ahead while the
         consumer waits for another holds rows that wait, and the process pays
-        for rows kept long (see :data:`~._strategy.AHEAD_ROWS`). Returns a
+        for rows kept long (see :data:`~.budget.AHEAD_ROWS`). Returns a
         future the source may wait for without reading (the stream stays
         open; what the server sends meanwhile stops at gRPC's flow-control
         window), then call :meth:`ahead_over`. The engine sets it to False
@@ -367,10 +307,10 @@ class Feed(Generic[T]):
 
     def pausable(self) -> bool:
         """Whether this feed's running request may pause for a small read (see
-        :meth:`~._slots.Slots.pause_for_small`).
+        :meth:`~.slots_threads.Slots.pause_for_small`).
 
         Read-ahead (not :meth:`urgent`) of a consumer slower than the reads:
-        the feed's window never grew (see :func:`~._strategy.widen`), so the
+        the feed's window never grew (see :func:`~.budget.widen`), so the
         rows it holds last its consumer a while. A consumer that keeps up is
         not made to wait for pauses: in an ordered read it takes from every
         bucket in turn, and paused buckets would hand it their rows one wait
@@ -423,7 +363,7 @@ class MergeCore(Generic[T]):
         wake_delay: See ``wake_batch``.
         slots: Requests that can run at once (None: as many as there are
             sources). With more sources than slots, the first request of each
-            source in an ordered read asks less (:func:`~._strategy.first_request`).
+            source in an ordered read asks less (:func:`~.budget.first_request`).
         key: The key of an item (None: sources append keys to :attr:`Feed.keys`
             themselves). With a key, :attr:`Feed.keys` is :attr:`Feed.items`:
             a source appends each item once, and the merge computes keys (in C,
@@ -431,7 +371,7 @@ class MergeCore(Generic[T]):
         largest: A hint of the items' size (bytes of the largest), for the
             requests sent before the read has measured an item; None: none (a
             read without a limit then probes each source with one item; see
-            :func:`~._strategy.ramp`). Ignored past a page's byte cap.
+            :func:`~.budget.ramp`). Ignored past a page's byte cap.
         measured: What the read already measured of its items (a missed one
             request's largest row): sizes requests as its own measure does.
     """
@@ -575,7 +515,7 @@ class MergeCore(Generic[T]):
         Before the read has delivered an item: what it was started with, its
         own earlier measure (``measured``: a missed one request's rows) or a
         hint (``largest``: the table's recent reads with its filter, see
-        :class:`~._strategy.RowSizes`), if any.
+        :class:`~saltedtable._read.settings.RowSizes`), if any.
         """
         return self._largest
 
@@ -649,7 +589,7 @@ class MergeCore(Generic[T]):
         """See :meth:`Feed.urgent`."""
         return (
             self._limit is not None
-            or feed.wake_at < _NEVER
+            or feed.wake_at < NEVER
             or (feed.taken_last is None and not feed.keys)
         )
 
@@ -673,7 +613,7 @@ class MergeCore(Generic[T]):
         return ask.rows
 
     def _ask_page(self, feed: Feed[T]) -> Ask | None:
-        """The next request of a read without a limit (see :func:`~._strategy.page_ask`)."""
+        """The next request of a read without a limit (see :func:`~.budget.page_ask`)."""
         ask = self._page(feed)
         if ask is not None and feed.ended_at:
             # Once per grant (a request, or a page a stream renews): the
@@ -820,7 +760,7 @@ class MergeCore(Generic[T]):
         if self._error is not None:
             raise self._error
         if self._closed:
-            raise _Closed
+            raise MergeClosed
         raise RuntimeError("a merge source stopped without an error")
 
     def _taken(self, feed: Feed[T], count: int) -> None:
@@ -1135,759 +1075,11 @@ class MergeCore(Generic[T]):
             self._release(feed)
 
 
-@final
-class Merge(MergeCore[T]):
-    """Run sources concurrently on asyncio and yield batches, merged by key or unordered.
-
-    Args:
-        sources: One per source. In ordered mode each must deliver keys in
-            ascending order; a key may appear in several sources (equal keys
-            of different sources come out in no set order).
-        ordered: Merge in ascending key order (True) or hand items over as
-            they arrive (False).
-        limit: Stop after this many items (None: every item).
-        budget: Bounds the items asked of sources and not yet handed over.
-        wake_batch, wake_delay: When a waiting consumer is woken (see
-            :class:`MergeCore`).
-        stop_requests: Ends the requests running now without cancelling the
-            tasks that run them; each source's request then returns by itself.
-            Awaited before the producers are cancelled (closing the merge
-            early, or another source failed): a task cancelled while it waits
-            for a gRPC message leaks memory in grpc.aio (see :mod:`._cancel`).
-        slots: Requests that can run at once (see :class:`MergeCore`).
-        key: The key of an item, or None (see :class:`MergeCore`).
-        largest, measured: The items' size as hinted or measured before the
-            read (see :class:`MergeCore`).
-    """
-
-    def __init__(
-        self,
-        sources: Sequence[Source[T] | Producer[T]],
-        *,
-        ordered: bool = True,
-        limit: int | None = None,
-        budget: ReadBudget | None = None,
-        wake_batch: int = WAKE_BATCH,
-        wake_delay: float = WAKE_DELAY,
-        stop_requests: Callable[[], Awaitable[None]] | None = None,
-        slots: int | None = None,
-        key: Callable[[T], Any] | None = None,
-        largest: int | None = None,
-        measured: int | None = None,
-    ) -> None:
-        super().__init__(
-            len(sources),
-            ordered=ordered,
-            limit=limit,
-            budget=budget,
-            wake_batch=wake_batch,
-            wake_delay=wake_delay,
-            slots=slots,
-            key=key,
-            largest=largest,
-            measured=measured,
-        )
-        self._sources = list(sources)
-        self._stop_requests = stop_requests
-        self._release_idle = False  # (_release only wakes a producer's waiter)
-        self._waiter: asyncio.Future[None] | None = None
-        self._timed = True  # the next batch wait has a timer (see _wait)
-        #: When the untimed batch wait running now began (0.0: none runs; see _StallWatch).
-        self._untimed_since = 0.0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        #: Each producer's cancel scope, entered by ``producing`` in its task.
-        self._scopes: list[anyio.CancelScope] = []
-        self._cancelled = False  # the producers were told to stop (see _cancel_producers)
-        self._abandoned = False  # stopped by abandon(): nothing is left to wait for
-        self._task: asyncio.Task[None] | None = None
-        self._iter: AsyncGenerator[list[T], None] | None = None
-        #: The feeds counting down to the consumer's wake (see Feed.wake_left).
-        self._counting: Sequence[Feed[T]] = ()
-
-    def __aiter__(self) -> Merge[T]:
-        return self
-
-    async def __anext__(self) -> list[T]:
-        if self._iter is None:
-            if self._closed:
-                raise StopAsyncIteration
-            self._first_round()
-            self._task = asyncio.get_running_loop().create_task(self._supervise())
-            self._task.add_done_callback(self._supervisor_done)
-            self._iter = self._batches()
-        try:
-            return await self._iter.__anext__()
-        except (StopAsyncIteration, _Closed):
-            if self._stopping and not self._closed:
-                await self._let_requests_end()
-            await self.aclose()
-            raise StopAsyncIteration from None
-
-    async def _let_requests_end(self) -> None:
-        """A limited read is complete: let the requests still running end on their own.
-
-        They are small (sized by the rounds) and their rows are not needed, but
-        ending them by cancelling costs more than reading them to their end: a
-        cancelled stream is an error on the server, and cancelling a task while it
-        waits for a message leaks memory in grpc.aio (grpc/grpc#43360). Bounded by
-        :data:`DRAIN_SECONDS`; what is left then is cancelled.
-        """
-        task = self._task
-        if task is None or task.done():
-            return
-        for feed in self._feeds:
-            self._release(feed)  # a producer waiting for a grant now sees the read stop
-        with anyio.move_on_after(DRAIN_SECONDS):
-            await asyncio.wait([task])
-
-    async def __aenter__(self) -> Merge[T]:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Cancel every producer (and so every request running) and wait until they are gone.
-
-        Safe to call more than once and from any task; never raises a producer error.
-        """
-        if self._abandoned:
-            return  # (abandon() stopped it: nothing runs a request, nothing to wait for)
-        self._closed = self._stopping = True
-        _STALL_WATCH.discard(self)
-        self._end_ahead()
-        if self._live:
-            # (Only while a producer runs: cancelling formats the task's repr,
-            # which costs more than a small read's merge.)
-            try:
-                await self._end_requests()
-            finally:  # (a plain asyncio cancel of the caller passes the shields)
-                self._cancel_producers()
-        with anyio.CancelScope(shield=True):
-            if self._task is not None:
-                await asyncio.wait([self._task])
-                if not self._task.cancelled():
-                    self._task.exception()  # retrieved: it is reported through _error
-            if self._iter is not None and not getattr(self._iter, "ag_running", False):
-                # (A consumer still inside __anext__ in another task finishes
-                # the generator itself when it sees the merge closed.)
-                it, self._iter = self._iter, None
-                await it.aclose()
-        self._wake()
-
-    def abandon(self) -> bool:
-        """Stop now, without waiting, if no request runs: the consumer has gone for good.
-
-        For a consumer that dropped its stream between batches (a bare ``break``):
-        asyncio would close the stream a few loop turns later, from a task of its
-        own, while the producers wait idle. When every producer waits for its next
-        grant (none is inside a request, so none holds an RPC or a slot), they and
-        the supervisor are cancelled here and end at the event loop's next turn,
-        and :meth:`aclose` has nothing left to do. Otherwise nothing changes:
-        closing the merge ends the running requests between rows (see
-        ``stop_requests``), as it must to leak nothing.
-
-        Returns:
-            Whether the merge stopped (or never started); False: it is left to
-            :meth:`aclose`. Called outside the merge's event loop: False.
-        """
-        if self._abandoned:
-            return True
-        task = self._task
-        if task is None:  # never iterated: no producer ever ran
-            self._closed = self._stopping = self._abandoned = True
-            return True
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        if self._closed or loop is not task.get_loop():
-            return False
-        if not task.done() and any(f._parked is None and not f.done for f in self._feeds):
-            return False  # a request runs, or is about to: aclose ends it
-        it = self._iter
-        if it is not None and getattr(it, "ag_running", False):
-            return False
-        self._closed = self._stopping = self._abandoned = True
-        _STALL_WATCH.discard(self)
-        self._end_ahead()
-        # The producers first: each ends in its first step at the next turn (one
-        # already woken finds the merge stopping: no grant), before the
-        # supervisor's, which then finds every one of them done.
-        self._cancel_producers()
-        task.cancel()
-        if it is not None:
-            self._iter = None
-            close_at_once(it)  # (suspended at its yield: its cleanup awaits nothing)
-        return True
-
-    # -- producers ---------------------------------------------------------------
-
-    async def _supervise(self) -> None:
-        """Run one task per source until every one has returned; stop them all if one fails.
-
-        The producers are plain asyncio tasks, each running its source's
-        coroutine itself (no wrapper frame, which a task pays for every time it
-        resumes: once per item), and each enters a cancel scope of its own in
-        :meth:`producing`, so that cancelling them (:meth:`aclose`, a failure)
-        respects the shields they close their requests under.
-        """
-        loop = asyncio.get_running_loop()
-        tasks = [
-            loop.create_task(
-                source.produce(self, self._feeds[i])
-                if isinstance(source, ProducerBase)
-                else self._produce(i)
-            )
-            for i, source in enumerate(self._sources)
-        ]
-        # One callback a task (not asyncio.wait in a loop, which would re-arm
-        # every pending task at each end: N^2 at N = 4,096 buckets).
-        ended = loop.create_future()
-        left = len(tasks)
-
-        def on_end(task: asyncio.Task[None]) -> None:
-            nonlocal left
-            left -= 1
-            failed = task.cancelled() or task.exception() is not None
-            if (failed or not left) and not ended.done():
-                ended.set_result(None)
-
-        for task in tasks:
-            task.add_done_callback(on_end)
-        try:
-            if tasks:
-                await ended
-            failed = [t for t in tasks if t.done() and (t.cancelled() or t.exception())]
-            if failed:
-                # A producer failed (its error is the merge's, and `producing`
-                # ended the other requests), or a cancellation that was not the
-                # merge's ended it: the others stop.
-                first = failed[0]
-                if self._error is None and not self._closed:
-                    self._error = (
-                        RuntimeError(_CANCELLED_FROM_OUTSIDE)
-                        if first.cancelled()
-                        else first.exception()
-                    )
-                self._cancel_producers()
-                pending = [t for t in tasks if not t.done()]
-                if pending:
-                    await asyncio.wait(pending)
-        except asyncio.CancelledError:
-            # Cancelled from outside (aclose cancels the producers, not this task;
-            # abandon cancels both, the producers first).
-            if self._error is None and not self._closed:
-                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
-            self._cancel_producers()
-            pending = [t for t in tasks if not t.done()]
-            if pending:
-                await asyncio.wait(pending)
-            raise
-        finally:
-            for task in tasks:
-                if task.done() and not task.cancelled():
-                    exc = task.exception()  # (retrieved: reported through _error)
-                    if exc is not None and self._error is None:
-                        self._error = exc
-            self._producers_gone()
-
-    def _cancel_producers(self) -> None:
-        """Cancel every producer's scope (and those of producers yet to enter theirs)."""
-        self._cancelled = True
-        for scope in self._scopes:
-            scope.cancel()
-
-    async def _produce(self, i: int) -> None:
-        feed = self._feeds[i]
-        source = self._sources[i]
-        run = cast("Source[T]", source)
-        async with self.producing(feed):
-            while size := await self.next_size(feed):
-                sent = await run(size, feed)
-                self.request_done(feed, sent.pushed, sent.cut)
-                if not sent.more:
-                    return
-
-    @contextlib.asynccontextmanager
-    async def producing(self, feed: Feed[T]) -> AsyncIterator[None]:
-        """Around a producer's loop (see :class:`Producer`): its failure stops the merge.
-
-        The producer runs in a cancel scope of its own, which the merge
-        cancels when it closes or another producer fails.
-        """
-        scope = anyio.CancelScope()
-        self._scopes.append(scope)
-        if self._cancelled:
-            scope.cancel()
-        try:
-            with scope:
-                yield
-            if scope.cancelled_caught and self._error is None and not self._closed:
-                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
-        except Exception as exc:
-            if self._error is None:
-                self._error = exc
-            # The supervisor cancels the other producers next: end their requests first.
-            self._stopping = True
-            self._end_ahead()
-            await self._end_requests()
-            raise
-        except BaseException:
-            # Cancelled, and not by aclose() or another source's failure: the
-            # feed is cut short, which the consumer must not take for its end.
-            if self._error is None and not self._closed:
-                self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
-            raise
-        finally:
-            self._source_done(feed)
-
-    async def next_size(self, feed: Feed[T]) -> int:
-        """Wait until the engine grants ``feed`` its next request; its size (0: stop).
-
-        The request counts as started (its size and :attr:`Feed.cap`) once this returns.
-        """
-        size = self._demand(feed)
-        while size is None:
-            waiter = feed._waiter = feed._parked = asyncio.get_running_loop().create_future()
-            await waiter
-            feed._parked = None
-            size = self._demand(feed)
-        if size:
-            self._start(feed, size)
-        return size
-
-    def request_done(self, feed: Feed[T], pushed: int, cut: bool = False) -> None:
-        """The request :meth:`next_size` granted ended, ``pushed`` items appended in its
-        last grant (see :meth:`Feed.renew`); ``cut``: ended early (see :class:`Sent`)."""
-        if feed.asked:  # (0: the source's last renew ended its grant)
-            self._end(feed, feed.asked, pushed, cut)
-
-    async def _end_requests(self) -> None:
-        if self._stop_requests is not None:
-            with anyio.CancelScope(shield=True):
-                await self._stop_requests()
-
-    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
-        # Normally _supervise has already reported its end. A supervisor
-        # cancelled before it ever ran has not: tell the consumer now.
-        if task.cancelled() and self._error is None and not self._closed:
-            self._error = RuntimeError(_CANCELLED_FROM_OUTSIDE)
-        self._producers_gone()
-
-    def _producers_gone(self) -> None:
-        self._gone = True
-        self._wake()
-
-    # -- the consumer --------------------------------------------------------------
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-            # The other feeds the consumer waits for need not count down to it
-            # too (each would wake it again, up to one wake per feed a hand-over).
-            for feed in self._counting:
-                feed.wake_left = 0
-
-    def _consumer_waits(self) -> bool:
-        return self._waiter is not None
-
-    def _ahead_wait(self, feed: Feed[T]) -> asyncio.Future[bool] | None:
-        waiter = self._waiter
-        if waiter is None or waiter.done() or self._stopping or feed.wake_left:
-            return None
-        self._ahead_go(feed, True)
-        ahead = feed._ahead = asyncio.get_running_loop().create_future()
-        self._aheads.add(feed)
-        return ahead
-
-    # (The sync merge reports a wait for pauses only, not for widening.)
-    _consumer_waiting = _consumer_waits
-
-    def _release(self, feed: Feed[T]) -> None:
-        waiter, feed._waiter = feed._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def _batches(self) -> AsyncGenerator[list[T], None]:
-        for step in self._steps():
-            if isinstance(step, Wait):
-                await self._wait(step.feeds, step.batch, step.first)
-            else:
-                yield step
-
-    async def _wait(self, feeds: Sequence[Feed[T]], batch: int | None, first: bool = False) -> None:
-        """Wait until one of ``feeds`` holds ``batch`` items, a request ends, or the merge stops.
-
-        With ``batch > 1`` some waits are timed: a timer ends them after
-        ``wake_delay`` seconds. A pending timer costs the event loop work on
-        every iteration (about five calls a row on a scan), so only waits
-        where rows come slowly have one: the first wait of a merge, a wait
-        after a timed one in which no item came, and a wait after one that
-        lasted :data:`STALL_SECONDS`. While rows flow, batches fill without
-        a timer on the loop; :class:`_StallWatch` wakes such a wait after
-        :data:`STALL_SECONDS` (checked every half of it, from a thread). So
-        an item that comes slowly waits at most ``wake_delay``, except that a
-        stall right after rows flowed can hold up to ``batch - 1`` items for
-        about 1.5 x :data:`STALL_SECONDS` (then the waits are timed again).
-        With None only a request's end (or a failure) wakes. A wait for the
-        ``first`` items of feeds is always timed.
-        """
-        if self._error is not None or self._gone or self._closed:
-            self._stopped()
-        loop = asyncio.get_running_loop()
-        if batch is not None:
-            self._counting = feeds
-            for feed in feeds:
-                feed.wake_at = batch
-                feed.wake_left = max(1, batch - len(feed.items)) if feed.items else batch
-                if feed.slot_watch is not None:
-                    feed.slot_watch()
-        waiter = self._waiter = loop.create_future()
-        if self._pause_wakes:
-            self._wake_pausers()
-        timer = None
-        started = 0.0
-        held = 0
-        if first:
-            timer = loop.call_later(self._wake_delay, self._wake)
-        elif batch is not None and batch > 1:
-            if self._timed:
-                timer = loop.call_later(self._wake_delay, self._wake)
-                held = sum(len(feed.keys) for feed in feeds)
-            else:
-                # No timer on the loop: _StallWatch wakes a wait that lasts
-                # STALL_SECONDS (a stall right after fast rows), from its thread.
-                started = self._untimed_since = loop.time()
-                if self._loop is None:
-                    self._loop = loop
-                    _STALL_WATCH.add(self)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            self._counting = ()
-            if first:
-                timer.cancel()  # type: ignore[union-attr]
-            elif started:
-                self._untimed_since = 0.0
-                self._timed = loop.time() - started >= STALL_SECONDS
-            elif timer is not None:
-                timer.cancel()
-                # Timed out with no new item: rows come slowly, keep timing.
-                self._timed = (
-                    timer.when() <= loop.time() and sum(len(f.keys) for f in feeds) <= held
-                )
-            for feed in feeds:
-                feed.wake_at = _NEVER
-                feed.wake_left = 0
-                if feed.slot_watch is not None:
-                    feed.slot_watch()
-        if self._error is not None or self._closed:
-            self._stopped()
-
-    def _check_stall(self, now: float) -> None:
-        """From the watch's thread: wake the consumer if its untimed wait has lasted too long."""
-        since, loop = self._untimed_since, self._loop
-        if since and loop is not None and now - since >= STALL_SECONDS:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits
-                loop.call_soon_threadsafe(self._wake_stalled, since)
-
-    def _wake_stalled(self, since: float) -> None:
-        if self._untimed_since == since:  # (still the same wait)
-            self._wake()
-
-
-@final
-class _StallWatch:
-    """Wakes async merges whose untimed batch wait has lasted :data:`STALL_SECONDS`.
-
-    While rows flow, a consumer waits for full batches without a timer: a
-    pending timer costs the event loop work on every turn (about five calls
-    a row on a scan), which a thread that looks every half
-    :data:`STALL_SECONDS` does not. So rows that came just before a stall (a
-    sparse filter: the server scans without sending rows) wait at most
-    about 1.5 x :data:`STALL_SECONDS`, not until the stall ends. One thread
-    per process, started with the first such wait and gone once no merge is
-    left to watch (merges are held weakly).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._merges: weakref.WeakSet[Merge[Any]] = weakref.WeakSet()
-        self._thread: threading.Thread | None = None
-
-    def add(self, merge: Merge[Any]) -> None:
-        with self._lock:
-            self._merges.add(merge)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="saltedtable-stall-watch", daemon=True
-                )
-                self._thread.start()
-
-    def discard(self, merge: Merge[Any]) -> None:
-        with self._lock:
-            self._merges.discard(merge)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(STALL_SECONDS / 2)
-            with self._lock:
-                merges = list(self._merges)
-                if not merges:
-                    self._thread = None
-                    return
-            now = time.monotonic()
-            for merge in merges:
-                merge._check_stall(now)
-            del merges
-
-
-_STALL_WATCH: Final = _StallWatch()
-
-
-# -- the thread driver (the sync table's) -------------------------------------------------
-
-
-class SyncSource(Protocol[T]):
-    """Runs one request of at most ``size`` items, pushing them with ``merge.push``."""
-
-    def __call__(self, size: int, feed: Feed[T], merge: ThreadMerge[T], /) -> Sent: ...
-
-
-@final
-class ThreadMerge(MergeCore[T]):
-    """Run sync sources in worker threads; the caller's thread merges and iterates batches.
-
-    Everything the engine decides happens under one lock (a
-    :class:`threading.Condition`). A feed's request is submitted to the pool
-    when the engine grants it (:meth:`_release`); the worker pushes items
-    under the lock, and at the request's end asks for the next one itself.
-
-    Args:
-        sources: One per source (see :class:`MergeCore` for the ordering contract).
-        threads: Workers at most (the pool is the read's own), which are
-            also the requests that can run at once.
-        ordered, limit, budget: As for :class:`Merge`.
-        stop_requests: Ends the requests running now, from the closing thread
-            (the workers may be blocked inside them); returns whether every one
-            has ended. Called by :meth:`close` while a request runs.
-    """
-
-    _sources_stream = False
-
-    def __init__(
-        self,
-        sources: Sequence[SyncSource[T]],
-        *,
-        threads: int,
-        ordered: bool = True,
-        limit: int | None = None,
-        budget: ReadBudget | None = None,
-        stop_requests: Callable[[], bool] | None = None,
-        largest: int | None = None,
-        measured: int | None = None,
-    ) -> None:
-        super().__init__(
-            len(sources),
-            ordered=ordered,
-            limit=limit,
-            budget=budget,
-            slots=threads,
-            largest=largest,
-            measured=measured,
-        )
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        self._sources = list(sources)
-        self._threads = min(threads, max(1, len(sources)))
-        self._cond = threading.Condition()
-        self._waiting = False  # the consumer waits (see _consumer_waiting)
-        self._running: set[int] = set()  # feeds with a request submitted or running
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._steps_iter: Iterator[list[T] | Wait] | None = None
-        self._stop_requests = stop_requests
-
-    @property
-    def stopping(self) -> bool:
-        """True once sources should stop at their next item (limit met, closed, failed)."""
-        return self._stopping
-
-    def _consumer_waiting(self) -> bool:
-        return self._waiting
-
-    def _on_pause(self, feed: Feed[T], wake: Callable[[], None] | None) -> None:
-        with self._cond:
-            super()._on_pause(feed, wake)
-
-    def push(self, feed: Feed[T], item: T, key: Any) -> None:
-        """Called by a source, in its worker, for each item it reads."""
-        with self._cond:
-            feed.items.append(item)
-            feed.keys.append(key)
-            if len(feed.keys) >= feed.wake_at:
-                feed.wake()
-
-    def __iter__(self) -> ThreadMerge[T]:
-        return self
-
-    def __next__(self) -> list[T]:
-        with self._cond:
-            if self._closed:
-                raise StopIteration
-            if self._steps_iter is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self._threads, thread_name_prefix="saltedtable-subscan"
-                )
-                self._first_round()
-                self._steps_iter = self._steps()
-                for feed in self._feeds:
-                    self._release(feed)
-            try:
-                while True:
-                    step = next(self._steps_iter)
-                    if not isinstance(step, Wait):
-                        return step
-                    self._wait(step)
-            except StopIteration:
-                pass
-        self.close()
-        raise StopIteration
-
-    def __enter__(self) -> ThreadMerge[T]:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop every source and wait until every worker is back.
-
-        With ``stop_requests``, the requests running now are ended from here
-        (a worker blocked inside one returns at once); otherwise each source
-        stops at its next item. A request that has not started never starts.
-        Should ``stop_requests`` report a request it could not end in time,
-        the pool is shut down without waiting for that worker.
-
-        Safe to call more than once; never raises a source's error.
-        """
-        with self._cond:
-            self._closed = self._stopping = True
-            self._cond.notify_all()
-            pool, self._pool = self._pool, None
-            busy = bool(self._running)
-        if pool is not None:
-            ended = True
-            if busy and self._stop_requests is not None:
-                ended = self._stop_requests()
-            pool.shutdown(wait=ended, cancel_futures=True)
-
-    def abandon(self) -> bool:
-        """Always False: a sync stream dropped by its consumer is closed at once (see Merge)."""
-        return False
-
-    # -- the driver's part ---------------------------------------------------------
-
-    def _wake(self) -> None:
-        self._cond.notify_all()
-
-    def _release(self, feed: Feed[T]) -> None:
-        # Called with the lock held: start the feed's next request if the engine grants one.
-        if feed.done or feed.index in self._running or self._pool is None:
-            return
-        size = self._demand(feed)
-        if size is None:
-            return  # released again when the consumer takes or grants
-        if not size:
-            self._source_done(feed)
-            return
-        self._start(feed, size)
-        self._running.add(feed.index)
-        self._pool.submit(self._run, feed, size)
-
-    def _run(self, feed: Feed[T], size: int) -> None:
-        source = self._sources[feed.index]
-        try:
-            sent = source(size, feed, self)
-        except BaseException as exc:
-            with self._cond:
-                if self._error is None:
-                    self._error = exc
-                self._stopping = True
-                self._running.discard(feed.index)
-                self._source_done(feed)
-                if not self._running:
-                    self._gone = True
-            if not isinstance(exc, Exception):
-                raise
-            return
-        with self._cond:
-            self._running.discard(feed.index)
-            self._end(feed, size, sent.pushed, sent.cut)
-            if not sent.more or self._stopping:
-                self._source_done(feed)
-            else:
-                self._release(feed)
-            if not self._running and self._live == 0:
-                self._gone = True
-            self._cond.notify_all()
-
-    def _wait(self, step: Wait) -> None:
-        """Wait (the lock held) as the consumer loop asks; raise if the merge stopped."""
-        if self._error is not None or self._closed:
-            self._stopped()
-        if step.batch is not None:
-            for feed in step.feeds:
-                feed.wake_at = step.batch
-        timeout = self._wake_delay if step.batch is not None and step.batch > 1 else None
-        self._waiting = True
-        if self._pause_wakes:
-            self._wake_pausers()
-        try:
-            self._cond.wait(timeout)
-        finally:
-            self._waiting = False
-            for feed in step.feeds:
-                feed.wake_at = _NEVER
-        if self._error is not None or self._closed:
-            self._stopped()
-
-
-def close_at_once(generator: AsyncGenerator[Any, None]) -> None:
-    """Close a suspended async generator now, in this call, without the event loop.
-
-    For a generator whose cleanup awaits nothing that suspends: asyncio closes
-    an unreferenced one from a task of its own, turns later. One whose
-    cleanup does suspend is a bug of the caller (RuntimeError).
-    """
-    closing = generator.aclose()
-    try:
-        closing.send(None)
-    except StopIteration:
-        return
-    closing.close()
-    raise RuntimeError(f"{generator!r} awaited while it was being closed at once")
-
-
 def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:
     """``items`` sorted by ``keys`` (same length): a timsort in C of a few sorted runs."""
     order = sorted(range(len(keys)), key=keys.__getitem__)
     return [items[k] for k in order]
 
 
-_CANCELLED_FROM_OUTSIDE: Final = "the merge's producers were cancelled from outside"
-
-
-class ProducerBase:
-    """A :class:`Producer` subclasses this, so :class:`Merge` tells it from a :class:`Source`."""
-
-    __slots__ = ()
-
-    async def produce(self, merge: Merge[Any], feed: Feed[Any], /) -> None:
-        raise NotImplementedError
-
-
-class _Closed(Exception):
+class MergeClosed(Exception):
     """The merge was closed (from another task) while its consumer waited."""

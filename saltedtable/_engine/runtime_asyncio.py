@@ -45,8 +45,9 @@ import anyio
 import anyio.to_thread
 
 from .budget import ReadBudget
-from .merge import Feed, Merge, Source, close_at_once
-from .slots import AsyncSlots
+from .merge import Feed
+from .merge_asyncio import Merge, Source, close_at_once
+from .slots_asyncio import AsyncSlots
 
 __all__ = [
     "ROW_KEY",

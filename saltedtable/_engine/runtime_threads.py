@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from typing import Any, Final, TypeVar, final
 
 from .budget import ReadBudget
-from .merge import SyncSource, ThreadMerge
-from .slots import Slots
+from .merge_threads import SyncSource, ThreadMerge
+from .slots_threads import Slots
 
 __all__ = [
     "READ_REQUESTS",

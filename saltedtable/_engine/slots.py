@@ -1,8 +1,9 @@
 """Slots: a table's bound on ReadRows requests in flight, shared fairly by its reads.
 
-:class:`Slots` is the sync table's, :class:`AsyncSlots` the async table's;
-both hand a slot that comes free straight to the waiter it is meant for,
-before that waiter wakes up, so nobody can take it in between (a
+:class:`Slots` (:mod:`.slots_threads`) is the sync table's, :class:`AsyncSlots`
+(:mod:`.slots_asyncio`) the async table's; this module is their policy. Both
+hand a slot that comes free straight to the waiter it is meant for, before
+that waiter wakes up, so nobody can take it in between (a
 ``threading.Semaphore`` is not fair: a worker that releases its slot and asks
 again at once would take it before the thread woken for it).
 
@@ -12,7 +13,7 @@ read, a bucket the consumer is waiting for. A *background* request is
 read-ahead: its consumer still has rows to take. Each waiter carries an
 ``urgent`` check, asked again at every hand-over (or, for a merge's feed,
 which says when it may change, whenever its consumer starts or stops waiting
-for it: see :class:`_Queue`), so a background request becomes foreground as
+for it: see :class:`WaitQueue`), so a background request becomes foreground as
 soon as its consumer starts to wait for it. A free slot
 goes to a foreground waiter, and to a background one only while no
 foreground request waits. Within a class it goes to the waiter whose read
@@ -62,23 +63,30 @@ never waits for a slot it no longer needs.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
-import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from functools import partial
 from operator import attrgetter
-from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar, final
 
-import anyio
+__all__ = [
+    "GIVE_WAY_AFTER",
+    "PAUSE_MOST",
+    "PAUSE_SLICE",
+    "RESERVE_SHARE",
+    "GiveWay",
+    "Pausing",
+    "Runner",
+    "SlotsCore",
+    "Turns",
+    "WaitQueue",
+    "never",
+    "next_waiter",
+    "watchable",
+]
 
-__all__ = ["PAUSE_MOST", "PAUSE_SLICE", "RESERVE_SHARE", "AsyncSlots", "Slots", "next_waiter"]
 
-
-def _never() -> bool:
+def never() -> bool:
     return False
 
 
@@ -90,7 +98,7 @@ class _Waiter(Protocol):
     def owner(self) -> object: ...
 
 
-class _Pausing(Protocol):
+class Pausing(Protocol):
     """What a pause for small reads needs of a merge's feed (see :meth:`Slots.pause_for_small`)."""
 
     def pausable(self) -> bool: ...
@@ -98,12 +106,7 @@ class _Pausing(Protocol):
     def on_pause(self, wake: Callable[[], None] | None) -> None: ...
 
 
-def _settle(wake: asyncio.Future[None]) -> None:
-    if not wake.done():
-        wake.set_result(None)
-
-
-class _Runner(Protocol):
+class Runner(Protocol):
     """A running request that can end between rows when asked (see the module)."""
 
     def give_way(self) -> None: ...
@@ -111,7 +114,7 @@ class _Runner(Protocol):
 
 class _Ticketed(_Waiter, Protocol):
     granted: bool
-    #: Its place in the queue (set by :class:`_Queue`), its class (0: not queued),
+    #: Its place in the queue (set by :class:`WaitQueue`), its class (0: not queued),
     #: and the classes whose heaps hold an entry for it (bits).
     seq: int
     state: int
@@ -144,7 +147,7 @@ PAUSE_MOST = 1.0
 GIVE_WAY_AFTER = 0.02
 
 
-def _watchable(urgent: Callable[[], bool] | None) -> bool:
+def watchable(urgent: Callable[[], bool] | None) -> bool:
     """Whether ``urgent`` is a bound method of an object that says when its class may change."""
     target = getattr(urgent, "__self__", None)
     return target is not None and hasattr(target, "slot_watch")
@@ -236,12 +239,12 @@ _PLAIN = 3
 
 
 @final
-class _Queue(Generic[_Q]):
+class WaitQueue(Generic[_Q]):
     """The waiters of a set of slots, grouped by owner, so that a hand-over costs
     O(owners + log n) instead of a scan of every waiter.
 
     A waiter is *watched* when its ``urgent`` check is a bound method of an
-    object with a ``slot_watch`` attribute (a merge's :class:`~._merge.Feed`):
+    object with a ``slot_watch`` attribute (a merge's :class:`~.merge.Feed`):
     its class is asked once when it queues, and again only when that object
     calls ``slot_watch`` (its consumer starts or stops waiting for it); the
     slots keep it in its class's heap. Every other waiter's class is asked at
@@ -380,7 +383,7 @@ class _Queue(Generic[_Q]):
 
 
 @final
-class _Turns:
+class Turns:
     """The books of a set of slots: free ones, held per owner, the order owners were
     last served in (bounded), and the reserve for small reads that hold none."""
 
@@ -403,7 +406,7 @@ class _Turns:
         """Whether ``owner`` may take a free slot now (nobody waiting); ``small``: one request."""
         return self.free > self.reserve or (small and self.free > 0 and not self.held.get(owner))
 
-    def pick(self, queue: _Queue[_T]) -> _T | None:
+    def pick(self, queue: WaitQueue[_T]) -> _T | None:
         """Grant a free slot to the waiter whose turn it is, if any may take it."""
         if not self.free or not queue:
             return None
@@ -436,16 +439,16 @@ class _Turns:
 
 
 @final
-class _GiveWay(Generic[_T]):
+class GiveWay(Generic[_T]):
     """The requests of one set of slots that can give way to small reads (see the module)."""
 
     __slots__ = ("_asked", "_last", "_runners")
 
     def __init__(self) -> None:
         #: Requests holding a slot that can give way, longest held first.
-        self._runners: dict[_Runner, None] = {}
+        self._runners: dict[Runner, None] = {}
         #: Requests asked to give way, and the small read each one's slot is for.
-        self._asked: dict[_Runner, _T] = {}
+        self._asked: dict[Runner, _T] = {}
         #: When a request was last asked (``time.monotonic()``).
         self._last = float("-inf")
 
@@ -453,7 +456,7 @@ class _GiveWay(Generic[_T]):
         """Whether any request holding a slot can give way."""
         return bool(self._runners)
 
-    def holds(self, runner: _Runner | None) -> None:
+    def holds(self, runner: Runner | None) -> None:
         """``runner`` took a slot."""
         if runner is not None:
             self._runners[runner] = None
@@ -471,7 +474,7 @@ class _GiveWay(Generic[_T]):
         asked.give_way()
 
     def released(
-        self, runner: _Runner | None, owner: object, turns: _Turns, queue: _Queue[_T], name: str
+        self, runner: Runner | None, owner: object, turns: Turns, queue: WaitQueue[_T], name: str
     ) -> _T | None:
         """``runner`` gave its slot back: the small read it was asked for now holds
         that slot (returned, to be woken), unless that read was served or left."""
@@ -488,503 +491,36 @@ class _GiveWay(Generic[_T]):
         return ticket
 
 
-@final
-class _Ticket:
-    """A thread waiting for a slot."""
+class SlotsCore(Generic[_T]):
+    """What the drivers' slots share: a queue of tickets, the turns, the requests that can give way.
 
-    __slots__ = ("abort", "filed", "granted", "owner", "seq", "state", "urgent", "wake")
-
-    def __init__(
-        self,
-        wake: threading.Condition,
-        abort: Callable[[], bool],
-        urgent: Callable[[], bool] | None,
-        owner: object,
-    ) -> None:
-        self.wake = wake
-        self.abort = abort
-        self.urgent = urgent
-        self.owner = owner
-        self.granted = False
-        self.seq = self.state = self.filed = 0
-
-
-@final
-class Slots:
-    """``total`` slots shared by threads: foreground first, then fewest held, then oldest.
-
-    Args:
-        total: How many can be held at once (at least 1).
+    :class:`~.slots_threads.Slots` and :class:`~.slots_asyncio.AsyncSlots`
+    subclass it; each keeps ``_queue``, ``_turns`` and ``_give_way`` and hands
+    a slot on in its own way (``_hand_over``).
     """
 
-    __slots__ = ("_give_way", "_lock", "_pausers", "_queue", "_turns", "paused", "small", "total")
+    __slots__ = ()
 
-    def __init__(self, total: int) -> None:
-        if total < 1:
-            raise ValueError(f"total must be >= 1, got {total}")
-        #: How many slots there are.
-        self.total = total
-        #: Small reads (one request, see :meth:`small_begins`) running now.
-        self.small = 0
-        #: Requests pausing for them now (see :meth:`pause_for_small`).
-        self.paused = 0
-        # Reentrant: a stream dropped and finalised by the garbage collector while
-        # this thread holds the lock stops its read, which interrupts the waiters.
-        self._lock = threading.RLock()
-        # The events of requests pausing for small reads (see pause_for_small).
-        self._pausers: set[threading.Event] = set()
-        self._queue: _Queue[_Ticket] = _Queue()
-        self._turns = _Turns(total)
-        self._give_way: _GiveWay[_Ticket] = _GiveWay()
-
-    @property
-    def waiting(self) -> int:
-        """Threads waiting for a slot now."""
-        return len(self._queue)
-
-    @property
-    def free(self) -> int:
-        """Slots nobody holds now."""
-        return self._turns.free
-
-    def acquire(
-        self,
-        deadline: float,
-        abort: Callable[[], bool] = _never,
-        urgent: Callable[[], bool] | None = None,
-        owner: object = None,
-        runner: _Runner | None = None,
-    ) -> bool:
-        """Take a slot, waiting for its turn (see the module), until ``deadline`` at most.
-
-        A free slot nobody waits for is taken at once, even past the deadline.
-
-        Args:
-            deadline: When to give up (``time.monotonic()``).
-            abort: Checked whenever the wait is interrupted; True ends the wait.
-            urgent: Whether the request is foreground now (None: always, and a
-                small read that may take the reserve);
-                asked at each hand-over while it waits (see the module).
-            owner: The read it is for (give the same to :meth:`release`).
-            runner: The request, if it can end between rows: while it holds
-                the slot it may be asked to give way to a small read (its
-                ``give_way()``, called from the small read's thread); give the
-                same to :meth:`release`.
-
-        Returns:
-            Whether a slot was taken (False: the deadline passed, or ``abort``).
-        """
-        with self._lock:
-            turns = self._turns
-            if not self._queue and turns.can_take(owner, urgent is None):
-                turns.grant(owner)
-                self._give_way.holds(runner)
-                return True
-            ticket = _Ticket(threading.Condition(self._lock), abort, urgent, owner)
-            self._queue.append(ticket, False)
-            self._dispatch()
-            if not ticket.granted:
-                self._wake_pausers()  # a paused request may hold the slot it waits for
-            # A small read that has to wait: the request that has held its slot
-            # longest ends after its next row and hands the slot to it, unless a
-            # request gave way less than GIVE_WAY_AFTER ago (then asked once
-            # that long has passed, if the read still waits).
-            ask = urgent is None and not turns.held.get(owner)
-            try:
-                while not ticket.granted:
-                    now = time.monotonic()
-                    left = deadline - now
-                    if left <= 0 or abort():
-                        break
-                    if ask:
-                        due = self._give_way.due(now)
-                        if due <= 0:
-                            self._give_way.ask(ticket, now)
-                            self._wake_pausers()
-                            ask = False
-                        else:
-                            left = min(left, due)
-                    ticket.wake.wait(left)
-            except BaseException:
-                if ticket.granted:  # handed over just as the wait was interrupted: pass it on
-                    self._hand_over(owner)
-                else:
-                    self._queue.remove(ticket)
-                raise
-            if not ticket.granted:
-                self._queue.remove(ticket)
-            else:
-                self._give_way.holds(runner)
-            return ticket.granted
-
-    def release(self, owner: object = None, runner: _Runner | None = None) -> None:
-        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
-
-        A ``runner`` asked to give way hands its slot to the small read it
-        was asked for, if that one still waits.
-
-        Raises:
-            ValueError: More slots released than taken.
-        """
-        with self._lock:
-            ticket = self._give_way.released(runner, owner, self._turns, self._queue, "Slots")
-            if ticket is not None:
-                ticket.wake.notify()
-                return
-            self._hand_over(owner)
+    _queue: WaitQueue[_T]
+    _turns: Turns
+    _give_way: GiveWay[_T]
 
     def _hand_over(self, owner: object) -> None:
-        self._turns.give_back(owner, "Slots")
-        self._dispatch()
+        raise NotImplementedError
 
-    def _dispatch(self) -> None:
-        while (ticket := self._turns.pick(self._queue)) is not None:
-            ticket.wake.notify()
-
-    def interrupt(self) -> None:
-        """Wake the waiters whose ``abort`` now says to stop, so that they give up."""
-        with self._lock:
-            for ticket in self._queue:
-                if ticket.abort():
-                    ticket.wake.notify()
-            self._wake_pausers()
-
-    def small_begins(self) -> None:
-        """A small read's request (holding a slot) starts: read-ahead pauses for it."""
-        with self._lock:
-            self.small += 1
-
-    def small_ends(self) -> None:
-        """A small read's request ended (pair with :meth:`small_begins`)."""
-        with self._lock:
-            if self.small < 1:
-                raise ValueError("Slots: small_ends() without small_begins()")
-            self.small -= 1
-            if not self.small:
-                self._wake_pausers()
-
-    def _wake_pausers(self) -> None:
-        for wake in self._pausers:
-            wake.set()
-
-    def _foreground_waits(self) -> bool:
-        with self._lock:
-            return self._queue.has_foreground()
-
-    def pause_for_small(self, feed: _Pausing, abort: Callable[[], bool], most: float) -> float:
-        """Wait while a small read runs, for a request of ``feed`` that is read-ahead;
-        the seconds waited (0.0: it did not wait).
-
-        A running request whose consumer still has rows to take and reads
-        slower than the requests do (``feed.pausable()``: background, and
-        its window never grew) calls this between rows when :attr:`small`
-        says a small read runs: on two cores and one interpreter the rows of
-        many such requests take the processor, the interpreter's lock and the
-        client's channel thread from the small read's request (with the sync
-        client, 3-6x the plain table's latency next to 10 slow scans). The
-        wait ends as soon as no small read runs, the read's consumer starts
-        to wait (the feed's ``on_pause`` hook wakes it), a foreground
-        request queues for a slot (this request holds one), ``abort()`` (its
-        read stopped, or it was asked to give way), or after ``most``
-        seconds; conditions nothing wakes it for are asked again every
-        :data:`PAUSE_SLICE` seconds.
-        """
-        if not self.small or not feed.pausable() or abort() or self._foreground_waits():
-            return 0.0
-        start = time.monotonic()
-        end = start + most
-        wake = threading.Event()
-        slept = False
-        with self._lock:
-            self._pausers.add(wake)
-            self.paused += 1
-        feed.on_pause(wake.set)
-        try:
-            while self.small and feed.pausable() and not abort():
-                if slept and self._foreground_waits():
-                    break
-                left = end - time.monotonic()
-                if left <= 0:
-                    break
-                slept = True
-                wake.wait(min(left, PAUSE_SLICE))
-                wake.clear()
-        finally:
-            feed.on_pause(None)
-            with self._lock:
-                self._pausers.discard(wake)
-                self.paused -= 1
-        return time.monotonic() - start if slept else 0.0
-
-
-@final
-class _AsyncTicket:
-    """A task waiting for a slot."""
-
-    __slots__ = ("filed", "granted", "owner", "seq", "state", "urgent", "wake")
-
-    def __init__(
-        self, wake: asyncio.Future[None], urgent: Callable[[], bool] | None, owner: object
-    ) -> None:
-        self.wake = wake
-        self.urgent = urgent
-        self.owner = owner
-        self.granted = False
-        self.seq = self.state = self.filed = 0
-
-
-@final
-class AsyncSlots:
-    """The async table's slots: as :class:`Slots`, for tasks of one event loop.
-
-    Also an async context manager (one slot, foreground, no deadline), and it
-    keeps the few ``anyio.CapacityLimiter`` names the library used
-    (``total_tokens``, ``borrowed_tokens``, ``acquire``, ``acquire_nowait``,
-    ``release``).
-
-    Args:
-        total: How many can be held at once (at least 1).
-    """
-
-    __slots__ = (
-        "_give_way",
-        "_holders",
-        "_pausers",
-        "_queue",
-        "_turns",
-        "paused",
-        "small",
-        "total",
-    )
-
-    def __init__(self, total: int) -> None:
-        if total < 1:
-            raise ValueError(f"total must be >= 1, got {total}")
-        #: How many slots there are.
-        self.total = total
-        #: Small reads (one request, see :meth:`small_begins`) running now.
-        self.small = 0
-        #: Requests pausing for them now (see :meth:`pause_for_small`).
-        self.paused = 0
-        # The futures of requests pausing for small reads (see pause_for_small).
-        self._pausers: set[asyncio.Future[None]] = set()
-        # Of requests that pause with their slot held (see hold_paused), oldest first.
-        self._holders: dict[asyncio.Future[bool], None] = {}
-        self._queue: _Queue[_AsyncTicket] = _Queue()
-        self._turns = _Turns(total)
-        self._give_way: _GiveWay[_AsyncTicket] = _GiveWay()
-
-    @property
-    def total_tokens(self) -> int:
-        """How many slots there are."""
-        return self.total
-
-    @property
-    def borrowed_tokens(self) -> int:
-        """Slots held now."""
-        return self.total - self._turns.free
-
-    @property
-    def waiting(self) -> int:
-        """Tasks waiting for a slot now."""
-        return len(self._queue)
-
-    @property
-    def free(self) -> int:
-        """Slots nobody holds now."""
-        return self._turns.free
-
-    def acquire_nowait(self) -> None:
-        """Take a free slot nobody waits for.
-
-        Raises:
-            anyio.WouldBlock: None is free, or someone waits for one.
-        """
-        if self._queue or not self._turns.can_take(None, True):
-            raise anyio.WouldBlock
-        self._turns.grant(None)
-
-    async def acquire(self) -> None:
-        """Take a slot (foreground), waiting as long as it takes."""
-        await self.take(float("inf"))
-
-    async def take(
-        self,
-        deadline: float,
-        urgent: Callable[[], bool] | None = None,
-        owner: object = None,
-        runner: _Runner | None = None,
-    ) -> bool:
-        """Take a slot, waiting for its turn (see the module), until ``deadline`` at most.
-
-        A free slot nobody waits for is taken at once, with no trip through
-        the event loop, even past the deadline.
-
-        Args:
-            deadline: When to give up (``time.monotonic()``).
-            urgent: Whether the request is foreground now (None: always, and a
-                small read that may take the reserve);
-                asked at each hand-over while it waits.
-            owner: The read it is for (give the same to :meth:`release`).
-            runner: The request, if it can end between rows: while it holds
-                the slot it may be asked to give way to a small read (its
-                ``give_way()``); give the same to :meth:`release`.
-
-        Returns:
-            Whether a slot was taken (False: the deadline passed).
-        """
-        turns = self._turns
-        if not self._queue and turns.can_take(owner, urgent is None):
-            turns.grant(owner)
-            self._give_way.holds(runner)
-            return True
-        ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
-        self._queue.append(ticket, _watchable(urgent))
-        self._dispatch()
+    def _wait_interrupted(self, ticket: _T, owner: object) -> None:
+        """``ticket``'s wait was interrupted (cancelled, or an error): a slot handed
+        to it just then is passed on; else it leaves the queue."""
         if ticket.granted:
-            self._give_way.holds(runner)
-            return True
-        self._wake_pausers()  # a paused request may hold the slot it waits for
-        small = urgent is None and not turns.held.get(owner)
-        # Paused requests holding slots end: one for a small read (it may take the
-        # reserve), else enough for the waiter to take one outside the reserve.
-        self._end_holders(1 if small else turns.reserve + 1 - turns.free)
-        if small:
-            # A small read has to wait: the request that has held its slot
-            # longest ends at its next row and hands the slot to it, unless a
-            # request gave way less than GIVE_WAY_AFTER ago (then asked once
-            # that long has passed, if the read still waits).
-            due = self._give_way.due(time.monotonic())
-            if due <= 0:
-                self._ask_to_give_way(ticket)
-            elif due != float("inf"):
-                asyncio.get_running_loop().call_later(due, self._ask_to_give_way, ticket)
-        try:
-            with anyio.move_on_after(deadline - time.monotonic()):
-                await ticket.wake
-        except BaseException:
-            if ticket.granted:  # handed over just as the wait was cancelled: pass it on
-                self._hand_over(owner)
-            else:
-                self._queue.remove(ticket)
-            raise
+            self._hand_over(owner)
+        else:
+            self._queue.remove(ticket)
+
+    def _wait_ended(self, ticket: _T, runner: Runner | None) -> bool:
+        """``ticket``'s wait ended: whether it got a slot (``runner`` then holds it;
+        see :meth:`GiveWay.holds`); if not, it leaves the queue."""
         if not ticket.granted:
             self._queue.remove(ticket)
         else:
             self._give_way.holds(runner)
         return ticket.granted
-
-    def _ask_to_give_way(self, ticket: _AsyncTicket) -> None:
-        """Ask the request that has held its slot longest to give way to ``ticket``'s small read.
-
-        Unless that read was served or left meanwhile, or no request can give way.
-        """
-        if not ticket.granted and ticket.state and self._give_way:
-            self._give_way.ask(ticket, time.monotonic())
-            self._wake_pausers()
-            self._end_holders(1)
-
-    def release(self, owner: object = None, runner: _Runner | None = None) -> None:
-        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
-
-        A ``runner`` asked to give way hands its slot to the small read it
-        was asked for, if that one still waits.
-
-        Raises:
-            ValueError: More slots released than taken.
-        """
-        ticket = self._give_way.released(runner, owner, self._turns, self._queue, "AsyncSlots")
-        if ticket is not None:
-            if not ticket.wake.done():
-                ticket.wake.set_result(None)
-            return
-        self._hand_over(owner)
-
-    def _hand_over(self, owner: object) -> None:
-        self._turns.give_back(owner, "AsyncSlots")
-        self._dispatch()
-
-    def small_begins(self) -> None:
-        """A small read's request (holding a slot) starts: read-ahead pauses for it."""
-        self.small += 1
-
-    def small_ends(self) -> None:
-        """A small read's request ended (pair with :meth:`small_begins`)."""
-        if self.small < 1:
-            raise ValueError("AsyncSlots: small_ends() without small_begins()")
-        self.small -= 1
-        if not self.small:
-            self._wake_pausers()
-
-    def _wake_pausers(self) -> None:
-        for wake in self._pausers:
-            if not wake.done():
-                wake.set_result(None)
-
-    def hold_paused(self, wake: asyncio.Future[bool]) -> None:
-        """A request pauses with its slot held, until :meth:`unhold`: when a
-        request has to wait for a slot (or a small read for a request to give
-        way), the requests paused longest have their ``wake`` set to True (they
-        should end, and give their slots back): as many as that waiter needs
-        to take one (one, or more while no more than the reserve is free)."""
-        self._holders[wake] = None
-
-    def unhold(self, wake: asyncio.Future[bool]) -> None:
-        """The request paused with ``wake`` (see :meth:`hold_paused`) goes on or ended."""
-        self._holders.pop(wake, None)
-
-    def _end_holders(self, count: int) -> None:
-        while count > 0 and self._holders:
-            wake = next(iter(self._holders))
-            del self._holders[wake]
-            if not wake.done():
-                wake.set_result(True)
-                count -= 1
-
-    async def pause_for_small(
-        self, feed: _Pausing, abort: Callable[[], bool], most: float
-    ) -> float:
-        """As :meth:`Slots.pause_for_small`, for a task of the event loop."""
-        if not self.small or not feed.pausable() or abort() or self._queue.has_foreground():
-            return 0.0
-        start = time.monotonic()
-        end = start + most
-        loop = asyncio.get_running_loop()
-        slept = False
-        self.paused += 1
-        try:
-            while self.small and feed.pausable() and not abort():
-                if slept and self._queue.has_foreground():
-                    break
-                left = end - time.monotonic()
-                if left <= 0:
-                    break
-                slept = True
-                wake: asyncio.Future[None] = loop.create_future()
-                self._pausers.add(wake)
-                feed.on_pause(partial(_settle, wake))
-                try:
-                    with anyio.move_on_after(min(left, PAUSE_SLICE)):
-                        await wake
-                finally:
-                    feed.on_pause(None)
-                    self._pausers.discard(wake)
-        finally:
-            self.paused -= 1
-        return time.monotonic() - start if slept else 0.0
-
-    def _dispatch(self) -> None:
-        while (ticket := self._turns.pick(self._queue)) is not None:
-            if not ticket.wake.done():
-                ticket.wake.set_result(None)
-
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()

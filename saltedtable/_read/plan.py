@@ -25,12 +25,13 @@ from google.cloud.bigtable.data.row_filters import (
 )
 from google.cloud.bigtable_v2.types import RowRange as _RowRangeMessage
 
-from .._engine.budget import ReadBudget, ReadSettings, one_request_size
+from .._engine.budget import ReadBudget
 from .._exceptions import QueryPlanError, UnsaltableKeyError
 from .._scheme.cutoff import CutoffPolicy
 from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
 from .._scheme.salt import SaltScheme, prefix_end
+from .settings import ReadSettings, one_request_size
 
 __all__ = [
     "KeyRange",

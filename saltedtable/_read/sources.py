@@ -49,19 +49,17 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from .._contracts import ReadRowsStream, SyncReadRowsStream
-from .._engine.budget import (
-    DEFAULT_ROW_BYTES,
-    OneRequestOdds,
-    ReadBudget,
-    ReadSettings,
-    RowSizes,
-    streamable,
-)
-from .._engine.merge import Feed, Merge, MergeCore, ProducerBase, Sent, ThreadMerge
-from .._engine.slots import PAUSE_MOST, AsyncSlots, Slots
+from .._engine.budget import DEFAULT_ROW_BYTES, ReadBudget, streamable
+from .._engine.merge import Feed, MergeCore, Sent
+from .._engine.merge_asyncio import Merge, ProducerBase
+from .._engine.merge_threads import ThreadMerge
+from .._engine.slots import PAUSE_MOST
+from .._engine.slots_asyncio import AsyncSlots
+from .._engine.slots_threads import Slots
 from .._scheme.layout import Layout
 from .cancel_asyncio import SyncRequest, end_stream, stop_reads, stop_sync_requests
 from .plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
+from .settings import OneRequestOdds, ReadSettings, RowSizes
 from .stats import (
     BucketStats,
     CallStats,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, final
 
-from .._engine.budget import ReadSettings
+from .settings import ReadSettings
 
 __all__ = [
     "BucketStats",

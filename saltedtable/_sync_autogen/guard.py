@@ -21,7 +21,7 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 
 from .._contracts import AttemptTimeout, SyncTableLike, Timeout
 from .._engine.runtime_threads import Lock, capacity, fan_out, run_blocking, slot
-from .._engine.slots import Slots
+from .._engine.slots_threads import Slots
 from .._exceptions import LayoutError
 from .._guard.decisions import (
     RECORD_ONLY,

@@ -21,11 +21,11 @@ from typing import final
 from google.cloud.bigtable.data.row import Row
 
 from .._contracts import SyncReadRowsStream, SyncTableLike
-from .._engine.budget import ReadSettings
-from .._engine.merge import ThreadMerge
+from .._engine.merge_threads import ThreadMerge
 from .._engine.runtime_threads import ROW_KEY, OneRun, capacity, new_merge, one_merge
-from .._engine.slots import Slots
+from .._engine.slots_threads import Slots
 from .._read.plan import ReadPlan
+from .._read.settings import ReadSettings
 from .._read.sources import (
     SyncBucketSource,
     SyncOneRequestSource,

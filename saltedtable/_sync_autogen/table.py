@@ -36,9 +36,9 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._admin import schema_reader_for, table_label
 from .._contracts import AttemptTimeout, Retryable, SyncTableLike, Timeout
-from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, OneRequestOdds, ReadBudget
+from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget
 from .._engine.runtime_threads import capacity, fan_out, row_stream
-from .._engine.slots import Slots
+from .._engine.slots_threads import Slots
 from .._exceptions import UnsaltableKeyError
 from .._facade import (
     SHARDED_CONCURRENCY,
@@ -61,6 +61,7 @@ from .._guard.decisions import STORE_SAMPLE_ROWS
 from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
 from .._read.plan import ReadPlan
 from .._read.query import check_filter
+from .._read.settings import OneRequestOdds
 from .._read.stats import CallStats, StatsHook, install_retry_counter
 from .._read.timeouts import (
     Timeouts,

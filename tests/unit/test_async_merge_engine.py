@@ -15,7 +15,8 @@ from google.cloud.bigtable.data.row import Row
 
 import saltedtable._engine.merge as merge_module
 from saltedtable import CallStats, SaltedTableAsync, SaltScheme
-from saltedtable._engine.merge import Feed, Merge, ProducerBase
+from saltedtable._engine.merge import Feed
+from saltedtable._engine.merge_asyncio import Merge, ProducerBase
 from tests.fakes import FakeTable
 
 SCHEME = SaltScheme(16)

@@ -32,12 +32,14 @@ from saltedtable._engine.budget import (
     FIRST_PAGE_ROWS,
     PROBE_ROWS,
     Ask,
-    RowSizes,
     capped_ask,
     page_ask,
     ramp,
 )
-from saltedtable._engine.merge import Feed, Merge, Sent, ThreadMerge
+from saltedtable._engine.merge import Feed, Sent
+from saltedtable._engine.merge_asyncio import Merge
+from saltedtable._engine.merge_threads import ThreadMerge
+from saltedtable._read.settings import RowSizes
 from tests.fakes import FakeTable, SyncFakeTable
 
 PROPERTY = settings(max_examples=25, deadline=None)

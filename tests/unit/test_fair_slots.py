@@ -23,10 +23,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import saltedtable._engine.slots as _slots
+import saltedtable._engine.slots_asyncio as slots_asyncio
+import saltedtable._engine.slots_threads as slots_threads
 from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable._engine.budget import ReadBudget
-from saltedtable._engine.merge import Merge, Sent
-from saltedtable._engine.slots import AsyncSlots, Slots, next_waiter
+from saltedtable._engine.merge import Sent
+from saltedtable._engine.merge_asyncio import Merge
+from saltedtable._engine.slots import next_waiter
+from saltedtable._engine.slots_asyncio import AsyncSlots
+from saltedtable._engine.slots_threads import Slots
 from tests.fakes import FakeTable, SyncFakeTable
 
 
@@ -469,17 +474,17 @@ QUEUE_OPS = st.lists(
 )
 def test_the_slots_queue_picks_exactly_as_next_waiter(ops: list[tuple[object, ...]]) -> None:
     """Grouped by owner, watched waiters filed by class: the same waiter as a scan of all."""
-    from saltedtable._engine.slots import _Queue, _watchable
+    from saltedtable._engine.slots import WaitQueue, watchable
 
-    queue: _Queue[object] = _Queue()  # type: ignore[type-var]
+    queue: WaitQueue[object] = WaitQueue()  # type: ignore[type-var]
     model: deque[object] = deque()
     for op in ops:
         if op[0] == "ask":
             _, watched, fg, owner = op
             waiter = (Watched if watched else Plain)(fg, owner)  # type: ignore[arg-type]
             model.append(waiter)
-            queue.append(waiter, _watchable(waiter.urgent))  # type: ignore[arg-type]
-            assert _watchable(waiter.urgent) == (watched and fg is not None)  # type: ignore[arg-type]
+            queue.append(waiter, watchable(waiter.urgent))  # type: ignore[arg-type]
+            assert watchable(waiter.urgent) == (watched and fg is not None)  # type: ignore[arg-type]
         elif op[0] in ("flip", "leave") and model:
             waiter = model[op[1] % len(model)]  # type: ignore[call-overload]
             if op[0] == "leave":
@@ -880,7 +885,8 @@ class PFeed:
 @pytest.fixture
 def no_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pauses are not asked again on a timer: only a wake-up ends one early."""
-    monkeypatch.setattr(_slots, "PAUSE_SLICE", 60.0)
+    monkeypatch.setattr(slots_threads, "PAUSE_SLICE", 60.0)
+    monkeypatch.setattr(slots_asyncio, "PAUSE_SLICE", 60.0)
 
 
 def _never_stop() -> bool:
@@ -1041,7 +1047,7 @@ def _windows(cut: bool, stray: int) -> list[int]:
     """A feed's windows over six requests that the consumer empties at once, each
     delivering all it asked less ``stray`` hidden rows; ``cut``: its source ended each
     one early (given way, paused, at its byte cap)."""
-    from saltedtable._engine.merge import ThreadMerge
+    from saltedtable._engine.merge_threads import ThreadMerge
 
     merge: ThreadMerge[int] = ThreadMerge(
         [lambda *a: None] * 16,  # type: ignore[list-item]
@@ -1085,7 +1091,8 @@ def test_a_sync_merge_wakes_its_paused_requests_when_its_consumer_waits() -> Non
     """A request pausing for a small read (Feed.on_pause) is woken as soon as its read's
     consumer waits for any item, and its feed is no longer pausable while it does: the
     paused request may hold the worker thread another bucket's request needs."""
-    from saltedtable._engine.merge import ThreadMerge, Wait
+    from saltedtable._engine.merge import Wait
+    from saltedtable._engine.merge_threads import ThreadMerge
 
     merge: ThreadMerge[int] = ThreadMerge([lambda *a: None] * 2, threads=2, ordered=False)  # type: ignore[list-item]
     paused, other = merge._feeds

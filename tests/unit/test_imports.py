@@ -36,11 +36,16 @@ ORDER: tuple[str, ...] = (
     # the read engine (no Bigtable)
     "_engine.budget",
     "_engine.slots",
+    "_engine.slots_asyncio",
+    "_engine.slots_threads",
     "_engine.merge",
+    "_engine.merge_asyncio",
+    "_engine.merge_threads",
     "_engine.runtime_asyncio",
     "_engine.runtime_threads",
     "_engine",
     # one read against Bigtable
+    "_read.settings",
     "_read.timeouts",
     "_read.query",
     "_read.plan",

@@ -21,7 +21,8 @@ from saltedtable._engine.budget import (
     allowance,
     fetch_bound,
 )
-from saltedtable._engine.merge import WAKE_BATCH, WAKE_PART_LEAST, Feed, Merge, MergeCore, Sent
+from saltedtable._engine.merge import WAKE_BATCH, WAKE_PART_LEAST, Feed, MergeCore, Sent
+from saltedtable._engine.merge_asyncio import Merge
 
 PROPERTY = settings(max_examples=80, deadline=None)
 
@@ -652,7 +653,7 @@ async def test_a_complete_limited_read_lets_its_last_requests_end(
     ordered: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At the limit, running requests end on their own (not cancelled) and idle ones stop."""
-    monkeypatch.setattr("saltedtable._engine.merge.DRAIN_SECONDS", 60.0)
+    monkeypatch.setattr("saltedtable._engine.merge_asyncio.DRAIN_SECONDS", 60.0)
     sources = [Source(range(s, 4000, 8), burst=3) for s in range(8)]
     with anyio.fail_after(10):  # a producer left waiting for a grant would hang here
         got = await drain(Merge(sources, ordered=ordered, limit=10))

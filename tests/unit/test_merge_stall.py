@@ -16,7 +16,8 @@ import asyncio
 import anyio
 import pytest
 
-from saltedtable._engine.merge import STALL_SECONDS, WAKE_BATCH, Feed, Merge, Sent
+from saltedtable._engine.merge import WAKE_BATCH, Feed, Sent
+from saltedtable._engine.merge_asyncio import STALL_SECONDS, Merge
 
 
 class FastThenStall:

@@ -32,7 +32,9 @@ from saltedtable._engine.budget import (
     page_ask,
     widen,
 )
-from saltedtable._engine.merge import Feed, Merge, Sent, ThreadMerge
+from saltedtable._engine.merge import Feed, Sent
+from saltedtable._engine.merge_asyncio import Merge
+from saltedtable._engine.merge_threads import ThreadMerge
 
 SOURCES = 4
 ITEMS = 5000  # a source: its share of the default budget (20,000 rows over 4)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from saltedtable._engine.slots import Slots
+from saltedtable._engine.slots_threads import Slots
 
 
 def wait_for(condition: object, limit: float = 10.0) -> None:

@@ -13,17 +13,16 @@ from hypothesis import strategies as st
 from saltedtable._engine.budget import (
     MEDIAN_ONE_ROUND,
     STREAM_MIN_ROWS,
-    OneRequestOdds,
     ReadBudget,
     _one_round_size,
     allowance,
     fetch_bound,
     first_round,
-    one_request_size,
     refills,
     streamable,
     unordered_shares,
 )
+from saltedtable._read.settings import OneRequestOdds, one_request_size
 
 
 @pytest.mark.parametrize("bad", [{"rows": 0}, {"bytes": 0}, {"rows": 1.5}, {"bytes": True}])

@@ -24,7 +24,8 @@ from saltedtable import (
     SchemeMismatchError,
     SubScan,
 )
-from saltedtable._engine.merge import Feed, Sent, ThreadMerge
+from saltedtable._engine.merge import Feed, Sent
+from saltedtable._engine.merge_threads import ThreadMerge
 from saltedtable._engine.runtime_threads import READ_REQUESTS
 from tests.fakes import FakeTable, SyncFakeTable
 from tests.slot_marks import mark_small_reads, reads_point_keys

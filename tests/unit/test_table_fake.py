@@ -47,7 +47,7 @@ from saltedtable import (
     before_last,
     fields,
 )
-from saltedtable._engine.merge import close_at_once
+from saltedtable._engine.merge_asyncio import close_at_once
 from tests.fakes import ABANDONED, FakeTable
 
 # -- the differential harness --------------------------------------------------

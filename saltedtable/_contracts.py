@@ -1,11 +1,11 @@
-"""What saltedtable calls on a Bigtable table, and the types of its timeouts (pure types).
+"""What saltedtable calls on Bigtable's batchers, and the types of its timeouts (pure types).
 
 The data client's decorated methods reach type checkers as ``Any``. The
-protocols here name the part of ``google.cloud.bigtable.data.TableAsync``
-(:class:`TableLikeAsync`) and of its sync ``Table`` (:class:`SyncTableLike`) that
-the salted tables, the readers, the layout guard and the writers call, so
-that every module above types its table with them. They are also the seam
-for an in-memory fake in tests (``tests/fakes.py``).
+protocols here name the part of the client's batchers (:class:`BatcherLike`,
+:class:`SyncBatcherLike`) that the writers call, and the defaults a table
+resolves ``TABLE_DEFAULT`` with (:class:`TableDefaults`). The table protocols
+build on them: ``TableLikeAsync`` in ``saltedtable._async.contracts`` and its
+generated sync twin ``SyncTableLike`` (written once, so the two cannot drift).
 
 The timeout aliases mirror the client's keyword arguments: a number of
 seconds, or ``TABLE_DEFAULT`` for the table's own default.
@@ -16,13 +16,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypedDict
 
-from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data import RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
-from google.cloud.bigtable.data.mutations import Mutation
-from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
-from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
-from google.cloud.bigtable.data.row_filters import RowFilter
 
 __all__ = [
     "AttemptTimeout",
@@ -34,9 +30,7 @@ __all__ = [
     "Retryable",
     "SyncBatcherLike",
     "SyncReadRowsStream",
-    "SyncTableLike",
     "TableDefaults",
-    "TableLikeAsync",
     "Timeout",
 ]
 
@@ -125,238 +119,3 @@ class TableDefaults(Protocol):
     default_read_rows_attempt_timeout: float | None
     default_mutate_rows_operation_timeout: float
     default_mutate_rows_attempt_timeout: float | None
-
-
-class TableLikeAsync(TableDefaults, Protocol):
-    """The part of ``google.cloud.bigtable.data.TableAsync`` that saltedtable calls.
-
-    The client's decorated methods reach type checkers as ``Any``; this
-    protocol names what is used, with the client's keywords, and gives tests a
-    seam for an in-memory fake.
-    """
-
-    async def read_rows_stream(
-        self,
-        query: ReadRowsQuery,
-        *,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> AsyncIterable[Row]:
-        """Stream the rows of a query."""
-        ...
-
-    async def read_row(
-        self,
-        row_key: str | bytes,
-        *,
-        row_filter: RowFilter | None = ...,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> Row | None:
-        """Read one row."""
-        ...
-
-    async def row_exists(
-        self,
-        row_key: str | bytes,
-        *,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> bool:
-        """Tell whether a row exists."""
-        ...
-
-    async def sample_row_keys(
-        self,
-        *,
-        row_range: RowRange | None = ...,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> list[tuple[bytes, int]]:
-        """Sample split points of the table."""
-        ...
-
-    def mutations_batcher(
-        self,
-        *,
-        flush_interval: float | None = ...,
-        flush_limit_mutation_count: int | None = ...,
-        flush_limit_bytes: int = ...,
-        flow_control_max_mutation_count: int = ...,
-        flow_control_max_bytes: int = ...,
-        batch_operation_timeout: Timeout = ...,
-        batch_attempt_timeout: AttemptTimeout = ...,
-        batch_retryable_errors: Retryable = ...,
-    ) -> BatcherLike:
-        """Make a mutations batcher (the client's ``MutationsBatcherAsync``)."""
-        ...
-
-    async def mutate_row(
-        self,
-        row_key: str | bytes,
-        mutations: list[Mutation] | Mutation,
-        *,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> None:
-        """Apply mutations to one row."""
-        ...
-
-    async def bulk_mutate_rows(
-        self,
-        mutation_entries: list[RowMutationEntry],
-        *,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> None:
-        """Apply many mutation entries."""
-        ...
-
-    async def check_and_mutate_row(
-        self,
-        row_key: str | bytes,
-        predicate: RowFilter | None,
-        *,
-        true_case_mutations: Mutation | list[Mutation] | None = ...,
-        false_case_mutations: Mutation | list[Mutation] | None = ...,
-        operation_timeout: Timeout = ...,
-    ) -> bool:
-        """Mutate a row depending on a filter."""
-        ...
-
-    async def read_modify_write_row(
-        self,
-        row_key: str | bytes,
-        rules: ReadModifyWriteRule | list[ReadModifyWriteRule],
-        *,
-        operation_timeout: Timeout = ...,
-    ) -> Row:
-        """Read, modify and write a row atomically."""
-        ...
-
-    async def close(self) -> None:
-        """Release the table's resources."""
-        ...
-
-
-class SyncTableLike(TableDefaults, Protocol):
-    """The part of ``google.cloud.bigtable.data.Table`` (sync) that saltedtable calls.
-
-    The client's own ``Table`` satisfies it as type checkers see it: the
-    keywords are the client's.
-    """
-
-    def read_rows_stream(
-        self,
-        query: ReadRowsQuery,
-        *,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> Iterable[Row]:
-        """Stream the rows of a query."""
-        ...
-
-    def read_row(
-        self,
-        row_key: str | bytes,
-        *,
-        row_filter: RowFilter | None = ...,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> Row | None:
-        """Read one row."""
-        ...
-
-    def row_exists(
-        self,
-        row_key: str | bytes,
-        *,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> bool:
-        """Tell whether a row exists."""
-        ...
-
-    def sample_row_keys(
-        self,
-        *,
-        row_range: RowRange | None = ...,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> list[tuple[bytes, int]]:
-        """Sample split points of the table."""
-        ...
-
-    def mutations_batcher(
-        self,
-        *,
-        flush_interval: float | None = ...,
-        flush_limit_mutation_count: int | None = ...,
-        flush_limit_bytes: int = ...,
-        flow_control_max_mutation_count: int = ...,
-        flow_control_max_bytes: int = ...,
-        batch_operation_timeout: Timeout = ...,
-        batch_attempt_timeout: AttemptTimeout = ...,
-        batch_retryable_errors: Retryable = ...,
-    ) -> SyncBatcherLike:
-        """Make a mutations batcher (the client's ``MutationsBatcher``)."""
-        ...
-
-    def mutate_row(
-        self,
-        row_key: str | bytes,
-        mutations: list[Mutation] | Mutation,
-        *,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> None:
-        """Apply mutations to one row."""
-        ...
-
-    def bulk_mutate_rows(
-        self,
-        mutation_entries: list[RowMutationEntry],
-        *,
-        operation_timeout: Timeout = ...,
-        attempt_timeout: AttemptTimeout = ...,
-        retryable_errors: Retryable = ...,
-    ) -> None:
-        """Apply many mutation entries."""
-        ...
-
-    def check_and_mutate_row(
-        self,
-        row_key: str | bytes,
-        predicate: RowFilter | None,
-        *,
-        true_case_mutations: Mutation | list[Mutation] | None = ...,
-        false_case_mutations: Mutation | list[Mutation] | None = ...,
-        operation_timeout: Timeout = ...,
-    ) -> bool:
-        """Mutate a row depending on a filter."""
-        ...
-
-    def read_modify_write_row(
-        self,
-        row_key: str | bytes,
-        rules: ReadModifyWriteRule | list[ReadModifyWriteRule],
-        *,
-        operation_timeout: Timeout = ...,
-    ) -> Row:
-        """Read, modify and write a row atomically."""
-        ...
-
-    def close(self) -> None:
-        """Release the table's resources."""
-        ...

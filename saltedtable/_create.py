@@ -8,7 +8,8 @@ part-way deletes the table again.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -211,6 +212,7 @@ def create_salted_table(
         )
     splits = split_points(scheme, cutoff, check_split_keys(extra_splits))
     name = table_path(project, instance, table_id)
+    at = _TableAt(project, instance, table_id, scheme, cutoff, credentials, emulator_host, timeout)
     with admin_client(credentials=credentials, emulator_host=emulator_host) as admin:
         try:
             schema = read_schema(admin, name, timeout=timeout)
@@ -223,10 +225,7 @@ def create_salted_table(
                 "give another id, or --if-not-exists to accept it when its record agrees"
             )
         if exists:
-            stored_in, stored, sampled = _accept_existing(
-                project, instance, table_id, scheme, cutoff, credentials, emulator_host,
-                has_reserved=RECORD_FAMILY in schema, timeout=timeout,
-            )  # fmt: skip
+            stored_in, stored, sampled = _accept_existing(at, has_reserved=RECORD_FAMILY in schema)
             return CreateResult(name, False, (), stored_in, stored, sampled)
         request = types.CreateTableRequest(
             parent=f"projects/{project}/instances/{instance}",
@@ -244,9 +243,7 @@ def create_salted_table(
                 f"table {table_id!r} was created meanwhile by someone else; nothing was changed"
             ) from None
         try:
-            stored_in, _, sampled = _store_record(
-                project, instance, table_id, scheme, cutoff, credentials, emulator_host, timeout
-            )
+            stored_in, _, sampled = _store_record(at)
         except BaseException as exc:
             try:
                 admin.delete_table(name=name, timeout=timeout or ADMIN_TIMEOUT)
@@ -261,18 +258,36 @@ def create_salted_table(
     return CreateResult(name, True, tuple(splits), stored_in, True, sampled)
 
 
-def _accept_existing(
-    project: str,
-    instance: str,
-    table_id: str,
-    scheme: SaltScheme,
-    cutoff: CutoffPolicy | None,
-    credentials: Any,
-    emulator_host: str | None,
-    *,
-    has_reserved: bool,
-    timeout: float | None = None,
-) -> tuple[str, bool, int | None]:
+@dataclass(frozen=True)
+class _TableAt:
+    """The table create works on, with its layout, and how to open it with the data client."""
+
+    project: str
+    instance: str
+    table_id: str
+    scheme: SaltScheme
+    cutoff: CutoffPolicy | None
+    credentials: Any
+    emulator_host: str | None
+    timeout: float | None
+
+    @contextmanager
+    def opened(self) -> Iterator[SaltedTable]:
+        """The salted table, open while the block runs (its data client closes after it)."""
+        with data_client(
+            self.project, credentials=self.credentials, emulator_host=self.emulator_host
+        ) as client:
+            yield SaltedTable.from_client(
+                client,
+                self.instance,
+                self.table_id,
+                self.scheme,
+                cutoff=self.cutoff,
+                **data_timeouts(self.timeout),
+            )
+
+
+def _accept_existing(at: _TableAt, *, has_reserved: bool) -> tuple[str, bool, int | None]:
     """``if_not_exists`` on an existing table: its record's family, whether stored, rows sampled.
 
     A record that agrees is accepted in whatever family holds it (nothing is
@@ -288,46 +303,29 @@ def _accept_existing(
     """
     from ._exceptions import LayoutError
 
-    with data_client(project, credentials=credentials, emulator_host=emulator_host) as client:
-        table = SaltedTable.from_client(
-            client, instance, table_id, scheme, cutoff=cutoff, **data_timeouts(timeout)
-        )
+    with at.opened() as table:
         table.guard_scheme()  # reads the record wherever it lives; refuses a different one
         family = table._guard.stored_family
     if family is not None:
         return family, False, None
     if not has_reserved:
         raise LayoutError(
-            f"table {table_id!r} exists in instance {instance!r} without a layout record and "
-            f"without the column family {RECORD_FAMILY!r} to store one in; nothing was "
-            f"changed: add both with `saltedtable guard {table_id} --project {project} "
-            f"--instance {instance} -n {scheme.buckets} --add-family` (and the scheme's other "
-            "options)"
+            f"table {at.table_id!r} exists in instance {at.instance!r} without a layout record "
+            f"and without the column family {RECORD_FAMILY!r} to store one in; nothing was "
+            f"changed: add both with `saltedtable guard {at.table_id} --project {at.project} "
+            f"--instance {at.instance} -n {at.scheme.buckets} --add-family` (and the scheme's "
+            "other options)"
         )
-    return _store_record(
-        project, instance, table_id, scheme, cutoff, credentials, emulator_host, timeout
-    )
+    return _store_record(at)
 
 
-def _store_record(
-    project: str,
-    instance: str,
-    table_id: str,
-    scheme: SaltScheme,
-    cutoff: CutoffPolicy | None,
-    credentials: Any,
-    emulator_host: str | None,
-    timeout: float | None = None,
-) -> tuple[str, bool, int | None]:
+def _store_record(at: _TableAt) -> tuple[str, bool, int | None]:
     """Store (or check) the layout record: its family, whether this stored it, rows sampled.
 
     Raises:
         LayoutError: Sampled rows do not fit the layout (nothing is stored).
     """
-    with data_client(project, credentials=credentials, emulator_host=emulator_host) as client:
-        table = SaltedTable.from_client(
-            client, instance, table_id, scheme, cutoff=cutoff, **data_timeouts(timeout)
-        )
+    with at.opened() as table:
         table.guard_scheme(family=RECORD_FAMILY)
         guard = table._guard
         family, stored, sampled = guard.stored_family, guard.outcome == "stored", guard.sampled

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._read.stats import CallStats, StatsHook
+from ._read.stats import CallStats, StatsHook, settings_dict
 
 __all__ = ["attributes", "stats_hook"]
 
@@ -63,15 +63,7 @@ def attributes(stats: CallStats) -> dict[str, _AttributeValue]:
     }
     settings = stats.settings
     if settings is not None:
-        read: dict[str, _AttributeValue | None] = {
-            "ordered": settings.ordered,
-            "budget_rows": settings.budget.rows,
-            "budget_bytes": settings.budget.bytes,
-            "slots": settings.slots,
-            "subqueries": settings.subqueries,
-            "limit": settings.limit,
-            "one_request_rows": settings.one_request_rows,
-        }
+        read = settings_dict(settings)
         out.update({f"saltedtable.read.{k}": v for k, v in read.items() if v is not None})
     one = stats.one_request
     if one is not None:

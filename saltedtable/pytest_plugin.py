@@ -31,10 +31,11 @@ Tables live in project ``saltedtable.testing.PROJECT`` and instance
 
 from __future__ import annotations
 
+import functools
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pytest
 
@@ -61,6 +62,10 @@ __all__ = [
 ]
 
 _HOST_OPTION = "--bigtable-emulator-host"
+#: A salted table of either flavour, as a factory makes it.
+_Table = TypeVar("_Table")
+#: A Bigtable data client of either flavour.
+_Client = TypeVar("_Client")
 
 
 class TableFactory(Protocol):
@@ -203,6 +208,16 @@ def _async_fixture(function: Callable[..., Any]) -> Any:
     return pytest_asyncio.fixture(function)
 
 
+def _emulator_client(client_class: Callable[..., _Client]) -> _Client:
+    """A data client of ``client_class`` for the session's emulator (its project)."""
+    from saltedtable.testing import PROJECT
+
+    with warnings.catch_warnings():
+        # The client warns that it talks to an emulator: here that is the point.
+        warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
+        return client_class(project=PROJECT)
+
+
 @_async_fixture
 async def bigtable_data_client(
     bigtable_emulator: Emulator | ExternalEmulator,
@@ -210,12 +225,7 @@ async def bigtable_data_client(
     """A data client connected to the session's emulator, closed after the test."""
     from google.cloud.bigtable.data import BigtableDataClientAsync
 
-    from saltedtable.testing import PROJECT
-
-    with warnings.catch_warnings():
-        # The client warns that it talks to an emulator: here that is the point.
-        warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
-        client = BigtableDataClientAsync(project=PROJECT)
+    client = _emulator_client(BigtableDataClientAsync)
     try:
         yield client
     finally:
@@ -231,6 +241,26 @@ def _table_for(factory: TableFactory, families: Iterable[str] | None, table_id: 
     return table_id
 
 
+def _maker(
+    wrap: Callable[..., _Table], tables: TableFactory, made: list[_Table]
+) -> Callable[..., _Table]:
+    """A salted table factory's ``make``: ``wrap(table_id, scheme, **options)`` of the
+    table :func:`_table_for` picks, kept in ``made`` for the fixture to close."""
+
+    def make(
+        scheme: SaltScheme,
+        *,
+        families: Iterable[str] | None = None,
+        table_id: str | None = None,
+        **options: Any,
+    ) -> _Table:
+        table = wrap(_table_for(tables, families, table_id), scheme, **options)
+        made.append(table)
+        return table
+
+    return make
+
+
 @_async_fixture
 async def salted_table_async_factory(
     bigtable_data_client: BigtableDataClientAsync, bigtable_table_factory: TableFactory
@@ -244,23 +274,9 @@ async def salted_table_async_factory(
     from saltedtable.testing import INSTANCE
 
     made: list[SaltedTableAsync] = []
-
-    def make(
-        scheme: SaltScheme,
-        *,
-        families: Iterable[str] | None = None,
-        table_id: str | None = None,
-        **options: Any,
-    ) -> SaltedTableAsync:
-        table_id = _table_for(bigtable_table_factory, families, table_id)
-        table = SaltedTableAsync.from_client(
-            bigtable_data_client, INSTANCE, table_id, scheme, **options
-        )
-        made.append(table)
-        return table
-
+    wrap = functools.partial(SaltedTableAsync.from_client, bigtable_data_client, INSTANCE)
     try:
-        yield make
+        yield _maker(wrap, bigtable_table_factory, made)
     finally:
         for table in made:
             await table.close()
@@ -273,12 +289,7 @@ def bigtable_sync_data_client(
     """A sync data client connected to the session's emulator, closed after the test."""
     from google.cloud.bigtable.data import BigtableDataClient
 
-    from saltedtable.testing import PROJECT
-
-    with warnings.catch_warnings():
-        # The client warns that it talks to an emulator: here that is the point.
-        warnings.filterwarnings("ignore", "Connecting to Bigtable emulator", RuntimeWarning)
-        client = BigtableDataClient(project=PROJECT)
+    client = _emulator_client(BigtableDataClient)
     try:
         yield client
     finally:
@@ -299,23 +310,9 @@ def salted_table_factory(
     from saltedtable.testing import INSTANCE
 
     made: list[SaltedTable] = []
-
-    def make(
-        scheme: SaltScheme,
-        *,
-        families: Iterable[str] | None = None,
-        table_id: str | None = None,
-        **options: Any,
-    ) -> SaltedTable:
-        table_id = _table_for(bigtable_table_factory, families, table_id)
-        table = SaltedTable.from_client(
-            bigtable_sync_data_client, INSTANCE, table_id, scheme, **options
-        )
-        made.append(table)
-        return table
-
+    wrap = functools.partial(SaltedTable.from_client, bigtable_sync_data_client, INSTANCE)
     try:
-        yield make
+        yield _maker(wrap, bigtable_table_factory, made)
     finally:
         for table in made:
             table.close()

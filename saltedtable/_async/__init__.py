@@ -1,4 +1,4 @@
-"""The async sources of the generated code: the table, its read call, chunked reads, guard, batcher.
+"""Async sources of the generated code: table protocol, table, read call, chunks, guard, batcher.
 
 Edit these: ``.ci/unasync.py`` writes ``saltedtable._sync_autogen`` from them, file
 for file (``make generate``; ``make lint`` fails when a twin is stale). What differs

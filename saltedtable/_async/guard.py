@@ -17,7 +17,7 @@ from typing import Any
 from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError, PermissionDenied
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 
-from .._contracts import AttemptTimeout, TableLikeAsync, Timeout
+from .._contracts import AttemptTimeout, Timeout
 from .._engine.runtime_asyncio import Lock, capacity, fan_out, run_blocking, slot
 from .._engine.slots_asyncio import AsyncSlots
 from .._exceptions import LayoutError
@@ -40,6 +40,7 @@ from .._guard.families import Placement, TableSchema
 from .._read.timeouts import GuardTime, guard_limit, guard_timeouts, time_left
 from .._scheme.layout import Layout
 from .._scheme.salt import SCHEME_ROW_KEY
+from .contracts import TableLikeAsync
 
 __all__ = ["TableGuard"]
 

@@ -18,7 +18,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
-from .._contracts import ReadRowsStream, TableLikeAsync
+from .._contracts import ReadRowsStream
 from .._engine.merge_asyncio import Merge
 from .._engine.runtime_asyncio import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from .._engine.slots_asyncio import AsyncSlots
@@ -35,6 +35,7 @@ from .._read.sources import (
 from .._read.stats import CallStats
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
+from .contracts import TableLikeAsync
 
 __all__ = ["ReadCall"]
 

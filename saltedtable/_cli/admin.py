@@ -17,7 +17,7 @@ from .._connection import DEFAULT_TIMEOUT, connection_errors, connection_failure
 from .._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from .._guard.families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
 from .._scheme.salt import SaltScheme
-from .args import float_above, int_at_least, key_from_text
+from .args import add_instance_options, float_above, int_at_least, key_from_text
 from .inspect import SUMMARY_ABOVE
 
 if TYPE_CHECKING:
@@ -34,8 +34,7 @@ def _where(parser: argparse.ArgumentParser) -> None:
 
 def add_location_options(parser: argparse.ArgumentParser) -> None:
     """``--instance``, ``--project`` and ``--timeout``: where a table is, how long to wait."""
-    parser.add_argument("--instance", help="Bigtable instance (default: $SALTEDTABLE_INSTANCE)")
-    parser.add_argument("--project", help="Google Cloud project (default: $SALTEDTABLE_PROJECT)")
+    add_instance_options(parser)
     parser.add_argument(
         "--timeout",
         type=float_above(0),

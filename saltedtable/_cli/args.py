@@ -15,7 +15,14 @@ from collections.abc import Callable
 from .._exceptions import UsageError
 from .._scheme.salt import HASHES
 
-__all__ = ["add_hash_options", "float_above", "float_at_least", "int_at_least", "key_from_text"]
+__all__ = [
+    "add_hash_options",
+    "add_instance_options",
+    "float_above",
+    "float_at_least",
+    "int_at_least",
+    "key_from_text",
+]
 
 
 def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -76,6 +83,12 @@ def key_from_text(text: str, *, as_hex: bool, option: str) -> bytes:
         return binascii.unhexlify(text)
     except (binascii.Error, ValueError) as exc:
         raise UsageError(f"{option} {text!r} is not hex (--hex is given): {exc}") from None
+
+
+def add_instance_options(parser: argparse.ArgumentParser) -> None:
+    """``--instance`` and ``--project``: where a table is (each with its environment default)."""
+    parser.add_argument("--instance", help="Bigtable instance (default: $SALTEDTABLE_INSTANCE)")
+    parser.add_argument("--project", help="Google Cloud project (default: $SALTEDTABLE_PROJECT)")
 
 
 def add_hash_options(parser: argparse.ArgumentParser) -> None:

@@ -37,7 +37,7 @@ from .._scheme.salt import (
     format_key,
     prefix_end,
 )
-from .args import add_hash_options, float_above, int_at_least
+from .args import add_hash_options, add_instance_options, float_above, int_at_least
 from .commands import EXIT_DATA, EXIT_USAGE, fail
 from .migrate import parse as parse_migrate
 from .specs import (
@@ -411,8 +411,7 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=("auto", "csv", "ndjson"), default="auto", help="input format"
     )
     adv.add_argument("--table", metavar="ID", help="sample the keys of this Bigtable table")
-    adv.add_argument("--instance", help="Bigtable instance (default: $SALTEDTABLE_INSTANCE)")
-    adv.add_argument("--project", help="Google Cloud project (default: $SALTEDTABLE_PROJECT)")
+    add_instance_options(adv)
     adv.add_argument(
         "--sample-limit",
         type=int_at_least(1),

@@ -31,6 +31,7 @@ __all__ = [
     "StatsHook",
     "install_retry_counter",
     "report",
+    "settings_dict",
 ]
 
 _log = logging.getLogger("saltedtable.stats")
@@ -239,7 +240,7 @@ class CallStats:
             "error": None if self.error is None else repr(self.error),
             "ended_early": self.ended_early,
             "strategy": self.strategy,
-            "settings": None if self.settings is None else _settings_dict(self.settings),
+            "settings": None if self.settings is None else settings_dict(self.settings),
             "one_request": None
             if self.one_request is None
             else {name: getattr(self.one_request, name) for name in _ONE_FIELDS},
@@ -266,7 +267,8 @@ class CallStats:
 _ONE_FIELDS: Final = ("result", "asked", "rows", "bytes", "error", "went_on")
 
 
-def _settings_dict(settings: ReadSettings) -> dict[str, Any]:
+def settings_dict(settings: ReadSettings) -> dict[str, Any]:
+    """A read's settings as flat fields (the budget as ``budget_rows`` and ``budget_bytes``)."""
     return {
         "ordered": settings.ordered,
         "budget_rows": settings.budget.rows,

@@ -19,7 +19,7 @@ from typing import Any
 from google.api_core.exceptions import FailedPrecondition, GoogleAPICallError, PermissionDenied
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 
-from .._contracts import AttemptTimeout, SyncTableLike, Timeout
+from .._contracts import AttemptTimeout, Timeout
 from .._engine.runtime_threads import Lock, capacity, fan_out, run_blocking, slot
 from .._engine.slots_threads import Slots
 from .._exceptions import LayoutError
@@ -42,6 +42,7 @@ from .._guard.families import Placement, TableSchema
 from .._read.timeouts import GuardTime, guard_limit, guard_timeouts, time_left
 from .._scheme.layout import Layout
 from .._scheme.salt import SCHEME_ROW_KEY
+from .contracts import SyncTableLike
 
 __all__ = ["SyncTableGuard"]
 

@@ -20,7 +20,7 @@ from typing import final
 
 from google.cloud.bigtable.data.row import Row
 
-from .._contracts import SyncReadRowsStream, SyncTableLike
+from .._contracts import SyncReadRowsStream
 from .._engine.merge_threads import ThreadMerge
 from .._engine.runtime_threads import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from .._engine.slots_threads import Slots
@@ -37,6 +37,7 @@ from .._read.sources import (
 from .._read.stats import CallStats
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
+from .contracts import SyncTableLike
 
 __all__ = ["SyncReadCall"]
 

@@ -35,7 +35,7 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._admin import schema_reader_for, table_label
-from .._contracts import AttemptTimeout, Retryable, SyncTableLike, Timeout
+from .._contracts import AttemptTimeout, Retryable, Timeout
 from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget
 from .._engine.runtime_threads import capacity, fan_out, row_stream
 from .._engine.slots_threads import Slots
@@ -74,6 +74,7 @@ from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
 from .._write import every_entry_failed, first_family, logical_group
 from .batcher import SaltedMutationsBatcherSync
+from .contracts import SyncTableLike
 from .guard import SyncTableGuard
 from .read_call import ReadContext, SyncReadCall
 

@@ -79,7 +79,7 @@ FLUSH_BYTES: Final = 20 * 1024 * 1024
 #: Write batches one DoFn has in flight at once.
 FLUSHES_IN_FLIGHT: Final = 4
 
-#: Which rows of a split a read keeps (see :func:`read_split`).
+#: Which rows of a split a read keeps (see :func:`read_split_pages`).
 Rows = Literal["visible", "copies", "all"]
 
 
@@ -358,27 +358,6 @@ def read_keys(
         yield from page
 
 
-def read_split(
-    table: Table,
-    sub: SubQuery,
-    layout: Layout,
-    sizer: PageSizer,
-    rows: Rows = "visible",
-    *,
-    on_stray: Callable[[bytes, str], None] | None = None,
-) -> Iterator[Row]:
-    """Every row of one split, relabelled with its logical key.
-
-    ``rows="visible"`` keeps what a reader of ``layout`` sees (the layout's
-    stray rules, on both sides), calling ``on_stray`` with the key and the
-    reason of each row left out of the legacy side; ``"copies"`` keeps only
-    the bucket rows those rules hide (the backfilled copies of legacy rows);
-    ``"all"`` keeps every row.
-    """
-    for page in read_split_pages(table, sub, layout, sizer, rows, on_stray=on_stray):
-        yield from page
-
-
 def read_split_pages(
     table: Table,
     sub: SubQuery,
@@ -388,7 +367,14 @@ def read_split_pages(
     *,
     on_stray: Callable[[bytes, str], None] | None = None,
 ) -> Iterator[list[Row]]:
-    """:func:`read_split`, a page at a time."""
+    """Every row of one split, relabelled with its logical key, a page at a time.
+
+    ``rows="visible"`` keeps what a reader of ``layout`` sees (the layout's
+    stray rules, on both sides), calling ``on_stray`` with the key and the
+    reason of each row left out of the legacy side; ``"copies"`` keeps only
+    the bucket rows those rules hide (the backfilled copies of legacy rows);
+    ``"all"`` keeps every row.
+    """
     cut = len(sub.prefix)
     hidden = None if rows == "all" else layout.hiding(sub.bucket)
     want_hidden = rows == "copies"

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Final, final
+from typing import IO, Any, Final, TypeVar, final
 
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics, MetricsFilter
@@ -103,6 +103,8 @@ _log = logging.getLogger("saltedtable.beam")
 _VERIFY_NAMESPACE: Final = f"{METRICS_NAMESPACE}.verify"
 _MASK: Final = (1 << 64) - 1
 _CHUNKS: Final = 4  # a 64-bit digest summed as four 16-bit counters, so no counter overflows
+#: What a transform over a cutoff table puts out.
+_Out = TypeVar("_Out")
 
 
 # -- running -------------------------------------------------------------------
@@ -340,7 +342,33 @@ def _salted_subqueries(layout: Layout, keys_only: bool = False) -> tuple[SubQuer
 # -- the backfill --------------------------------------------------------------
 
 
-class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
+class _OnCutoffTable(beam.PTransform[PBegin, _Out]):
+    """A transform over a cutoff table: the constructor of the backfill and the sweeps.
+
+    Checks ``split_bytes`` at once, so that a bad value fails before any
+    record moves; the steps are built in ``expand``.
+    """
+
+    @accepts_legacy_target
+    def __init__(
+        self,
+        target: BigtableTarget,
+        scheme: SaltScheme,
+        cutoff: CutoffPolicy,
+        *,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        budget: ReadBudget | None = None,
+    ) -> None:
+        super().__init__()
+        if split_bytes < 1:
+            raise ValueError(f"split_bytes must be >= 1, got {split_bytes}")
+        self.target = target
+        self.layout = Layout(scheme, cutoff)
+        self.split_bytes = split_bytes
+        self.budget = ReadBudget() if budget is None else budget
+
+
+class BackfillLegacy(_OnCutoffTable[PCollection[FailedWrite]]):
     """Copy every legacy row of a cutoff table to its salted key, cells and versions included.
 
     Reads the legacy (pre-cutoff) side as cutoff readers see it, and writes
@@ -364,39 +392,25 @@ class BackfillLegacy(beam.PTransform[PBegin, PCollection[FailedWrite]]):
         From ``expand``: the failed writes (empty unless ``on_failure="output"``).
     """
 
-    @accepts_legacy_target
-    def __init__(
-        self,
-        target: BigtableTarget,
-        scheme: SaltScheme,
-        cutoff: CutoffPolicy,
-        *,
-        split_bytes: int = DEFAULT_SPLIT_BYTES,
-        budget: ReadBudget | None = None,
-    ) -> None:
-        super().__init__()
-        self.target = target
-        self.layout = Layout(scheme, cutoff)
-        self._read = ReadSplitRows(
+    def expand(self, pbegin: PBegin) -> PCollection[FailedWrite]:
+        read = ReadSplitRows(
             self.target,
             self.layout,
             _legacy_subqueries(self.layout),
-            split_bytes=split_bytes,
-            budget=ReadBudget() if budget is None else budget,
+            split_bytes=self.split_bytes,
+            budget=self.budget,
         )
-        self._write = WriteSaltedRows(
-            target,
-            scheme,
+        write = WriteSaltedRows(
+            self.target,
+            self.layout.scheme,
             check_layout=False,  # the record names the cutoff layout until the cut-over
             counter_prefix="rows_copied",
         )
-
-    def expand(self, pbegin: PBegin) -> PCollection[FailedWrite]:
         out: PCollection[FailedWrite] = (
             pbegin
-            | "Read legacy rows" >> self._read
+            | "Read legacy rows" >> read
             | "As copies" >> beam.Map(copy_entry)
-            | "Write copies" >> self._write
+            | "Write copies" >> write
         )
         return out
 
@@ -473,28 +487,12 @@ def backfill(
     return MigrationReport("backfill", counters(result), record=wanted)
 
 
-class _KeySweep(beam.PTransform[PBegin, PCollection[None]]):
+class _KeySweep(_OnCutoffTable[PCollection[None]]):
     """Read the keys of one side of a cutoff table in planned splits, and act on each split.
 
     Takes the arguments of :class:`BackfillLegacy`; a subclass names the step,
     the sub-queries and the DoFn (:meth:`_sweep`).
     """
-
-    @accepts_legacy_target
-    def __init__(
-        self,
-        target: BigtableTarget,
-        scheme: SaltScheme,
-        cutoff: CutoffPolicy,
-        *,
-        split_bytes: int = DEFAULT_SPLIT_BYTES,
-        budget: ReadBudget | None = None,
-    ) -> None:
-        super().__init__()
-        self.target = target
-        self.layout = Layout(scheme, cutoff)
-        self.split_bytes = split_bytes
-        self.budget = ReadBudget() if budget is None else budget
 
     def _sweep(self) -> tuple[str, tuple[SubQuery, ...], beam.DoFn]:
         raise NotImplementedError

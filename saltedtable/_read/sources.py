@@ -60,7 +60,8 @@ from .._engine.budget import (
 from .._engine.merge import Feed, Merge, MergeCore, ProducerBase, Sent, ThreadMerge
 from .._engine.slots import PAUSE_MOST, AsyncSlots, Slots
 from .._scheme.layout import Layout
-from .cancel_asyncio import SyncRequest, end_stream, stop_reads, stop_sync_requests
+from .cancel_asyncio import end_stream, stop_reads
+from .cancel_threads import SyncRequest, stop_sync_requests
 from .plan import OneRequest, PageCursor, ReadPlan, SubQuery, one_request
 from .stats import (
     BucketStats,

@@ -47,6 +47,7 @@ ORDER: tuple[str, ...] = (
     "_read.split",
     "_read.stats",
     "_read.cancel_asyncio",
+    "_read.cancel_threads",
     "_read.sources",
     "_read",
     # the layout record and the guard's decisions (pure)

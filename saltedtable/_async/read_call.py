@@ -1,12 +1,12 @@
 """One logical read: its sources, the merge, its statistics.
 
-:class:`ReadCall` ties a plan, its bucket sources (:mod:`._reader`), the
-budget and the call's statistics together and hands the caller a list or a
-stream (see :mod:`._reader` for how a read that ends early stops its
-requests). This module is the source of both flavours: ``_read_call_sync``
-is generated from ``_read_call`` by ``.ci/unasync.py``, and uses the
-hand-written sync sources and merge driver (the merge of each flavour comes
-from :mod:`._concurrency`).
+:class:`ReadCall` ties a plan, its bucket sources (:mod:`.._read.sources_asyncio`),
+the budget and the call's statistics (the per-read state of :mod:`.._read.call`)
+together and hands the caller a list or a stream (see :mod:`.._read.sources_asyncio`
+for how a read that ends early stops its requests). This module is the source of
+both flavours: ``_sync_autogen/read_call.py`` is generated from it by
+``.ci/unasync.py``, and uses the hand-written sync sources and merge driver (the
+merge of each flavour comes from :mod:`.._engine.runtime_asyncio`).
 """
 
 from __future__ import annotations
@@ -23,15 +23,9 @@ from .._engine.budget import ReadSettings
 from .._engine.merge import Merge
 from .._engine.runtime_asyncio import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from .._engine.slots import AsyncSlots
+from .._read.call import Read, ReadContextBase, one_budget
 from .._read.plan import ReadPlan
-from .._read.sources import (
-    BucketSource,
-    OneRequestSource,
-    _one_budget,
-    _Read,
-    _ReadContext,
-    stop_sources,
-)
+from .._read.sources_asyncio import BucketSource, OneRequestSource, stop_sources
 from .._read.stats import CallStats
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
@@ -40,14 +34,14 @@ __all__ = ["ReadCall"]
 
 
 @final
-class ReadContextAsync(_ReadContext[TableLikeAsync, AsyncSlots, Awaitable[bool]]):
+class ReadContextAsync(ReadContextBase[TableLikeAsync, AsyncSlots, Awaitable[bool]]):
     """What every read of one table shares (built once per table object)."""
 
     __slots__ = ()
 
 
 @final
-class ReadCall(_Read[Awaitable[bool]]):
+class ReadCall(Read[Awaitable[bool]]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
     Args:
@@ -91,7 +85,7 @@ class ReadCall(_Read[Awaitable[bool]]):
             )
             one = one_merge(
                 first,
-                budget=_one_budget(self._one.request),
+                budget=one_budget(self._one.request),
                 stop_requests=partial(stop_sources, [first]),
             )
             self._first = (first, one)

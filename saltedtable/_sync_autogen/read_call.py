@@ -2,13 +2,13 @@
 # Edit the async source, then run `make generate`.
 """One logical read: its sources, the merge, its statistics.
 
-:class:`SyncReadCall` ties a plan, its bucket sources (:mod:`._reader`), the
-budget and the call's statistics together and hands the caller a list or a
-stream (see :mod:`._reader` for how a read that ends early stops its
-requests). This module is the source of both flavours: ``_read_call_sync``
-is generated from ``_read_call`` by ``.ci/unasync.py``, and uses the
-hand-written sync sources and merge driver (the merge of each flavour comes
-from :mod:`._concurrency`).
+:class:`SyncReadCall` ties a plan, its bucket sources (:mod:`.._read.sources_threads`),
+the budget and the call's statistics (the per-read state of :mod:`.._read.call`)
+together and hands the caller a list or a stream (see :mod:`.._read.sources_threads`
+for how a read that ends early stops its requests). This module is the source of
+both flavours: ``_sync_autogen/read_call.py`` is generated from it by
+``.ci/unasync.py``, and uses the hand-written sync sources and merge driver (the
+merge of each flavour comes from :mod:`.._engine.runtime_threads`).
 """
 
 from __future__ import annotations
@@ -25,15 +25,9 @@ from .._engine.budget import ReadSettings
 from .._engine.merge import ThreadMerge
 from .._engine.runtime_threads import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from .._engine.slots import Slots
+from .._read.call import Read, ReadContextBase, one_budget
 from .._read.plan import ReadPlan
-from .._read.sources import (
-    SyncBucketSource,
-    SyncOneRequestSource,
-    _one_budget,
-    _Read,
-    _ReadContext,
-    stop_sync_sources,
-)
+from .._read.sources_threads import SyncBucketSource, SyncOneRequestSource, stop_sync_sources
 from .._read.stats import CallStats
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
@@ -42,14 +36,14 @@ __all__ = ["SyncReadCall"]
 
 
 @final
-class ReadContext(_ReadContext[SyncTableLike, Slots, bool]):
+class ReadContext(ReadContextBase[SyncTableLike, Slots, bool]):
     """What every read of one table shares (built once per table object)."""
 
     __slots__ = ()
 
 
 @final
-class SyncReadCall(_Read[bool]):
+class SyncReadCall(Read[bool]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
     Args:
@@ -93,7 +87,7 @@ class SyncReadCall(_Read[bool]):
             )
             one = one_merge(
                 first,
-                budget=_one_budget(self._one.request),
+                budget=one_budget(self._one.request),
                 stop_requests=partial(stop_sync_sources, [first]),
             )
             self._first = (first, one)

@@ -49,6 +49,9 @@ ORDER: tuple[str, ...] = (
     "_read.cancel_asyncio",
     "_read.cancel_threads",
     "_read.sources",
+    "_read.sources_asyncio",
+    "_read.sources_threads",
+    "_read.call",
     "_read",
     # the layout record and the guard's decisions (pure)
     "_guard.families",

@@ -26,7 +26,6 @@ from .._engine.slots import AsyncSlots
 from .._read.call import Read, ReadContextBase, one_budget
 from .._read.plan import ReadPlan
 from .._read.sources_asyncio import BucketSource, OneRequestSource, stop_sources
-from .._read.stats import CallStats
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
 
@@ -41,34 +40,18 @@ class ReadContextAsync(ReadContextBase[TableLikeAsync, AsyncSlots, Awaitable[boo
 
 
 @final
-class ReadCall(Read[Awaitable[bool]]):
+class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
-    Args:
-        ctx: What the table's reads share: the physical table, its layout
-            (which rows reads hide), slots, guard, one-request odds and
-            statistics hook.
-        plan: What to read.
-        settings: How to read it (ordered, budget, the one request or not),
-            decided once per read (:meth:`ReadPlan.settings`).
-        timeouts: The resolved time budget.
-        operation: The call's name in statistics (``"read_rows"``, ...).
-        stats: Filled in as the read runs (created when a hook needs one).
+    Built with :class:`~.._read.call.Read`'s arguments (``ctx``, ``plan``,
+    ``settings``, ``timeouts``, ``operation=``, ``stats=``).
     """
 
     __slots__ = ("_first", "_merge", "_setup")
 
-    def __init__(
-        self,
-        ctx: ReadContextAsync,
-        plan: ReadPlan,
-        settings: ReadSettings,
-        timeouts: Timeouts,
-        *,
-        operation: str,
-        stats: CallStats | None,
+    def _prepare(
+        self, ctx: ReadContextAsync, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
-        super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
         read_rows_stream = client_read_rows_stream(ctx.table)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[OneRequestSource, OneRun[Row]] | None = None

@@ -146,7 +146,12 @@ class OneRequestStep:
         return self.outcome is not None and self.outcome.fitted
 
     def _outcome_of(
-        self, source: OneRequestSourceBase, *, fitted: bool, error: str = "", went_on: bool = False
+        self,
+        source: OneRequestSourceBase[Any, Any],
+        *,
+        fitted: bool,
+        error: str = "",
+        went_on: bool = False,
     ) -> OneRequestOutcome:
         result: OneRequestResult = "full"
         if fitted:
@@ -159,7 +164,7 @@ class OneRequestStep:
             result, self.request.rows, source.received, source.got, error, went_on
         )
 
-    def failed(self, exc: BaseException, source: OneRequestSourceBase) -> None:
+    def failed(self, exc: BaseException, source: OneRequestSourceBase[Any, Any]) -> None:
         """It failed: go on bucket by bucket, unless time is up or the caller left (raises)."""
         ends = not isinstance(exc, Exception) or isinstance(exc, DeadlineExceeded)
         self.outcome = self._outcome_of(
@@ -177,7 +182,7 @@ class OneRequestStep:
         if self._odds is not None:
             self._odds.record(False)
 
-    def done(self, rows: list[Row], source: OneRequestSourceBase) -> list[Row] | None:
+    def done(self, rows: list[Row], source: OneRequestSourceBase[Any, Any]) -> list[Row] | None:
         """The rows of the read if it answered it, else None (go on bucket by bucket)."""
         received, limit = source.received, self._limit
         # Fewer rows than asked: every row of the read. An unordered read
@@ -197,8 +202,27 @@ class OneRequestStep:
         return rows
 
 
-class Read(Generic[G]):
-    """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard."""
+#: The read context of a read call's flavour.
+C = TypeVar("C", bound="ReadContextBase[Any, Any, Any]")
+
+
+class Read(Generic[C, G]):
+    """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard.
+
+    The read calls (:class:`~.._async.read_call.ReadCall` and its generated
+    twin) build their sources in :meth:`_prepare`.
+
+    Args:
+        ctx: What the table's reads share: the physical table, its layout
+            (which rows reads hide), slots, guard, one-request odds and
+            statistics hook.
+        plan: What to read.
+        settings: How to read it (ordered, budget, the one request or not),
+            decided once per read (:meth:`ReadPlan.settings`).
+        timeouts: The resolved time budget.
+        operation: The call's name in statistics (``"read_rows"``, ...).
+        stats: Filled in as the read runs (created when a hook needs one).
+    """
 
     __slots__ = (
         "_deadline",
@@ -215,7 +239,7 @@ class Read(Generic[G]):
 
     def __init__(
         self,
-        ctx: ReadContextBase[Any, Any, G],
+        ctx: C,
         plan: ReadPlan,
         settings: ReadSettings,
         timeouts: Timeouts,
@@ -240,12 +264,17 @@ class Read(Generic[G]):
             stats.one_request = None
         self._stats = stats
         self._hook = hook
-        self._guard = ctx.guard
+        self._guard: Callable[[GuardTime], G] | None = ctx.guard
         self._sizes = ctx.sizes
         #: Reads with the same filter share measures (see RowSizes), keyed by its repr.
         self._filter = plan.row_filter
         #: The one request to try first (small reads), and how it went (see finish_read).
         self._one = OneRequestStep.choose(plan, settings, ctx.odds[plan.limit is not None], stats)
+        self._prepare(ctx, plan, settings, timeouts)
+
+    def _prepare(self, ctx: C, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts) -> None:
+        """Build what the read runs (its flavour's sources): the constructor's last step."""
+        raise NotImplementedError
 
     def _bucket_stats(self, sub: SubQuery) -> BucketStats | None:
         return None if self._stats is None else self._stats.bucket(sub.bucket)

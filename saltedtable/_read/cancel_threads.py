@@ -23,12 +23,7 @@ from typing import Any
 
 import grpc
 
-__all__ = [
-    "SyncRequest",
-    "client_operation",
-    "stop_sync_requests",
-    "thread_calls",
-]
+__all__ = ["SyncRequest", "client_operation", "stop_sync_requests", "thread_calls"]
 
 
 class _RequestStopped(Exception):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Generic, TypeVar, final
 
 from google.cloud.bigtable.data.row import Row
 
@@ -43,8 +43,13 @@ __all__ = [
     "annotate",
     "count_request",
     "count_row",
+    "relabel",
     "row_bytes",
 ]
+
+#: A source's ``read_rows_stream`` (async or sync), and the table's slots it takes.
+S = TypeVar("S", bound=Callable[..., Any])
+L = TypeVar("L")
 
 
 @final
@@ -63,32 +68,40 @@ class SubScan:
     after_key: bytes | None
 
 
-class BucketSourceBase:
-    """What a bucket's source keeps between its requests, async or sync."""
+class BucketSourceBase(Generic[S, L]):
+    """What a bucket's source keeps between its requests, async or sync.
+
+    The flavours' sources (:class:`~.sources_asyncio.BucketSource`,
+    :class:`~.sources_threads.SyncBucketSource`) add what only their runtime
+    keeps in :meth:`_prepare`.
+    """
 
     __slots__ = (
         "_bstats",
         "_cursor",
         "_cut",
         "_deadline",
+        "_limiter",
         "_read_rows_stream",
         "_stray",
         "_timeouts",
+        "halt",
         "sub",
     )
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Any],
+        read_rows_stream: S,
         sub: SubQuery,
         *,
         deadline: float,
         timeouts: Timeouts,
+        limiter: L,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
     ) -> None:
         self.sub = sub
-        self._read_rows_stream = read_rows_stream
+        self._read_rows_stream: Callable[..., Any] = read_rows_stream
         self._cursor = PageCursor(sub)
         self._cut = len(sub.prefix)
         self._deadline = deadline
@@ -96,6 +109,22 @@ class BucketSourceBase:
         self._bstats = bstats
         #: Says which (logical) keys to leave out (cutoff layouts).
         self._stray = stray
+        self._limiter = limiter
+        #: The running request ends at its next row: the read is ending, or (after
+        #: that row) it gives its slot up to a small read (:meth:`give_way`).
+        self.halt = False
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Set what only this runtime's source keeps (the constructor's last step)."""
+        raise NotImplementedError
+
+    def give_way(self) -> None:
+        """End the running request after its next row, for a small read.
+
+        (The slots ask it to: see :mod:`.._engine.slots`.)
+        """
+        self.halt = True
 
     def _advance(self, received: int, size: int, key: bytes | None) -> bool:
         """After a request that ran to its end: move past what it read; True if more may follow.
@@ -112,12 +141,18 @@ class BucketSourceBase:
         return annotate(exc, self.sub, last)
 
 
-class OneRequestSourceBase:
-    """What a small read's one request keeps, async or sync (:func:`~.plan.one_request`)."""
+class OneRequestSourceBase(Generic[S, L]):
+    """What a small read's one request keeps, async or sync (:func:`~.plan.one_request`).
+
+    The flavours' sources (:class:`~.sources_asyncio.OneRequestSource`,
+    :class:`~.sources_threads.SyncOneRequestSource`) add what only their
+    runtime keeps in :meth:`_prepare`.
+    """
 
     __slots__ = (
         "_at",
         "_deadline",
+        "_limiter",
         "_one",
         "_read_rows_stream",
         "_stats",
@@ -133,16 +168,17 @@ class OneRequestSourceBase:
 
     def __init__(
         self,
-        read_rows_stream: Callable[..., Any],
+        read_rows_stream: S,
         one: OneRequest,
         subs: tuple[SubQuery, ...],
         *,
         deadline: float,
         timeouts: Timeouts,
+        limiter: L,
         stats: list[BucketStats | None],
         cap: int,
     ) -> None:
-        self._read_rows_stream = read_rows_stream
+        self._read_rows_stream: Callable[..., Any] = read_rows_stream
         self._one = one
         self._subs = subs
         self._deadline = deadline
@@ -160,6 +196,12 @@ class OneRequestSourceBase:
         #: Bytes of the rows it returned, and of the largest.
         self.got = 0
         self.largest = 0
+        self._limiter = limiter
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Set what only this runtime's source keeps (the constructor's last step)."""
+        raise NotImplementedError
 
     def over_cap(self) -> bool:
         """True (and :attr:`capped` set) once the rows returned pass the cap before the limit."""
@@ -173,12 +215,8 @@ class OneRequestSourceBase:
         if i is None:  # cannot happen: Bigtable returns only rows of the ranges asked
             raise RuntimeError(f"a row outside every bucket asked: {row.row_key!r}")
         self._at = i
-        key = self.last = row.row_key[len(self._subs[i].prefix) :]
-        row.row_key = key
-        nbytes = len(key)
-        for cell in row.cells:
-            cell.row_key = key
-            nbytes += len(cell.value)
+        key, nbytes = relabel(row, len(self._subs[i].prefix))
+        self.last = key
         if (stats := self._stats[i]) is not None:
             count_row(stats, nbytes, started)
         self.received += 1
@@ -207,6 +245,20 @@ def annotate(exc: BaseException, sub: SubQuery, last: bytes | None) -> BaseExcep
         exc.add_note(f"saltedtable: sub-scan of {sub.describe()} failed{resume}")
         exc.saltedtable_subscan = SubScan(sub.bucket, sub, last)  # type: ignore[attr-defined]
     return exc
+
+
+def relabel(row: Row, cut: int) -> tuple[bytes, int]:
+    """Give the row and its cells their logical key (the physical one less ``cut`` bytes).
+
+    Returns:
+        The logical key, and the bytes the row counts (see :func:`row_bytes`).
+    """
+    key = row.row_key = row.row_key[cut:]
+    nbytes = len(key)
+    for cell in row.cells:
+        cell.row_key = key
+        nbytes += len(cell.value)
+    return key, nbytes
 
 
 def row_bytes(row: Row) -> int:

@@ -28,10 +28,9 @@ from .._engine.budget import streamable
 from .._engine.merge import Feed, Merge, ProducerBase, Sent
 from .._engine.slots import PAUSE_MOST, AsyncSlots
 from .cancel_asyncio import end_stream, stop_reads
-from .plan import OneRequest, SubQuery
 from .sources import BucketSourceBase, OneRequestSourceBase, count_request
-from .stats import BucketStats, current_bucket
-from .timeouts import Timeouts, request_timeouts, slot_timeout
+from .stats import current_bucket
+from .timeouts import request_timeouts, slot_timeout
 
 __all__ = [
     "AHEAD_AGAIN",
@@ -54,40 +53,20 @@ AHEAD_AGAIN: Final = 8
 
 
 @final
-class BucketSource(BucketSourceBase, ProducerBase):
-    """Reads one :class:`SubQuery` for the merge, one bounded request at a time."""
+class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
+    """Reads one :class:`SubQuery` for the merge, one bounded request at a time.
 
-    __slots__ = ("_limiter", "halt", "stopped", "stream")
+    Built with :class:`~.sources.BucketSourceBase`'s arguments.
+    """
 
-    def __init__(
-        self,
-        read_rows_stream: ReadRowsStream,
-        sub: SubQuery,
-        *,
-        deadline: float,
-        timeouts: Timeouts,
-        limiter: AsyncSlots,
-        bstats: BucketStats | None,
-        stray: Callable[[bytes], bool] | None,
-    ) -> None:
-        super().__init__(
-            read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
-        )
-        self._limiter = limiter
+    __slots__ = ("stopped", "stream")
+
+    def _prepare(self) -> None:
         #: The stream of the request running now, if any.
         self.stream: Any = None
-        #: The read is ending: no new request, and the one running was ended on purpose.
+        #: The read is ending (:attr:`halt` too): no new request, and the one
+        #: running was ended on purpose.
         self.stopped = False
-        #: The running request ends at its next row: the read is ending
-        #: (:attr:`stopped`), or (after that row) it gives its slot up to a small read.
-        self.halt = False
-
-    def give_way(self) -> None:
-        """End the running request after its next row, for a small read.
-
-        (The slots ask it to: see :mod:`.._engine.slots`.)
-        """
-        self.halt = True
 
     def _halted(self) -> bool:
         return self.halt
@@ -214,6 +193,7 @@ class BucketSource(BucketSourceBase, ProducerBase):
                                 # anyone waits for a slot).
                                 self.halt = False
                                 end_at = granted + 1
+                            # (relabel, inline: no call a row)
                             key = row.row_key[cut:]
                             row.row_key = key
                             nbytes = len(key)
@@ -336,33 +316,15 @@ class BucketSource(BucketSourceBase, ProducerBase):
 
 
 @final
-class OneRequestSource(OneRequestSourceBase):
-    """Runs a small read's one request for a :class:`~.._engine.merge.Merge` of its own."""
+class OneRequestSource(OneRequestSourceBase[ReadRowsStream, AsyncSlots]):
+    """Runs a small read's one request for a :class:`~.._engine.merge.Merge` of its own.
 
-    __slots__ = ("_limiter", "stopped", "stream")
+    Built with :class:`~.sources.OneRequestSourceBase`'s arguments.
+    """
 
-    def __init__(
-        self,
-        read_rows_stream: ReadRowsStream,
-        one: OneRequest,
-        subs: tuple[SubQuery, ...],
-        *,
-        deadline: float,
-        timeouts: Timeouts,
-        limiter: AsyncSlots,
-        stats: list[BucketStats | None],
-        cap: int,
-    ) -> None:
-        super().__init__(
-            read_rows_stream,
-            one,
-            subs,
-            deadline=deadline,
-            timeouts=timeouts,
-            stats=stats,
-            cap=cap,
-        )
-        self._limiter = limiter
+    __slots__ = ("stopped", "stream")
+
+    def _prepare(self) -> None:
         self.stream: Any = None
         self.stopped = False
 

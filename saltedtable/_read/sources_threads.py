@@ -24,10 +24,16 @@ from .._contracts import SyncReadRowsStream
 from .._engine.merge import Feed, Sent, ThreadMerge
 from .._engine.slots import PAUSE_MOST, Slots
 from .cancel_threads import SyncRequest, stop_sync_requests
-from .plan import OneRequest, SubQuery
-from .sources import BucketSourceBase, OneRequestSourceBase, annotate, count_request, count_row
+from .sources import (
+    BucketSourceBase,
+    OneRequestSourceBase,
+    annotate,
+    count_request,
+    count_row,
+    relabel,
+)
 from .stats import BucketStats, current_bucket
-from .timeouts import Timeouts, request_timeouts, slot_timeout
+from .timeouts import request_timeouts, slot_timeout
 
 __all__ = [
     "SyncBucketSource",
@@ -38,38 +44,18 @@ __all__ = [
 
 
 @final
-class SyncBucketSource(BucketSourceBase):
-    """Reads one :class:`SubQuery` for a :class:`ThreadMerge`, one bounded request at a time."""
+class SyncBucketSource(BucketSourceBase[SyncReadRowsStream, Slots]):
+    """Reads one :class:`SubQuery` for a :class:`ThreadMerge`, one bounded request at a time.
 
-    __slots__ = ("_slots", "halt", "request")
+    Built with :class:`~.sources.BucketSourceBase`'s arguments. Its :attr:`halt`
+    is set from a small read's thread (by :meth:`give_way`).
+    """
 
-    def __init__(
-        self,
-        read_rows_stream: SyncReadRowsStream,
-        sub: SubQuery,
-        *,
-        deadline: float,
-        timeouts: Timeouts,
-        limiter: Slots,
-        bstats: BucketStats | None,
-        stray: Callable[[bytes], bool] | None,
-    ) -> None:
-        super().__init__(
-            read_rows_stream, sub, deadline=deadline, timeouts=timeouts, bstats=bstats, stray=stray
-        )
-        self._slots = limiter
+    __slots__ = ("request",)
+
+    def _prepare(self) -> None:
         #: The request running now, which the read ends when it stops.
-        self.request = SyncRequest(limiter.interrupt)
-        #: The running request ends after its next row: it gives its slot up to
-        #: a small read (set from that read's thread, by :meth:`give_way`).
-        self.halt = False
-
-    def give_way(self) -> None:
-        """End the running request after its next row, for a small read.
-
-        (The slots ask it to: see :mod:`.._engine.slots`.)
-        """
-        self.halt = True
+        self.request = SyncRequest(self._limiter.interrupt)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``.
@@ -89,16 +75,16 @@ class SyncBucketSource(BucketSourceBase):
             self.halt = False
             # The slot is held for this one request; waiting for it counts
             # against the read's operation_timeout like the request itself.
-            if not self._slots.acquire(
+            if not self._limiter.acquire(
                 self._deadline, request.is_stopped, feed.urgent, feed.read, self
             ):
                 if request.stopped:
                     return Sent(0, False)
-                raise annotate(slot_timeout(self._timeouts, self._slots.total), self.sub, None)
+                raise annotate(slot_timeout(self._timeouts, self._limiter.total), self.sub, None)
             try:
                 return self._request(query, size, feed, merge, stats)
             finally:
-                self._slots.release(feed.read, self)
+                self._limiter.release(feed.read, self)
         finally:
             if token is not None:
                 current_bucket().reset(token)
@@ -120,7 +106,7 @@ class SyncBucketSource(BucketSourceBase):
         key: bytes | None = None
         complete = capped = False
         request = self.request
-        slots = self._slots
+        slots = self._limiter
         paused = 0.0
 
         def halted() -> bool:
@@ -136,12 +122,7 @@ class SyncBucketSource(BucketSourceBase):
                 for row in stream if request.attach(stream) else ():
                     if merge.stopping:
                         break  # left early, or another sub-scan failed: end this one here
-                    key = row.row_key[cut:]
-                    row.row_key = key
-                    nbytes = len(key)
-                    for cell in row.cells:
-                        cell.row_key = key
-                        nbytes += len(cell.value)
+                    key, nbytes = relabel(row, cut)
                     received += 1
                     if stray is None or not stray(key):
                         if stats is not None:
@@ -199,47 +180,29 @@ class SyncBucketSource(BucketSourceBase):
 
 
 @final
-class SyncOneRequestSource(OneRequestSourceBase):
-    """Runs a small read's one request for a :class:`~.._engine.merge.ThreadMerge` of its own."""
+class SyncOneRequestSource(OneRequestSourceBase[SyncReadRowsStream, Slots]):
+    """Runs a small read's one request for a :class:`~.._engine.merge.ThreadMerge` of its own.
 
-    __slots__ = ("_slots", "request")
+    Built with :class:`~.sources.OneRequestSourceBase`'s arguments.
+    """
 
-    def __init__(
-        self,
-        read_rows_stream: SyncReadRowsStream,
-        one: OneRequest,
-        subs: tuple[SubQuery, ...],
-        *,
-        deadline: float,
-        timeouts: Timeouts,
-        limiter: Slots,
-        stats: list[BucketStats | None],
-        cap: int,
-    ) -> None:
-        super().__init__(
-            read_rows_stream,
-            one,
-            subs,
-            deadline=deadline,
-            timeouts=timeouts,
-            stats=stats,
-            cap=cap,
-        )
-        self._slots = limiter
+    __slots__ = ("request",)
+
+    def _prepare(self) -> None:
         #: The request, which the read ends when the caller leaves.
-        self.request = SyncRequest(limiter.interrupt)
+        self.request = SyncRequest(self._limiter.interrupt)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the request once, pushing every row into ``feed``; never asks again."""
         request = self.request
         if self.received or merge.stopping or request.stopped:
             return Sent(0, False)
-        if not take_sync_slot(self._slots, self._deadline, request, None, self):
+        if not take_sync_slot(self._limiter, self._deadline, request, None, self):
             if request.stopped:
                 return Sent(0, False)
-            raise slot_timeout(self._timeouts, self._slots.total)
+            raise slot_timeout(self._timeouts, self._limiter.total)
         started = time.monotonic()
-        self._slots.small_begins()
+        self._limiter.small_begins()
         try:
             if not request.begin():
                 return Sent(0, False)
@@ -266,8 +229,8 @@ class SyncOneRequestSource(OneRequestSourceBase):
             # The caller left: the RPC was cancelled under the request.
         finally:
             request.end()
-            self._slots.small_ends()
-            self._slots.release(self)
+            self._limiter.small_ends()
+            self._limiter.release(self)
         return Sent(self.received, False)
 
 

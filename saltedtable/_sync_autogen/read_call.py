@@ -28,7 +28,6 @@ from .._engine.slots import Slots
 from .._read.call import Read, ReadContextBase, one_budget
 from .._read.plan import ReadPlan
 from .._read.sources_threads import SyncBucketSource, SyncOneRequestSource, stop_sync_sources
-from .._read.stats import CallStats
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
 
@@ -43,34 +42,18 @@ class ReadContext(ReadContextBase[SyncTableLike, Slots, bool]):
 
 
 @final
-class SyncReadCall(Read[bool]):
+class SyncReadCall(Read[ReadContext, bool]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
-    Args:
-        ctx: What the table's reads share: the physical table, its layout
-            (which rows reads hide), slots, guard, one-request odds and
-            statistics hook.
-        plan: What to read.
-        settings: How to read it (ordered, budget, the one request or not),
-            decided once per read (:meth:`ReadPlan.settings`).
-        timeouts: The resolved time budget.
-        operation: The call's name in statistics (``"read_rows"``, ...).
-        stats: Filled in as the read runs (created when a hook needs one).
+    Built with :class:`~.._read.call.Read`'s arguments (``ctx``, ``plan``,
+    ``settings``, ``timeouts``, ``operation=``, ``stats=``).
     """
 
     __slots__ = ("_first", "_merge", "_setup")
 
-    def __init__(
-        self,
-        ctx: ReadContext,
-        plan: ReadPlan,
-        settings: ReadSettings,
-        timeouts: Timeouts,
-        *,
-        operation: str,
-        stats: CallStats | None,
+    def _prepare(
+        self, ctx: ReadContext, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
-        super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
         read_rows_stream = client_read_rows_stream(ctx.table)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[SyncOneRequestSource, OneRun[Row]] | None = None

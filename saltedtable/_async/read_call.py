@@ -1,12 +1,12 @@
 """One logical read: its sources, the merge, its statistics.
 
-:class:`ReadCall` ties a plan, its bucket sources (:mod:`._reader`), the
-budget and the call's statistics together and hands the caller a list or a
-stream (see :mod:`._reader` for how a read that ends early stops its
-requests). This module is the source of both flavours: ``_read_call_sync``
-is generated from ``_read_call`` by ``.ci/unasync.py``, and uses the
-hand-written sync sources and merge driver (the merge of each flavour comes
-from :mod:`._concurrency`).
+:class:`ReadCall` ties a plan, its bucket sources (:mod:`.._read.sources_asyncio`),
+the budget and the call's statistics (the per-read state of :mod:`.._read.call`)
+together and hands the caller a list or a stream (see :mod:`.._read.sources_asyncio`
+for how a read that ends early stops its requests). This module is the source of
+both flavours: ``_sync_autogen/read_call.py`` is generated from it by
+``.ci/unasync.py``, and uses the hand-written sync sources and merge driver (the
+merge of each flavour comes from :mod:`.._engine.runtime_asyncio`).
 """
 
 from __future__ import annotations
@@ -22,17 +22,10 @@ from .._contracts import ReadRowsStream
 from .._engine.merge_asyncio import Merge
 from .._engine.runtime_asyncio import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from .._engine.slots_asyncio import AsyncSlots
+from .._read.call import Read, ReadContextBase, one_budget
 from .._read.plan import ReadPlan
 from .._read.settings import ReadSettings
-from .._read.sources import (
-    BucketSource,
-    OneRequestSource,
-    _one_budget,
-    _Read,
-    _ReadContext,
-    stop_sources,
-)
-from .._read.stats import CallStats
+from .._read.sources_asyncio import BucketSource, OneRequestSource, stop_sources
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
 from .contracts import TableLikeAsync
@@ -41,41 +34,25 @@ __all__ = ["ReadCall"]
 
 
 @final
-class ReadContextAsync(_ReadContext[TableLikeAsync, AsyncSlots, Awaitable[bool]]):
+class ReadContextAsync(ReadContextBase[TableLikeAsync, AsyncSlots, Awaitable[bool]]):
     """What every read of one table shares (built once per table object)."""
 
     __slots__ = ()
 
 
 @final
-class ReadCall(_Read[Awaitable[bool]]):
+class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
-    Args:
-        ctx: What the table's reads share: the physical table, its layout
-            (which rows reads hide), slots, guard, one-request odds and
-            statistics hook.
-        plan: What to read.
-        settings: How to read it (ordered, budget, the one request or not),
-            decided once per read (:meth:`ReadPlan.settings`).
-        timeouts: The resolved time budget.
-        operation: The call's name in statistics (``"read_rows"``, ...).
-        stats: Filled in as the read runs (created when a hook needs one).
+    Built with :class:`~.._read.call.Read`'s arguments (``ctx``, ``plan``,
+    ``settings``, ``timeouts``, ``operation=``, ``stats=``).
     """
 
     __slots__ = ("_first", "_merge", "_setup")
 
-    def __init__(
-        self,
-        ctx: ReadContextAsync,
-        plan: ReadPlan,
-        settings: ReadSettings,
-        timeouts: Timeouts,
-        *,
-        operation: str,
-        stats: CallStats | None,
+    def _prepare(
+        self, ctx: ReadContextAsync, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
-        super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
         read_rows_stream = client_read_rows_stream(ctx.table)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[OneRequestSource, OneRun[Row]] | None = None
@@ -92,7 +69,7 @@ class ReadCall(_Read[Awaitable[bool]]):
             )
             one = one_merge(
                 first,
-                budget=_one_budget(self._one.request),
+                budget=one_budget(self._one.request),
                 stop_requests=partial(stop_sources, [first]),
             )
             self._first = (first, one)

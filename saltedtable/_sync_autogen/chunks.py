@@ -274,7 +274,7 @@ if _CLIENT:
                 if left == 0:
                     return merge_chunks(self, None)
             # (self.target.client here, as the client's attempt: a sync read that was
-            # stopped raises on it, see _cancel.SyncRequest.)
+            # stopped raises on it, see cancel_threads.SyncRequest.)
             call = _call(self.target.client, request, next(self.attempt_timeout_gen))
             return merge_chunks(self, call)
 

@@ -2,13 +2,13 @@
 # Edit the async source, then run `make generate`.
 """One logical read: its sources, the merge, its statistics.
 
-:class:`SyncReadCall` ties a plan, its bucket sources (:mod:`._reader`), the
-budget and the call's statistics together and hands the caller a list or a
-stream (see :mod:`._reader` for how a read that ends early stops its
-requests). This module is the source of both flavours: ``_read_call_sync``
-is generated from ``_read_call`` by ``.ci/unasync.py``, and uses the
-hand-written sync sources and merge driver (the merge of each flavour comes
-from :mod:`._concurrency`).
+:class:`SyncReadCall` ties a plan, its bucket sources (:mod:`.._read.sources_threads`),
+the budget and the call's statistics (the per-read state of :mod:`.._read.call`)
+together and hands the caller a list or a stream (see :mod:`.._read.sources_threads`
+for how a read that ends early stops its requests). This module is the source of
+both flavours: ``_sync_autogen/read_call.py`` is generated from it by
+``.ci/unasync.py``, and uses the hand-written sync sources and merge driver (the
+merge of each flavour comes from :mod:`.._engine.runtime_threads`).
 """
 
 from __future__ import annotations
@@ -24,17 +24,10 @@ from .._contracts import SyncReadRowsStream
 from .._engine.merge_threads import ThreadMerge
 from .._engine.runtime_threads import ROW_KEY, OneRun, capacity, new_merge, one_merge
 from .._engine.slots_threads import Slots
+from .._read.call import Read, ReadContextBase, one_budget
 from .._read.plan import ReadPlan
 from .._read.settings import ReadSettings
-from .._read.sources import (
-    SyncBucketSource,
-    SyncOneRequestSource,
-    _one_budget,
-    _Read,
-    _ReadContext,
-    stop_sync_sources,
-)
-from .._read.stats import CallStats
+from .._read.sources_threads import SyncBucketSource, SyncOneRequestSource, stop_sync_sources
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
 from .contracts import SyncTableLike
@@ -43,41 +36,25 @@ __all__ = ["SyncReadCall"]
 
 
 @final
-class ReadContext(_ReadContext[SyncTableLike, Slots, bool]):
+class ReadContext(ReadContextBase[SyncTableLike, Slots, bool]):
     """What every read of one table shares (built once per table object)."""
 
     __slots__ = ()
 
 
 @final
-class SyncReadCall(_Read[bool]):
+class SyncReadCall(Read[ReadContext, bool]):
     """One logical read: its sources, the merge it runs when iterated, and its statistics.
 
-    Args:
-        ctx: What the table's reads share: the physical table, its layout
-            (which rows reads hide), slots, guard, one-request odds and
-            statistics hook.
-        plan: What to read.
-        settings: How to read it (ordered, budget, the one request or not),
-            decided once per read (:meth:`ReadPlan.settings`).
-        timeouts: The resolved time budget.
-        operation: The call's name in statistics (``"read_rows"``, ...).
-        stats: Filled in as the read runs (created when a hook needs one).
+    Built with :class:`~.._read.call.Read`'s arguments (``ctx``, ``plan``,
+    ``settings``, ``timeouts``, ``operation=``, ``stats=``).
     """
 
     __slots__ = ("_first", "_merge", "_setup")
 
-    def __init__(
-        self,
-        ctx: ReadContext,
-        plan: ReadPlan,
-        settings: ReadSettings,
-        timeouts: Timeouts,
-        *,
-        operation: str,
-        stats: CallStats | None,
+    def _prepare(
+        self, ctx: ReadContext, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
-        super().__init__(ctx, plan, settings, timeouts, operation=operation, stats=stats)
         read_rows_stream = client_read_rows_stream(ctx.table)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[SyncOneRequestSource, OneRun[Row]] | None = None
@@ -94,7 +71,7 @@ class SyncReadCall(_Read[bool]):
             )
             one = one_merge(
                 first,
-                budget=_one_budget(self._one.request),
+                budget=one_budget(self._one.request),
                 stop_requests=partial(stop_sync_sources, [first]),
             )
             self._first = (first, one)

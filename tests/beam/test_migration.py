@@ -41,7 +41,8 @@ from saltedtable import (
     prefix_end,
 )
 from saltedtable._cli.main import main as cli_main
-from saltedtable._guard.migration import BACKFILL, CUTOVER, DELETING, migration_record
+from saltedtable._guard.migration import migration_record
+from saltedtable._guard.record import BACKFILL, CUTOVER, DELETING
 from saltedtable.beam import (
     BigtableTarget,
     ReadSaltedRows,

@@ -25,7 +25,7 @@ from google.cloud.bigtable.data import (
     RowRange,
 )
 
-import saltedtable._read.sources as _reader
+import saltedtable._read.sources_threads as sources_threads
 from saltedtable import ReadBudget, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable, salted_table_of
@@ -346,7 +346,7 @@ def pause_most(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """``pauses``: the default PAUSE_MOST (1 s: the small read ends first); ``ends``:
     0.1 s, so the paused requests end and the bucket asks again while it is open."""
     if request.param == "ends":
-        monkeypatch.setattr(_reader, "PAUSE_MOST", 0.1)
+        monkeypatch.setattr(sources_threads, "PAUSE_MOST", 0.1)
     return str(request.param)
 
 

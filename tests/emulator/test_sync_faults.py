@@ -22,7 +22,7 @@ from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMut
 from google.cloud.bigtable.data.mutations import SetCell
 
 from saltedtable import SaltedTable, SaltScheme
-from saltedtable._read.cancel_asyncio import client_operation
+from saltedtable._read.cancel_threads import client_operation
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
 from tests.conftest import MakeTable
 from tests.emulator.test_faults import load_faultproxy

@@ -22,11 +22,10 @@ from saltedtable import (
     epoch_field,
     fields,
 )
+from saltedtable._exceptions import InputError, MissingInputError
 from saltedtable._scheme.layout import Layout
 from saltedtable.advise import Access
 from saltedtable.advise.input import (
-    InputError,
-    MissingInputError,
     Progress,
     logical_sample,
     parse_count,

@@ -18,7 +18,7 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 
-import saltedtable._read.sources as reader
+import saltedtable._read.sources_asyncio as sources_asyncio
 from saltedtable import SaltedTableAsync, SaltScheme
 from saltedtable._engine.budget import AHEAD_LEAST, AHEAD_ROWS, ahead_rows
 from tests.fakes import FakeTable
@@ -126,7 +126,7 @@ async def test_a_paused_stream_gives_its_slot_to_a_request_that_waits(
 ) -> None:
     """16 slots, held by the scan's streams (paused, and the stalled one) and by other
     reads: a read of a key of another bucket gets one at once, not when a pause times out."""
-    monkeypatch.setattr(reader, "AHEAD_MOST", 3600.0)
+    monkeypatch.setattr(sources_asyncio, "AHEAD_MOST", 3600.0)
     fake, table = await stalling(slots=BUCKETS)
     key = other_key(table, fake)
     seen: list[bytes] = []
@@ -156,7 +156,7 @@ async def test_a_long_stall_ends_the_paused_requests_and_they_wait_without_a_slo
 ) -> None:
     """After ``AHEAD_MOST`` the paused buckets end their streams and give their slots
     back, and ask for no new request while the consumer still waits."""
-    monkeypatch.setattr(reader, "AHEAD_MOST", 0.05)
+    monkeypatch.setattr(sources_asyncio, "AHEAD_MOST", 0.05)
     fake, table = await stalling()
     seen: list[bytes] = []
     async with anyio.create_task_group() as tg:

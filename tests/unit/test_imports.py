@@ -52,7 +52,11 @@ ORDER: tuple[str, ...] = (
     "_read.split",
     "_read.stats",
     "_read.cancel_asyncio",
+    "_read.cancel_threads",
     "_read.sources",
+    "_read.sources_asyncio",
+    "_read.sources_threads",
+    "_read.call",
     "_read",
     # the layout record and the guard's decisions (pure)
     "_guard.families",

@@ -19,17 +19,20 @@ from saltedtable import (
     describe_layout,
     epoch_field,
 )
-from saltedtable._guard.decisions import SCHEME_QUALIFIER, encode_layout
 from saltedtable._guard.migration import (
+    migration_record,
+    migration_state,
+    tolerates_copies,
+    tolerates_legacy_rows,
+)
+from saltedtable._guard.record import (
     BACKFILL,
     CUTOVER,
     DELETING,
+    SCHEME_QUALIFIER,
     MigrationState,
-    migration_record,
-    migration_state,
+    encode_layout,
     open_differences,
-    tolerates_copies,
-    tolerates_legacy_rows,
 )
 from tests.fakes import FakeTable
 

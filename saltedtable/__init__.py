@@ -51,6 +51,8 @@ from ._scheme.salt import (
     fields,
     prefix_end,
 )
+from ._public import publish as _publish
+from ._public import publish_one as _publish_one
 from ._scheme.views import view_row_prefixes
 
 if TYPE_CHECKING:
@@ -105,6 +107,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'saltedtable' has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
+    _publish_one(value, __name__)
     globals()[name] = value
     return value
 
@@ -183,3 +186,8 @@ __all__ = [
     "rewrite_filter",
     "view_row_prefixes",
 ]
+
+# Reprs, tracebacks and pickles name saltedtable.SaltScheme, not the private module
+# that defines it (which may move); the lazy names get the same when __getattr__
+# first loads them.
+_publish(globals(), __all__, __name__)

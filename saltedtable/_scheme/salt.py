@@ -39,6 +39,7 @@ __all__ = [
     "HASHES",
     "MAX_BUCKETS",
     "MAX_ROW_KEY_BYTES",
+    "READY_MADE_KEY_PARTS",
     "KeyPart",
     "SaltScheme",
     "before_last",
@@ -252,6 +253,10 @@ class before_last:
     def shared_part(self, prefix: bytes, /) -> bytes | None:
         # A longer key may hold more separators, so a prefix never fixes the part.
         return None
+
+
+#: The ready-made key parts: the layout record names one by its value (its repr).
+READY_MADE_KEY_PARTS: Final = (fields, before_last)
 
 
 # -- the scheme --------------------------------------------------------------

@@ -345,6 +345,13 @@ class SaltScheme:
         object.__setattr__(self, "_prefix_by_bucket", prefixes)
         object.__setattr__(self, "_width", width)
 
+    def __reduce__(
+        self,
+    ) -> tuple[type[SaltScheme], tuple[int, str, Callable[[bytes], bytes] | None, bytes, bytes]]:
+        # A pickle holds the arguments only: the derived fields hold a private hash
+        # function, and a pickle naming it would tie itself to this release's modules.
+        return SaltScheme, (self.buckets, self.hash, self.key_part, self.separator, self.marker)
+
     # -- mapping ------------------------------------------------------------
 
     def hashed_part(self, key: bytes | str) -> bytes:

@@ -254,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--decode",
         metavar="FILE",
-        help="print what each stored value in FILE decodes to (LayoutRecord.as_dict())",
+        help="print what each stored value in FILE decodes to, and how it differs from "
+        "the record this saltedtable builds for the same case",
     )
     parser.add_argument("--written-by", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -268,10 +269,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.decode:
         stored = json.loads(Path(args.decode).read_text(encoding="utf-8"))["records"]
-        out: dict[str, Any] = {
-            name: saltedtable.LayoutRecord.decode(entry["stored"].encode()).as_dict()
-            for name, entry in stored.items()
-        }
+        names = namespace()
+        out: dict[str, Any] = {}
+        for name, entry in stored.items():
+            decoded = saltedtable.LayoutRecord.decode(entry["stored"].encode())
+            out[name] = {
+                "as_dict": decoded.as_dict(),
+                # What this release's guard compares: equal records open.
+                "differences": decoded.differences(build(CASES[name], names)),
+            }
     else:
         out = {
             "written_by": args.written_by or f"the saltedtable at {saltedtable.__file__}",

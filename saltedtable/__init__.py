@@ -29,6 +29,8 @@ from ._exceptions import (
 )
 from ._guard.families import RECORD_FAMILY
 from ._guard.record import CutoffRecord, LayoutRecord, describe_layout
+from ._public import publish as _publish
+from ._public import publish_one as _publish_one
 from ._read.stats import BucketStats, CallStats, OneRequestOutcome, OneRequestResult, StatsHook
 from ._scheme.cutoff import (
     CutoffPolicy,
@@ -51,8 +53,6 @@ from ._scheme.salt import (
     fields,
     prefix_end,
 )
-from ._public import publish as _publish
-from ._public import publish_one as _publish_one
 from ._scheme.views import view_row_prefixes
 
 if TYPE_CHECKING:

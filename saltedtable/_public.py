@@ -10,6 +10,7 @@ public module may use it.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 import typing
@@ -35,12 +36,12 @@ def _resolve_annotations(cls: type) -> None:
     whose annotations cannot be evaluated (names imported only for type checkers)
     keeps its strings: ``get_type_hints`` failed on it before too.
     """
-    own = cls.__dict__.get("__annotations__")
+    own = inspect.get_annotations(cls)
     if not own or not any(isinstance(value, str) for value in own.values()):
         return
     try:
         hints = typing.get_type_hints(cls, include_extras=True)
-    except Exception:  # noqa: BLE001 - any failure: leave the class as it was
+    except Exception:
         return
     cls.__annotations__ = {name: hints.get(name, value) for name, value in own.items()}
 

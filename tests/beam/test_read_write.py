@@ -192,7 +192,10 @@ def test_public_names_say_saltedtable_beam_and_pickle_under_it() -> None:
     ]
     assert ReadSaltedRows in named
     for value in named:
-        assert (value.__module__, getattr(public, value.__qualname__)) == ("saltedtable.beam", value)
+        assert (value.__module__, getattr(public, value.__qualname__)) == (
+            "saltedtable.beam",
+            value,
+        )
         data = pickle.dumps(value)
         assert b"saltedtable.beam" in data
         assert b"saltedtable.beam._" not in data

@@ -51,13 +51,15 @@ def _layout(name: str) -> tuple[SaltScheme, object]:
     """The scheme and cutoff a reader opens the case's table with (none while deleting)."""
     entry = STORED[name]
     names = layout_records.namespace()
-    scheme = eval(entry["scheme"], dict(names))  # noqa: S307 - the stored cases
+    scheme = eval(entry["scheme"], dict(names))
     if entry["cutoff"] is None or entry["migration"] == DELETING:
         return scheme, None
-    return scheme, eval(entry["cutoff"], dict(names))  # noqa: S307
+    return scheme, eval(entry["cutoff"], dict(names))
 
 
-async def _store_old_record(data_client: BigtableDataClientAsync, table_id: str, name: str) -> bytes:
+async def _store_old_record(
+    data_client: BigtableDataClientAsync, table_id: str, name: str
+) -> bytes:
     value: bytes = STORED[name]["stored"].encode()
     raw = data_client.get_table(INSTANCE, table_id)
     await raw.mutate_row(SCHEME_ROW_KEY, SetCell(RECORD_FAMILY, SCHEME_QUALIFIER, value))

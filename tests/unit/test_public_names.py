@@ -102,7 +102,6 @@ VALUES: list[object] = [
     describe_layout(SaltScheme(16)),
     KeyRange(b"a", True, b"b", False),
     ReadBudget(),
-
     fields,
     before_last(),
     epoch_field(),

@@ -36,9 +36,9 @@ from saltedtable._guard.decisions import (
 from saltedtable._guard.migration import DELETING
 from tests.vectors import layout_records
 
-STORED: dict[str, dict[str, Any]] = json.loads(
-    layout_records.STORED.read_text(encoding="utf-8")
-)["records"]
+STORED: dict[str, dict[str, Any]] = json.loads(layout_records.STORED.read_text(encoding="utf-8"))[
+    "records"
+]
 NAMES = sorted(STORED)
 
 
@@ -68,7 +68,7 @@ def _reader_now(name: str) -> LayoutRecord:
 def test_the_stored_file_covers_the_cases_and_names_its_release() -> None:
     """Every case has a stored value, and the file says which release wrote it."""
     assert set(STORED) == set(layout_records.CASES)
-    assert STORED.keys() and all(entry["stored"] for entry in STORED.values())
+    assert all(entry["stored"] for entry in STORED.values())
     head = json.loads(layout_records.STORED.read_text(encoding="utf-8"))
     assert head["written_by"].startswith("saltedtable 0.1.0, commit 3563838")
     readers = " ".join(str(entry["cutoff"]) for entry in STORED.values())

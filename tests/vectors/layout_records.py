@@ -1,4 +1,4 @@
-"""Layout records as a release of saltedtable stores them: the cases, and the script that writes them.
+"""Layout records as a past release stored them: the cases, and the script writing them.
 
 ``layout_records_0_1.json`` holds, for each layout in :data:`CASES`, the exact value
 saltedtable 0.1.0 (commit 3563838, the last release before the package's modules
@@ -167,8 +167,8 @@ def migration_record() -> Callable[..., Any]:
 def build(case: tuple[str, str | None, str | None], names: Mapping[str, Any]) -> Any:
     """The layout record a case names, as the imported saltedtable builds it."""
     scheme_text, cutoff_text, state = case
-    scheme = eval(scheme_text, dict(names))  # noqa: S307 - the cases above, nothing else
-    cutoff = None if cutoff_text is None else eval(cutoff_text, dict(names))  # noqa: S307
+    scheme = eval(scheme_text, dict(names))
+    cutoff = None if cutoff_text is None else eval(cutoff_text, dict(names))
     if state is None:
         return names["describe_layout"](scheme, cutoff)
     return migration_record()(scheme, cutoff, state)

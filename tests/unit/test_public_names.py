@@ -10,11 +10,13 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import datetime as dt
+import os
 import pickle
 import subprocess
 import sys
 import types
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -79,8 +81,10 @@ def test_a_lazy_name_says_saltedtable_once_loaded() -> None:
         "print(saltedtable.SaltedTableAsync.__module__, saltedtable.SaltedTable.__module__,"
         " saltedtable.plan_reads.__module__)\n"
     )
+    root = Path(saltedtable.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout
     assert out.split() == ["saltedtable"] * 3
 

@@ -29,6 +29,8 @@ from ._exceptions import (
 )
 from ._guard.families import RECORD_FAMILY
 from ._guard.record import CutoffRecord, LayoutRecord, describe_layout
+from ._public import publish as _publish
+from ._public import publish_one as _publish_one
 from ._read.settings import ReadSettings
 from ._read.stats import BucketStats, CallStats, OneRequestOutcome, OneRequestResult, StatsHook
 from ._scheme.cutoff import (
@@ -107,6 +109,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'saltedtable' has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
+    _publish_one(value, __name__)
     globals()[name] = value
     return value
 
@@ -185,3 +188,8 @@ __all__ = [
     "rewrite_filter",
     "view_row_prefixes",
 ]
+
+# Reprs, tracebacks and pickles name saltedtable.SaltScheme, not the private module
+# that defines it (which may move); the lazy names get the same when __getattr__
+# first loads them.
+_publish(globals(), __all__, __name__)

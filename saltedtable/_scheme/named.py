@@ -11,13 +11,13 @@ instances of one class look alike. :func:`named_key_part` gives it one, and
 
 from __future__ import annotations
 
-import dataclasses
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, final
 
 from .._exceptions import LayoutError, SaltSchemeError
+from .salt import READY_MADE_KEY_PARTS
 
 __all__ = ["NamedKeyPart", "key_part_identity", "named_key_part"]
 
@@ -80,8 +80,9 @@ def key_part_identity(part: Callable[..., Any] | None) -> str | None:
         return None
     if isinstance(part, NamedKeyPart):
         return f"name:{part.name}"
-    module = getattr(type(part), "__module__", "")
-    if dataclasses.is_dataclass(part) and module == "saltedtable._scheme.salt":
+    # The class, not its module's name: the package may move its modules, and the
+    # public names say __module__ "saltedtable".
+    if isinstance(part, READY_MADE_KEY_PARTS):
         return repr(part)  # fields(...), before_last(...): their value is their identity
     if isinstance(part, types.FunctionType):
         qualname, module = part.__qualname__, part.__module__ or ""

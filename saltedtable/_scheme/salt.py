@@ -39,6 +39,7 @@ __all__ = [
     "HASHES",
     "MAX_BUCKETS",
     "MAX_ROW_KEY_BYTES",
+    "READY_MADE_KEY_PARTS",
     "KeyPart",
     "SaltScheme",
     "before_last",
@@ -254,6 +255,10 @@ class before_last:
         return None
 
 
+#: The ready-made key parts: the layout record names one by its value (its repr).
+READY_MADE_KEY_PARTS: Final = (fields, before_last)
+
+
 # -- the scheme --------------------------------------------------------------
 
 
@@ -339,6 +344,13 @@ class SaltScheme:
         object.__setattr__(self, "_bucket_func", func)
         object.__setattr__(self, "_prefix_by_bucket", prefixes)
         object.__setattr__(self, "_width", width)
+
+    def __reduce__(
+        self,
+    ) -> tuple[type[SaltScheme], tuple[int, str, Callable[[bytes], bytes] | None, bytes, bytes]]:
+        # A pickle holds the arguments only: the derived fields hold a private hash
+        # function, and a pickle naming it would tie itself to this release's modules.
+        return SaltScheme, (self.buckets, self.hash, self.key_part, self.separator, self.marker)
 
     # -- mapping ------------------------------------------------------------
 

@@ -31,6 +31,7 @@ except ModuleNotFoundError as exc:
     ) from exc
 
 from .._exceptions import WriteFailedError
+from .._public import publish
 from ._io import (
     METRICS_NAMESPACE,
     BigtableTarget,
@@ -79,3 +80,6 @@ __all__ = [
     "verify_backfill",
     "verify_resalt",
 ]
+
+# Reprs, tracebacks and pickles name saltedtable.beam.ReadSaltedRows, not its private module.
+publish(globals(), __all__, __name__)

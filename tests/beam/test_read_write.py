@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 import pickle
 import re
+import types
 from typing import Any
 
 import apache_beam as beam
@@ -178,6 +179,28 @@ async def _plain_rows(
     await plain.bulk_mutate_rows(entries)
     rows: list[Row] = await plain.read_rows(ReadRowsQuery())
     return rows
+
+
+def test_public_names_say_saltedtable_beam_and_pickle_under_it() -> None:
+    """Reprs and pickles name ``saltedtable.beam``, not the private module a name lives in."""
+    import saltedtable.beam as public
+
+    named = [
+        value
+        for value in map(public.__dict__.__getitem__, public.__all__)
+        if isinstance(value, type | types.FunctionType)
+    ]
+    assert ReadSaltedRows in named
+    for value in named:
+        assert (value.__module__, getattr(public, value.__qualname__)) == (
+            "saltedtable.beam",
+            value,
+        )
+        data = pickle.dumps(value)
+        assert b"saltedtable.beam" in data
+        assert b"saltedtable.beam._" not in data
+        assert pickle.loads(data) is value
+    assert repr(public.WriteFailedError) == "<class 'saltedtable.beam.WriteFailedError'>"
 
 
 def test_schemes_policies_plans_and_transforms_pickle() -> None:

@@ -82,6 +82,18 @@ def test_ready_made_parts_keep_their_value_as_identity() -> None:
     assert key_part_identity(None) is None
 
 
+@pytest.mark.parametrize("module", ["saltedtable", "saltedtable._salt", "elsewhere"])
+def test_a_ready_made_part_is_known_by_its_class_not_its_module_name(
+    monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """The record's text for fields(...) stays the same wherever the class says it lives."""
+    monkeypatch.setattr(fields, "__module__", module)
+    monkeypatch.setattr(before_last, "__module__", module)
+    assert key_part_identity(fields(2, b"/")) == "fields(k=2, sep=b'/')"
+    assert key_part_identity(before_last()) == "before_last(sep=b'-')"
+    assert describe_layout(SaltScheme(8, key_part=fields(1))).key_part == "fields(k=1, sep=b'#')"
+
+
 def test_a_named_part_salts_and_plans_like_its_function() -> None:
     named = SaltScheme(16, key_part=named_key_part("f2", fields(2)))
     plain = SaltScheme(16, key_part=fields(2))

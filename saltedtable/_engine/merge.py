@@ -49,7 +49,7 @@ import bisect
 import heapq
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final, Generic, NamedTuple, NoReturn, TypeVar, final
+from typing import Any, Final, Generic, NamedTuple, NoReturn, TypedDict, TypeVar, final
 
 from .budget import (
     DEFAULT_ROW_BYTES,
@@ -82,6 +82,7 @@ __all__ = [
     "Feed",
     "MergeClosed",
     "MergeCore",
+    "MergeSettings",
     "Sent",
     "Wait",
 ]
@@ -336,6 +337,16 @@ class Wait(NamedTuple):
     batch: int | None
     #: The feeds have sent nothing yet (a timer still bounds the wait).
     first: bool = False
+
+
+class MergeSettings(TypedDict, total=False):
+    """The settings of a read that both drivers hand to :class:`MergeCore` as they are."""
+
+    ordered: bool
+    limit: int | None
+    budget: ReadBudget | None
+    largest: int | None
+    measured: int | None
 
 
 class MergeCore(Generic[T]):

@@ -18,14 +18,21 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Final, Protocol, TypeVar, cast, final
+from typing import Any, Final, Protocol, TypeVar, Unpack, cast, final
 
 import anyio
 
-from .budget import (
-    ReadBudget,
+from .merge import (
+    NEVER,
+    WAKE_BATCH,
+    WAKE_DELAY,
+    Feed,
+    MergeClosed,
+    MergeCore,
+    MergeSettings,
+    Sent,
+    Wait,
 )
-from .merge import NEVER, WAKE_BATCH, WAKE_DELAY, Feed, MergeClosed, MergeCore, Sent, Wait
 
 __all__ = [
     "STALL_SECONDS",
@@ -96,28 +103,20 @@ class Merge(MergeCore[T]):
         self,
         sources: Sequence[Source[T] | Producer[T]],
         *,
-        ordered: bool = True,
-        limit: int | None = None,
-        budget: ReadBudget | None = None,
         wake_batch: int = WAKE_BATCH,
         wake_delay: float = WAKE_DELAY,
         stop_requests: Callable[[], Awaitable[None]] | None = None,
         slots: int | None = None,
         key: Callable[[T], Any] | None = None,
-        largest: int | None = None,
-        measured: int | None = None,
+        **settings: Unpack[MergeSettings],
     ) -> None:
         super().__init__(
             len(sources),
-            ordered=ordered,
-            limit=limit,
-            budget=budget,
             wake_batch=wake_batch,
             wake_delay=wake_delay,
             slots=slots,
             key=key,
-            largest=largest,
-            measured=measured,
+            **settings,
         )
         self._sources = list(sources)
         self._stop_requests = stop_requests

@@ -14,12 +14,9 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar, final
+from typing import Any, Protocol, TypeVar, Unpack, final
 
-from .budget import (
-    ReadBudget,
-)
-from .merge import NEVER, Feed, MergeCore, Sent, Wait
+from .merge import NEVER, Feed, MergeCore, MergeSettings, Sent, Wait
 
 __all__ = ["SyncSource", "ThreadMerge"]
 
@@ -58,22 +55,10 @@ class ThreadMerge(MergeCore[T]):
         sources: Sequence[SyncSource[T]],
         *,
         threads: int,
-        ordered: bool = True,
-        limit: int | None = None,
-        budget: ReadBudget | None = None,
         stop_requests: Callable[[], bool] | None = None,
-        largest: int | None = None,
-        measured: int | None = None,
+        **settings: Unpack[MergeSettings],
     ) -> None:
-        super().__init__(
-            len(sources),
-            ordered=ordered,
-            limit=limit,
-            budget=budget,
-            slots=threads,
-            largest=largest,
-            measured=measured,
-        )
+        super().__init__(len(sources), slots=threads, **settings)
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self._sources = list(sources)

@@ -66,18 +66,22 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from operator import attrgetter
-from typing import Any, Generic, Protocol, TypeVar, final
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, final
 
 __all__ = [
     "GIVE_WAY_AFTER",
+    "NO_LOCK",
     "PAUSE_MOST",
     "PAUSE_SLICE",
     "RESERVE_SHARE",
     "GiveWay",
+    "NoLock",
     "Pausing",
     "Runner",
     "SlotsCore",
+    "Ticket",
     "Turns",
     "WaitQueue",
     "never",
@@ -124,6 +128,8 @@ class _Ticketed(_Waiter, Protocol):
 _W = TypeVar("_W", bound=_Waiter)
 _T = TypeVar("_T", bound=_Ticketed)
 _Q = TypeVar("_Q", bound=_Ticketed)
+_Wake = TypeVar("_Wake")
+_L = TypeVar("_L", bound=AbstractContextManager[Any])
 
 #: A set of ``total`` slots keeps ``total // RESERVE_SHARE`` of them for small
 #: reads (one request, no ``urgent`` check) that hold none: while no more are
@@ -339,15 +345,15 @@ class WaitQueue(Generic[_Q]):
         self, held: Mapping[object, int], served: Mapping[int, int], idle_only: bool
     ) -> _Q | None:
         """Take out the waiter :func:`next_waiter` would pick from these waiters in order."""
-        fg_rank: tuple[int, int, int] | None = None
-        fg: Any = None
-        bg_rank: tuple[int, int, int] | None = None
-        bg: Any = None
+        # The best foreground [0] and background [1] waiter found so far, and its rank.
+        ranks: list[tuple[int, int, int] | None] = [None, None]
+        best: list[Any] = [None, None]
         for owner, group in self._groups.items():
             h = held.get(owner, 0)
             if idle_only and h:
                 continue
             s = served.get(id(owner), -1)
+            fg_rank = ranks[0]
             if fg_rank is not None and (h, s) > fg_rank[:2]:
                 continue  # cannot beat the foreground waiter found, and background is moot
             first_bg: Any = None
@@ -363,20 +369,19 @@ class WaitQueue(Generic[_Q]):
                     first_bg = ticket
             if not idle_only:
                 cand = _earliest(group.fg, _FG, cand)
-            if cand is not None:
-                rank = (h, s, cand.seq)
-                if fg_rank is None or rank < fg_rank:
-                    fg_rank, fg = rank, cand
-                continue
-            if fg_rank is not None:
-                continue
-            if not idle_only:
-                first_bg = _earliest(group.bg, _BG, first_bg)
-            if first_bg is not None:
-                rank = (h, s, first_bg.seq)
-                if bg_rank is None or rank < bg_rank:
-                    bg_rank, bg = rank, first_bg
-        pick: _Q | None = fg if fg is not None else bg
+            cls = 0
+            if cand is None:
+                if fg_rank is not None:
+                    continue  # background waiters matter only while no foreground one waits
+                cand = first_bg if idle_only else _earliest(group.bg, _BG, first_bg)
+                if cand is None:
+                    continue
+                cls = 1
+            rank = (h, s, cand.seq)
+            known = ranks[cls]
+            if known is None or rank < known:
+                ranks[cls], best[cls] = rank, cand
+        pick: _Q | None = best[0] if best[0] is not None else best[1]
         if pick is not None:
             self.remove(pick)
         return pick
@@ -491,22 +496,121 @@ class GiveWay(Generic[_T]):
         return ticket
 
 
-class SlotsCore(Generic[_T]):
-    """What the drivers' slots share: a queue of tickets, the turns, the requests that can give way.
-
-    :class:`~.slots_threads.Slots` and :class:`~.slots_asyncio.AsyncSlots`
-    subclass it; each keeps ``_queue``, ``_turns`` and ``_give_way`` and hands
-    a slot on in its own way (``_hand_over``).
-    """
+class NoLock:
+    """A lock that is no lock: the asyncio driver's slots run on one event loop,
+    so what the thread driver does under its lock needs none there."""
 
     __slots__ = ()
 
-    _queue: WaitQueue[_T]
-    _turns: Turns
-    _give_way: GiveWay[_T]
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+NO_LOCK = NoLock()
+
+
+class Ticket(Generic[_Wake]):
+    """A waiter for a slot: what wakes it, its class check and read, and the queue's books of it."""
+
+    __slots__ = ("filed", "granted", "owner", "seq", "state", "urgent", "wake")
+
+    def __init__(self, wake: _Wake, urgent: Callable[[], bool] | None, owner: object) -> None:
+        self.wake = wake
+        self.urgent = urgent
+        self.owner = owner
+        self.granted = False
+        self.seq = self.state = self.filed = 0
+
+
+class SlotsCore(Generic[_T, _L]):
+    """What the drivers' slots share: a queue of tickets, the turns, the requests that can give way.
+
+    :class:`~.slots_threads.Slots` and :class:`~.slots_asyncio.AsyncSlots`
+    subclass it; each wakes a ticket in its own way (``_wake``) and guards
+    the books with its own lock (:data:`NO_LOCK` on an event loop).
+
+    Args:
+        total: How many can be held at once (at least 1).
+        lock: Held while the books change.
+    """
+
+    __slots__ = ("_give_way", "_lock", "_queue", "_turns", "paused", "small", "total")
+
+    #: The driver's name, in errors.
+    _name: ClassVar[str]
+
+    def __init__(self, total: int, lock: _L) -> None:
+        if total < 1:
+            raise ValueError(f"total must be >= 1, got {total}")
+        self._lock = lock
+        #: How many slots there are.
+        self.total = total
+        #: Small reads (one request, see :meth:`small_begins`) running now.
+        self.small = 0
+        #: Requests pausing for them now (see :meth:`pause_for_small`).
+        self.paused = 0
+        self._queue: WaitQueue[_T] = WaitQueue()
+        self._turns = Turns(total)
+        self._give_way: GiveWay[_T] = GiveWay()
+
+    @property
+    def waiting(self) -> int:
+        """Waiters (tasks or threads) waiting for a slot now."""
+        return len(self._queue)
+
+    @property
+    def free(self) -> int:
+        """Slots nobody holds now."""
+        return self._turns.free
+
+    def release(self, owner: object = None, runner: Runner | None = None) -> None:
+        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
+
+        A ``runner`` asked to give way hands its slot to the small read it
+        was asked for, if that one still waits.
+
+        Raises:
+            ValueError: More slots released than taken.
+        """
+        with self._lock:
+            ticket = self._give_way.released(runner, owner, self._turns, self._queue, self._name)
+            if ticket is not None:
+                self._wake(ticket)
+                return
+            self._hand_over(owner)
+
+    def small_begins(self) -> None:
+        """A small read's request (holding a slot) starts: read-ahead pauses for it."""
+        with self._lock:
+            self.small += 1
+
+    def small_ends(self) -> None:
+        """A small read's request ended (pair with :meth:`small_begins`)."""
+        with self._lock:
+            if self.small < 1:
+                raise ValueError(f"{self._name}: small_ends() without small_begins()")
+            self.small -= 1
+            if not self.small:
+                self._wake_pausers()
+
+    def _wake(self, ticket: _T) -> None:
+        """Wake ``ticket``'s waiter (a slot was granted to it)."""
+        raise NotImplementedError
+
+    def _wake_pausers(self) -> None:
+        """Wake the requests pausing for small reads (see :meth:`pause_for_small`)."""
+        raise NotImplementedError
+
+    def _dispatch(self) -> None:
+        while (ticket := self._turns.pick(self._queue)) is not None:
+            self._wake(ticket)
 
     def _hand_over(self, owner: object) -> None:
-        raise NotImplementedError
+        self._turns.give_back(owner, self._name)
+        self._dispatch()
 
     def _wait_interrupted(self, ticket: _T, owner: object) -> None:
         """``ticket``'s wait was interrupted (cancelled, or an error): a slot handed

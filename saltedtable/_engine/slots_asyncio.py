@@ -11,7 +11,7 @@ from typing import final
 
 import anyio
 
-from .slots import PAUSE_SLICE, GiveWay, Pausing, Runner, SlotsCore, Turns, WaitQueue, watchable
+from .slots import NO_LOCK, PAUSE_SLICE, NoLock, Pausing, Runner, SlotsCore, Ticket, watchable
 
 __all__ = ["AsyncSlots"]
 
@@ -21,24 +21,11 @@ def _settle(wake: asyncio.Future[None]) -> None:
         wake.set_result(None)
 
 
-@final
-class _AsyncTicket:
-    """A task waiting for a slot."""
-
-    __slots__ = ("filed", "granted", "owner", "seq", "state", "urgent", "wake")
-
-    def __init__(
-        self, wake: asyncio.Future[None], urgent: Callable[[], bool] | None, owner: object
-    ) -> None:
-        self.wake = wake
-        self.urgent = urgent
-        self.owner = owner
-        self.granted = False
-        self.seq = self.state = self.filed = 0
+_AsyncTicket = Ticket[asyncio.Future[None]]
 
 
 @final
-class AsyncSlots(SlotsCore[_AsyncTicket]):
+class AsyncSlots(SlotsCore[_AsyncTicket, NoLock]):
     """The async table's slots: as :class:`Slots`, for tasks of one event loop.
 
     Also an async context manager (one slot, foreground, no deadline), and it
@@ -50,33 +37,16 @@ class AsyncSlots(SlotsCore[_AsyncTicket]):
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = (
-        "_give_way",
-        "_holders",
-        "_pausers",
-        "_queue",
-        "_turns",
-        "paused",
-        "small",
-        "total",
-    )
+    __slots__ = ("_holders", "_pausers")
+
+    _name = "AsyncSlots"
 
     def __init__(self, total: int) -> None:
-        if total < 1:
-            raise ValueError(f"total must be >= 1, got {total}")
-        #: How many slots there are.
-        self.total = total
-        #: Small reads (one request, see :meth:`small_begins`) running now.
-        self.small = 0
-        #: Requests pausing for them now (see :meth:`pause_for_small`).
-        self.paused = 0
+        super().__init__(total, NO_LOCK)
         # The futures of requests pausing for small reads (see pause_for_small).
         self._pausers: set[asyncio.Future[None]] = set()
         # Of requests that pause with their slot held (see hold_paused), oldest first.
         self._holders: dict[asyncio.Future[bool], None] = {}
-        self._queue: WaitQueue[_AsyncTicket] = WaitQueue()
-        self._turns = Turns(total)
-        self._give_way: GiveWay[_AsyncTicket] = GiveWay()
 
     @property
     def total_tokens(self) -> int:
@@ -87,16 +57,6 @@ class AsyncSlots(SlotsCore[_AsyncTicket]):
     def borrowed_tokens(self) -> int:
         """Slots held now."""
         return self.total - self._turns.free
-
-    @property
-    def waiting(self) -> int:
-        """Tasks waiting for a slot now."""
-        return len(self._queue)
-
-    @property
-    def free(self) -> int:
-        """Slots nobody holds now."""
-        return self._turns.free
 
     def acquire_nowait(self) -> None:
         """Take a free slot nobody waits for.
@@ -142,7 +102,7 @@ class AsyncSlots(SlotsCore[_AsyncTicket]):
             turns.grant(owner)
             self._give_way.holds(runner)
             return True
-        ticket = _AsyncTicket(asyncio.get_running_loop().create_future(), urgent, owner)
+        ticket: _AsyncTicket = Ticket(asyncio.get_running_loop().create_future(), urgent, owner)
         self._queue.append(ticket, watchable(urgent))
         self._dispatch()
         if ticket.granted:
@@ -181,37 +141,8 @@ class AsyncSlots(SlotsCore[_AsyncTicket]):
             self._wake_pausers()
             self._end_holders(1)
 
-    def release(self, owner: object = None, runner: Runner | None = None) -> None:
-        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
-
-        A ``runner`` asked to give way hands its slot to the small read it
-        was asked for, if that one still waits.
-
-        Raises:
-            ValueError: More slots released than taken.
-        """
-        ticket = self._give_way.released(runner, owner, self._turns, self._queue, "AsyncSlots")
-        if ticket is not None:
-            if not ticket.wake.done():
-                ticket.wake.set_result(None)
-            return
-        self._hand_over(owner)
-
-    def _hand_over(self, owner: object) -> None:
-        self._turns.give_back(owner, "AsyncSlots")
-        self._dispatch()
-
-    def small_begins(self) -> None:
-        """A small read's request (holding a slot) starts: read-ahead pauses for it."""
-        self.small += 1
-
-    def small_ends(self) -> None:
-        """A small read's request ended (pair with :meth:`small_begins`)."""
-        if self.small < 1:
-            raise ValueError("AsyncSlots: small_ends() without small_begins()")
-        self.small -= 1
-        if not self.small:
-            self._wake_pausers()
+    def _wake(self, ticket: _AsyncTicket) -> None:
+        _settle(ticket.wake)
 
     def _wake_pausers(self) -> None:
         for wake in self._pausers:
@@ -267,11 +198,6 @@ class AsyncSlots(SlotsCore[_AsyncTicket]):
         finally:
             self.paused -= 1
         return time.monotonic() - start if slept else 0.0
-
-    def _dispatch(self) -> None:
-        while (ticket := self._turns.pick(self._queue)) is not None:
-            if not ticket.wake.done():
-                ticket.wake.set_result(None)
 
     async def __aenter__(self) -> None:
         await self.acquire()

@@ -7,16 +7,16 @@ import time
 from collections.abc import Callable
 from typing import final
 
-from .slots import PAUSE_SLICE, GiveWay, Pausing, Runner, SlotsCore, Turns, WaitQueue, never
+from .slots import PAUSE_SLICE, Pausing, Runner, SlotsCore, Ticket, never
 
 __all__ = ["Slots"]
 
 
 @final
-class _Ticket:
-    """A thread waiting for a slot."""
+class _Ticket(Ticket[threading.Condition]):
+    """A thread waiting for a slot, and whether its read has stopped (``abort``)."""
 
-    __slots__ = ("abort", "filed", "granted", "owner", "seq", "state", "urgent", "wake")
+    __slots__ = ("abort",)
 
     def __init__(
         self,
@@ -25,51 +25,28 @@ class _Ticket:
         urgent: Callable[[], bool] | None,
         owner: object,
     ) -> None:
-        self.wake = wake
+        super().__init__(wake, urgent, owner)
         self.abort = abort
-        self.urgent = urgent
-        self.owner = owner
-        self.granted = False
-        self.seq = self.state = self.filed = 0
 
 
 @final
-class Slots(SlotsCore[_Ticket]):
+class Slots(SlotsCore[_Ticket, threading.RLock]):
     """``total`` slots shared by threads: foreground first, then fewest held, then oldest.
 
     Args:
         total: How many can be held at once (at least 1).
     """
 
-    __slots__ = ("_give_way", "_lock", "_pausers", "_queue", "_turns", "paused", "small", "total")
+    __slots__ = ("_pausers",)
+
+    _name = "Slots"
 
     def __init__(self, total: int) -> None:
-        if total < 1:
-            raise ValueError(f"total must be >= 1, got {total}")
-        #: How many slots there are.
-        self.total = total
-        #: Small reads (one request, see :meth:`small_begins`) running now.
-        self.small = 0
-        #: Requests pausing for them now (see :meth:`pause_for_small`).
-        self.paused = 0
         # Reentrant: a stream dropped and finalised by the garbage collector while
         # this thread holds the lock stops its read, which interrupts the waiters.
-        self._lock = threading.RLock()
+        super().__init__(total, threading.RLock())
         # The events of requests pausing for small reads (see pause_for_small).
         self._pausers: set[threading.Event] = set()
-        self._queue: WaitQueue[_Ticket] = WaitQueue()
-        self._turns = Turns(total)
-        self._give_way: GiveWay[_Ticket] = GiveWay()
-
-    @property
-    def waiting(self) -> int:
-        """Threads waiting for a slot now."""
-        return len(self._queue)
-
-    @property
-    def free(self) -> int:
-        """Slots nobody holds now."""
-        return self._turns.free
 
     def acquire(
         self,
@@ -134,29 +111,8 @@ class Slots(SlotsCore[_Ticket]):
                 raise
             return self._wait_ended(ticket, runner)
 
-    def release(self, owner: object = None, runner: Runner | None = None) -> None:
-        """Give ``owner``'s slot back: to the waiter whose turn it is, or to the free ones.
-
-        A ``runner`` asked to give way hands its slot to the small read it
-        was asked for, if that one still waits.
-
-        Raises:
-            ValueError: More slots released than taken.
-        """
-        with self._lock:
-            ticket = self._give_way.released(runner, owner, self._turns, self._queue, "Slots")
-            if ticket is not None:
-                ticket.wake.notify()
-                return
-            self._hand_over(owner)
-
-    def _hand_over(self, owner: object) -> None:
-        self._turns.give_back(owner, "Slots")
-        self._dispatch()
-
-    def _dispatch(self) -> None:
-        while (ticket := self._turns.pick(self._queue)) is not None:
-            ticket.wake.notify()
+    def _wake(self, ticket: _Ticket) -> None:
+        ticket.wake.notify()
 
     def interrupt(self) -> None:
         """Wake the waiters whose ``abort`` now says to stop, so that they give up."""
@@ -165,20 +121,6 @@ class Slots(SlotsCore[_Ticket]):
                 if ticket.abort():
                     ticket.wake.notify()
             self._wake_pausers()
-
-    def small_begins(self) -> None:
-        """A small read's request (holding a slot) starts: read-ahead pauses for it."""
-        with self._lock:
-            self.small += 1
-
-    def small_ends(self) -> None:
-        """A small read's request ended (pair with :meth:`small_begins`)."""
-        with self._lock:
-            if self.small < 1:
-                raise ValueError("Slots: small_ends() without small_begins()")
-            self.small -= 1
-            if not self.small:
-                self._wake_pausers()
 
     def _wake_pausers(self) -> None:
         for wake in self._pausers:

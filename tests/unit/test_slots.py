@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from saltedtable._engine.slots_asyncio import AsyncSlots
 from saltedtable._engine.slots_threads import Slots
 
 
@@ -35,6 +36,20 @@ def test_releasing_more_than_taken_is_refused() -> None:
         slots.release()
     with pytest.raises(ValueError, match="total must be >= 1"):
         Slots(0)
+
+
+@pytest.mark.parametrize("driver", [Slots, AsyncSlots])
+def test_each_driver_names_itself_in_its_errors(driver: type[Slots | AsyncSlots]) -> None:
+    """The drivers share their books (``SlotsCore``); an error still says which one refused."""
+    slots = driver(1)
+    name = driver.__name__
+    with pytest.raises(ValueError, match=f"^{name} released more often than acquired"):
+        slots.release()
+    with pytest.raises(ValueError, match=f"^{name}: small_ends\\(\\) without small_begins"):
+        slots.small_ends()
+    slots.small_begins()
+    slots.small_ends()
+    assert (slots.small, slots.waiting, slots.free) == (0, 0, 1)
 
 
 def test_a_wait_ends_at_its_deadline() -> None:

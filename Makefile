@@ -45,8 +45,8 @@ test-beam: $(BEAM_STAMP)
 	$(BEAM_BIN)/mypy --strict --follow-imports=silent --explicit-package-bases \
 		--allow-untyped-calls saltedtable/beam/*.py tests/beam/*.py examples/beam_*.py examples/tools/beam_bench.py
 	$(BEAM_BIN)/python -m pytest -o addopts="" tests/beam
-	$(BEAM_BIN)/python -m pytest tests/unit/test_plan.py tests/unit/test_split.py \
-		tests/unit/test_migration.py tests/unit/test_cli_migrate.py
+	$(BEAM_BIN)/python -m pytest tests/unit/_read/test_plan.py tests/unit/_read/test_split.py \
+		tests/unit/_guard/test_migration.py tests/unit/_cli/test_cli_migrate.py
 
 ## make unit: only the tests that need no emulator
 unit: $(STAMP)

@@ -19,7 +19,7 @@ same signature and behaviour whose attempts differ in two ways:
 
 Everything else is the client's own: its read operation (the request, retries
 and back-off, the resumed request after a retried attempt, the row limit), its
-timeouts and retryable errors, its operation metrics. ``tests/unit/test_chunks.py``
+timeouts and retryable errors, its operation metrics. ``tests/unit/_async/test_chunks.py``
 runs this module's merge and the installed client's over random chunk streams,
 valid and not, and both reads against a gRPC server that records what each
 sends, so that a change in the client is seen.
@@ -52,7 +52,7 @@ from grpc import StatusCode
 from .._contracts import ReadRowsStream
 
 #: The client releases whose read operation, chunk checks, RPC and headers this module
-#: was checked against (``tests/unit/test_chunks.py``, which also fails on a release not
+#: was checked against (``tests/unit/_async/test_chunks.py``, which also fails on a release not
 #: listed here, so that someone runs the checks and adds it). Any other release: the
 #: table's own ``read_rows_stream``.
 TESTED_CLIENTS = ("2.50.",)

@@ -40,7 +40,7 @@ KEYS = [b"user%05d#%03d" % divmod(i, 100) for i in range(ROWS)]
 #: (An ordered scan starts 9-53 now against 48-71 before, under load: its
 #: buckets run apart, and what it holds above the slowest one swings by more
 #: than a hand-over, so its count cannot tell the two apart; the size of its
-#: hand-overs is tested in tests/unit/test_merge.py.)
+#: hand-overs is tested in tests/unit/_engine/test_merge.py.)
 MOST = ROWS // 2000
 
 

@@ -1,7 +1,7 @@
 """A table whose layout record saltedtable 0.1.0 stored opens with the guard today.
 
 The record's cell is written with the raw client, byte for byte as 0.1.0 stored it
-(``tests/vectors/layout_records_0_1.json``, see ``tests/unit/test_record_compat.py``);
+(``tests/vectors/layout_records_0_1.json``, see ``tests/unit/_guard/test_record_compat.py``);
 the salted table is then opened with the matching layout, writes and reads a row,
 and leaves the stored record as it was. A layout that differs is still refused.
 """

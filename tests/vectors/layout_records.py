@@ -3,7 +3,7 @@
 ``layout_records_0_1.json`` holds, for each layout in :data:`CASES`, the exact value
 saltedtable 0.1.0 (commit 3563838, the last release before the package's modules
 moved into folders) stored in the reserved row for it.
-``tests/unit/test_record_compat.py`` checks that the current code reads each one
+``tests/unit/_guard/test_record_compat.py`` checks that the current code reads each one
 as the same layout and writes the same bytes.
 
 Regenerate it from a checkout with the git history (the release's package is taken

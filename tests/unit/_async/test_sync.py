@@ -29,7 +29,7 @@ from saltedtable._engine.merge_threads import ThreadMerge
 from saltedtable._engine.runtime_threads import READ_REQUESTS
 from tests.fakes import FakeTable, SyncFakeTable
 from tests.slot_marks import mark_small_reads, reads_point_keys
-from tests.unit.test_merge import partitions
+from tests.unit._engine.test_merge import partitions
 
 PROPERTY = settings(max_examples=40, deadline=None)
 

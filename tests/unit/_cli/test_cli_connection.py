@@ -231,7 +231,7 @@ def test_bad_credentials_are_one_line_naming_the_file(
 
 def test_the_process_prints_one_line_and_exits_in_time(closed_port: str, tmp_path: Path) -> None:
     """As a process too: stderr is the one line (no traceback at exit), status 1, in time."""
-    root = str(Path(__file__).resolve().parents[2])  # this checkout's saltedtable
+    root = str(Path(__file__).resolve().parents[3])  # this checkout's saltedtable
     env = {**os.environ, "BIGTABLE_EMULATOR_HOST": closed_port, "PYTHONPATH": root}
     start = time.monotonic()
     done = subprocess.run(

@@ -431,7 +431,7 @@ async def test_the_observability_snippet_runs_and_prints_what_the_docs_say(
 ) -> None:
     """The "What a read did" snippet of docs/observability.md, run on a 4-bucket table
     of 10 ``user1#`` rows, prints what the text after it says."""
-    doc = (Path(__file__).parents[2] / "docs" / "observability.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[3] / "docs" / "observability.md").read_text(encoding="utf-8")
     section = doc.split("## What a read did", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """The command line through ``main([...])``: output, exit codes and one-line errors.
 
-``saltedtable advise`` has its own file, tests/unit/test_advise_cli.py.
+``saltedtable advise`` has its own file, tests/unit/advise/test_advise_cli.py.
 """
 
 from __future__ import annotations

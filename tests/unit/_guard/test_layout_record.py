@@ -195,7 +195,7 @@ def test_the_guide_snippet_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """The LayoutRecord snippet of docs/guard.md runs and prints what its comment says."""
     from pathlib import Path
 
-    doc = (Path(__file__).parents[2] / "docs" / "guard.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[3] / "docs" / "guard.md").read_text(encoding="utf-8")
     code = doc.split("```python\nfrom saltedtable import LayoutRecord", 1)[1].split("```", 1)[0]
     exec(compile("from saltedtable import LayoutRecord" + code, "guard.md", "exec"), {})
     assert capsys.readouterr().out == "['buckets: stored 8, now 16']\n"

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from saltedtable import RowKeyError, SaltScheme, SaltSchemeError, before_last, fields
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VECTORS_FILE = REPO / "tests" / "vectors" / "salt_vectors.json"
 VECTORS: dict[str, Any] = json.loads(VECTORS_FILE.read_text())
 ALL_HASHES = ("crc32", "crc32c", "farmhash", "java", "phoenix")

@@ -494,7 +494,7 @@ def test_format_key_escapes_non_printable_bytes() -> None:
 
 # -- the reference workloads of examples/advise_demo.py ---------------------------------
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "advise_demo.py"
+DEMO = Path(__file__).resolve().parents[3] / "examples" / "advise_demo.py"
 FAST: dict[str, Any] = {"candidates": (1, 2, 4, 8, 16), "resamples": 100}
 
 

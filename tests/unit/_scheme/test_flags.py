@@ -156,7 +156,7 @@ def test_the_cutoff_text_is_kept_unless_it_disagrees_with_the_instant() -> None:
         "epoch_field('ms')",
         "epoch_field(unit='ms')",  # not the stored form: every field is written out
         "epoch_field(unit='lightyears', sep=b'#', index=-1, digits=None)",
-        "tests.unit.test_flags.read_at_ms",
+        "tests.unit._scheme.test_flags.read_at_ms",
         "",
     ],
 )

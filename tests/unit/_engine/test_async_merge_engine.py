@@ -73,7 +73,7 @@ async def test_an_ordered_read_keeps_its_streams_while_it_waits_for_a_slow_bucke
     window and asking again. Before: every other bucket's stream ended while the slow one
     stalled (47 requests and more); now each bucket takes its paged first request and one
     stream. (With the pause ahead of the slowest bucket switched off: a bucket would
-    pause at 64 rows, see tests/unit/test_ahead.py.)"""
+    pause at 64 rows, see tests/unit/_read/test_ahead.py.)"""
     monkeypatch.setattr(merge_module, "ahead_rows", lambda buckets: 1 << 62)
     fake = FakeTable()
     table = SaltedTableAsync(OneSlowBucket(fake), SCHEME)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ runs against Cloud Bigtable and the emulator.
 :func:`schema_reader_for` gives the guard a way to read the column families
 of the table a data-API table object points at, with that data client's own
 credentials: a caller that may read the schema gets its GC rules checked; one
-that may not gets a warning (see ``_guard``).
+that may not gets a warning (see ``saltedtable._guard.decisions``).
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ class SchemeMismatchError(LayoutError):
     """
 
     def __init__(self, stored: _Record, current: _Record) -> None:
-        # Typed loosely: LayoutRecord lives above this floor (``_record``).
+        # Typed loosely: LayoutRecord lives above this floor (``saltedtable._guard.record``).
         self.stored: Any = stored
         self.current: Any = current
         a, b = stored.as_dict(), current.as_dict()

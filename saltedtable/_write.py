@@ -2,7 +2,7 @@
 
 Every key of a bulk write is placed before anything is sent, so a bad key
 fails the call with nothing written. Failures the client reports name the
-caller's own (logical) entries. The batchers (:mod:`._batcher`) wrap the
+caller's own (logical) entries. The batchers (:mod:`saltedtable._async.batcher`) wrap the
 client's batchers, which keep flushing by count, bytes and timer.
 """
 

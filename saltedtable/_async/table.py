@@ -1,15 +1,17 @@
 """SaltedTableAsync: a drop-in for ``TableAsync`` that takes and returns logical keys.
 
 A thin facade. Each method maps its logical arguments through the layout
-(:mod:`._layout`, :mod:`._plan`), calls one engine (reads: :mod:`._read_call`;
-writes: :mod:`._write` and :mod:`._batcher`; the guard: :mod:`._table_guard`)
+(:mod:`saltedtable._scheme.layout`, :mod:`saltedtable._read.plan`), calls one engine (reads:
+:mod:`.read_call`; writes: :mod:`saltedtable._write` and :mod:`.batcher`; the guard:
+:mod:`.guard`)
 or the wrapped table, and maps the results back to logical keys.
 
 This module is the source of both flavours: the sync ``SaltedTable`` (module
-``_sync``) is generated from ``_table`` by ``.ci/unasync.py``. The two differ
-only in how requests run at once (:mod:`._concurrency`): tasks of the event
-loop, or worker threads within the table-wide FIFO-fair slots. Either way a
-read left early stops every request it started, and no RPC outlives it.
+``_sync_autogen/table.py``) is generated from it by ``.ci/unasync.py``. The two
+differ only in how requests run at once (``_engine/runtime_asyncio.py`` and
+``_engine/runtime_threads.py``): tasks of the event loop, or worker threads
+within the table-wide FIFO-fair slots. Either way a read left early stops
+every request it started, and no RPC outlives it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Argument types and option groups shared by every ``saltedtable`` command.
 
-Pure (argparse only). ``_cli`` (key, advise, emulator), ``_admin_cli`` (create,
-inspect, guard) and ``_migrate_args`` (migrate) all parse with these, so a bad
+Pure (argparse only). ``main`` (key, advise, emulator), ``admin`` (create,
+inspect, guard) and ``migrate`` (migrate) all parse with these, so a bad
 number reads the same whichever command it was given to.
 """
 

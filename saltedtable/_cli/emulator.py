@@ -5,7 +5,7 @@ after printing the ``export`` lines for another shell: ``BIGTABLE_EMULATOR_HOST`
 and the project and instance the tables were created in as the other commands
 read them (``SALTEDTABLE_PROJECT``, ``SALTEDTABLE_INSTANCE``). With a command it
 starts the emulator, creates the tables, runs the command with those variables
-set, stops the emulator and returns the command's exit code. ``_cli.py`` parses
+set, stops the emulator and returns the command's exit code. ``main`` parses
 the arguments; this module does the running.
 """
 

@@ -5,7 +5,7 @@ Each opens the table with the layout its record describes
 migration) and reads through the table's own read path, so the keys given and
 shown are logical, a cutoff table's legacy rows are read where they are, and
 the record row is never shown or counted. ``saltedtable key --table`` takes
-its layout the same way. Output: :mod:`._row_output`.
+its layout the same way. Output: :mod:`.row_output`.
 """
 
 from __future__ import annotations

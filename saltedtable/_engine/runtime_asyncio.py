@@ -1,11 +1,11 @@
 """The concurrency primitives of the async flavour, behind the names the sync twin shares.
 
 The table facade, the read call, the guard driver and the batcher are written
-once, async (``_table``, ``_read_call``, ``_table_guard``, ``_batcher``); their
+once, async (the modules of ``saltedtable/_async/``); their
 sync twins are generated from them by ``.ci/unasync.py``. Where the two
 flavours differ by more than ``async``/``await`` they call a primitive from
 here, and the generated code calls the one of the same name in
-:mod:`._concurrency_sync`:
+:mod:`.runtime_threads`:
 
 - :func:`capacity` and :func:`slot`: the table's request slots
   (:class:`~._slots.AsyncSlots` here, the thread-fair :class:`~._slots.Slots`

@@ -2,7 +2,7 @@
 
 :class:`~._table_guard.TableGuard` (async, and the sync ``SyncTableGuard``
 generated from it) does the I/O for one table object around the decisions of
-:class:`GuardCore` and the pure rules of ``_record``: it reads the record on
+:class:`GuardCore` and the pure rules of ``record``: it reads the record on
 the object's first operation (one request per object lifetime; concurrent
 first operations share it), refuses a different layout with
 :class:`~saltedtable.SchemeMismatchError`, and, when the table has no record
@@ -14,7 +14,7 @@ stored, nor replaced by an override, before a sample of the rows fits it.
 :meth:`~._table_guard.TableGuard.check_layout` samples the key space (the
 queries: :func:`sample_queries`; the verdict: :func:`layout_offenders`) and
 refuses rows that do not fit the layout (a migration's copies and legacy rows
-are expected in the states ``_migration`` describes).
+are expected in the states ``migration`` describes).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The layout record names saltedtable's ready-made key parts (``fields``,
 ``before_last``) and time readers (``epoch_field``, ...) by their ``repr``.
 :func:`layout_of_record` turns a record back into the :class:`Layout` it was
 made from, so the command line reads a table with the scheme stored in it
-instead of one typed by hand. The names are read by :mod:`._flags`, which
+instead of one typed by hand. The names are read by :mod:`saltedtable._scheme.flags`, which
 parses them and evaluates nothing but literal arguments.
 """
 

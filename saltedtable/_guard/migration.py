@@ -4,7 +4,7 @@ Pure code. A table written with a time cutoff holds its older rows unsalted
 (the legacy side). Finishing the migration copies them into the salted layout
 (a backfill), moves every reader and writer to the fully salted layout, then
 deletes the legacy rows. Readers of both layouts run side by side while
-services are redeployed, so the stored layout record (see ``_guard``) says
+services are redeployed, so the stored layout record (see ``decisions``) says
 which layouts may open the table at each step::
 
     cutoff      the record of (scheme, cutoff); only cutoff readers open
@@ -21,7 +21,7 @@ which layouts may open the table at each step::
                 are deleted; cutoff readers are refused from then on
 
 Each step is a compare-and-swap of the record, so it happens once, in order.
-The state names are defined once, in ``_record``.
+The state names are defined once, in ``record``.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 The bucket count, hash, key part, separator, marker and cutoff are part of
 the data's meaning: reading with another scheme silently misses rows.
-:func:`describe_layout` turns a layout into a record; the guard (``_guard``)
+:func:`describe_layout` turns a layout into a record; the guard (``decisions``)
 stores it in the reserved row :data:`SCHEME_ROW_KEY` and compares it with
 every table object's own (:func:`guard_action`); a migration in progress
-marks it (``_migration``).
+marks it (``migration``).
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ __all__ = [
 #: The column qualifier of the record.
 SCHEME_QUALIFIER: Final = b"scheme"
 _VERSION: Final = 1
-#: The record's key for the state of a migration in progress (see ``_migration``).
+#: The record's key for the state of a migration in progress (see ``migration``).
 MIGRATION_KEY: Final = "migration"
-#: The states of a migration in progress, in order (see ``_migration``).
+#: The states of a migration in progress, in order (see ``migration``).
 MigrationState = Literal["backfill", "cutover", "deleting"]
 BACKFILL: Final = "backfill"
 CUTOVER: Final = "cutover"

@@ -60,7 +60,7 @@ STOP_GRACE: Final = 0.05
 
 #: Objects looked at while searching a stream for its call. The client's chain
 #: (retry, row merger, chunk stream, error and metrics wrappers: seven
-#: generators; saltedtable's reads, :mod:`._chunks`, one fewer) takes about a
+#: generators; saltedtable's reads, :mod:`saltedtable._async.chunks`, one fewer) takes about a
 #: hundred; the bound keeps a stream that wraps something huge cheap to end.
 _SEARCH_BUDGET: Final = 400
 

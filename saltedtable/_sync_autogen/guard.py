@@ -3,9 +3,9 @@
 """The scheme guard's driver: its reads, writes and layout sampling for one table object.
 
 :class:`SyncTableGuard` does the I/O around the decisions of
-:class:`~._guard.GuardCore` (see :mod:`._guard`); the sync ``SyncTableGuard``
-(``_table_guard_sync``) is generated from ``_table_guard`` by
-``.ci/unasync.py``.
+:class:`~saltedtable._guard.decisions.GuardCore` (see :mod:`saltedtable._guard.decisions`);
+the sync ``SyncTableGuard`` (``_sync_autogen/guard.py``) is generated from this module
+by ``.ci/unasync.py``.
 """
 
 from __future__ import annotations

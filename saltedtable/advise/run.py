@@ -1,6 +1,6 @@
 """The ``saltedtable advise`` command's work: read a sample, simulate, report.
 
-``_cli`` parses the arguments into an :class:`AdviseRequest` and calls
+``saltedtable._cli.main`` parses the arguments into an :class:`AdviseRequest` and calls
 :func:`run`; everything past parsing happens here, so the command line stays a
 parser and a dispatcher.
 """

@@ -42,17 +42,10 @@ T = TypeVar("T")
 #: sync sources append each row's key to their feed themselves.
 ROW_KEY: Final[None] = None
 
-#: Requests one sync read runs at once at most, whatever the table's slots
-#: allow: the workers of its pool. The client's sync streams reach the
-#: process through one event thread per channel, which hands each stream's
-#: rows over one at a time, in turn, under the GIL: every request running
-#: adds a turn before every other read's next row, a small read's too, and
-#: adds no rows per second once a few run. On the emulator one 16-bucket
-#: ordered scan read about as many rows/s with 2 requests at once as with 16
-#: (within the noise of two shared cores); next to 10 slow scans at 64 slots
-#: (56 requests at once in their first wave) a small read took 2-24x the
-#: plain table's time, 1.2-6x with 2 (see docs/development.md). The table's
-#: slots bound every read as before.
+#: Requests one sync read runs at once at most, whatever the table's slots allow:
+#: the client's sync streams hand rows over one at a time under the GIL, so more
+#: requests add turns before every other read's rows and no rows per second (see
+#: docs/development.md, "Sync reads run two requests at a time").
 READ_REQUESTS: Final = 2
 
 #: How long one wait for a slot lasts before :func:`slot` waits again (a thread

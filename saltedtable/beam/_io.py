@@ -392,56 +392,61 @@ def read_split_pages(
         yield kept
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class SplitScan:
+    """One read here before its splits are planned: what every layer of a read passes down.
+
+    ``subqueries`` of ``layout`` on ``target``, cut at the table's sample
+    points into splits of about ``split_bytes``; ``check_layout`` refuses a
+    table whose stored record names another layout before planning.
+
+    Raises:
+        ValueError: ``split_bytes`` is below 1.
+    """
+
+    target: BigtableTarget
+    layout: Layout
+    subqueries: tuple[SubQuery, ...]
+    split_bytes: int
+    check_layout: bool
+
+    def __post_init__(self) -> None:
+        if self.split_bytes < 1:
+            raise ValueError(f"split_bytes must be >= 1, got {self.split_bytes}")
+
+
 class PlanSplits(TableDoFn):
     """Samples the table once and cuts the plan into splits (runs on one worker)."""
 
-    def __init__(
-        self,
-        target: BigtableTarget,
-        layout: Layout,
-        subqueries: tuple[SubQuery, ...],
-        split_bytes: int,
-        check_layout: bool,
-    ) -> None:
-        super().__init__(target)
-        self.layout = layout
-        self.subqueries = subqueries
-        self.split_bytes = split_bytes
-        self.check_layout = check_layout
+    def __init__(self, scan: SplitScan) -> None:
+        super().__init__(scan.target)
+        self.scan = scan
         self._splits = Metrics.counter(METRICS_NAMESPACE, "splits")
 
     def process(self, _: object) -> Iterator[Split]:
-        if self.check_layout:
-            check_record(self.bigtable(), self.layout)
+        scan = self.scan
+        if scan.check_layout:
+            check_record(self.bigtable(), scan.layout)
         samples = self.bigtable().sample_row_keys()
-        splits = split_plan(self.subqueries, samples, target_bytes=self.split_bytes)
+        splits = split_plan(scan.subqueries, samples, target_bytes=scan.split_bytes)
         self._splits.inc(len(splits))
         PROGRESS.planned(len(splits))
         _log.info(
             "%s: %d split(s) over %d sub-quer(ies)",
             self.target.table,
             len(splits),
-            len(self.subqueries),
+            len(scan.subqueries),
         )
         yield from splits
 
 
 class PlannedSplits(beam.PTransform[PBegin, PCollection[Split]]):
-    """The splits of ``subqueries``, spread by a reshuffle: how every read here starts."""
+    """The splits of a scan, spread by a reshuffle: how every read here starts."""
 
-    def __init__(
-        self,
-        target: BigtableTarget,
-        layout: Layout,
-        subqueries: tuple[SubQuery, ...],
-        split_bytes: int,
-        *,
-        check_layout: bool = False,
-    ) -> None:
+    def __init__(self, scan: SplitScan) -> None:
         super().__init__()
-        if split_bytes < 1:
-            raise ValueError(f"split_bytes must be >= 1, got {split_bytes}")
-        self.plan = PlanSplits(target, layout, subqueries, split_bytes, check_layout)
+        self.plan = PlanSplits(scan)
 
     def expand(self, pbegin: PBegin) -> PCollection[Split]:
         out: PCollection[Split] = (
@@ -511,22 +516,10 @@ class ReadSplits(TableDoFn):
 class ReadSplitRows(beam.PTransform[PBegin, PCollection[Row]]):
     """Plan -> splits -> reshuffle -> rows; the core of every read here."""
 
-    def __init__(
-        self,
-        target: BigtableTarget,
-        layout: Layout,
-        subqueries: tuple[SubQuery, ...],
-        *,
-        split_bytes: int,
-        budget: ReadBudget,
-        rows: Rows = "visible",
-        check_layout: bool = True,
-    ) -> None:
+    def __init__(self, scan: SplitScan, budget: ReadBudget, rows: Rows = "visible") -> None:
         super().__init__()
-        self.splits = PlannedSplits(
-            target, layout, subqueries, split_bytes, check_layout=check_layout
-        )
-        self.read = ReadSplits(target, layout, budget, rows)
+        self.splits = PlannedSplits(scan)
+        self.read = ReadSplits(scan.target, scan.layout, budget, rows)
 
     def expand(self, pbegin: PBegin) -> PCollection[Row]:
         out: PCollection[Row] = (
@@ -589,14 +582,10 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
         self.target = target
         self.layout = layout_of(scheme, cutoff)
         self.plan: ReadPlan = plan_reads(query, self.layout)
-        self._read = ReadSplitRows(
-            target,
-            self.layout,
-            self.plan.subqueries,
-            split_bytes=split_bytes,
-            budget=ReadBudget() if budget is None else budget,
-            check_layout=check_layout,
+        scan = SplitScan(
+            target, self.layout, self.plan.subqueries, split_bytes, check_layout=check_layout
         )
+        self._read = ReadSplitRows(scan, ReadBudget() if budget is None else budget)
 
     def expand(self, pbegin: PBegin) -> PCollection[Row]:
         out: PCollection[Row] = pbegin | "Read" >> self._read

@@ -71,6 +71,7 @@ from ._io import (
     PageSizer,
     PlannedSplits,
     ReadSplitRows,
+    SplitScan,
     TableDoFn,
     WriteSaltedRows,
     accepts_legacy_target,
@@ -393,13 +394,9 @@ class BackfillLegacy(_OnCutoffTable[PCollection[FailedWrite]]):
     """
 
     def expand(self, pbegin: PBegin) -> PCollection[FailedWrite]:
-        read = ReadSplitRows(
-            self.target,
-            self.layout,
-            _legacy_subqueries(self.layout),
-            split_bytes=self.split_bytes,
-            budget=self.budget,
-        )
+        legacy = _legacy_subqueries(self.layout)
+        scan = SplitScan(self.target, self.layout, legacy, self.split_bytes, check_layout=True)
+        read = ReadSplitRows(scan, self.budget)
         write = WriteSaltedRows(
             self.target,
             self.layout.scheme,
@@ -499,10 +496,9 @@ class _KeySweep(_OnCutoffTable[PCollection[None]]):
 
     def expand(self, pbegin: PBegin) -> PCollection[None]:
         label, subs, sweeper = self._sweep()
+        scan = SplitScan(self.target, self.layout, subs, self.split_bytes, check_layout=False)
         out: PCollection[None] = (
-            pbegin
-            | "Splits" >> PlannedSplits(self.target, self.layout, subs, self.split_bytes)
-            | label >> beam.ParDo(sweeper)
+            pbegin | "Splits" >> PlannedSplits(scan) | label >> beam.ParDo(sweeper)
         )
         return out
 
@@ -610,15 +606,19 @@ def verify_backfill(
     """
     layout = Layout(scheme, cutoff)
     budget = ReadBudget()
-    legacy = PlannedSplits(target, layout, _legacy_subqueries(layout), split_bytes)
+    legacy = PlannedSplits(
+        SplitScan(target, layout, _legacy_subqueries(layout), split_bytes, check_layout=False)
+    )
     copies = ReadSplitRows(
-        target,
-        layout,
-        _salted_subqueries(layout, keys_only=True),
-        split_bytes=split_bytes,
-        budget=budget,
+        SplitScan(
+            target,
+            layout,
+            _salted_subqueries(layout, keys_only=True),
+            split_bytes,
+            check_layout=False,
+        ),
+        budget,
         rows="copies",
-        check_layout=False,
     )
 
     def build(p: beam.Pipeline) -> None:
@@ -864,12 +864,9 @@ def _legacy_left(table: Table, layout: Layout) -> tuple[int, int]:
 
 def _read_all(target: BigtableTarget, layout: Layout, split_bytes: int) -> ReadSplitRows:
     """Every row a reader of ``layout`` sees (the whole table)."""
+    subqueries = plan_reads(ReadRowsQuery(), layout).subqueries
     return ReadSplitRows(
-        target,
-        layout,
-        plan_reads(ReadRowsQuery(), layout).subqueries,
-        split_bytes=split_bytes,
-        budget=ReadBudget(),
+        SplitScan(target, layout, subqueries, split_bytes, check_layout=True), ReadBudget()
     )
 
 

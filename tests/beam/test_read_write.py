@@ -44,6 +44,7 @@ from saltedtable import (
     plan_reads,
 )
 from saltedtable.beam import (
+    BackfillLegacy,
     BigtableTarget,
     FailedWrite,
     ReadSaltedRows,
@@ -52,7 +53,7 @@ from saltedtable.beam import (
     row_digest,
     run_pipeline,
 )
-from saltedtable.beam._io import ReadSplits, WriteEntries
+from saltedtable.beam._io import PlanSplits, ReadSplits, SplitScan, WriteEntries
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import run_collect, snapshot
 from tests.conftest import MakeTable
@@ -131,6 +132,19 @@ async def test_a_limit_is_refused() -> None:
     """A row limit has no meaning for an unordered parallel read: QueryPlanError, before any I/O."""
     with pytest.raises(QueryPlanError, match="limit=5"):
         ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, "t"), SCHEME, ReadRowsQuery(limit=5))
+
+
+@pytest.mark.parametrize("split_bytes", [0, -1])
+def test_a_split_size_below_one_byte_is_refused_at_construction(split_bytes: int) -> None:
+    """ReadSaltedRows and the migration transforms check split_bytes before any I/O."""
+    target = BigtableTarget(PROJECT, INSTANCE, "t")
+    message = f"split_bytes must be >= 1, got {split_bytes}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ReadSaltedRows(target, SCHEME, split_bytes=split_bytes)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        BackfillLegacy(target, SCHEME, POLICY, split_bytes=split_bytes)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SplitScan(target, Layout(SCHEME), (), split_bytes, check_layout=True)
 
 
 async def test_writes_are_salted_routed_and_failures_named_by_logical_key(
@@ -234,6 +248,12 @@ def test_schemes_policies_plans_and_transforms_pickle() -> None:
         assert again._client is None
         assert again._table is None
         assert again.layout == layout
+    scan = SplitScan(target, layout, plan.subqueries, 1 << 20, check_layout=True)
+    planner = PlanSplits(scan)
+    planner.__dict__.update(_client=object(), _table=object())
+    again_planner = pickler.loads(pickler.dumps(planner))
+    assert (again_planner._client, again_planner._table) == (None, None)
+    assert again_planner.scan == scan
 
 
 async def test_read_on_two_worker_processes(

@@ -1,7 +1,7 @@
 """The scheme guard's driver: its reads, writes and layout sampling for one table object.
 
 :class:`TableGuard` does the I/O around the decisions of
-:class:`~saltedtable._guard.decisions.GuardCore` (see :mod:`saltedtable._guard.decisions`);
+:class:`~.._guard.decisions.GuardCore` (see :mod:`.._guard.decisions`);
 the sync ``SyncTableGuard`` (``_sync_autogen/guard.py``) is generated from this module
 by ``.ci/unasync.py``.
 """
@@ -245,7 +245,7 @@ class TableGuard(GuardCore):
 
         Args:
             sample_rows: Rows read by each request of the sample (see
-                :func:`~._guard.sample_queries`).
+                :func:`~.._guard.decisions.sample_queries`).
             limiter: The table's request slots: each sample holds one.
 
         Raises:

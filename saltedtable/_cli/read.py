@@ -55,7 +55,7 @@ def add_table_source(parser: argparse.ArgumentParser) -> None:
 def recorded_table(args: argparse.Namespace) -> Iterator[SaltedTable]:
     """The table ``args`` names, opened with the layout its record describes.
 
-    The record is read, its layout rebuilt (:func:`~._from_record.layout_of_record`)
+    The record is read, its layout rebuilt (:func:`~.._guard.from_record.layout_of_record`)
     and the table opened as :meth:`SaltedTable.open` opens it: the guard reads
     the record again and refuses one that differs. Every request ends within
     ``args.timeout``.

@@ -8,12 +8,12 @@ here, and the generated code calls the one of the same name in
 :mod:`.runtime_threads`:
 
 - :func:`capacity` and :func:`slot`: the table's request slots
-  (:class:`~._slots.AsyncSlots` here, the thread-fair :class:`~._slots.Slots`
+  (:class:`~.slots_asyncio.AsyncSlots` here, the thread-fair :class:`~.slots_threads.Slots`
   there);
 - :func:`fan_out`: run one function over ``range(count)``, a bounded number at
   once (tasks of a task group here, threads of a pool there);
-- :func:`new_merge`: the merge driver of a read (:class:`~._merge.Merge`
-  here, :class:`~._merge.ThreadMerge` there: both hand-written), and
+- :func:`new_merge`: the merge driver of a read (:class:`~.merge_asyncio.Merge`
+  here, :class:`~.merge_threads.ThreadMerge` there: both hand-written), and
   :data:`ROW_KEY`, how the merge of the bucket sources finds a row's key;
 - :func:`one_merge`: what runs a small read's one request (:class:`OneRun`
   here: one task, no merge; a merge of that one source there);
@@ -158,7 +158,7 @@ class OneRun(Generic[T]):
     """A small read's one request, run in a task of its own; iterated like a merge.
 
     Its one batch is every item of the request, once the request has ended. A
-    :class:`~._merge.Merge` of that one source would cost the read about six
+    :class:`~.merge_asyncio.Merge` of that one source would cost the read about six
     more turns of the event loop (its supervisor and producer tasks, a wake
     per batch, its close), each a wait behind every other task ready then:
     on a table shared with busy scans that was a large part of a small read.
@@ -246,7 +246,7 @@ class RowStream(AsyncGenerator[T, None]):
     between rows, this one asks ``abandon`` to stop the read now: when no
     request runs, the read's tasks end at the event loop's next turn and
     ``rows`` is closed in this call (its cleanup then awaits nothing, see
-    :meth:`~._merge.Merge.abandon`). When a request runs, asyncio closes
+    :meth:`~.merge_asyncio.Merge.abandon`). When a request runs, asyncio closes
     ``rows`` as before, which ends the request between rows, so that no RPC
     outlives the read and nothing leaks.
 

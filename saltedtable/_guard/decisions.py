@@ -1,6 +1,6 @@
 """The scheme guard: check a table's stored layout record, store it, sample the rows.
 
-:class:`~._table_guard.TableGuard` (async, and the sync ``SyncTableGuard``
+:class:`~.._async.guard.TableGuard` (async, and the sync ``SyncTableGuard``
 generated from it) does the I/O for one table object around the decisions of
 :class:`GuardCore` and the pure rules of ``record``: it reads the record on
 the object's first operation (one request per object lifetime; concurrent
@@ -11,7 +11,7 @@ is created only if the row is still empty (a conditional mutation), so two
 services starting on a new table at once agree on one record. No record is
 stored, nor replaced by an override, before a sample of the rows fits it.
 
-:meth:`~._table_guard.TableGuard.check_layout` samples the key space (the
+:meth:`~.._async.guard.TableGuard.check_layout` samples the key space (the
 queries: :func:`sample_queries`; the verdict: :func:`layout_offenders`) and
 refuses rows that do not fit the layout (a migration's copies and legacy rows
 are expected in the states ``migration`` describes).
@@ -220,7 +220,7 @@ class GuardCore:
     The state is one of ``"off"`` (the guard is switched off, or the table
     cannot hold a record), ``"unread"`` (no operation has read the record
     yet), ``"absent"`` (the table has no record), ``"unstored"`` (no record,
-    and none may be stored: see :func:`~saltedtable._guard.families.place_record`),
+    and none may be stored: see :func:`~.families.place_record`),
     ``"agrees"`` or ``"refused"`` (the stored record differs: every operation
     raises a copy of the refusal). A settled state is read again once
     ``refresh`` seconds have passed, on the next operation. An operation asks
@@ -228,7 +228,7 @@ class GuardCore:
     the driver's lock, so that operations waiting for another's check see its
     outcome (a refusal included).
 
-    The drivers (:class:`~._table_guard.TableGuard` and the sync twin)
+    The drivers (:class:`~.._async.guard.TableGuard` and the sync twin)
     run :meth:`_judging`, a generator of I/O steps: ``("read", None)`` asks
     for the stored record and its family (sent back in), ``("schema",
     None)`` for the table's column families (``(schema or None, reason)``),

@@ -75,7 +75,7 @@ class ReadContextBase(Generic[T, L, G]):
         hook: Receives the statistics of every read when it ends.
         sizes: What the table's recent reads measured of its rows, by
             filter: a read's first wave is sized from it (see
-            :class:`~.._engine.budget.RowSizes`).
+            :class:`~.settings.RowSizes`).
     """
 
     table: T

@@ -2,8 +2,8 @@
 
 The I/O seam of reads, for both tables. A bucket source runs one bounded
 ReadRows request of a bucket's sub-query at a time for the merge engine
-(:mod:`.._engine.merge`: its :class:`~.._engine.merge.Merge` and
-:class:`~.._engine.merge.ThreadMerge` drivers), relabelling every row with its
+(:mod:`.._engine.merge`: its :class:`~.._engine.merge_asyncio.Merge` and
+:class:`~.._engine.merge_threads.ThreadMerge` drivers), relabelling every row with its
 logical key; :class:`~.._async.read_call.ReadCall` (and the sync one generated
 from it) ties a plan, its sources, the budget and the call's statistics
 together (:mod:`.call`) and hands the caller a list or a stream. This module

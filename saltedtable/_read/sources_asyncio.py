@@ -1,7 +1,7 @@
 """The async bucket sources: one request series per bucket, run by the asyncio merge.
 
 :class:`BucketSource` runs a bucket's bounded requests for a
-:class:`~.._engine.merge.Merge`, :class:`OneRequestSource` a small read's one
+:class:`~.._engine.merge_asyncio.Merge`, :class:`OneRequestSource` a small read's one
 request over every bucket (what they share: :mod:`.sources`).
 
 Leaving a ``read_rows_stream`` early does not cancel its RPC, and cancelling
@@ -110,8 +110,9 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
         return received + max(1, feed.ahead_at - len(feed.items))
 
     async def produce(self, merge: Merge[Row], feed: Feed[Row]) -> None:
-        """The bucket's producer task: its requests in turn (a :class:`~.._engine.merge.Producer`).
+        """The bucket's producer task: its requests in turn.
 
+        It is the merge's :class:`~.._engine.merge_asyncio.Producer` for this bucket.
         The engine grants each request (``merge.next_size``); the request pushes
         each row into ``feed``. Where the feed allows it
         (:attr:`~.._engine.merge.Feed.streams`), a request has no row limit: when its
@@ -319,7 +320,7 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
 
 @final
 class OneRequestSource(OneRequestSourceBase[ReadRowsStream, AsyncSlots]):
-    """Runs a small read's one request for a :class:`~.._engine.merge.Merge` of its own.
+    """Runs a small read's one request for a :class:`~.._engine.merge_asyncio.Merge` of its own.
 
     Built with :class:`~.sources.OneRequestSourceBase`'s arguments.
     """

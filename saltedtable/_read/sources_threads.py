@@ -1,7 +1,7 @@
 """The sync bucket sources: one request series per bucket, run by worker threads.
 
 :class:`SyncBucketSource` runs a bucket's bounded requests for a
-:class:`~.._engine.merge.ThreadMerge`, :class:`SyncOneRequestSource` a small
+:class:`~.._engine.merge_threads.ThreadMerge`, :class:`SyncOneRequestSource` a small
 read's one request over every bucket (what they share: :mod:`.sources`).
 
 A read that ends early stops its requests from the closing thread
@@ -183,7 +183,9 @@ class SyncBucketSource(BucketSourceBase[SyncReadRowsStream, Slots]):
 
 @final
 class SyncOneRequestSource(OneRequestSourceBase[SyncReadRowsStream, Slots]):
-    """Runs a small read's one request for a :class:`~.._engine.merge.ThreadMerge` of its own.
+    """Runs a small read's one request for a thread merge of its own.
+
+    The merge is a :class:`~.._engine.merge_threads.ThreadMerge` of this one source.
 
     Built with :class:`~.sources.OneRequestSourceBase`'s arguments.
     """

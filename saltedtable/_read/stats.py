@@ -3,7 +3,7 @@
 A :class:`CallStats` is filled in while a call runs. Pass one to a read or a
 bulk write (``stats=CallStats()``) to inspect it afterwards, or give the table
 a ``stats_hook`` that receives every finished call (to log or export it; see
-:func:`saltedtable.otel.instrument`). Collection costs a little per row, so it
+:func:`..otel.stats_hook`). Collection costs a little per row, so it
 happens only when someone asks for it.
 
 Retries happen inside the Bigtable client. They are counted through the

@@ -11,7 +11,9 @@ standard library.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -399,3 +401,69 @@ def test_a_renamed_name_still_works_with_a_deprecation_warning(old: str, new: st
         assert value is getattr(saltedtable, new)
     assert old not in saltedtable.__all__
     assert new in saltedtable.__all__
+
+
+_ROLE = re.compile(r":(?:mod|class|func|meth|data|attr|exc):`~?([.\w]+)`")
+
+
+@functools.cache
+def _module_names() -> dict[str, set[str]]:
+    """Every module of the package, dotted, and the names it binds at its top level."""
+    found: dict[str, set[str]] = {}
+    for path in FILES:
+        own = _module_of(path)
+        dotted = "saltedtable" if own == "__init__" else f"saltedtable.{own}"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found[dotted] = _defined(tree) | {
+            alias.asname or alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom | ast.Import)
+            for alias in node.names
+        }
+    found["saltedtable"] |= set(saltedtable.__all__)  # the lazy names too
+    return found
+
+
+def _broken_references(
+    path: Path, names: dict[str, set[str]], text: str | None = None
+) -> list[str]:
+    """The docstring roles in ``path`` naming a package module or name that does not exist."""
+    own = _module_of(path)
+    parts_of_own = [] if own == "__init__" else own.split(".")
+    package = ["saltedtable", *(parts_of_own if path.name == "__init__.py" else parts_of_own[:-1])]
+    source = path.read_text(encoding="utf-8") if text is None else text
+    broken = []
+    for number, line in enumerate(source.splitlines(), 1):
+        for match in _ROLE.finditer(line):
+            ref = match.group(1)
+            if ref.startswith("."):
+                level = len(ref) - len(ref.lstrip("."))
+                parts = [*package[: len(package) - (level - 1)], *ref.lstrip(".").split(".")]
+            elif ref.startswith("saltedtable."):
+                parts = ref.split(".")
+            else:
+                continue
+            at = max(k for k in range(1, len(parts) + 1) if ".".join(parts[:k]) in names or k == 1)
+            rest = parts[at:]
+            if rest and rest[0] not in names.get(".".join(parts[:at]), set()):
+                broken.append(f"line {number}: {ref}")
+    return broken
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_docstring_references_name_what_exists(path: Path) -> None:
+    """A ``:class:`~.x.Name``` in a docstring still names a module and a name after a move."""
+    assert _broken_references(path, _module_names()) == []
+
+
+def test_a_stale_docstring_reference_is_seen() -> None:
+    """The check above fails on a reference to a module that moved away, or a name that did."""
+    text = (
+        '"""See :class:`~._merge.Merge`, :mod:`.merge_asyncio`,\n'
+        ':class:`~.merge_asyncio.Merge` and :class:`~.merge.Merge`."""\n'
+    )
+    probe = PACKAGE / "_engine" / "probe.py"
+    assert _broken_references(probe, _module_names(), text) == [
+        "line 1: ._merge.Merge",
+        "line 2: .merge.Merge",
+    ]

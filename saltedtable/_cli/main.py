@@ -122,9 +122,9 @@ def _cmd_key(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--table takes the layout from the table's record: leave out {', '.join(given)}"
             )
-        from .admin import _api_errors
+        from .admin import api_errors
 
-        return _api_errors(lambda args: _keys_of_table(args, keys))(args)
+        return api_errors(lambda args: _keys_of_table(args, keys))(args)
     if args.buckets is None:
         raise UsageError("give -n/--buckets N (and the other scheme options), or --table")
     scheme, cutoff = layout_from_args(args)

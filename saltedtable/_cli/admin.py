@@ -13,11 +13,18 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._connection import DEFAULT_TIMEOUT, connection_errors, connection_failure, data_timeouts
+from .._connection import connection_errors, connection_failure, data_timeouts
 from .._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from .._guard.families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
 from .._scheme.salt import SaltScheme
-from .args import add_instance_options, float_above, int_at_least, key_from_text
+from .args import (
+    add_command,
+    add_instance_options,
+    add_timeout_option,
+    float_above,
+    int_at_least,
+    key_from_text,
+)
 from .inspect import SUMMARY_ABOVE
 
 if TYPE_CHECKING:
@@ -44,24 +51,16 @@ def add_table_command(
         help: The line the main ``--help`` shows for the command.
         description: The command's own ``--help`` text.
     """
-    parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description)
+    parser = add_command(sub, name, api_errors(run), help=help, description=description)
     parser.add_argument("table", metavar="TABLE", help="table id")
     add_location_options(parser)
-    parser.set_defaults(func=api_errors(run))
     return parser
 
 
 def add_location_options(parser: argparse.ArgumentParser) -> None:
     """``--instance``, ``--project`` and ``--timeout``: where a table is, how long to wait."""
     add_instance_options(parser)
-    parser.add_argument(
-        "--timeout",
-        type=float_above(0),
-        default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"seconds each Bigtable request may take, retries included (default "
-        f"{DEFAULT_TIMEOUT:g})",
-    )
+    add_timeout_option(parser, "seconds each Bigtable request may take, retries included")
 
 
 def _layout_options(parser: argparse.ArgumentParser, *, required: bool) -> None:

@@ -13,36 +13,54 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._connection import DEFAULT_TIMEOUT, connection_errors, connection_failure, data_timeouts
+from .._connection import connection_errors, connection_failure, data_timeouts
 from .._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from .._guard.families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
 from .._scheme.salt import SaltScheme
-from .args import add_instance_options, float_above, int_at_least, key_from_text
+from .args import (
+    add_command,
+    add_instance_options,
+    add_timeout_option,
+    float_above,
+    int_at_least,
+    key_from_text,
+)
 from .inspect import SUMMARY_ABOVE
 
 if TYPE_CHECKING:
     from .._guard.record import LayoutRecord
     from .._scheme.cutoff import CutoffPolicy
 
-__all__ = ["add_location_options", "add_table_commands"]
+__all__ = [
+    "add_location_options",
+    "add_table_command",
+    "add_table_commands",
+    "api_errors",
+    "located",
+]
 
 
-def _where(parser: argparse.ArgumentParser) -> None:
+def add_table_command(
+    sub: Any, name: str, run: Callable[[argparse.Namespace], int], *, help: str, description: str
+) -> argparse.ArgumentParser:
+    """Add the command ``name`` on one table: ``TABLE`` and where it is, ``run`` behind
+    :func:`api_errors`; the caller adds the command's own options.
+
+    Args:
+        sub: The main parser's subcommands.
+        help: The line the main ``--help`` shows for the command.
+        description: The command's own ``--help`` text.
+    """
+    parser = add_command(sub, name, api_errors(run), help=help, description=description)
     parser.add_argument("table", metavar="TABLE", help="table id")
     add_location_options(parser)
+    return parser
 
 
 def add_location_options(parser: argparse.ArgumentParser) -> None:
     """``--instance``, ``--project`` and ``--timeout``: where a table is, how long to wait."""
     add_instance_options(parser)
-    parser.add_argument(
-        "--timeout",
-        type=float_above(0),
-        default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"seconds each Bigtable request may take, retries included (default "
-        f"{DEFAULT_TIMEOUT:g})",
-    )
+    add_timeout_option(parser, "seconds each Bigtable request may take, retries included")
 
 
 def _layout_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -51,7 +69,7 @@ def _layout_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     add_layout_options(parser, required=required, default=None if required else "the record's")
 
 
-def _located(args: argparse.Namespace) -> tuple[str, str]:
+def located(args: argparse.Namespace) -> tuple[str, str]:
     project = args.project or os.environ.get("SALTEDTABLE_PROJECT")
     instance = args.instance or os.environ.get("SALTEDTABLE_INSTANCE")
     if not project or not instance:
@@ -80,7 +98,7 @@ def _refusal(exc: Exception, table: str | None = None) -> str:
     return f"the Bigtable API refused: {first}{notes}"
 
 
-def _api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def api_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """One line for an admin or data API refusal (exit 1), naming what was not found."""
 
     def wrapped(args: argparse.Namespace) -> int:
@@ -114,7 +132,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
 
     from .._create import check_split_keys, create_salted_table
 
-    args.project, args.instance = _located(args)
+    args.project, args.instance = located(args)
     scheme, cutoff = _layout(args)
     for spec in args.family:
         parse_family(spec)  # bad ids and rules are usage errors, before any request
@@ -162,7 +180,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     from .._create import check_table_id
     from .._sync_autogen.table import SaltedTable
 
-    args.project, args.instance = _located(args)
+    args.project, args.instance = located(args)
     check_table_id(args.table)  # a usage error, before any request
     scheme, cutoff = _layout(args)
     if args.family is not None and args.add_family:
@@ -316,7 +334,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from ..advise.input import Progress, progress_stream
     from .inspect import Inspection, bucket_sizes, skew, split_alignment
 
-    args.project, args.instance = _located(args)
+    args.project, args.instance = located(args)
     check_table_id(args.table)  # a usage error, before any request
     given = _layout(args) if args.buckets is not None else None
     whole = False  # the record gave the whole layout (else only the buckets can be judged)
@@ -418,14 +436,15 @@ def _emit(report: Any, args: argparse.Namespace) -> int:
 def add_table_commands(sub: Any) -> None:
     """Add ``create``, ``inspect`` and ``guard`` to the main parser's subcommands."""
 
-    create = sub.add_parser(
+    create = add_table_command(
+        sub,
         "create",
+        _cmd_create,
         help="create a salted table: pre-split, with a family for its layout record",
         description="Create a table split at every bucket prefix, with the given column "
         f"families plus {RECORD_FAMILY!r} (no GC rule) holding the layout record, which is "
         "stored before this returns. A failed create leaves no table.",
     )
-    _where(create)
     _layout_options(create, required=True)
     create.add_argument(
         "--family",
@@ -448,10 +467,11 @@ def add_table_commands(sub: Any) -> None:
         help="accept an existing table whose layout record agrees (one without a record "
         "gets one, if a sample of its rows fits the scheme)",
     )
-    create.set_defaults(func=_api_errors(_cmd_create))
 
-    guard = sub.add_parser(
+    guard = add_table_command(
+        sub,
         "guard",
+        _cmd_guard,
         help="check a table's layout record; store or move it",
         description="Check the table's layout record against the scheme; with --add-family "
         f"add the reserved family {RECORD_FAMILY!r} and store (or move) the record there, "
@@ -459,7 +479,6 @@ def add_table_commands(sub: Any) -> None:
         "record is stored (or, with --override, replaces another) only when a sample of the "
         "table's rows fits the scheme; otherwise nothing is written (exit 1).",
     )
-    _where(guard)
     _layout_options(guard, required=True)
     guard.add_argument("--family", help="store or move the record into this family")
     guard.add_argument(
@@ -474,17 +493,17 @@ def add_table_commands(sub: Any) -> None:
         f"layout (in the family {RECORD_FAMILY!r} unless --family names another); refused "
         "if sampled rows do not fit",
     )
-    guard.set_defaults(func=_api_errors(_cmd_guard))
 
-    inspect = sub.add_parser(
+    inspect = add_table_command(
+        sub,
         "inspect",
+        _cmd_inspect,
         help="show a table's salted state: record, families, bucket sizes, splits, strays",
         description="Show the layout record and where it lives, the column families with "
         "their GC rules and types, per-bucket size estimates from sample_row_keys with the "
         "skew, which bucket boundaries are split points, and a sample of keys that do not "
         "fit the layout. Exit 1 when it finds a problem.",
     )
-    _where(inspect)
     _layout_options(inspect, required=False)
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.add_argument(
@@ -515,4 +534,3 @@ def add_table_commands(sub: Any) -> None:
         metavar="X",
         help="report a skew (max/mean bucket size) above X as a problem",
     )
-    inspect.set_defaults(func=_api_errors(_cmd_inspect))

@@ -11,13 +11,17 @@ import argparse
 import binascii
 import math
 from collections.abc import Callable
+from typing import Any
 
+from .._connection import DEFAULT_TIMEOUT
 from .._exceptions import UsageError
 from .._scheme.salt import HASHES
 
 __all__ = [
+    "add_command",
     "add_hash_options",
     "add_instance_options",
+    "add_timeout_option",
     "float_above",
     "float_at_least",
     "int_at_least",
@@ -83,6 +87,31 @@ def key_from_text(text: str, *, as_hex: bool, option: str) -> bytes:
         return binascii.unhexlify(text)
     except (binascii.Error, ValueError) as exc:
         raise UsageError(f"{option} {text!r} is not hex (--hex is given): {exc}") from None
+
+
+def add_command(
+    sub: Any, name: str, run: Callable[[argparse.Namespace], int], **options: Any
+) -> argparse.ArgumentParser:
+    """Add the subcommand ``name``, which runs ``run`` (its exit status is the command's).
+
+    Args:
+        sub: The main parser's subcommands.
+        options: What ``add_parser`` takes besides the name (``help``, ``description``...).
+    """
+    parser: argparse.ArgumentParser = sub.add_parser(name, **options)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def add_timeout_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--timeout SECONDS``: ``what`` it bounds, with the default every command shares."""
+    parser.add_argument(
+        "--timeout",
+        type=float_above(0),
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"{what} (default {DEFAULT_TIMEOUT:g})",
+    )
 
 
 def add_instance_options(parser: argparse.ArgumentParser) -> None:

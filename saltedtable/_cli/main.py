@@ -28,7 +28,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final, NoReturn
 
-from .._connection import DEFAULT_TIMEOUT
 from .._exceptions import SaltedTableError, UsageError
 from .._scheme.layout import Layout
 from .._scheme.salt import (
@@ -37,7 +36,14 @@ from .._scheme.salt import (
     format_key,
     prefix_end,
 )
-from .args import add_hash_options, add_instance_options, float_above, int_at_least
+from .args import (
+    add_command,
+    add_hash_options,
+    add_instance_options,
+    add_timeout_option,
+    float_above,
+    int_at_least,
+)
 from .commands import EXIT_DATA, EXIT_USAGE, fail
 from .migrate import parse as parse_migrate
 from .specs import (
@@ -111,6 +117,58 @@ def _candidates(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
+#: ``advise``'s model options, in ``--help`` order: flag, type (``bool``: a switch), metavar
+#: and help. None has an argparse default: the advisor's own applies, and the help says
+#: which (a test keeps the two equal).
+_MODEL_OPTIONS: Final[tuple[tuple[str, Callable[[str], object], str | None, str], ...]] = (
+    (
+        "--candidates",
+        _candidates,
+        "N,N,...",
+        "bucket counts to simulate (default 1,2,4,8,16,32,64)",
+    ),
+    (
+        "--tablets",
+        int_at_least(1, 100_000),
+        "T",
+        "tablets the key space is split into (default 32)",
+    ),
+    ("--target", float_above(1), None, "max/mean to reach (default 1.5)"),
+    (
+        "--windows",
+        int_at_least(1, 10_000),
+        "W",
+        "time windows (default: chosen from the data, the coarsest of 1, 2, 4 .. 64 "
+        "that still show the unsalted hot spot, at least 32 accesses per tablet per window)",
+    ),
+    (
+        "--count-unit",
+        float_above(0),
+        "U",
+        "the count of one access: a line of count c is c/U accesses (default: the "
+        "count when every line has the same one, a 1-in-U sample; else 1)",
+    ),
+    (
+        "--ordered",
+        bool,
+        None,
+        "without a time column, the lines are in arrival order even if sorted",
+    ),
+    (
+        "--limit",
+        int_at_least(1),
+        None,
+        "row limit of the scan whose read cost is shown (default 100)",
+    ),
+    (
+        "--resamples",
+        int_at_least(20, 100_000),
+        "R",
+        "resamples behind each 95%% interval (default 200)",
+    ),
+)
+
+
 # -- key, explain, emulator --------------------------------------------------------
 
 
@@ -122,9 +180,9 @@ def _cmd_key(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--table takes the layout from the table's record: leave out {', '.join(given)}"
             )
-        from .admin import _api_errors
+        from .admin import api_errors
 
-        return _api_errors(lambda args: _keys_of_table(args, keys))(args)
+        return api_errors(lambda args: _keys_of_table(args, keys))(args)
     if args.buckets is None:
         raise UsageError("give -n/--buckets N (and the other scheme options), or --table")
     scheme, cutoff = layout_from_args(args)
@@ -367,8 +425,10 @@ def _parser() -> argparse.ArgumentParser:
     from .admin import add_location_options, add_table_commands
     from .read import add_read_commands, add_table_source
 
-    key = sub.add_parser(
+    key = add_command(
+        sub,
         "key",
+        _cmd_key,
         help="logical -> physical key (or back with --unsalt)",
         description="Show the bucket (or 'legacy', before a cutoff) and the physical key of "
         "logical keys, or the reverse. The layout is the scheme options', or with --table "
@@ -380,12 +440,12 @@ def _parser() -> argparse.ArgumentParser:
     add_location_options(key)
     add_table_source(key)
     key.add_argument("keys", nargs="+", metavar="KEY")
-    key.set_defaults(
-        func=_cmd_key, layout_defaults={dest: key.get_default(dest) for dest in _LAYOUT_FLAGS}
-    )
+    key.set_defaults(layout_defaults={dest: key.get_default(dest) for dest in _LAYOUT_FLAGS})
 
-    explain = sub.add_parser(
+    explain = add_command(
+        sub,
         "explain",
+        _cmd_explain,
         help="the physical sub-queries of a logical read",
         description="Show the physical sub-queries a logical read turns into.",
     )
@@ -395,10 +455,11 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--start", help="range start (inclusive)")
     explain.add_argument("--end", help="range end (exclusive)")
     explain.add_argument("--limit", type=int_at_least(1), help="row limit")
-    explain.set_defaults(func=_cmd_explain)
 
-    adv = sub.add_parser(
+    adv = add_command(
+        sub,
         "advise",
+        _cmd_advise,
         help="simulate hot tablets unsalted vs salted and recommend a bucket count",
         description="Simulate how a range-partitioned store spreads the load of a key sample\n"
         "or access log, unsalted and salted with each candidate bucket count N, and\n"
@@ -419,60 +480,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ROWS",
         help=f"rows to sample with --table (default {DEFAULT_SAMPLE_LIMIT:,})",
     )
-    adv.add_argument(
-        "--timeout",
-        type=float_above(0),
-        default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"operation timeout of each Bigtable call with --table (default {DEFAULT_TIMEOUT:g})",
-    )
-    adv.add_argument(
-        "--candidates",
-        type=_candidates,
-        metavar="N,N,...",
-        help="bucket counts to simulate (default 1,2,4,8,16,32,64)",
-    )
-    adv.add_argument(
-        "--tablets",
-        type=int_at_least(1, 100_000),
-        metavar="T",
-        help="tablets the key space is split into (default 32)",
-    )
-    adv.add_argument(
-        "--target",
-        type=float_above(1),
-        help="max/mean to reach (default 1.5)",
-    )
-    adv.add_argument(
-        "--windows",
-        type=int_at_least(1, 10_000),
-        metavar="W",
-        help="time windows (default: chosen from the data, the coarsest of 1, 2, 4 .. 64 "
-        "that still show the unsalted hot spot, at least 32 accesses per tablet per window)",
-    )
-    adv.add_argument(
-        "--count-unit",
-        type=float_above(0),
-        metavar="U",
-        help="the count of one access: a line of count c is c/U accesses (default: the "
-        "count when every line has the same one, a 1-in-U sample; else 1)",
-    )
-    adv.add_argument(
-        "--ordered",
-        action="store_true",
-        help="without a time column, the lines are in arrival order even if sorted",
-    )
-    adv.add_argument(
-        "--limit",
-        type=int_at_least(1),
-        help="row limit of the scan whose read cost is shown (default 100)",
-    )
-    adv.add_argument(
-        "--resamples",
-        type=int_at_least(20, 100_000),
-        metavar="R",
-        help="resamples behind each 95%% interval (default 200)",
-    )
+    add_timeout_option(adv, "operation timeout of each Bigtable call with --table")
+    for flag, kind, metavar, text in _MODEL_OPTIONS:
+        if kind is bool:
+            adv.add_argument(flag, action="store_true", help=text)
+        else:
+            adv.add_argument(flag, type=kind, metavar=metavar, help=text)
     adv.add_argument(
         "--seed", type=int, default=0, help="random seed of the resampling (default 0)"
     )
@@ -489,19 +502,21 @@ def _parser() -> argparse.ArgumentParser:
     adv.add_argument(
         "--progress", action="store_true", help="show progress on stderr even if not a terminal"
     )
-    adv.set_defaults(func=_cmd_advise)
 
     # Apache Beam pipelines: parsed and run by saltedtable.beam, imported only here.
-    migrate = sub.add_parser(
+    migrate = add_command(
+        sub,
         "migrate",
+        _cmd_migrate,
         help="backfill, verify, cut over or resalt a table on Apache Beam (the beam extra)",
         add_help=False,
     )
     migrate.add_argument("argv", nargs=argparse.REMAINDER)
-    migrate.set_defaults(func=_cmd_migrate)
 
-    emu = sub.add_parser(
+    emu = add_command(
+        sub,
         "emulator",
+        _cmd_emulator,
         help="run the Bigtable emulator, in the foreground or around a command",
         description="Run the official Bigtable emulator (cbtemulator) on 127.0.0.1. Without "
         "COMMAND it runs in the foreground until Ctrl-C and prints the export lines for "
@@ -543,7 +558,6 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds to wait for the emulator (default 30)",
     )
     emu.add_argument("command", nargs="*", metavar="-- COMMAND", help="run this, then stop")
-    emu.set_defaults(func=_cmd_emulator)
 
     add_table_commands(sub)
     add_read_commands(sub)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._exceptions import DataError, LayoutError, SaltSchemeError, UsageError
 from .._scheme.salt import format_key, prefix_end
-from .admin import _api_errors, _located, _where
+from .admin import add_table_command, located
 from .args import int_at_least
 from .row_output import row_json, row_text
 
@@ -73,7 +73,7 @@ def recorded_table(args: argparse.Namespace) -> Iterator[SaltedTable]:
     from .._scheme.salt import SCHEME_ROW_KEY
     from .._sync_autogen.table import SaltedTable
 
-    args.project, args.instance = _located(args)
+    args.project, args.instance = located(args)
     check_table_id(args.table)  # a usage error, before any request
     with data_client(args.project) as client:
         raw = client.get_table(
@@ -199,41 +199,41 @@ def add_read_commands(sub: Any) -> None:
         "The table is read with the layout its record describes (scheme, marker and cutoff), "
         "through saltedtable's own read path; the record row is left out."
     )
-    read = sub.add_parser(
+    read = add_table_command(
+        sub,
         "read",
+        _cmd_read,
         help="read rows by logical key, printed as cbt prints them",
         description="Read rows of a salted table by logical key: all of them, a --prefix, "
         "or a --start/--end range, in logical key order, printed as `cbt read` prints "
         "them (or --json). " + common,
     )
-    _where(read)
     add_table_source(read)
     _add_range(read)
     read.add_argument("--count", type=int_at_least(1), metavar="N", help="read at most N rows")
     _add_output(read, rows=True)
-    read.set_defaults(func=_api_errors(_cmd_read))
 
-    lookup = sub.add_parser(
+    lookup = add_table_command(
+        sub,
         "lookup",
+        _cmd_lookup,
         help="read one row by its logical key",
         description="Read the row of one logical key, printed as `cbt lookup` prints it "
         "(or --json); exit 1 when there is none. " + common,
     )
-    _where(lookup)
     lookup.add_argument("key", metavar="KEY", help="the logical row key")
     add_table_source(lookup)
     _add_output(lookup, rows=True)
-    lookup.set_defaults(func=_api_errors(_cmd_lookup))
 
-    count = sub.add_parser(
+    count = add_table_command(
+        sub,
         "count",
+        _cmd_count,
         help="count rows (logical keys), leaving out the layout record",
         description="Count the rows of a salted table, or of a --prefix or --start/--end "
         "range of logical keys; keys only are read (one cell per row, its value "
         "stripped). " + common,
     )
-    _where(count)
     add_table_source(count)
     _add_range(count)
     _add_output(count, rows=False)
-    count.set_defaults(func=_api_errors(_cmd_count))

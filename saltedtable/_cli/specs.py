@@ -4,7 +4,8 @@
 and ``migrate`` take the same scheme options (``-n``, ``--hash``,
 ``--key-part``, ``--separator``, ``--marker``, ``--cutoff``/``--time``...):
 :func:`add_layout_options` adds them and :func:`layout_from_args` turns their
-text into the values.
+text into the values. A ``--time`` spec is read in :mod:`.._scheme.flags`,
+beside the way from a reader back to its spec.
 """
 
 from __future__ import annotations
@@ -14,13 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from .._exceptions import SaltSchemeError, UsageError
-from .._scheme.cutoff import (
-    CutoffPolicy,
-    big_endian_int,
-    epoch_field,
-    iso8601_field,
-    reversed_epoch_field,
-)
+from .._scheme.cutoff import CutoffPolicy
+from .._scheme.flags import time_reader_from_spec
 from .._scheme.salt import MAX_BUCKETS, SaltScheme, before_last, fields
 from .args import add_hash_options, int_at_least
 
@@ -31,7 +27,6 @@ __all__ = [
     "cutoff_policy_from_args",
     "key_part_from_spec",
     "layout_from_args",
-    "time_reader_from_spec",
 ]
 
 
@@ -119,30 +114,6 @@ def key_part_from_spec(spec: str | None) -> Callable[[bytes], bytes] | None:
     if name == "before-last":
         return before_last(rest.encode() if rest else b"-")
     raise SaltSchemeError(f"unknown --key-part {spec!r}; use fields:K[:SEP] or before-last[:SEP]")
-
-
-def time_reader_from_spec(spec: str, sep: bytes) -> Callable[[bytes], int]:
-    """Parse ``epoch:UNIT[:INDEX[:DIGITS]]``, ``reversed:UNIT[:INDEX[:DIGITS]]``,
-    ``iso[:INDEX]`` or ``be:OFFSET:WIDTH:UNIT``."""
-    name, *parts = spec.split(":")
-    try:
-        nums = [int(p) for p in parts[1:]] if name in ("epoch", "reversed") else []
-        if name in ("epoch", "reversed"):
-            unit = parts[0] if parts else ("s" if name == "epoch" else "ms")
-            index = nums[0] if nums else -1
-            digits = nums[1] if len(nums) > 1 else None
-            reader = epoch_field if name == "epoch" else reversed_epoch_field
-            return reader(unit=unit, sep=sep, index=index, digits=digits)
-        if name == "iso":
-            return iso8601_field(sep=sep, index=int(parts[0]) if parts else -1)
-        if name == "be" and len(parts) == 3:
-            return big_endian_int(offset=int(parts[0]), width=int(parts[1]), unit=parts[2])
-    except ValueError as exc:
-        raise UsageError(f"--time {spec!r}: {exc}") from None
-    raise UsageError(
-        f"--time {spec!r}: use epoch:UNIT[:INDEX[:DIGITS]], reversed:UNIT[:INDEX[:DIGITS]], "
-        "iso[:INDEX] or be:OFFSET:WIDTH:UNIT"
-    )
 
 
 def cutoff_policy_from_args(

@@ -6,7 +6,8 @@ digits=13)``): the value of a ready-made one, the name of a custom one. The
 commands take ``--key-part fields:1`` and ``--time epoch:ms:1:13`` instead.
 :func:`layout_flags` turns a record into those flags, so that ``inspect``
 and a refusal can say what to type; :func:`rebuild_time_reader` and
-:func:`rebuild_key_part` give back the ready-made value a text names.
+:func:`rebuild_key_part` give back the ready-made value a text names, and
+:func:`time_reader_from_spec` the reader a ``--time`` spec names.
 
 The record is read as its stored JSON object (what
 :meth:`~saltedtable.LayoutRecord.as_dict` returns), and never changed.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
+from .._exceptions import UsageError
 from .cutoff import (
     LONG_MAX,
     CutoffPolicy,
@@ -38,6 +40,7 @@ __all__ = [
     "rebuild_key_part",
     "rebuild_time_reader",
     "stored_instant",
+    "time_reader_from_spec",
 ]
 
 #: The ready-made time readers, by the name their stored text starts with.
@@ -116,6 +119,30 @@ def rebuild_cutoff(cutoff: Mapping[str, Any] | None) -> CutoffPolicy | None:
         )
     except ValueError:
         return None
+
+
+def time_reader_from_spec(spec: str, sep: bytes) -> Callable[[bytes], int]:
+    """Parse ``epoch:UNIT[:INDEX[:DIGITS]]``, ``reversed:UNIT[:INDEX[:DIGITS]]``,
+    ``iso[:INDEX]`` or ``be:OFFSET:WIDTH:UNIT``."""
+    name, *parts = spec.split(":")
+    try:
+        nums = [int(p) for p in parts[1:]] if name in ("epoch", "reversed") else []
+        if name in ("epoch", "reversed"):
+            unit = parts[0] if parts else ("s" if name == "epoch" else "ms")
+            index = nums[0] if nums else -1
+            digits = nums[1] if len(nums) > 1 else None
+            reader = epoch_field if name == "epoch" else reversed_epoch_field
+            return reader(unit=unit, sep=sep, index=index, digits=digits)
+        if name == "iso":
+            return iso8601_field(sep=sep, index=int(parts[0]) if parts else -1)
+        if name == "be" and len(parts) == 3:
+            return big_endian_int(offset=int(parts[0]), width=int(parts[1]), unit=parts[2])
+    except ValueError as exc:
+        raise UsageError(f"--time {spec!r}: {exc}") from None
+    raise UsageError(
+        f"--time {spec!r}: use epoch:UNIT[:INDEX[:DIGITS]], reversed:UNIT[:INDEX[:DIGITS]], "
+        "iso[:INDEX] or be:OFFSET:WIDTH:UNIT"
+    )
 
 
 def _text(value: bytes) -> str | None:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pytest
@@ -21,6 +22,59 @@ def test_help_everywhere(capsys: pytest.CaptureFixture[str], command: list[str])
     code, out, _ = run(capsys, *command, "--help")
     assert code == 0
     assert out.startswith("usage: saltedtable")
+
+
+def test_every_timeout_option_takes_seconds_with_the_shared_default() -> None:
+    """--timeout of every command is a positive number of seconds, DEFAULT_TIMEOUT unless given."""
+    from saltedtable._cli.main import _parser
+    from saltedtable._connection import DEFAULT_TIMEOUT
+
+    commands = _parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    with_timeout = sorted(
+        name
+        for name, parser in commands.items()
+        if any("--timeout" in action.option_strings for action in parser._actions)
+    )
+    assert with_timeout == [
+        "advise",
+        "count",
+        "create",
+        "guard",
+        "inspect",
+        "key",
+        "lookup",
+        "read",
+    ]
+    for name in with_timeout:
+        (action,) = (a for a in commands[name]._actions if "--timeout" in a.option_strings)
+        assert action.default == DEFAULT_TIMEOUT
+        assert action.type is not None
+        assert action.type("2.5") == 2.5  # type: ignore[operator]
+        with pytest.raises(argparse.ArgumentTypeError):
+            action.type("0")  # type: ignore[operator]
+        assert action.metavar == "SECONDS"
+        assert action.help is not None
+        assert action.help.endswith(f"(default {DEFAULT_TIMEOUT:g})")
+
+
+def test_a_table_command_takes_its_table_and_reports_one_missing() -> None:
+    """A command added with add_table_command takes TABLE and where it is, and a table the
+    API does not find is a data error (exit 1) naming it, as every table command says it."""
+    from google.api_core.exceptions import NotFound
+
+    from saltedtable._cli.admin import add_table_command
+    from saltedtable._exceptions import DataError
+
+    def missing(args: argparse.Namespace) -> int:
+        raise NotFound("no such table")
+
+    sub = argparse.ArgumentParser(prog="t").add_subparsers(dest="command")
+    add_table_command(sub, "probe", missing, help="a probe", description="A probe.")
+    parser = sub.choices["probe"]
+    args = parser.parse_args(["events", "--instance", "i", "--project", "p", "--timeout", "3"])
+    assert (args.table, args.instance, args.project, args.timeout) == ("events", "i", "p", 3.0)
+    with pytest.raises(DataError, match="not found: table 'events' in instance 'i'"):
+        args.func(args)
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,12 @@ from saltedtable import (
 )
 from saltedtable._cli.admin import _layout
 from saltedtable._cli.main import _parser
-from saltedtable._scheme.flags import layout_flags, rebuild_key_part, rebuild_time_reader
+from saltedtable._scheme.flags import (
+    layout_flags,
+    rebuild_key_part,
+    rebuild_time_reader,
+    time_reader_from_spec,
+)
 
 WHEN = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
 
@@ -79,6 +84,25 @@ def test_each_ready_made_reader_has_its_flags(reader: Any, flags: str) -> None:
     shown = str(record.cli_flags())
     assert shown == f"-n 4 --cutoff 2024-05-01T00:00:00+00:00 {flags} --unreadable legacy"
     assert rebuilt(record) == record
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        epoch_field(),
+        epoch_field(unit="us", index=-1, digits=16),
+        epoch_field(unit="ms", sep=b"|", index=2),
+        reversed_epoch_field(unit="s", index=0, digits=19),
+        iso8601_field(sep=b"/", index=1),
+        big_endian_int(offset=-8, width=8, unit="us"),
+    ],
+)
+def test_a_time_flag_reads_back_as_its_reader(reader: Any) -> None:
+    """The flags module reads a --time spec back into the reader it was shown for, no parser."""
+    record = describe_layout(SaltScheme(4), CutoffPolicy(WHEN, reader)).as_dict()
+    words = dict(zip(*[iter(layout_flags(record).words)] * 2, strict=True))
+    back = time_reader_from_spec(words["--time"], words.get("--time-sep", "#").encode())
+    assert repr(back) == repr(reader)
 
 
 @pytest.mark.parametrize(

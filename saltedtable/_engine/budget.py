@@ -98,17 +98,11 @@ READ_AHEAD_SECONDS: Final = 1.0
 #: How many times larger a bucket's window grows at once (see :func:`widen`): fast
 #: enough that a consumer that keeps up reaches full pages in few requests.
 READ_AHEAD_GROWTH: Final = 4
-#: The largest window of a bucket of an unordered read whose request streams: a
-#: stream's next grant costs no round trip, while the rows a bucket holds are objects
-#: the process keeps alive (emulator, 16 buckets: windows up to the share held
-#: 15,000-19,000 rows at 0.85x the raw sub-scans, 256 held 2,700-4,000 at 0.91-0.98x).
-#: An ordered read's windows grow to the share. See docs/performance.md.
+#: The largest window of a bucket of an unordered read whose request streams: held
+#: rows are live objects (docs/development.md, "Rows held above the slowest bucket").
 STREAM_WINDOW_ROWS: Final = 256
-#: Rows the buckets of an ordered read whose requests stream may hold above its
-#: merge's watermark, in all, while its consumer waits for another bucket; a bucket
-#: further ahead pauses (see :func:`ahead_rows`), as rows held long cost CPU when
-#: touched again (emulator, 16 buckets: unbounded, 800-5,500 rows and 1.27x the raw
-#: sub-scans' CPU; 64 a bucket, 420 rows and 1.17x). See docs/performance.md.
+#: Rows an ordered streamed read's buckets may hold above the merge's watermark, in
+#: all, before a bucket pauses (:func:`ahead_rows`; measured in the same section).
 AHEAD_ROWS: Final = 1024
 #: The least :func:`ahead_rows` gives a bucket.
 AHEAD_LEAST: Final = 16

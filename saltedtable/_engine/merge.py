@@ -90,11 +90,9 @@ __all__ = [
 T = TypeVar("T")
 
 #: Items the sources of a read may deliver, in all, while its consumer waits, before
-#: it is woken (or a request's end, or :data:`WAKE_DELAY`; each source it waits for
-#: wakes it at its part, see ``MergeCore._batch``): larger batches share the
-#: consumer's work per wake, smaller ones hold less between hand-overs and start fewer
-#: garbage collections (a 40,000-row scan: 3-25 at 64, 150 at 16 a source, about 5% of
-#: its throughput). See docs/performance.md.
+#: it is woken (or a request's end, or :data:`WAKE_DELAY`; each source wakes it at its
+#: part, see ``MergeCore._batch``): a balance of work per wake against rows held and
+#: garbage collections (docs/development.md, "Garbage collection and the hand-over size").
 WAKE_BATCH: Final = 64
 #: The least part of :data:`WAKE_BATCH` a source wakes the consumer at (see
 #: ``MergeCore._batch``). Measured (unordered, 256 buckets, 64 slots): a part

@@ -42,7 +42,7 @@ from google.cloud.bigtable_v2.types import data as data_pb
 
 from .._exceptions import QueryPlanError
 
-__all__ = ["as_query", "check_filter", "filter_from_pb", "is_reversed"]
+__all__ = ["as_query", "check_filter", "filter_from_pb", "is_reversed", "reversed_request"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: Request fields a table adds to every request it sends.
@@ -55,6 +55,26 @@ def is_reversed(query: ReadRowsQuery | Mapping[str, Any]) -> bool:
     (``ReadRowsQuery`` has no such field in the client's 2.50 releases.)
     """
     return isinstance(query, Mapping) and bool(query.get("reversed"))
+
+
+def reversed_request(query: ReadRowsQuery) -> dict[str, Any]:
+    """``query`` as the dict query of a reversed read (``ReadRowsRequest`` fields).
+
+    (The client's ``ReadRowsQuery`` cannot say ``reversed``; its dict form can.)
+    """
+    rows: dict[str, Any] = {}
+    if query.row_keys:
+        rows["row_keys"] = list(query.row_keys)
+    if query.row_ranges:
+        rows["row_ranges"] = [r._pb for r in query.row_ranges]
+    out: dict[str, Any] = {"reversed": True}
+    if rows:
+        out["rows"] = rows
+    if query.limit:
+        out["rows_limit"] = query.limit
+    if query.filter is not None:
+        out["filter"] = query.filter._to_pb()
+    return out
 
 
 def as_query(

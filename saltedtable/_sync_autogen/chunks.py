@@ -403,7 +403,7 @@ def _call(client: Any, request: Any, timeout: float, reverse: bool = False) -> A
     validate = getattr(getattr(gapic, "_client", gapic), "_validate_universe_domain", None)
     if validate is not None:
         validate()
-    metadata = routing(request)
+    metadata: tuple[tuple[str, str], ...] = routing(request)
     if reverse:
         metadata += (REVERSE_SCANS_HEADER,)
     return _rpc(client)(request, timeout=timeout, metadata=metadata)

@@ -64,10 +64,7 @@ async def test_a_reversed_scan_reset_mid_stream_resumes_downwards(
 ) -> None:
     table_id, keys = loaded_table
     query, ordered, part = SHAPES[shape]
-    if shape == "range":
-        expected = list(reversed(keys[part]))
-    else:
-        expected = list(reversed(keys))[part]
+    expected = list(reversed(keys[part])) if shape == "range" else list(reversed(keys))[part]
     async with client_at(proxy.address) as client:
         salted = SaltedTableAsync(client.get_table(INSTANCE, table_id), SCHEME)
         await salted.read_row(key_of(0))  # connect first, so the fault hits the scan

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from google.cloud.bigtable.data._async._read_rows import _ReadRowsOperationAsync
 from google.cloud.bigtable_v2.types import RowRange, RowSet
 from hypothesis import given
@@ -124,7 +123,8 @@ def test_increasing_keys_in_a_reversed_stream_are_refused() -> None:
     forward = asyncio.run(
         _run(merge_chunks, resp, last=None, remaining=None, fail=False, leave_after=None)
     )
-    assert [r[0] for r in forward.rows] == [b"a", b"b"] and forward.error is None
+    assert [r[0] for r in forward.rows] == [b"a", b"b"]
+    assert forward.error is None
     back = asyncio.run(
         _run(_reverse, resp, last=None, remaining=None, fail=False, leave_after=None)
     )
@@ -149,7 +149,8 @@ def test_the_header_is_feature_flags_asking_for_reverse_scans() -> None:
     name, value = REVERSE_SCANS_HEADER
     assert name == "bigtable-features"
     flags = FeatureFlags.deserialize(base64.urlsafe_b64decode(value))
-    assert flags.reverse_scans and value == "CAE="
+    assert flags.reverse_scans
+    assert value == "CAE="
 
 
 # -- resuming a reversed read ------------------------------------------------------------------
@@ -214,12 +215,13 @@ def test_the_clients_own_revision_would_resume_above_the_last_key() -> None:
     clients = _ReadRowsOperationAsync._revise_request_rowset(whole, b"m")
     assert clients.row_ranges[0].start_key_open == b"m"
     ours = revise_reversed_rowset(whole, b"m")
-    assert ours.row_ranges[0].end_key_open == b"m" and not ours.row_ranges[0].start_key_open
+    assert ours.row_ranges[0].end_key_open == b"m"
+    assert not ours.row_ranges[0].start_key_open
 
 
 def test_a_table_that_is_not_the_clients_cannot_read_backwards() -> None:
     reason = reverse_scans_unavailable(FakeTable())
-    assert reason is not None and "not the client's own table" in reason
+    assert reason is not None
+    assert "not the client's own table" in reason
 
 
-pytest_plugins: list[str] = []

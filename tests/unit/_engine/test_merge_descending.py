@@ -117,6 +117,8 @@ def test_a_descending_merge_hands_over_the_largest_keys_first(
 def test_a_forward_merge_keeps_the_key_it_was_given() -> None:
     """The forward path is not wrapped: its key function is the caller's own."""
     merge: Merge[bytes] = Merge([DescendingSource([], 1)], key=_identity)
-    assert merge._key is _identity and not merge.descending
+    assert merge._key is _identity
+    assert not merge.descending
     back: Merge[bytes] = Merge([DescendingSource([], 1)], key=_identity, descending=True)
-    assert back._key is not _identity and back.descending
+    assert back._key is not _identity
+    assert back.descending

@@ -223,5 +223,3 @@ def test_a_table_that_is_not_the_clients_cannot_read_backwards() -> None:
     reason = reverse_scans_unavailable(FakeTable())
     assert reason is not None
     assert "not the client's own table" in reason
-
-

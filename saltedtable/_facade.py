@@ -30,7 +30,7 @@ from ._contracts import AttemptTimeout, Retryable, TableDefaults, Timeout
 from ._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget
 from ._guard.record import family_of
 from ._read.plan import ReadPlan, plan_reads, rewrite_filter
-from ._read.query import as_query, check_filter
+from ._read.query import as_query, check_filter, is_reversed
 from ._read.settings import ReadSettings
 from ._read.stats import CallStats, StatsHook, report
 from ._read.timeouts import Timeouts, check_timeouts, resolve_timeouts
@@ -102,9 +102,12 @@ def read_for(
     The one request over every bucket is never tried on a cutoff layout (its
     rows are checked one by one, per side): the only place that gate is set.
     """
-    plan = plan_reads(as_query(query), layout)
+    reverse = is_reversed(query)
+    plan = plan_reads(as_query(query, reversed_ok=True), layout, reverse=reverse)
+    # (Nor on a reversed read: its one request's rows would come bucket after
+    # bucket backwards, which the one request's bookkeeping does not expect.)
     settings = plan.settings(
-        budget, ordered=ordered, slots=slots, one_request=layout.cutoff is None
+        budget, ordered=ordered, slots=slots, one_request=layout.cutoff is None and not reverse
     )
     return plan, settings
 

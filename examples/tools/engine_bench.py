@@ -727,6 +727,80 @@ async def firstrow(
     return out
 
 
+async def _timed(stream: AsyncIterable[Any]) -> tuple[int, float, float]:
+    """(rows, seconds to the first row, seconds in all) of a stream started just before."""
+    start = time.perf_counter()
+    first = 0.0
+    n = 0
+    async for _ in stream:
+        if not n:
+            first = time.perf_counter() - start
+        n += 1
+    return n, first, time.perf_counter() - start
+
+
+async def reverse(
+    client: BigtableDataClientAsync, address: str, rows: int, rounds: int
+) -> dict[str, Any]:
+    """A reverse scan against a forward scan of the same table: throughput and first row.
+
+    ``raw_*``: one request over the whole (physical) table; the client cannot read
+    backwards, so ``raw_reverse`` is saltedtable's reversed read operation on the raw
+    table (the client's read operation, its header and descending chunk merge).
+    ``salted_*``: the ordered 16-bucket scan. Rounds rotate the order of the four.
+    """
+    from saltedtable._async.chunks import client_read_rows_stream
+
+    table_id = f"reverse-{uuid.uuid4().hex[:8]}"
+    create_table(address, table_id, (FAMILY,))
+    try:
+        await load(client, table_id, rows, 100)
+        raw = client.get_table(INSTANCE, table_id)
+        salted = SaltedTableAsync(raw, SaltScheme(BUCKETS), guard=False)
+        backwards = client_read_rows_stream(raw, reverse=True)
+
+        async def raw_forward() -> AsyncIterable[Any]:
+            return await raw.read_rows_stream(ReadRowsQuery())
+
+        async def raw_reverse() -> AsyncIterable[Any]:
+            return await backwards(ReadRowsQuery())
+
+        async def salted_forward() -> AsyncIterable[Any]:
+            return await salted.read_rows_stream(ReadRowsQuery())
+
+        async def salted_reverse() -> AsyncIterable[Any]:
+            return await salted.read_rows_stream({"reversed": True})
+
+        fns = {
+            "raw_forward": raw_forward,
+            "raw_reverse": raw_reverse,
+            "salted_forward": salted_forward,
+            "salted_reverse": salted_reverse,
+        }
+        names = list(fns)
+        took: dict[str, list[float]] = {k: [] for k in fns}
+        first_ms: dict[str, list[float]] = {k: [] for k in fns}
+        for r in range(rounds):
+            for name in names[r % 4 :] + names[: r % 4]:
+                got, first, seconds = await _timed(await fns[name]())
+                assert got == rows, (name, got)
+                took[name].append(seconds)
+                first_ms[name].append(first * 1000)
+        rate = {k: spread([rows / s for s in v]) for k, v in took.items()}
+        return {
+            "rows": rows,
+            "buckets": BUCKETS,
+            "rows_per_second": rate,
+            "first_row_ms": {k: spread(v) for k, v in first_ms.items()},
+            "reverse_over_forward": {
+                "raw": rate["raw_reverse"]["median"] / rate["raw_forward"]["median"],
+                "salted": rate["salted_reverse"]["median"] / rate["salted_forward"]["median"],
+            },
+        }
+    finally:
+        delete_table(address, table_id, missing_ok=True)
+
+
 CHILD = """
 import asyncio, json, sys
 from pathlib import Path
@@ -1211,6 +1285,9 @@ async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
                 address, client, args.n, max(25, args.firstrow_rows_per_bucket), args.rounds
             )
             print(json.dumps(report["firstrow"], indent=1), file=sys.stderr)
+        if "reverse" in args.sections:
+            report["reverse"] = await reverse(client, address, args.rows, args.rounds)
+            print(json.dumps(report["reverse"], indent=1), file=sys.stderr)
         if "wide" in args.sections:
             report["wide"] = await wide(address, client, args.wide_mb, args.wide_runs)
     return report
@@ -1255,7 +1332,7 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["profile", "throughput", "delay", "wide"],
-        choices=["profile", "throughput", "delay", "firstrow", "wide", "writes"],
+        choices=["profile", "throughput", "delay", "firstrow", "wide", "writes", "reverse"],
     )
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     args = parser.parse_args()

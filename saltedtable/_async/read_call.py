@@ -53,7 +53,8 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
     def _prepare(
         self, ctx: ReadContextAsync, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
-        read_rows_stream = client_read_rows_stream(ctx.table)
+        # (A reversed read that cannot be sent raises here, before anything is sent.)
+        read_rows_stream = client_read_rows_stream(ctx.table, reverse=plan.reverse)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[OneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
@@ -101,6 +102,7 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
                 limiter=limiter,
                 bstats=self._bucket_stats(sub),
                 stray=self._stray_for(sub),
+                reverse=plan.reverse,
             )
             for sub in plan.subqueries
         ]
@@ -112,6 +114,7 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
             budget=settings.budget,
             stop_requests=partial(stop_sources, sources),
             key=ROW_KEY,
+            descending=plan.reverse,
             largest=self._size_hint(),
             measured=None if self._first is None else self._first[0].largest,
         )

@@ -145,7 +145,11 @@ def _print_row(row: Row, args: argparse.Namespace) -> None:
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
-    query = _query(args, limit=args.count, key_only=False)  # usage errors before any request
+    query: Any = _query(args, limit=args.count, key_only=False)  # usage errors before any request
+    if args.reverse:
+        from .._read.query import reversed_request
+
+        query = reversed_request(query)
     with recorded_table(args) as table, contextlib.closing(table.read_rows_stream(query)) as rows:
         for row in rows:
             _print_row(row, args)
@@ -211,6 +215,11 @@ def add_read_commands(sub: Any) -> None:
     add_table_source(read)
     _add_range(read)
     read.add_argument("--count", type=int_at_least(1), metavar="N", help="read at most N rows")
+    read.add_argument(
+        "--reverse",
+        action="store_true",
+        help="in descending logical key order (--count N: the last N rows)",
+    )
     _add_output(read, rows=True)
 
     lookup = add_table_command(

@@ -85,6 +85,7 @@ __all__ = [
     "MergeSettings",
     "Sent",
     "Wait",
+    "descending_key",
 ]
 
 T = TypeVar("T")
@@ -345,6 +346,7 @@ class MergeSettings(TypedDict, total=False):
     budget: ReadBudget | None
     largest: int | None
     measured: int | None
+    descending: bool
 
 
 class MergeCore(Generic[T]):
@@ -383,6 +385,12 @@ class MergeCore(Generic[T]):
             :func:`~.budget.ramp`). Ignored past a page's byte cap.
         measured: What the read already measured of its items (a missed one
             request's largest row): sizes requests as its own measure does.
+        descending: Sources deliver keys in descending order (reversed scans):
+            the merge hands them over largest first. Keys must be ``bytes``. The
+            merge orders by :func:`descending_key` of each key, chosen once here
+            (wrapped around ``key``; with ``key`` None the sources append
+            ``descending_key(k)`` themselves), so every comparison, heap and
+            bisect below is the ascending one and the forward merge pays nothing.
     """
 
     #: Whether the driver's sources stream their requests where a feed allows it
@@ -402,6 +410,7 @@ class MergeCore(Generic[T]):
         key: Callable[[T], Any] | None = None,
         largest: int | None = None,
         measured: int | None = None,
+        descending: bool = False,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit}")
@@ -415,7 +424,11 @@ class MergeCore(Generic[T]):
         self._wake_batch = wake_batch
         self._wake_delay = wake_delay
         self._slots = slots
+        if descending and key is not None:
+            key = _descending(key)
         self._key = key
+        #: Keys compare as :func:`descending_key` of the items' keys (see ``descending``).
+        self.descending = descending
         # Sources may stream their requests (Feed.renew): a read without a
         # limit whose sources all fit the slots, so none waits for another's page.
         self._streams = limit is None and (slots is None or sources <= slots)
@@ -1082,6 +1095,29 @@ class MergeCore(Generic[T]):
             feed.grant = size
             missing -= size
             self._release(feed)
+
+
+#: ``bytes.translate``'s table that complements every byte (0x00 <-> 0xff, ...).
+_COMPLEMENT: Final = bytes(range(255, -1, -1))
+
+
+def descending_key(key: bytes) -> bytes:
+    """A byte string whose ascending order is the descending order of ``key``.
+
+    Every byte is complemented, so a larger byte sorts first; a key that is a
+    prefix of another must then sort *after* it, so the original 0x00 byte
+    (complemented to 0xff) is written 0xff 0x00 and the key ends with 0xff 0xff,
+    which sorts after anything a longer key continues with. Equal keys stay
+    equal. (Linear in the key, all in C: translate, replace, concatenate.)
+    """
+    return key.translate(_COMPLEMENT).replace(b"\xff", b"\xff\x00") + b"\xff\xff"
+
+
+def _descending(key: Callable[[T], Any]) -> Callable[[T], bytes]:
+    def ordered_key(item: T) -> bytes:
+        return descending_key(key(item))
+
+    return ordered_key
 
 
 def _in_key_order(items: list[T], keys: list[Any]) -> list[T]:

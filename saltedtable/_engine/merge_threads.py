@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar, Unpack, final
 
-from .merge import NEVER, Feed, MergeCore, MergeSettings, Sent, Wait
+from .merge import NEVER, Feed, MergeCore, MergeSettings, Sent, Wait, descending_key
 
 __all__ = ["SyncSource", "ThreadMerge"]
 
@@ -69,6 +69,18 @@ class ThreadMerge(MergeCore[T]):
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._steps_iter: Iterator[list[T] | Wait] | None = None
         self._stop_requests = stop_requests
+        if self.descending:
+            # (Chosen once: the sources hand raw keys over, the merge orders descending.)
+            self.push = self._push_descending  # type: ignore[method-assign]
+
+    def _push_descending(self, feed: Feed[T], item: T, key: Any) -> None:
+        """:meth:`push` for a descending merge: files ``descending_key(key)``."""
+        ordered = descending_key(key)
+        with self._cond:
+            feed.items.append(item)
+            feed.keys.append(ordered)
+            if len(feed.keys) >= feed.wake_at:
+                feed.wake()
 
     @property
     def stopping(self) -> bool:

@@ -113,6 +113,7 @@ def new_merge(
     limit: int | None = None,
     largest: int | None = None,
     measured: int | None = None,
+    descending: bool = False,
     key: Callable[[T], Any] | None = None,
 ) -> Merge[T]:
     """The merge of ``sources``: at most ``slots`` requests at once, in tasks."""
@@ -126,6 +127,7 @@ def new_merge(
         measured=measured,
         slots=slots,
         key=key,
+        descending=descending,
     )
 
 

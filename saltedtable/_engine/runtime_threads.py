@@ -91,6 +91,7 @@ def new_merge(
     limit: int | None = None,
     largest: int | None = None,
     measured: int | None = None,
+    descending: bool = False,
     key: None = None,
 ) -> ThreadMerge[T]:
     """The merge of ``sources``: at most ``slots`` requests at once (and
@@ -104,6 +105,7 @@ def new_merge(
         stop_requests=stop_requests,
         largest=largest,
         measured=measured,
+        descending=descending,
     )
 
 

@@ -101,11 +101,14 @@ class ReadPlan:
         subqueries: One per bucket that can hold matching rows, in bucket order.
         limit: The logical row limit (None: no limit).
         row_filter: The logical filter as the caller gave it.
+        reverse: Read in descending key order (every bucket backwards, the
+            merge descending; the limit is the first rows in that order).
     """
 
     subqueries: tuple[SubQuery, ...]
     limit: int | None = None
     row_filter: RowFilter | None = field(default=None, compare=False)
+    reverse: bool = False
     #: How a table runs this plan, when one planned it (``SaltedTableAsync.plan``):
     #: shown by :meth:`explain` and returned by :meth:`settings`; reads are handed
     #: their settings apart from the plan.
@@ -194,6 +197,8 @@ class ReadPlan:
             settings: How the read runs (default: :meth:`settings`).
         """
         head = f"{len(self.subqueries)} sub-quer{'y' if len(self.subqueries) == 1 else 'ies'}"
+        if self.reverse:
+            head += ", reversed"
         if self.limit is not None:
             head += f", limit {self.limit}"
         if self.row_filter is not None:
@@ -243,7 +248,11 @@ def _physical_range(prefix: bytes, rng: KeyRange) -> KeyRange:
 
 
 def plan_reads(
-    query: ReadRowsQuery, layout: Layout | SaltScheme, cutoff: CutoffPolicy | None = None
+    query: ReadRowsQuery,
+    layout: Layout | SaltScheme,
+    cutoff: CutoffPolicy | None = None,
+    *,
+    reverse: bool = False,
 ) -> ReadPlan:
     """Turn a logical query into one physical sub-query per bucket that can match.
 
@@ -258,6 +267,7 @@ def plan_reads(
         query: The logical read.
         layout: The table's layout; a bare :class:`SaltScheme` is taken with ``cutoff``.
         cutoff: Only with a bare scheme.
+        reverse: A reversed read (the same sub-queries; see :attr:`ReadPlan.reverse`).
 
     Raises:
         RowKeyError: A point key cannot be salted (empty, too long, ...).
@@ -330,7 +340,7 @@ def plan_reads(
                 rewrite_filter(query.filter, prefix),
             )
         )
-    return ReadPlan(tuple(subs), query.limit, query.filter)
+    return ReadPlan(tuple(subs), query.limit, query.filter, reverse)
 
 
 # -- paging ------------------------------------------------------------------
@@ -392,12 +402,17 @@ class PageCursor:
     done), run it with a row limit of ``size``, then report what came back with
     :meth:`advance`. Each request names at most :data:`MAX_KEYS_PER_REQUEST`
     point keys; ranges are clipped to the same window, so no row is skipped.
+
+    ``reverse``: the requests are read backwards (a reversed scan), so pages
+    walk down: each resumes below the last key read, and key windows are taken
+    from the largest keys down.
     """
 
-    __slots__ = ("_after", "_done", "_keys", "_upto", "sub")
+    __slots__ = ("_after", "_done", "_keys", "_reverse", "_upto", "sub")
 
-    def __init__(self, sub: SubQuery) -> None:
+    def __init__(self, sub: SubQuery, *, reverse: bool = False) -> None:
         self.sub = sub
+        self._reverse = reverse
         self._keys = sub.keys
         self._after: bytes | None = None
         self._upto: bytes | None = None
@@ -422,6 +437,8 @@ class PageCursor:
         """
         if self._done:
             return None
+        if self._reverse:
+            return self._next_below(size)
         after = self._after
         keys = self._keys
         lo = 0 if after is None else bisect.bisect_right(keys, after)
@@ -444,6 +461,33 @@ class PageCursor:
             row_filter=self.sub.row_filter,
         )
 
+    def _next_below(self, size: int | None) -> ReadRowsQuery | None:
+        """:meth:`next_query` of a reversed cursor: the window below the last key read.
+
+        (``_after`` is then the smallest key read, ``_upto`` the lowest key of
+        the window: the window is ``[_upto, _after)``.)
+        """
+        before = self._after
+        keys = self._keys
+        hi = len(keys) if before is None else bisect.bisect_left(keys, before)
+        lo, total = hi, 0
+        while lo > 0 and hi - lo < MAX_KEYS_PER_REQUEST:
+            total += len(keys[lo - 1])
+            if total > MAX_KEY_BYTES_PER_REQUEST and lo < hi:
+                break
+            lo -= 1
+        self._upto = keys[lo] if lo > 0 else None
+        ranges = [c for r in self.sub.ranges if (c := _clip_below(r, self._upto, before))]
+        if lo == hi and not ranges:
+            self._done = True  # (an empty ReadRowsQuery would read the whole table)
+            return None
+        return ReadRowsQuery(
+            row_keys=list(keys[lo:hi]),
+            row_ranges=[_request_range(r) for r in ranges],
+            limit=size or None,
+            row_filter=self.sub.row_filter,
+        )
+
     def advance(self, rows: int, size: int, last_key: bytes | None) -> None:
         """Record a page of ``rows`` rows (requested ``size``) ending at ``last_key``."""
         if rows >= size and last_key is not None:
@@ -452,6 +496,18 @@ class PageCursor:
             self._after = self._upto  # this key window is exhausted: next window
         else:
             self._done = True
+
+
+def _clip_below(rng: KeyRange, lowest: bytes | None, before: bytes | None) -> KeyRange | None:
+    """Intersect with ``[lowest, before)`` (None: unbounded there); None when nothing is left."""
+    start, start_closed = rng.start, rng.start_closed
+    if lowest is not None and (not start or start < lowest):
+        start, start_closed = lowest, True
+    end, end_closed = rng.end, rng.end_closed
+    if before is not None and (not end or end >= before):
+        end, end_closed = before, False
+    clipped = KeyRange(start, start_closed, end, end_closed)
+    return None if clipped.is_empty else clipped
 
 
 @final

@@ -42,22 +42,56 @@ from google.cloud.bigtable_v2.types import data as data_pb
 
 from .._exceptions import QueryPlanError
 
-__all__ = ["as_query", "check_filter", "filter_from_pb"]
+__all__ = ["as_query", "check_filter", "filter_from_pb", "is_reversed", "reversed_request"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: Request fields a table adds to every request it sends.
 _SET_BY_THE_TABLE = ("table_name", "app_profile_id")
 
 
-def as_query(query: ReadRowsQuery | Mapping[str, Any]) -> ReadRowsQuery:
+def is_reversed(query: ReadRowsQuery | Mapping[str, Any]) -> bool:
+    """Whether ``query`` asks for a reversed scan (a dict query's ``"reversed": True``).
+
+    (``ReadRowsQuery`` has no such field in the client's 2.50 releases.)
+    """
+    return isinstance(query, Mapping) and bool(query.get("reversed"))
+
+
+def reversed_request(query: ReadRowsQuery) -> dict[str, Any]:
+    """``query`` as the dict query of a reversed read (``ReadRowsRequest`` fields).
+
+    (The client's ``ReadRowsQuery`` cannot say ``reversed``; its dict form can.)
+    """
+    rows: dict[str, Any] = {}
+    if query.row_keys:
+        rows["row_keys"] = list(query.row_keys)
+    if query.row_ranges:
+        rows["row_ranges"] = [r._pb for r in query.row_ranges]
+    out: dict[str, Any] = {"reversed": True}
+    if rows:
+        out["rows"] = rows
+    if query.limit:
+        out["rows_limit"] = query.limit
+    if query.filter is not None:
+        out["filter"] = query.filter._to_pb()
+    return out
+
+
+def as_query(
+    query: ReadRowsQuery | Mapping[str, Any], *, reversed_ok: bool = False
+) -> ReadRowsQuery:
     """The query as a :class:`ReadRowsQuery`, with its filter checked.
+
+    A reversed dict query's direction is not part of the result (see
+    :func:`is_reversed`); where the caller cannot read backwards
+    (``reversed_ok`` False) it is refused.
 
     Raises:
         AttributeError: Neither a query nor a dict (as the client raises), or
             a ``row_filter`` that is not a filter.
         TypeError: A dict query names a field the table sets (as the client raises).
         QueryPlanError: A dict query asks for something salted tables cannot
-            do (a reversed scan, another table).
+            do (another table; a reversed scan where ``reversed_ok`` is False).
     """
     if isinstance(query, ReadRowsQuery):
         check_filter(query.filter)
@@ -75,10 +109,10 @@ def as_query(query: ReadRowsQuery | Mapping[str, Any]) -> ReadRowsQuery:
                 "the table sets it"
             )
     request = ReadRowsRequest(**query)
-    if request.reversed:
+    if request.reversed and not reversed_ok:
         raise QueryPlanError(
-            "reversed scans are not supported on salted tables: every bucket would have "
-            "to be merged in descending order; read forwards and reverse the rows"
+            "this read cannot be reversed: read forwards and reverse the rows, or read "
+            "backwards through SaltedTableAsync.read_rows({..., 'reversed': True})"
         )
     for name in ("authorized_view_name", "materialized_view_name"):
         if getattr(request, name):

@@ -99,10 +99,12 @@ class BucketSourceBase(Generic[S, L]):
         limiter: L,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
+        reverse: bool = False,
     ) -> None:
         self.sub = sub
         self._read_rows_stream: Callable[..., Any] = read_rows_stream
-        self._cursor = PageCursor(sub)
+        # (reverse: a reversed read's requests, which read backwards: so do its pages.)
+        self._cursor = PageCursor(sub, reverse=reverse)
         self._cut = len(sub.prefix)
         self._deadline = deadline
         self._timeouts = timeouts

@@ -35,6 +35,7 @@ table's own ``read_rows_stream``.
 
 from __future__ import annotations
 
+import base64
 import re
 import sys
 import time
@@ -48,10 +49,13 @@ from google.cloud.bigtable import __version__ as _CLIENT_VERSION
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import InvalidChunk
 from google.cloud.bigtable.data.row import Cell, Row
-from google.cloud.bigtable_v2.types import ReadRowsRequest, ReadRowsResponse
+from google.cloud.bigtable_v2.types import FeatureFlags, ReadRowsRequest, ReadRowsResponse
+from google.cloud.bigtable_v2.types import RowRange as RowRangePB
+from google.cloud.bigtable_v2.types import RowSet as RowSetPB
 from grpc import StatusCode
 
 from .._contracts import SyncReadRowsStream
+from .._exceptions import QueryPlanError
 
 #: The client releases whose read operation, chunk checks, RPC and headers this module
 #: was checked against (``tests/unit/_async/test_chunks.py``, which also fails on a release not
@@ -79,7 +83,21 @@ try:
 except ImportError:  # pragma: no cover - a client release without them: the table's own reads
     _CLIENT = False
 
-__all__ = ["client_read_rows_stream", "merge_chunks"]
+__all__ = [
+    "REVERSE_SCANS_HEADER",
+    "client_read_rows_stream",
+    "merge_chunks",
+    "reverse_scans_unavailable",
+    "revise_reversed_rowset",
+]
+
+#: The metadata a reversed ReadRows request carries: the server (and the emulator)
+#: refuses ``reversed`` unless the client says it merges decreasing keys
+#: (``bigtable-features``: a serialized ``FeatureFlags`` with ``reverse_scans``, base64).
+REVERSE_SCANS_HEADER: tuple[str, str] = (
+    "bigtable-features",
+    base64.urlsafe_b64encode(FeatureFlags.serialize(FeatureFlags(reverse_scans=True))).decode(),
+)
 
 #: The client's own error for a reset chunk that carries data (``InvalidChunk``'s message).
 _RESET_WITH_DATA = "reset row with data"
@@ -109,7 +127,7 @@ def _reset_has_data(c: Any) -> bool:
     )
 
 
-def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
+def merge_chunks(op: Any, stream: Any | None, reverse: bool = False) -> Iterator[Row]:
     """One attempt's rows: ``stream`` (a ReadRows call, protobuf responses) merged into rows.
 
     What the client's ``chunk_stream`` and ``merge_rows`` do together, in one
@@ -119,6 +137,8 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
     rows left, which a retried attempt resumes from). ``op`` is the client's
     read operation (its ``_operation_metric``, ``_last_yielded_row_key`` and
     ``_remaining_count``). ``None``: the attempt had nothing left to ask.
+    ``reverse``: a reversed request's stream, whose keys must strictly decrease
+    (the same checks otherwise, with "decreasing" in their errors).
     """
     metric = op._operation_metric
     try:
@@ -139,7 +159,9 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
             scanned = resp.last_scanned_row_key
             if scanned:
                 last = op._last_yielded_row_key
-                if last is not None and scanned <= last:
+                if last is not None and (
+                    (last and scanned >= last) if reverse else scanned <= last
+                ):
                     raise _invalid("last scanned out of order")
                 op._last_yielded_row_key = scanned
             # The stream's key of the row its chunks belong to (per response, as the client's).
@@ -152,8 +174,13 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
                 if current is None:
                     current = k
                     last = op._last_yielded_row_key
-                    if last and current <= last:
-                        raise _invalid("row keys should be strictly increasing")
+                    # (An empty key is out of order either way, as it is forwards.)
+                    if last and ((current >= last or not current) if reverse else current <= last):
+                        raise _invalid(
+                            "row keys should be strictly decreasing (a reversed scan)"
+                            if reverse
+                            else "row keys should be strictly increasing"
+                        )
                 commit = False
                 if parts is not None:
                     # The next part of a split cell.
@@ -246,12 +273,49 @@ def merge_chunks(op: Any, stream: Any | None) -> Iterator[Row]:
         raise
 
 
+def revise_reversed_rowset(row_set: Any, last_seen_row_key: bytes) -> Any:
+    """What a reversed read still has to ask after ``last_seen_row_key`` (``None``: nothing).
+
+    The client's ``_revise_request_rowset`` keeps what lies *above* the last key
+    (a forward read's rest); a reversed read has read everything at or above it,
+    so its rest is what lies *below*: keys under it, ranges cut to end before it
+    (an empty row set would read the whole table, so nothing left is ``None``).
+    """
+    last = last_seen_row_key
+    if row_set is None or (not row_set.row_ranges and not row_set.row_keys):
+        return RowSetPB(row_ranges=[RowRangePB(end_key_open=last)])
+    keys = [k for k in row_set.row_keys if k < last]
+    ranges = []
+    for row_range in row_set.row_ranges:
+        start = row_range.start_key_closed or row_range.start_key_open
+        if start and start >= last:
+            continue  # every key it holds is at or above the last one read
+        revised = RowRangePB(row_range)
+        end = row_range.end_key_closed or row_range.end_key_open
+        if not end or end >= last:
+            revised.end_key_open = last  # (replaces a closed end: one of the two)
+        ranges.append(revised)
+    if not keys and not ranges:
+        return None
+    return RowSetPB(row_keys=keys, row_ranges=ranges)
+
+
 if _CLIENT:
 
     class _MergedReadRows(_Operation):
         """The client's read operation, its attempts' rows from :func:`merge_chunks`."""
 
         __slots__ = ()
+
+        #: Whether the request is reversed (:class:`_ReversedReadRows`): keys decrease.
+        reverse = False
+
+        def _revise(self, row_set: Any, last: bytes) -> Any:
+            """The row set left after ``last`` (``None``: nothing is left)."""
+            try:
+                return self._revise_request_rowset(row_set=row_set, last_seen_row_key=last)
+            except _RowSetComplete:
+                return None
 
         def _read_rows_attempt(self) -> Iterator[Row]:
             """One attempt, as the client's: a retried one asks for what is left after
@@ -261,13 +325,12 @@ if _CLIENT:
             self._operation_metric.start_attempt()
             request = self.request
             last = self._last_yielded_row_key
+            reverse = self.reverse
             if last is not None:
-                try:
-                    request.rows = self._revise_request_rowset(
-                        row_set=request.rows, last_seen_row_key=last
-                    )
-                except _RowSetComplete:
+                rows = self._revise(request.rows, last)
+                if rows is None:
                     return merge_chunks(self, None)  # nothing is left to ask
+                request.rows = rows
             left = self._remaining_count
             if left is not None:
                 request.rows_limit = left
@@ -275,8 +338,21 @@ if _CLIENT:
                     return merge_chunks(self, None)
             # (self.target.client here, as the client's attempt: a sync read that was
             # stopped raises on it, see cancel_threads.SyncRequest.)
-            call = _call(self.target.client, request, next(self.attempt_timeout_gen))
-            return merge_chunks(self, call)
+            call = _call(self.target.client, request, next(self.attempt_timeout_gen), reverse)
+            return merge_chunks(self, call, reverse)
+
+    class _ReversedReadRows(_MergedReadRows):
+        """A reversed read: the request says so, carries :data:`REVERSE_SCANS_HEADER`,
+        its keys must decrease, and a retried attempt asks for what lies below the
+        last key (:func:`revise_reversed_rowset`).
+        """
+
+        __slots__ = ()
+
+        reverse = True
+
+        def _revise(self, row_set: Any, last: bytes) -> Any:
+            return revise_reversed_rowset(row_set, last)
 
 
 #: Per client transport: its stubs when the RPC was made (the client replaces
@@ -317,17 +393,59 @@ def routing(request: Any) -> tuple[tuple[str, str]]:
     return (routing_header.to_grpc_metadata(params),)  # type: ignore[no-untyped-call]
 
 
-def _call(client: Any, request: Any, timeout: float) -> Any:
-    """Start one ReadRows RPC through the data ``client`` (see :func:`_rpc`)."""
+def _call(client: Any, request: Any, timeout: float, reverse: bool = False) -> Any:
+    """Start one ReadRows RPC through the data ``client`` (see :func:`_rpc`).
+
+    ``reverse``: the request is reversed; it carries :data:`REVERSE_SCANS_HEADER`.
+    """
     gapic = client._gapic_client
     # (The async generated client keeps a sync one, which checks the universe domain.)
     validate = getattr(getattr(gapic, "_client", gapic), "_validate_universe_domain", None)
     if validate is not None:
         validate()
-    return _rpc(client)(request, timeout=timeout, metadata=routing(request))
+    metadata: tuple[tuple[str, str], ...] = routing(request)
+    if reverse:
+        metadata += (REVERSE_SCANS_HEADER,)
+    return _rpc(client)(request, timeout=timeout, metadata=metadata)
 
 
-def client_read_rows_stream(table: Any) -> SyncReadRowsStream:
+def _fallback_reason(table: Any) -> str | None:
+    """Why ``table`` is read through its own ``read_rows_stream`` (None: it is not)."""
+    if not _CLIENT:
+        if not _CLIENT_VERSION.startswith(TESTED_CLIENTS):
+            return (
+                f"google-cloud-bigtable {_CLIENT_VERSION} is not a release saltedtable's "
+                f"own read path was checked against ({', '.join(TESTED_CLIENTS)}x)"
+            )
+        return "the client's read operation cannot be used (its read_rows_stream was patched)"
+    if not isinstance(table, _Target):
+        return (
+            f"the table is a {type(table).__module__}.{type(table).__qualname__}, not the "
+            "client's own table, so its own read_rows_stream reads it"
+        )
+    own = table.read_rows_stream
+    if (
+        type(own) is not types.MethodType
+        or type(own.__func__) is not types.FunctionType
+        or own.__func__.__code__ is not _OWN
+    ):
+        return "the table's read_rows_stream is replaced, and a replaced method is always honoured"
+    return None
+
+
+def reverse_scans_unavailable(table: Any) -> str | None:
+    """Why ``table`` cannot be read backwards (None: it can).
+
+    A reversed read needs saltedtable's own read path (the client's 2.50 reads
+    send no ``bigtable-features`` header and refuse decreasing keys), so
+    anything that sends reads through the table's own ``read_rows_stream``
+    rules it out: an untested client release, a table that is not the
+    client's, a replaced ``read_rows_stream``.
+    """
+    return _fallback_reason(table)
+
+
+def client_read_rows_stream(table: Any, *, reverse: bool = False) -> SyncReadRowsStream:
     """``table.read_rows_stream``, its attempts merged by :func:`merge_chunks` where it can be.
 
     The table's own method where ``table`` is not the client's, its
@@ -335,16 +453,19 @@ def client_read_rows_stream(table: Any) -> SyncReadRowsStream:
     base class), or the installed client is not one of :data:`TESTED_CLIENTS`.
     (A test double of the generated client's ``read_rows``, below the table's
     method, is not seen: replace ``read_rows_stream`` instead.)
+
+    ``reverse``: every request it sends reads backwards (see :class:`_ReversedReadRows`).
+
+    Raises:
+        QueryPlanError: ``reverse`` where the table's own method would read
+            (:func:`reverse_scans_unavailable` says why), before anything is sent.
     """
-    own = table.read_rows_stream
-    if (
-        not _CLIENT
-        or not isinstance(table, _Target)
-        or type(own) is not types.MethodType
-        or type(own.__func__) is not types.FunctionType
-        or own.__func__.__code__ is not _OWN
-    ):
-        return own  # type: ignore[no-any-return]
+    reason = _fallback_reason(table)
+    if reason is not None:
+        if reverse:
+            raise QueryPlanError(f"a reversed scan needs saltedtable's own read path: {reason}")
+        return table.read_rows_stream  # type: ignore[no-any-return]
+    read_class = _ReversedReadRows if reverse else _MergedReadRows
     # (The client's own read_rows_stream, but for the operation's class.)
 
     def read_rows_stream(
@@ -356,7 +477,7 @@ def client_read_rows_stream(table: Any) -> SyncReadRowsStream:
     ) -> Iterable[Row]:
         operation, attempt = _get_timeouts(operation_timeout, attempt_timeout, table)
         retryable = _get_retryable_errors(retryable_errors, table)
-        op = _MergedReadRows(
+        op = read_class(
             query,
             table,
             operation_timeout=operation,
@@ -364,6 +485,8 @@ def client_read_rows_stream(table: Any) -> SyncReadRowsStream:
             metric=table._create_operation(OperationType.READ_ROWS, is_streaming=True),
             retryable_exceptions=retryable,
         )
+        if reverse:
+            op.request.reversed = True
         return op.start_operation()
 
     return read_rows_stream

@@ -55,7 +55,8 @@ class SyncReadCall(Read[ReadContext, bool]):
     def _prepare(
         self, ctx: ReadContext, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
-        read_rows_stream = client_read_rows_stream(ctx.table)
+        # (A reversed read that cannot be sent raises here, before anything is sent.)
+        read_rows_stream = client_read_rows_stream(ctx.table, reverse=plan.reverse)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[SyncOneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
@@ -103,6 +104,7 @@ class SyncReadCall(Read[ReadContext, bool]):
                 limiter=limiter,
                 bstats=self._bucket_stats(sub),
                 stray=self._stray_for(sub),
+                reverse=plan.reverse,
             )
             for sub in plan.subqueries
         ]
@@ -114,6 +116,7 @@ class SyncReadCall(Read[ReadContext, bool]):
             budget=settings.budget,
             stop_requests=partial(stop_sync_sources, sources),
             key=ROW_KEY,
+            descending=plan.reverse,
             largest=self._size_hint(),
             measured=None if self._first is None else self._first[0].largest,
         )

@@ -53,7 +53,7 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
     def _prepare(
         self, ctx: ReadContextAsync, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
-        read_rows_stream = client_read_rows_stream(ctx.table)
+        read_rows_stream = client_read_rows_stream(ctx.table, internals=ctx.client_internals)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[OneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
@@ -66,6 +66,7 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
                 limiter=limiter,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
+                internals=ctx.client_internals,
             )
             one = one_merge(
                 first,
@@ -101,6 +102,7 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
                 limiter=limiter,
                 bstats=self._bucket_stats(sub),
                 stray=self._stray_for(sub),
+                internals=ctx.client_internals,
             )
             for sub in plan.subqueries
         ]

@@ -86,6 +86,7 @@ class BucketSourceBase(Generic[S, L]):
         "_stray",
         "_timeouts",
         "halt",
+        "internals",
         "sub",
     )
 
@@ -99,8 +100,12 @@ class BucketSourceBase(Generic[S, L]):
         limiter: L,
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
+        internals: bool = True,
     ) -> None:
         self.sub = sub
+        #: False: a stopped request is not disarmed through the client's operation
+        #: (the table's ``client_internals`` switch; only the sync sources do that).
+        self.internals = internals
         self._read_rows_stream: Callable[..., Any] = read_rows_stream
         self._cursor = PageCursor(sub)
         self._cut = len(sub.prefix)
@@ -161,6 +166,7 @@ class OneRequestSourceBase(Generic[S, L]):
         "cap",
         "capped",
         "got",
+        "internals",
         "largest",
         "last",
         "received",
@@ -177,7 +183,10 @@ class OneRequestSourceBase(Generic[S, L]):
         limiter: L,
         stats: list[BucketStats | None],
         cap: int,
+        internals: bool = True,
     ) -> None:
+        #: As :attr:`BucketSourceBase.internals`.
+        self.internals = internals
         self._read_rows_stream: Callable[..., Any] = read_rows_stream
         self._one = one
         self._subs = subs

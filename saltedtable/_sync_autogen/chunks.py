@@ -29,8 +29,9 @@ sends, so that a change in the client is seen.
 The read operation is a private class of the client, so the merged read is
 used only with the client releases it was checked against (:data:`TESTED_CLIENTS`).
 Where it is not used (another release, a table that is not the client's, a
-``read_rows_stream`` replaced) :func:`client_read_rows_stream` returns the
-table's own ``read_rows_stream``.
+``read_rows_stream`` replaced, the salted table's ``client_internals`` switch
+off: :func:`merged_reads_unavailable` says which) :func:`client_read_rows_stream`
+returns the table's own ``read_rows_stream``.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ try:
 except ImportError:  # pragma: no cover - a client release without them: the table's own reads
     _CLIENT = False
 
-__all__ = ["client_read_rows_stream", "merge_chunks"]
+__all__ = ["client_read_rows_stream", "merge_chunks", "merged_reads_unavailable"]
 
 #: The client's own error for a reset chunk that carries data (``InvalidChunk``'s message).
 _RESET_WITH_DATA = "reset row with data"
@@ -327,24 +328,48 @@ def _call(client: Any, request: Any, timeout: float) -> Any:
     return _rpc(client)(request, timeout=timeout, metadata=routing(request))
 
 
-def client_read_rows_stream(table: Any) -> SyncReadRowsStream:
-    """``table.read_rows_stream``, its attempts merged by :func:`merge_chunks` where it can be.
+def merged_reads_unavailable(table: Any, *, internals: bool = True) -> str | None:
+    """Why ``table``'s requests cannot be read by :func:`merge_chunks` (None: they can).
 
-    The table's own method where ``table`` is not the client's, its
+    The one place that decides whether saltedtable may use the client's private
+    read operation for a table: not where ``internals`` is False (the salted
+    table's ``client_internals`` switch), the installed client is not one of
+    :data:`TESTED_CLIENTS`, ``table`` is not the client's, or its
     ``read_rows_stream`` was replaced (on the table, its class or the client's
-    base class), or the installed client is not one of :data:`TESTED_CLIENTS`.
-    (A test double of the generated client's ``read_rows``, below the table's
-    method, is not seen: replace ``read_rows_stream`` instead.)
+    base class). The reason is a phrase for an error message.
     """
+    if not internals:
+        return (
+            "the client's internals are switched off "
+            "(client_internals=False, or SALTEDTABLE_CLIENT_INTERNALS=off)"
+        )
+    if not _CLIENT:
+        return (
+            f"google-cloud-bigtable {_CLIENT_VERSION} is not a release "
+            "saltedtable was checked against"
+        )
+    if not isinstance(table, _Target):
+        return f"the table is a {type(table).__qualname__}, not the client's own table"
     own = table.read_rows_stream
     if (
-        not _CLIENT
-        or not isinstance(table, _Target)
-        or type(own) is not types.MethodType
+        type(own) is not types.MethodType
         or type(own.__func__) is not types.FunctionType
         or own.__func__.__code__ is not _OWN
     ):
-        return own  # type: ignore[no-any-return]
+        return "the table's read_rows_stream is not the client's own (it was replaced)"
+    return None
+
+
+def client_read_rows_stream(table: Any, *, internals: bool = True) -> SyncReadRowsStream:
+    """``table.read_rows_stream``, its attempts merged by :func:`merge_chunks` where it can be.
+
+    The table's own method wherever :func:`merged_reads_unavailable` gives a
+    reason (``internals`` False among them). (A test double of the generated
+    client's ``read_rows``, below the table's method, is not seen: replace
+    ``read_rows_stream`` instead.)
+    """
+    if merged_reads_unavailable(table, internals=internals) is not None:
+        return table.read_rows_stream  # type: ignore[no-any-return]
     # (The client's own read_rows_stream, but for the operation's class.)
 
     def read_rows_stream(

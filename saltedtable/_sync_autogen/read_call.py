@@ -55,7 +55,7 @@ class SyncReadCall(Read[ReadContext, bool]):
     def _prepare(
         self, ctx: ReadContext, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
-        read_rows_stream = client_read_rows_stream(ctx.table)
+        read_rows_stream = client_read_rows_stream(ctx.table, internals=ctx.client_internals)
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[SyncOneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
@@ -68,6 +68,7 @@ class SyncReadCall(Read[ReadContext, bool]):
                 limiter=limiter,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
+                internals=ctx.client_internals,
             )
             one = one_merge(
                 first,
@@ -103,6 +104,7 @@ class SyncReadCall(Read[ReadContext, bool]):
                 limiter=limiter,
                 bstats=self._bucket_stats(sub),
                 stray=self._stray_for(sub),
+                internals=ctx.client_internals,
             )
             for sub in plan.subqueries
         ]

@@ -164,5 +164,3 @@ def test_a_bad_variable_is_a_one_line_cli_error(
     code, _, err = run(capsys, "read", table_id, *WHERE, "--count", "1")
     assert code != 0
     assert "SALTEDTABLE_CLIENT_INTERNALS" in err
-
-

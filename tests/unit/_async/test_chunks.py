@@ -999,7 +999,7 @@ async def test_the_switch_and_wrappers_decide_between_the_merged_read_and_the_ta
         assert _chunks.merged_reads_unavailable(table) is None
         assert client_read_rows_stream(table, internals=False) == table.read_rows_stream
         why = _chunks.merged_reads_unavailable(table, internals=False)
-        assert why is not None and "client_internals=False" in why
+        assert "client_internals=False" in str(why)
 
         class Forwarding:
             """Forwards every attribute to the table (instrumentation of other methods)."""
@@ -1022,10 +1022,8 @@ async def test_the_switch_and_wrappers_decide_between_the_merged_read_and_the_ta
         wrapper = Own(table)
         assert client_read_rows_stream(wrapper) == wrapper.read_rows_stream
         why = _chunks.merged_reads_unavailable(wrapper)
-        assert why is not None and "Own" in why
-        assert "not a release" in str(_chunks_sync.merged_reads_unavailable(None)) or (
-            "NoneType" in str(_chunks_sync.merged_reads_unavailable(None))
-        )
+        assert "Own" in str(why)
+        assert "NoneType" in str(_chunks_sync.merged_reads_unavailable(None))
     finally:
         await client.close()
 

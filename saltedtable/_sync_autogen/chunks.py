@@ -334,9 +334,13 @@ def merged_reads_unavailable(table: Any, *, internals: bool = True) -> str | Non
     The one place that decides whether saltedtable may use the client's private
     read operation for a table: not where ``internals`` is False (the salted
     table's ``client_internals`` switch), the installed client is not one of
-    :data:`TESTED_CLIENTS`, ``table`` is not the client's, or its
-    ``read_rows_stream`` was replaced (on the table, its class or the client's
-    base class). The reason is a phrase for an error message.
+    :data:`TESTED_CLIENTS`, or ``table.read_rows_stream`` is not the client's
+    own method bound to a client's table (replaced on the table, its class or
+    the client's base class, or a wrapper's own). A proxy whose
+    ``read_rows_stream`` is the client table's own (one that forwards the
+    attribute, as a ``__getattr__`` proxy does) keeps the merged read: its
+    requests go to the table the method is bound to, as they would through
+    the method. The reason is a phrase for an error message.
     """
     if not internals:
         return (
@@ -348,15 +352,16 @@ def merged_reads_unavailable(table: Any, *, internals: bool = True) -> str | Non
             f"google-cloud-bigtable {_CLIENT_VERSION} is not a release "
             "saltedtable was checked against"
         )
-    if not isinstance(table, _Target):
-        return f"the table is a {type(table).__qualname__}, not the client's own table"
-    own = table.read_rows_stream
+    own = getattr(table, "read_rows_stream", None)
     if (
         type(own) is not types.MethodType
         or type(own.__func__) is not types.FunctionType
         or own.__func__.__code__ is not _OWN
+        or not isinstance(own.__self__, _Target)
     ):
-        return "the table's read_rows_stream is not the client's own (it was replaced)"
+        if isinstance(table, _Target):
+            return "the table's read_rows_stream is not the client's own (it was replaced)"
+        return f"the table is a {type(table).__qualname__}, whose read_rows_stream is its own"
     return None
 
 
@@ -370,6 +375,9 @@ def client_read_rows_stream(table: Any, *, internals: bool = True) -> SyncReadRo
     """
     if merged_reads_unavailable(table, internals=internals) is not None:
         return table.read_rows_stream  # type: ignore[no-any-return]
+    # (The client's table the method is bound to: ``table`` itself, or the one a
+    # proxy forwards to.)
+    table = table.read_rows_stream.__self__
     # (The client's own read_rows_stream, but for the operation's class.)
 
     def read_rows_stream(

@@ -182,6 +182,7 @@ class _BatcherCore:
     __slots__ = (
         "_failed",
         "_inner",
+        "_internals",
         "_layout",
         "_lock",
         "_open",
@@ -191,7 +192,9 @@ class _BatcherCore:
         "_tracked",
     )
 
-    def __init__(self, inner: BatcherLike | SyncBatcherLike, layout: Layout) -> None:
+    def __init__(
+        self, inner: BatcherLike | SyncBatcherLike, layout: Layout, *, internals: bool = True
+    ) -> None:
         self._inner = inner
         self._layout = layout
         self._salt = layout.salter()
@@ -205,7 +208,10 @@ class _BatcherCore:
         #: guard's (held back) and the client's (the sync client's come from its threads).
         self._failed: list[tuple[int, FailedMutationEntryError]] = []
         self._lock = threading.Lock()
-        self._tracked = _track_failures(inner, self._record)
+        #: False: the client's private parts are not touched (the table's
+        #: ``client_internals`` switch); close() raises what the client's batcher kept.
+        self._internals = internals
+        self._tracked = internals and _track_failures(inner, self._record)
 
     @property
     def closed(self) -> bool:
@@ -239,6 +245,13 @@ class _BatcherCore:
         """
         if not self._open:
             raise RuntimeError("Cannot flush a closed MutationsBatcher")
+        if not self._internals:
+            raise NotImplementedError(
+                "flush() needs the private flush jobs of google-cloud-bigtable's "
+                "MutationsBatcher, and this table's client_internals switch is off "
+                "(client_internals=False or SALTEDTABLE_CLIENT_INTERNALS=off): "
+                "close() the batcher to write what was appended and raise its failures"
+            )
         if not self._tracked:
             raise NotImplementedError(
                 f"flush() needs the internals {', '.join(_FLUSH_INTERNALS)} of "

@@ -37,8 +37,15 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
 
     __slots__ = ("_guard",)
 
-    def __init__(self, inner: BatcherLike, layout: Layout, guard: TableGuard | None = None) -> None:
-        super().__init__(inner, layout)
+    def __init__(
+        self,
+        inner: BatcherLike,
+        layout: Layout,
+        guard: TableGuard | None = None,
+        *,
+        internals: bool = True,
+    ) -> None:
+        super().__init__(inner, layout, internals=internals)
         self._inner: BatcherLike = inner
         self._guard = guard
 
@@ -96,7 +103,11 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
                 them again.
             RuntimeError: The batcher is closed.
             NotImplementedError: The client's batcher lacks the private flush
-                jobs it uses (a google-cloud-bigtable other than 2.50's).
+                jobs it uses (a google-cloud-bigtable other than 2.50's), or
+                the table's ``client_internals`` switch is off. Then
+                ``close()`` writes what was appended and raises what failed,
+                as the client's batcher does (it keeps the first and the last
+                ten failures).
         """
         before = self._seq
         await wait_all(self._flush_jobs())

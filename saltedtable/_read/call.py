@@ -76,6 +76,8 @@ class ReadContextBase(Generic[T, L, G]):
         sizes: What the table's recent reads measured of its rows, by
             filter: a read's first wave is sized from it (see
             :class:`~.settings.RowSizes`).
+        client_internals: False: every request is read through the table's
+            own ``read_rows_stream`` (the table's ``client_internals`` switch).
     """
 
     table: T
@@ -86,6 +88,7 @@ class ReadContextBase(Generic[T, L, G]):
     odds: tuple[OneRequestOdds, OneRequestOdds]
     hook: StatsHook | None = None
     sizes: RowSizes = field(default_factory=RowSizes)
+    client_internals: bool = True
 
 
 @final

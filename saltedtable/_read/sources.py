@@ -86,6 +86,7 @@ class BucketSourceBase(Generic[S, L]):
         "_stray",
         "_timeouts",
         "halt",
+        "internals",
         "sub",
     )
 
@@ -100,8 +101,12 @@ class BucketSourceBase(Generic[S, L]):
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
         reverse: bool = False,
+        internals: bool = True,
     ) -> None:
         self.sub = sub
+        #: False: a stopped request is not disarmed through the client's operation
+        #: (the table's ``client_internals`` switch; only the sync sources do that).
+        self.internals = internals
         self._read_rows_stream: Callable[..., Any] = read_rows_stream
         # (reverse: a reversed read's requests, which read backwards: so do its pages.)
         self._cursor = PageCursor(sub, reverse=reverse)
@@ -163,6 +168,7 @@ class OneRequestSourceBase(Generic[S, L]):
         "cap",
         "capped",
         "got",
+        "internals",
         "largest",
         "last",
         "received",
@@ -179,7 +185,10 @@ class OneRequestSourceBase(Generic[S, L]):
         limiter: L,
         stats: list[BucketStats | None],
         cap: int,
+        internals: bool = True,
     ) -> None:
+        #: As :attr:`BucketSourceBase.internals`.
+        self.internals = internals
         self._read_rows_stream: Callable[..., Any] = read_rows_stream
         self._one = one
         self._subs = subs

@@ -57,7 +57,7 @@ class SyncBucketSource(BucketSourceBase[SyncReadRowsStream, Slots]):
 
     def _prepare(self) -> None:
         #: The request running now, which the read ends when it stops.
-        self.request = SyncRequest(self._limiter.interrupt)
+        self.request = SyncRequest(self._limiter.interrupt, disarm=self.internals)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``.
@@ -194,7 +194,7 @@ class SyncOneRequestSource(OneRequestSourceBase[SyncReadRowsStream, Slots]):
 
     def _prepare(self) -> None:
         #: The request, which the read ends when the caller leaves.
-        self.request = SyncRequest(self._limiter.interrupt)
+        self.request = SyncRequest(self._limiter.interrupt, disarm=self.internals)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the request once, pushing every row into ``feed``; never asks again."""

@@ -14,14 +14,14 @@ from .._contracts import BatcherLike
 from .._engine.runtime_asyncio import wait_all
 from .._guard.record import family_of
 from .._scheme.layout import Layout
-from .._write import _BatcherCore, _PhysicalEntry, logical_group
+from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import TableGuard
 
 __all__ = ["SaltedMutationsBatcherAsync"]
 
 
 @final
-class SaltedMutationsBatcherAsync(_BatcherCore):
+class SaltedMutationsBatcherAsync(BatcherCore):
     """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
 
     It wraps the client's batcher, so flushing by count, bytes and timer, flow
@@ -65,7 +65,7 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
         ):
             await self._inner.append(mutation_entry)  # refused as the client refuses it
             return
-        physical = _PhysicalEntry()
+        physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
         mutations = mutation_entry.mutations
         physical.mutations = mutations if type(mutations) is tuple else tuple(mutations)

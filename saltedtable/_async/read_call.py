@@ -28,7 +28,7 @@ from .._read.settings import ReadSettings
 from .._read.sources_asyncio import BucketSource, OneRequestSource, stop_sources
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
-from .contracts import TableLikeAsync
+from .table_like import TableLikeAsync
 
 __all__ = ["ReadCall"]
 

@@ -75,9 +75,9 @@ from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
 from .._write import every_entry_failed, first_family, logical_group
 from .batcher import SaltedMutationsBatcherAsync
-from .contracts import TableLikeAsync
 from .guard import TableGuard
 from .read_call import ReadCall, ReadContextAsync
+from .table_like import TableLikeAsync
 
 __all__ = ["SaltedTableAsync"]
 

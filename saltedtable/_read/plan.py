@@ -513,7 +513,7 @@ def _clip_below(rng: KeyRange, lowest: bytes | None, before: bytes | None) -> Ke
 @final
 @dataclass(frozen=True, slots=True)
 class OneRequest:
-    """Every sub-query of a read as one ReadRows request, and whose each row is.
+    """Every sub-query of a read as one ReadRows request, and which sub-query each row is of.
 
     The request names every bucket's keys and ranges with the read's filter
     and a row limit of :attr:`rows`. Bigtable returns rows in physical key

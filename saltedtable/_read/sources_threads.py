@@ -32,7 +32,6 @@ from .sources import (
     annotate,
     count_request,
     count_row,
-    relabel,
 )
 from .stats import BucketStats, current_bucket
 from .timeouts import request_timeouts, slot_timeout
@@ -124,7 +123,13 @@ class SyncBucketSource(BucketSourceBase[SyncReadRowsStream, Slots]):
                 for row in stream if request.attach(stream) else ():
                     if merge.stopping:
                         break  # left early, or another sub-scan failed: end this one here
-                    key, nbytes = relabel(row, cut)
+                    # (relabel, inline: no call a row)
+                    key = row.row_key[cut:]
+                    row.row_key = key
+                    nbytes = len(key)
+                    for cell in row.cells:
+                        cell.row_key = key
+                        nbytes += len(cell.value)
                     received += 1
                     if stray is None or not stray(key):
                         if stats is not None:

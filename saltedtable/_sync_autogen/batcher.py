@@ -16,14 +16,14 @@ from .._contracts import SyncBatcherLike
 from .._engine.runtime_threads import wait_all
 from .._guard.record import family_of
 from .._scheme.layout import Layout
-from .._write import _BatcherCore, _PhysicalEntry, logical_group
+from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import SyncTableGuard
 
 __all__ = ["SaltedMutationsBatcherSync"]
 
 
 @final
-class SaltedMutationsBatcherSync(_BatcherCore):
+class SaltedMutationsBatcherSync(BatcherCore):
     """A ``MutationsBatcher`` that salts each entry's key as it is appended.
 
     It wraps the client's batcher, so flushing by count, bytes and timer, flow
@@ -67,7 +67,7 @@ class SaltedMutationsBatcherSync(_BatcherCore):
         ):
             self._inner.append(mutation_entry)  # refused as the client refuses it
             return
-        physical = _PhysicalEntry()
+        physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
         mutations = mutation_entry.mutations
         physical.mutations = mutations if type(mutations) is tuple else tuple(mutations)

@@ -30,7 +30,7 @@ from .._read.settings import ReadSettings
 from .._read.sources_threads import SyncBucketSource, SyncOneRequestSource, stop_sync_sources
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
-from .contracts import SyncTableLike
+from .table_like import SyncTableLike
 
 __all__ = ["SyncReadCall"]
 

@@ -77,9 +77,9 @@ from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
 from .._write import every_entry_failed, first_family, logical_group
 from .batcher import SaltedMutationsBatcherSync
-from .contracts import SyncTableLike
 from .guard import SyncTableGuard
 from .read_call import ReadContext, SyncReadCall
+from .table_like import SyncTableLike
 
 __all__ = ["SaltedTable"]
 

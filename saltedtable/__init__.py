@@ -58,14 +58,14 @@ from ._scheme.views import view_row_prefixes
 
 if TYPE_CHECKING:
     from ._async.batcher import SaltedMutationsBatcherAsync
-    from ._async.contracts import TableLikeAsync
     from ._async.table import SaltedTableAsync
+    from ._async.table_like import TableLikeAsync
     from ._create import CreateResult, create_salted_table
     from ._read.plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._read.sources import SubScan
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
-    from ._sync_autogen.contracts import SyncTableLike
     from ._sync_autogen.table import SaltedTable
+    from ._sync_autogen.table_like import SyncTableLike
 
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
@@ -79,9 +79,9 @@ _LAZY: dict[str, str] = {
     "SubScan": "._read.sources",
     "SaltedTable": "._sync_autogen.table",
     "SaltedMutationsBatcherSync": "._sync_autogen.batcher",
-    "SyncTableLike": "._sync_autogen.contracts",
+    "SyncTableLike": "._sync_autogen.table_like",
     "SaltedTableAsync": "._async.table",
-    "TableLikeAsync": "._async.contracts",
+    "TableLikeAsync": "._async.table_like",
     "SaltedMutationsBatcherAsync": "._async.batcher",
 }
 #: Old public names that still work, with a DeprecationWarning, until 0.3.0: the new

@@ -123,13 +123,17 @@ def read_schema(
 SchemaReader = Callable[[float | None], TableSchema]
 
 
-def schema_reader_for(table: Any) -> SchemaReader | None:
+def schema_reader_for(table: Any, *, internals: bool = True) -> SchemaReader | None:
     """How the guard reads the schema of a data-API table object (None: it cannot).
 
     A ``TableAsync``/``Table`` of the Bigtable client is read through the admin
     API with its data client's credentials (and emulator), within the timeout
     the reader is called with. Any other object may answer itself with a
     ``saltedtable_schema()`` method (test doubles do; it is given no timeout).
+    ``internals`` False (the salted table's ``client_internals`` switch): the
+    data client's private attributes are not read; the admin client uses the
+    default credentials and the emulator of ``BIGTABLE_EMULATOR_HOST``, as a
+    data client made without arguments does.
     """
     own = getattr(table, "saltedtable_schema", None)
     if callable(own):
@@ -144,8 +148,11 @@ def schema_reader_for(table: Any) -> SchemaReader | None:
     table_id = getattr(table, "table_id", None)
     if not (isinstance(project, str) and isinstance(instance, str) and isinstance(table_id, str)):
         return None
-    credentials = getattr(client, "_credentials", None)
-    emulator_host = getattr(client, "_emulator_host", None)
+    if internals:
+        credentials = getattr(client, "_credentials", None)
+        emulator_host = getattr(client, "_emulator_host", None)
+    else:
+        credentials = emulator_host = None  # (admin_client: the environment's)
 
     def read(timeout: float | None) -> TableSchema:
         with admin_client(credentials=credentials, emulator_host=emulator_host) as admin:

@@ -4,7 +4,7 @@ The data client's decorated methods reach type checkers as ``Any``. The
 protocols here name the part of the client's batchers (:class:`BatcherLike`,
 :class:`SyncBatcherLike`) that the writers call, and the defaults a table
 resolves ``TABLE_DEFAULT`` with (:class:`TableDefaults`). The table protocols
-build on them: ``TableLikeAsync`` in ``saltedtable._async.contracts`` and its
+build on them: ``TableLikeAsync`` in ``saltedtable._async.table_like`` and its
 generated sync twin ``SyncTableLike`` (written once, so the two cannot drift).
 
 The timeout aliases mirror the client's keyword arguments: a number of

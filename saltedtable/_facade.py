@@ -11,6 +11,7 @@ the filter sent for a bucket, a read's plan, the result of
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -55,6 +56,7 @@ __all__ = [
     "samples_for",
     "sharded_refused",
     "sharded_result",
+    "use_client_internals",
 ]
 
 #: The client's own cap for read_rows_sharded, kept so behaviour matches.
@@ -86,6 +88,41 @@ def check_arguments(
         raise TypeError(f"budget must be a ReadBudget, got {type(budget).__name__}")
     if max_concurrent_subscans < 1:
         raise ValueError(f"max_concurrent_subscans must be >= 1, got {max_concurrent_subscans}")
+
+
+#: The environment variable operators set to ``off`` to keep saltedtable off the
+#: client's private internals (see :func:`use_client_internals`).
+CLIENT_INTERNALS_ENV: Final = "SALTEDTABLE_CLIENT_INTERNALS"
+_ON: Final = frozenset({"on", "1", "true", "yes"})
+_OFF: Final = frozenset({"off", "0", "false", "no"})
+
+
+def use_client_internals(explicit: bool | None) -> bool:
+    """Whether a table being made may use the client's private internals.
+
+    ``explicit`` (the table's ``client_internals`` argument) wins; None reads
+    :data:`CLIENT_INTERNALS_ENV` now (unset or empty: on).
+
+    Raises:
+        TypeError: ``explicit`` is neither a bool nor None.
+        ValueError: The environment variable holds something other than
+            on/off (1/0, true/false, yes/no).
+    """
+    if explicit is not None:
+        if not isinstance(explicit, bool):
+            raise TypeError(
+                f"client_internals must be True, False or None, got {type(explicit).__name__}"
+            )
+        return explicit
+    value = os.environ.get(CLIENT_INTERNALS_ENV, "").strip().lower()
+    if not value or value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ValueError(
+        f"{CLIENT_INTERNALS_ENV}={os.environ[CLIENT_INTERNALS_ENV]!r} is not a switch: "
+        "set it to off (or on), or unset it"
+    )
 
 
 def check_row_key(row_key: object) -> None:

@@ -29,6 +29,8 @@ from ._scheme.layout import Layout
 from ._scheme.salt import to_key
 
 __all__ = [
+    "BatcherCore",
+    "PhysicalEntry",
     "every_entry_failed",
     "logical_group",
     "physical_entries",
@@ -49,7 +51,7 @@ class _Placed(RowMutationEntry):
     __init__ = object.__init__
 
 
-class _PhysicalEntry(_Placed):
+class PhysicalEntry(_Placed):
     """A batcher's entry under its physical key that remembers the caller's own entry.
 
     The client reports a failed entry by handing back the object it was
@@ -131,7 +133,7 @@ def logical_group(
 def logical_failure(exc: FailedMutationEntryError, layout: Layout) -> FailedMutationEntryError:
     """The failure of a physical entry, naming the caller's entry (or one with its logical key)."""
     entry = exc.entry
-    if isinstance(entry, _PhysicalEntry):
+    if isinstance(entry, PhysicalEntry):
         return _failure(exc, entry.logical)
     try:
         key = layout.to_logical(to_key(entry.row_key))
@@ -168,7 +170,7 @@ def every_entry_failed(
 _FLUSH_INTERNALS: Final = ("_add_exceptions", "_schedule_flush", "_flush_jobs")
 
 
-class _BatcherCore:
+class BatcherCore:
     """What the async and the sync batcher share: placing entries, tracking their outcomes.
 
     The client's batcher keeps ten of the first and ten of the last failures
@@ -182,6 +184,7 @@ class _BatcherCore:
     __slots__ = (
         "_failed",
         "_inner",
+        "_internals",
         "_layout",
         "_lock",
         "_open",
@@ -191,7 +194,9 @@ class _BatcherCore:
         "_tracked",
     )
 
-    def __init__(self, inner: BatcherLike | SyncBatcherLike, layout: Layout) -> None:
+    def __init__(
+        self, inner: BatcherLike | SyncBatcherLike, layout: Layout, *, internals: bool = True
+    ) -> None:
         self._inner = inner
         self._layout = layout
         self._salt = layout.salter()
@@ -205,7 +210,10 @@ class _BatcherCore:
         #: guard's (held back) and the client's (the sync client's come from its threads).
         self._failed: list[tuple[int, FailedMutationEntryError]] = []
         self._lock = threading.Lock()
-        self._tracked = _track_failures(inner, self._record)
+        #: False: the client's private parts are not touched (the table's
+        #: ``client_internals`` switch); close() raises what the client's batcher kept.
+        self._internals = internals
+        self._tracked = internals and _track_failures(inner, self._record)
 
     @property
     def closed(self) -> bool:
@@ -227,7 +235,7 @@ class _BatcherCore:
                 entry = getattr(exc, "entry", None)
                 # (An entry not placed here cannot be flushed, but if one were,
                 # the next flush() reports it.)
-                seq = entry.seq if isinstance(entry, _PhysicalEntry) else -1
+                seq = entry.seq if isinstance(entry, PhysicalEntry) else -1
                 self._failed.append((seq, logical_failure(exc, self._layout)))
 
     def _flush_jobs(self) -> set[Any]:
@@ -239,6 +247,13 @@ class _BatcherCore:
         """
         if not self._open:
             raise RuntimeError("Cannot flush a closed MutationsBatcher")
+        if not self._internals:
+            raise NotImplementedError(
+                "flush() needs the private flush jobs of google-cloud-bigtable's "
+                "MutationsBatcher, and this table's client_internals switch is off "
+                "(client_internals=False or SALTEDTABLE_CLIENT_INTERNALS=off): "
+                "close() the batcher to write what was appended and raise its failures"
+            )
         if not self._tracked:
             raise NotImplementedError(
                 f"flush() needs the internals {', '.join(_FLUSH_INTERNALS)} of "

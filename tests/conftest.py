@@ -15,10 +15,16 @@ from pathlib import Path
 import pytest
 from google.cloud.bigtable.data import BigtableDataClient, BigtableDataClientAsync, RowMutationEntry
 from google.cloud.bigtable.data.mutations import SetCell
+from hypothesis import settings
 
 from saltedtable import SaltedTable, SaltScheme
 from saltedtable.pytest_plugin import TableFactory
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, ExternalEmulator
+
+# No time limit per example: the suite asserts no timings (speed is the benchmarks'
+# business), and a loaded 2-core CI machine must not turn a slow example into a failure.
+settings.register_profile("saltedtable", deadline=None)
+settings.load_profile("saltedtable")
 
 # pytester runs the plugin's own tests (tests/emulator/test_pytest_plugin.py).
 pytest_plugins = ["pytester"]

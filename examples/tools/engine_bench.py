@@ -42,6 +42,13 @@ Sections (``--sections``, default all):
   its N sub-scans at once (N = 16) and saltedtable ordered and unordered with the
   default budget and a bare channel; peak RSS (VmHWM), the salted peak over the raw
   single scan's in the same run, and ``peak_buffered_bytes``.
+* ``fallback`` (issue 38; not in the default sections): the ordered 16-bucket scan
+  through the client's own ``read_rows_stream`` (the fallback path) against the raw
+  sub-scans, in a shuffled order each round: through a wrapper table that defines
+  its own ``read_rows_stream`` and adds no per-row work (:class:`NoOpWrapper`), with
+  ``client_internals=False``, through a ``__getattr__`` proxy (which keeps the fast
+  path), and on the client's table (the fast path); paired ratios pooled over
+  ``--runs``, and the calls per row of each under cProfile.
 * ``writes`` (issue 41; not in the default sections): the async and the sync client
   against saltedtable without and with the layout guard, in the same process, and the
   client writing the salted keys itself (``floor``: what the keys' shape costs):
@@ -595,6 +602,77 @@ async def throughput(scans: Scans, rows: int, rounds: int, seed: int = 0) -> dic
             for n in ("salted_ordered", "salted_unordered", "fan_in_floor", "ordered_floor")
         },
         "main_cpu_seconds": {n: spread(v) for n, v in cpu.items()},
+    }
+
+
+class Forwarding:
+    """A proxy of a table that forwards every attribute (``read_rows_stream`` included)."""
+
+    def __init__(self, table: Any) -> None:
+        self._table = table
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+
+class NoOpWrapper(Forwarding):
+    """A wrapper table with its own ``read_rows_stream`` that adds no per-row work."""
+
+    async def read_rows_stream(self, query: Any, **kwargs: Any) -> Any:
+        return await self._table.read_rows_stream(query, **kwargs)
+
+
+#: The fallback section's salted scans: how each salted table is made over the raw one.
+FALLBACK_TABLES: dict[str, Callable[[Any], SaltedTableAsync]] = {
+    "fast_path": lambda raw: SaltedTableAsync(raw, SaltScheme(BUCKETS), guard=False),
+    "noop_wrapper": lambda raw: SaltedTableAsync(
+        NoOpWrapper(raw), SaltScheme(BUCKETS), guard=False
+    ),
+    "switch_off": lambda raw: SaltedTableAsync(
+        raw, SaltScheme(BUCKETS), guard=False, client_internals=False
+    ),
+    "forwarding_proxy": lambda raw: SaltedTableAsync(
+        Forwarding(raw), SaltScheme(BUCKETS), guard=False
+    ),
+}
+
+
+async def fallback(raw: Any, rows: int, rounds: int, seed: int = 0) -> dict[str, Any]:
+    """The ordered scan through the client's own read_rows_stream against the raw sub-scans."""
+    scans = {name: Scans(raw, make(raw)) for name, make in FALLBACK_TABLES.items()}
+    base = scans["fast_path"]
+    fns: dict[str, Callable[[], Awaitable[int]]] = {"raw_16_subscans": base.raw16}
+    fns |= {name: scan.ordered for name, scan in scans.items()}
+    took: dict[str, list[float]] = {n: [] for n in fns}
+    names = list(fns)
+    shuffle = random.Random(seed).shuffle
+    for fn in fns.values():
+        await fn()  # warm-up: channels, caches
+    for _ in range(rounds):
+        shuffle(names)
+        for name in names:
+            gc.collect()
+            start = time.perf_counter()
+            got = await fns[name]()
+            took[name].append(time.perf_counter() - start)
+            assert got == rows, (name, got)
+    raw16 = took["raw_16_subscans"]
+    calls: dict[str, float] = {}
+    for name, fn in fns.items():
+        prof = cProfile.Profile()
+        prof.enable()
+        await fn()
+        prof.disable()
+        calls[name] = round(pstats.Stats(prof).total_calls / rows, 2)  # type: ignore[attr-defined]
+    return {
+        "paired": {
+            n: [round(a / b, 4) for a, b in zip(raw16, took[n], strict=True)] for n in scans
+        },
+        "ratio_vs_raw_16": {
+            n: spread([a / b for a, b in zip(raw16, took[n], strict=True)]) for n in scans
+        },
+        "rows_per_s": {n: spread([rows / t for t in v]) for n, v in took.items()},
+        "calls_per_row": calls,
     }
 
 
@@ -1387,7 +1465,7 @@ async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
         "python": sys.version.split()[0],
     }
     async with BigtableDataClientAsync(project=PROJECT) as client:
-        if {"profile", "throughput", "delay"} & set(args.sections):
+        if {"profile", "throughput", "delay", "fallback"} & set(args.sections):
             table_id = f"engine-{uuid.uuid4().hex[:8]}"
             create_table(address, table_id, (FAMILY,))
             try:
@@ -1409,6 +1487,19 @@ async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
                         for name in runs[0]["paired"]
                     }
                     print(json.dumps(report["throughput"], indent=1), file=sys.stderr)
+                if "fallback" in args.sections:
+                    fallback_runs = [
+                        await fallback(raw, args.rows, args.rounds, seed=number)
+                        for number in range(args.runs)
+                    ]
+                    report["fallback"] = {
+                        "runs": fallback_runs,
+                        "pooled_ratios": {
+                            name: pooled([x for run in fallback_runs for x in run["paired"][name]])
+                            for name in FALLBACK_TABLES
+                        },
+                    }
+                    print(json.dumps(report["fallback"], indent=1), file=sys.stderr)
                 if "delay" in args.sections:
                     report["delay"] = await delays(
                         client, table_id, args.rows, max(1, args.rounds // 2)
@@ -1496,6 +1587,7 @@ def main() -> None:
             "memory",
             "writes",
             "reverse",
+            "fallback",
         ],
     )
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")

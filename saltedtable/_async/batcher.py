@@ -14,14 +14,14 @@ from .._contracts import BatcherLike
 from .._engine.runtime_asyncio import wait_all
 from .._guard.record import family_of
 from .._scheme.layout import Layout
-from .._write import _BatcherCore, _PhysicalEntry, logical_group
+from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import TableGuard
 
 __all__ = ["SaltedMutationsBatcherAsync"]
 
 
 @final
-class SaltedMutationsBatcherAsync(_BatcherCore):
+class SaltedMutationsBatcherAsync(BatcherCore):
     """A ``MutationsBatcherAsync`` that salts each entry's key as it is appended.
 
     It wraps the client's batcher, so flushing by count, bytes and timer, flow
@@ -37,8 +37,15 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
 
     __slots__ = ("_guard",)
 
-    def __init__(self, inner: BatcherLike, layout: Layout, guard: TableGuard | None = None) -> None:
-        super().__init__(inner, layout)
+    def __init__(
+        self,
+        inner: BatcherLike,
+        layout: Layout,
+        guard: TableGuard | None = None,
+        *,
+        internals: bool = True,
+    ) -> None:
+        super().__init__(inner, layout, internals=internals)
         self._inner: BatcherLike = inner
         self._guard = guard
 
@@ -58,7 +65,7 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
         ):
             await self._inner.append(mutation_entry)  # refused as the client refuses it
             return
-        physical = _PhysicalEntry()
+        physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
         mutations = mutation_entry.mutations
         physical.mutations = mutations if type(mutations) is tuple else tuple(mutations)
@@ -96,7 +103,11 @@ class SaltedMutationsBatcherAsync(_BatcherCore):
                 them again.
             RuntimeError: The batcher is closed.
             NotImplementedError: The client's batcher lacks the private flush
-                jobs it uses (a google-cloud-bigtable other than 2.50's).
+                jobs it uses (a google-cloud-bigtable other than 2.50's), or
+                the table's ``client_internals`` switch is off. Then
+                ``close()`` writes what was appended and raises what failed,
+                as the client's batcher does (it keeps the first and the last
+                ten failures).
         """
         before = self._seq
         await wait_all(self._flush_jobs())

@@ -40,7 +40,7 @@ from .._guard.families import Placement, TableSchema
 from .._read.timeouts import GuardTime, guard_limit, guard_timeouts, time_left
 from .._scheme.layout import Layout
 from .._scheme.salt import SCHEME_ROW_KEY
-from .contracts import TableLikeAsync
+from .table_like import TableLikeAsync
 
 __all__ = ["TableGuard"]
 

@@ -28,7 +28,7 @@ from .._read.settings import ReadSettings
 from .._read.sources_asyncio import BucketSource, OneRequestSource, stop_sources
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
-from .contracts import TableLikeAsync
+from .table_like import TableLikeAsync
 
 __all__ = ["ReadCall"]
 
@@ -54,7 +54,9 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
         self, ctx: ReadContextAsync, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
         # (A reversed read that cannot be sent raises here, before anything is sent.)
-        read_rows_stream = client_read_rows_stream(ctx.table, reverse=plan.reverse)
+        read_rows_stream = client_read_rows_stream(
+            ctx.table, internals=ctx.client_internals, reverse=plan.reverse
+        )
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[OneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
@@ -67,6 +69,7 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
                 limiter=limiter,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
+                internals=ctx.client_internals,
             )
             one = one_merge(
                 first,
@@ -103,6 +106,7 @@ class ReadCall(Read[ReadContextAsync, Awaitable[bool]]):
                 bstats=self._bucket_stats(sub),
                 stray=self._stray_for(sub),
                 reverse=plan.reverse,
+                internals=ctx.client_internals,
             )
             for sub in plan.subqueries
         ]

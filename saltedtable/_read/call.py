@@ -50,14 +50,14 @@ __all__ = [
 _log = logging.getLogger("saltedtable.reader")
 
 #: What the table's guard check returns: an awaitable (async) or a bool (sync).
-G = TypeVar("G")
+GuardResult = TypeVar("GuardResult")
 #: The table type of a read context (async or sync), and its slots.
 T = TypeVar("T")
 L = TypeVar("L")
 
 
 @dataclass(frozen=True, slots=True)
-class ReadContextBase(Generic[T, L, G]):
+class ReadContextBase(Generic[T, L, GuardResult]):
     """What every read of one table shares, built once per table object (either flavour).
 
     The async and sync read calls name it ``ReadContextAsync`` and ``ReadContext``.
@@ -76,16 +76,19 @@ class ReadContextBase(Generic[T, L, G]):
         sizes: What the table's recent reads measured of its rows, by
             filter: a read's first wave is sized from it (see
             :class:`~.settings.RowSizes`).
+        client_internals: False: every request is read through the table's
+            own ``read_rows_stream`` (the table's ``client_internals`` switch).
     """
 
     table: T
     layout: Layout
     limiter: L
     budget: ReadBudget
-    guard: Callable[[GuardTime], G] | None
+    guard: Callable[[GuardTime], GuardResult] | None
     odds: tuple[OneRequestOdds, OneRequestOdds]
     hook: StatsHook | None = None
     sizes: RowSizes = field(default_factory=RowSizes)
+    client_internals: bool = True
 
 
 @final
@@ -201,7 +204,7 @@ class OneRequestStep:
 C = TypeVar("C", bound="ReadContextBase[Any, Any, Any]")
 
 
-class Read(Generic[C, G]):
+class Read(Generic[C, GuardResult]):
     """What a logical read keeps, async or sync: deadline, stray counters, statistics, guard.
 
     The read calls (:class:`~.._async.read_call.ReadCall` and its generated
@@ -259,7 +262,7 @@ class Read(Generic[C, G]):
             stats.one_request = None
         self._stats = stats
         self._hook = hook
-        self._guard: Callable[[GuardTime], G] | None = ctx.guard
+        self._guard: Callable[[GuardTime], GuardResult] | None = ctx.guard
         self._sizes = ctx.sizes
         #: Reads with the same filter share measures (see RowSizes), keyed by its repr.
         self._filter = plan.row_filter

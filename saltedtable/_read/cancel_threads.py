@@ -95,12 +95,16 @@ class SyncRequest:
     Args:
         wake: Called once when the source is stopped, to wake a worker that
             waits for something else first (the table's request slots).
+        disarm: False: the client's operation is left alone (the table's
+            ``client_internals`` switch); only the gRPC call is cancelled, and a
+            stop that comes between attempts ends the next one as it appears.
     """
 
-    __slots__ = ("_lock", "_operation", "_thread", "_wake", "stopped")
+    __slots__ = ("_disarm", "_lock", "_operation", "_thread", "_wake", "stopped")
 
-    def __init__(self, wake: Callable[[], None] | None = None) -> None:
+    def __init__(self, wake: Callable[[], None] | None = None, *, disarm: bool = True) -> None:
         self._wake = wake
+        self._disarm = disarm
         self._lock = threading.Lock()
         self._thread: int | None = None
         self._operation: Any = None
@@ -126,7 +130,7 @@ class SyncRequest:
 
     def attach(self, stream: object) -> bool:
         """In the worker, with the client's stream before its first row; False: stopped."""
-        operation = client_operation(stream)
+        operation = client_operation(stream) if self._disarm else None
         with self._lock:
             self._operation = operation
             if self.stopped:

@@ -12,6 +12,7 @@ sub-queries into one request, for reads small enough to need no more.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, cast, final
 
@@ -450,16 +451,7 @@ class PageCursor:
             hi += 1
         self._upto = keys[hi - 1] if hi < len(keys) else None
         ranges = [c for r in self.sub.ranges if (c := r.clip(after, self._upto)) is not None]
-        if lo == hi and not ranges:
-            # An empty ReadRowsQuery would read the whole table: never send one.
-            self._done = True
-            return None
-        return ReadRowsQuery(
-            row_keys=list(keys[lo:hi]),
-            row_ranges=[_request_range(r) for r in ranges],
-            limit=size or None,
-            row_filter=self.sub.row_filter,
-        )
+        return self._window(keys[lo:hi], ranges, size)
 
     def _next_below(self, size: int | None) -> ReadRowsQuery | None:
         """:meth:`next_query` of a reversed cursor: the window below the last key read.
@@ -478,11 +470,18 @@ class PageCursor:
             lo -= 1
         self._upto = keys[lo] if lo > 0 else None
         ranges = [c for r in self.sub.ranges if (c := _clip_below(r, self._upto, before))]
-        if lo == hi and not ranges:
-            self._done = True  # (an empty ReadRowsQuery would read the whole table)
+        return self._window(keys[lo:hi], ranges, size)
+
+    def _window(
+        self, keys: Sequence[bytes], ranges: list[KeyRange], size: int | None
+    ) -> ReadRowsQuery | None:
+        """The request for one window of keys and clipped ranges (None: nothing is left)."""
+        if not keys and not ranges:
+            # An empty ReadRowsQuery would read the whole table: never send one.
+            self._done = True
             return None
         return ReadRowsQuery(
-            row_keys=list(keys[lo:hi]),
+            row_keys=list(keys),
             row_ranges=[_request_range(r) for r in ranges],
             limit=size or None,
             row_filter=self.sub.row_filter,
@@ -513,7 +512,7 @@ def _clip_below(rng: KeyRange, lowest: bytes | None, before: bytes | None) -> Ke
 @final
 @dataclass(frozen=True, slots=True)
 class OneRequest:
-    """Every sub-query of a read as one ReadRows request, and whose each row is.
+    """Every sub-query of a read as one ReadRows request, and which sub-query each row is of.
 
     The request names every bucket's keys and ranges with the read's filter
     and a row limit of :attr:`rows`. Bigtable returns rows in physical key

@@ -87,6 +87,7 @@ class BucketSourceBase(Generic[S, L]):
         "_stray",
         "_timeouts",
         "halt",
+        "internals",
         "sub",
     )
 
@@ -101,8 +102,12 @@ class BucketSourceBase(Generic[S, L]):
         bstats: BucketStats | None,
         stray: Callable[[bytes], bool] | None,
         reverse: bool = False,
+        internals: bool = True,
     ) -> None:
         self.sub = sub
+        #: False: a stopped request is not disarmed through the client's operation
+        #: (the table's ``client_internals`` switch; only the sync sources do that).
+        self.internals = internals
         self._read_rows_stream: Callable[..., Any] = read_rows_stream
         # (reverse: a reversed read's requests, which read backwards: so do its pages.)
         self._cursor = PageCursor(sub, reverse=reverse)
@@ -164,6 +169,7 @@ class OneRequestSourceBase(Generic[S, L]):
         "cap",
         "capped",
         "got",
+        "internals",
         "largest",
         "last",
         "received",
@@ -180,7 +186,10 @@ class OneRequestSourceBase(Generic[S, L]):
         limiter: L,
         stats: list[BucketStats | None],
         cap: int,
+        internals: bool = True,
     ) -> None:
+        #: As :attr:`BucketSourceBase.internals`.
+        self.internals = internals
         self._read_rows_stream: Callable[..., Any] = read_rows_stream
         self._one = one
         self._subs = subs

@@ -33,7 +33,6 @@ from .sources import (
     annotate,
     count_request,
     count_row,
-    relabel,
 )
 from .stats import BucketStats, current_bucket
 from .timeouts import request_timeouts, slot_timeout
@@ -58,7 +57,7 @@ class SyncBucketSource(BucketSourceBase[SyncReadRowsStream, Slots]):
 
     def _prepare(self) -> None:
         #: The request running now, which the read ends when it stops.
-        self.request = SyncRequest(self._limiter.interrupt)
+        self.request = SyncRequest(self._limiter.interrupt, disarm=self.internals)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the next request of at most ``size`` rows, pushing each row into ``feed``.
@@ -125,7 +124,13 @@ class SyncBucketSource(BucketSourceBase[SyncReadRowsStream, Slots]):
                 for row in stream if request.attach(stream) else ():
                     if merge.stopping:
                         break  # left early, or another sub-scan failed: end this one here
-                    key, nbytes = relabel(row, cut)
+                    # (relabel, inline: no call a row)
+                    key = row.row_key[cut:]
+                    row.row_key = key
+                    nbytes = len(key)
+                    for cell in row.cells:
+                        cell.row_key = key
+                        nbytes += len(cell.value)
                     received += 1
                     if stray is None or not stray(key):
                         if stats is not None:
@@ -196,7 +201,7 @@ class SyncOneRequestSource(OneRequestSourceBase[SyncReadRowsStream, Slots]):
 
     def _prepare(self) -> None:
         #: The request, which the read ends when the caller leaves.
-        self.request = SyncRequest(self._limiter.interrupt)
+        self.request = SyncRequest(self._limiter.interrupt, disarm=self.internals)
 
     def __call__(self, size: int, feed: Feed[Row], merge: ThreadMerge[Row]) -> Sent:
         """Run the request once, pushing every row into ``feed``; never asks again."""

@@ -82,7 +82,7 @@ def key_part_identity(part: Callable[..., Any] | None) -> str | None:
         return f"name:{part.name}"
     # The class, not its module's name: the package may move its modules, and the
     # public names say __module__ "saltedtable".
-    if isinstance(part, READY_MADE_KEY_PARTS):
+    if type(part) in READY_MADE_KEY_PARTS:  # (a subclass elsewhere is not one of them)
         return repr(part)  # fields(...), before_last(...): their value is their identity
     if isinstance(part, types.FunctionType):
         qualname, module = part.__qualname__, part.__module__ or ""

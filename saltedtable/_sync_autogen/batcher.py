@@ -16,14 +16,14 @@ from .._contracts import SyncBatcherLike
 from .._engine.runtime_threads import wait_all
 from .._guard.record import family_of
 from .._scheme.layout import Layout
-from .._write import _BatcherCore, _PhysicalEntry, logical_group
+from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import SyncTableGuard
 
 __all__ = ["SaltedMutationsBatcherSync"]
 
 
 @final
-class SaltedMutationsBatcherSync(_BatcherCore):
+class SaltedMutationsBatcherSync(BatcherCore):
     """A ``MutationsBatcher`` that salts each entry's key as it is appended.
 
     It wraps the client's batcher, so flushing by count, bytes and timer, flow
@@ -40,9 +40,14 @@ class SaltedMutationsBatcherSync(_BatcherCore):
     __slots__ = ("_guard",)
 
     def __init__(
-        self, inner: SyncBatcherLike, layout: Layout, guard: SyncTableGuard | None = None
+        self,
+        inner: SyncBatcherLike,
+        layout: Layout,
+        guard: SyncTableGuard | None = None,
+        *,
+        internals: bool = True,
     ) -> None:
-        super().__init__(inner, layout)
+        super().__init__(inner, layout, internals=internals)
         self._inner: SyncBatcherLike = inner
         self._guard = guard
 
@@ -62,7 +67,7 @@ class SaltedMutationsBatcherSync(_BatcherCore):
         ):
             self._inner.append(mutation_entry)  # refused as the client refuses it
             return
-        physical = _PhysicalEntry()
+        physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
         mutations = mutation_entry.mutations
         physical.mutations = mutations if type(mutations) is tuple else tuple(mutations)
@@ -100,7 +105,11 @@ class SaltedMutationsBatcherSync(_BatcherCore):
                 them again.
             RuntimeError: The batcher is closed.
             NotImplementedError: The client's batcher lacks the private flush
-                jobs it uses (a google-cloud-bigtable other than 2.50's).
+                jobs it uses (a google-cloud-bigtable other than 2.50's), or
+                the table's ``client_internals`` switch is off. Then
+                ``close()`` writes what was appended and raises what failed,
+                as the client's batcher does (it keeps the first and the last
+                ten failures).
         """
         before = self._seq
         wait_all(self._flush_jobs())

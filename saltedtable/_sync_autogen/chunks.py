@@ -29,8 +29,9 @@ sends, so that a change in the client is seen.
 The read operation is a private class of the client, so the merged read is
 used only with the client releases it was checked against (:data:`TESTED_CLIENTS`).
 Where it is not used (another release, a table that is not the client's, a
-``read_rows_stream`` replaced) :func:`client_read_rows_stream` returns the
-table's own ``read_rows_stream``.
+``read_rows_stream`` replaced, the salted table's ``client_internals`` switch
+off: :func:`merged_reads_unavailable` says which) :func:`client_read_rows_stream`
+returns the table's own ``read_rows_stream``.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ __all__ = [
     "REVERSE_SCANS_HEADER",
     "client_read_rows_stream",
     "merge_chunks",
+    "merged_reads_unavailable",
     "reverse_scans_unavailable",
     "revise_reversed_rowset",
 ]
@@ -409,50 +411,63 @@ def _call(client: Any, request: Any, timeout: float, reverse: bool = False) -> A
     return _rpc(client)(request, timeout=timeout, metadata=metadata)
 
 
-def _fallback_reason(table: Any) -> str | None:
-    """Why ``table`` is read through its own ``read_rows_stream`` (None: it is not)."""
-    if not _CLIENT:
-        if not _CLIENT_VERSION.startswith(TESTED_CLIENTS):
-            return (
-                f"google-cloud-bigtable {_CLIENT_VERSION} is not a release saltedtable's "
-                f"own read path was checked against ({', '.join(TESTED_CLIENTS)}x)"
-            )
-        return "the client's read operation cannot be used (its read_rows_stream was patched)"
-    if not isinstance(table, _Target):
+def merged_reads_unavailable(table: Any, *, internals: bool = True) -> str | None:
+    """Why ``table``'s requests cannot be read by :func:`merge_chunks` (None: they can).
+
+    The one place that decides whether saltedtable may use the client's private
+    read operation for a table: not where ``internals`` is False (the salted
+    table's ``client_internals`` switch), the installed client is not one of
+    :data:`TESTED_CLIENTS`, or ``table.read_rows_stream`` is not the client's
+    own method bound to a client's table (replaced on the table, its class or
+    the client's base class, or a wrapper's own). A proxy whose
+    ``read_rows_stream`` is the client table's own (one that forwards the
+    attribute, as a ``__getattr__`` proxy does) keeps the merged read: its
+    requests go to the table the method is bound to, as they would through
+    the method. The reason is a phrase for an error message.
+    """
+    if not internals:
         return (
-            f"the table is a {type(table).__module__}.{type(table).__qualname__}, not the "
-            "client's own table, so its own read_rows_stream reads it"
+            "the client's internals are switched off "
+            "(client_internals=False, or SALTEDTABLE_CLIENT_INTERNALS=off)"
         )
-    own = table.read_rows_stream
+    if not _CLIENT:
+        return (
+            f"google-cloud-bigtable {_CLIENT_VERSION} is not a release "
+            "saltedtable was checked against"
+        )
+    own = getattr(table, "read_rows_stream", None)
     if (
         type(own) is not types.MethodType
         or type(own.__func__) is not types.FunctionType
         or own.__func__.__code__ is not _OWN
+        or not isinstance(own.__self__, _Target)
     ):
-        return "the table's read_rows_stream is replaced, and a replaced method is always honoured"
+        if isinstance(table, _Target):
+            return "the table's read_rows_stream is not the client's own (it was replaced)"
+        return f"the table is a {type(table).__qualname__}, whose read_rows_stream is its own"
     return None
 
 
-def reverse_scans_unavailable(table: Any) -> str | None:
+def reverse_scans_unavailable(table: Any, *, internals: bool = True) -> str | None:
     """Why ``table`` cannot be read backwards (None: it can).
 
     A reversed read needs saltedtable's own read path (the client's 2.50 reads
     send no ``bigtable-features`` header and refuse decreasing keys), so
-    anything that sends reads through the table's own ``read_rows_stream``
-    rules it out: an untested client release, a table that is not the
-    client's, a replaced ``read_rows_stream``.
+    whatever sends reads through the table's own ``read_rows_stream`` (see
+    :func:`merged_reads_unavailable`) rules it out.
     """
-    return _fallback_reason(table)
+    return merged_reads_unavailable(table, internals=internals)
 
 
-def client_read_rows_stream(table: Any, *, reverse: bool = False) -> SyncReadRowsStream:
+def client_read_rows_stream(
+    table: Any, *, internals: bool = True, reverse: bool = False
+) -> SyncReadRowsStream:
     """``table.read_rows_stream``, its attempts merged by :func:`merge_chunks` where it can be.
 
-    The table's own method where ``table`` is not the client's, its
-    ``read_rows_stream`` was replaced (on the table, its class or the client's
-    base class), or the installed client is not one of :data:`TESTED_CLIENTS`.
-    (A test double of the generated client's ``read_rows``, below the table's
-    method, is not seen: replace ``read_rows_stream`` instead.)
+    The table's own method wherever :func:`merged_reads_unavailable` gives a
+    reason (``internals`` False among them). (A test double of the generated
+    client's ``read_rows``, below the table's method, is not seen: replace
+    ``read_rows_stream`` instead.)
 
     ``reverse``: every request it sends reads backwards (see :class:`_ReversedReadRows`).
 
@@ -460,11 +475,14 @@ def client_read_rows_stream(table: Any, *, reverse: bool = False) -> SyncReadRow
         QueryPlanError: ``reverse`` where the table's own method would read
             (:func:`reverse_scans_unavailable` says why), before anything is sent.
     """
-    reason = _fallback_reason(table)
+    reason = merged_reads_unavailable(table, internals=internals)
     if reason is not None:
         if reverse:
             raise QueryPlanError(f"a reversed scan needs saltedtable's own read path: {reason}")
         return table.read_rows_stream  # type: ignore[no-any-return]
+    # (The client's table the method is bound to: ``table`` itself, or the one a
+    # proxy forwards to.)
+    table = table.read_rows_stream.__self__
     read_class = _ReversedReadRows if reverse else _MergedReadRows
     # (The client's own read_rows_stream, but for the operation's class.)
 

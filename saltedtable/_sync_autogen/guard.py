@@ -42,7 +42,7 @@ from .._guard.families import Placement, TableSchema
 from .._read.timeouts import GuardTime, guard_limit, guard_timeouts, time_left
 from .._scheme.layout import Layout
 from .._scheme.salt import SCHEME_ROW_KEY
-from .contracts import SyncTableLike
+from .table_like import SyncTableLike
 
 __all__ = ["SyncTableGuard"]
 

@@ -30,7 +30,7 @@ from .._read.settings import ReadSettings
 from .._read.sources_threads import SyncBucketSource, SyncOneRequestSource, stop_sync_sources
 from .._read.timeouts import Timeouts
 from .chunks import client_read_rows_stream
-from .contracts import SyncTableLike
+from .table_like import SyncTableLike
 
 __all__ = ["SyncReadCall"]
 
@@ -56,7 +56,9 @@ class SyncReadCall(Read[ReadContext, bool]):
         self, ctx: ReadContext, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts
     ) -> None:
         # (A reversed read that cannot be sent raises here, before anything is sent.)
-        read_rows_stream = client_read_rows_stream(ctx.table, reverse=plan.reverse)
+        read_rows_stream = client_read_rows_stream(
+            ctx.table, internals=ctx.client_internals, reverse=plan.reverse
+        )
         limiter, budget = ctx.limiter, settings.budget
         self._first: tuple[SyncOneRequestSource, OneRun[Row]] | None = None
         if self._one is not None:
@@ -69,6 +71,7 @@ class SyncReadCall(Read[ReadContext, bool]):
                 limiter=limiter,
                 stats=[self._bucket_stats(sub) for sub in plan.subqueries],
                 cap=budget.bytes,
+                internals=ctx.client_internals,
             )
             one = one_merge(
                 first,
@@ -105,6 +108,7 @@ class SyncReadCall(Read[ReadContext, bool]):
                 bstats=self._bucket_stats(sub),
                 stray=self._stray_for(sub),
                 reverse=plan.reverse,
+                internals=ctx.client_internals,
             )
             for sub in plan.subqueries
         ]

@@ -58,6 +58,7 @@ from .._facade import (
     samples_for,
     sharded_refused,
     sharded_result,
+    use_client_internals,
 )
 from .._guard.decisions import STORE_SAMPLE_ROWS
 from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
@@ -76,9 +77,9 @@ from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
 from .._write import every_entry_failed, first_family, logical_group
 from .batcher import SaltedMutationsBatcherSync
-from .contracts import SyncTableLike
 from .guard import SyncTableGuard
 from .read_call import ReadContext, SyncReadCall
+from .table_like import SyncTableLike
 
 __all__ = ["SaltedTable"]
 
@@ -138,9 +139,20 @@ class SaltedTable(TableAttributes):
             docs/table.md).
         stats_hook: Called with the :class:`CallStats` of every finished read
             and bulk write (for logging or metrics export).
+        client_internals: False keeps saltedtable off the Bigtable client's
+            private internals: every read goes through the table's own
+            ``read_rows_stream`` (and its public ``read_row``, ``row_exists``,
+            ``sample_row_keys``), retries are not counted in the statistics,
+            and the batcher's :meth:`~SaltedMutationsBatcherSync.flush`
+            raises ``NotImplementedError`` (see docs/table.md, "Switching off
+            the client's internals"). None (the default): the environment
+            variable ``SALTEDTABLE_CLIENT_INTERNALS`` (``off`` or ``on``;
+            unset: on), read when the table is made.
 
     Raises:
         TypeError: ``table`` is None, or ``scheme``/``cutoff``/``budget`` of the wrong type.
+        ValueError: ``SALTEDTABLE_CLIENT_INTERNALS`` is set to something other
+            than on or off (and ``client_internals`` is None).
     """
 
     def __init__(
@@ -155,8 +167,10 @@ class SaltedTable(TableAttributes):
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
+        client_internals: bool | None = None,
     ) -> None:
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
+        internals = use_client_internals(client_internals)
         self._table = table
         self._layout = Layout(scheme, cutoff)
         self.limiter = Slots(max_concurrent_subscans)
@@ -167,7 +181,7 @@ class SaltedTable(TableAttributes):
             limiter=self.limiter,
             require_record=require_record,
             refresh=record_refresh,
-            schema=schema_reader_for(table),
+            schema=schema_reader_for(table, internals=internals),
             name=table_label(table),
         )
         # What every read of this table shares; the odds say whether small reads
@@ -180,6 +194,7 @@ class SaltedTable(TableAttributes):
             guard=self._guard.check,
             odds=(OneRequestOdds(), OneRequestOdds()),
             hook=stats_hook,
+            client_internals=internals,
         )
 
     @classmethod
@@ -197,6 +212,7 @@ class SaltedTable(TableAttributes):
         budget: ReadBudget | None = None,
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
+        client_internals: bool | None = None,
         **table_kwargs: Any,
     ) -> SaltedTable:
         """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``.
@@ -214,6 +230,7 @@ class SaltedTable(TableAttributes):
             budget=budget,
             max_concurrent_subscans=max_concurrent_subscans,
             stats_hook=stats_hook,
+            client_internals=client_internals,
         )
 
     @classmethod
@@ -282,6 +299,11 @@ class SaltedTable(TableAttributes):
     def budget(self) -> ReadBudget:
         """What one read may hold at once."""
         return self._reads.budget
+
+    @property
+    def client_internals(self) -> bool:
+        """Whether this table uses the client's private internals (see the constructor)."""
+        return self._reads.client_internals
 
     @property
     def stats_hook(self) -> StatsHook | None:
@@ -624,7 +646,7 @@ class SaltedTable(TableAttributes):
         plan, settings = read_for(
             query, ctx.layout, ctx.budget, ordered=ordered, slots=capacity(ctx.limiter)
         )
-        if stats is not None or ctx.hook is not None:
+        if (stats is not None or ctx.hook is not None) and ctx.client_internals:
             install_retry_counter(self._table)
         return SyncReadCall(ctx, plan, settings, timeouts, operation=operation, stats=stats)
 
@@ -789,7 +811,9 @@ class SaltedTable(TableAttributes):
             batch_attempt_timeout=batch_attempt_timeout,
             batch_retryable_errors=batch_retryable_errors,
         )
-        return SaltedMutationsBatcherSync(inner, self._layout, self._guard)
+        return SaltedMutationsBatcherSync(
+            inner, self._layout, self._guard, internals=self._reads.client_internals
+        )
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 from .._admin import schema_reader_for, table_label
 from .._engine.budget import ReadBudget
 from .._exceptions import QueryPlanError, SaltedTableError, SchemeMismatchError, WriteFailedError
+from .._facade import use_client_internals
 from .._guard.record import describe_layout, family_of, open_differences
 from .._read.plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._read.query import as_query
@@ -676,7 +677,7 @@ class WriteEntries(TableDoFn):
                 self.layout,
                 require_record=self.require_record,
                 refresh=None,
-                schema=schema_reader_for(table),
+                schema=schema_reader_for(table, internals=use_client_internals(None)),
                 name=table_label(table),
             )
             if self.record_family is not None:

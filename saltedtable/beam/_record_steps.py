@@ -23,6 +23,7 @@ from google.cloud.bigtable.data.row_filters import (
 
 from .._admin import schema_reader_for
 from .._exceptions import LayoutError
+from .._facade import use_client_internals
 from .._guard.families import RECORD_FAMILY, place_record, record_family_problem
 from .._guard.record import (
     SCHEME_QUALIFIER,
@@ -70,7 +71,7 @@ def record_family(table: Table, family: str | None) -> str | None:
     Raises:
         LayoutError: ``family`` cannot hold the record (or the table lacks it).
     """
-    reader = schema_reader_for(table)
+    reader = schema_reader_for(table, internals=use_client_internals(None))
     try:
         schema = None if reader is None else reader(None)
     except GoogleAPICallError:

@@ -1,7 +1,8 @@
-"""A table whose layout record saltedtable 0.1.0 stored opens with the guard today.
+"""A table whose layout record the pre-move saltedtable (3563838) stored opens with the guard today.
 
-The record's cell is written with the raw client, byte for byte as 0.1.0 stored it
-(``tests/vectors/layout_records_0_1.json``, see ``tests/unit/_guard/test_record_compat.py``);
+The record's cell is written with the raw client, byte for byte as that commit stored it
+(``tests/vectors/layout_records_before_move.json``; see
+``tests/unit/_guard/test_record_compat.py``);
 the salted table is then opened with the matching layout, writes and reads a row,
 and leaves the stored record as it was. A layout that differs is still refused.
 """
@@ -73,7 +74,7 @@ async def _stored_now(data_client: BigtableDataClientAsync, table_id: str) -> li
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-async def test_a_table_whose_record_0_1_stored_opens_with_the_guard(
+async def test_a_table_whose_record_the_pre_move_code_stored_opens_with_the_guard(
     data_client: BigtableDataClientAsync, make_table: MakeTable, name: str
 ) -> None:
     """The guard reads the old record, agrees, and the table writes and reads a row."""

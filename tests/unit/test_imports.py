@@ -74,14 +74,14 @@ ORDER: tuple[str, ...] = (
     "_admin",
     "_facade",
     # the async sources, then their generated twins
-    "_async.contracts",
+    "_async.table_like",
     "_async.chunks",
     "_async.read_call",
     "_async.guard",
     "_async.batcher",
     "_async.table",
     "_async",
-    "_sync_autogen.contracts",
+    "_sync_autogen.table_like",
     "_sync_autogen.chunks",
     "_sync_autogen.read_call",
     "_sync_autogen.guard",
@@ -224,7 +224,7 @@ def test_imports_point_downward(path: Path) -> None:
     assert not upward, f"{path.relative_to(PACKAGE)} ({own}) imports from above its floor: {upward}"
 
 
-ENGINE_FILES = sorted((PACKAGE / ENGINE).glob("*.py"))
+ENGINE_FILES = sorted((PACKAGE / ENGINE).rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", ENGINE_FILES, ids=lambda p: p.name)
@@ -467,3 +467,17 @@ def test_a_stale_docstring_reference_is_seen() -> None:
         "line 1: ._merge.Merge",
         "line 2: .merge.Merge",
     ]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_another_modules_private_name(path: Path) -> None:
+    """What two modules share has a package-internal public name, not an ``_x`` one."""
+    private = sorted(
+        f"line {node.lineno}: {alias.name}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom)
+        and (node.level > 0 or (node.module or "").split(".")[0] == "saltedtable")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    )
+    assert private == [], "give these names a public name in the module that defines them"

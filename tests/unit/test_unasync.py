@@ -117,8 +117,9 @@ def test_the_check_fails_on_a_stale_file(
     assert "stale: saltedtable/_sync_autogen/batcher.py" in out
 
 
-def test_gitattributes_marks_exactly_the_generated_files() -> None:
-    """The path-keyed setting moves with the files: its pattern matches the generated folder."""
+def test_gitattributes_marks_the_generated_files_and_nothing_else() -> None:
+    """The path-keyed setting moves with the files: it marks every generated file, and
+    nothing outside the generated folder (whose hand-written ``__init__`` says so too)."""
     lines = (ROOT / ".gitattributes").read_text(encoding="utf-8").splitlines()
     patterns = [line.split()[0] for line in lines if "linguist-generated" in line]
     marked = {str(p.relative_to(ROOT)) for pattern in patterns for p in ROOT.glob(pattern)}

@@ -1,15 +1,15 @@
-"""Layout records as a past release stored them: the cases, and the script writing them.
+"""Layout records as an earlier commit stored them: the cases, and the script writing them.
 
-``layout_records_0_1.json`` holds, for each layout in :data:`CASES`, the exact value
-saltedtable 0.1.0 (commit 3563838, the last release before the package's modules
+``layout_records_before_move.json`` holds, for each layout in :data:`CASES`, the exact value
+saltedtable at commit 3563838 (the last commit before the package's modules
 moved into folders) stored in the reserved row for it.
 ``tests/unit/_guard/test_record_compat.py`` checks that the current code reads each one
 as the same layout and writes the same bytes.
 
-Regenerate it from a checkout with the git history (the release's package is taken
+Regenerate it from a checkout with the git history (that commit's package is taken
 from git, the cases from this file)::
 
-    python tests/vectors/layout_records.py 3563838 > tests/vectors/layout_records_0_1.json
+    python tests/vectors/layout_records.py 3563838 > tests/vectors/layout_records_before_move.json
 
 Run with ``--here`` instead of a commit, it prints what the current code stores.
 """
@@ -36,7 +36,7 @@ MODULE = "tests.vectors.layout_records"
 
 #: The release the stored file was written by, and the file.
 RELEASE = "3563838"
-STORED = Path(__file__).with_name("layout_records_0_1.json")
+STORED = Path(__file__).with_name("layout_records_before_move.json")
 
 _UTC = dt.UTC
 _CUT = "dt.datetime(2024, 1, 1, tzinfo=dt.UTC)"

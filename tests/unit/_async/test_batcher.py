@@ -221,6 +221,30 @@ async def test_without_the_clients_internals_close_still_names_logical_entries()
     assert failed_entries(info.value) == [mine]
 
 
+async def test_with_the_client_internals_switch_off_the_clients_batcher_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """client_internals=False: its private store of failures is not replaced, flush() names
+    the switch, and close() raises the client's own group with the caller's entries."""
+    fake = failing(b"bad")
+    batcher = SaltedTableAsync(fake, SCHEME, client_internals=False).mutations_batcher()
+    assert "_add_exceptions" not in vars(batcher._inner)
+    mine = entry(b"bad")
+    await batcher.append(entry(b"ok"))
+    await batcher.append(mine)
+    with pytest.raises(NotImplementedError, match="client_internals"):
+        await batcher.flush()
+    with pytest.raises(MutationsExceptionGroup) as info:
+        await batcher.close()
+    assert failed_entries(info.value) == [mine]
+    # The environment variable does the same; the sync table too.
+    monkeypatch.setenv("SALTEDTABLE_CLIENT_INTERNALS", "off")
+    sync = SaltedTable(SyncFakeTable(FakeTable()), SCHEME).mutations_batcher()
+    with pytest.raises(NotImplementedError, match="SALTEDTABLE_CLIENT_INTERNALS"):
+        sync.flush()
+    sync.close()
+
+
 # -- flush(), sync -------------------------------------------------------------------
 
 

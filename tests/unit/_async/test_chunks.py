@@ -982,3 +982,63 @@ async def test_the_universe_domain_is_checked_as_the_client_checks_it(
         assert errors == [ValueError, ValueError]
     finally:
         await client.close()
+
+
+async def test_the_switch_and_wrappers_decide_between_the_merged_read_and_the_tables_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """internals=False: the table's own method, with the switch named as the reason. A proxy
+    that forwards read_rows_stream keeps the merged read (on the table it forwards to); a
+    wrapper that defines its own read_rows_stream is always read through it."""
+    from google.cloud.bigtable.data import BigtableDataClientAsync
+
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", NOWHERE)
+    client = BigtableDataClientAsync(project="p")
+    try:
+        table = client.get_table("i", "t")
+        assert _chunks.merged_reads_unavailable(table) is None
+        assert client_read_rows_stream(table, internals=False) == table.read_rows_stream
+        why = _chunks.merged_reads_unavailable(table, internals=False)
+        assert "client_internals=False" in str(why)
+
+        class Forwarding:
+            """Forwards every attribute to the table (instrumentation of other methods)."""
+
+            def __init__(self, inner: Any) -> None:
+                self._inner = inner
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._inner, name)
+
+        class Own(Forwarding):
+            async def read_rows_stream(self, query: Any, **kwargs: Any) -> Any:
+                return await self._inner.read_rows_stream(query, **kwargs)
+
+        proxy = Forwarding(table)
+        assert _chunks.merged_reads_unavailable(proxy) is None
+        merged = client_read_rows_stream(proxy)
+        assert merged.__module__ == "saltedtable._async.chunks"
+        assert client_read_rows_stream(proxy, internals=False) == table.read_rows_stream
+        wrapper = Own(table)
+        assert client_read_rows_stream(wrapper) == wrapper.read_rows_stream
+        why = _chunks.merged_reads_unavailable(wrapper)
+        assert "Own" in str(why)
+        assert "NoneType" in str(_chunks_sync.merged_reads_unavailable(None))
+    finally:
+        await client.close()
+
+
+def test_the_sync_switch_gives_the_tables_own_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.cloud.bigtable.data import BigtableDataClient
+
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", NOWHERE)
+    client = BigtableDataClient(project="p")
+    try:
+        table = client.get_table("i", "t")
+        assert _chunks_sync.client_read_rows_stream(table).__module__ == (
+            "saltedtable._sync_autogen.chunks"
+        )
+        own = _chunks_sync.client_read_rows_stream(table, internals=False)
+        assert own == table.read_rows_stream
+    finally:
+        client.close()

@@ -222,4 +222,4 @@ def test_the_clients_own_revision_would_resume_above_the_last_key() -> None:
 def test_a_table_that_is_not_the_clients_cannot_read_backwards() -> None:
     reason = reverse_scans_unavailable(FakeTable())
     assert reason is not None
-    assert "not the client's own table" in reason
+    assert "FakeTable, whose read_rows_stream is its own" in reason

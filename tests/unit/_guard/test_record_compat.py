@@ -1,7 +1,7 @@
-"""Layout records written by the release before the module move open now, and the other way round.
+"""Layout records written before the module move open now, and the other way round.
 
-``tests/vectors/layout_records_0_1.json`` holds the exact values saltedtable 0.1.0
-(commit 3563838, the last release before the package's modules moved into folders)
+``tests/vectors/layout_records_before_move.json`` holds the exact values saltedtable at
+commit 3563838 (the last commit before the package's modules moved into folders)
 stored for each layout of ``tests/vectors/layout_records.py``: plain schemes, every
 ready-made key part, named and custom parts, a cutoff with each ready-made timestamp
 reader, and the migration states.
@@ -119,7 +119,7 @@ def _has_commit(commit: str) -> bool:
 
 
 def test_the_release_before_reads_what_is_stored_now(tmp_path: Path) -> None:
-    """The 0.1.0 decoder, from git, reads today's bytes as the layouts today's code meant."""
+    """The pre-move decoder (3563838), from git, reads today's bytes as today's layouts."""
     if not _has_commit(layout_records.RELEASE):
         pytest.skip(f"commit {layout_records.RELEASE} is not in this clone (shallow?)")
     now = {name: encode_layout(_built_now(name)).decode("ascii") for name in NAMES}

@@ -1,4 +1,4 @@
-# Generated from saltedtable/_async/contracts.py by .ci/unasync.py: do not edit.
+# Generated from saltedtable/_async/table_like.py by .ci/unasync.py: do not edit.
 # Edit the async source, then run `make generate`.
 """What the salted table, its read call and its guard call on a Bigtable table (pure types).
 

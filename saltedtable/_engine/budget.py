@@ -73,6 +73,7 @@ __all__ = [
     "streamable",
     "unordered_shares",
     "widen",
+    "wire_bytes",
 ]
 
 #: What a row held as Python objects costs beyond its key and cell values: the
@@ -203,14 +204,25 @@ def stream_rows(budget: ReadBudget, sources: int, largest: int) -> int:
     several megabytes and keeps it full while the bucket's reader pauses or
     falls behind, outside the budget. A row limit bounds what the server may
     send for the request, whatever the window: the bucket's share of the
-    budget's bytes at the ``largest`` row seen (its :func:`row_cost`, more than
-    the row's bytes on the wire), so that the requests of all ``sources`` buckets
-    stay within the budget's bytes besides what the read holds. When a request
+    budget's bytes at the ``largest`` row seen, counted as it travels (its
+    :func:`row_cost` less the objects a row of one cell becomes: the bytes the
+    transport buffers), so that what the requests of all ``sources`` buckets may
+    buffer stays within the budget's bytes besides what the read holds. When a request
     has run to its limit, the next one starts (one round trip per share).
     At least :data:`STREAM_MIN_ROWS`; :func:`streamable` requests give more.
     """
     share = budget.bytes // max(1, sources)
-    return max(STREAM_MIN_ROWS, share // max(1, largest))
+    return max(STREAM_MIN_ROWS, share // wire_bytes(largest))
+
+
+def wire_bytes(cost: int) -> int:
+    """The bytes a row whose :func:`row_cost` is ``cost`` takes in the transport, at least.
+
+    Its cost less the objects a row of one cell becomes (a row of more cells is
+    counted larger than it travels, which errs on the safe side), and never less
+    than an eighth of its cost.
+    """
+    return max(1, cost - ROW_OVERHEAD_BYTES - CELL_OVERHEAD_BYTES, cost // 8)
 
 
 def allowance(budget: ReadBudget, live: int, row_bytes: float) -> int:

@@ -17,14 +17,14 @@ import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync
-from saltedtable._engine.budget import row_cost, stream_rows
+from saltedtable._engine.budget import row_cost, stream_rows, wire_bytes
 from saltedtable.testing import INSTANCE
 from tests.emulator.test_wide_rows_emulator import SCHEME, SLACK, UNBOUNDED, AskMeter, load
 
 pytestmark = pytest.mark.emulator
 
-#: 300 rows of 100 B a bucket.
-ROWS, SIZE = 16 * 300, 100
+#: 1,000 rows of 100 B a bucket.
+ROWS, SIZE = 16 * 1000, 100
 #: A row's key and value on the wire (the meter's unit) and what it counts in the budget.
 WIRE = SIZE + len(b"k00000") + SLACK
 COST = row_cost(SIZE + len(b"k00000"), 1)
@@ -36,10 +36,10 @@ async def test_a_streamed_scan_bounds_every_request(
 ) -> None:
     table_id = make_table(families=("cf",))
     await load(data_client, table_id, ROWS, SIZE)
-    # 32 KiB a bucket: streams (a page's cap holds 16 rows and more), 55 rows a request.
+    # 32 KiB a bucket: streams (a page's cap holds 16 rows and more), 309 rows a request.
     budget = ReadBudget(bytes=512 << 10)
     share = stream_rows(budget, SCHEME.buckets, COST)
-    assert share == 55
+    assert share == (512 << 10) // SCHEME.buckets // wire_bytes(COST) == 309
     meter = AskMeter(WIRE)
     physical = meter.wrap(data_client.get_table(INSTANCE, table_id))
     table = SaltedTableAsync(physical, SCHEME, budget=budget, guard=False)
@@ -52,11 +52,12 @@ async def test_a_streamed_scan_bounds_every_request(
         keys.append(row.row_key)
     assert (keys if ordered else sorted(keys)) == [b"k%05d" % i for i in range(ROWS)]
     # No request without a row limit was ever open. What the open requests could still
-    # bring in stayed within the budget (their row limits, counted at the rows' cost:
-    # their bytes on the wire are fewer), and what the read held within the budget and
-    # a row per bucket: twice the budget at most, where an unbounded stream has no end.
+    # bring in stayed within the budget (their row limits, counted at the rows' bytes on
+    # the wire), and what the read held within the budget and a row per bucket (counted
+    # at the rows' cost, fewer on the wire): twice the budget at most, in the meter's
+    # unit, where an unbounded stream has no end.
     assert meter.peak < UNBOUNDED
-    assert meter.peak * COST // WIRE <= 2 * budget.bytes + SCHEME.buckets * COST, meter.peak
+    assert meter.peak <= 2 * budget.bytes + SCHEME.buckets * COST, meter.peak
     assert 0 < stats.peak_buffered_bytes <= budget.bytes + SCHEME.buckets * COST
     # The limit, not the grants, ended the streams: several requests a bucket.
-    assert stats.requests >= SCHEME.buckets * (300 // share)
+    assert stats.requests >= SCHEME.buckets * (1000 // share)

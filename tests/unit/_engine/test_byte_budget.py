@@ -39,6 +39,7 @@ from saltedtable._engine.budget import (
     ramp,
     row_cost,
     stream_rows,
+    wire_bytes,
     streamable,
 )
 from saltedtable._engine.merge import Feed, Sent
@@ -644,13 +645,14 @@ def test_streamed_requests_of_every_bucket_fit_the_budget(
     budget_bytes: int, sources: int, largest: int
 ) -> None:
     """Where a bucket may stream (its page's cap holds STREAM_MIN_ROWS rows), the row
-    limits of all buckets' streamed requests, at the largest row seen, are within the
-    budget's bytes: what their transports may buffer has a bound whatever the window."""
+    limits of all buckets' streamed requests, at the largest row seen as it travels, are
+    within the budget's bytes: what their transports may buffer has a bound whatever the
+    window."""
     budget = ReadBudget(bytes=budget_bytes)
     rows = stream_rows(budget, sources, largest)
     assert rows >= STREAM_MIN_ROWS
     if streamable(budget_bytes // (2 * sources), largest):
-        assert sources * rows * largest <= budget_bytes
+        assert sources * rows * wire_bytes(largest) <= budget_bytes
         assert rows >= 2 * STREAM_MIN_ROWS  # (a share holds two pages' caps)
 
 
@@ -684,3 +686,9 @@ def test_row_cost_counts_the_objects_of_a_held_row() -> None:
         assert 0.85 * measured <= counted <= 1.15 * measured, (size, cells, measured, counted)
         if size <= 100:
             assert data < 0.5 * measured  # (why the objects must count)
+
+
+@given(cost=st.integers(1, 1 << 30))
+def test_a_row_travels_in_no_more_bytes_than_it_costs(cost: int) -> None:
+    """``wire_bytes``: at most the row's cost, at least an eighth of it (and one byte)."""
+    assert max(1, cost // 8) <= wire_bytes(cost) <= max(1, cost)

@@ -14,7 +14,7 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import StripValueTransformerFilter
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan
-from saltedtable._engine.budget import PROBE_ROWS, row_cost, stream_rows
+from saltedtable._engine.budget import PROBE_ROWS, row_cost, stream_rows, wire_bytes
 from saltedtable._read.cancel_asyncio import end_stream
 from tests.fakes import FakeTable
 
@@ -64,24 +64,28 @@ async def test_small_budgets_read_in_many_requests_without_gaps_or_repeats(order
 @pytest.mark.parametrize("ordered", [True, False])
 async def test_streamed_requests_end_at_their_share_of_the_bytes(ordered: bool) -> None:
     """A budget of 64,000 bytes over 4 buckets: each streamed request's row limit is its
-    bucket's share of the bytes at the rows' cost (32 rows), so a bucket of 100 rows
-    takes several requests, each resuming after the last; every row once."""
+    bucket's share of the bytes at the rows' size in the transport (262 rows), so a
+    bucket of 600 rows takes several requests, each resuming after the last; every row
+    once."""
+    keys = [b"k%05d" % i for i in range(2400)]
     budget = ReadBudget(bytes=64_000)
-    fake, table = await filled(budget=budget)
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4), budget=budget)  # type: ignore[arg-type]
+    await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in keys])
     await table.read_rows(ReadRowsQuery(limit=1))  # (the table measures its rows)
     fake.stats.queries.clear()
     fake.stats.rows_sent = 0
     stats = CallStats()
     stream = await table.read_rows_stream(ReadRowsQuery(), ordered=ordered, stats=stats)
     got = [row.row_key async for row in stream]
-    assert (got if ordered else sorted(got)) == KEYS
-    assert fake.stats.rows_sent == len(KEYS)
+    assert (got if ordered else sorted(got)) == keys
+    assert fake.stats.rows_sent == len(keys)
     share = stream_rows(budget, 4, ROW_COST)
-    assert share == 32
+    assert share == 64_000 // 4 // wire_bytes(ROW_COST) == 262
     limits = [q.limit for q in fake.stats.queries]
     assert None not in limits
-    assert all(4 * limit * ROW_COST <= budget.bytes for limit in limits if limit is not None)
-    assert limits.count(share) >= 4 * (100 // share)
+    assert all(4 * limit * wire_bytes(ROW_COST) <= budget.bytes for limit in limits if limit)
+    assert limits.count(share) >= 4 * (600 // share)
     assert stats.peak_buffered_bytes <= budget.bytes + 4 * ROW_COST
 
 

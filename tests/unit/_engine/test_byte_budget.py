@@ -39,8 +39,8 @@ from saltedtable._engine.budget import (
     ramp,
     row_cost,
     stream_rows,
-    wire_bytes,
     streamable,
+    wire_bytes,
 )
 from saltedtable._engine.merge import Feed, Sent
 from saltedtable._engine.merge_asyncio import Merge

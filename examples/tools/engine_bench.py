@@ -35,6 +35,13 @@ Sections (``--sections``, default all):
 * ``wide``: a fresh process streams a table of 64 KiB rows (and one of 1 MiB rows),
   raw single scan against saltedtable ordered and unordered with the default budget;
   peak RSS (VmHWM) of each, and saltedtable's ``peak_buffered_bytes``.
+* ``memory`` (issue 38; not in the default sections): for N = 16, 64 and 256
+  (``--memory-n``), a table of ``--memory-rows`` rows of 100 B, and tables of
+  ``--memory-wide-mb`` MB of 64 KiB rows (N = 16, 64) and 1 MiB rows (N = 16): each
+  full scan in a fresh process (``--memory-runs`` times), the raw client's single scan,
+  its N sub-scans at once (N = 16) and saltedtable ordered and unordered with the
+  default budget and a bare channel; peak RSS (VmHWM), the salted peak over the raw
+  single scan's in the same run, and ``peak_buffered_bytes``.
 * ``fallback`` (issue 38; not in the default sections): the ordered 16-bucket scan
   through the client's own ``read_rows_stream`` (the fallback path) against the raw
   sub-scans, in a shuffled order each round: through a wrapper table that defines
@@ -965,6 +972,135 @@ async def wide(
     return out
 
 
+# -- memory (issue 38) -------------------------------------------------------------
+
+MEMORY_CHILD = """
+import asyncio, json, sys, time
+from pathlib import Path
+from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
+from saltedtable import CallStats, SaltedTableAsync, SaltScheme
+
+def peak_mb():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+
+async def count(stream):
+    n = 0
+    async for _ in stream:
+        n += 1
+    return n
+
+async def main(project, instance, table_id, how, buckets):
+    async with BigtableDataClientAsync(project=project) as client:
+        raw = client.get_table(instance, table_id)
+        await raw.read_rows(ReadRowsQuery(limit=1))
+        base = peak_mb()
+        stats = CallStats()
+        table = SaltedTableAsync.from_client(
+            client, instance, table_id, SaltScheme(int(buckets)), guard=False
+        )
+        start = time.perf_counter()
+        if how == "raw":
+            n = await count(await raw.read_rows_stream(ReadRowsQuery()))
+        elif how == "raw_subscans":
+            subs = [
+                ReadRowsQuery(row_ranges=[r.to_row_range() for r in sub.ranges])
+                for sub in table.plan(ReadRowsQuery()).subqueries
+            ]
+            async def one(q):
+                return await count(await raw.read_rows_stream(q))
+            n = sum(await asyncio.gather(*(one(q) for q in subs)))
+        else:
+            n = await count(await table.read_rows_stream(
+                ReadRowsQuery(), ordered=how == "ordered", stats=stats
+            ))
+        seconds = time.perf_counter() - start
+    print(json.dumps({"rows": n, "baseline_mb": round(base, 1), "peak_mb": round(peak_mb(), 1),
+                      "seconds": round(seconds, 2),
+                      "peak_buffered_bytes": stats.peak_buffered_bytes,
+                      "peak_buffered_rows": stats.peak_buffered_rows,
+                      "requests": stats.requests}))
+
+asyncio.run(main(*sys.argv[1:6]))
+"""
+
+
+def memory_child(table_id: str, how: str, buckets: int) -> dict[str, Any]:
+    """One scan in a fresh process: its peak RSS (VmHWM) and what saltedtable says it held."""
+    done = subprocess.run(
+        [sys.executable, "-c", MEMORY_CHILD, PROJECT, INSTANCE, table_id, how, str(buckets)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ,
+    )
+    if done.returncode:
+        raise RuntimeError(done.stderr[-2000:])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+#: The memory section's tables: (buckets, row bytes, table bytes or None: ``--memory-rows`` rows).
+MEMORY_TABLES = ((16, 100, None), (64, 100, None), (256, 100, None))
+MEMORY_WIDE = ((16, 64 << 10), (64, 64 << 10), (16, 1 << 20))
+
+
+async def memory(
+    address: str,
+    client: BigtableDataClientAsync,
+    rows: int,
+    wide_mb: int,
+    runs: int,
+    ns: list[int],
+) -> dict[str, Any]:
+    """Peak RSS of full scans in fresh processes, raw and salted, per N and row size.
+
+    One table per (N, row size), loaded once; each scan runs ``runs`` times in a
+    fresh process, the scans in a rotating order. The raw single scan of the same
+    table in the same run is the reference (``over_raw_mb``: salted peak minus raw
+    peak, medians); the raw N sub-scans run for N = 16 only.
+    """
+    out: dict[str, Any] = {}
+    cases = [(n, size, rows) for n, size, _ in MEMORY_TABLES if n in ns]
+    if wide_mb:
+        cases += [(n, size, wide_mb * (1 << 20) // size) for n, size in MEMORY_WIDE]
+    for buckets, size, count_ in cases:
+        table_id = f"mem-{uuid.uuid4().hex[:8]}"
+        create_table(address, table_id, (FAMILY,))
+        try:
+            start = time.perf_counter()
+            await load(client, table_id, count_, size, buckets)
+            loaded = time.perf_counter() - start
+            hows = ["raw", "ordered", "unordered"]
+            if buckets == BUCKETS and size == 100:
+                hows.insert(1, "raw_subscans")
+            reports: dict[str, list[dict[str, Any]]] = {h: [] for h in hows}
+            for r in range(runs):
+                for how in hows[r % len(hows) :] + hows[: r % len(hows)]:
+                    reports[how].append(memory_child(table_id, how, buckets))
+            peak = {h: statistics.median(x["peak_mb"] for x in v) for h, v in reports.items()}
+            name = f"N={buckets} {size}B" if size < 1024 else f"N={buckets} {size >> 10}KiB"
+            out[name] = {
+                "rows": count_,
+                "load_seconds": round(loaded, 1),
+                "peak_rss_mb": peak,
+                "over_raw_mb": {h: round(peak[h] - peak["raw"], 1) for h in hows if h != "raw"},
+                "seconds": {
+                    h: statistics.median(x["seconds"] for x in v) for h, v in reports.items()
+                },
+                "peak_buffered_mb": {
+                    h: round(max(x["peak_buffered_bytes"] or 0 for x in reports[h]) / (1 << 20), 1)
+                    for h in ("ordered", "unordered")
+                },
+                "requests": {h: reports[h][0]["requests"] for h in ("ordered", "unordered")},
+            }
+            print(name, json.dumps(out[name]), file=sys.stderr, flush=True)
+        finally:
+            delete_table(address, table_id, missing_ok=True)
+    return out
+
+
 # -- writes (issue 41) ----------------------------------------------------------------
 
 #: The write section's variants of one flavour: the raw client's table; ``floor``,
@@ -1381,6 +1517,15 @@ async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
             print(json.dumps(report["reverse"], indent=1), file=sys.stderr)
         if "wide" in args.sections:
             report["wide"] = await wide(address, client, args.wide_mb, args.wide_runs)
+        if "memory" in args.sections:
+            report["memory"] = await memory(
+                address,
+                client,
+                args.memory_rows,
+                args.memory_wide_mb,
+                args.memory_runs,
+                args.memory_n,
+            )
     return report
 
 
@@ -1397,6 +1542,16 @@ def main() -> None:
     parser.add_argument("--firstrow-rows-per-bucket", type=int, default=25)
     parser.add_argument("--wide-mb", type=int, default=512, help="size of each wide-row table")
     parser.add_argument("--wide-runs", type=int, default=1, help="fresh processes per scan")
+    parser.add_argument(
+        "--memory-rows", type=int, default=800_000, help="memory: 100-byte rows per table"
+    )
+    parser.add_argument(
+        "--memory-wide-mb", type=int, default=256, help="memory: wide-row tables (0: none)"
+    )
+    parser.add_argument("--memory-runs", type=int, default=1, help="memory: processes per scan")
+    parser.add_argument(
+        "--memory-n", type=int, nargs="+", default=[16, 64, 256], help="memory: buckets"
+    )
     parser.add_argument(
         "--write-rounds",
         type=int,
@@ -1429,6 +1584,7 @@ def main() -> None:
             "delay",
             "firstrow",
             "wide",
+            "memory",
             "writes",
             "reverse",
             "fallback",

@@ -13,7 +13,9 @@ its next request and how large it is (see :mod:`saltedtable._engine.budget`):
 * a read without a limit whose sources all fit its slots may *stream*: a
   source keeps its request open past its grant and asks :meth:`Feed.renew`
   for the next one as the last one's items arrive (a page costs no round
-  trip); each grant counts as a request of its size would;
+  trip); each grant counts as a request of its size would. The request
+  still has a row limit (:meth:`Feed.stream_rows`), which bounds what its
+  transport may buffer while the source does not read;
 * every item a request may return has room before the request starts, so a
   source never waits for the consumer in the middle of a request: room in
   items (its size) and in bytes (its :attr:`Feed.cap`; the source stops after
@@ -68,6 +70,7 @@ from .budget import (
     page_ask,
     ramp,
     refills,
+    stream_rows,
     streamable,
     unordered_shares,
     widen,
@@ -249,7 +252,7 @@ class Feed(Generic[T]):
             self.slot_watch()
         self._merge._wake()
 
-    def renew(self, size: int, pushed: int) -> int:
+    def renew(self, size: int, pushed: int, most: int | None = None) -> int:
         """End the running grant of ``size`` items (``pushed`` of them appended) and
         grant the next at once if the engine would start a request now.
 
@@ -261,9 +264,19 @@ class Feed(Generic[T]):
         the new grant's size, or 0: none now (the budget is full, or the
         merge stops); the source then ends its request and reports 0 items
         for it (``Sent(0, more)``, or ``merge.request_done(feed, 0)``): the
-        ended grant is already accounted for.
+        ended grant is already accounted for. ``most``: the rows the request
+        may still return (its row limit, see :func:`~.budget.stream_rows`):
+        the grant asks no more, so the request's last grant ends with it.
         """
-        return self._merge._renew(self, size, pushed)
+        return self._merge._renew(self, size, pushed, most)
+
+    def stream_rows(self) -> int:
+        """The row limit of a streamed request this feed starts now (see
+        :func:`~.budget.stream_rows`): its share of the budget's bytes at the
+        largest row seen, so that what the transports of the read's streams may
+        buffer stays within the budget."""
+        merge = self._merge
+        return stream_rows(merge._budget, len(merge._feeds), self.largest or merge._largest or 0)
 
     def ahead(self) -> asyncio.Future[bool] | None:
         """The source holds :attr:`ahead_at` items: whether to pause its stream.
@@ -709,16 +722,18 @@ class MergeCore(Generic[T]):
         feed.grant = 0
         return ask
 
-    def _renew(self, feed: Feed[T], size: int, pushed: int) -> int:
+    def _renew(self, feed: Feed[T], size: int, pushed: int, most: int | None = None) -> int:
         """See :meth:`Feed.renew`."""
         self._end(feed, size, pushed)
-        if self._stopping or self._limit is not None:
+        if self._stopping or self._limit is not None or (most is not None and most < 1):
             return 0
         ask = self._ask_page(feed)
         if ask is None or not streamable(
             min(ask.cap, self.stream_cap), feed.largest or self._largest or 0
         ):
             return 0  # (rows too wide to stream: the next request is paged)
+        if most is not None and ask.rows > most:
+            ask = Ask(most, ask.cap)
         feed.cap = ask.cap
         self._start(feed, ask.rows, renewed=True)
         return ask.rows

@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar, final
 
 from google.cloud.bigtable.data.row import Row
 
+from .._engine.budget import row_cost
 from .plan import OneRequest, PageCursor, SubQuery
 from .stats import BucketStats
 from .timeouts import Timeouts
@@ -204,7 +205,7 @@ class OneRequestSourceBase(Generic[S, L]):
         self.cap = cap
         #: It stopped there (a miss: the read goes on bucket by bucket).
         self.capped = False
-        #: Bytes of the rows it returned, and of the largest.
+        #: Bytes the rows it returned count (:func:`~.._engine.budget.row_cost`), and the largest.
         self.got = 0
         self.largest = 0
         self._limiter = limiter
@@ -231,9 +232,10 @@ class OneRequestSourceBase(Generic[S, L]):
         if (stats := self._stats[i]) is not None:
             count_row(stats, nbytes, started)
         self.received += 1
-        self.got += nbytes
-        if nbytes > self.largest:
-            self.largest = nbytes
+        cost = row_cost(nbytes, len(row.cells))
+        self.got += cost
+        if cost > self.largest:
+            self.largest = cost
         return key
 
     def annotate(self, exc: BaseException) -> BaseException:

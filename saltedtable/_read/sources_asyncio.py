@@ -24,7 +24,7 @@ import anyio
 from google.cloud.bigtable.data.row import Row
 
 from .._contracts import ReadRowsStream
-from .._engine.budget import streamable
+from .._engine.budget import CELL_OVERHEAD_BYTES, ROW_OVERHEAD_BYTES, streamable
 from .._engine.merge import Feed, Sent
 from .._engine.merge_asyncio import Merge, ProducerBase
 from .._engine.slots import PAUSE_MOST
@@ -115,10 +115,14 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
         It is the merge's :class:`~.._engine.merge_asyncio.Producer` for this bucket.
         The engine grants each request (``merge.next_size``); the request pushes
         each row into ``feed``. Where the feed allows it
-        (:attr:`~.._engine.merge.Feed.streams`), a request has no row limit: when its
+        (:attr:`~.._engine.merge.Feed.streams`), a request streams: when its
         grant's rows have come (or its byte cap is passed) it asks the engine
         for the next grant (:meth:`~.._engine.merge.Feed.renew`) and reads on in the
-        same stream, so a page costs no round trip. It ends the stream,
+        same stream, so a page costs no round trip. Its row limit is the
+        bucket's share of the budget (:meth:`~.._engine.merge.Feed.stream_rows`), not
+        its grant: what its transport buffers while the bucket pauses or falls
+        behind stays within that, and once the request has run to it the next
+        request starts. It ends the stream,
         between rows, when the engine grants nothing now (the consumer is
         behind: no slot is held while the consumer does not take rows) or
         another request waits for a slot (the table's other reads get their turn).
@@ -142,6 +146,7 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
         # (None: a keyed merge, whose keys are the items' own: one append a row.)
         keys = None if feed.keys is items else feed.keys
         stray = self._stray
+        row_over, cell_over = ROW_OVERHEAD_BYTES, CELL_OVERHEAD_BYTES
         token = None if stats is None else current_bucket().set(stats)
         try:
             async with merge.producing(feed):
@@ -154,7 +159,10 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
                             feed.largest or merge.largest or 0,
                         )
                     )
-                    query = self._cursor.next_query(None if streams else size)
+                    # A streamed request's row limit bounds what its transport may
+                    # buffer (see Feed.stream_rows); its grants end within it.
+                    limit = max(size, feed.stream_rows()) if streams else size
+                    query = self._cursor.next_query(limit)
                     if query is None or self.stopped:
                         merge.request_done(feed, 0)
                         return
@@ -200,7 +208,8 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
                             key = row.row_key[cut:]
                             row.row_key = key
                             nbytes = len(key)
-                            for cell in row.cells:
+                            cells = row.cells
+                            for cell in cells:
                                 cell.row_key = key
                                 nbytes += len(cell.value)
                             received += 1
@@ -215,9 +224,11 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
                                     keys.append(key)
                                 items.append(row)
                                 pushed += 1
-                                got += nbytes
-                                if nbytes > largest:
-                                    largest = nbytes
+                                # (row_cost, inline: what the held row costs the budget)
+                                cost = nbytes + row_over + cell_over * len(cells)
+                                got += cost
+                                if cost > largest:
+                                    largest = cost
                                 if feed.wake_left:  # the consumer waits for this feed
                                     feed.wake_left -= 1
                                     if not feed.wake_left:
@@ -261,8 +272,13 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
                                     # (request_done ends the grant, with `pushed` rows).
                                     early = True
                                     break
-                                size = feed.renew(size, pushed)
+                                size = feed.renew(size, pushed, limit - received)
                                 pushed = granted = 0
+                                if received >= limit:
+                                    # The request's row limit: the server ends the
+                                    # stream now (the grant ended with it).
+                                    end_at = _NEVER
+                                    continue
                                 if not size:
                                     # Nothing granted now: the consumer is behind. End
                                     # the stream (no slot held while rows wait).
@@ -306,8 +322,8 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
                         more = self._advance(received, received, key)
                     elif not complete:  # stopped: the read is ending
                         more = False
-                    elif streams:  # (the rest of its range came: no limit cut it)
-                        more = self._advance(received, received + 1, key)
+                    elif streams:  # (as a page of `limit` rows: its last grant ended there)
+                        more = self._advance(received, limit, key)
                     else:
                         more = self._advance(received, size, key)
                     merge.request_done(feed, pushed, early)

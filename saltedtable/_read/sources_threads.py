@@ -21,6 +21,7 @@ from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery
 from google.cloud.bigtable.data.row import Row
 
 from .._contracts import SyncReadRowsStream
+from .._engine.budget import row_cost
 from .._engine.merge import Feed, Sent
 from .._engine.merge_threads import ThreadMerge
 from .._engine.slots import PAUSE_MOST
@@ -136,9 +137,10 @@ class SyncBucketSource(BucketSourceBase[SyncReadRowsStream, Slots]):
                             count_row(stats, nbytes, started)
                         merge.push(feed, row, key)
                         pushed += 1
-                        got += nbytes
-                        if nbytes > largest:
-                            largest = nbytes
+                        cost = row_cost(nbytes, len(row.cells))
+                        got += cost
+                        if cost > largest:
+                            largest = cost
                         if got > cap and received < size:
                             capped = True  # past the byte cap (a row wider than any seen)
                             break

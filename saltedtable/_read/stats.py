@@ -89,7 +89,8 @@ class OneRequestOutcome:
             failed.
         asked: Rows it asked for (its row limit; when skipped, what it would have).
         rows: Rows it returned.
-        bytes: Bytes (keys and values) of the rows it returned.
+        bytes: What the rows it returned count in the budget (keys, values and
+            their objects, see :class:`~saltedtable.ReadBudget`).
         error: Why it failed: the exception's type name, or ``"cancelled"``
             ("" unless ``result`` is ``"failed"``).
         went_on: The read went on bucket by bucket after it (False when it
@@ -158,11 +159,13 @@ class CallStats:
         rounds: Rounds of requests a read with a limit took (0 without a limit).
         peak_buffered_rows: The most rows the read had asked for and not yet
             handed over, at any one time (see :class:`~saltedtable.ReadBudget`).
-        peak_buffered_bytes: The same in bytes (keys and values): a running
+        peak_buffered_bytes: The same in bytes, a row counted at what it costs
+            as objects (see :class:`~saltedtable.ReadBudget`): a running
             request counts its byte cap, or what it returned past it; rows
             returned count until the last row of their request is handed
             over. At most the budget's ``bytes`` plus one row per bucket.
-        row_bytes: The mean size (key and values) of the rows read.
+        row_bytes: The mean a row read counted in the budget (its key and values
+            and its objects).
         stray_rows: Legacy-side rows a cutoff read left out because their key
             says they live on the salted side (see ``check_layout``).
     """

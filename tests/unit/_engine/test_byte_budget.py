@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ import anyio.lowlevel
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry, RowRange
 from google.cloud.bigtable.data.mutations import SetCell
-from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row import Cell, Row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,10 +32,15 @@ from saltedtable._engine.budget import (
     DEFAULT_ROW_BYTES,
     FIRST_PAGE_ROWS,
     PROBE_ROWS,
+    STREAM_MIN_ROWS,
     Ask,
     capped_ask,
     page_ask,
     ramp,
+    row_cost,
+    stream_rows,
+    streamable,
+    wire_bytes,
 )
 from saltedtable._engine.merge import Feed, Sent
 from saltedtable._engine.merge_asyncio import Merge
@@ -624,3 +630,65 @@ def test_a_table_refuses_a_budget_of_the_wrong_type_before_sending_anything(sync
     with pytest.raises(TypeError, match="budget must be a ReadBudget, got dict"):
         make(physical, SaltScheme(4), budget={"rows": 10})
     assert fake.stats.queries == []
+
+
+# -- what a streamed request may bring in; what a held row costs (issue 38) -------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    budget_bytes=st.integers(1, 1 << 30),
+    sources=st.integers(1, 4096),
+    largest=st.integers(1, 1 << 24),
+)
+def test_streamed_requests_of_every_bucket_fit_the_budget(
+    budget_bytes: int, sources: int, largest: int
+) -> None:
+    """Where a bucket may stream (its page's cap holds STREAM_MIN_ROWS rows), the row
+    limits of all buckets' streamed requests, at the largest row seen as it travels, are
+    within the budget's bytes: what their transports may buffer has a bound whatever the
+    window."""
+    budget = ReadBudget(bytes=budget_bytes)
+    rows = stream_rows(budget, sources, largest)
+    assert rows >= STREAM_MIN_ROWS
+    if streamable(budget_bytes // (2 * sources), largest):
+        assert sources * rows * wire_bytes(largest) <= budget_bytes
+        assert rows >= 2 * STREAM_MIN_ROWS  # (a share holds two pages' caps)
+
+
+def test_row_cost_counts_the_objects_of_a_held_row() -> None:
+    """A row built as the client's row merger builds it costs, as tracemalloc counts it,
+    within 15% of what the budget counts for it (keys and values alone: a fifth of it)."""
+
+    def build(i: int, size: int, cells: int) -> Row:
+        key = b"\x00\x05user%05d#%05d" % (i // 100, i % 100)
+        made = []
+        for c in range(cells):
+            family = "".join(["c", "f"])  # (a fresh str, as from the response's chunk)
+            value = (b"%010d" % i) * (size // 10)
+            made.append(Cell(value, key, family, b"q%d" % c, 1_000_000 + i, list([])))
+        row = Row(key, made)
+        logical = key[2:]
+        row.row_key = logical
+        for cell in row.cells:
+            cell.row_key = logical
+        return row
+
+    for size, cells in ((100, 1), (10, 1), (1000, 1), (100, 4)):
+        tracemalloc.start()
+        try:
+            rows = [build(i, size, cells) for i in range(2000)]
+            measured = tracemalloc.get_traced_memory()[0] / len(rows)
+        finally:
+            tracemalloc.stop()
+        data = len(rows[0].row_key) + sum(len(c.value) for c in rows[0].cells)
+        counted = row_cost(data, cells)
+        assert 0.85 * measured <= counted <= 1.15 * measured, (size, cells, measured, counted)
+        if size <= 100:
+            assert data < 0.5 * measured  # (why the objects must count)
+
+
+@given(cost=st.integers(1, 1 << 30))
+def test_a_row_travels_in_no_more_bytes_than_it_costs(cost: int) -> None:
+    """``wire_bytes``: at most the row's cost, at least an eighth of it (and one byte)."""
+    assert max(1, cost // 8) <= wire_bytes(cost) <= max(1, cost)

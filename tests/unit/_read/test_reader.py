@@ -14,11 +14,13 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import StripValueTransformerFilter
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync, SaltScheme, SubScan
-from saltedtable._engine.budget import PROBE_ROWS
+from saltedtable._engine.budget import PROBE_ROWS, row_cost, stream_rows, wire_bytes
 from saltedtable._read.cancel_asyncio import end_stream
 from tests.fakes import FakeTable
 
 KEYS = [b"k%05d" % i for i in range(400)]
+#: What one of these rows (a logical key and a one-cell value of 6 bytes each) counts.
+ROW_COST = row_cost(12, 1)
 
 
 async def filled(**kwargs: object) -> tuple[FakeTable, SaltedTableAsync]:
@@ -42,20 +44,49 @@ async def test_small_budgets_read_in_many_requests_without_gaps_or_repeats(order
         if len(got) % 5 == 0:
             await asyncio.sleep(0)  # a consumer that is sometimes behind
     assert (got if ordered else sorted(got)) == KEYS
-    # Streamed: no request has a row limit but each bucket's first, a probe of one row
-    # (the table's first read has measured no row); the budget bounds what was asked
-    # and not taken.
+    # Streamed: each bucket's first request is a probe of one row (the table's first
+    # read has measured no row); the others carry the bucket's share of the budget's
+    # bytes as their row limit (more than the 7-row grants they carry), and the budget
+    # bounds what was asked and not taken.
     firsts = _firsts(fake.stats.queries)
     assert len(firsts) == 4
     for q in fake.stats.queries:
         if q is firsts[q.row_ranges[0].start_key[:2]]:
             assert q.limit == PROBE_ROWS
         else:
-            assert q.limit is None
+            assert q.limit == stream_rows(ReadBudget(rows=28), 4, ROW_COST)
     assert stats.peak_buffered_rows <= 28
     # Resumed right after the last row a stream delivered: no row came twice.
     assert fake.stats.rows_sent == len(KEYS)
     assert stats.requests == len(fake.stats.queries) >= 4
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_streamed_requests_end_at_their_share_of_the_bytes(ordered: bool) -> None:
+    """A budget of 64,000 bytes over 4 buckets: each streamed request's row limit is its
+    bucket's share of the bytes at the rows' size in the transport (262 rows), so a
+    bucket of 600 rows takes several requests, each resuming after the last; every row
+    once."""
+    keys = [b"k%05d" % i for i in range(2400)]
+    budget = ReadBudget(bytes=64_000)
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SaltScheme(4), budget=budget)  # type: ignore[arg-type]
+    await table.bulk_mutate_rows([RowMutationEntry(k, SetCell("f1", b"q", k, 1)) for k in keys])
+    await table.read_rows(ReadRowsQuery(limit=1))  # (the table measures its rows)
+    fake.stats.queries.clear()
+    fake.stats.rows_sent = 0
+    stats = CallStats()
+    stream = await table.read_rows_stream(ReadRowsQuery(), ordered=ordered, stats=stats)
+    got = [row.row_key async for row in stream]
+    assert (got if ordered else sorted(got)) == keys
+    assert fake.stats.rows_sent == len(keys)
+    share = stream_rows(budget, 4, ROW_COST)
+    assert share == 64_000 // 4 // wire_bytes(ROW_COST) == 262
+    limits = [q.limit for q in fake.stats.queries]
+    assert None not in limits
+    assert all(4 * limit * wire_bytes(ROW_COST) <= budget.bytes for limit in limits if limit)
+    assert limits.count(share) >= 4 * (600 // share)
+    assert stats.peak_buffered_bytes <= budget.bytes + 4 * ROW_COST
 
 
 async def test_small_budgets_page_when_the_buckets_do_not_fit_the_slots() -> None:
@@ -125,7 +156,9 @@ async def test_a_table_hint_sizes_first_requests() -> None:
         if ordered:
             assert all(q.limit is not None and PROBE_ROWS < q.limit <= 7 for q in firsts.values())
         else:
-            assert all(q.limit is None for q in firsts.values())
+            # (streamed at once: a row limit of the bucket's share of the bytes, not a probe)
+            streamed = stream_rows(ReadBudget(rows=28), 4, ROW_COST)
+            assert all(q.limit == streamed for q in firsts.values())
 
 
 @pytest.mark.parametrize("ordered", [True, False])
@@ -141,7 +174,8 @@ async def test_a_missed_one_request_is_the_reads_own_measure(ordered: bool) -> N
     if ordered:
         assert all(q.limit is not None and q.limit <= 7 for q in firsts.values())
     else:
-        assert all(q.limit is None for q in firsts.values())
+        streamed = stream_rows(ReadBudget(rows=28), 4, ROW_COST)
+        assert all(q.limit == streamed for q in firsts.values())
 
 
 async def test_requests_never_exceed_the_slots() -> None:

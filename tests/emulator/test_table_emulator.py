@@ -67,6 +67,7 @@ from saltedtable import (
     fields,
     prefix_end,
 )
+from saltedtable._engine.budget import row_cost
 from saltedtable._read.cancel_asyncio import find_calls
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
 from saltedtable.testing import create_table as admin_create_table
@@ -1221,7 +1222,12 @@ async def test_a_small_bounded_read_is_one_request_over_every_bucket(
     one = stats.one_request
     assert one is not None
     assert one == OneRequestOutcome("answered", 1000, 100, one.bytes)
-    assert one.bytes == sum(b.bytes for b in stats.buckets.values()) > 0
+    # The outcome counts the rows as the budget does (their objects too), the buckets'
+    # statistics their keys and values.
+    assert one.bytes == sum(
+        row_cost(len(r.row_key) + sum(len(c.value) for c in r.cells), len(r.cells)) for r in rows
+    )
+    assert sum(b.bytes for b in stats.buckets.values()) > 0
     assert stats.settings is not None
     assert (stats.settings.subqueries, stats.settings.one_request_rows) == (16, 1000)
     assert stats.settings.ordered is ordered

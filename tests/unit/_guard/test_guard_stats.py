@@ -34,6 +34,7 @@ from saltedtable import (
     epoch_field,
     fields,
 )
+from saltedtable._engine.budget import row_cost
 from saltedtable._guard.record import decode_layout, encode_layout
 from saltedtable._scheme.layout import _legacy_gaps
 from saltedtable.otel import attributes, stats_hook
@@ -320,7 +321,8 @@ async def test_a_read_records_its_settings_and_its_one_request() -> None:
     assert stats.settings == table.plan(query, ordered=False).settings()
     one = stats.one_request
     assert one is not None
-    assert one == OneRequestOutcome("answered", asked=300, rows=20, bytes=20 * 15)
+    # (Each row's key and value are 15 bytes; the budget counts its objects too.)
+    assert one == OneRequestOutcome("answered", asked=300, rows=20, bytes=20 * row_cost(15, 1))
     assert (one.tried, one.fitted) == (True, True)
     assert stats.requests == 1
 

@@ -18,7 +18,9 @@ range, and a :class:`~saltedtable.SubScan` in ``exc.saltedtable_subscan``::
     ├── CutoffError (ValueError)            a bad cutoff policy, or a key time it cannot read
     ├── LayoutError                         the table's rows or record contradict the layout
     │   ├── SchemeMismatchError             the stored layout record differs
-    │   └── RecordMissingError              no record, and require_record=True
+    │   ├── RecordMissingError              no record, and require_record=True
+    │   └── WindowError                     refused while a resalt window is open
+    │       └── WindowFilterError (QueryPlanError)  a filter the window cannot re-apply
     ├── WriteFailedError                    Beam writes that failed after the client's retries
     ├── EmulatorError (RuntimeError)        the local emulator harness (saltedtable.testing)
     │   └── EmulatorNotFoundError           cbtemulator is not installed
@@ -57,6 +59,8 @@ __all__ = [
     "SchemeMismatchError",
     "UnsaltableKeyError",
     "UsageError",
+    "WindowError",
+    "WindowFilterError",
     "WriteFailedError",
     "layout_differences",
 ]
@@ -163,6 +167,23 @@ class RecordMissingError(LayoutError):
 
     Store one with ``saltedtable guard --family FAMILY`` (or ``guard_scheme(family=...)``),
     or create the table with ``saltedtable create``.
+    """
+
+
+class WindowError(LayoutError):
+    """An operation refused while a dual-layout (resalt) window is open; names the window.
+
+    During the window a logical row may have cells in both layouts: an atomic
+    single-row operation (``check_and_mutate_row``, ``read_modify_write_row``)
+    would see one of them only, and writes may not name the window's family.
+    """
+
+
+class WindowFilterError(WindowError, QueryPlanError):
+    """A row filter the dual-layout window cannot re-apply to the union of a row's layouts.
+
+    Row-level (cells per row), conditional, sampling, sink and label filters;
+    the message names the window and the filter (its path in a chain or interleave).
     """
 
 

@@ -43,7 +43,7 @@ FAMILIES = ("cf", "cg")
 QUALIFIERS = (b"a", b"b", b"c")
 #: Millisecond timestamps, as Bigtable stores them.
 STAMPS = (1000, 2000, 3000, 4000)
-VALUES = (b"", b"v1", b"v2", b"w")
+VALUES = (b"", b"v1", b"v2", b"w", b"x\n1")
 
 CellTuple = tuple[str, bytes, int, bytes]
 
@@ -126,6 +126,23 @@ class Physical:
         return matched
 
 
+#: Deletes as the tests draw them (ranges with start <= end).
+deletes: st.SearchStrategy[Mutation] = st.one_of(
+    st.just(DeleteAllFromRow()),
+    st.sampled_from(FAMILIES).map(DeleteAllFromFamily),
+    st.builds(
+        DeleteRangeFromColumn,
+        st.sampled_from(FAMILIES),
+        st.sampled_from(QUALIFIERS),
+        st.sampled_from([None, 1000, 2000]),
+        st.sampled_from([None, 3000, 5000]),
+    ),
+)
+sets: st.SearchStrategy[Mutation] = cell_tuples.map(lambda t: SetCell(t[0], t[1], t[3], t[2]))
+#: One logical ``mutate_row``: sets and deletes in any order.
+mutation_lists = st.lists(st.one_of(sets, deletes), min_size=1, max_size=4)
+
+
 # -- filters the window allows ---------------------------------------------------
 
 
@@ -192,8 +209,9 @@ leaf_filters: st.SearchStrategy[RowFilter] = st.one_of(
 allowed_filters: st.SearchStrategy[RowFilter] = st.recursive(
     leaf_filters,
     lambda inner: st.one_of(
-        st.lists(inner, min_size=1, max_size=3).map(RowFilterChain),
-        st.lists(inner, min_size=1, max_size=3).map(RowFilterUnion),
+        st.lists(inner, min_size=2, max_size=3).map(RowFilterChain),
+        # Bigtable refuses a chain or an interleave of fewer than two filters.
+        st.lists(inner, min_size=2, max_size=3).map(RowFilterUnion),
     ),
     max_leaves=6,
 )

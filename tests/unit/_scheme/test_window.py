@@ -79,6 +79,7 @@ from tests.window_cases import (
     as_tuples,
     cell_tuples,
     cells_dict,
+    mutation_lists,
 )
 
 WINDOW = Window(SaltScheme(16), SaltScheme(64))
@@ -130,12 +131,11 @@ def test_partial_update_keeps_older_columns_of_the_old_layout() -> None:
 def test_tombstone_hides_old_cells_only() -> None:
     """A column tombstone hides the old column, not a new cell written after the delete."""
     old = Row(b"o", [_cell("cf", b"a", 1000, b"1"), _cell("cf", b"b", 1000, b"2")])
-    new = Row(
-        b"n", [_cell("cf", b"a", 500, b"late"), _tomb(Tombstone("cf", b"a", 0, None))]
-    )
+    new = Row(b"n", [_cell("cf", b"a", 500, b"late"), _tomb(Tombstone("cf", b"a", 0, None))])
     got = combine(b"k", old, new)
     assert as_tuples(got) == [("cf", b"a", 500, b"late"), ("cf", b"b", 1000, b"2")]
-    assert got is not None and all(c.row_key == b"k" for c in got.cells)
+    assert got is not None
+    assert all(c.row_key == b"k" for c in got.cells)
 
 
 def test_time_range_tombstone_hides_only_its_range() -> None:
@@ -210,21 +210,6 @@ def test_tombstone_round_trip(delete: Mutation) -> None:
 # -- the state machine -------------------------------------------------------------
 
 
-deletes = st.one_of(
-    st.just(DeleteAllFromRow()),
-    st.sampled_from(FAMILIES).map(DeleteAllFromFamily),
-    st.builds(
-        DeleteRangeFromColumn,
-        st.sampled_from(FAMILIES),
-        st.sampled_from(QUALIFIERS),
-        st.sampled_from([None, 1000, 2000]),
-        st.sampled_from([None, 2500, 5000]),
-    ),
-)
-sets = cell_tuples.map(lambda t: SetCell(t[0], t[1], t[3], t[2]))
-mutation_lists = st.lists(st.one_of(sets, deletes), min_size=1, max_size=4)
-
-
 class WindowMachine(RuleBasedStateMachine):
     """Writes, deletes and backfill steps in any order; the combined row is the model's."""
 
@@ -248,9 +233,7 @@ class WindowMachine(RuleBasedStateMachine):
     @rule(target=pending_deletes, key=st.sampled_from(KEYS), mutations=mutation_lists)
     def mutate(self, key: bytes, mutations: Sequence[Mutation]) -> object:
         """A logical mutate_row: the new row now; the old row's deletes later (or never)."""
-        plan = WINDOW.write(
-            key, mutations, token=b"%08d" % next(self.tokens), now_micros=9_000_123
-        )
+        plan = WINDOW.write(key, mutations, token=b"%08d" % next(self.tokens), now_micros=9_000_123)
         self.physical.mutate(plan.new_key, plan.new_mutations)
         apply_mutations(self.model[key], mutations)
         if plan.old_key is None:
@@ -352,7 +335,8 @@ def test_write_plan_for_a_split_key() -> None:
     assert Tombstone.decode(tomb.new_value) == Tombstone("cg")
     assert plan.old_mutations == (muts[1],)
     only_sets = WINDOW.write(SPLIT_KEY, muts[:1], token=b"t", now_micros=0)
-    assert only_sets.old_key is None and only_sets.new_mutations == (muts[0],)
+    assert only_sets.old_key is None
+    assert only_sets.new_mutations == (muts[0],)
 
 
 def test_write_plan_for_a_shared_row_deletes_once_without_tombstone() -> None:
@@ -386,7 +370,9 @@ def test_atomic_operations_are_refused(operation: str, key: bytes) -> None:
     with pytest.raises(WindowError) as caught:
         WINDOW.refuse_atomic(operation, key)
     message = str(caught.value)
-    assert operation in message and str(WINDOW) in message and key.decode() in message
+    assert operation in message
+    assert str(WINDOW) in message
+    assert key.decode() in message
     assert isinstance(caught.value, LayoutError)
 
 
@@ -477,9 +463,7 @@ def test_placement_of_a_row_no_layout_writes() -> None:
     """A physical key whose bucket fits neither layout's hash of its key belongs to neither."""
     key = SPLIT_KEY
     wrong = next(
-        b
-        for b in range(16)
-        if b not in (WINDOW.old.bucket_of(key), WINDOW.new.bucket_of(key))
+        b for b in range(16) if b not in (WINDOW.old.bucket_of(key), WINDOW.new.bucket_of(key))
     )
     placed = WINDOW.place(WINDOW.old.prefix(wrong) + key)
     assert (placed.key, placed.old, placed.new) == (None, False, False)
@@ -515,7 +499,8 @@ def test_refused_filters_name_the_window_and_the_filter(row_filter: object, path
     """Row-level, conditional, sampling, sink and label filters are refused, by path."""
     with pytest.raises(WindowFilterError) as caught:
         plan_filter(row_filter, window=str(WINDOW))  # type: ignore[arg-type]
-    assert path in str(caught.value) and str(WINDOW) in str(caught.value)
+    assert path in str(caught.value)
+    assert str(WINDOW) in str(caught.value)
     assert isinstance(caught.value, QueryPlanError)
 
 
@@ -524,7 +509,8 @@ def test_plan_of_allowed_filters() -> None:
     assert plan_filter(None, window="w") == plan_filter(None, window="w")
     assert plan_filter(None, window="w").server is None
     latest = plan_filter(CellsColumnLimitFilter(1), window="w")
-    assert latest.server is None and latest.local == CellsColumnLimitFilter(1)
+    assert latest.server is None
+    assert latest.local == CellsColumnLimitFilter(1)
     chain = RowFilterChain(
         [FamilyNameRegexFilter("cf"), ValueRegexFilter(b"v"), StripValueTransformerFilter(True)]
     )

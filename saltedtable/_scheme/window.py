@@ -706,10 +706,12 @@ def _check(row_filter: RowFilter, where: str, window: str) -> None:
         for i, f in enumerate(row_filter.filters):
             _check(f, f"{where}{kind}[{i}] > ", window)
         return
-    if isinstance(row_filter, PassAllFilter | BlockAllFilter):
+    if isinstance(row_filter, PassAllFilter | BlockAllFilter | StripValueTransformerFilter):
         if not row_filter.flag:
+            # The emulator strips values even for strip_value False: no one meaning to re-apply.
             raise WindowFilterError(
-                f"{where}{_describe(row_filter)} is not a valid Bigtable filter (flag False)"
+                f"{where}{_describe(row_filter)} is refused during the {window}: a filter "
+                "flag of False has no one meaning in Bigtable; leave the filter out"
             )
         return
     if isinstance(row_filter, _SELECTORS + _LOCAL):
@@ -881,7 +883,7 @@ def _filter_cells(row_filter: RowFilter, key: bytes, cells: list[Cell]) -> list[
     if isinstance(row_filter, CellsColumnLimitFilter):
         return _limit_versions(cells, row_filter.num_cells)
     if isinstance(row_filter, StripValueTransformerFilter):
-        return [_copy(c, b"") for c in cells] if row_filter.flag else cells
+        return [_copy(c, b"") for c in cells]
     if isinstance(row_filter, RowFilterChain):
         for step in row_filter.filters:
             cells = _filter_cells(step, key, cells)

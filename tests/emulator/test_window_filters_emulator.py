@@ -20,7 +20,6 @@ from google.cloud.bigtable.data import BigtableDataClient
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.row_filters import (
     RowFilter,
-    StripValueTransformerFilter,
     ValueRegexFilter,
 )
 from hypothesis import HealthCheck, example, given, settings
@@ -68,7 +67,6 @@ def _write(table: object, key: bytes, cells: dict[tuple[str, bytes, int], bytes]
 @given(cells=st.lists(cell_tuples, min_size=1, max_size=8), row_filter=allowed_filters)
 @example(cells=[("cf", b"a", 1000, b"x\n1")], row_filter=ValueRegexFilter(b"\\C*1"))
 @example(cells=[("cf", b"a", 1000, b"\xc3\xa91")], row_filter=ValueRegexFilter(b"..1"))
-@example(cells=[("cf", b"a", 1000, b"v")], row_filter=StripValueTransformerFilter(False))
 def test_local_filters_match_the_emulator(
     table: object, cells: list[tuple[str, bytes, int, bytes]], row_filter: RowFilter
 ) -> None:

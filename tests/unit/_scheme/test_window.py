@@ -481,6 +481,8 @@ def test_placement_of_a_row_no_layout_writes() -> None:
         (RowSampleFilter(0.5), "RowSampleFilter"),
         (SinkFilter(True), "SinkFilter"),
         (ApplyLabelFilter("x"), "ApplyLabelFilter"),
+        (StripValueTransformerFilter(False), "flag of False"),
+        (PassAllFilter(False), "flag of False"),
         (
             ConditionalRowFilter(PassAllFilter(True), PassAllFilter(True)),
             "ConditionalRowFilter",

@@ -586,7 +586,7 @@ class Window:
         )
 
     def backfill(
-        self, key: bytes | str, old: Row | None, new: Row | None, *, max_cells: int = 500
+        self, key: bytes | str, old: Row | None, new: Row | None, *, max_cells: int = 100
     ) -> list[BackfillCopy]:
         """The backfill's copy of one key's old row into its new row.
 

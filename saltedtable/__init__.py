@@ -26,6 +26,8 @@ from ._exceptions import (
     SaltSchemeError,
     SchemeMismatchError,
     UnsaltableKeyError,
+    WindowError,
+    WindowFilterError,
 )
 from ._guard.families import RECORD_FAMILY
 from ._guard.record import CutoffRecord, LayoutRecord, describe_layout
@@ -173,6 +175,8 @@ __all__ = [
     "TableLikeAsync",
     "TimestampReader",
     "UnsaltableKeyError",
+    "WindowError",
+    "WindowFilterError",
     "__version__",
     "before_last",
     "big_endian_int",

@@ -592,8 +592,10 @@ class Window:
 
         Args:
             key: The logical key.
-            old: The old row as just read (None: none).
-            new: The new row as read *after* ``old`` or with it (None: none).
+            old: The old row as read (None: none).
+            new: The new row as read (None: none), in either order or one request
+                with ``old``: the predicate catches every delete or write the reads
+                missed.
             max_cells: The most cells one request copies (wide rows take several).
 
         Returns:

@@ -40,7 +40,7 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
     ValueRegexFilter,
 )
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -541,7 +541,9 @@ _tombstone_rows = st.lists(
 )
 
 
+@settings(max_examples=400)
 @given(_rows, _rows, _tombstone_rows, allowed_filters)
+@example({("cf", b"a", 1000): b"v1"}, {("cf", b"a", 1000): b"w"}, [], ValueRegexFilter(b"v.*"))
 def test_server_filter_keeps_what_the_user_filter_needs(
     old: dict, new: dict, tombs: list[Tombstone], row_filter: object
 ) -> None:

@@ -55,7 +55,7 @@ import contextlib
 import itertools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, final
@@ -635,6 +635,42 @@ class Window:
         if old_key is None or old is None or self.to_copy(old, new):
             return None
         return old_key, (DeleteAllFromRow(),)
+
+    def logical_rows(
+        self,
+        rows: Iterable[Row],
+        *,
+        max_versions: int | Mapping[str, int] | None = None,
+    ) -> Iterator[Row]:
+        """The logical rows of a scan's physical rows, given in logical-key order.
+
+        Each physical row is placed (:meth:`place`); rows no layout writes there
+        are dropped; a key's old and new rows (adjacent, in either order) are
+        combined; a key whose combination is empty (tombstones only) yields
+        nothing. The rows must come ordered by logical key, as the merged read
+        of both layouts' buckets hands them out.
+        """
+        key: bytes | None = None
+        old: Row | None = None
+        new: Row | None = None
+        for row in rows:
+            placed = self.place(row.row_key)
+            if placed.key is None:
+                continue
+            if placed.key != key:
+                if key is not None:
+                    got = combine(key, old, new, family=self.family, max_versions=max_versions)
+                    if got is not None:
+                        yield got
+                key, old, new = placed.key, None, None
+            if placed.new:
+                new = row
+            else:
+                old = row
+        if key is not None:
+            got = combine(key, old, new, family=self.family, max_versions=max_versions)
+            if got is not None:
+                yield got
 
     def combine(
         self,

@@ -590,3 +590,42 @@ def test_random_backfill_never_loses_a_cell() -> None:
         )
         retire = WINDOW.retire_old(key, after_old, phys.read(new_key))
         assert (retire is None) == (old_key is None)
+
+
+@given(st.dictionaries(_keys, st.tuples(_rows, _rows), max_size=12), st.sampled_from(HASHES))
+def test_logical_rows_of_a_scan_are_the_combined_rows(
+    data: dict[bytes, tuple[dict, dict]], hash_: str
+) -> None:
+    """Physical rows of both layouts, in logical-key order, combine into each key's row."""
+    window = Window(SaltScheme(16, hash=hash_), SaltScheme(64, hash=hash_))
+    physical: dict[bytes, dict] = {}
+    expected = []
+    for key in sorted(data):
+        old, new = data[key]
+        new_key, old_key = window.physical_keys(key)
+        if old_key is None:
+            physical[new_key] = {**old, **new}
+        else:
+            physical[old_key], physical[new_key] = old, new
+        row = window.combine(
+            key,
+            None if old_key is None else as_row(old_key, physical[old_key]),
+            as_row(new_key, physical[new_key]),
+        )
+        if row is not None:
+            expected.append(row)
+    # What a merged scan hands out: every non-empty physical row, in logical-key order.
+    scanned = sorted(
+        (r for k, cells in physical.items() if (r := as_row(k, cells)) is not None),
+        key=lambda r: (window.place(r.row_key).key, r.row_key),
+    )
+    # A row at a prefix that neither layout gives its key: not part of the logical table.
+    nobody = b"nobody"
+    wrong = next(
+        b
+        for b in range(16)
+        if b not in (window.old.bucket_of(nobody), window.new.bucket_of(nobody))
+    )
+    stray = Row(window.old.prefix(wrong) + nobody, [_cell("cf", b"a", 1, b"x")])
+    got = list(window.logical_rows([stray, *scanned]))
+    assert [(r.row_key, as_tuples(r)) for r in got] == [(r.row_key, as_tuples(r)) for r in expected]

@@ -116,6 +116,8 @@ have no garbage-collection rule that could drop a tombstone while the window
 is open."""
 _FAMILY_NAME: Final = re.compile(r"[_a-zA-Z0-9][-_.a-zA-Z0-9]*")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+#: The last microsecond a ``datetime`` (so the client's timestamp filter) can name.
+_MAX_MICROS: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
 #: A Bigtable timestamp's granularity (microseconds per millisecond).
 _MILLI: Final = 1000
 _ATOMIC: Final = frozenset({"check_and_mutate_row", "read_modify_write_row"})
@@ -353,9 +355,15 @@ def _micros_time(micros: int) -> datetime:
 def _exact_cell(cell: Cell) -> RowFilter:
     """A filter matching exactly the cell at ``cell``'s family, qualifier and millisecond."""
     start = cell.timestamp_micros - cell.timestamp_micros % _MILLI
+    column = ColumnRangeFilter(cell.family, cell.qualifier, cell.qualifier)
+    if start + _MILLI > _MAX_MICROS:
+        # The client's timestamp filter takes datetimes, which end in year 9999: match
+        # the column instead. Safe (a match only means "read again"), but such a copy
+        # waits until the new row has no cell in that column.
+        return column
     return RowFilterChain(
         [
-            ColumnRangeFilter(cell.family, cell.qualifier, cell.qualifier),
+            column,
             TimestampRangeFilter(_micros_time(start), _micros_time(start + _MILLI)),
         ]
     )

@@ -629,3 +629,17 @@ def test_logical_rows_of_a_scan_are_the_combined_rows(
     stray = Row(window.old.prefix(wrong) + nobody, [_cell("cf", b"a", 1, b"x")])
     got = list(window.logical_rows([stray, *scanned]))
     assert [(r.row_key, as_tuples(r)) for r in got] == [(r.row_key, as_tuples(r)) for r in expected]
+
+
+def test_backfill_of_a_cell_past_year_9999() -> None:
+    """A timestamp no datetime can name (reverse timestamps) still gets a safe predicate."""
+    phys = Physical()
+    old_key, new_key = WINDOW.old.salt_key(SPLIT_KEY), WINDOW.new.salt_key(SPLIT_KEY)
+    far = 2**62 - 2**62 % 1000
+    phys.rows[old_key] = {("cf", b"a", far): b"v"}
+    (copy,) = WINDOW.backfill(SPLIT_KEY, phys.read(old_key), None)
+    phys.mutate(new_key, [SetCell("cf", b"a", b"other", 1000)])
+    assert phys.check_and_mutate(copy.row_key, copy.predicate, copy.mutations)
+    phys.rows[new_key] = {}
+    assert not phys.check_and_mutate(copy.row_key, copy.predicate, copy.mutations)
+    assert phys.rows[new_key] == {("cf", b"a", far): b"v"}

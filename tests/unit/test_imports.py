@@ -36,6 +36,7 @@ ORDER: tuple[str, ...] = (
     "_scheme.flags",
     "_scheme.layout",
     "_scheme.views",
+    "_scheme.hot",
     "_scheme",
     # the read engine (no Bigtable)
     "_engine.budget",

@@ -646,7 +646,7 @@ def plan_split_filter(row_filter: RowFilter | None, key: bytes | str = b"") -> S
 
     if row_filter is None:
         return SplitFilter(None)
-    name = format_key(to_key(key)) if key else "a split row"
+    name = f"row {format_key(to_key(key))!r}" if key else "a split row"
 
     def refuse(what: str) -> SplitKeyError:
         return SplitKeyError(
@@ -688,7 +688,7 @@ def plan_split_filter(row_filter: RowFilter | None, key: bytes | str = b"") -> S
                 after.append(("strip", 0))
         elif isinstance(f, rf.ApplyLabelFilter):
             after.append(("label", f.label))
-        elif isinstance(f, column_level | rf.TimestampRangeFilter):
+        elif isinstance(f, (*column_level, rf.TimestampRangeFilter)):
             raise refuse(f"{type(f).__name__} after a cell limit")
         else:
             raise refuse(type(f).__name__)

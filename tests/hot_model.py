@@ -57,7 +57,8 @@ class RowModel:
             old = column.get(mutation.timestamp)
             new = mutation.value
             if isinstance(old, int):
-                new = _wrap(old + new) if kind == "sum" else (min if kind == "min" else max)(old, new)
+                pick = min if kind == "min" else max
+                new = _wrap(old + new) if kind == "sum" else pick(old, new)
             column[mutation.timestamp] = new
         elif isinstance(mutation, DeleteRangeFromColumn):
             column = self.cells.get((mutation.family, mutation.qualifier), {})

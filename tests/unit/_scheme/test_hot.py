@@ -1,4 +1,4 @@
-"""Hot keys (pure): placement of hot parts and rows, write routing, combining, filters, the split K."""
+"""Hot keys (pure): placement of hot parts and rows, routing, combining, filters, the split K."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from google.cloud.bigtable.data.mutations import (
     AddToCell,
     DeleteAllFromFamily,
     DeleteAllFromRow,
-    DeleteRangeFromColumn,
     Mutation,
     SetCell,
 )
@@ -78,7 +77,8 @@ def test_spread_offsets_halve_the_ring() -> None:
 def test_jump_hash_moves_a_key_only_to_a_new_bucket(key: int, k1: int, extra: int) -> None:
     """Raising K keeps a key where it was or moves it to one of the new numbers."""
     before, after = jump_hash(key, k1), jump_hash(key, k1 + extra)
-    assert 0 <= before < k1 and 0 <= after < k1 + extra
+    assert 0 <= before < k1
+    assert 0 <= after < k1 + extra
     assert after == before or after >= k1
 
 
@@ -141,7 +141,8 @@ def test_hot_parts_work_on_every_prefix_format(hash_name: str) -> None:
     assert len(set(layout.part_buckets(b"t1"))) == 8
     assert set(layout.part_buckets(b"t1")) <= set(scheme.bucket_ids)
     subs = layout.physical_keys(b"t2#c")
-    assert len(set(subs)) == 8 and subs[0] == scheme.salt_key(b"t2#c")
+    assert len(set(subs)) == 8
+    assert subs[0] == scheme.salt_key(b"t2#c")
 
 
 @PROPERTY
@@ -184,19 +185,22 @@ def test_a_split_row_has_k_sub_rows_in_k_buckets_home_first(k: int) -> None:
     scheme = SaltScheme(N)
     layout = HotLayout(scheme, rows={b"counter": k})
     subs = layout.physical_keys(b"counter")
-    assert len(subs) == k and subs[0] == scheme.salt_key(b"counter")
+    assert len(subs) == k
+    assert subs[0] == scheme.salt_key(b"counter")
     assert [scheme.split_key(s)[1] if i == 0 else s[2:] for i, s in enumerate(subs)] == [
         b"counter"
     ] * k
     assert len({s[:2] for s in subs}) == k
-    assert layout.is_split(b"counter") and not layout.is_split(b"other")
+    assert layout.is_split(b"counter")
+    assert not layout.is_split(b"other")
 
 
 def test_a_hot_row_under_a_hot_part_widens_the_parts_scan() -> None:
     """A split row spreads from its own bucket; a scan of its part reads its sub-rows too."""
     layout = HotLayout(TENANT, parts={b"t1": 2}, rows={b"t1#ctr": 4})
     subs = layout.row_buckets(b"t1#ctr")
-    assert subs[0] == layout.bucket_of(b"t1#ctr") and len(set(subs)) == 4
+    assert subs[0] == layout.bucket_of(b"t1#ctr")
+    assert len(set(subs)) == 4
     scan = layout.scan_buckets(b"t1#")
     assert scan is not None
     assert set(layout.part_buckets(b"t1")) | set(subs) == set(scan)
@@ -235,7 +239,8 @@ def test_layouts_compare_and_hash_by_value() -> None:
     """Two layouts with the same lists are equal, whatever the key types given."""
     a = HotLayout(TENANT, parts={"t1": 4}, rows={b"t2#c": 3})
     b = HotLayout(TENANT, parts={b"t1": 4}, rows={"t2#c": 3})
-    assert a == b and hash(a) == hash(b)
+    assert a == b
+    assert hash(a) == hash(b)
     assert a != HotLayout(TENANT, parts={b"t1": 4})
 
 
@@ -302,7 +307,7 @@ def test_single_row_atomics_are_refused_on_a_split_row() -> None:
     """check_and_mutate_row / read_modify_write_row name the split row and its K."""
     layout = HotLayout(SaltScheme(N), rows={b"r": 3})
     refuse_atomic(layout, b"other", "check_and_mutate_row")
-    with pytest.raises(SplitKeyError, match="read_modify_write_row .* 'r' is split into 3"):
+    with pytest.raises(SplitKeyError, match=r"read_modify_write_row .* 'r' is split into 3"):
         refuse_atomic(layout, "r", "read_modify_write_row")
 
 
@@ -368,7 +373,8 @@ def _backfill(model: SplitModel, before: HotLayout, after: HotLayout, key: bytes
                 if column[0] in AGGREGATES and ts in kept:
                     AGGREGATE = AGGREGATES[column[0]].split()[-1]
                     a, b = kept[ts], value
-                    assert isinstance(a, int) and isinstance(b, int)
+                    assert isinstance(a, int)
+                    assert isinstance(b, int)
                     kept[ts] = (
                         (a + b + 2**63) % 2**64 - 2**63
                         if AGGREGATE == "sum"
@@ -441,7 +447,8 @@ def test_combine_sums_mins_maxes_and_keeps_the_latest_tie() -> None:
         ("sm", b"s", 0, _i64(4)),
     )
     row = combine_rows(b"k", [a, None, b], AGGREGATES)
-    assert row is not None and row.row_key == b"k"
+    assert row is not None
+    assert row.row_key == b"k"
     assert cells_of(row) == [
         ("cf", b"x", 2000, b"new", ()),
         ("cf", b"x", 1000, b"older", ()),
@@ -557,30 +564,36 @@ def test_the_proposed_k_is_the_smallest_that_meets_the_target(share: float) -> N
         "part", b"tenant 7", share, buckets=64, tablets=32, distinct=10_000, target=1.5
     )
     assert p is not None
-    assert p.meets and p.level <= 1.5
+    assert p.meets
+    assert p.level <= 1.5
     assert _piece_level(share, p.k - 1, 10_000, 32) > 1.5 or p.k == 2
     assert p.command == f"saltedtable split TABLE --part 'tenant 7' -k {p.k}"
 
 
 def test_no_proposal_when_the_key_is_not_hot_and_the_cap_is_said() -> None:
     """A key within the target gets None; a K capped at N says it does not meet the target."""
-    assert propose_split("row", b"r", 0.001, buckets=8, tablets=32, distinct=1000, target=1.5) is None
+    cold = propose_split("row", b"r", 0.001, buckets=8, tablets=32, distinct=1000, target=1.5)
+    assert cold is None
     p = propose_split(
         "row", b"r", 0.5, buckets=4, tablets=32, distinct=1000, target=1.5, share_high=0.6
     )
-    assert p is not None and p.k == 4 and p.k_high == 4 and not p.meets
+    assert p is not None
+    assert p.k == 4
+    assert p.k_high == 4
+    assert not p.meets
     assert p.command == "saltedtable split TABLE --row r -k 4"
     with pytest.raises(ValueError, match="shares are between 0 and 1"):
         propose_split("row", b"r", 1.5, buckets=4, tablets=32, distinct=1000, target=1.5)
 
 
 def test_the_advisors_k_on_synthetic_skew() -> None:
-    """One key at 40%: the advisor's hot_key_floor is the K = 1 level, and K pieces meet the target."""
+    """One key at 40%: the advisor's hot_key_floor is the K = 1 level; K pieces meet the target."""
     hot, rest = b"hot", [f"k{i:04d}".encode() for i in range(999)]
     accesses = [Access(hot, 666.0)] + [Access(k, 1.0) for k in rest]
     advice = advise(accesses, candidates=(1, 8), resamples=20, windows=1)
     key, share = advice.top_keys[0]
-    assert key == hot and share == pytest.approx(0.4, abs=0.001)
+    assert key == hot
+    assert share == pytest.approx(0.4, abs=0.001)
     assert _piece_level(share, 1, advice.distinct_keys, advice.tablets) == pytest.approx(
         advice.hot_key_floor
     )
@@ -594,7 +607,8 @@ def test_the_advisors_k_on_synthetic_skew() -> None:
         target=advice.target,
         share_high=0.45,
     )
-    assert p is not None and p.k_high >= p.k
+    assert p is not None
+    assert p.k_high >= p.k
     # The sample with the hot key as K pieces spread over the key space (sub-rows sit in K
     # buckets far apart), cut into the advisor's T equal tablets: the hottest meets the target.
     others = [1.0] * len(rest)

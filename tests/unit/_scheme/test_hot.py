@@ -48,7 +48,7 @@ from tests.hot_model import (
 
 N = 8
 TENANT = SaltScheme(16, key_part=fields(1))
-PROPERTY = settings(max_examples=150, deadline=None)
+PROPERTY = settings(max_examples=300, deadline=None)
 
 
 # -- the K buckets -----------------------------------------------------------------------
@@ -318,7 +318,7 @@ _call = st.tuples(st.lists(mutation_strategy(), min_size=1, max_size=3), st.inte
 
 @PROPERTY
 @given(
-    st.lists(st.tuples(st.sampled_from((1, 2, 3, N)), st.lists(_call, max_size=8)), max_size=4),
+    st.lists(st.tuples(st.sampled_from((1, 2, 3, N)), st.lists(_call, max_size=12)), max_size=4),
 )
 def test_a_split_row_reads_as_the_plain_row_through_splits_and_raises(
     phases: list[tuple[int, list[tuple[list[Mutation], int]]]],
@@ -457,6 +457,12 @@ def test_combine_sums_mins_maxes_and_keeps_the_latest_tie() -> None:
         ("sm", b"s", 0, _i64(7), ()),
     ]
     assert combine_rows(b"k", [None, None], AGGREGATES) is None
+
+
+def test_combined_sums_wrap_at_64_bits() -> None:
+    """Partials whose sum leaves int64 wrap around, as the emulator's int64 sum does."""
+    top = [_row(b"p", ("sm", b"s", 0, _i64(2**63 - 1))), _row(b"q", ("sm", b"s", 0, _i64(2)))]
+    assert cells_of(combine_rows(b"k", top, AGGREGATES)) == [("sm", b"s", 0, _i64(-(2**63) + 1), ())]
 
 
 def test_combine_keeps_stripped_aggregates_empty_and_refuses_hll() -> None:

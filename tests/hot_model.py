@@ -166,15 +166,18 @@ def mutation_strategy(*, big: bool = False) -> st.SearchStrategy[Mutation]:
     )
 
 
-def random_mutation(rng: random.Random) -> Mutation:
-    """One mutation drawn by ``rng`` (the emulator test's seeded generator)."""
+def random_mutation(rng: random.Random, adds_to: Sequence[str] = tuple(AGGREGATES)) -> Mutation:
+    """One mutation drawn by ``rng`` (the emulator test's seeded generator).
+
+    ``adds_to``: the aggregate families ``AddToCell`` writes to.
+    """
     roll = rng.random()
     q = rng.choice(QUALIFIERS)
     ts = rng.choice(TIMESTAMPS)
     if roll < 0.40:
         return SetCell(rng.choice(PLAIN), q, rng.choice((b"v0", b"v1", b"v2")), ts)
     if roll < 0.80:
-        return AddToCell(rng.choice(tuple(AGGREGATES)), q, rng.randint(-20, 100), ts)
+        return AddToCell(rng.choice(adds_to), q, rng.randint(-20, 100), ts)
     if roll < 0.90:
         bounds = (None, *TIMESTAMPS, 5000)
         return _delete_range(

@@ -462,7 +462,9 @@ def test_combine_sums_mins_maxes_and_keeps_the_latest_tie() -> None:
 def test_combined_sums_wrap_at_64_bits() -> None:
     """Partials whose sum leaves int64 wrap around, as the emulator's int64 sum does."""
     top = [_row(b"p", ("sm", b"s", 0, _i64(2**63 - 1))), _row(b"q", ("sm", b"s", 0, _i64(2)))]
-    assert cells_of(combine_rows(b"k", top, AGGREGATES)) == [("sm", b"s", 0, _i64(-(2**63) + 1), ())]
+    assert cells_of(combine_rows(b"k", top, AGGREGATES)) == [
+        ("sm", b"s", 0, _i64(-(2**63) + 1), ())
+    ]
 
 
 def test_combine_keeps_stripped_aggregates_empty_and_refuses_hll() -> None:

@@ -172,7 +172,7 @@ def random_mutation(rng: random.Random, adds_to: Sequence[str] = tuple(AGGREGATE
     ``adds_to``: the aggregate families ``AddToCell`` writes to.
     """
     roll = rng.random()
-    q = rng.choice(QUALIFIERS)
+    q = rng.choice(QUALIFIERS[:3])
     ts = rng.choice(TIMESTAMPS)
     if roll < 0.40:
         return SetCell(rng.choice(PLAIN), q, rng.choice((b"v0", b"v1", b"v2")), ts)
@@ -183,6 +183,6 @@ def random_mutation(rng: random.Random, adds_to: Sequence[str] = tuple(AGGREGATE
         return _delete_range(
             rng.choice(bounds), rng.choice(bounds), rng.choice((*PLAIN, *AGGREGATES)), q
         )
-    if roll < 0.97:
+    if roll < 0.98:
         return DeleteAllFromFamily(rng.choice((*PLAIN, *AGGREGATES)))
     return DeleteAllFromRow()

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
 from google.cloud.bigtable.data import row_filters as rf
-from google.cloud.bigtable.data.mutations import AddToCell, Mutation
+from google.cloud.bigtable.data.mutations import AddToCell, Mutation, SetCell
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable_admin_v2 import types
 
@@ -45,7 +45,7 @@ from tests.hot_model import AGGREGATES, FAMILY_SPECS, RowModel, cells_of, random
 pytestmark = pytest.mark.emulator
 
 N = 8
-SEQUENCES = 18
+SEQUENCES = 40
 
 
 def _micros(us: int) -> dt.datetime:
@@ -184,3 +184,27 @@ async def test_the_emulators_int64_sum_wraps_as_the_combine_does(
     assert plain is not None
     assert int(plain.cells[0]) == -(2**63) + 1
     assert by_family(combine_rows(b"ctr", subs, AGGREGATES)) == by_family(plain)
+
+
+async def test_a_cell_rewritten_after_the_split_at_its_timestamp_reads_the_new_value(
+    aggregate_table: str, data_client: BigtableDataClientAsync
+) -> None:
+    """The home row's old cell and its sub-row's new one at one timestamp: the new one wins."""
+    unsplit = HotLayout(SaltScheme(N))
+    split = HotLayout(SaltScheme(N), rows={b"r": 4})
+    # A column that leaves the home row once the row is split.
+    qualifier = next(q for q in (b"q%d" % i for i in range(99)) if split.sub_row(b"r", "cf", q))
+    async with data_client.get_table(INSTANCE, aggregate_table) as table:
+        for layout, value in ((unsplit, b"old"), (split, b"new")):
+            mutations: list[Mutation] = [SetCell("cf", qualifier, value, 1000)]
+            await table.mutate_row(b"plain", mutations)
+            for physical, share in route_mutations(
+                b"r", mutations, layout=layout, aggregates=AGGREGATES, previous=unsplit
+            ):
+                await table.mutate_row(physical, share)
+        plain = await table.read_row(b"plain")
+        subs = [await table.read_row(p) for p in read_keys(unsplit, split, b"r")]
+    assert sum(sub is not None for sub in subs) == 2  # the old cell stays in the home row
+    assert by_family(combine_rows(b"r", subs, AGGREGATES)) == by_family(plain)
+    assert plain is not None
+    assert plain.cells[0].value == b"new"

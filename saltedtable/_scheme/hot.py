@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import farmhash
 
-from .._exceptions import SaltSchemeError, SplitKeyError
-from .salt import SaltScheme, format_key, to_key
+from .._exceptions import RowKeyError, SaltSchemeError, SplitKeyError
+from .salt import MAX_ROW_KEY_BYTES, SaltScheme, format_key, to_key
 
 if TYPE_CHECKING:  # the client's value types, imported only when rows are combined
     from google.cloud.bigtable.data.mutations import Mutation
@@ -250,7 +250,15 @@ class HotLayout:
         home = self.scheme.salt_key(key)  # checks the key (empty, too long)
         if not self.parts and key not in self.rows:
             return (home,)
-        return tuple(self.scheme.prefix(b) + key for b in self.row_buckets(key))
+        found = tuple(self.scheme.prefix(b) + key for b in self.row_buckets(key))
+        longest = max(found, key=len)
+        if len(longest) > MAX_ROW_KEY_BYTES:
+            # Java's negative buckets have longer prefixes than the home's.
+            raise RowKeyError(
+                f"sub-row key {format_key(longest[:40])}... is {len(longest)} bytes; "
+                f"Bigtable allows at most {MAX_ROW_KEY_BYTES}"
+            )
+        return found
 
     def is_split(self, key: bytes | str) -> bool:
         """Whether the logical row is stored as more than one sub-row."""
@@ -291,8 +299,16 @@ def check_hot_change(before: HotLayout, after: HotLayout) -> None:
     :func:`combine_rows` would prefer older writes: folding sub-rows back needs
     a backfill this release does not have.
 
+    A change must also leave every split row's home bucket where it was. A
+    part change that moves a split row (listing its part, or raising the
+    part's K, when the jump hash moves that row) would put the row's old and
+    new sub-rows in one read, where a physical row both places share holds
+    writes of both times and no order of the sub-rows keeps "the later write
+    wins". List a part before splitting rows under it.
+
     Raises:
-        SaltSchemeError: The schemes differ, or a K falls or a listed key is dropped.
+        SaltSchemeError: The schemes differ, a K falls, a listed key is
+            dropped, or a split row's home bucket moves.
     """
     if before.scheme != after.scheme:
         raise SaltSchemeError(
@@ -305,6 +321,14 @@ def check_hot_change(before: HotLayout, after: HotLayout) -> None:
                     f"hot {what} {format_key(key)!r}: K may only rise (from {k} to "
                     f"{new.get(key, 1)}); folding a split back is not supported"
                 )
+    for row in after.rows:
+        was, now = before.bucket_of(row), after.bucket_of(row)
+        if was != now:
+            raise SaltSchemeError(
+                f"hot row {format_key(row)!r} is split, and this change of its key part's "
+                f"fan-out moves its home from bucket {was} to {now}; a split row's home must "
+                "stay (list the part, or raise its K, before splitting rows under it)"
+            )
 
 
 def read_keys(before: HotLayout | None, after: HotLayout, key: bytes | str) -> tuple[bytes, ...]:

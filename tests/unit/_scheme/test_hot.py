@@ -16,10 +16,10 @@ from google.cloud.bigtable.data.mutations import (
     SetCell,
 )
 from google.cloud.bigtable.data.row import Cell, Row
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from saltedtable import SaltScheme, SaltSchemeError, fields
+from saltedtable import RowKeyError, SaltScheme, SaltSchemeError, fields
 from saltedtable._exceptions import SplitKeyError
 from saltedtable._scheme.hot import (
     HotLayout,
@@ -235,6 +235,33 @@ def test_a_change_may_only_list_more_and_raise_k() -> None:
         check_hot_change(one, HotLayout(SaltScheme(16, key_part=fields(2)), parts={b"t1": 4}))
 
 
+def test_a_change_that_moves_a_split_rows_home_is_refused() -> None:
+    """Listing a part moves most of its rows; a split row under it must not move."""
+    before = HotLayout(TENANT, rows={b"t1#a": 3, b"t1#b": 3})
+    after = HotLayout(TENANT, parts={b"t1": 4}, rows={b"t1#a": 3, b"t1#b": 3})
+    moved = [r for r in (b"t1#a", b"t1#b") if before.bucket_of(r) != after.bucket_of(r)]
+    assert moved  # (the jump hash moves 3 rows in 4 when a part is listed with K = 4)
+    with pytest.raises(SaltSchemeError, match=r"is split, and this change .* moves its home"):
+        check_hot_change(before, after)
+    # Listing the part first, then splitting its rows: accepted.
+    listed = HotLayout(TENANT, parts={b"t1": 4})
+    check_hot_change(HotLayout(TENANT), listed)
+    check_hot_change(listed, after)
+
+
+def test_a_sub_row_key_too_long_for_bigtable_is_refused() -> None:
+    """java's negative buckets have a longer prefix than the home's: the sub-row must fit."""
+    scheme = SaltScheme(8, hash="java")
+    key = next(
+        k
+        for k in (b"%04d" % i + b"x" * 4090 for i in range(100))
+        if len(scheme.prefix(scheme.bucket_of(k))) == 2
+    )
+    layout = HotLayout(scheme, rows={key: 8})
+    with pytest.raises(RowKeyError, match=r"sub-row key .* is 4097 bytes"):
+        layout.physical_keys(key)
+
+
 def test_layouts_compare_and_hash_by_value() -> None:
     """Two layouts with the same lists are equal, whatever the key types given."""
     a = HotLayout(TENANT, parts={"t1": 4}, rows={b"t2#c": 3})
@@ -416,6 +443,50 @@ def test_a_part_change_reads_both_places_until_the_backfill(
     _backfill(split, before, after, key)
     assert cells_of(split.read(key, after)) == cells_of(plain.row(key))
     assert set(split.rows) <= {after.physical_keys(key)[0]}
+
+
+@PROPERTY
+@given(
+    st.lists(_call, max_size=6),
+    st.lists(_call, max_size=6),
+    st.sampled_from((1, 2, 4)),
+    st.integers(0, 12),
+    st.sampled_from((1, 2, 3)),
+    st.integers(0, 5),
+    st.integers(0, 50),
+)
+def test_a_split_row_under_a_hot_part_reads_as_one_row_through_changes(
+    early: list[tuple[list[Mutation], int]],
+    late: list[tuple[list[Mutation], int]],
+    k1: int,
+    more: int,
+    r1: int,
+    r_more: int,
+    row: int,
+) -> None:
+    """A hot part and a split row in it, both raised mid-stream (where allowed): one row."""
+    key = b"t1#" + str(row).encode()
+    before = HotLayout(
+        TENANT, parts={b"t1": k1} if k1 > 1 else {}, rows={key: r1} if r1 > 1 else {}
+    )
+    after = HotLayout(
+        TENANT, parts={b"t1": min(16, max(2, k1 + more))}, rows={key: r1 + r_more + 1}
+    )
+    try:
+        check_hot_change(before, after)
+    except SaltSchemeError:
+        assume(False)
+    plain, split = RowModel(), SplitModel()
+    for mutations, spread in early:
+        for mutation in mutations:
+            plain.apply(mutation)
+        split.write(key, mutations, before, spread)
+    for mutations, spread in late:
+        for mutation in mutations:
+            plain.apply(mutation)
+        split.write(key, mutations, after, spread, previous=before)
+    assert cells_of(split.read(key, after, before)) == cells_of(plain.row(key))
+    assert set(split.rows) <= set(after.physical_keys(key))
 
 
 # -- combining -----------------------------------------------------------------------------

@@ -473,14 +473,17 @@ def route_mutations(
     return [(p, m) for p, m in groups.items() if m]
 
 
-def refuse_atomic(layout: HotLayout, key: bytes | str, operation: str) -> None:
-    """Refuse a single-row atomic operation on a split row.
+def refuse_atomic(
+    layout: HotLayout, key: bytes | str, operation: str, previous: HotLayout | None = None
+) -> None:
+    """Refuse a single-row atomic operation on a split row, or on a row being moved.
 
     ``check_and_mutate_row`` and ``read_modify_write_row`` are atomic on one
-    physical row; a split row is K of them, so neither can keep its meaning.
+    physical row; a split row is K of them, and a row of a hot part whose
+    placement changes may sit in two places until the backfill.
 
     Raises:
-        SplitKeyError: ``key`` is a split row.
+        SplitKeyError: ``key`` is a split row, or readers consult two places for it.
     """
     key = to_key(key)
     k = layout.rows.get(key)
@@ -489,6 +492,13 @@ def refuse_atomic(layout: HotLayout, key: bytes | str, operation: str) -> None:
             f"{operation} is atomic on one row, but row {format_key(key)!r} is split into "
             f"{k} sub-rows (the layout record lists it with K={k}); write it with "
             "mutate_row (AddToCell for counters), or keep rows that need it unsplit"
+        )
+    places = read_keys(previous, layout, key)
+    if len(places) > 1:
+        raise SplitKeyError(
+            f"{operation} is atomic on one row, but row {format_key(key)!r} is moving "
+            f"between {len(places)} places (its key part's fan-out changed and the backfill "
+            "has not completed); retry once the backfill's record change is read"
         )
 
 

@@ -331,11 +331,23 @@ def test_writes_a_split_row_cannot_combine_are_refused(mutation: Mutation, match
 
 
 def test_single_row_atomics_are_refused_on_a_split_row() -> None:
-    """check_and_mutate_row / read_modify_write_row name the split row and its K."""
+    """check_and_mutate_row / read_modify_write_row: refused on split rows and rows being moved."""
     layout = HotLayout(SaltScheme(N), rows={b"r": 3})
     refuse_atomic(layout, b"other", "check_and_mutate_row")
     with pytest.raises(SplitKeyError, match=r"read_modify_write_row .* 'r' is split into 3"):
         refuse_atomic(layout, "r", "read_modify_write_row")
+    # A hot part's row being moved sits in two places until the backfill.
+    before, after = HotLayout(TENANT), HotLayout(TENANT, parts={b"t1": 4})
+    moving = next(
+        k for k in (b"t1#%d" % i for i in range(99)) if len(read_keys(before, after, k)) > 1
+    )
+    staying = next(
+        k for k in (b"t1#%d" % i for i in range(99)) if len(read_keys(before, after, k)) == 1
+    )
+    refuse_atomic(after, staying, "check_and_mutate_row", before)
+    refuse_atomic(after, moving, "check_and_mutate_row")  # after the backfill
+    with pytest.raises(SplitKeyError, match="is moving between 2 places"):
+        refuse_atomic(after, moving, "check_and_mutate_row", before)
 
 
 # -- the single-row model ------------------------------------------------------------------

@@ -80,24 +80,20 @@ def jump_hash(key: int, buckets: int) -> int:
 
     Raising ``buckets`` moves a key only to one of the new numbers (Lamping and
     Veach, "A Fast, Minimal Memory, Consistent Hash Algorithm", 2014).
+
+    Raises:
+        ValueError: ``buckets`` is below 1.
     """
-    return _jump_chain(key, buckets)[-1]
-
-
-def _jump_chain(key: int, buckets: int) -> list[int]:
-    """Every number ``key`` takes as the count grows from 1 to ``buckets``, in order."""
     if buckets < 1:
         raise ValueError(f"jump_hash needs buckets >= 1, got {buckets}")
-    chain = []
     b, j = -1, 0
     key &= _U64
     while j < buckets:
         b = j
-        chain.append(b)
         key = (key * _JUMP_MULTIPLIER + 1) & _U64
         # Floats as in the paper: IEEE doubles, the same on every platform.
         j = int((b + 1) * (float(1 << 31) / float((key >> 33) + 1)))
-    return chain
+    return b
 
 
 def _fingerprint(data: bytes) -> int:
@@ -165,7 +161,7 @@ def _check_list(what: str, listed: Mapping[Any, int], n: int) -> dict[bytes, int
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
 class HotLayout:
     """A scheme with its hot key parts and hot rows, each with its fan-out K.
 
@@ -199,6 +195,15 @@ class HotLayout:
         object.__setattr__(self, "rows", MappingProxyType(rows))
         object.__setattr__(self, "_index", {b: i for i, b in enumerate(self.scheme.bucket_ids)})
 
+    def __reduce__(
+        self,
+    ) -> tuple[type[HotLayout], tuple[SaltScheme, dict[bytes, int], dict[bytes, int]]]:
+        # A mapping proxy cannot be pickled (Beam pickles what its workers use).
+        return HotLayout, (self.scheme, dict(self.parts), dict(self.rows))
+
+    def __repr__(self) -> str:
+        return f"HotLayout({self.scheme}, parts={dict(self.parts)!r}, rows={dict(self.rows)!r})"
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HotLayout):
             return NotImplemented
@@ -213,7 +218,7 @@ class HotLayout:
 
     # -- buckets ---------------------------------------------------------------
 
-    def spread(self, home: int, k: int) -> tuple[int, ...]:
+    def buckets_from(self, home: int, k: int) -> tuple[int, ...]:
         """The ``k`` buckets of a key whose home bucket is ``home``, home first."""
         ids = self.scheme.bucket_ids
         start = self._index[home]
@@ -223,7 +228,7 @@ class HotLayout:
         """The buckets a key part's rows live in: K for a hot part, else its one bucket."""
         part = to_key(part)
         home = self.scheme.bucket_of_part(part)
-        return self.spread(home, self.parts.get(part, 1))
+        return self.buckets_from(home, self.parts.get(part, 1))
 
     def bucket_of(self, key: bytes | str) -> int:
         """The bucket of a logical key (a split row's home sub-row)."""
@@ -233,12 +238,12 @@ class HotLayout:
         home = self.scheme.bucket_of_part(part)
         if k == 1:
             return home
-        return self.spread(home, k)[jump_hash(_fingerprint(key), k)]
+        return self.buckets_from(home, k)[jump_hash(_fingerprint(key), k)]
 
     def row_buckets(self, key: bytes | str) -> tuple[int, ...]:
         """The buckets of a logical row: its K sub-rows' when split (home first), else one."""
         key = to_key(key)
-        return self.spread(self.bucket_of(key), self.rows.get(key, 1))
+        return self.buckets_from(self.bucket_of(key), self.rows.get(key, 1))
 
     def physical_keys(self, key: bytes | str) -> tuple[bytes, ...]:
         """The physical keys of a logical row: ``prefix(b_j) + key``, sub-row 0 first.

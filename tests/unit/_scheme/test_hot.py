@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 from collections import Counter
 from typing import Any
 
@@ -263,12 +264,14 @@ def test_a_sub_row_key_too_long_for_bigtable_is_refused() -> None:
 
 
 def test_layouts_compare_and_hash_by_value() -> None:
-    """Two layouts with the same lists are equal, whatever the key types given."""
+    """Layouts with the same lists are equal whatever the key types given; they pickle."""
     a = HotLayout(TENANT, parts={"t1": 4}, rows={b"t2#c": 3})
     b = HotLayout(TENANT, parts={b"t1": 4}, rows={"t2#c": 3})
     assert a == b
     assert hash(a) == hash(b)
     assert a != HotLayout(TENANT, parts={b"t1": 4})
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert repr(a) == f"HotLayout({TENANT}, parts={{b't1': 4}}, rows={{b't2#c': 3}})"
 
 
 # -- hot rows: routing -----------------------------------------------------------------------

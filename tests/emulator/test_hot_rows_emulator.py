@@ -23,22 +23,24 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
+from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowRange
 from google.cloud.bigtable.data import row_filters as rf
 from google.cloud.bigtable.data.mutations import AddToCell, Mutation, SetCell
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable_admin_v2 import types
 
-from saltedtable import SaltScheme
+from saltedtable import SaltScheme, fields
 from saltedtable._admin import admin_client
 from saltedtable._guard.families import parse_family
 from saltedtable._scheme.hot import (
     HotLayout,
     combine_rows,
     plan_split_filter,
+    read_buckets,
     read_keys,
     route_mutations,
 )
+from saltedtable._scheme.salt import prefix_end
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table
 from tests.hot_model import AGGREGATES, FAMILY_SPECS, RowModel, cells_of, random_mutation
 
@@ -208,3 +210,37 @@ async def test_a_cell_rewritten_after_the_split_at_its_timestamp_reads_the_new_v
     assert by_family(combine_rows(b"r", subs, AGGREGATES)) == by_family(plain)
     assert plain is not None
     assert plain.cells[0].value == b"new"
+
+
+async def test_a_hot_parts_rows_are_found_through_a_k_raise_before_the_backfill(
+    aggregate_table: str, data_client: BigtableDataClientAsync
+) -> None:
+    """Rows written at K = 2, then 4: the union's buckets scan them all; point reads find each."""
+    scheme = SaltScheme(N, key_part=fields(1))
+    before = HotLayout(scheme, parts={b"t1": 2})
+    after = HotLayout(scheme, parts={b"t1": 4})
+    keys = [b"t1#%03d" % i for i in range(120)]
+    async with data_client.get_table(INSTANCE, aggregate_table) as table:
+        for i, key in enumerate(keys):
+            layout = before if i < 60 else after
+            (physical,) = layout.physical_keys(key)
+            await table.mutate_row(physical, [SetCell("cf", b"q", key, 1000)])
+        buckets = read_buckets(before, after, b"t1#")
+        assert buckets is not None
+        assert len(buckets) == 4
+        query = ReadRowsQuery(
+            row_ranges=[
+                RowRange(scheme.prefix(b) + b"t1#", prefix_end(scheme.prefix(b) + b"t1#"))
+                for b in buckets
+            ]
+        )
+        scanned = sorted(row.cells[0].value for row in await table.read_rows(query))
+        assert scanned == keys
+        moved = 0
+        for key in keys:
+            places = read_keys(before, after, key)
+            moved += key in keys[:60] and len(places) == 2
+            rows = await table.read_rows(ReadRowsQuery(row_keys=list(places)))
+            assert [row.cells[0].value for row in rows] == [key]
+    # Raising K from 2 to 4 moves about half of the 60 rows written before it.
+    assert 15 <= moved <= 45

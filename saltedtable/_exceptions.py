@@ -15,6 +15,7 @@ range, and a :class:`~saltedtable.SubScan` in ``exc.saltedtable_subscan``::
     │   ├── RowKeyTypeError (TypeError)     a key that is neither bytes nor str
     │   └── UnsaltableKeyError              a key the scheme's hash cannot read
     ├── QueryPlanError (ValueError)         a read that cannot be answered correctly
+    ├── SplitKeyError (ValueError)          what a split (hot) row cannot do
     ├── CutoffError (ValueError)            a bad cutoff policy, or a key time it cannot read
     ├── LayoutError                         the table's rows or record contradict the layout
     │   ├── SchemeMismatchError             the stored layout record differs
@@ -57,6 +58,7 @@ __all__ = [
     "SaltSchemeError",
     "SaltedTableError",
     "SchemeMismatchError",
+    "SplitKeyError",
     "UnsaltableKeyError",
     "UsageError",
     "WindowError",
@@ -92,6 +94,17 @@ class UnsaltableKeyError(RowKeyError):
 
 class QueryPlanError(SaltedTableError, ValueError):
     """A logical read cannot be turned into physical reads that mean the same."""
+
+
+class SplitKeyError(SaltedTableError, ValueError):
+    """An operation that cannot keep its meaning on a hot row split into sub-rows.
+
+    A split row is K physical rows combined on read: single-row atomic
+    operations (``check_and_mutate_row``, ``read_modify_write_row``), writes
+    that cannot be combined (``MergeToCell``, HLL, ``SetCell`` in an aggregate
+    family) and filters that judge a whole row or a cell's value are refused.
+    The message names the row and its K.
+    """
 
 
 class CutoffError(SaltedTableError, ValueError):

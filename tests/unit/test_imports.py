@@ -37,6 +37,7 @@ ORDER: tuple[str, ...] = (
     "_scheme.layout",
     "_scheme.views",
     "_scheme.window",
+    "_scheme.hot",
     "_scheme",
     # the read engine (no Bigtable)
     "_engine.budget",

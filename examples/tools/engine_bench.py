@@ -47,8 +47,11 @@ Sections (``--sections``, default all):
   sub-scans, in a shuffled order each round: through a wrapper table that defines
   its own ``read_rows_stream`` and adds no per-row work (:class:`NoOpWrapper`), with
   ``client_internals=False``, through a ``__getattr__`` proxy (which keeps the fast
-  path), and on the client's table (the fast path); paired ratios pooled over
-  ``--runs``, and the calls per row of each under cProfile.
+  path), and on the client's table (the fast path); and two references that bound
+  the fallback: the wrapper's scan with ``ordered=False``, and the raw sub-scans split
+  into the two requests a bucket an ordered scan sends (``raw_16_split``: what that
+  shape costs the raw client, no merge). Paired ratios and main-thread CPU over the
+  raw sub-scans' pooled over ``--runs``, and the calls per row of each under cProfile.
 * ``writes`` (issue 41; not in the default sections): the async and the sync client
   against saltedtable without and with the layout guard, in the same process, and the
   client writing the salted keys itself (``floor``: what the keys' shape costs):
@@ -211,6 +214,35 @@ class Scans:
             return await count(await self.raw.read_rows_stream(q))
 
         return sum(await asyncio.gather(*(one(q) for q in subs)))
+
+    async def raw16_split(self, first: int) -> int:
+        """:meth:`raw16`, each sub-scan in two requests: its first ``first`` rows, then the rest.
+
+        An ordered salted scan's requests to a bucket take this shape (a first
+        page, then a stream from after its last key), so this is what that shape
+        alone costs the raw client: a second request's start and round trip per
+        bucket, no merge. (Sub-scans of one range each, as :attr:`subs` are.)
+        """
+
+        async def one(q: ReadRowsQuery) -> int:
+            (whole,) = q.row_ranges
+            n = 0
+            last = None
+            page = ReadRowsQuery(row_ranges=[whole], limit=first)
+            async for row in await self.raw.read_rows_stream(page):
+                last = row.row_key
+                n += 1
+            if n < first:
+                return n
+            rest = RowRange(
+                start_key=last,
+                end_key=whole.end_key,
+                start_is_inclusive=False,
+                end_is_inclusive=whole.end_is_inclusive,
+            )
+            return n + await count(await self.raw.read_rows_stream(ReadRowsQuery(row_ranges=rest)))
+
+        return sum(await asyncio.gather(*(one(q) for q in self.subs)))
 
     async def floor(self) -> int:
         """A minimal fan-in of the 16 sub-scans into one stream of logical rows.
@@ -638,12 +670,28 @@ FALLBACK_TABLES: dict[str, Callable[[Any], SaltedTableAsync]] = {
 
 
 async def fallback(raw: Any, rows: int, rounds: int, seed: int = 0) -> dict[str, Any]:
-    """The ordered scan through the client's own read_rows_stream against the raw sub-scans."""
+    """The ordered scan through the client's own read_rows_stream against the raw sub-scans.
+
+    Besides the salted scans of :data:`FALLBACK_TABLES` (ordered), two references
+    that bound the fallback: the no-op wrapper's scan with ``ordered=False`` (what
+    the order costs on that path) and :meth:`Scans.raw16_split` (what an ordered
+    scan's two requests a bucket cost the raw client, with no merge). Each scan's
+    main-thread CPU too, over the raw sub-scans' in the same round: on shared
+    cores the wall-time ratios move with the load, the CPU ratios much less.
+    """
+    from saltedtable._engine.budget import first_window
+
     scans = {name: Scans(raw, make(raw)) for name, make in FALLBACK_TABLES.items()}
     base = scans["fast_path"]
+    first = first_window(BUCKETS)  # an ordered scan's first request to each bucket
     fns: dict[str, Callable[[], Awaitable[int]]] = {"raw_16_subscans": base.raw16}
     fns |= {name: scan.ordered for name, scan in scans.items()}
+    fns |= {
+        "noop_wrapper_unordered": scans["noop_wrapper"].unordered,
+        "raw_16_split": lambda: base.raw16_split(first),
+    }
     took: dict[str, list[float]] = {n: [] for n in fns}
+    cpu: dict[str, list[float]] = {n: [] for n in fns}
     names = list(fns)
     shuffle = random.Random(seed).shuffle
     for fn in fns.values():
@@ -652,11 +700,13 @@ async def fallback(raw: Any, rows: int, rounds: int, seed: int = 0) -> dict[str,
         shuffle(names)
         for name in names:
             gc.collect()
+            on_cpu = time.thread_time()
             start = time.perf_counter()
             got = await fns[name]()
             took[name].append(time.perf_counter() - start)
+            cpu[name].append(time.thread_time() - on_cpu)
             assert got == rows, (name, got)
-    raw16 = took["raw_16_subscans"]
+    raw16, raw_cpu = took["raw_16_subscans"], cpu["raw_16_subscans"]
     calls: dict[str, float] = {}
     for name, fn in fns.items():
         prof = cProfile.Profile()
@@ -664,14 +714,20 @@ async def fallback(raw: Any, rows: int, rounds: int, seed: int = 0) -> dict[str,
         await fn()
         prof.disable()
         calls[name] = round(pstats.Stats(prof).total_calls / rows, 2)  # type: ignore[attr-defined]
+    compared = [n for n in fns if n != "raw_16_subscans"]
     return {
         "paired": {
-            n: [round(a / b, 4) for a, b in zip(raw16, took[n], strict=True)] for n in scans
+            n: [round(a / b, 4) for a, b in zip(raw16, took[n], strict=True)] for n in compared
+        },
+        # (CPU over raw: above 1 is more CPU, unlike the speed ratios.)
+        "paired_main_cpu_over_raw": {
+            n: [round(c / a, 4) for a, c in zip(raw_cpu, cpu[n], strict=True)] for n in compared
         },
         "ratio_vs_raw_16": {
-            n: spread([a / b for a, b in zip(raw16, took[n], strict=True)]) for n in scans
+            n: spread([a / b for a, b in zip(raw16, took[n], strict=True)]) for n in compared
         },
         "rows_per_s": {n: spread([rows / t for t in v]) for n, v in took.items()},
+        "main_cpu_us_per_row": {n: spread([t / rows * 1e6 for t in v]) for n, v in cpu.items()},
         "calls_per_row": calls,
     }
 
@@ -1496,7 +1552,17 @@ async def run(args: argparse.Namespace, address: str) -> dict[str, Any]:
                         "runs": fallback_runs,
                         "pooled_ratios": {
                             name: pooled([x for run in fallback_runs for x in run["paired"][name]])
-                            for name in FALLBACK_TABLES
+                            for name in fallback_runs[0]["paired"]
+                        },
+                        "pooled_main_cpu_over_raw": {
+                            name: pooled(
+                                [
+                                    x
+                                    for run in fallback_runs
+                                    for x in run["paired_main_cpu_over_raw"][name]
+                                ]
+                            )
+                            for name in fallback_runs[0]["paired"]
                         },
                     }
                     print(json.dumps(report["fallback"], indent=1), file=sys.stderr)

@@ -82,6 +82,45 @@ async def test_the_ordered_floor_hands_over_every_row_in_key_order(
     assert salted == keys
 
 
+async def test_the_split_raw_scan_reads_every_row_once_in_two_requests_a_bucket(
+    engine_bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback section's ``raw_16_split``: each bucket's first page, then the rest after it.
+
+    Every physical row once (no row of a page's end read twice, none skipped), in
+    two requests a bucket: the first limited to the page, the second starting
+    after the page's last key; a bucket the page covers whole sends one.
+    """
+    scans, keys = await _scans(engine_bench)
+    seen: list[tuple[bytes, list[bytes]]] = []
+    monkeypatch.setattr(engine_bench, "count", _recording(seen))
+    fake = scans.raw
+    fake.stats.queries.clear()
+    first = 64
+    assert await scans.raw16_split(first) == ROWS
+    queries = fake.stats.queries
+    assert len(queries) == 2 * engine_bench.BUCKETS
+    pages = [q for q in queries if q.limit == first]
+    rests = [q for q in queries if not q.limit]
+    assert len(pages) == len(rests) == engine_bench.BUCKETS
+    assert all(not r.start_is_inclusive for q in rests for r in q.row_ranges)
+    # `count` saw the rows after each page; the pages' rows are counted in the scan.
+    physical = sorted(scans.salted.scheme.salt_key(k) for k in keys)
+    assert len(seen) == ROWS - first * engine_bench.BUCKETS
+    assert sorted({key for key, _ in seen}) == sorted(
+        set(physical) - {k for q in pages for k in _first_keys(physical, q, first)}
+    )
+    fake.stats.queries.clear()
+    assert await scans.raw16_split(ROWS) == ROWS  # every page is whole: one request a bucket
+    assert len(fake.stats.queries) == engine_bench.BUCKETS
+
+
+def _first_keys(physical: list[bytes], query: ReadRowsQuery, first: int) -> list[bytes]:
+    """The first ``first`` of ``physical`` in ``query``'s one range."""
+    (whole,) = query.row_ranges
+    return [k for k in physical if whole.start_key <= k < whole.end_key][:first]
+
+
 # -- the write section -----------------------------------------------------------------
 
 

@@ -277,10 +277,14 @@ class GuardCore:
                 f"record_refresh must be a number of seconds > 0 or None, got {refresh!r}"
             )
         self._layout = layout
-        self._record = describe_layout(layout.scheme, layout.cutoff) if enabled else None
+        self._record = (
+            describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs)
+            if enabled
+            else None
+        )
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
-        self._storable = not layout.scheme.has_prefix(SCHEME_ROW_KEY)
+        self._storable = not any(s.has_prefix(SCHEME_ROW_KEY) for s in layout.schemes)
         # (Set before the state: setting either keeps clear_until up to date.)
         self._refresh = refresh
         self._due_at = 0.0

@@ -278,9 +278,7 @@ class GuardCore:
             )
         self._layout = layout
         self._record = (
-            describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs)
-            if enabled
-            else None
+            describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs) if enabled else None
         )
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.

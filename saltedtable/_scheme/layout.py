@@ -90,7 +90,8 @@ class Layout:
             return cls(epochs.newest, None, epochs)
         if len(epochs) == 1:
             return cls(epochs.newest)
-        assert epochs.timestamp is not None and epochs.epochs[1].start is not None
+        assert epochs.timestamp is not None
+        assert epochs.epochs[1].start is not None
         policy = CutoffPolicy(
             instant_of(epochs.epochs[1].start),
             epochs.timestamp,

@@ -401,20 +401,20 @@ async def test_a_point_read_is_one_request_to_its_epoch(name: str) -> None:
     assert layout.epochs is not None
     fake = FakeTable()
     table = SaltedTableAsync(fake, layout, guard=False)
+    calls: list[bytes] = []
+    real = fake.read_row
+
+    async def spy(row_key: bytes, **kwargs: Any) -> Row | None:
+        calls.append(row_key)
+        return await real(row_key, **kwargs)
+
+    fake.read_row = spy  # type: ignore[method-assign]
     for key in (ms_key(b"dev1", T0 - 1), ms_key(b"dev1", T0), ms_key(b"dev1", T1)):
         await table.mutate_row(key, SetCell("f1", b"a", b"v", 1000))
         physical = layout.epochs.locate(key)[2]
         assert fake.row_keys().count(physical) == 1
-        calls: list[bytes] = []
-        real = fake.read_row
-
-        async def spy(row_key: bytes, **kwargs: Any) -> Row | None:
-            calls.append(row_key)
-            return await real(row_key, **kwargs)
-
-        fake.read_row = spy  # type: ignore[method-assign]
+        calls.clear()
         row = await table.read_row(key)
-        fake.read_row = real  # type: ignore[method-assign]
         assert row is not None
         assert row.row_key == key
         assert calls == [physical]

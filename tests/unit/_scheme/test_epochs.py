@@ -19,11 +19,13 @@ from saltedtable import (
     CutoffPolicy,
     KeyRange,
     Layout,
+    QueryPlanError,
     RowKeyError,
     SaltScheme,
     SaltSchemeError,
     epoch_field,
     fields,
+    view_row_prefixes,
 )
 from saltedtable._scheme.epochs import Epoch, Epochs, instant_of
 from saltedtable._scheme.salt import SCHEME_ROW_KEY, prefix_end
@@ -347,3 +349,18 @@ def test_a_cutoff_in_epoch_form_routes_and_hides_as_the_cutoff_does(
     rng = KeyRange(ms_key(b"d", T0 - 5), True, ms_key(b"d", T0 + 5), False)
     legacy, salted = pol.sides_of_range(rng.start, rng.end, rng.end_closed)
     assert epochs.epochs_of_range(rng) == tuple(i for i, s in ((0, legacy), (1, salted)) if s)
+
+
+def test_a_view_of_a_layout_with_epochs_covers_every_epochs_buckets() -> None:
+    """view_row_prefixes(layout): each prefix of every epoch once, and the unsalted rows."""
+    layout = Layout.of_epochs(three(legacy=True, unreadable="first"))
+    got = view_row_prefixes(layout, b"dev1#")
+    want = {b"%02d-dev1#" % b for b in range(64)} | {b"dev1#", SCHEME_ROW_KEY}
+    assert got == sorted(want)
+    assert len(got) == 64 + 2  # N=16's prefixes are N=64's first sixteen
+    salted_only = Layout.of_epochs(three(legacy=False))
+    assert b"dev1#" not in view_row_prefixes(salted_only, b"dev1#")
+    assert b"3-dev1#" in view_row_prefixes(salted_only, b"dev1#")
+    with pytest.raises(QueryPlanError, match="begins the salt prefix"):
+        view_row_prefixes(layout, b"1")
+    assert view_row_prefixes(Layout(SaltScheme(8)), b"a") == view_row_prefixes(SaltScheme(8), b"a")

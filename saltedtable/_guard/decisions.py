@@ -179,6 +179,8 @@ def layout_error(
     # it onto one line.
     shown = ";\n  ".join(offenders[:examples])
     cutoff = "" if layout.cutoff is None else " with " + repr(layout.cutoff)
+    if layout.epochs is not None:
+        cutoff = f" with epochs ({layout.epochs})"
     return LayoutError(
         f"{refused}{len(offenders)} sampled row(s) do not fit the layout of "
         f"{layout.scheme}{cutoff}, e.g.\n  {shown}.\nIf these are older unsalted keys that "

@@ -40,6 +40,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from saltedtable import (
     CallStats,
     Layout,
+    LayoutError,
     ReadBudget,
     SaltedTableAsync,
     SaltScheme,
@@ -434,3 +435,19 @@ async def test_a_row_written_under_a_shared_prefix_by_the_wrong_epoch_is_hidden(
     assert await table.read_row(key) is None
     assert await table.read_rows(ReadRowsQuery()) == []
     assert await table.read_rows(ReadRowsQuery(), ordered=False) == []
+
+
+async def test_check_layout_accepts_every_epochs_rows_and_names_a_stale_one() -> None:
+    """The layout sample: rows of every epoch fit; a row no epoch owns is named."""
+    layout = LAYOUTS["legacy, 16, 64"]
+    fake = FakeTable()
+    fake.set_cell(ms_key(b"dev0", T0 - 5), "f1", b"a", b"legacy")
+    table = SaltedTableAsync(fake, layout, guard=False)
+    for key in UNIVERSE[::5]:
+        await table.mutate_row(key, SetCell("f1", b"a", b"v", 1000))
+    await table.check_layout()
+    key = ms_key(b"dev1", T1 + 5)
+    fake.set_cell(SaltScheme(16).salt_key(key), "f1", b"a", b"stale", 1000)
+    with pytest.raises(LayoutError, match="with epochs") as caught:
+        await table.check_layout()
+    assert "bucket" in str(caught.value) or "epoch 2" in str(caught.value)

@@ -9,6 +9,9 @@ N=16 and N=64) never shows a row twice.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +30,7 @@ from saltedtable import (
     fields,
     view_row_prefixes,
 )
+from saltedtable._guard.record import describe_layout
 from saltedtable._scheme.epochs import Epoch, Epochs, instant_of
 from saltedtable._scheme.salt import SCHEME_ROW_KEY, prefix_end
 
@@ -364,3 +368,33 @@ def test_a_view_of_a_layout_with_epochs_covers_every_epochs_buckets() -> None:
     with pytest.raises(QueryPlanError, match="begins the salt prefix"):
         view_row_prefixes(layout, b"1")
     assert view_row_prefixes(Layout(SaltScheme(8)), b"a") == view_row_prefixes(SaltScheme(8), b"a")
+
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "epochs.md"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+
+
+def test_the_docs_python_sample_runs() -> None:
+    """docs/epochs.md's Python sample runs as written."""
+    (sample,) = _blocks("python")
+    exec(compile(sample, str(DOCS), "exec"), {})
+
+
+def test_the_docs_record_is_the_record_stored() -> None:
+    """docs/epochs.md's JSON record is what describe_layout stores for its layout."""
+    (shown,) = _blocks("json")
+    epochs = Epochs(
+        (
+            Epoch(None, None),
+            Epoch.at(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), SaltScheme(16)),
+            Epoch.at(dt.datetime(2026, 9, 1, tzinfo=dt.UTC), SaltScheme(64)),
+        ),
+        epoch_field("ms", index=1, digits=13),
+        min_lead=300.0,
+    )
+    layout = Layout.of_epochs(epochs)
+    stored = describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs)
+    assert json.loads(shown) == json.loads(stored.encode())

@@ -53,6 +53,7 @@ from saltedtable._guard.record import record_of_row
 from saltedtable._read.query import reversed_request
 from saltedtable._scheme.epochs import Epoch, Epochs
 from saltedtable.testing import INSTANCE, PROJECT
+from tests.cli_helpers import run
 from tests.sync_view import AsyncView
 
 MakeTable = Callable[..., str]
@@ -256,3 +257,19 @@ async def test_the_record_is_version_2_and_refuses_a_reader_of_the_newest_scheme
     newest_only = SaltedTableAsync(grown.raw, SaltScheme(40))
     with pytest.raises(SchemeMismatchError, match="epochs"):
         await newest_only.read_row(k(0, C2))
+
+
+async def test_the_command_line_reads_a_table_with_epochs_from_its_record(
+    grown: Grown, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`saltedtable read` and `count` rebuild the epochs from the record: logical rows."""
+    where = ("--project", PROJECT, "--instance", INSTANCE)
+    logical = [r.row_key.decode() for r in await grown.plain.read_rows(ReadRowsQuery())]
+    code, out, err = run(capsys, "read", grown.raw.table_id, *where)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert [lines[i + 1] for i, line in enumerate(lines) if line == "-" * 40] == logical
+    assert run(capsys, "count", grown.raw.table_id, *where) == (0, f"{len(logical)}\n", "")
+    s1 = [key for key in logical if key.startswith("s1#")]
+    got = run(capsys, "count", grown.raw.table_id, *where, "--prefix", "s1#")
+    assert got == (0, f"{len(s1)}\n", "")

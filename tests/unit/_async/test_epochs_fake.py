@@ -393,6 +393,9 @@ async def test_a_scan_over_every_epoch_costs_at_most_the_sum_of_theirs(name: str
     assert subs == distinct
     if name != "legacy, 8, 10":
         assert requests < own  # N=16 shares its 16 prefixes with N=64: read once
+        explained = SaltedTableAsync(FakeTable(), layout).plan(ReadRowsQuery()).explain(99)
+        assert "bucket 5 prefix b'05-' (epochs 1, 2): range" in explained
+        assert "bucket 20 prefix b'20-' (epoch 2): range" in explained
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))

@@ -230,6 +230,10 @@ class Epochs:
         target = {"error": None, "first": 0, "last": len(epochs) - 1}[self.unreadable]
         object.__setattr__(self, "_target", target)
 
+    def __reduce__(self) -> tuple[type[Epochs], tuple[object, ...]]:
+        # A pickle (Beam ships layouts to its workers) holds the arguments only.
+        return Epochs, (self.epochs, self.timestamp, self.unreadable, self.min_lead)
+
     # -- the list --------------------------------------------------------------
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import pickle
 import re
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from hypothesis import strategies as st
 from saltedtable import (
     CutoffError,
     CutoffPolicy,
+    Epoch,
+    Epochs,
     KeyRange,
     Layout,
     QueryPlanError,
@@ -31,7 +34,7 @@ from saltedtable import (
     view_row_prefixes,
 )
 from saltedtable._guard.record import describe_layout
-from saltedtable._scheme.epochs import Epoch, Epochs, instant_of
+from saltedtable._scheme.epochs import instant_of
 from saltedtable._scheme.salt import SCHEME_ROW_KEY, prefix_end
 
 PROPERTY = settings(max_examples=150, deadline=None)
@@ -398,3 +401,15 @@ def test_the_docs_record_is_the_record_stored() -> None:
     layout = Layout.of_epochs(epochs)
     stored = describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs)
     assert json.loads(shown) == json.loads(stored.encode())
+
+
+def test_epochs_pickle_as_their_arguments_and_name_the_package() -> None:
+    """Beam ships layouts to workers: a pickled layout with epochs comes back equal."""
+    layout = Layout.of_epochs(three())
+    back = pickle.loads(pickle.dumps(layout))
+    assert back == layout
+    assert back.epochs is not None
+    assert back.epochs.locate(ms_key(b"d", T0 + DAY)) == layout.epochs.locate(
+        ms_key(b"d", T0 + DAY)
+    )  # type: ignore[union-attr]
+    assert Epochs.__module__ == Epoch.__module__ == "saltedtable"

@@ -262,13 +262,40 @@ class Epochs:
     def __str__(self) -> str:
         return "; ".join(f"epoch {i} {e}" for i, e in enumerate(self.epochs))
 
-    def appended(self, epoch: Epoch) -> Epochs:
+    def appended(
+        self,
+        epoch: Epoch,
+        *,
+        timestamp: Callable[[bytes], int | dt.datetime] | None = None,
+        unreadable: Unreadable | None = None,
+        min_lead: float | None = None,
+    ) -> Epochs:
         """This list with ``epoch`` added at its end (validated like any list).
 
         The pure step of a resalt: whoever appends also checks the lead, the
-        rows already written, and swaps the record atomically.
+        rows already written, and swaps the record atomically. A one-epoch
+        list has no reader yet: give ``timestamp`` (and ``unreadable``); an
+        argument left None keeps this list's value.
         """
-        return Epochs((*self.epochs, epoch), self.timestamp, self.unreadable, self.min_lead)
+        return Epochs(
+            (*self.epochs, epoch),
+            self.timestamp if timestamp is None else timestamp,
+            self.unreadable if unreadable is None else unreadable,
+            self.min_lead if min_lead is None else min_lead,
+        )
+
+    def extends(self, older: Epochs) -> bool:
+        """True when this list is ``older`` with one or more epochs appended.
+
+        The same epochs first (starts and schemes), and, when ``older`` has
+        more than one epoch, the same key-time reader and fallback for
+        unreadable times; the stored lead may differ. What a long-lived
+        table object may adopt from the record instead of refusing it.
+        """
+        n = len(older.epochs)
+        if len(self.epochs) <= n or self.epochs[:n] != older.epochs:
+            return False
+        return n == 1 or (self.timestamp, self.unreadable) == (older.timestamp, older.unreadable)
 
     # -- one key ---------------------------------------------------------------
 

@@ -413,3 +413,34 @@ def test_epochs_pickle_as_their_arguments_and_name_the_package() -> None:
         ms_key(b"d", T0 + DAY)
     )  # type: ignore[union-attr]
     assert Epochs.__module__ == Epoch.__module__ == "saltedtable"
+
+
+def test_a_list_extends_the_lists_it_appends_to_and_nothing_else() -> None:
+    """Plain and cutoff layouts are extended by appending; a changed history is not."""
+    plain = Layout(SaltScheme(8)).as_epochs()
+    with pytest.raises(SaltSchemeError, match="reader"):
+        plain.appended(Epoch(at(T0), SaltScheme(16)))  # one epoch: no reader yet
+    grown = plain.appended(Epoch(at(T0), SaltScheme(16)), timestamp=READER, min_lead=300.0)
+    assert (grown.timestamp, grown.unreadable, grown.min_lead) == (READER, "error", 300.0)
+    assert grown.extends(plain)
+    assert not plain.extends(grown)
+    assert not grown.extends(grown)
+    more = grown.appended(Epoch(at(T0 + DAY), SaltScheme(64)))
+    assert more.extends(grown)
+    assert more.extends(plain)
+    other_reader = Epochs(
+        more.epochs,
+        epoch_field(
+            "ms",
+            b"#",
+            1,
+            13,
+        ),
+        "first",
+    )
+    assert not other_reader.extends(grown)
+    moved = Epochs((plain.epochs[0], Epoch(at(T0 + 1), SaltScheme(16))), READER)
+    assert not more.extends(moved)
+    pol = CutoffPolicy(instant_of(at(T0)), READER)
+    cut = Layout(SaltScheme(16), pol).as_epochs()
+    assert cut.appended(Epoch(at(T0 + DAY), SaltScheme(64))).extends(cut)

@@ -277,7 +277,7 @@ class SaltedTableAsync(TableAttributes):
 
     @property
     def scheme(self) -> SaltScheme:
-        """How keys are salted (fixed for the object's lifetime)."""
+        """How keys are salted (with layout epochs, the newest epoch's; fixed for the object's lifetime)."""
         return self._layout.scheme
 
     @property
@@ -287,7 +287,7 @@ class SaltedTableAsync(TableAttributes):
 
     @property
     def layout(self) -> Layout:
-        """The scheme and cutoff together: where every logical key lives."""
+        """The scheme and cutoff (or the layout epochs) together: where every logical key lives."""
         return self._layout
 
     @property

@@ -279,7 +279,7 @@ class SaltedTable(TableAttributes):
 
     @property
     def scheme(self) -> SaltScheme:
-        """How keys are salted (with layout epochs, the newest epoch's; fixed for the object's lifetime)."""
+        """How keys are salted (fixed for the object's lifetime; with epochs, the newest's)."""
         return self._layout.scheme
 
     @property

@@ -32,7 +32,7 @@ from .._scheme.cutoff import CutoffPolicy
 from .._scheme.epochs import Epochs, buckets_of_range, physical_range
 from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
-from .._scheme.salt import SaltScheme, prefix_end
+from .._scheme.salt import SaltScheme, prefix_end, to_key
 from .settings import ReadSettings, one_request_size
 
 __all__ = [
@@ -332,7 +332,7 @@ def _plan_epochs(query: ReadRowsQuery, epochs: Epochs, reverse: bool) -> ReadPla
             epoch, bucket, physical = epochs.locate(key)
         except UnsaltableKeyError:
             continue  # never written salted: no bucket holds it
-        prefix = physical[: len(physical) - len(key)]
+        prefix = physical[: len(physical) - len(to_key(key))]
         keys.setdefault(prefix, []).append(physical)
         reads.setdefault(prefix, (bucket, set(), []))[1].add(epoch)
     row_ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]

@@ -454,3 +454,20 @@ async def test_check_layout_accepts_every_epochs_rows_and_names_a_stale_one() ->
     with pytest.raises(LayoutError, match="with epochs") as caught:
         await table.check_layout()
     assert "bucket" in str(caught.value) or "epoch 2" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+async def test_samples_of_a_table_with_epochs_are_logical_keys_in_order(name: str) -> None:
+    """sample_row_keys strips every epoch's prefix and keeps offsets increasing."""
+    layout = LAYOUTS[name]
+    fake = FakeTable(sample_every=3)
+    table = SaltedTableAsync(fake, layout, guard=False)
+    for key in UNIVERSE:
+        await table.mutate_row(key, SetCell("f1", b"a", b"v", 1000))
+    samples = await table.sample_row_keys()
+    keys = [k for k, _ in samples if k]
+    assert keys == sorted(keys)
+    assert set(keys) <= set(UNIVERSE)
+    offsets = [o for _, o in samples]
+    assert offsets == sorted(offsets)
+    assert samples[-1][0] == b""

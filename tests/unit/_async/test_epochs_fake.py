@@ -176,8 +176,8 @@ class EpochTableMachine(RuleBasedStateMachine):
             # Rows of the table before it had epochs: unsalted, times before the first salted epoch.
             for key in legacy:
                 if layout.epochs.locate(key)[1] is None:
-                    self.raw_cell(self.model, key, b"old", 500)
-                    self.raw_cell(self.fake, key, b"old", 500)
+                    self.raw_cell(self.model, key, b"old", 1000)
+                    self.raw_cell(self.fake, key, b"old", 1000)
         self.table = SaltedTableAsync(
             self.fake, layout, guard=False, budget=ReadBudget(rows=budget)
         )

@@ -490,9 +490,11 @@ class Epochs:
         )
 
 
-def _hidden(
-    epochs: Epochs, prefix: bytes, owners: Sequence[int], key: bytes
-) -> str | None:  # the rule of Epochs.hiding_for
+def _hidden(epochs: Epochs, prefix: bytes, owners: Sequence[int], key: bytes) -> str | None:
+    """The attribution rule of :meth:`Epochs.hiding_for`, for one key under ``prefix``.
+
+    ``owners``: the salted epochs that have ``prefix``.
+    """
     try:
         epoch = epochs.epoch_of(key)
     except CutoffError:

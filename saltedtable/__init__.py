@@ -43,6 +43,7 @@ from ._scheme.cutoff import (
     iso8601_field,
     reversed_epoch_field,
 )
+from ._scheme.epochs import Epoch, Epochs
 from ._scheme.layout import Layout
 from ._scheme.named import NamedKeyPart, named_key_part
 from ._scheme.ranges import KeyRange
@@ -145,6 +146,8 @@ __all__ = [
     "CutoffRecord",
     "EmulatorError",
     "EmulatorNotFoundError",
+    "Epoch",
+    "Epochs",
     "KeyPart",
     "KeyRange",
     "Layout",

@@ -80,8 +80,11 @@ def check_arguments(
     """
     if table is None:
         raise TypeError("table must be a Bigtable table (client.get_table(...)), got None")
-    if not isinstance(scheme, SaltScheme):
-        raise TypeError(f"scheme must be a SaltScheme, got {type(scheme).__name__}")
+    if isinstance(scheme, Layout):
+        if cutoff is not None:
+            raise TypeError("give the cutoff inside the Layout, or a SaltScheme and cutoff=")
+    elif not isinstance(scheme, SaltScheme):
+        raise TypeError(f"scheme must be a SaltScheme or a Layout, got {type(scheme).__name__}")
     if cutoff is not None and not isinstance(cutoff, CutoffPolicy):
         raise TypeError(f"cutoff must be a CutoffPolicy, got {type(cutoff).__name__}")
     if budget is not None and not isinstance(budget, ReadBudget):
@@ -179,17 +182,27 @@ def samples_for(
 
 
 def filter_for(
-    layout: Layout, bucket: int | None, row_filter: RowFilter | None, *, checked: bool = False
+    layout: Layout,
+    bucket: int | None,
+    row_filter: RowFilter | None,
+    *,
+    checked: bool = False,
+    physical: bytes = b"",
+    key: bytes = b"",
 ) -> RowFilter | None:
     """The filter to send for a row in ``bucket`` (legacy rows need no rewrite).
 
     ``checked``: the caller ran :func:`check_filter` already (building the
     filter's protobuf is most of a point write's own calls: once is enough).
+    ``physical`` and ``key``: the row's keys, which give its prefix on a
+    layout with epochs (where a bucket number alone does not).
     """
     if not checked:
         check_filter(row_filter)
     if bucket is None:
         return row_filter
+    if layout.epochs is not None:
+        return rewrite_filter(row_filter, physical[: len(physical) - len(key)])
     return rewrite_filter(row_filter, layout.scheme.prefix(bucket))
 
 

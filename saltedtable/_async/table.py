@@ -114,7 +114,9 @@ class SaltedTableAsync(TableAttributes):
 
     Args:
         table: The Bigtable table holding the physical (salted) rows.
-        scheme: How logical keys map to physical keys.
+        scheme: How logical keys map to physical keys; or a whole
+            :class:`~saltedtable.Layout` (one with layout epochs included:
+            ``Layout.of_epochs``), given without ``cutoff``.
         cutoff: Forward-only migration: keys whose timestamp is before
             ``cutoff.cutoff`` stay unsalted where they are; newer keys are
             salted. Reads see one table.
@@ -156,7 +158,7 @@ class SaltedTableAsync(TableAttributes):
     def __init__(
         self,
         table: TableLikeAsync,
-        scheme: SaltScheme,
+        scheme: SaltScheme | Layout,
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
@@ -170,7 +172,7 @@ class SaltedTableAsync(TableAttributes):
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         internals = use_client_internals(client_internals)
         self._table = table
-        self._layout = Layout(scheme, cutoff)
+        self._layout = scheme if isinstance(scheme, Layout) else Layout(scheme, cutoff)
         self.limiter = AsyncSlots(max_concurrent_subscans)
         self._guard = TableGuard(
             table,
@@ -201,7 +203,7 @@ class SaltedTableAsync(TableAttributes):
         client: BigtableDataClientAsync,
         instance_id: str,
         table_id: str,
-        scheme: SaltScheme,
+        scheme: SaltScheme | Layout,
         *,
         cutoff: CutoffPolicy | None = None,
         guard: bool = True,
@@ -235,7 +237,7 @@ class SaltedTableAsync(TableAttributes):
     async def open(
         cls,
         table: TableLikeAsync,
-        scheme: SaltScheme,
+        scheme: SaltScheme | Layout,
         *,
         cutoff: CutoffPolicy | None = None,
         family: str | None = None,
@@ -275,7 +277,7 @@ class SaltedTableAsync(TableAttributes):
 
     @property
     def scheme(self) -> SaltScheme:
-        """How keys are salted (fixed for the object's lifetime)."""
+        """How keys are salted (fixed for the object's lifetime; with epochs, the newest's)."""
         return self._layout.scheme
 
     @property
@@ -285,7 +287,7 @@ class SaltedTableAsync(TableAttributes):
 
     @property
     def layout(self) -> Layout:
-        """The scheme and cutoff together: where every logical key lives."""
+        """The scheme and cutoff (or the layout epochs) together: where every logical key lives."""
         return self._layout
 
     @property
@@ -504,7 +506,7 @@ class SaltedTableAsync(TableAttributes):
             return None  # never written salted
         row = await self._table.read_row(
             physical,
-            row_filter=filter_for(self._layout, bucket, row_filter),
+            row_filter=filter_for(self._layout, bucket, row_filter, physical=physical, key=key),
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
@@ -768,7 +770,14 @@ class SaltedTableAsync(TableAttributes):
         return bool(
             await self._table.check_and_mutate_row(
                 write.physical,
-                filter_for(self._layout, write.bucket, predicate, checked=True),
+                filter_for(
+                    self._layout,
+                    write.bucket,
+                    predicate,
+                    checked=True,
+                    physical=write.physical,
+                    key=write.key,
+                ),
                 true_case_mutations=true_case_mutations,
                 false_case_mutations=false_case_mutations,
                 operation_timeout=operation_timeout,

@@ -94,9 +94,7 @@ def recorded_table(args: argparse.Namespace) -> Iterator[SaltedTable]:
                 layout = layout_of_record(record)
             except SaltSchemeError as exc:  # a hash a newer saltedtable knows, say
                 raise LayoutError(f"the table's layout record cannot be read here: {exc}") from None
-            yield SaltedTable.open(
-                raw, layout.scheme, cutoff=layout.cutoff, sample_rows=0, require_record=True
-            )
+            yield SaltedTable.open(raw, layout, sample_rows=0, require_record=True)
         finally:
             raw.close()  # type: ignore[no-untyped-call]
 

@@ -179,6 +179,8 @@ def layout_error(
     # it onto one line.
     shown = ";\n  ".join(offenders[:examples])
     cutoff = "" if layout.cutoff is None else " with " + repr(layout.cutoff)
+    if layout.epochs is not None:
+        cutoff = f" with epochs ({layout.epochs})"
     return LayoutError(
         f"{refused}{len(offenders)} sampled row(s) do not fit the layout of "
         f"{layout.scheme}{cutoff}, e.g.\n  {shown}.\nIf these are older unsalted keys that "
@@ -277,10 +279,12 @@ class GuardCore:
                 f"record_refresh must be a number of seconds > 0 or None, got {refresh!r}"
             )
         self._layout = layout
-        self._record = describe_layout(layout.scheme, layout.cutoff) if enabled else None
+        self._record = (
+            describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs) if enabled else None
+        )
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
-        self._storable = not layout.scheme.has_prefix(SCHEME_ROW_KEY)
+        self._storable = not any(s.has_prefix(SCHEME_ROW_KEY) for s in layout.schemes)
         # (Set before the state: setting either keeps clear_until up to date.)
         self._refresh = refresh
         self._due_at = 0.0

@@ -15,12 +15,13 @@ from typing import Any
 
 from .._exceptions import LayoutError
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.epochs import Epoch, Epochs
 from .._scheme.flags import rebuild_key_part, rebuild_time_reader, stored_instant
 from .._scheme.layout import Layout
 from .._scheme.salt import SaltScheme
-from .record import DELETING, LayoutRecord
+from .record import DELETING, EpochRecord, EpochsRecord, LayoutRecord
 
-__all__ = ["layout_of_record", "scheme_of_record"]
+__all__ = ["epochs_of_record", "layout_of_record", "scheme_of_record"]
 
 
 def _cutoff_instant(at_micros: int | None, at: str | None) -> dt.datetime:
@@ -41,6 +42,59 @@ def scheme_of_record(record: LayoutRecord, key_part: Any) -> SaltScheme:
     )
 
 
+def _key_part(name: str | None) -> Any:
+    if name is None:
+        return None
+    key_part = rebuild_key_part(name)
+    if key_part is None:
+        raise LayoutError(
+            f"the layout record names the key part {name!r}, which only the "
+            "code that wrote it can rebuild; read the table from Python with that scheme"
+        )
+    return key_part
+
+
+def _epoch_of_record(found: EpochRecord) -> Epoch:
+    if found.buckets is None:
+        return Epoch(found.start_micros, None)
+    scheme = SaltScheme(
+        found.buckets,
+        hash=found.hash or "crc32",
+        key_part=_key_part(found.key_part),
+        separator=b"-" if found.separator is None else found.separator,
+        marker=found.marker or b"",
+    )
+    return Epoch(found.start_micros, scheme)
+
+
+def epochs_of_record(found: EpochsRecord) -> Epochs:
+    """The epoch list a record's ``epochs`` describes.
+
+    Raises:
+        LayoutError: A custom key part or time reader (only the code that
+            wrote it can rebuild it), or an ``unreadable`` this release does
+            not know.
+        SaltSchemeError: A list this saltedtable refuses (see ``Epochs``).
+    """
+    reader = None
+    if found.time is not None:
+        reader = rebuild_time_reader(found.time)
+        if reader is None:
+            raise LayoutError(
+                f"the layout record names the time reader {found.time!r}, which only the "
+                "code that wrote it can rebuild; read the table from Python with those epochs"
+            )
+    unreadable = found.unreadable or "error"
+    if unreadable not in ("error", "first", "last"):
+        raise LayoutError(f"the layout record's epochs have unreadable={unreadable!r}")
+    return Epochs(
+        tuple(_epoch_of_record(e) for e in found.epochs),
+        reader,
+        unreadable,  # type: ignore[arg-type]
+        found.min_lead_s,
+    )
+
+
 def layout_of_record(record: LayoutRecord) -> Layout:
     """The layout ``record`` describes: the scheme, and the cutoff unless it is being removed.
 
@@ -55,15 +109,14 @@ def layout_of_record(record: LayoutRecord) -> Layout:
         SaltSchemeError: The record's scheme is one this saltedtable refuses
             (an unknown hash, say).
     """
-    key_part = None
-    if record.key_part is not None:
-        key_part = rebuild_key_part(record.key_part)
-        if key_part is None:
+    if record.epochs is not None:
+        if record.migration is not None:
             raise LayoutError(
-                f"the layout record names the key part {record.key_part!r}, which only the "
-                "code that wrote it can rebuild; read the table from Python with that scheme"
+                f"the layout record has epochs and a migration state {record.migration!r}; "
+                "this saltedtable runs migrations on cutoff layouts only"
             )
-    scheme = scheme_of_record(record, key_part)
+        return Layout.of_epochs(epochs_of_record(record.epochs))
+    scheme = scheme_of_record(record, _key_part(record.key_part))
     found = record.cutoff
     if found is None or record.migration == DELETING:
         return Layout(scheme)

@@ -6,6 +6,14 @@ the data's meaning: reading with another scheme silently misses rows.
 stores it in the reserved row :data:`SCHEME_ROW_KEY` and compares it with
 every table object's own (:func:`guard_action`); a migration in progress
 marks it (``migration``).
+
+A layout with epochs (``Layout.of_epochs``) is stored as version 2: the
+top-level scheme fields name its newest epoch's scheme, ``cutoff`` is null,
+and ``epochs`` holds the list (:class:`EpochsRecord`). A release that
+predates epochs keeps the unknown ``epochs`` field aside and compares it,
+so its guard refuses such a table (:class:`~saltedtable.SchemeMismatchError`
+naming ``epochs``) instead of reading only the newest epoch. Layouts of
+today's two shapes are stored exactly as before (version 1, no ``epochs``).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 from .._exceptions import LayoutError, SchemeMismatchError, layout_differences
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.epochs import Epochs, instant_of
 from .._scheme.flags import LayoutFlags, layout_flags
 from .._scheme.named import key_part_identity
 from .._scheme.salt import SCHEME_ROW_KEY, SaltScheme
@@ -39,6 +48,8 @@ __all__ = [
     "SCHEME_QUALIFIER",
     "Action",
     "CutoffRecord",
+    "EpochRecord",
+    "EpochsRecord",
     "LayoutRecord",
     "MigrationState",
     "decode_layout",
@@ -54,6 +65,8 @@ __all__ = [
 #: The column qualifier of the record.
 SCHEME_QUALIFIER: Final = b"scheme"
 _VERSION: Final = 1
+#: The version of a record with epochs (older releases do not read its ``epochs``).
+EPOCHS_VERSION: Final = 2
 #: The record's key for the state of a migration in progress (see ``migration``).
 MIGRATION_KEY: Final = "migration"
 #: The states of a migration in progress, in order (see ``migration``).
@@ -120,8 +133,24 @@ def _check(name: str, value: object, kinds: tuple[type, ...]) -> None:
 
 _CUTOFF_FIELDS: Final = frozenset({"at", "at_micros", "timestamp", "unreadable"})
 _RECORD_FIELDS: Final = frozenset(
-    {"version", "buckets", "hash", "key_part", "separator", "marker", "cutoff", MIGRATION_KEY}
+    {
+        "version",
+        "buckets",
+        "hash",
+        "key_part",
+        "separator",
+        "marker",
+        "cutoff",
+        "epochs",
+        MIGRATION_KEY,
+    }
 )
+_EPOCH_FIELDS: Final = frozenset(
+    {"start", "start_micros", "buckets", "hash", "key_part", "separator", "marker"}
+)
+_EPOCHS_FIELDS: Final = frozenset({"time", "unreadable", "min_lead_s", "list"})
+#: The top-level fields that name the newest epoch's scheme in a record with epochs.
+_SCHEME_FIELDS: Final = ("buckets", "hash", "key_part", "separator", "marker")
 
 
 @final
@@ -177,6 +206,125 @@ class CutoffRecord:
 
 @final
 @dataclass(frozen=True, slots=True)
+class EpochRecord:
+    """One epoch of an :class:`EpochsRecord`: its start and its scheme (None: unsalted)."""
+
+    #: The start instant as ISO text (shown, not compared: ``start_micros`` is); None: -inf.
+    start: str | None = field(compare=False)
+    #: The start in microseconds since the epoch; None for the first epoch.
+    start_micros: int | None
+    #: The bucket count; None: the epoch is unsalted.
+    buckets: int | None
+    hash: str | None = None
+    key_part: str | None = None
+    separator: bytes | None = None
+    marker: bytes | None = None
+    #: Fields a newer saltedtable wrote, as (name, JSON text) pairs, kept for comparison.
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check("epoch start", self.start, (str,))
+        _check("epoch start_micros", self.start_micros, (int,))
+        _check("epoch buckets", self.buckets, (int,))
+        _check("epoch hash", self.hash, (str,))
+        _check("epoch key_part", self.key_part, (str,))
+        _check("epoch separator", self.separator, (bytes,))
+        _check("epoch marker", self.marker, (bytes,))
+        if self.buckets is not None and self.buckets < 1:
+            raise LayoutError(f"an epoch's buckets must be >= 1, got {self.buckets}")
+
+    @classmethod
+    def from_dict(cls, value: object) -> EpochRecord:
+        """An epoch of a stored record's JSON.
+
+        Raises:
+            LayoutError: It is not an object with these fields.
+        """
+        if not isinstance(value, dict):
+            raise _refuse(f"epoch is {value!r}, not an object")
+        return cls(
+            _optional(value, "start", str),
+            _optional(value, "start_micros", int),
+            _optional(value, "buckets", int),
+            _optional(value, "hash", str),
+            _optional(value, "key_part", str),
+            _hex(value, "separator"),
+            _hex(value, "marker"),
+            _extra(value, _EPOCH_FIELDS),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object stored for the epoch."""
+        out: dict[str, Any] = {
+            "start": self.start,
+            "start_micros": self.start_micros,
+            "buckets": self.buckets,
+            "hash": self.hash,
+            "key_part": self.key_part,
+            "separator": None if self.separator is None else self.separator.hex(),
+            "marker": None if self.marker is None else self.marker.hex(),
+        }
+        out.update((k, json.loads(v)) for k, v in self.extra)
+        return out
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class EpochsRecord:
+    """The ``epochs`` part of a :class:`LayoutRecord` (see ``saltedtable._scheme.epochs``)."""
+
+    #: The epochs, oldest first.
+    epochs: tuple[EpochRecord, ...]
+    #: The stable name of the function that reads a key's time.
+    time: str | None
+    #: Where keys whose time cannot be read live (``"error"``, ``"first"``, ``"last"``).
+    unreadable: str | None
+    #: The least time, in seconds, between appending an epoch and its start.
+    min_lead_s: float | None = None
+    #: Fields a newer saltedtable wrote, as (name, JSON text) pairs, kept for comparison.
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.epochs or not all(isinstance(e, EpochRecord) for e in self.epochs):
+            raise LayoutError(f"a record's epochs must be a non-empty list, got {self.epochs!r}")
+        _check("epochs time", self.time, (str,))
+        _check("epochs unreadable", self.unreadable, (str,))
+        _check("epochs min_lead_s", self.min_lead_s, (float, int))
+
+    @classmethod
+    def from_dict(cls, value: object) -> EpochsRecord:
+        """The epochs of a stored record's JSON.
+
+        Raises:
+            LayoutError: It is not an object with these fields.
+        """
+        if not isinstance(value, dict) or not isinstance(value.get("list"), list):
+            raise _refuse(f"epochs is {value!r}, not an object with a list")
+        lead = value.get("min_lead_s")
+        if lead is not None and (not isinstance(lead, int | float) or isinstance(lead, bool)):
+            raise _refuse(f"'min_lead_s' is {lead!r}, not a number")
+        return cls(
+            tuple(EpochRecord.from_dict(e) for e in value["list"]),
+            _optional(value, "time", str),
+            _optional(value, "unreadable", str),
+            None if lead is None else float(lead),
+            _extra(value, _EPOCHS_FIELDS),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object stored for the epochs."""
+        out: dict[str, Any] = {
+            "list": [e.as_dict() for e in self.epochs],
+            "time": self.time,
+            "unreadable": self.unreadable,
+            "min_lead_s": self.min_lead_s,
+        }
+        out.update((k, json.loads(v)) for k, v in self.extra)
+        return out
+
+
+@final
+@dataclass(frozen=True, slots=True)
 class LayoutRecord:
     """The layout a table was written with, as stored in its reserved row (a frozen value).
 
@@ -208,6 +356,9 @@ class LayoutRecord:
     version: int = field(default=_VERSION, compare=False)
     #: Fields a newer saltedtable wrote, as (name, JSON text) pairs, kept for comparison.
     extra: tuple[tuple[str, str], ...] = ()
+    #: The layout epochs (None: one scheme, or a cutoff); the top-level scheme
+    #: fields then name the newest epoch's scheme.
+    epochs: EpochsRecord | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.buckets, int) or isinstance(self.buckets, bool) or self.buckets < 1:
@@ -221,6 +372,18 @@ class LayoutRecord:
         _check("cutoff", self.cutoff, (CutoffRecord,))
         _check("migration", self.migration, (str,))
         _check("version", self.version, (int,))
+        _check("epochs", self.epochs, (EpochsRecord,))
+        if self.epochs is not None:
+            if self.cutoff is not None:
+                raise LayoutError("a layout record holds epochs or a cutoff, not both")
+            newest = self.epochs.epochs[-1]
+            top = (self.buckets, self.hash, self.key_part, self.separator, self.marker)
+            last = (newest.buckets, newest.hash, newest.key_part, newest.separator, newest.marker)
+            if top != last:
+                raise LayoutError(
+                    f"a layout record's scheme fields {top!r} must name its newest epoch's "
+                    f"scheme {last!r}"
+                )
 
     @classmethod
     def from_dict(cls, value: object) -> LayoutRecord:
@@ -236,6 +399,7 @@ class LayoutRecord:
             raise _refuse(f"buckets is {buckets!r}, not a count of buckets")
         cutoff = value.get("cutoff")
         version = _optional(value, "version", int)
+        epochs = value.get("epochs")
         return cls(
             buckets,
             _optional(value, "hash", str),
@@ -246,6 +410,7 @@ class LayoutRecord:
             _optional(value, MIGRATION_KEY, str),
             _VERSION if version is None else version,
             _extra(value, _RECORD_FIELDS),
+            None if epochs is None else EpochsRecord.from_dict(epochs),
         )
 
     @classmethod
@@ -276,6 +441,8 @@ class LayoutRecord:
         }
         if self.migration is not None:
             out[MIGRATION_KEY] = self.migration
+        if self.epochs is not None:
+            out["epochs"] = self.epochs.as_dict()
         out.update((k, json.loads(v)) for k, v in self.extra)
         return out
 
@@ -317,13 +484,22 @@ class LayoutRecord:
         return self.as_dict()[name]
 
 
-def describe_layout(scheme: SaltScheme, cutoff: CutoffPolicy | None = None) -> LayoutRecord:
+def describe_layout(
+    scheme: SaltScheme, cutoff: CutoffPolicy | None = None, *, epochs: Epochs | None = None
+) -> LayoutRecord:
     """The record of a layout (what a reader must agree on).
+
+    Args:
+        scheme: The scheme (with ``epochs``: the newest epoch's).
+        cutoff: A cutoff layout's policy.
+        epochs: A layout with epochs (``Layout.epochs``): stored as version 2.
 
     Raises:
         LayoutError: A custom key part without a stable name (see
             :func:`~saltedtable.named_key_part`).
     """
+    if epochs is not None:
+        return _describe_epochs(epochs)
     return LayoutRecord(
         scheme.buckets,
         scheme.hash,
@@ -337,6 +513,39 @@ def describe_layout(scheme: SaltScheme, cutoff: CutoffPolicy | None = None) -> L
             cutoff.cutoff_micros,
             _callable_name(cutoff.timestamp),
             cutoff.unreadable,
+        ),
+    )
+
+
+def _epoch_record(start: int | None, scheme: SaltScheme | None) -> EpochRecord:
+    iso = None if start is None else instant_of(start).isoformat()
+    if scheme is None:
+        return EpochRecord(iso, start, None)
+    return EpochRecord(
+        iso,
+        start,
+        scheme.buckets,
+        scheme.hash,
+        key_part_identity(scheme.key_part),
+        scheme.separator,
+        scheme.marker,
+    )
+
+
+def _describe_epochs(epochs: Epochs) -> LayoutRecord:
+    newest = epochs.newest
+    return LayoutRecord(
+        newest.buckets,
+        newest.hash,
+        key_part_identity(newest.key_part),
+        newest.separator,
+        newest.marker,
+        version=EPOCHS_VERSION,
+        epochs=EpochsRecord(
+            tuple(_epoch_record(e.start, e.scheme) for e in epochs),
+            _callable_name(epochs.timestamp),
+            epochs.unreadable,
+            None if epochs.min_lead is None else float(epochs.min_lead),
         ),
     )
 

@@ -228,6 +228,7 @@ class Read(Generic[C, GuardResult]):
         "_guard",
         "_hook",
         "_in_buckets",
+        "_layout",
         "_limit",
         "_one",
         "_sizes",
@@ -252,10 +253,13 @@ class Read(Generic[C, GuardResult]):
         self._limit: GuardTime = (self._deadline, timeouts.attempt)
         # Cutoff layouts hide rows of the other side, checked one by one (their
         # settings never try the one request: see ReadPlan.settings).
-        stray, salted_stray = ctx.layout.hiding(None), ctx.layout.hiding(0)
+        layout = ctx.layout
+        stray, salted_stray = layout.hiding(None), layout.hiding(0)
         self._stray = None if stray is None else StrayRows(stray)
         # Bucket rows on the legacy side are a migration's copies: left out, not reported.
         self._in_buckets = None if salted_stray is None else StrayRows(salted_stray)
+        # With epochs each prefix has its own rule (the epochs sharing it, and the bucket).
+        self._layout = None if layout.epochs is None else layout
         if stats is not None:
             stats.operation = operation
             stats.settings = settings
@@ -278,7 +282,12 @@ class Read(Generic[C, GuardResult]):
         return None if self._stats is None else self._stats.bucket(sub.bucket)
 
     def _stray_for(self, sub: SubQuery) -> StrayRows | None:
-        return self._stray if sub.bucket is None else self._in_buckets
+        if sub.bucket is None:
+            return self._stray
+        if self._layout is None:
+            return self._in_buckets
+        rule = self._layout.hiding_under(sub.bucket, sub.prefix)
+        return None if rule is None else StrayRows(rule)
 
     def _learn(self, largest: int | None) -> None:
         """Remember the largest row a request of this read measured, for the table's next reads."""

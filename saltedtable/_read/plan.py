@@ -29,9 +29,10 @@ from google.cloud.bigtable_v2.types import RowRange as _RowRangeMessage
 from .._engine.budget import ReadBudget
 from .._exceptions import QueryPlanError, UnsaltableKeyError
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.epochs import Epochs, buckets_of_range, physical_range
 from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
-from .._scheme.salt import SaltScheme, prefix_end
+from .._scheme.salt import SaltScheme, prefix_end, to_key
 from .settings import ReadSettings, one_request_size
 
 __all__ = [
@@ -74,6 +75,9 @@ class SubQuery:
     row_filter: RowFilter | None = field(default=None, compare=False)
     #: Why the legacy side is read, when that is not plain (see ``describe``).
     note: str = field(default="", compare=False)
+    #: With layout epochs: the epochs whose rows this prefix may hold (their rows
+    #: are told apart one by one, ``Layout.hiding_under``); empty otherwise.
+    epochs: tuple[int, ...] = ()
 
     def describe(self) -> str:
         """One line for humans: the bucket, its keys and ranges."""
@@ -82,6 +86,9 @@ class SubQuery:
             parts = [f"legacy side (unsalted keys, {why}):"]
         else:
             parts = [f"bucket {self.bucket} prefix {self.prefix!r}:"]
+        if self.epochs:
+            parts[0] = parts[0][:-1] + f" (epoch{'s' * (len(self.epochs) > 1)} "
+            parts[0] += ", ".join(map(str, self.epochs)) + "):"
         if self.keys:
             shown = ", ".join(repr(k) for k in self.keys[:3])
             more = f" (+{len(self.keys) - 3} more)" if len(self.keys) > 3 else ""
@@ -212,42 +219,6 @@ class ReadPlan:
         return "\n".join(lines)
 
 
-def _shared_prefix(rng: KeyRange) -> bytes:
-    """The longest prefix that every key in a bounded range starts with."""
-    start, end = rng.start, rng.end
-    for n in range(len(start), 0, -1):
-        # Keys >= start all start with start[:n] until that prefix's end.
-        boundary = prefix_end(start[:n])
-        if not boundary or end < boundary or (end == boundary and not rng.end_closed):
-            return start[:n]
-    return b""
-
-
-def _buckets_of_range(scheme: SaltScheme, rng: KeyRange) -> tuple[int, ...]:
-    """The buckets that can hold keys of a logical range."""
-    if rng.start and rng.end:
-        try:
-            if rng.start == rng.end:  # a single key (non-empty ranges only get here)
-                return (scheme.bucket_of(rng.start),)
-            shared_part = getattr(scheme.key_part, "shared_part", None)
-            if shared_part is not None:
-                part = shared_part(_shared_prefix(rng))
-                if isinstance(part, bytes):
-                    return (scheme.bucket_of_part(part),)
-        except UnsaltableKeyError:
-            return ()  # never written salted: no bucket holds it
-    return scheme.bucket_ids
-
-
-def _physical_range(prefix: bytes, rng: KeyRange) -> KeyRange:
-    start, start_closed = (prefix + rng.start, rng.start_closed) if rng.start else (prefix, True)
-    if rng.end:
-        end, end_closed = prefix + rng.end, rng.end_closed
-    else:
-        end, end_closed = prefix_end(prefix), False
-    return KeyRange(start, start_closed, end, end_closed)
-
-
 def plan_reads(
     query: ReadRowsQuery,
     layout: Layout | SaltScheme,
@@ -279,6 +250,8 @@ def plan_reads(
         layout = Layout(layout, cutoff)
     elif cutoff is not None:
         raise TypeError("give the cutoff inside the Layout, not beside it")
+    if layout.epochs is not None:
+        return _plan_epochs(query, layout.epochs, reverse)
     scheme, cutoff = layout.scheme, layout.cutoff
     keys_by_bucket: dict[int | None, list[bytes]] = {}
     ranges_by_bucket: dict[int | None, list[KeyRange]] = {}
@@ -303,8 +276,8 @@ def plan_reads(
             else cutoff.sides_of_range(rng.start, rng.end, rng.end_closed)
         )
         if salted:
-            for bucket in _buckets_of_range(scheme, rng):
-                phys = _physical_range(scheme.prefix(bucket), rng)
+            for bucket in buckets_of_range(scheme, rng):
+                phys = physical_range(scheme.prefix(bucket), rng)
                 ranges_by_bucket.setdefault(bucket, []).append(phys)
         if legacy:
             pieces = [p for gap in gaps if (p := rng.intersect(gap)) is not None]
@@ -342,6 +315,48 @@ def plan_reads(
             )
         )
     return ReadPlan(tuple(subs), query.limit, query.filter, reverse)
+
+
+def _plan_epochs(query: ReadRowsQuery, epochs: Epochs, reverse: bool) -> ReadPlan:
+    """:func:`plan_reads` of a layout with epochs: one sub-query per physical prefix.
+
+    A point key goes to the prefix of its epoch; a range to every prefix of
+    every epoch it can touch (:meth:`Epochs.touches`), a prefix that epochs
+    share once. Each sub-query names the epochs it reads for, whose rows
+    the read tells apart one by one (:meth:`Epochs.hiding_for`).
+    """
+    keys: dict[bytes, list[bytes]] = {}
+    reads: dict[bytes, tuple[int | None, set[int], list[KeyRange]]] = {}
+    for key in query.row_keys:
+        try:
+            epoch, bucket, physical = epochs.locate(key)
+        except UnsaltableKeyError:
+            continue  # never written salted: no bucket holds it
+        prefix = physical[: len(physical) - len(to_key(key))]
+        keys.setdefault(prefix, []).append(physical)
+        reads.setdefault(prefix, (bucket, set(), []))[1].add(epoch)
+    row_ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
+    if not query.row_keys and not row_ranges:
+        row_ranges = [KeyRange()]
+    for rng in row_ranges:
+        if rng.is_empty:
+            continue
+        for touch in epochs.touches(rng):
+            _, owners, ranges = reads.setdefault(touch.prefix, (touch.bucket, set(), []))
+            owners.update(touch.epochs)
+            ranges.extend(r for r in touch.ranges if r not in ranges)
+    subs = tuple(
+        SubQuery(
+            bucket,
+            prefix,
+            tuple(sorted(set(keys.get(prefix, ())))),
+            tuple(ranges),
+            query.filter if bucket is None else rewrite_filter(query.filter, prefix),
+            epochs=tuple(sorted(owners)),
+        )
+        for prefix, (bucket, owners, ranges) in sorted(reads.items())
+    )
+    return ReadPlan(subs, query.limit, query.filter, reverse)
 
 
 # -- paging ------------------------------------------------------------------
@@ -575,8 +590,8 @@ def _one_request_order(subs: tuple[SubQuery, ...]) -> tuple[int, ...] | None:
     count = size = 0
     for sub in subs:
         prefix = sub.prefix
-        if sub.bucket is None or not prefix or sub.row_filter != row_filter:
-            return None
+        if sub.bucket is None or not prefix or sub.row_filter != row_filter or sub.epochs:
+            return None  # (epochs: rows are told apart one by one, per prefix)
         for rng in sub.ranges:
             start, end = rng.start, rng.end
             if (

@@ -29,6 +29,7 @@ __all__ = [
     "big_endian_int",
     "epoch_field",
     "iso8601_field",
+    "read_key_time",
     "reversed_epoch_field",
 ]
 
@@ -48,6 +49,21 @@ def to_micros(instant: dt.datetime) -> int:
         )
     delta = instant - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def read_key_time(reader: Callable[[bytes], int | dt.datetime], key: bytes) -> int:
+    """The time ``reader`` reads out of ``key``, in microseconds since the epoch.
+
+    Raises:
+        ValueError: The key holds no readable time, or the reader returned
+            something that is neither an int nor a datetime.
+    """
+    value = reader(key)
+    if isinstance(value, dt.datetime):
+        return to_micros(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"timestamp reader returned {value!r} for {key!r}; need int or datetime")
 
 
 @runtime_checkable
@@ -337,12 +353,7 @@ class CutoffPolicy:
         Raises:
             ValueError: The key holds no readable timestamp.
         """
-        value = self.timestamp(key)
-        if isinstance(value, dt.datetime):
-            return to_micros(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ValueError(f"timestamp reader returned {value!r} for {key!r}; need int or datetime")
+        return read_key_time(self.timestamp, key)
 
     def side_of(self, key: bytes) -> Side:
         """``"salted"`` or ``"legacy"``: where the row with this logical key lives.

@@ -10,6 +10,11 @@ split-point samples map to logical keys (:meth:`Layout.logical_samples`).
 
 The async and sync tables, the guard and the Beam transforms all ask the
 layout, so one rule has one implementation.
+
+A layout whose bucket count changed over time holds :class:`Epochs`
+(:meth:`Layout.of_epochs`); today's two shapes (one scheme; a cutoff) are
+epoch lists too (:meth:`Layout.as_epochs`) but keep their own fast paths and
+rules, so a plain or cutoff table behaves exactly as before epochs existed.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Final, final
 
-from .._exceptions import CutoffError, RowKeyError
+from .._exceptions import CutoffError, RowKeyError, SaltSchemeError
 from .cutoff import CutoffPolicy
+from .epochs import Epoch, Epochs, instant_of
 from .ranges import KeyRange
 from .salt import SCHEME_ROW_KEY, SaltScheme, prefix_end, to_key
 
@@ -33,22 +39,89 @@ __all__ = ["Layout", "relabel", "samples_in_range"]
 HidingRule = Callable[[bytes], str | None]
 
 
+#: A cutoff policy's ``unreadable`` as an epoch list's, and back.
+_UNREADABLE_EPOCH: Final = {"error": "error", "legacy": "first", "salted": "last"}
+_UNREADABLE_CUTOFF: Final = {v: k for k, v in _UNREADABLE_EPOCH.items()}
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where each logical key lives: salted, or (with a cutoff) possibly legacy.
 
     Args:
-        scheme: How keys at or after the cutoff (every key, without one) are salted.
+        scheme: How keys at or after the cutoff (every key, without one) are
+            salted; with ``epochs``, the newest epoch's scheme.
         cutoff: Forward-only migration: keys whose timestamp is before the
             cutoff stay unsalted, where they were written.
+        epochs: A layout with several salted epochs (see :meth:`of_epochs`,
+            the way to make one); None for today's two shapes.
+
+    Raises:
+        SaltSchemeError: ``epochs`` that do not match ``scheme``, come with a
+            cutoff, or have one of today's shapes (give those as ``scheme``
+            and ``cutoff``: :meth:`of_epochs` does).
     """
 
     scheme: SaltScheme
     cutoff: CutoffPolicy | None = None
+    epochs: Epochs | None = None
+
+    def __post_init__(self) -> None:
+        epochs = self.epochs
+        if epochs is None:
+            return
+        if not isinstance(epochs, Epochs):
+            raise SaltSchemeError(f"epochs must be an Epochs, got {epochs!r}")
+        if self.cutoff is not None or epochs.newest != self.scheme or _plain_shape(epochs):
+            raise SaltSchemeError(
+                "make a layout with epochs with Layout.of_epochs(epochs): it names the newest "
+                "scheme and keeps one-scheme and cutoff layouts in their own form"
+            )
+
+    @classmethod
+    def of_epochs(cls, epochs: Epochs) -> Layout:
+        """The layout of an epoch list; one scheme or a cutoff become today's layouts.
+
+        ``Layout.of_epochs(layout.as_epochs()) == layout`` for every layout
+        without a stored lead (a lead needs the epoch form).
+        """
+        if not _plain_shape(epochs):
+            return cls(epochs.newest, None, epochs)
+        if len(epochs) == 1:
+            return cls(epochs.newest)
+        assert epochs.timestamp is not None
+        assert epochs.epochs[1].start is not None
+        policy = CutoffPolicy(
+            instant_of(epochs.epochs[1].start),
+            epochs.timestamp,
+            unreadable=_UNREADABLE_CUTOFF[epochs.unreadable],  # type: ignore[arg-type]
+        )
+        return cls(epochs.newest, policy)
+
+    def as_epochs(self) -> Epochs:
+        """This layout as an epoch list (one scheme: one epoch; a cutoff: two)."""
+        if self.epochs is not None:
+            return self.epochs
+        if self.cutoff is None:
+            return Epochs((Epoch(None, self.scheme),))
+        cutoff = self.cutoff
+        return Epochs(
+            (Epoch(None, None), Epoch(cutoff.cutoff_micros, self.scheme)),
+            cutoff.timestamp,
+            _UNREADABLE_EPOCH[cutoff.unreadable],  # type: ignore[arg-type]
+        )
+
+    @property
+    def schemes(self) -> tuple[SaltScheme, ...]:
+        """Every salt scheme rows of this layout may be stored with, oldest first."""
+        return (self.scheme,) if self.epochs is None else self.epochs.schemes
 
     def locate(self, key: bytes | str) -> tuple[int | None, bytes]:
         """``(bucket, physical_key)``; bucket None means the legacy, unsalted key.
+
+        With epochs, the bucket is of the key's epoch's scheme (see
+        :meth:`Epochs.locate`, which names the epoch too).
 
         Raises:
             RowKeyError: The key cannot be stored (empty, too long, or a legacy
@@ -58,7 +131,12 @@ class Layout:
         key = to_key(key)
         if not key:
             raise RowKeyError("row keys must not be empty")
-        if self.cutoff is None or self.cutoff.side_of(key) == "salted":
+        if self.cutoff is None:
+            if self.epochs is None:
+                return self.scheme.locate(key)
+            _, bucket, physical = self.epochs.locate(key)
+            return bucket, physical
+        if self.cutoff.side_of(key) == "salted":
             return self.scheme.locate(key)
         if key.startswith(SCHEME_ROW_KEY):
             raise RowKeyError(f"{key!r} is saltedtable's reserved layout row")
@@ -72,7 +150,7 @@ class Layout:
 
     def salter(self) -> Callable[[bytes | str], bytes]:
         """``locate(key)[1]`` for the write path: see :meth:`SaltScheme.salter`."""
-        if self.cutoff is None:
+        if self.cutoff is None and self.epochs is None:
             return self.scheme.salter()
         return functools.partial(_physical_key, self)
 
@@ -82,6 +160,8 @@ class Layout:
         Raises:
             RowKeyError: Without a cutoff, a key that carries no salt prefix.
         """
+        if self.epochs is not None:
+            return self.epochs.logical_of(physical)
         if self.scheme.has_prefix(physical):
             return self.scheme.unsalt_key(physical)
         if self.cutoff is None:
@@ -90,7 +170,8 @@ class Layout:
 
     def salted_holes(self) -> Iterator[tuple[bytes, bytes]]:
         """The salted key space as sorted ``[prefix, prefix_end)`` ranges (b"" = no end)."""
-        for prefix in sorted(self.scheme.prefixes):
+        prefixes = {p for scheme in self.schemes for p in scheme.prefixes}
+        for prefix in sorted(prefixes):
             yield prefix, prefix_end(prefix)
 
     def legacy_gaps(self) -> tuple[KeyRange, ...]:
@@ -99,6 +180,8 @@ class Layout:
         With a cutoff, this is where legacy rows live; without one, where no
         row of this layout should be.
         """
+        if self.epochs is not None:
+            return self.epochs.legacy_gaps()
         try:
             return _cached_gaps(self.scheme)
         except TypeError:  # a key part that cannot be hashed: compute it again
@@ -111,7 +194,10 @@ class Layout:
         its key and, with a cutoff, a key time at or after the cutoff, unless
         ``copies``: while a migration backfills the legacy rows, their copies
         (right bucket, key time before the cutoff) are expected there.
+        With epochs: the attribution rule (:meth:`Epochs.why_hidden`).
         """
+        if self.epochs is not None:
+            return self.epochs.why_hidden(physical)
         try:
             _, logical = self.scheme.split_key(physical)
         except RowKeyError as exc:
@@ -134,7 +220,10 @@ class Layout:
         Without a cutoff nothing should be there (unsalted data, or rows of
         another bucket count, hash or marker). With one, legacy rows are
         expected there unless their key time puts them on the salted side.
+        With epochs: the attribution rule (:meth:`Epochs.why_hidden`).
         """
+        if self.epochs is not None:
+            return self.epochs.why_hidden(physical)
         if self.cutoff is None:
             return (
                 f"{physical!r}: outside every salt prefix of this scheme (written unsalted, "
@@ -159,6 +248,8 @@ class Layout:
         point reads look for it on the salted side, so a scan that showed it
         would show a row that reads cannot find, or show a key twice.
         """
+        if self.epochs is not None:
+            return self.epochs.hidden_under(b"", key) if self.epochs.has_legacy else None
         cutoff = self.cutoff
         if cutoff is None:
             return None
@@ -181,7 +272,11 @@ class Layout:
         reads look for it, so a scan that showed it would show a row reads
         cannot find, or a key twice. Such rows are the copies a backfill
         writes before the cut-over (``saltedtable.beam.BackfillLegacy``).
+        With epochs, only the key's time is checked (a row under a prefix
+        needs :meth:`hiding_under`, which checks its bucket too).
         """
+        if self.epochs is not None:
+            return _salted_epoch_reason(self.epochs, key)
         cutoff = self.cutoff
         if cutoff is None:
             return None
@@ -211,9 +306,19 @@ class Layout:
         For a reader's per-row loop: None when the side hides nothing (no
         cutoff), so the loop pays nothing for it.
         """
-        if self.cutoff is None:
+        if self.cutoff is None and self.epochs is None:
             return None
         return self.stray_reason if bucket is None else self.salted_stray_reason
+
+    def hiding_under(self, bucket: int | None, prefix: bytes) -> HidingRule | None:
+        """:meth:`hiding` for the rows read under one sub-query's ``prefix``.
+
+        Exact for epochs (the attribution rule of :meth:`Epochs.hiding_for`:
+        the key's time and its bucket); today's layouts ask :meth:`hiding`.
+        """
+        if self.epochs is None:
+            return self.hiding(bucket)
+        return self.epochs.hiding_for(prefix)
 
     def logical_samples(self, samples: Iterable[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
         """Map ``sample_row_keys`` results of the physical table to logical keys.
@@ -312,6 +417,25 @@ def _legacy_gaps(scheme: SaltScheme) -> tuple[KeyRange, ...]:
 
 
 _cached_gaps = functools.lru_cache(maxsize=64)(_legacy_gaps)
+
+
+def _plain_shape(epochs: Epochs) -> bool:
+    """True for the lists today's layouts express: one salted epoch; unsalted then salted."""
+    if epochs.min_lead is not None:
+        return False  # a lead is stored only in the epoch form
+    if len(epochs) == 1:
+        return True
+    return len(epochs) == 2 and epochs.has_legacy
+
+
+def _salted_epoch_reason(epochs: Epochs, key: bytes) -> str | None:
+    try:
+        epoch = epochs.epoch_of(key)
+    except CutoffError:
+        return "its key time is unreadable, and such keys are refused"
+    if epochs.epochs[epoch].scheme is None:
+        return f"its key time puts it in the unsalted epoch {epoch}"
+    return None
 
 
 def _physical_key(layout: Layout, key: bytes | str) -> bytes:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from .._exceptions import QueryPlanError
 from .cutoff import CutoffPolicy
+from .layout import Layout
 from .salt import SCHEME_ROW_KEY, SaltScheme, to_key
 
 __all__ = ["view_row_prefixes"]
 
 
 def view_row_prefixes(
-    scheme: SaltScheme,
+    scheme: SaltScheme | Layout,
     prefix: bytes | str,
     *,
     cutoff: CutoffPolicy | None = None,
@@ -35,7 +36,9 @@ def view_row_prefixes(
     """The row prefixes of an authorized view that shows one logical key prefix.
 
     Args:
-        scheme: The table's salt scheme.
+        scheme: The table's salt scheme; or its whole layout (a layout with
+            epochs: every epoch's buckets, and the unsalted rows of an
+            unsalted first epoch).
         prefix: The logical key prefix the view shows (not empty).
         cutoff: The table's cutoff: legacy rows are stored unsalted, under
             ``prefix`` itself, so it is added (unless the prefix starts with
@@ -57,16 +60,24 @@ def view_row_prefixes(
     logical = to_key(prefix)
     if not logical:
         raise QueryPlanError("a view's logical prefix must not be empty (that is the whole table)")
-    shared_part = getattr(scheme.key_part, "shared_part", None)
-    shared = None if shared_part is None else shared_part(logical)
-    if shared is not None:
-        out = {scheme.prefix(scheme.bucket_of_part(shared)) + logical}
+    if isinstance(scheme, Layout):
+        if cutoff is not None:
+            raise TypeError("give the cutoff inside the Layout, or a SaltScheme and cutoff=")
+        schemes, legacy_rows = scheme.schemes, scheme.as_epochs().has_legacy
     else:
-        out = {bucket_prefix + logical for bucket_prefix in scheme.prefixes}
-    if cutoff is not None:
-        legacy = _legacy_prefix(scheme, logical)
-        if legacy is not None:
-            out.add(legacy)
+        schemes, legacy_rows = (scheme,), cutoff is not None
+    out: set[bytes] = set()
+    for one in schemes:
+        shared_part = getattr(one.key_part, "shared_part", None)
+        shared = None if shared_part is None else shared_part(logical)
+        if shared is not None:
+            out.add(one.prefix(one.bucket_of_part(shared)) + logical)
+        else:
+            out.update(bucket_prefix + logical for bucket_prefix in one.prefixes)
+    if legacy_rows:
+        legacy = [_legacy_prefix(one, logical) for one in schemes]
+        if None not in legacy:
+            out.add(logical)
     if record:
         out.add(SCHEME_ROW_KEY)
     return sorted(out)

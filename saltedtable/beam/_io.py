@@ -228,7 +228,7 @@ def check_record(table: Table, layout: Layout) -> None:
     stored = read_record(table)
     if stored is None:
         return
-    current = describe_layout(layout.scheme, layout.cutoff)
+    current = describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs)
     if open_differences(stored.record, current):
         raise SchemeMismatchError(stored.record, current)
 
@@ -377,7 +377,7 @@ def read_split_pages(
     ``"all"`` keeps every row.
     """
     cut = len(sub.prefix)
-    hidden = None if rows == "all" else layout.hiding(sub.bucket)
+    hidden = None if rows == "all" else layout.hiding_under(sub.bucket, sub.prefix)
     want_hidden = rows == "copies"
     report = on_stray if sub.bucket is None and rows == "visible" else None
     for page in scan_pages(table, sub, sizer):

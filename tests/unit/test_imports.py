@@ -34,6 +34,7 @@ ORDER: tuple[str, ...] = (
     "_scheme.cutoff",
     "_scheme.named",
     "_scheme.flags",
+    "_scheme.epochs",
     "_scheme.layout",
     "_scheme.views",
     "_scheme.window",

@@ -1,0 +1,232 @@
+"""A scan over two layout epochs against the raw client on the emulator (issue 39).
+
+Run: ``.venv/bin/python examples/tools/epochs_bench.py [--rows 20000] [--rounds 7]``.
+It starts its own emulator unless ``BIGTABLE_EMULATOR_HOST`` is set, and prints one
+JSON report.
+
+The table holds ``--rows`` rows, half with key times in an N=16 epoch and half in
+an N=64 epoch that follows it (they share the prefixes ``00-`` .. ``15-``). Each
+round runs, in a shuffled order (seeded):
+
+* ``salted``: ``SaltedTableAsync.read_rows`` of the whole table, ordered, on the
+  epoch layout;
+* ``raw_union``: the raw client, one unordered sub-scan per distinct physical
+  prefix (64), all at once: the floor of any salted read of this table;
+* ``raw_each``: the raw client, each epoch's own buckets scanned as if it were
+  alone (16 + 64 sub-scans; the shared prefixes are read twice);
+* ``salted_each``: saltedtable scanning each epoch's rows in a table of its own
+  (two more tables: N=16 with the first half, N=64 with the second), one after
+  the other: "each epoch's own buckets' requests", which the epoch scan must
+  not exceed.
+
+Reported: requests of each (saltedtable's from its statistics), and the paired
+time ratios other / salted per round (median, min, max): above 1 the epoch scan
+is faster. Also a point read: requests per ``read_row`` (one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from google.cloud.bigtable.data import (
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+    RowRange,
+    SetCell,
+    TableAsync,
+)
+
+from saltedtable import (
+    CallStats,
+    Epoch,
+    Epochs,
+    Layout,
+    ReadBudget,
+    SaltedTableAsync,
+    SaltScheme,
+    epoch_field,
+)
+from saltedtable.testing import (
+    EMULATOR_HOST_ENV,
+    INSTANCE,
+    PROJECT,
+    create_table,
+    delete_table,
+    emulator_env,
+    start_emulator,
+)
+
+T0 = 1_704_067_200_000  # ms: the N=64 epoch's start; N=16 before it
+LAYOUT = Layout.of_epochs(
+    Epochs(
+        (Epoch(None, SaltScheme(16)), Epoch(T0 * 1000, SaltScheme(64))),
+        epoch_field("ms", index=1, digits=13),
+        min_lead=60.0,
+    )
+)
+
+
+def key(i: int, rows: int) -> bytes:
+    """Row ``i``: the first half before T0, the second after it."""
+    return b"dev%04d#%013d" % (i % 1000, T0 + (i - rows // 2) * 1000)
+
+
+async def load(raw: TableAsync, rows: int, layout: Layout, part: range | None = None) -> None:
+    salted = SaltedTableAsync(raw, layout, guard=False)
+    batch = []
+    for i in range(rows) if part is None else part:
+        batch.append(RowMutationEntry(key(i, rows), SetCell("cf", b"v", b"x" * 100, 1000)))
+        if len(batch) == 1000:
+            await salted.bulk_mutate_rows(batch)
+            batch = []
+    if batch:
+        await salted.bulk_mutate_rows(batch)
+
+
+async def raw_scan(raw: TableAsync, prefixes: list[bytes]) -> tuple[int, int]:
+    """(rows, requests) of one unordered sub-scan per prefix, all at once."""
+
+    async def one(prefix: bytes) -> int:
+        end = prefix[:-1] + bytes((prefix[-1] + 1,))
+        return len(await raw.read_rows(ReadRowsQuery(row_ranges=RowRange(prefix, end))))
+
+    counts = await asyncio.gather(*(one(p) for p in prefixes))
+    return sum(counts), len(prefixes)
+
+
+async def run(rows: int, rounds: int, address: str, budget: ReadBudget) -> dict[str, Any]:
+    ids = [f"epochs-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    for table_id in ids:
+        create_table(address, table_id, ("cf",))
+    try:
+        async with BigtableDataClientAsync(project=PROJECT) as client:
+            raw = client.get_table(INSTANCE, ids[0])
+            await load(raw, rows, LAYOUT)
+            salted = SaltedTableAsync(raw, LAYOUT, guard=False, budget=budget)
+            alone = []
+            for table_id, epoch, part in zip(
+                ids[1:], LAYOUT.schemes, (range(rows // 2), range(rows // 2, rows)), strict=True
+            ):
+                own = client.get_table(INSTANCE, table_id)
+                await load(own, rows, Layout(epoch), part)
+                alone.append(SaltedTableAsync(own, epoch, guard=False, budget=budget))
+            union = sorted({p for s in LAYOUT.schemes for p in s.prefixes})
+            each = [p for s in LAYOUT.schemes for p in s.prefixes]
+            requests: dict[str, int] = {}
+
+            async def salted_scan() -> int:
+                stats = CallStats()
+                got = len(await salted.read_rows(ReadRowsQuery(), stats=stats))
+                requests["salted"] = stats.requests
+                return got
+
+            async def union_scan() -> int:
+                got, requests["raw_union"] = await raw_scan(raw, union)
+                return got
+
+            async def each_scan() -> int:
+                got, requests["raw_each"] = await raw_scan(raw, each)
+                return got
+
+            async def salted_each_scan() -> int:
+                got = requests["salted_each"] = 0
+                for table in alone:
+                    stats = CallStats()
+                    got += len(await table.read_rows(ReadRowsQuery(), stats=stats))
+                    requests["salted_each"] += stats.requests
+                return got
+
+            runs = {
+                "salted": salted_scan,
+                "raw_union": union_scan,
+                "raw_each": each_scan,
+                "salted_each": salted_each_scan,
+            }
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            order = list(runs)
+            shuffle = random.Random(39)
+            for _ in range(rounds):
+                shuffle.shuffle(order)
+                for name in order:
+                    started = time.perf_counter()
+                    got = await runs[name]()
+                    times[name].append(time.perf_counter() - started)
+                    # (raw_each reads the shared prefixes twice: more rows than the table.)
+                    assert got >= rows, (name, got)
+            calls = 0
+            real = raw.read_row
+
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return await real(*args, **kwargs)
+
+            raw.read_row = counted  # type: ignore[method-assign]
+            for i in (0, rows - 1):
+                assert await salted.read_row(key(i, rows)) is not None
+            raw.read_row = real  # type: ignore[method-assign]
+
+            def ratios(name: str) -> dict[str, float]:
+                paired = [r / s for r, s in zip(times[name], times["salted"], strict=True)]
+                return {
+                    "median": round(statistics.median(paired), 3),
+                    "min": round(min(paired), 3),
+                    "max": round(max(paired), 3),
+                }
+
+            return {
+                "rows": rows,
+                "rounds": rounds,
+                "budget": repr(budget),
+                "layout": str(LAYOUT.epochs),
+                "requests": requests,
+                "seconds_median": {n: round(statistics.median(t), 4) for n, t in times.items()},
+                "raw_union_over_salted": ratios("raw_union"),
+                "raw_each_over_salted": ratios("raw_each"),
+                "salted_each_over_salted": ratios("salted_each"),
+                "point_read_requests": calls / 2,
+            }
+    finally:
+        for table_id in ids:
+            delete_table(address, table_id, missing_ok=True)
+
+
+@contextlib.contextmanager
+def emulator() -> Iterator[str]:
+    if os.environ.get(EMULATOR_HOST_ENV):
+        yield os.environ[EMULATOR_HOST_ENV]
+        return
+    with start_emulator() as emu:
+        os.environ.update(emulator_env(emu))
+        yield emu.address
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--budget-mb", type=int, default=8, help="the reads' ReadBudget bytes (default 8 MiB)"
+    )
+    args = parser.parse_args()
+    budget = ReadBudget(rows=1 << 30, bytes=args.budget_mb << 20)
+    if args.budget_mb == 8:
+        budget = ReadBudget()
+    with emulator() as address:
+        report = asyncio.run(run(args.rows, args.rounds, address, budget))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -355,6 +355,51 @@ async def test_a_reserve_keeps_slots_for_reads_that_hold_none() -> None:
     slots.release(None)
 
 
+async def test_booked_slots_shrink_the_reserve_to_what_they_leave() -> None:
+    """A streaming read's buckets book their slots: 16 booked of 16 leave no reserve, and
+    the scan's waiter takes a freed slot; 12 booked leave the reserve (2) whole. Before,
+    a read that streams over 16 buckets on 16 slots had 2 of them waiting at all times."""
+    slots = AsyncSlots(16)  # a reserve of 2
+    for _ in range(14):
+        assert await slots.take(0.0, owner="scan")
+    waiting = asyncio.create_task(slots.take(float("inf"), owner="scan"))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # only the reserve is free
+    for _ in range(16):
+        slots.book()
+    assert await waiting  # (booking hands the free slot over at once)
+    assert await slots.take(0.0, owner="scan")  # the last one too
+    assert slots.free == 0
+    for _ in range(4):
+        slots.unbook()
+    slots.release("scan")
+    slots.release("scan")
+    assert not await slots.take(0.0, owner="scan")  # 12 booked: the reserve is 2 again
+    assert await slots.take(0.0, owner="small")  # holds none
+    for _ in range(12):
+        slots.unbook()
+    with pytest.raises(ValueError, match="unbook"):
+        slots.unbook()
+    slots.release("small")
+    for _ in range(14):
+        slots.release("scan")
+    assert slots.free == 16
+
+
+def test_sync_booked_slots_shrink_the_reserve() -> None:
+    slots = Slots(8)  # a reserve of 1
+    for _ in range(7):
+        assert slots.acquire(time.monotonic(), owner="scan")
+    assert not slots.acquire(time.monotonic(), owner="scan")
+    for _ in range(8):
+        slots.book()
+    assert slots.acquire(time.monotonic(), owner="scan")
+    for _ in range(8):
+        slots.unbook()
+        slots.release("scan")
+    assert slots.free == 8
+
+
 def test_the_sync_reserve_hands_a_freed_slot_to_a_read_holding_none() -> None:
     slots = Slots(8)  # a reserve of 1
     for _ in range(7):

@@ -210,7 +210,8 @@ async def test_a_bucket_ahead_starts_its_next_request_at_once_after_its_row_limi
 
     merge: Merge[int] = Merge([lambda *a: None] * 4, largest=100)  # type: ignore[list-item]
     feed = merge._feeds[0]
-    assert feed.streams and feed.ahead_at == ahead_rows(4)
+    assert feed.streams
+    assert feed.ahead_at == ahead_rows(4)
     feed.window = merge._budget.rows  # (widened: its consumer keeps up)
     size = merge._demand(feed)
     assert size

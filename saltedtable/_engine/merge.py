@@ -148,6 +148,7 @@ class Feed(Generic[T]):
         "asked",
         "cap",
         "charged",
+        "cut",
         "done",
         "ended_at",
         "got_bytes",
@@ -213,6 +214,9 @@ class Feed(Generic[T]):
         #: When its last request ended (``time.monotonic()``; 0: none has, or it
         #: was cut short).
         self.ended_at = 0.0
+        #: Its last request was ended early by its source (a pause that lasted or gave
+        #: way, see :meth:`ahead`), not at its size or row limit.
+        self.cut = False
         #: Grants so far: its requests, and the pages a streamed request renewed.
         self.grants = 0
         #: Of them, probes: requests of :data:`~.budget.PROBE_ROWS` made
@@ -634,11 +638,21 @@ class MergeCore(Generic[T]):
         """
         if self._stopping:
             return 0
-        if len(feed.keys) > feed.ahead_at >> 1 and not feed.wake_left and self._consumer_waits():
+        if (
+            feed.cut
+            and len(feed.keys) > feed.ahead_at >> 1
+            and not feed.wake_left
+            and self._consumer_waits()
+        ):
             # It ran ahead of the watermark while the consumer waits for other
             # feeds (its request paused and ended, see Feed.ahead): its next
             # request waits until the consumer has taken it down to half of
-            # ahead_at (_taken releases it).
+            # ahead_at (_taken releases it). Not after a request that ran to its
+            # row limit: the next one starts at once, as the stream would have
+            # gone on, and pauses there instead; else its first row, a round
+            # trip away, comes after the rows the bucket holds are taken, and
+            # the whole merge waits for it (at N = 64, once per share of every
+            # bucket).
             return None
         ask = self._ask_limited(feed) if self._limit is not None else self._ask_page(feed)
         if ask is None:
@@ -750,6 +764,7 @@ class MergeCore(Generic[T]):
 
     def _end(self, feed: Feed[T], size: int, pushed: int, cut: bool = False) -> None:
         feed.asked = 0
+        feed.cut = cut
         # A request its source ended early (``cut``, see Sent) says nothing of the
         # consumer's pace: no widening after it (see widen).
         feed.ended_at = 0.0 if cut else time.monotonic()

@@ -55,6 +55,15 @@ The last ``total // RESERVE_SHARE`` free slots are kept for *small* reads
 ``read_row`` or a short range) whose read holds none: with many slots a small
 read finds one free at once, even while scans' pages fill the rest and their
 first requests queue up (a scan's first requests wait for the others).
+Except where streams need them: a read whose buckets stream needs a slot
+per bucket for as long as it runs (a bucket left waiting holds up the
+others, and every stream ends at its grant for it), so each of its buckets
+*books* one (:meth:`SlotsCore.book`) while it reads, and the reserve is at
+most what the read with the most booked slots leaves of the total. A
+64-bucket scan on 64 slots then holds them all, and a small read has a
+request give way (as on a table with few slots); scans of 16 buckets leave
+the reserve whole, however many run (reads that need more slots together
+than there are take turns whatever the reserve).
 
 A wait ends at a deadline (the read's ``operation_timeout``) or, sync, as soon
 as the waiter's read stops (:meth:`Slots.interrupt`), so a read that is left
@@ -392,12 +401,26 @@ class Turns:
     """The books of a set of slots: free ones, held per owner, the order owners were
     last served in (bounded), and the reserve for small reads that hold none."""
 
-    __slots__ = ("_cap", "_seq", "free", "held", "reserve", "served")
+    __slots__ = (
+        "_cap",
+        "_least",
+        "_seq",
+        "_total",
+        "booked",
+        "free",
+        "held",
+        "most_booked",
+        "served",
+    )
 
     def __init__(self, total: int) -> None:
         self.free = total
-        #: While no more than this many are free, only small reads holding none take one.
-        self.reserve = total // RESERVE_SHARE
+        self._total = total
+        self._least = total // RESERVE_SHARE
+        #: Slots booked by streaming reads' buckets, per read (see :meth:`SlotsCore.book`).
+        self.booked: dict[object, int] = {}
+        #: The most of them one read has booked.
+        self.most_booked = 0
         self.held: dict[object, int] = {}
         #: id(owner) -> sequence number of its last grant, least recent first
         #: (ids: a read that has ended must not be kept alive by its rank).
@@ -406,6 +429,16 @@ class Turns:
         # Owners forgotten beyond this count were served least recently, and a
         # forgotten owner ranks as never served: first anyway.
         self._cap = 4 * total + 64
+
+    @property
+    def reserve(self) -> int:
+        """While no more than this many are free, only small reads holding none take one.
+
+        ``total // RESERVE_SHARE``, or what the read with the most booked slots
+        leaves of the total if less.
+        """
+        left = self._total - self.most_booked
+        return self._least if self._least <= left else max(0, left)
 
     def can_take(self, owner: object, small: bool) -> bool:
         """Whether ``owner`` may take a free slot now (nobody waiting); ``small``: one request."""
@@ -581,6 +614,37 @@ class SlotsCore(Generic[_T, _L]):
                 self._wake(ticket)
                 return
             self._hand_over(owner)
+
+    def book(self, owner: object = None) -> None:
+        """A bucket of ``owner``, a read whose buckets stream, starts to read: book a slot.
+
+        Booked slots are not taken (the bucket's requests take and release
+        theirs as any request does): they shrink the reserve for small reads to
+        what the read with the most booked slots leaves of the total (see the
+        module), so that a read that streams over as many buckets as there are
+        slots can hold a slot for each. Pair with :meth:`unbook` when the
+        bucket's reading ends.
+        """
+        with self._lock:
+            turns = self._turns
+            count = turns.booked[owner] = turns.booked.get(owner, 0) + 1
+            if count > turns.most_booked:
+                turns.most_booked = count
+                self._dispatch()  # (a smaller reserve: a waiter may take a free slot now)
+
+    def unbook(self, owner: object = None) -> None:
+        """A bucket of ``owner`` that booked a slot (see :meth:`book`) has ended its reading."""
+        with self._lock:
+            turns = self._turns
+            count = turns.booked.get(owner, 0)
+            if count < 1:
+                raise ValueError(f"{self._name}: unbook() without book() (owner {owner!r})")
+            if count == 1:
+                del turns.booked[owner]
+            else:
+                turns.booked[owner] = count - 1
+            if count == turns.most_booked:
+                turns.most_booked = max(turns.booked.values(), default=0)
 
     def small_begins(self) -> None:
         """A small read's request (holding a slot) starts: read-ahead pauses for it."""

@@ -148,6 +148,10 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
         stray = self._stray
         row_over, cell_over = ROW_OVERHEAD_BYTES, CELL_OVERHEAD_BYTES
         token = None if stats is None else current_bucket().set(stats)
+        # A streamed read needs a slot per bucket while it runs: book this one's, so
+        # that the table's reserve for small reads leaves it one (see SlotsCore.book).
+        if can_stream:
+            limiter.book(feed.read)
         try:
             async with merge.producing(feed):
                 while size := await merge.next_size(feed):
@@ -330,6 +334,8 @@ class BucketSource(BucketSourceBase[ReadRowsStream, AsyncSlots], ProducerBase):
                     if not more:
                         return
         finally:
+            if can_stream:
+                limiter.unbook(feed.read)
             if token is not None:
                 current_bucket().reset(token)
 

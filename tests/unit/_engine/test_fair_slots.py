@@ -355,6 +355,77 @@ async def test_a_reserve_keeps_slots_for_reads_that_hold_none() -> None:
     slots.release(None)
 
 
+async def test_booked_slots_shrink_the_reserve_to_what_they_leave() -> None:
+    """A streaming read's buckets book their slots: 16 booked of 16 leave no reserve, and
+    the scan's waiter takes a freed slot; 12 booked leave the reserve (2) whole. Before,
+    a read that streams over 16 buckets on 16 slots had 2 of them waiting at all times."""
+    slots = AsyncSlots(16)  # a reserve of 2
+    for _ in range(14):
+        assert await slots.take(0.0, owner="scan")
+    waiting = asyncio.create_task(slots.take(float("inf"), owner="scan"))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # only the reserve is free
+    for _ in range(16):
+        slots.book("scan")
+    assert await waiting  # (booking hands the free slot over at once)
+    assert await slots.take(0.0, owner="scan")  # the last one too
+    assert slots.free == 0
+    for _ in range(4):
+        slots.unbook("scan")
+    slots.release("scan")
+    slots.release("scan")
+    assert not await slots.take(0.0, owner="scan")  # 12 booked: the reserve is 2 again
+    assert await slots.take(0.0, owner="small")  # holds none
+    for _ in range(12):
+        slots.unbook("scan")
+    with pytest.raises(ValueError, match="unbook"):
+        slots.unbook("scan")
+    slots.release("small")
+    for _ in range(14):
+        slots.release("scan")
+    assert slots.free == 16
+
+
+async def test_the_reserve_leaves_room_for_the_read_with_the_most_booked() -> None:
+    """Two reads of 8 buckets each book 16 slots of 16 together: neither needs the
+    reserve (each fits beside it), so it stays; one of 15 buckets leaves a reserve of 1."""
+    slots = AsyncSlots(16)  # a reserve of 2
+    for _ in range(8):
+        slots.book("a")
+        slots.book("b")
+    for _ in range(14):
+        assert await slots.take(0.0, owner="a")
+    # (urgent=lambda: True: a scan's request, not a small read that may take the reserve)
+    assert not await slots.take(0.0, urgent=lambda: True, owner="b")  # the reserve is whole
+    for _ in range(15):
+        slots.book("c")
+    assert await slots.take(0.0, urgent=lambda: True, owner="b")  # 15 booked by c: a reserve of 1
+    assert not await slots.take(0.0, urgent=lambda: True, owner="c")
+    for _ in range(15):
+        slots.unbook("c")
+    for _ in range(8):
+        slots.unbook("a")
+        slots.unbook("b")
+    slots.release("b")
+    for _ in range(14):
+        slots.release("a")
+    assert slots.free == 16
+
+
+def test_sync_booked_slots_shrink_the_reserve() -> None:
+    slots = Slots(8)  # a reserve of 1
+    for _ in range(7):
+        assert slots.acquire(time.monotonic(), owner="scan")
+    assert not slots.acquire(time.monotonic(), owner="scan")
+    for _ in range(8):
+        slots.book("scan")
+    assert slots.acquire(time.monotonic(), owner="scan")
+    for _ in range(8):
+        slots.unbook("scan")
+        slots.release("scan")
+    assert slots.free == 8
+
+
 def test_the_sync_reserve_hands_a_freed_slot_to_a_read_holding_none() -> None:
     slots = Slots(8)  # a reserve of 1
     for _ in range(7):

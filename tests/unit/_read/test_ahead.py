@@ -194,3 +194,31 @@ async def test_leaving_a_read_whose_buckets_pause_ends_every_stream() -> None:
     assert fake.stats.open_now == 0
     assert table.limiter.borrowed_tokens == 0
     fake.gate.set()
+
+
+@pytest.mark.parametrize("cut", [False, True])
+async def test_a_bucket_ahead_starts_its_next_request_at_once_after_its_row_limit(
+    cut: bool,
+) -> None:
+    """A bucket ahead of the watermark while the consumer waits for another: after a
+    request that ran to its row limit (``cut`` False) its next request is granted at
+    once, as its stream would have gone on (it pauses in that request instead); after one
+    its source ended early (a pause that lasted, a give-way) it waits until the consumer
+    has taken it down to half of ``ahead_at``. Before, both waited, and at N = 64 the
+    merge waited a round trip for each bucket's next first row, once per share."""
+    from saltedtable._engine.merge_asyncio import Merge
+
+    merge: Merge[int] = Merge([lambda *a: None] * 4, largest=100)  # type: ignore[list-item]
+    feed = merge._feeds[0]
+    assert feed.streams
+    assert feed.ahead_at == ahead_rows(4)
+    feed.window = merge._budget.rows  # (widened: its consumer keeps up)
+    size = merge._demand(feed)
+    assert size
+    merge._start(feed, size)
+    held = feed.ahead_at // 2 + 1
+    feed.keys.extend(b"k%05d" % i for i in range(held))
+    feed.items.extend(range(held))
+    merge._end(feed, size, held, cut)
+    merge._waiter = asyncio.get_running_loop().create_future()  # the consumer waits (for another)
+    assert (merge._demand(feed) is None) == cut

@@ -25,6 +25,7 @@ from ._exceptions import (
     SaltedTableError,
     SaltSchemeError,
     SchemeMismatchError,
+    SplitKeyError,
     UnsaltableKeyError,
     WindowError,
     WindowFilterError,
@@ -44,6 +45,7 @@ from ._scheme.cutoff import (
     reversed_epoch_field,
 )
 from ._scheme.epochs import Epoch, Epochs
+from ._scheme.hot import HotLayout
 from ._scheme.layout import Layout
 from ._scheme.named import NamedKeyPart, named_key_part
 from ._scheme.ranges import KeyRange
@@ -148,6 +150,7 @@ __all__ = [
     "EmulatorNotFoundError",
     "Epoch",
     "Epochs",
+    "HotLayout",
     "KeyPart",
     "KeyRange",
     "Layout",
@@ -171,6 +174,7 @@ __all__ = [
     "SaltedTableAsync",
     "SaltedTableError",
     "SchemeMismatchError",
+    "SplitKeyError",
     "StatsHook",
     "SubQuery",
     "SubScan",

@@ -76,6 +76,7 @@ ORDER: tuple[str, ...] = (
     "_write",
     "_admin",
     "_facade",
+    "_hotkeys",
     # the async sources, then their generated twins
     "_async.table_like",
     "_async.chunks",

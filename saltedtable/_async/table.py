@@ -193,6 +193,7 @@ class SaltedTableAsync(TableAttributes):
         self._table = table
         self._layout = scheme if isinstance(scheme, Layout) else Layout(scheme, cutoff)
         self._hot = HotKeys.for_table(self._layout, hot, aggregates)
+        hot = None if self._hot is None else self._hot.layout
         #: Which sub-row a split row's next AddToCell call goes to (a round robin).
         self._spread = itertools.count()
         self.limiter = AsyncSlots(max_concurrent_subscans)
@@ -205,6 +206,7 @@ class SaltedTableAsync(TableAttributes):
             refresh=record_refresh,
             schema=schema_reader_for(table, internals=internals),
             name=table_label(table),
+            hot=hot,
         )
         # What every read of this table shares; the odds say whether small reads
         # try one request over every bucket: (no limit, limit).

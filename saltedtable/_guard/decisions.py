@@ -45,10 +45,12 @@ from .._contracts import GuardTimeouts, OperationTimeout
 from .._exceptions import LayoutError, RecordMissingError, SchemeMismatchError
 from .._read.plan import PageCursor, SubQuery
 from .._read.timeouts import GuardTime, deadline_exceeded
+from .._scheme.hot import HotLayout
 from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
 from .._scheme.salt import SCHEME_ROW_KEY
 from .families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
+from .hot_record import with_hot
 from .migration import tolerates_copies, tolerates_legacy_rows
 from .record import (
     DEFAULT_RECORD_REFRESH,
@@ -261,6 +263,8 @@ class GuardCore:
             through it when the view includes the record row (the guard is
             off, with one warning, when it does not), and never stored
             through it.
+        hot: The table object's hot lists: its record carries them, so a
+            table whose stored lists differ (a split since) is refused.
     """
 
     def __init__(
@@ -273,6 +277,7 @@ class GuardCore:
         schema: Callable[[float | None], TableSchema] | None = None,
         name: str = "TABLE",
         view: bool = False,
+        hot: HotLayout | None = None,
     ) -> None:
         if refresh is not None and not refresh > 0:
             raise ValueError(
@@ -280,7 +285,9 @@ class GuardCore:
             )
         self._layout = layout
         self._record = (
-            describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs) if enabled else None
+            with_hot(describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs), hot)
+            if enabled
+            else None
         )
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.

@@ -68,6 +68,7 @@ ORDER: tuple[str, ...] = (
     # the layout record and the guard's decisions (pure)
     "_guard.families",
     "_guard.record",
+    "_guard.hot_record",
     "_guard.migration",
     "_guard.from_record",
     "_guard.decisions",
@@ -77,6 +78,7 @@ ORDER: tuple[str, ...] = (
     "_admin",
     "_facade",
     "_hotkeys",
+    "_split",
     # the async sources, then their generated twins
     "_async.table_like",
     "_async.chunks",

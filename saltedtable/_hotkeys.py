@@ -100,8 +100,6 @@ class HotKeys:
     ) -> HotKeys | None:
         """The table's hot keys, or None when it has no hot lists (today's table)."""
         if hot is None:
-            if aggregates:
-                raise TypeError("aggregates= only matters with hot= (a table with hot lists)")
             return None
         if not isinstance(hot, HotLayout):
             raise TypeError(f"hot must be a HotLayout, got {type(hot).__name__}")

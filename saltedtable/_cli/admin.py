@@ -435,11 +435,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _hot_placed(hot: Any, physical: bytes) -> bool:
     from .._exceptions import SaltedTableError
 
-    try:
-        _, key = hot.scheme.split_key(physical)
-        return physical in hot.physical_keys(key)
-    except SaltedTableError:
-        return False
+    # (Not split_key: it refuses a key outside the bucket the scheme computes.)
+    for prefix in hot.scheme.prefixes:
+        if physical.startswith(prefix) and len(physical) > len(prefix):
+            try:
+                return physical in hot.physical_keys(physical[len(prefix) :])
+            except SaltedTableError:
+                return False
+    return False
 
 
 def _cmd_split(args: argparse.Namespace) -> int:

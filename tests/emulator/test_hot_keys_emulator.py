@@ -83,7 +83,7 @@ async def test_split_inspect_and_the_guard(
     assert code == 1
     assert_one_line_error(err, "rows of part 't1' exist")
     code, _, err = run(capsys, "split", table_id, *WHERE, "--row", "t2#ctr", "-k", "3")
-    assert code == 1
+    assert code == 2  # a usage error: the K given
     assert_one_line_error(err, "K may only rise")
 
     # A table object that does not know the split is refused at its next record read.

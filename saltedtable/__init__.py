@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from ._create import CreateResult, create_salted_table
     from ._read.plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._read.sources import SubScan
+    from ._split import split_hot_key
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
     from ._sync_autogen.table import SaltedTable
     from ._sync_autogen.table_like import SyncTableLike
@@ -80,6 +81,7 @@ _LAZY: dict[str, str] = {
     "ReadPlan": "._read.plan",
     "SubQuery": "._read.plan",
     "plan_reads": "._read.plan",
+    "split_hot_key": "._split",
     "rewrite_filter": "._read.plan",
     "SubScan": "._read.sources",
     "SaltedTable": "._sync_autogen.table",
@@ -197,6 +199,7 @@ __all__ = [
     "prefix_end",
     "reversed_epoch_field",
     "rewrite_filter",
+    "split_hot_key",
     "view_row_prefixes",
 ]
 

@@ -39,20 +39,36 @@ from typing import Any
 
 from google.cloud.bigtable.data import BigtableDataClientAsync, RowMutationEntry
 from google.cloud.bigtable.data.mutations import AddToCell, SetCell
+from google.cloud.bigtable_admin_v2 import types
 
 from saltedtable import CallStats, HotLayout, SaltedTableAsync, SaltScheme, fields
+from saltedtable._admin import admin_client
+from saltedtable._guard.families import parse_family
 from saltedtable._scheme.hot import propose_split
 from saltedtable.testing import (
     EMULATOR_HOST_ENV,
     INSTANCE,
     PROJECT,
-    create_table,
     delete_table,
     emulator_env,
     start_emulator,
 )
 
 AGGREGATES = {"sm": "int64 sum"}
+
+
+def _create(address: str, table_id: str) -> None:
+    # A plain family and a sum family (create_table makes plain families only).
+    with admin_client(emulator_host=address) as admin:
+        admin.create_table(
+            request=types.CreateTableRequest(
+                parent=f"projects/{PROJECT}/instances/{INSTANCE}",
+                table_id=table_id,
+                table=types.Table(
+                    column_families=dict(parse_family(s) for s in ("cf", "sm:agg=sum"))
+                ),
+            )
+        )
 
 
 class Counting:
@@ -120,7 +136,7 @@ async def one_run(
     hot: HotLayout | None,
 ) -> dict[str, Any]:
     table_id = f"hot-{uuid.uuid4().hex[:8]}"
-    create_table(address, table_id, ("cf", "sm:agg=sum"))
+    _create(address, table_id)
     try:
         raw = Counting(client.get_table(INSTANCE, table_id))
         table = SaltedTableAsync(raw, scheme, guard=False, hot=hot, aggregates=AGGREGATES)

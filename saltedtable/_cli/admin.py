@@ -419,10 +419,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                     keys.append([row.row_key for row in table.read_rows(query)])
                     bar.update(len(keys))
                 bar.close(len(keys))
-                if hot is not None:
-                    # A hot part's rows and a split row's sub-rows are where the lists put them.
-                    keys = [[k for k in ks if not _hot_placed(hot, k)] for ks in keys]
-                report.stray = layout_offenders(layout, keys, report.record)[: args.show]
+                # A hot part's rows and a split row's sub-rows are where the lists put them.
+                report.stray = layout_offenders(layout, keys, report.record, hot)[: args.show]
                 if report.stray:
                     report.problems.append(
                         f"{len(report.stray)} sampled key(s) do not fit the layout"
@@ -430,19 +428,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         finally:
             table.close()  # type: ignore[no-untyped-call]
     return _emit(report, args)
-
-
-def _hot_placed(hot: Any, physical: bytes) -> bool:
-    from .._exceptions import SaltedTableError
-
-    # (Not split_key: it refuses a key outside the bucket the scheme computes.)
-    for prefix in hot.scheme.prefixes:
-        if physical.startswith(prefix) and len(physical) > len(prefix):
-            try:
-                return physical in hot.physical_keys(physical[len(prefix) :])
-            except SaltedTableError:
-                return False
-    return False
 
 
 def _cmd_split(args: argparse.Namespace) -> int:

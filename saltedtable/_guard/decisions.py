@@ -50,7 +50,7 @@ from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
 from .._scheme.salt import SCHEME_ROW_KEY
 from .families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
-from .hot_record import with_hot
+from .hot_record import placed_by_hot, with_hot
 from .migration import tolerates_copies, tolerates_legacy_rows
 from .record import (
     DEFAULT_RECORD_REFRESH,
@@ -151,13 +151,17 @@ def sample_queries(
 
 
 def layout_offenders(
-    layout: Layout, samples: Sequence[Sequence[bytes]], stored: LayoutRecord | None = None
+    layout: Layout,
+    samples: Sequence[Sequence[bytes]],
+    stored: LayoutRecord | None = None,
+    hot: HotLayout | None = None,
 ) -> list[str]:
     """Why sampled keys do not fit the layout (empty: they all fit).
 
     ``samples`` holds the keys each query of :func:`sample_queries` returned,
     in order; ``stored`` is the table's record (a migration in progress
-    expects copies of legacy rows in the buckets).
+    expects copies of legacy rows in the buckets); ``hot``: the hot lists, whose
+    rows live outside the bucket the scheme computes (:func:`placed_by_hot`).
     """
     offenders: list[str] = []
     prefixes = len(_sample_runs(layout))  # the first queries read inside the prefixes
@@ -165,6 +169,8 @@ def layout_offenders(
     for i, keys in enumerate(samples):
         for key in keys:
             if i < prefixes:
+                if hot is not None and placed_by_hot(hot, key):
+                    continue
                 problem = layout.misplaced(key, copies=copies)
             else:
                 problem = layout.unexpected_outside(key)
@@ -284,6 +290,7 @@ class GuardCore:
                 f"record_refresh must be a number of seconds > 0 or None, got {refresh!r}"
             )
         self._layout = layout
+        self._hot = hot
         self._record = (
             with_hot(describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs), hot)
             if enabled
@@ -480,7 +487,7 @@ class GuardCore:
             LayoutError: A sampled row does not fit this layout (nothing is written).
         """
         samples: list[list[bytes]] = yield ("sample", sample_queries(self._layout, rows))
-        offenders = layout_offenders(self._layout, samples)
+        offenders = layout_offenders(self._layout, samples, hot=self._hot)
         if offenders:
             refused = f"the layout record of {self._id} was not {action}: "
             raise layout_error(self._layout, offenders, refused=refused, examples=2)

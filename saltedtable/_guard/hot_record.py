@@ -23,7 +23,7 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from .._exceptions import LayoutError, SaltSchemeError
+from .._exceptions import LayoutError, SaltedTableError, SaltSchemeError
 from .._scheme.hot import HotLayout, check_hot_change
 from .._scheme.salt import SaltScheme, format_key, to_key
 from .record import LayoutRecord
@@ -35,6 +35,7 @@ __all__ = [
     "HOT_FIELD",
     "describe_hot",
     "hot_layout_of",
+    "placed_by_hot",
     "record_swap_filter",
     "split_record",
     "with_hot",
@@ -159,6 +160,24 @@ def record_swap_filter(family: str, qualifier: bytes, stored: bytes) -> RowFilte
             ValueRegexFilter(_literal(stored)),
         ]
     )
+
+
+def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:
+    """Whether the hot lists put a row at ``physical``: a hot part's row, a split row's sub-row.
+
+    The checks that judge where rows belong (the guard's sample, ``check_layout``,
+    ``inspect``'s stray keys) accept such rows outside the bucket the scheme computes.
+    """
+    if hot is None or (not hot.parts and not hot.rows):
+        return False
+    # (Not split_key: it refuses a key outside the bucket the scheme computes.)
+    for prefix in hot.scheme.prefixes:
+        if physical.startswith(prefix) and len(physical) > len(prefix):
+            try:
+                return physical in hot.physical_keys(physical[len(prefix) :])
+            except SaltedTableError:
+                return False
+    return False
 
 
 def describe_hot(hot: HotLayout | None) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from saltedtable import SaltedTableAsync, SaltScheme, fields
+from saltedtable import LayoutError, SaltedTableAsync, SaltScheme, fields
 from saltedtable._exceptions import SplitKeyError
 from saltedtable._guard.families import FamilyInfo
 from saltedtable._scheme.hot import HotLayout, check_hot_change
@@ -295,5 +295,22 @@ def test_atomic_operations_and_value_filters_on_a_split_row_are_refused() -> Non
             await table.read_rows(ReadRowsQuery(row_filter=ValueRegexFilter(b"x")))
         # Rows that are not split keep their atomic operations.
         await table.read_modify_write_row(b"t1#b", IncrementRule("cf", b"a", 1))
+
+    asyncio.run(go())
+
+
+def test_check_layout_accepts_hot_rows_where_the_lists_put_them() -> None:
+    """Sub-rows and a hot part's rows fit a table with the lists; without them they are strays."""
+    fake = FakeTable(families=FAMILIES)
+    hot = HotLayout(SCHEME, parts={b"t0": 4}, rows={b"t1#a": 4})
+    table = hot_table(fake, hot)
+
+    async def go() -> None:
+        for i in range(20):
+            await table.mutate_row(b"t0#%02d" % i, SetCell("cf", b"a", b"v", 1000))
+            await table.mutate_row(b"t1#a", SetCell("cf", b"q%d" % i, b"v", 1000))
+        await table.check_layout()
+        with pytest.raises(LayoutError, match="do not fit"):
+            await SaltedTableAsync(fake, SCHEME, guard=False).check_layout()
 
     asyncio.run(go())

@@ -34,11 +34,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from saltedtable import LayoutError, SaltedTableAsync, SaltScheme, fields
+from saltedtable import LayoutError, SaltedTable, SaltedTableAsync, SaltScheme, fields
 from saltedtable._exceptions import SplitKeyError
 from saltedtable._guard.families import FamilyInfo
 from saltedtable._scheme.hot import HotLayout, check_hot_change
-from tests.fakes import FakeTable
+from tests.fakes import FakeTable, SyncFakeTable
 from tests.hot_model import AGGREGATES, PLAIN, mutation_strategy
 
 SCHEME = SaltScheme(8, key_part=fields(1))
@@ -314,3 +314,34 @@ def test_check_layout_accepts_hot_rows_where_the_lists_put_them() -> None:
             await SaltedTableAsync(fake, SCHEME, guard=False).check_layout()
 
     asyncio.run(go())
+
+
+def test_the_sync_table_reads_and_writes_hot_keys_as_the_async_one() -> None:
+    """The generated SaltedTable: spread writes, one combined row, a merged prefix scan."""
+    fake = FakeTable(families=FAMILIES)
+    hot = HotLayout(SCHEME, parts={b"t0": 4}, rows={b"t1#a": 4})
+    table = SaltedTable(
+        SyncFakeTable(fake),  # type: ignore[arg-type]
+        SCHEME,
+        guard=False,
+        hot=hot,
+        aggregates=AGGREGATES,
+    )
+    for i in range(12):
+        table.mutate_row(b"t0#%02d" % i, SetCell("cf", b"a", b"v", 1000))
+    with table.mutations_batcher() as batcher:
+        for _ in range(8):
+            batcher.append(RowMutationEntry(b"t1#a", AddToCell("sm", b"n", 2, 0)))
+    row = table.read_row(b"t1#a")
+    assert row is not None
+    assert [int.from_bytes(c.value, "big") for c in row.cells] == [16]
+    assert [r.row_key for r in table.read_prefix(b"t0#", limit=5)] == [
+        b"t0#%02d" % i for i in range(5)
+    ]
+    assert [r.row_key for r in table.read_rows(ReadRowsQuery(row_keys=[b"t1#a", b"t0#03"]))] == [
+        b"t0#03",
+        b"t1#a",
+    ]
+    assert sum(1 for k in fake.row_keys() if k.endswith(b"t1#a")) == 4
+    with pytest.raises(SplitKeyError):
+        table.read_modify_write_row(b"t1#a", IncrementRule("cf", b"a", 1))

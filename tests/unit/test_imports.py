@@ -36,9 +36,9 @@ ORDER: tuple[str, ...] = (
     "_scheme.flags",
     "_scheme.epochs",
     "_scheme.layout",
-    "_scheme.views",
     "_scheme.window",
     "_scheme.hot",
+    "_scheme.views",
     "_scheme",
     # the read engine (no Bigtable)
     "_engine.budget",

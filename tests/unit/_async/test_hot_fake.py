@@ -34,7 +34,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from saltedtable import LayoutError, SaltedTable, SaltedTableAsync, SaltScheme, fields
+from saltedtable import (
+    LayoutError,
+    SaltedTable,
+    SaltedTableAsync,
+    SaltScheme,
+    fields,
+    view_row_prefixes,
+)
 from saltedtable._exceptions import SplitKeyError
 from saltedtable._guard.families import FamilyInfo
 from saltedtable._scheme.hot import HotLayout, check_hot_change
@@ -345,3 +352,14 @@ def test_the_sync_table_reads_and_writes_hot_keys_as_the_async_one() -> None:
     assert sum(1 for k in fake.row_keys() if k.endswith(b"t1#a")) == 4
     with pytest.raises(SplitKeyError):
         table.read_modify_write_row(b"t1#a", IncrementRule("cf", b"a", 1))
+
+
+def test_a_view_of_a_hot_part_shows_its_k_buckets_and_split_sub_rows() -> None:
+    hot = HotLayout(SCHEME, parts={b"t0": 4}, rows={b"t0#a": 8})
+    plain = view_row_prefixes(SCHEME, b"t0#", record=False)
+    spread = view_row_prefixes(SCHEME, b"t0#", record=False, hot=hot)
+    assert len(plain) == 1
+    assert set(plain) < set(spread)
+    wanted = {SCHEME.prefix(b) + b"t0#" for b in hot.scan_buckets(b"t0#") or ()}
+    assert set(spread) == wanted
+    assert len(spread) >= 8

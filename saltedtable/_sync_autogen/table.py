@@ -862,7 +862,7 @@ class SaltedTable(TableAttributes):
             )
         except MutationsExceptionGroup as group:
             if owners is not None:
-                group = _owned(group, owners, len(physical))
+                group = _owned(group, owners, len(mutation_entries))
             error = logical_group(group, self._layout, mutation_entries)
             raise error from None
         except BaseException as exc:

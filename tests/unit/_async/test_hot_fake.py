@@ -363,3 +363,31 @@ def test_a_view_of_a_hot_part_shows_its_k_buckets_and_split_sub_rows() -> None:
     wanted = {SCHEME.prefix(b) + b"t0#" for b in hot.scan_buckets(b"t0#") or ()}
     assert set(spread) == wanted
     assert len(spread) >= 8
+
+
+def test_a_failed_sub_row_write_fails_the_callers_entry_once() -> None:
+    """A split row's entry is several physical entries: a failure names the logical one."""
+    from google.api_core.exceptions import ServiceUnavailable
+    from google.cloud.bigtable.data.exceptions import (
+        FailedMutationEntryError,
+        MutationsExceptionGroup,
+    )
+
+    def fail(entry: RowMutationEntry) -> Exception | None:
+        return ServiceUnavailable("down") if entry.row_key.endswith(b"t1#a") else None
+
+    fake = FakeTable(families=FAMILIES, fail_entry=fail)
+    table = hot_table(fake, HotLayout(SCHEME, rows={b"t1#a": 4}))
+    entries = [
+        RowMutationEntry(b"t0#a", SetCell("cf", b"a", b"v", 1000)),
+        # Eight columns: several sub-rows, each a physical entry that fails.
+        RowMutationEntry(b"t1#a", [SetCell("cf", b"q%d" % i, b"v", 1000) for i in range(8)]),
+    ]
+
+    async def go() -> None:
+        with pytest.raises(MutationsExceptionGroup) as caught:
+            await table.bulk_mutate_rows(entries)
+        failed = [e for e in caught.value.exceptions if isinstance(e, FailedMutationEntryError)]
+        assert [(e.index, e.entry) for e in failed] == [(1, entries[1])]
+
+    asyncio.run(go())

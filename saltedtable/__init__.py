@@ -25,6 +25,7 @@ from ._exceptions import (
     SaltedTableError,
     SaltSchemeError,
     SchemeMismatchError,
+    SplitKeyError,
     UnsaltableKeyError,
     WindowError,
     WindowFilterError,
@@ -44,6 +45,7 @@ from ._scheme.cutoff import (
     reversed_epoch_field,
 )
 from ._scheme.epochs import Epoch, Epochs
+from ._scheme.hot import HotLayout
 from ._scheme.layout import Layout
 from ._scheme.named import NamedKeyPart, named_key_part
 from ._scheme.ranges import KeyRange
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from ._create import CreateResult, create_salted_table
     from ._read.plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._read.sources import SubScan
+    from ._split import split_hot_key
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
     from ._sync_autogen.table import SaltedTable
     from ._sync_autogen.table_like import SyncTableLike
@@ -78,6 +81,7 @@ _LAZY: dict[str, str] = {
     "ReadPlan": "._read.plan",
     "SubQuery": "._read.plan",
     "plan_reads": "._read.plan",
+    "split_hot_key": "._split",
     "rewrite_filter": "._read.plan",
     "SubScan": "._read.sources",
     "SaltedTable": "._sync_autogen.table",
@@ -148,6 +152,7 @@ __all__ = [
     "EmulatorNotFoundError",
     "Epoch",
     "Epochs",
+    "HotLayout",
     "KeyPart",
     "KeyRange",
     "Layout",
@@ -171,6 +176,7 @@ __all__ = [
     "SaltedTableAsync",
     "SaltedTableError",
     "SchemeMismatchError",
+    "SplitKeyError",
     "StatsHook",
     "SubQuery",
     "SubScan",
@@ -193,6 +199,7 @@ __all__ = [
     "prefix_end",
     "reversed_epoch_field",
     "rewrite_filter",
+    "split_hot_key",
     "view_row_prefixes",
 ]
 

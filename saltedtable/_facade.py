@@ -36,6 +36,7 @@ from ._read.settings import ReadSettings
 from ._read.stats import CallStats, StatsHook, report
 from ._read.timeouts import Timeouts, check_timeouts, resolve_timeouts
 from ._scheme.cutoff import CutoffPolicy
+from ._scheme.hot import HotLayout
 from ._scheme.layout import Layout, samples_in_range
 from ._scheme.salt import SaltScheme, to_key
 from ._write import physical_entries
@@ -135,7 +136,13 @@ def check_row_key(row_key: object) -> None:
 
 
 def read_for(
-    query: Query, layout: Layout, budget: ReadBudget, *, ordered: bool, slots: int
+    query: Query,
+    layout: Layout,
+    budget: ReadBudget,
+    *,
+    ordered: bool,
+    slots: int,
+    hot: HotLayout | None = None,
 ) -> tuple[ReadPlan, ReadSettings]:
     """What a logical query reads (its plan) and how (its settings), decided once.
 
@@ -143,7 +150,7 @@ def read_for(
     rows are checked one by one, per side): the only place that gate is set.
     """
     reverse = is_reversed(query)
-    plan = plan_reads(as_query(query, reversed_ok=True), layout, reverse=reverse)
+    plan = plan_reads(as_query(query, reversed_ok=True), layout, reverse=reverse, hot=hot)
     # (Nor on a reversed read: its one request's rows would come bucket after
     # bucket backwards, which the one request's bookkeeping does not expect.)
     settings = plan.settings(
@@ -153,10 +160,16 @@ def read_for(
 
 
 def plan_for(
-    query: Query, layout: Layout, budget: ReadBudget, *, ordered: bool, slots: int
+    query: Query,
+    layout: Layout,
+    budget: ReadBudget,
+    *,
+    ordered: bool,
+    slots: int,
+    hot: HotLayout | None = None,
 ) -> ReadPlan:
     """:func:`read_for`'s plan with its settings attached, for ``explain()``."""
-    plan, settings = read_for(query, layout, budget, ordered=ordered, slots=slots)
+    plan, settings = read_for(query, layout, budget, ordered=ordered, slots=slots, hot=hot)
     return dataclasses.replace(plan, how=settings)
 
 

@@ -34,6 +34,7 @@ from google.cloud.bigtable.data.exceptions import (
     MutationsExceptionGroup,
 )
 from google.cloud.bigtable.data.mutations import (
+    AddToCell,
     DeleteAllFromFamily,
     DeleteAllFromRow,
     DeleteRangeFromColumn,
@@ -418,6 +419,25 @@ class FakeTable:
                         and (hi is None or c[2] < hi)
                     )
                 ]
+            elif isinstance(m, AddToCell):
+                # An aggregate cell (int64, big-endian): the family's kind (from
+                # ``families``; sum without them) folds the add into the cell.
+                info = None if self.families is None else self.families.get(m.family)
+                kind = (info.aggregate if info is not None and info.aggregate else "sum").split()[
+                    -1
+                ]
+                ts = m.timestamp
+                qualifier = _to_bytes(m.qualifier)
+                old = [c for c in cells if (c[0], c[1], c[2]) == (m.family, qualifier, ts)]
+                value = m.value
+                if old:
+                    was = int.from_bytes(old[0][3], "big", signed=True)
+                    if kind == "sum":
+                        value = (was + value + (1 << 63)) % (1 << 64) - (1 << 63)
+                    else:
+                        value = min(was, value) if kind == "min" else max(was, value)
+                    cells = [c for c in cells if c not in old]
+                cells.append((m.family, qualifier, ts, value.to_bytes(8, "big", signed=True)))
             else:
                 raise NotImplementedError(f"FakeTable does not implement {type(m).__name__}")
         self._store(key, cells)

@@ -258,7 +258,7 @@ class TableGuard(GuardCore):
         samples = await self._read_samples(
             sample_queries(self._layout, sample_rows, stored), limiter
         )
-        offenders = layout_offenders(self._layout, samples, stored)
+        offenders = layout_offenders(self._layout, samples, stored, self._hot)
         if offenders:
             raise layout_error(self._layout, offenders)
         if stored is not None:

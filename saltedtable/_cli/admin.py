@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._connection import connection_errors, connection_failure, data_timeouts
 from .._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
@@ -328,6 +328,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from .._admin import admin_client, data_client, read_schema, table_path
     from .._create import check_table_id
     from .._guard.decisions import layout_offenders, sample_queries
+    from .._guard.hot_record import describe_hot, hot_layout_of, without_hot
     from .._guard.record import decode_layout, describe_layout, newest_record_cell, open_differences
     from .._scheme.layout import Layout
     from .._scheme.salt import SCHEME_ROW_KEY, format_key
@@ -372,13 +373,15 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             if given is not None:
                 scheme, cutoff = given
                 if report.record is not None:
-                    diffs = open_differences(report.record, describe_layout(scheme, cutoff))
+                    diffs = open_differences(
+                        without_hot(report.record), describe_layout(scheme, cutoff)
+                    )
                     if diffs:
                         report.problems.append(
                             "the given layout disagrees with the record: " + "; ".join(diffs)
                         )
             elif report.record is not None:
-                scheme, cutoff, whole = _layout_of_record(report.record)
+                scheme, cutoff, whole = _layout_of_record(without_hot(report.record))
                 if not whole:
                     report.notes.append(
                         "the record names a custom key part or time reader: give the scheme "
@@ -387,6 +390,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             else:
                 return _emit(report, args)  # no record and no scheme: nothing more to judge
             layout = Layout(scheme, cutoff)
+            hot = None
+            if report.record is not None and cutoff is None and report.record.epochs is None:
+                hot = hot_layout_of(report.record, scheme)
+            report.hot = describe_hot(hot)
             report.scheme = str(scheme) + ("" if cutoff is None else f", {cutoff!r}")
             samples = [(bytes(k), int(o)) for k, o in table.sample_row_keys()]
             report.samples = len(samples)
@@ -412,7 +419,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                     keys.append([row.row_key for row in table.read_rows(query)])
                     bar.update(len(keys))
                 bar.close(len(keys))
-                report.stray = layout_offenders(layout, keys, report.record)[: args.show]
+                # A hot part's rows and a split row's sub-rows are where the lists put them.
+                report.stray = layout_offenders(layout, keys, report.record, hot)[: args.show]
                 if report.stray:
                     report.problems.append(
                         f"{len(report.stray)} sampled key(s) do not fit the layout"
@@ -420,6 +428,40 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         finally:
             table.close()  # type: ignore[no-untyped-call]
     return _emit(report, args)
+
+
+def _cmd_split(args: argparse.Namespace) -> int:
+    from .._admin import data_client
+    from .._create import check_table_id
+    from .._scheme.salt import format_key
+    from .._split import split_hot_key
+
+    args.project, args.instance = located(args)
+    check_table_id(args.table)
+    kind: Literal["part", "row"] = "part" if args.part is not None else "row"
+    option = "--part" if args.part is not None else "--row"
+    value = key_from_text(
+        args.part if args.part is not None else args.row, as_hex=args.hex, option=option
+    )
+    with data_client(args.project) as client:
+        table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
+        try:
+            before, after = split_hot_key(table, kind, value, args.k)
+        finally:
+            table.close()  # type: ignore[no-untyped-call]
+    listed = after.parts if kind == "part" else after.rows
+    was = (before.parts if kind == "part" else before.rows).get(value)
+    buckets = after.part_buckets(value) if kind == "part" else after.row_buckets(value)
+    change = "listed" if was is None else f"raised from K={was}"
+    print(
+        f"{args.table}: hot {kind} {format_key(value)!r} {change} to K={listed[value]} "
+        f"(buckets {', '.join(map(str, buckets))})"
+    )
+    print(
+        "table objects made with the old hot lists are refused at their next read of the "
+        "record: make them again with hot=HotLayout(scheme, parts=..., rows=...) as stored"
+    )
+    return 0
 
 
 def _emit(report: Any, args: argparse.Namespace) -> int:
@@ -493,6 +535,24 @@ def add_table_commands(sub: Any) -> None:
         f"layout (in the family {RECORD_FAMILY!r} unless --family names another); refused "
         "if sampled rows do not fit",
     )
+
+    split = add_table_command(
+        sub,
+        "split",
+        _cmd_split,
+        help="spread a hot key part over K buckets, or a hot row over K sub-rows",
+        description="List a key part (--part) or a row (--row) with fan-out K in the table's "
+        "layout record, or raise its K, by compare-and-swap. A part must be listed before "
+        "its rows are written (listing it moves them); a split row stays where readers look "
+        "(its first sub-row is the unsplit row). See docs/hot-keys.md.",
+    )
+    which = split.add_mutually_exclusive_group(required=True)
+    which.add_argument("--part", metavar="VALUE", help="a key part value (hex with --hex)")
+    which.add_argument("--row", metavar="KEY", help="a logical row key (hex with --hex)")
+    split.add_argument(
+        "-k", type=int_at_least(2), required=True, metavar="K", help="the fan-out, 2..N"
+    )
+    split.add_argument("--hex", action="store_true", help="VALUE or KEY is hex")
 
     inspect = add_table_command(
         sub,

@@ -161,6 +161,8 @@ class Inspection:
     splits_aligned: list[str] = field(default_factory=list)
     splits_missing: list[str] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)
+    #: The record's hot parts and rows: kind, value, K, buckets (and their sizes).
+    hot: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -182,6 +184,7 @@ class Inspection:
             "samples": self.samples,
             "splits": {"aligned": self.splits_aligned, "missing": self.splits_missing},
             "stray_keys": self.stray,
+            "hot": self.hot,
             "problems": self.problems,
             "notes": self.notes,
         }
@@ -219,6 +222,12 @@ class Inspection:
                 f"{len(self.splits_aligned) + len(self.splits_missing)} bucket boundaries "
                 "are split points"
             )
+        for hot in self.hot:
+            sizes = ", ".join(
+                f"{b}: {self.buckets.get(b, 0):,.0f} B" if self.buckets else str(b)
+                for b in hot["buckets"]
+            )
+            lines.append(f"hot {hot['kind']} {hot['value']!r}: K={hot['k']} (buckets {sizes})")
         if self.stray:
             lines.append(f"stray or misplaced keys (sample of {len(self.stray)}):")
             lines.extend(f"  {s}" for s in self.stray)

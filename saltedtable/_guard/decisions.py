@@ -45,10 +45,12 @@ from .._contracts import GuardTimeouts, OperationTimeout
 from .._exceptions import LayoutError, RecordMissingError, SchemeMismatchError
 from .._read.plan import PageCursor, SubQuery
 from .._read.timeouts import GuardTime, deadline_exceeded
+from .._scheme.hot import HotLayout
 from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
 from .._scheme.salt import SCHEME_ROW_KEY
 from .families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
+from .hot_record import placed_by_hot, with_hot
 from .migration import tolerates_copies, tolerates_legacy_rows
 from .record import (
     DEFAULT_RECORD_REFRESH,
@@ -149,13 +151,17 @@ def sample_queries(
 
 
 def layout_offenders(
-    layout: Layout, samples: Sequence[Sequence[bytes]], stored: LayoutRecord | None = None
+    layout: Layout,
+    samples: Sequence[Sequence[bytes]],
+    stored: LayoutRecord | None = None,
+    hot: HotLayout | None = None,
 ) -> list[str]:
     """Why sampled keys do not fit the layout (empty: they all fit).
 
     ``samples`` holds the keys each query of :func:`sample_queries` returned,
     in order; ``stored`` is the table's record (a migration in progress
-    expects copies of legacy rows in the buckets).
+    expects copies of legacy rows in the buckets); ``hot``: the hot lists, whose
+    rows live outside the bucket the scheme computes (:func:`placed_by_hot`).
     """
     offenders: list[str] = []
     prefixes = len(_sample_runs(layout))  # the first queries read inside the prefixes
@@ -163,6 +169,8 @@ def layout_offenders(
     for i, keys in enumerate(samples):
         for key in keys:
             if i < prefixes:
+                if hot is not None and placed_by_hot(hot, key):
+                    continue
                 problem = layout.misplaced(key, copies=copies)
             else:
                 problem = layout.unexpected_outside(key)
@@ -261,6 +269,8 @@ class GuardCore:
             through it when the view includes the record row (the guard is
             off, with one warning, when it does not), and never stored
             through it.
+        hot: The table object's hot lists: its record carries them, so a
+            table whose stored lists differ (a split since) is refused.
     """
 
     def __init__(
@@ -273,14 +283,18 @@ class GuardCore:
         schema: Callable[[float | None], TableSchema] | None = None,
         name: str = "TABLE",
         view: bool = False,
+        hot: HotLayout | None = None,
     ) -> None:
         if refresh is not None and not refresh > 0:
             raise ValueError(
                 f"record_refresh must be a number of seconds > 0 or None, got {refresh!r}"
             )
         self._layout = layout
+        self._hot = hot
         self._record = (
-            describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs) if enabled else None
+            with_hot(describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs), hot)
+            if enabled
+            else None
         )
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
@@ -473,7 +487,7 @@ class GuardCore:
             LayoutError: A sampled row does not fit this layout (nothing is written).
         """
         samples: list[list[bytes]] = yield ("sample", sample_queries(self._layout, rows))
-        offenders = layout_offenders(self._layout, samples)
+        offenders = layout_offenders(self._layout, samples, hot=self._hot)
         if offenders:
             refused = f"the layout record of {self._id} was not {action}: "
             raise layout_error(self._layout, offenders, refused=refused, examples=2)

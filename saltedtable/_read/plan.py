@@ -29,7 +29,8 @@ from google.cloud.bigtable_v2.types import RowRange as _RowRangeMessage
 from .._engine.budget import ReadBudget
 from .._exceptions import QueryPlanError, UnsaltableKeyError
 from .._scheme.cutoff import CutoffPolicy
-from .._scheme.epochs import Epochs, buckets_of_range, physical_range
+from .._scheme.epochs import Epochs, buckets_of_range, physical_range, shared_prefix
+from .._scheme.hot import HotLayout
 from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
 from .._scheme.salt import SaltScheme, prefix_end, to_key
@@ -225,6 +226,7 @@ def plan_reads(
     cutoff: CutoffPolicy | None = None,
     *,
     reverse: bool = False,
+    hot: HotLayout | None = None,
 ) -> ReadPlan:
     """Turn a logical query into one physical sub-query per bucket that can match.
 
@@ -240,6 +242,10 @@ def plan_reads(
         layout: The table's layout; a bare :class:`SaltScheme` is taken with ``cutoff``.
         cutoff: Only with a bare scheme.
         reverse: A reversed read (the same sub-queries; see :attr:`ReadPlan.reverse`).
+        hot: The table's hot lists (one plain scheme only): a key of a hot part
+            is read in the one of the part's K buckets it lives in, and a range
+            the key part narrows to a hot part reads all K. Split rows are not
+            planned here (the table reads them itself).
 
     Raises:
         RowKeyError: A point key cannot be salted (empty, too long, ...).
@@ -259,7 +265,11 @@ def plan_reads(
     row_ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
     for key in row_keys:
         try:
-            bucket, physical = layout.locate(key)
+            bucket: int | None
+            if hot is not None:
+                bucket, physical = hot.bucket_of(key), hot.physical_keys(key)[0]
+            else:
+                bucket, physical = layout.locate(key)
         except UnsaltableKeyError:
             continue  # never written salted: no bucket holds it
         keys_by_bucket.setdefault(bucket, []).append(physical)
@@ -276,7 +286,10 @@ def plan_reads(
             else cutoff.sides_of_range(rng.start, rng.end, rng.end_closed)
         )
         if salted:
-            for bucket in buckets_of_range(scheme, rng):
+            buckets = buckets_of_range(scheme, rng)
+            if hot is not None and len(buckets) == 1:
+                buckets = _hot_buckets(hot, rng)
+            for bucket in buckets:
                 phys = physical_range(scheme.prefix(bucket), rng)
                 ranges_by_bucket.setdefault(bucket, []).append(phys)
         if legacy:
@@ -315,6 +328,15 @@ def plan_reads(
             )
         )
     return ReadPlan(tuple(subs), query.limit, query.filter, reverse)
+
+
+def _hot_buckets(hot: HotLayout, rng: KeyRange) -> tuple[int, ...]:
+    # A range the key part narrows to one bucket: a hot part's rows live in K.
+    if rng.start == rng.end:
+        return (hot.bucket_of(rng.start),)
+    shared = getattr(hot.scheme.key_part, "shared_part", None)
+    part = None if shared is None else shared(shared_prefix(rng))
+    return hot.part_buckets(part) if isinstance(part, bytes) else hot.scheme.bucket_ids
 
 
 def _plan_epochs(query: ReadRowsQuery, epochs: Epochs, reverse: bool) -> ReadPlan:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .._exceptions import QueryPlanError
 from .cutoff import CutoffPolicy
+from .hot import HotLayout
 from .layout import Layout
 from .salt import SCHEME_ROW_KEY, SaltScheme, to_key
 
@@ -32,6 +33,7 @@ def view_row_prefixes(
     *,
     cutoff: CutoffPolicy | None = None,
     record: bool = True,
+    hot: HotLayout | None = None,
 ) -> list[bytes]:
     """The row prefixes of an authorized view that shows one logical key prefix.
 
@@ -46,6 +48,9 @@ def view_row_prefixes(
         record: Also include the reserved layout-record row, so a salted
             table over the view can check its layout (False: open it with
             ``guard=False`` and check the record through the table).
+        hot: The table's hot lists (of its newest scheme): a prefix that fixes
+            a hot part shows the part's K buckets, and the sub-rows of split
+            rows under the prefix.
 
     Returns:
         Sorted physical prefixes: one per bucket, or one when the key part
@@ -71,7 +76,10 @@ def view_row_prefixes(
         shared_part = getattr(one.key_part, "shared_part", None)
         shared = None if shared_part is None else shared_part(logical)
         if shared is not None:
-            out.add(one.prefix(one.bucket_of_part(shared)) + logical)
+            buckets: tuple[int, ...] = (one.bucket_of_part(shared),)
+            if hot is not None and hot.scheme == one:
+                buckets = hot.scan_buckets(logical) or buckets
+            out.update(one.prefix(b) + logical for b in buckets)
         else:
             out.update(bucket_prefix + logical for bucket_prefix in one.prefixes)
     if legacy_rows:

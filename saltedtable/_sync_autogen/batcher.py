@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from typing import final
 
 from google.api_core.exceptions import GoogleAPICallError
@@ -15,7 +16,9 @@ from google.cloud.bigtable.data.exceptions import MutationsExceptionGroup
 from .._contracts import SyncBatcherLike
 from .._engine.runtime_threads import wait_all
 from .._guard.record import family_of
+from .._hotkeys import HotKeys
 from .._scheme.layout import Layout
+from .._scheme.salt import to_key
 from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import SyncTableGuard
 
@@ -37,7 +40,7 @@ class SaltedMutationsBatcherSync(BatcherCore):
     never sent, and is reported the same way.
     """
 
-    __slots__ = ("_guard",)
+    __slots__ = ("_guard", "_hot", "_spread")
 
     def __init__(
         self,
@@ -46,10 +49,14 @@ class SaltedMutationsBatcherSync(BatcherCore):
         guard: SyncTableGuard | None = None,
         *,
         internals: bool = True,
+        hot: HotKeys | None = None,
+        spread: Iterator[int] | None = None,
     ) -> None:
         super().__init__(inner, layout, internals=internals)
         self._inner: SyncBatcherLike = inner
         self._guard = guard
+        self._hot = hot
+        self._spread = spread
 
     def append(self, mutation_entry: RowMutationEntry) -> None:
         """Queue a logical entry; it is flushed with others under its physical key.
@@ -66,6 +73,9 @@ class SaltedMutationsBatcherSync(BatcherCore):
             and not isinstance(mutation_entry, RowMutationEntry)
         ):
             self._inner.append(mutation_entry)  # refused as the client refuses it
+            return
+        if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
+            self._append_hot(self._hot, mutation_entry)
             return
         physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
@@ -89,6 +99,30 @@ class SaltedMutationsBatcherSync(BatcherCore):
             self._inner.append(physical)
         except MutationsExceptionGroup as group:
             raise logical_group(group, self._layout) from None
+
+    def _append_hot(self, hot: HotKeys, mutation_entry: RowMutationEntry) -> None:
+        # A split row's entry becomes one entry per sub-row it touches; each
+        # remembers the caller's entry, which a failure names.
+        spread = 0 if self._spread is None else next(self._spread)
+        routed = hot.route(mutation_entry.row_key, mutation_entry.mutations, spread)
+        guard = self._guard
+        if guard is not None:
+            try:
+                guard.before_write(family_of(mutation_entry.mutations))
+            except GoogleAPICallError as exc:
+                self._hold(mutation_entry, exc)
+                return
+        for key, share in routed:
+            physical = PhysicalEntry()
+            physical.row_key = key
+            physical.mutations = tuple(share)
+            physical.logical = mutation_entry
+            physical.seq = self._seq
+            self._seq += 1
+            try:
+                self._inner.append(physical)
+            except MutationsExceptionGroup as group:
+                raise logical_group(group, self._layout) from None
 
     def flush(self) -> None:
         """Write every entry appended so far; raise those that failed.

@@ -256,7 +256,7 @@ class SyncTableGuard(GuardCore):
             self._stored, self._stored_family = found if found is not None else (None, None)
         stored = self._stored
         samples = self._read_samples(sample_queries(self._layout, sample_rows, stored), limiter)
-        offenders = layout_offenders(self._layout, samples, stored)
+        offenders = layout_offenders(self._layout, samples, stored, self._hot)
         if offenders:
             raise layout_error(self._layout, offenders)
         if stored is not None:

@@ -19,8 +19,9 @@ every request it started, and no RPC outlives it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from contextlib import closing
 from typing import Any, final
 
@@ -28,13 +29,19 @@ from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
 from google.cloud.bigtable.data.exceptions import (
+    FailedMutationEntryError,
     MutationsExceptionGroup,
 )
 from google.cloud.bigtable.data.mutations import Mutation
 from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
 from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
-from google.cloud.bigtable.data.row_filters import RowFilter
+from google.cloud.bigtable.data.row_filters import (
+    CellsRowLimitFilter,
+    RowFilter,
+    RowFilterChain,
+    StripValueTransformerFilter,
+)
 
 from .._admin import schema_reader_for, table_label
 from .._contracts import AttemptTimeout, Retryable, Timeout
@@ -45,6 +52,7 @@ from .._exceptions import UnsaltableKeyError
 from .._facade import (
     SHARDED_CONCURRENCY,
     Query,
+    RowWrite,
     TableAttributes,
     bulk_prepare,
     bulk_report,
@@ -62,8 +70,9 @@ from .._facade import (
 )
 from .._guard.decisions import STORE_SAMPLE_ROWS
 from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
+from .._hotkeys import HotKeys
 from .._read.plan import ReadPlan
-from .._read.query import check_filter
+from .._read.query import as_query, check_filter, is_reversed
 from .._read.settings import OneRequestOdds
 from .._read.stats import CallStats, StatsHook, install_retry_counter
 from .._read.timeouts import (
@@ -73,6 +82,7 @@ from .._read.timeouts import (
     resolve_timeouts,
 )
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
 from .._write import every_entry_failed, first_family, logical_group
@@ -150,6 +160,13 @@ class SaltedTable(TableAttributes):
             the client's internals"). None (the default): the environment
             variable ``SALTEDTABLE_CLIENT_INTERNALS`` (``off`` or ``on``;
             unset: on), read when the table is made.
+        hot: Hot key parts spread over K buckets and hot rows split into K
+            sub-rows (a :class:`~saltedtable.HotLayout` of this table's scheme;
+            see docs/hot-keys.md). None, or empty lists: today's table, whose
+            requests are unchanged.
+        aggregates: The table's aggregate families, ``{family: "int64 sum"}``
+            (sum, min, max): ``AddToCell`` to a split row is refused in any
+            other family.
 
     Raises:
         TypeError: ``table`` is None, or ``scheme``/``cutoff``/``budget`` of the wrong type.
@@ -170,11 +187,17 @@ class SaltedTable(TableAttributes):
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
         client_internals: bool | None = None,
+        hot: HotLayout | None = None,
+        aggregates: Mapping[str, str] | None = None,
     ) -> None:
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         internals = use_client_internals(client_internals)
         self._table = table
         self._layout = scheme if isinstance(scheme, Layout) else Layout(scheme, cutoff)
+        self._hot = HotKeys.for_table(self._layout, hot, aggregates)
+        hot = None if self._hot is None else self._hot.layout
+        #: Which sub-row a split row's next AddToCell call goes to (a round robin).
+        self._spread = itertools.count()
         self.limiter = Slots(max_concurrent_subscans)
         self._guard = SyncTableGuard(
             table,
@@ -185,6 +208,7 @@ class SaltedTable(TableAttributes):
             refresh=record_refresh,
             schema=schema_reader_for(table, internals=internals),
             name=table_label(table),
+            hot=hot,
         )
         # What every read of this table shares; the odds say whether small reads
         # try one request over every bucket: (no limit, limit).
@@ -215,6 +239,8 @@ class SaltedTable(TableAttributes):
         max_concurrent_subscans: int = DEFAULT_MAX_CONCURRENT_SUBSCANS,
         stats_hook: StatsHook | None = None,
         client_internals: bool | None = None,
+        hot: HotLayout | None = None,
+        aggregates: Mapping[str, str] | None = None,
         **table_kwargs: Any,
     ) -> SaltedTable:
         """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``.
@@ -233,6 +259,8 @@ class SaltedTable(TableAttributes):
             max_concurrent_subscans=max_concurrent_subscans,
             stats_hook=stats_hook,
             client_internals=client_internals,
+            hot=hot,
+            aggregates=aggregates,
         )
 
     @classmethod
@@ -291,6 +319,11 @@ class SaltedTable(TableAttributes):
     def layout(self) -> Layout:
         """The scheme and cutoff (or the layout epochs) together: where every logical key lives."""
         return self._layout
+
+    @property
+    def hot(self) -> HotLayout | None:
+        """The hot key parts and split rows this table object reads and writes (None: none)."""
+        return None if self._hot is None else self._hot.layout
 
     @property
     def stored_layout(self) -> LayoutRecord | None:
@@ -368,7 +401,8 @@ class SaltedTable(TableAttributes):
     def plan(self, query: Query, *, ordered: bool = True) -> ReadPlan:
         """Return how a logical query is read: sub-queries and strategy (nothing is read)."""
         slots = capacity(self.limiter)
-        return plan_for(query, self._layout, self.budget, ordered=ordered, slots=slots)
+        hot = None if self._hot is None else self._hot.layout
+        return plan_for(query, self._layout, self.budget, ordered=ordered, slots=slots, hot=hot)
 
     def read_rows_stream(
         self,
@@ -466,7 +500,7 @@ class SaltedTable(TableAttributes):
         )  # fmt: skip
         return self._stream(call)
 
-    def _stream(self, call: SyncReadCall) -> Generator[Row, None, None]:
+    def _stream(self, call: SyncReadCall | _HotRead) -> Generator[Row, None, None]:
         """The stream a read's caller iterates (see ``row_stream``: it stops when dropped)."""
         return row_stream(self._watched(call.stream()), call.abandon)
 
@@ -502,8 +536,19 @@ class SaltedTable(TableAttributes):
             None, operation_timeout, attempt_timeout, "read_rows"
         )
         key = to_key(row_key)
+        hot = self._hot
+        bucket: int | None
         try:
-            bucket, physical = self._layout.locate(key)
+            if hot is not None and hot.is_hot(key):
+                if hot.is_split(key):
+                    split = hot.split_filter(row_filter, (key,))
+                    rows = self._split_rows(
+                        (key,), split, operation_timeout, attempt_timeout, retryable_errors
+                    )
+                    return rows[0] if rows else None
+                bucket, physical = hot.place(key)
+            else:
+                bucket, physical = self._layout.locate(key)
         except UnsaltableKeyError:
             return None  # never written salted
         row = self._table.read_row(
@@ -529,8 +574,22 @@ class SaltedTable(TableAttributes):
         operation_timeout = self._guard.within(
             None, operation_timeout, attempt_timeout, "read_rows"
         )
+        hot = self._hot
         try:
-            physical = self._layout.locate(row_key)[1]
+            key = to_key(row_key)
+            if hot is not None and hot.is_hot(key):
+                if hot.is_split(key):
+                    probe = RowFilterChain(
+                        [CellsRowLimitFilter(1), StripValueTransformerFilter(True)]
+                    )
+                    split = hot.split_filter(probe, (key,))
+                    found = self._split_rows(
+                        (key,), split, operation_timeout, attempt_timeout, retryable_errors
+                    )
+                    return bool(found)
+                physical = hot.place(key)[1]
+            else:
+                physical = self._layout.locate(row_key)[1]
         except UnsaltableKeyError:
             return False  # never written salted
         return bool(
@@ -631,7 +690,7 @@ class SaltedTable(TableAttributes):
         *,
         ordered: bool,
         stats: CallStats | None,
-    ) -> SyncReadCall:
+    ) -> SyncReadCall | _HotRead:
         timeouts = read_timeouts(self._table, operation_timeout, attempt_timeout, retryable_errors)
         return self._call(operation, query, timeouts, ordered=ordered, stats=stats)
 
@@ -643,14 +702,63 @@ class SaltedTable(TableAttributes):
         *,
         ordered: bool,
         stats: CallStats | None,
+    ) -> SyncReadCall | _HotRead:
+        hot = self._hot
+        if hot is not None:
+            logical = as_query(query, reversed_ok=True)
+            reverse = is_reversed(query)
+            cut, keys = hot.cut(logical)
+            if keys:
+                # The split rows are read and combined by the table; the engine reads
+                # the rest, ordered, so that the two merge in key order.
+                split = hot.split_filter(logical.filter, keys)
+                engine = None
+                if cut is not None:
+                    engine = self._engine_call(
+                        operation, hot.engine_query(cut, reverse), timeouts, True, stats
+                    )
+                return _HotRead(self, keys, split, engine, reverse, logical.limit, timeouts)
+        return self._engine_call(operation, query, timeouts, ordered, stats)
+
+    def _engine_call(
+        self,
+        operation: str,
+        query: Query,
+        timeouts: Timeouts,
+        ordered: bool,
+        stats: CallStats | None,
     ) -> SyncReadCall:
         ctx = self._reads
+        hot = None if self._hot is None else self._hot.layout
         plan, settings = read_for(
-            query, ctx.layout, ctx.budget, ordered=ordered, slots=capacity(ctx.limiter)
+            query, ctx.layout, ctx.budget, ordered=ordered, slots=capacity(ctx.limiter), hot=hot
         )
         if (stats is not None or ctx.hook is not None) and ctx.client_internals:
             install_retry_counter(self._table)
         return SyncReadCall(ctx, plan, settings, timeouts, operation=operation, stats=stats)
+
+    def _split_rows(
+        self,
+        keys: Sequence[bytes],
+        split: SplitFilter,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+    ) -> list[Row]:
+        """The combined rows of split ``keys``: their sub-rows in one request (see HotKeys)."""
+        hot = self._hot
+        assert hot is not None
+        found: dict[bytes, Row] = {}
+        for query in hot.sub_row_queries(keys, split.down):
+            rows = self._table.read_rows_stream(
+                query,
+                operation_timeout=operation_timeout,
+                attempt_timeout=attempt_timeout,
+                retryable_errors=retryable_errors,
+            )
+            for row in rows:
+                found[row.row_key] = row
+        return hot.combined(keys, found, split)
 
     # -- writes ----------------------------------------------------------------
 
@@ -677,6 +785,20 @@ class SaltedTable(TableAttributes):
         operation_timeout = self._guard.within(
             write.family, operation_timeout, attempt_timeout, "default"
         )
+        hot = self._hot
+        if hot is not None and hot.is_hot(write.key):
+            # A split row's call becomes one write per sub-row it touches (not atomic
+            # together); a hot part's row is one write to its bucket.
+            answer: Any = None
+            for physical, share in hot.route(write.key, mutations, next(self._spread)):
+                answer = self._table.mutate_row(  # type: ignore[func-returns-value]
+                    physical,
+                    share,
+                    operation_timeout=operation_timeout,
+                    attempt_timeout=attempt_timeout,
+                    retryable_errors=retryable_errors,
+                )
+            return answer
         return self._table.mutate_row(
             write.physical,
             mutations,
@@ -712,6 +834,14 @@ class SaltedTable(TableAttributes):
             stats,
             self.stats_hook,
         )
+        owners: list[int] | None = None
+        hot = self._hot
+        if hot is not None and any(hot.is_hot(to_key(e.row_key)) for e in mutation_entries):
+            physical, owners = [], []
+            for i, entry in enumerate(mutation_entries):
+                for key, share in hot.route(entry.row_key, entry.mutations, next(self._spread)):
+                    physical.append(RowMutationEntry(key, share))
+                    owners.append(i)
         error: BaseException | None = None
         try:
             try:
@@ -731,6 +861,8 @@ class SaltedTable(TableAttributes):
                 retryable_errors=retryable_errors,
             )
         except MutationsExceptionGroup as group:
+            if owners is not None:
+                group = _owned(group, owners, len(mutation_entries))
             error = logical_group(group, self._layout, mutation_entries)
             raise error from None
         except BaseException as exc:
@@ -752,6 +884,8 @@ class SaltedTable(TableAttributes):
 
         Row-key regexes in the predicate are matched against the logical key.
         """
+        if self._hot is not None:
+            self._hot.refuse_atomic(row_key, "check_and_mutate_row")
         if not self._guard.settled():
             # The guard may send requests first: a value that is no filter fails before
             # them. Settled, the client's own build of the filter fails the same way with
@@ -764,6 +898,7 @@ class SaltedTable(TableAttributes):
             false_case_mutations,
             operation_timeout=operation_timeout,
         )
+        write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
         return bool(
             self._table.check_and_mutate_row(
@@ -790,12 +925,23 @@ class SaltedTable(TableAttributes):
         operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
         """Atomically read-modify-write the row with this logical key."""
+        if self._hot is not None:
+            self._hot.refuse_atomic(row_key, "read_modify_write_row")
         write = prepare_row_write(self._layout, row_key, rules, operation_timeout=operation_timeout)
+        write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
         row = self._table.read_modify_write_row(
             write.physical, rules, operation_timeout=operation_timeout
         )
         return relabel(row, write.key)
+
+    def _hot_placed(self, write: RowWrite) -> RowWrite:
+        """A single-row write to a hot part's row, sent to the bucket it lives in."""
+        hot = self._hot
+        if hot is None or not hot.is_hot(write.key):
+            return write
+        bucket, physical = hot.place(write.key)
+        return dataclasses.replace(write, bucket=bucket, physical=physical)
 
     def mutations_batcher(
         self,
@@ -821,7 +967,12 @@ class SaltedTable(TableAttributes):
             batch_retryable_errors=batch_retryable_errors,
         )
         return SaltedMutationsBatcherSync(
-            inner, self._layout, self._guard, internals=self._reads.client_internals
+            inner,
+            self._layout,
+            self._guard,
+            internals=self._reads.client_internals,
+            hot=self._hot,
+            spread=self._spread,
         )
 
     # -- lifecycle -------------------------------------------------------------
@@ -839,3 +990,101 @@ class SaltedTable(TableAttributes):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _owned(
+    group: MutationsExceptionGroup, owners: list[int], total: int
+) -> MutationsExceptionGroup:
+    """A hot table's failed physical entries as failures of the caller's entries (by index).
+
+    A split row's entry is written as several physical entries: it failed if
+    any of them did (reported once, with the first cause).
+    """
+    failures: list[Exception] = []
+    seen: set[int] = set()
+    for exc in group.exceptions:
+        if isinstance(exc, FailedMutationEntryError) and exc.index is not None:
+            owner = owners[exc.index]
+            if owner in seen:
+                continue
+            seen.add(owner)
+            cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+            failures.append(FailedMutationEntryError(owner, exc.entry, cause))
+        else:
+            failures.append(exc)
+    return MutationsExceptionGroup(failures, total, message=str(group.message))  # type: ignore[arg-type]
+
+
+@final
+class _HotRead:
+    """A read of a table with split rows: the engine's rows and the combined split rows, merged.
+
+    The split rows are read first (one request), then spliced into the
+    engine's ordered stream in key order (backwards for a reversed read); the
+    limit counts logical rows.
+    """
+
+    def __init__(
+        self,
+        table: SaltedTable,
+        keys: tuple[bytes, ...],
+        split: SplitFilter,
+        engine: SyncReadCall | None,
+        reverse: bool,
+        limit: int | None,
+        timeouts: Timeouts,
+    ) -> None:
+        self._table = table
+        self._keys = keys
+        self._split = split
+        self._engine = engine
+        self._reverse = reverse
+        self._limit = limit or None
+        self._timeouts = timeouts
+
+    def _direct(self) -> list[Row]:
+        if self._engine is None:
+            self._table._guard.check()  # (the engine's read checks it otherwise)
+        t = self._timeouts
+        rows = self._table._split_rows(self._keys, self._split, t.operation, t.attempt, t.retryable)
+        return rows[::-1] if self._reverse else rows
+
+    def _first(self, direct: Row, row: Row) -> bool:
+        if self._reverse:
+            return direct.row_key > row.row_key
+        return direct.row_key < row.row_key
+
+    def collect(self) -> list[Row]:
+        """Every row of the read, in a list."""
+        out = []
+        with closing(self.stream()) as rows:
+            for row in rows:
+                out.append(row)
+        return out
+
+    def abandon(self) -> bool:
+        """Stop the engine's read now if nothing runs (see ``SyncReadCall.abandon``)."""
+        return self._engine is None or self._engine.abandon()
+
+    def stream(self) -> Generator[Row, None, None]:
+        """The merged rows; closing this generator stops the engine's read."""
+        direct = self._direct()
+        limit = self._limit
+        i = n = 0
+        if self._engine is not None:
+            with closing(self._engine.stream()) as rows:
+                for row in rows:
+                    while i < len(direct) and self._first(direct[i], row):
+                        if limit is not None and n >= limit:
+                            return
+                        yield direct[i]
+                        i += 1
+                        n += 1
+                    if limit is not None and n >= limit:
+                        return
+                    yield row
+                    n += 1
+        while i < len(direct) and (limit is None or n < limit):
+            yield direct[i]
+            i += 1
+            n += 1

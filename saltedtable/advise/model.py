@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, final
 
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.hot import propose_split
 from .._scheme.layout import Layout
 from .._scheme.salt import SaltScheme, format_key
 from .noise import CONFIDENCE, NoiseFloor, estimate, uniform_floor
@@ -660,7 +661,8 @@ def _diagnose(
 ) -> None:
     """Add what the numbers alone do not say to ``findings`` (``rising``: the monotonic ones)."""
     accesses, keys, t_count = sample.accesses, sample.keys, sample.t_count
-    _find_hot_key(top_keys, len(keys), t_count, target, show_key, findings)
+    widest_n = max((sim.buckets for sim in sims), default=1)
+    _find_hot_key(top_keys, len(keys), t_count, target, show_key, findings, widest_n, len(accesses))
     findings.extend(rising)
     if sample.w_count == 1:
         _find_no_load(
@@ -1183,23 +1185,53 @@ def _find_hot_key(
     target: float,
     show_key: Callable[[bytes], str],
     findings: list[Finding],
+    buckets: int = 1,
+    accesses: int = 0,
 ) -> None:
     key, share = top_keys[0]
     level = _key_tablet_level(share, distinct, t_count)
     if _at_most(level, target):
         return
-    findings.append(
-        Finding(
-            "hot-key",
-            "warning",
-            f"one key, {show_key(key)}, carries {share:.0%} of the load: the tablet holding "
-            f"it gets about {level:.1f}x the mean (the key and a fair share of the rest) for "
-            "every N, because salting puts a whole key (or key part) in one bucket. Spread "
-            "that key in the "
-            "application: write-shard it (KEY#0..KEY#k, combined on read), batch or "
-            "aggregate its writes, or keep it in a table of its own",
-        )
+    text = (
+        f"one key, {show_key(key)}, carries {share:.0%} of the load: the tablet holding "
+        f"it gets about {level:.1f}x the mean (the key and a fair share of the rest) for "
+        "every N, because salting puts a whole key (or key part) in one bucket. "
     )
+    proposal = None
+    if buckets >= 2 and target > 1:
+        # The share's 95% interval (a binomial proportion over the sampled accesses): its
+        # high end gives the K to be safe with, as N's interval does for N.
+        spread = 1.96 * math.sqrt(share * (1 - share) / accesses) if accesses else 0.0
+        proposal = propose_split(
+            "row",
+            key,
+            share,
+            buckets=buckets,
+            tablets=t_count,
+            distinct=distinct,
+            target=target,
+            share_high=min(1.0, share + spread),
+        )
+    if proposal is not None:
+        reach = "brings its tablet to" if proposal.meets else "gets its tablet only down to"
+        high = (
+            f"; K={proposal.k_high} for the high end of the share's 95% interval "
+            f"({min(1.0, share + spread):.0%})"
+            if proposal.k_high != proposal.k
+            else ""
+        )
+        text += (
+            f"Split it over K={proposal.k} sub-rows, which {reach} about "
+            f"{proposal.level:.2f}x the mean{high}: `{proposal.command}` (a key part: "
+            "--part VALUE; see docs/hot-keys.md). Or batch or aggregate its writes, or keep "
+            "it in a table of its own"
+        )
+    else:
+        text += (
+            "Spread that key: split it (saltedtable split, docs/hot-keys.md), batch or "
+            "aggregate its writes, or keep it in a table of its own"
+        )
+    findings.append(Finding("hot-key", "warning", text))
 
 
 def _one_bucket_share(

@@ -36,9 +36,9 @@ ORDER: tuple[str, ...] = (
     "_scheme.flags",
     "_scheme.epochs",
     "_scheme.layout",
-    "_scheme.views",
     "_scheme.window",
     "_scheme.hot",
+    "_scheme.views",
     "_scheme",
     # the read engine (no Bigtable)
     "_engine.budget",
@@ -68,6 +68,7 @@ ORDER: tuple[str, ...] = (
     # the layout record and the guard's decisions (pure)
     "_guard.families",
     "_guard.record",
+    "_guard.hot_record",
     "_guard.migration",
     "_guard.from_record",
     "_guard.decisions",
@@ -76,6 +77,8 @@ ORDER: tuple[str, ...] = (
     "_write",
     "_admin",
     "_facade",
+    "_hotkeys",
+    "_split",
     # the async sources, then their generated twins
     "_async.table_like",
     "_async.chunks",

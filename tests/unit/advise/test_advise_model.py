@@ -15,6 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from saltedtable import SaltScheme, SaltSchemeError, fields
+from saltedtable._scheme.hot import propose_split
 from saltedtable.advise import (
     DEFAULT_TARGET,
     Access,
@@ -186,6 +187,31 @@ def test_single_hot_key_warns_that_no_salt_can_split_it() -> None:
     assert advice.recommended is None
     # Every layout sits at the key's tablet level: the key plus a fair share of the rest.
     assert all(s.low <= advice.hot_key_floor <= s.high for s in advice.simulations)
+
+
+def test_the_hot_key_warning_proposes_a_split_with_its_k_and_command() -> None:
+    """The warning names the K that brings the key's tablet to the target, and the command."""
+    rnd = random.Random(5)
+    accesses = [Access(b"user%05d" % rnd.randrange(10_000)) for _ in range(20_000)]
+    accesses += [Access(b"celebrity")] * 2_000
+    rnd.shuffle(accesses)
+    advice = advise(accesses)
+    warning = next(f for f in advice.findings if f.code == "hot-key")
+    n = max(s.buckets for s in advice.simulations)
+    share = advice.top_keys[0][1]
+    proposal = propose_split(
+        "row",
+        b"celebrity",
+        share,
+        buckets=n,
+        tablets=advice.tablets,
+        distinct=advice.distinct_keys,
+        target=advice.target,
+    )
+    assert proposal is not None
+    assert f"K={proposal.k} sub-rows" in warning.message
+    assert f"saltedtable split TABLE --row celebrity -k {proposal.k}" in warning.message
+    assert "95% interval" in warning.message
 
 
 def test_hot_key_counts_the_rest_of_its_tablet() -> None:

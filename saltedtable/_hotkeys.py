@@ -1,0 +1,244 @@
+"""A table's hot keys: what its reads and writes do with split rows and hot parts (pure).
+
+A table object made with a :class:`~saltedtable._scheme.hot.HotLayout`
+(``hot=``) places the rows of a hot key part in one of the part's K buckets
+(the read planner knows, :func:`saltedtable._read.plan.plan_reads`), and
+reads and writes a split row through the rules of :mod:`saltedtable._scheme.hot`.
+This module holds the table's side of those rules, with no I/O:
+
+* :meth:`HotKeys.cut` takes the split rows out of a logical query (its keys,
+  and every range cut around them), so that the read engine never meets a
+  sub-row: it reads the rest, with the query's own limit;
+* :meth:`HotKeys.sub_row_queries` is the one request (or, with a row-key regex,
+  one per bucket prefix) that reads the sub-rows of those split rows;
+* :meth:`HotKeys.combined` combines them (:func:`combine_rows`) and re-applies
+  the filter's row-level steps (:func:`plan_split_filter`);
+* :func:`splice` merges the two in key order and cuts at the limit, which
+  counts logical rows.
+
+A table without hot lists never gets here: its requests are byte for byte
+those of a table made without ``hot=``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, final
+
+from google.cloud.bigtable.data import ReadRowsQuery
+from google.cloud.bigtable.data.row_filters import (
+    RowFilter,
+    RowFilterChain,
+    RowFilterUnion,
+    RowKeyRegexFilter,
+)
+
+from ._exceptions import SaltSchemeError
+from ._read.plan import rewrite_filter
+from ._read.query import reversed_request
+from ._scheme.hot import (
+    HotLayout,
+    SplitFilter,
+    combine_rows,
+    plan_split_filter,
+    refuse_atomic,
+    route_mutations,
+)
+from ._scheme.layout import Layout
+from ._scheme.ranges import KeyRange
+from ._scheme.salt import to_key
+
+if TYPE_CHECKING:
+    from google.cloud.bigtable.data.mutations import Mutation
+    from google.cloud.bigtable.data.row import Row
+
+__all__ = ["HotKeys", "splice"]
+
+
+def _has_key_regex(row_filter: RowFilter | None) -> bool:
+    if isinstance(row_filter, RowKeyRegexFilter):
+        return True
+    if isinstance(row_filter, RowFilterChain | RowFilterUnion):
+        return any(_has_key_regex(f) for f in row_filter.filters)
+    return False
+
+
+def _contains(rng: KeyRange, key: bytes) -> bool:
+    if rng.start and (key < rng.start or (key == rng.start and not rng.start_closed)):
+        return False
+    return not rng.end or key < rng.end or (key == rng.end and rng.end_closed)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HotKeys:
+    """A table's hot lists and aggregate families, with the reads and writes they imply.
+
+    Args:
+        layout: The hot lists (for the table's scheme).
+        aggregates: The table's aggregate families, ``{family: "int64 sum"}``:
+            ``AddToCell`` to a split row is refused in any other family.
+
+    Raises:
+        SaltSchemeError: The table's layout is not one plain scheme (hot lists
+            with a cutoff or layout epochs are not supported yet), or the hot
+            layout's scheme is another.
+    """
+
+    layout: HotLayout
+    aggregates: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "aggregates", MappingProxyType(dict(self.aggregates)))
+
+    @classmethod
+    def for_table(
+        cls, layout: Layout, hot: HotLayout | None, aggregates: Mapping[str, str] | None
+    ) -> HotKeys | None:
+        """The table's hot keys, or None when it has no hot lists (today's table)."""
+        if hot is None:
+            return None
+        if not isinstance(hot, HotLayout):
+            raise TypeError(f"hot must be a HotLayout, got {type(hot).__name__}")
+        if layout.cutoff is not None or layout.epochs is not None:
+            raise SaltSchemeError(
+                "hot lists work on a table with one salt scheme; a cutoff or layout epochs "
+                "with hot lists is not supported yet"
+            )
+        if hot.scheme != layout.scheme:
+            raise SaltSchemeError(
+                f"the hot layout's scheme {hot.scheme} is not the table's {layout.scheme}"
+            )
+        if not hot.parts and not hot.rows:
+            return None
+        return cls(hot, aggregates or {})
+
+    # -- keys --------------------------------------------------------------------
+
+    def is_split(self, key: bytes) -> bool:
+        """Whether the logical row is stored as K sub-rows."""
+        return key in self.layout.rows
+
+    def is_hot(self, key: bytes) -> bool:
+        """Whether the row is split or belongs to a hot part (placed by the hot lists)."""
+        if key in self.layout.rows:
+            return True
+        parts = self.layout.parts
+        return bool(parts) and self.layout.scheme.hashed_part(key) in parts
+
+    def place(self, key: bytes) -> tuple[int, bytes]:
+        """``(bucket, physical key)`` of an unsplit row (a hot part's: one of its K)."""
+        return self.layout.bucket_of(key), self.layout.physical_keys(key)[0]
+
+    # -- writes ------------------------------------------------------------------
+
+    def route(
+        self, key: bytes | str, mutations: Mutation | Sequence[Mutation], spread: int
+    ) -> list[tuple[bytes, list[Mutation]]]:
+        """The physical writes of one logical ``mutate_row`` (see :func:`route_mutations`)."""
+        listed: list[Mutation] = (
+            list(mutations) if isinstance(mutations, list | tuple) else [mutations]  # type: ignore[list-item]
+        )
+        return route_mutations(
+            key, listed, layout=self.layout, aggregates=self.aggregates, spread=spread
+        )
+
+    def refuse_atomic(self, key: bytes | str, operation: str) -> None:
+        """Refuse ``check_and_mutate_row`` and ``read_modify_write_row`` on a split row."""
+        refuse_atomic(self.layout, key, operation)
+
+    # -- reads -------------------------------------------------------------------
+
+    def cut(self, query: ReadRowsQuery) -> tuple[ReadRowsQuery | None, tuple[bytes, ...]]:
+        """The query without its split rows, and those rows (in key order).
+
+        The first is None when nothing but split rows is left to read (an
+        empty query would read the whole table).
+        """
+        rows = self.layout.rows
+        keys = [to_key(k) for k in query.row_keys]
+        split = {k for k in keys if k in rows}
+        kept_keys: list[str | bytes] = [k for k in keys if k not in rows]
+        ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
+        if not keys and not ranges:
+            ranges = [KeyRange()]
+        cut_ranges: list[KeyRange] = []
+        for rng in ranges:
+            inside = sorted(k for k in rows if _contains(rng, k))
+            split.update(inside)
+            start, start_closed = rng.start, rng.start_closed
+            for k in inside:
+                piece = KeyRange(start, start_closed, k, False)
+                if not piece.is_empty:
+                    cut_ranges.append(piece)
+                start, start_closed = k, False
+            last = KeyRange(start, start_closed, rng.end, rng.end_closed)
+            if not last.is_empty:
+                cut_ranges.append(last)
+        if not split:
+            return query, ()
+        if not kept_keys and not cut_ranges:
+            return None, tuple(sorted(split))
+        cut = ReadRowsQuery(
+            row_keys=kept_keys or None,
+            row_ranges=[r.to_row_range() for r in cut_ranges] or None,
+            limit=query.limit or None,
+            row_filter=query.filter,
+        )
+        return cut, tuple(sorted(split))
+
+    def split_filter(self, row_filter: RowFilter | None, keys: Sequence[bytes]) -> SplitFilter:
+        """The filter's split (refused as :func:`plan_split_filter` refuses, naming a row)."""
+        return plan_split_filter(row_filter, keys[0] if keys else b"")
+
+    def sub_row_queries(self, keys: Sequence[bytes], down: RowFilter | None) -> list[ReadRowsQuery]:
+        """The requests that read every sub-row of ``keys``: one, unless a row-key regex.
+
+        A row-key regex is rewritten for a bucket's prefix, so with one the
+        sub-rows are read one request per bucket prefix.
+        """
+        physical: list[str | bytes] = [p for k in keys for p in self.layout.physical_keys(k)]
+        if not _has_key_regex(down):
+            return [ReadRowsQuery(row_keys=physical, row_filter=down)]
+        by_prefix: dict[bytes, list[str | bytes]] = {}
+        for k in keys:
+            for p in self.layout.physical_keys(k):
+                by_prefix.setdefault(p[: len(p) - len(k)], []).append(p)
+        return [
+            ReadRowsQuery(row_keys=ps, row_filter=rewrite_filter(down, prefix))
+            for prefix, ps in sorted(by_prefix.items())
+        ]
+
+    def combined(
+        self, keys: Sequence[bytes], found: Mapping[bytes, Row], split: SplitFilter
+    ) -> list[Row]:
+        """The logical rows of ``keys`` (key order) from the sub-rows read, filtered."""
+        out = []
+        for key in keys:
+            subs = [found.get(p) for p in self.layout.physical_keys(key)]
+            row = split.apply(combine_rows(key, subs, self.aggregates))
+            if row is not None:
+                out.append(row)
+        return out
+
+    def engine_query(self, cut: ReadRowsQuery, reverse: bool) -> ReadRowsQuery | dict[str, Any]:
+        """The cut query as the engine takes it (a reversed read's dict form)."""
+        return reversed_request(cut) if reverse else cut
+
+
+def splice(
+    engine: Iterable[Row], direct: Sequence[Row], *, reverse: bool, limit: int | None
+) -> Iterator[Row]:
+    """The engine's rows and the split rows merged in key order, cut at ``limit`` (logical rows)."""
+    rows: Iterable[Row]
+    if reverse:
+        rows = heapq.merge(engine, direct, key=lambda r: r.row_key, reverse=True)
+    else:
+        rows = heapq.merge(engine, direct, key=lambda r: r.row_key)
+    for n, row in enumerate(rows):
+        if limit and n >= limit:
+            return
+        yield row

@@ -1,0 +1,393 @@
+"""A table with hot parts and split rows on a FakeTable answers exactly like a plain table.
+
+The model is a plain (unsalted) :class:`FakeTable` that receives the same logical
+calls. Random writes (``SetCell``, ``AddToCell`` to sum, min and max families, deletes)
+through ``mutate_row``, ``bulk_mutate_rows`` and the batcher; splits of rows and K
+raises mid-stream (a new table object over the same rows, as after re-reading the
+record); point reads, ``row_exists``, key lists and scans with limits and filters,
+forward (the emulator's run reads backwards too): every read equals the model's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data.mutations import AddToCell, Mutation, SetCell
+from google.cloud.bigtable.data.read_modify_write_rules import IncrementRule
+from google.cloud.bigtable.data.read_rows_query import RowRange
+from google.cloud.bigtable.data.row import Row
+from google.cloud.bigtable.data.row_filters import (
+    CellsColumnLimitFilter,
+    CellsRowLimitFilter,
+    FamilyNameRegexFilter,
+    RowFilter,
+    RowFilterChain,
+    RowKeyRegexFilter,
+    StripValueTransformerFilter,
+    ValueRegexFilter,
+)
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
+from saltedtable import (
+    LayoutError,
+    SaltedTable,
+    SaltedTableAsync,
+    SaltScheme,
+    fields,
+    view_row_prefixes,
+)
+from saltedtable._exceptions import SplitKeyError
+from saltedtable._guard.families import FamilyInfo
+from saltedtable._scheme.hot import HotLayout, check_hot_change
+from tests.fakes import FakeTable, SyncFakeTable
+from tests.hot_model import AGGREGATES, PLAIN, mutation_strategy
+
+SCHEME = SaltScheme(8, key_part=fields(1))
+PARTS = [b"t0", b"t1", b"t2"]
+KEYS = sorted(p + b"#" + s for p in PARTS for s in (b"a", b"b", b"c", b"d"))
+FAMILIES = [FamilyInfo(f) for f in PLAIN] + [
+    FamilyInfo(f, aggregate=kind) for f, kind in AGGREGATES.items()
+]
+FILTERS: list[RowFilter | None] = [
+    None,
+    FamilyNameRegexFilter(b"cf|sm"),
+    CellsColumnLimitFilter(1),
+    CellsRowLimitFilter(2),
+    StripValueTransformerFilter(True),
+    RowKeyRegexFilter(b"t1#.*"),
+    RowFilterChain([FamilyNameRegexFilter(b"c.*|mx"), CellsColumnLimitFilter(1)]),
+]
+
+Shape = list[tuple[bytes, list[tuple[str, bytes, int, bytes]]]]
+
+
+def shape(rows: Sequence[Row]) -> Shape:
+    """Keys and cells, each cell under its own row key."""
+    out = []
+    for r in rows:
+        assert all(c.row_key == r.row_key for c in r.cells)
+        out.append(
+            (r.row_key, [(c.family, c.qualifier, c.timestamp_micros, c.value) for c in r.cells])
+        )
+    return out
+
+
+def hot_table(fake: FakeTable, hot: HotLayout) -> SaltedTableAsync:
+    """The table object of ``hot`` (what a writer or reader builds from the record)."""
+    return SaltedTableAsync(fake, SCHEME, guard=False, hot=hot, aggregates=AGGREGATES)
+
+
+class HotTableMachine(RuleBasedStateMachine):
+    """Random writes, splits and reads on a table with hot keys and on a plain model."""
+
+    filters: Sequence[RowFilter | None] = FILTERS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.model = FakeTable(families=FAMILIES)
+        self.fake = FakeTable(families=FAMILIES)
+        self.hot = HotLayout(SCHEME)
+        self.table = hot_table(self.fake, self.hot)
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def keep(self, mutation: Mutation) -> bool:
+        """Whether a drawn mutation is sent (the emulator's run leaves some out)."""
+        return True
+
+    def shape(self, rows: Sequence[Row]) -> Shape:
+        """What the comparisons see of rows (see :func:`shape`)."""
+        return shape(rows)
+
+    def new_table(self, hot: HotLayout) -> SaltedTableAsync:
+        """The table object of ``hot`` over the same rows."""
+        return hot_table(self.fake, hot)
+
+    def teardown(self) -> None:
+        self.loop.close()
+
+    @initialize(part=st.sampled_from([None, b"t0"]), k=st.integers(2, 8))
+    def start(self, part: bytes | None, k: int) -> None:
+        # A part is listed before its rows are written (listing it later moves rows,
+        # which needs the dual-placement window this table object does not read yet).
+        self.hot = HotLayout(SCHEME, parts={part: k} if part else {})
+        self.table = self.new_table(self.hot)
+
+    @rule(key=st.sampled_from(KEYS), k=st.integers(2, 8))
+    def split(self, key: bytes, k: int) -> None:
+        """List a row (or raise its K) mid-stream: a new table object over the same rows."""
+        if self.hot.rows.get(key, 1) >= k:
+            return
+        after = HotLayout(SCHEME, parts=dict(self.hot.parts), rows={**self.hot.rows, key: k})
+        check_hot_change(self.hot, after)
+        self.hot = after
+        self.table = self.new_table(after)
+
+    @rule(
+        key=st.sampled_from(KEYS),
+        mutations=st.lists(mutation_strategy(), min_size=1, max_size=3),
+        how=st.sampled_from(["mutate_row", "bulk", "batcher"]),
+    )
+    def write(self, key: bytes, mutations: list[Mutation], how: str) -> None:
+        """One logical call, to the model and to the hot table."""
+        mutations = [m for m in mutations if self.keep(m)]
+        if not mutations:
+            return
+
+        async def both() -> None:
+            await self.model.mutate_row(key, mutations)
+            if how == "mutate_row":
+                await self.table.mutate_row(key, mutations)
+            elif how == "bulk":
+                await self.table.bulk_mutate_rows([RowMutationEntry(key, mutations)])
+            else:
+                async with self.table.mutations_batcher() as batcher:
+                    await batcher.append(RowMutationEntry(key, mutations))
+
+        self.run(both())
+
+    @rule(key=st.sampled_from(KEYS), data=st.data())
+    def point(self, key: bytes, data: st.DataObject) -> None:
+        """read_row and row_exists."""
+        row_filter = data.draw(st.sampled_from(self.filters), label="filter")
+
+        async def both() -> tuple[Any, ...]:
+            want = await self.model.read_row(key, row_filter=row_filter)
+            got = await self.table.read_row(key, row_filter=row_filter)
+            exists = await self.table.row_exists(key)
+            return want, got, exists, await self.model.row_exists(key)
+
+        want, got, exists, want_exists = self.run(both())
+        assert self.shape([r for r in [got] if r]) == self.shape([r for r in [want] if r])
+        assert exists == want_exists
+
+    @rule(
+        keys=st.lists(st.sampled_from(KEYS), max_size=4),
+        bounds=st.one_of(
+            st.none(), st.tuples(st.sampled_from([b"", *KEYS]), st.sampled_from([b"", *KEYS]))
+        ),
+        limit=st.sampled_from([None, 1, 2, 5]),
+        data=st.data(),
+        # FakeTable cannot read backwards (saltedtable's reversed path needs the
+        # client's); the emulator's run reads backwards too.
+        reverse=st.booleans(),
+    )
+    def scan(
+        self,
+        keys: list[bytes],
+        bounds: tuple[bytes, bytes] | None,
+        limit: int | None,
+        data: st.DataObject,
+        reverse: bool,
+    ) -> None:
+        """Key lists and ranges with limits and filters, forward or reversed."""
+        row_filter = data.draw(st.sampled_from(self.filters), label="filter")
+        ranges = None
+        if bounds is not None:
+            lo, hi = bounds
+            if lo and hi and lo > hi:
+                lo, hi = hi, lo
+            ranges = [RowRange(lo or None, hi or None)]
+        if not keys and ranges is None and limit is None and reverse:
+            limit = 3
+        query = ReadRowsQuery(row_keys=keys or None, row_ranges=ranges, row_filter=row_filter)
+        # The model reads forward without a limit; the expected rows are cut here.
+        want = self.shape(self.run(self.model.read_rows(query)))
+        if reverse:
+            want.reverse()
+        if limit:
+            want = want[:limit]
+        query = ReadRowsQuery(
+            row_keys=keys or None, row_ranges=ranges, row_filter=row_filter, limit=limit
+        )
+        asked: Any = query
+        if reverse and isinstance(self.fake, FakeTable):
+            return
+        if reverse:
+            from saltedtable._read.query import reversed_request
+
+            asked = reversed_request(query)
+        got = self.shape(self.run(self.table.read_rows(asked)))
+        assert got == want
+
+    @rule(part=st.sampled_from(PARTS), limit=st.sampled_from([None, 1, 3]))
+    def prefix(self, part: bytes, limit: int | None) -> None:
+        """A prefix scan of a part (a hot part reads its K buckets)."""
+
+        async def read() -> list[Row]:
+            return [r async for r in self.table.read_prefix(part + b"#", limit=limit)]
+
+        query = ReadRowsQuery(row_ranges=[RowRange(part + b"#", part + b"$")], limit=limit)
+        want = self.shape(self.run(self.model.read_rows(query)))
+        assert self.shape(self.run(read())) == want
+
+
+HotTableMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestHotTable = HotTableMachine.TestCase
+
+
+def test_a_table_without_hot_lists_sends_the_same_requests() -> None:
+    """hot=None and empty hot lists: byte for byte the requests of today's table."""
+
+    async def calls(table: SaltedTableAsync, fake: FakeTable) -> list[Any]:
+        await table.mutate_row(b"t0#a", SetCell("cf", b"a", b"v", 1000))
+        await table.bulk_mutate_rows([RowMutationEntry(b"t1#b", SetCell("cf", b"a", b"v", 1000))])
+        await table.read_row(b"t0#a")
+        await table.read_rows(ReadRowsQuery(row_ranges=[RowRange(b"t0#", b"t0$")], limit=2))
+        return [(q.row_keys, [r.start_key for r in q.row_ranges]) for q in fake.stats.queries]
+
+    plain, empty = FakeTable(), FakeTable()
+    a = asyncio.run(calls(SaltedTableAsync(plain, SCHEME, guard=False), plain))
+    b = asyncio.run(
+        calls(SaltedTableAsync(empty, SCHEME, guard=False, hot=HotLayout(SCHEME)), empty)
+    )
+    assert a == b
+    assert plain.row_keys() == empty.row_keys()
+
+
+def test_a_hot_part_spreads_its_rows_and_a_prefix_scan_reads_its_buckets() -> None:
+    fake = FakeTable()
+    hot = HotLayout(SCHEME, parts={b"t0": 4})
+    table = hot_table(fake, hot)
+    keys = [b"t0#%03d" % i for i in range(40)]
+
+    async def go() -> list[bytes]:
+        for k in keys:
+            await table.mutate_row(k, SetCell("cf", b"a", b"v", 1000))
+        return [r.row_key async for r in table.read_prefix(b"t0#", limit=30)]
+
+    assert asyncio.run(go()) == keys[:30]
+    prefixes = {k[: k.index(b"t0#")] for k in fake.row_keys()}
+    assert len(prefixes) == 4
+    assert len(table.plan(ReadRowsQuery(row_ranges=[RowRange(b"t0#", b"t0$")])).subqueries) == 4
+
+
+def test_a_split_row_counts_its_adds_across_sub_rows_and_reads_as_one() -> None:
+    fake = FakeTable(families=FAMILIES)
+    table = hot_table(fake, HotLayout(SCHEME, rows={b"t1#a": 4}))
+
+    async def go() -> tuple[Row | None, list[Row]]:
+        for _ in range(8):
+            await table.mutate_row(b"t1#a", AddToCell("sm", b"n", 1, 0))
+        await table.mutate_row(b"t1#b", SetCell("cf", b"a", b"v", 1000))
+        return await table.read_row(b"t1#a"), await table.read_rows(ReadRowsQuery(limit=2))
+
+    row, rows = asyncio.run(go())
+    assert row is not None
+    assert [int.from_bytes(c.value, "big") for c in row.cells] == [8]
+    assert [r.row_key for r in rows] == [b"t1#a", b"t1#b"]
+    assert sum(1 for k in fake.row_keys() if k.endswith(b"t1#a")) == 4
+
+
+def test_atomic_operations_and_value_filters_on_a_split_row_are_refused() -> None:
+    fake = FakeTable(families=FAMILIES)
+    table = hot_table(fake, HotLayout(SCHEME, rows={b"t1#a": 2}))
+
+    async def go() -> None:
+        with pytest.raises(SplitKeyError, match="t1#a"):
+            await table.check_and_mutate_row(b"t1#a", None, true_case_mutations=[])
+        with pytest.raises(SplitKeyError, match="split"):
+            await table.read_modify_write_row(b"t1#a", IncrementRule("cf", b"a", 1))
+        with pytest.raises(SplitKeyError):
+            await table.read_row(b"t1#a", row_filter=ValueRegexFilter(b"x"))
+        with pytest.raises(SplitKeyError):
+            await table.read_rows(ReadRowsQuery(row_filter=ValueRegexFilter(b"x")))
+        # Rows that are not split keep their atomic operations.
+        await table.read_modify_write_row(b"t1#b", IncrementRule("cf", b"a", 1))
+
+    asyncio.run(go())
+
+
+def test_check_layout_accepts_hot_rows_where_the_lists_put_them() -> None:
+    """Sub-rows and a hot part's rows fit a table with the lists; without them they are strays."""
+    fake = FakeTable(families=FAMILIES)
+    hot = HotLayout(SCHEME, parts={b"t0": 4}, rows={b"t1#a": 4})
+    table = hot_table(fake, hot)
+
+    async def go() -> None:
+        for i in range(20):
+            await table.mutate_row(b"t0#%02d" % i, SetCell("cf", b"a", b"v", 1000))
+            await table.mutate_row(b"t1#a", SetCell("cf", b"q%d" % i, b"v", 1000))
+        await table.check_layout()
+        with pytest.raises(LayoutError, match="do not fit"):
+            await SaltedTableAsync(fake, SCHEME, guard=False).check_layout()
+
+    asyncio.run(go())
+
+
+def test_the_sync_table_reads_and_writes_hot_keys_as_the_async_one() -> None:
+    """The generated SaltedTable: spread writes, one combined row, a merged prefix scan."""
+    fake = FakeTable(families=FAMILIES)
+    hot = HotLayout(SCHEME, parts={b"t0": 4}, rows={b"t1#a": 4})
+    table = SaltedTable(
+        SyncFakeTable(fake),  # type: ignore[arg-type]
+        SCHEME,
+        guard=False,
+        hot=hot,
+        aggregates=AGGREGATES,
+    )
+    for i in range(12):
+        table.mutate_row(b"t0#%02d" % i, SetCell("cf", b"a", b"v", 1000))
+    with table.mutations_batcher() as batcher:
+        for _ in range(8):
+            batcher.append(RowMutationEntry(b"t1#a", AddToCell("sm", b"n", 2, 0)))
+    row = table.read_row(b"t1#a")
+    assert row is not None
+    assert [int.from_bytes(c.value, "big") for c in row.cells] == [16]
+    assert [r.row_key for r in table.read_prefix(b"t0#", limit=5)] == [
+        b"t0#%02d" % i for i in range(5)
+    ]
+    assert [r.row_key for r in table.read_rows(ReadRowsQuery(row_keys=[b"t1#a", b"t0#03"]))] == [
+        b"t0#03",
+        b"t1#a",
+    ]
+    assert sum(1 for k in fake.row_keys() if k.endswith(b"t1#a")) == 4
+    with pytest.raises(SplitKeyError):
+        table.read_modify_write_row(b"t1#a", IncrementRule("cf", b"a", 1))
+
+
+def test_a_view_of_a_hot_part_shows_its_k_buckets_and_split_sub_rows() -> None:
+    hot = HotLayout(SCHEME, parts={b"t0": 4}, rows={b"t0#a": 8})
+    plain = view_row_prefixes(SCHEME, b"t0#", record=False)
+    spread = view_row_prefixes(SCHEME, b"t0#", record=False, hot=hot)
+    assert len(plain) == 1
+    assert set(plain) < set(spread)
+    wanted = {SCHEME.prefix(b) + b"t0#" for b in hot.scan_buckets(b"t0#") or ()}
+    assert set(spread) == wanted
+    assert len(spread) >= 8
+
+
+def test_a_failed_sub_row_write_fails_the_callers_entry_once() -> None:
+    """A split row's entry is several physical entries: a failure names the logical one."""
+    from google.api_core.exceptions import ServiceUnavailable
+    from google.cloud.bigtable.data.exceptions import (
+        FailedMutationEntryError,
+        MutationsExceptionGroup,
+    )
+
+    def fail(entry: RowMutationEntry) -> Exception | None:
+        return ServiceUnavailable("down") if entry.row_key.endswith(b"t1#a") else None
+
+    fake = FakeTable(families=FAMILIES, fail_entry=fail)
+    table = hot_table(fake, HotLayout(SCHEME, rows={b"t1#a": 4}))
+    entries = [
+        RowMutationEntry(b"t0#a", SetCell("cf", b"a", b"v", 1000)),
+        # Eight columns: several sub-rows, each a physical entry that fails.
+        RowMutationEntry(b"t1#a", [SetCell("cf", b"q%d" % i, b"v", 1000) for i in range(8)]),
+    ]
+
+    async def go() -> None:
+        with pytest.raises(MutationsExceptionGroup) as caught:
+            await table.bulk_mutate_rows(entries)
+        failed = [e for e in caught.value.exceptions if isinstance(e, FailedMutationEntryError)]
+        assert [(e.index, e.entry) for e in failed] == [(1, entries[1])]
+
+    asyncio.run(go())

@@ -16,6 +16,7 @@ from .._guard.record import family_of
 from .._scheme.layout import Layout
 from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import TableGuard
+from .window_table import WindowTableAsync
 
 __all__ = ["SaltedMutationsBatcherAsync"]
 
@@ -35,7 +36,7 @@ class SaltedMutationsBatcherAsync(BatcherCore):
     never sent, and is reported the same way.
     """
 
-    __slots__ = ("_guard",)
+    __slots__ = ("_guard", "_window")
 
     def __init__(
         self,
@@ -44,10 +45,14 @@ class SaltedMutationsBatcherAsync(BatcherCore):
         guard: TableGuard | None = None,
         *,
         internals: bool = True,
+        window: WindowTableAsync | None = None,
     ) -> None:
         super().__init__(inner, layout, internals=internals)
         self._inner: BatcherLike = inner
         self._guard = guard
+        # In a dual-layout window an entry becomes the new row's entry, then (for a
+        # delete) the old row's; both name the caller's entry when they fail.
+        self._window = window
 
     async def append(self, mutation_entry: RowMutationEntry) -> None:
         """Queue a logical entry; it is flushed with others under its physical key.
@@ -64,6 +69,9 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             and not isinstance(mutation_entry, RowMutationEntry)
         ):
             await self._inner.append(mutation_entry)  # refused as the client refuses it
+            return
+        if self._window is not None:
+            await self._append_window(mutation_entry, self._window)
             return
         physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
@@ -87,6 +95,32 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             await self._inner.append(physical)
         except MutationsExceptionGroup as group:
             raise logical_group(group, self._layout) from None
+
+    async def _append_window(self, entry: RowMutationEntry, window: WindowTableAsync) -> None:
+        """Queue a logical entry in the window: its new row's entry, then its old row's.
+
+        Both may travel in one flush; a failure of either names the caller's
+        entry, and retrying that entry is safe (the tombstone keeps reads right
+        whichever half was written).
+        """
+        if self._guard is not None:
+            try:
+                await self._guard.before_write(family_of(entry.mutations))
+            except GoogleAPICallError as exc:
+                self._hold(entry, exc)
+                return
+        new, later = window.entries([entry])
+        for placed in [new[0], *(e for _, e in later)]:
+            physical = PhysicalEntry()
+            physical.row_key = placed.row_key
+            physical.mutations = tuple(placed.mutations)
+            physical.logical = entry
+            physical.seq = self._seq
+            self._seq += 1
+            try:
+                await self._inner.append(physical)
+            except MutationsExceptionGroup as group:
+                raise logical_group(group, self._layout) from None
 
     async def flush(self) -> None:
         """Write every entry appended so far; raise those that failed.

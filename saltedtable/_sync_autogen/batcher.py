@@ -18,6 +18,7 @@ from .._guard.record import family_of
 from .._scheme.layout import Layout
 from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import SyncTableGuard
+from .window_table import WindowTable
 
 __all__ = ["SaltedMutationsBatcherSync"]
 
@@ -37,7 +38,7 @@ class SaltedMutationsBatcherSync(BatcherCore):
     never sent, and is reported the same way.
     """
 
-    __slots__ = ("_guard",)
+    __slots__ = ("_guard", "_window")
 
     def __init__(
         self,
@@ -46,10 +47,14 @@ class SaltedMutationsBatcherSync(BatcherCore):
         guard: SyncTableGuard | None = None,
         *,
         internals: bool = True,
+        window: WindowTable | None = None,
     ) -> None:
         super().__init__(inner, layout, internals=internals)
         self._inner: SyncBatcherLike = inner
         self._guard = guard
+        # In a dual-layout window an entry becomes the new row's entry, then (for a
+        # delete) the old row's; both name the caller's entry when they fail.
+        self._window = window
 
     def append(self, mutation_entry: RowMutationEntry) -> None:
         """Queue a logical entry; it is flushed with others under its physical key.
@@ -66,6 +71,9 @@ class SaltedMutationsBatcherSync(BatcherCore):
             and not isinstance(mutation_entry, RowMutationEntry)
         ):
             self._inner.append(mutation_entry)  # refused as the client refuses it
+            return
+        if self._window is not None:
+            self._append_window(mutation_entry, self._window)
             return
         physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
@@ -89,6 +97,32 @@ class SaltedMutationsBatcherSync(BatcherCore):
             self._inner.append(physical)
         except MutationsExceptionGroup as group:
             raise logical_group(group, self._layout) from None
+
+    def _append_window(self, entry: RowMutationEntry, window: WindowTable) -> None:
+        """Queue a logical entry in the window: its new row's entry, then its old row's.
+
+        Both may travel in one flush; a failure of either names the caller's
+        entry, and retrying that entry is safe (the tombstone keeps reads right
+        whichever half was written).
+        """
+        if self._guard is not None:
+            try:
+                self._guard.before_write(family_of(entry.mutations))
+            except GoogleAPICallError as exc:
+                self._hold(entry, exc)
+                return
+        new, later = window.entries([entry])
+        for placed in [new[0], *(e for _, e in later)]:
+            physical = PhysicalEntry()
+            physical.row_key = placed.row_key
+            physical.mutations = tuple(placed.mutations)
+            physical.logical = entry
+            physical.seq = self._seq
+            self._seq += 1
+            try:
+                self._inner.append(physical)
+            except MutationsExceptionGroup as group:
+                raise logical_group(group, self._layout) from None
 
     def flush(self) -> None:
         """Write every entry appended so far; raise those that failed.

@@ -111,6 +111,7 @@ class WindowMachine(RuleBasedStateMachine):
         self.fake: Any = FakeTable()
         self.cursor: bytes | None = None
         self.closed = False
+        self.lost = 0
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -254,6 +255,41 @@ class WindowMachine(RuleBasedStateMachine):
                     c.row_key, c.predicate, false_case_mutations=list(c.mutations)
                 )
             )
+
+    @precondition(lambda self: not self.closed)
+    @rule(
+        key=st.sampled_from(KEYS),
+        mutation=st.sampled_from(
+            [
+                DeleteAllFromRow(),
+                DeleteAllFromFamily("cf"),
+                DeleteRangeFromColumn("cf", b"a"),
+                SetCell("cf", b"a", b"race", 1000),
+            ]
+        ),
+    )
+    def backfill_races_a_write(self, key: bytes, mutation: Mutation) -> None:
+        """The backfill reads a key, a write or delete lands, then the stale copies are sent."""
+        new, old = self.window.physical_keys(key)
+        found = {r.row_key: r for r in self.raw_rows([new, old or new])}
+        copies = self.window.backfill(key, None if old is None else found.get(old), found.get(new))
+        self.apply(key, [mutation], "mutate_row")
+        for c in copies:
+            self.run(
+                self.fake.check_and_mutate_row(
+                    c.row_key, c.predicate, false_case_mutations=list(c.mutations)
+                )
+            )
+
+    @precondition(lambda self: not self.closed)
+    @rule(key=st.sampled_from(KEYS), family=st.sampled_from(FAMILIES))
+    def delete_whose_second_step_is_lost(self, key: bytes, family: str) -> None:
+        """A writer dies between the new row's request and the old row's."""
+        mutations: list[Mutation] = [DeleteAllFromFamily(family)]
+        write = self.window.write(key, mutations, token=b"lost-%d" % self.lost, now_micros=0)
+        self.lost += 1
+        self.run(self.fake.mutate_row(write.new_key, list(write.new_mutations)))
+        self.run(self.model.mutate_row(key, mutations))
 
     @precondition(lambda self: not self.closed)
     @rule(limit=st.sampled_from([2, None]))

@@ -10,7 +10,11 @@ table's test runs many.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
@@ -20,10 +24,11 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from saltedtable import SCHEME_ROW_KEY
 from saltedtable._scheme.window import WINDOW_FAMILY
-from saltedtable.testing import INSTANCE, PROJECT
+from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT
 from tests.unit._async.test_window_fake import Shape, WindowMachine, shape
 
 MakeTable = Callable[..., str]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_table_in_a_window_answers_like_a_plain_table_on_the_emulator(
@@ -68,3 +73,26 @@ def test_a_table_in_a_window_answers_like_a_plain_table_on_the_emulator(
     run_state_machine_as_test(
         OnEmulator, settings=settings(max_examples=5, stateful_step_count=15, deadline=None)
     )
+
+
+def test_the_resalt_window_example_runs_on_the_emulator() -> None:
+    """examples/resalt_window.py runs under ``saltedtable emulator`` and says what it did."""
+    env = {k: v for k, v in os.environ.items() if k != EMULATOR_HOST_ENV}
+    cli = "from saltedtable._cli.main import main; raise SystemExit(main())"
+    command = [
+        *(sys.executable, "-c", cli, "emulator", "--table", "users:cf,saltedtable-window"),
+        *("--", sys.executable, "examples/resalt_window.py"),
+    ]
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=90, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in (
+        "  b'user2'   mail=u2@x, name=n2",
+        "   check_and_mutate_row is refused during the window",
+        "4. backfill: 3 + 2 old rows, 5 cells",
+        "   verify: left 0",
+        "   retired 5 old rows",
+    ):
+        assert line in done.stdout, done.stdout
+    assert "b'user3'" not in done.stdout

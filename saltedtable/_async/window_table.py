@@ -255,6 +255,7 @@ class WindowTableAsync:
         Raises:
             WindowError: A reversed scan.
             WindowFilterError: A filter the window cannot re-apply after the union.
+            RowKeyError: A point key that cannot be salted.
         """
         if is_reversed(request):
             raise WindowError(
@@ -263,6 +264,8 @@ class WindowTableAsync:
             )
         query = as_query(request)
         self._filter(query.filter)
+        for key in query.row_keys:
+            self.window.physical_keys(key)  # a key that cannot be salted fails now
         return query
 
     async def scan(self, query: ReadRowsQuery, **kwargs: Any) -> AsyncGenerator[Row, None]:

@@ -257,6 +257,7 @@ class WindowTable:
         Raises:
             WindowError: A reversed scan.
             WindowFilterError: A filter the window cannot re-apply after the union.
+            RowKeyError: A point key that cannot be salted.
         """
         if is_reversed(request):
             raise WindowError(
@@ -265,6 +266,8 @@ class WindowTable:
             )
         query = as_query(request)
         self._filter(query.filter)
+        for key in query.row_keys:
+            self.window.physical_keys(key)  # a key that cannot be salted fails now
         return query
 
     def scan(self, query: ReadRowsQuery, **kwargs: Any) -> Generator[Row, None, None]:

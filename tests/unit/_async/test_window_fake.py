@@ -47,6 +47,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from saltedtable import (
+    RowKeyError,
     SaltedTable,
     SaltedTableAsync,
     SaltScheme,
@@ -492,3 +493,11 @@ def test_the_sync_table_runs_the_same_window() -> None:
     assert table.verify_window().left == 0
     assert table.retire_window().retired == 1
     assert shape(table.read_rows(ReadRowsQuery(limit=1))) == want[:1]
+
+
+async def test_a_bad_key_fails_before_anything_is_sent() -> None:
+    """An empty point key in a window scan fails when the stream is made, not later."""
+    fake, table, _ = _window_table()
+    with pytest.raises(RowKeyError):
+        await table.read_rows_stream(ReadRowsQuery(row_keys=[b"k1", b""]))
+    assert fake.stats.queries == []

@@ -71,6 +71,7 @@ ORDER: tuple[str, ...] = (
     "_guard.migration",
     "_guard.from_record",
     "_guard.decisions",
+    "_guard.window_state",
     "_guard",
     # the tables' pure halves, shared by both flavours
     "_write",

@@ -281,13 +281,18 @@ class WindowTableAsync:
                 yield row
             return
         sources: list[tuple[int, AsyncIterator[Row]]] = []
-        for prefix, sub in self._prefix_queries(query, plan.server):
-            stream = await self._table.read_rows_stream(sub, **kwargs)
-            sources.append((len(prefix), stream.__aiter__()))
+        try:
+            for prefix, sub in self._prefix_queries(query, plan.server):
+                stream = await self._table.read_rows_stream(sub, **kwargs)
+                sources.append((len(prefix), stream.__aiter__()))
+        except BaseException:
+            await _close(s for _, s in sources)  # the streams opened before the failure
+            raise
         merged = _merged(sources)
+        combined = _logical(self.window, merged, self.max_versions)
         sent = 0
         try:
-            async for logical in _logical(self.window, merged, self.max_versions):
+            async for logical in combined:
                 got = plan.apply(logical)
                 if got is None:
                     continue
@@ -296,6 +301,8 @@ class WindowTableAsync:
                 if limit is not None and sent >= limit:
                     return
         finally:
+            # A limit met, a break or an error: close every stream at once.
+            await combined.aclose()
             await merged.aclose()
 
 

@@ -283,13 +283,18 @@ class WindowTable:
                 yield row
             return
         sources: list[tuple[int, Iterator[Row]]] = []
-        for prefix, sub in self._prefix_queries(query, plan.server):
-            stream = self._table.read_rows_stream(sub, **kwargs)
-            sources.append((len(prefix), stream.__iter__()))
+        try:
+            for prefix, sub in self._prefix_queries(query, plan.server):
+                stream = self._table.read_rows_stream(sub, **kwargs)
+                sources.append((len(prefix), stream.__iter__()))
+        except BaseException:
+            _close(s for _, s in sources)  # the streams opened before the failure
+            raise
         merged = _merged(sources)
+        combined = _logical(self.window, merged, self.max_versions)
         sent = 0
         try:
-            for logical in _logical(self.window, merged, self.max_versions):
+            for logical in combined:
                 got = plan.apply(logical)
                 if got is None:
                     continue
@@ -298,6 +303,8 @@ class WindowTable:
                 if limit is not None and sent >= limit:
                     return
         finally:
+            # A limit met, a break or an error: close every stream at once.
+            combined.close()
             merged.close()
 
 

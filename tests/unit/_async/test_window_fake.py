@@ -501,3 +501,14 @@ async def test_a_bad_key_fails_before_anything_is_sent() -> None:
     with pytest.raises(RowKeyError):
         await table.read_rows_stream(ReadRowsQuery(row_keys=[b"k1", b""]))
     assert fake.stats.queries == []
+
+
+async def test_a_limited_scan_closes_every_stream() -> None:
+    """A limit met early leaves no physical stream open (each is closed, not drained)."""
+    fake, table, _ = _window_table()
+    for key in KEYS:
+        await table.mutate_row(key, SetCell("cf", b"a", b"v", 1000))
+    rows = await table.read_rows(ReadRowsQuery(limit=2))
+    assert [r.row_key for r in rows] == KEYS[:2]
+    assert fake.stats.open_now == 0
+    assert fake.stats.closed == fake.stats.opened == 64

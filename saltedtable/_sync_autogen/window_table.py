@@ -28,17 +28,26 @@ from __future__ import annotations
 import heapq
 import time
 import uuid
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, final
 
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
-from google.cloud.bigtable.data.mutations import DeleteAllFromFamily, Mutation
+from google.cloud.bigtable.data.mutations import (
+    DeleteAllFromFamily,
+    DeleteAllFromRow,
+    Mutation,
+    SetCell,
+)
 from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
+    CellsColumnLimitFilter,
     CellsRowLimitFilter,
+    ColumnQualifierRegexFilter,
     ColumnRangeFilter,
     ConditionalRowFilter,
+    FamilyNameRegexFilter,
+    LiteralValueFilter,
     RowFilter,
     RowFilterChain,
     RowFilterUnion,
@@ -46,11 +55,13 @@ from google.cloud.bigtable.data.row_filters import (
     StripValueTransformerFilter,
 )
 
-from .._exceptions import WindowError
+from .._exceptions import LayoutError, WindowError
+from .._guard.decisions import RECORD_ONLY
+from .._guard.record import SCHEME_QUALIFIER, LayoutRecord, encode_layout, newest_record_cell
 from .._read.plan import plan_reads, rewrite_filter
 from .._read.query import as_query, is_reversed
 from .._scheme.layout import Layout
-from .._scheme.salt import prefix_end, to_key
+from .._scheme.salt import SCHEME_ROW_KEY, prefix_end, to_key
 from .._scheme.window import BackfillProgress, Window, WindowFilter, plan_filter
 from .table_like import SyncTableLike
 
@@ -59,6 +70,7 @@ __all__ = [
     "backfill_rows",
     "drop_tombstones",
     "retire_rows",
+    "swap_record",
     "verify_rows",
 ]
 
@@ -484,3 +496,51 @@ def drop_tombstones(table: SyncTableLike, window: Window) -> BackfillProgress:
         progress.cursor = row.row_key
     progress.done = True
     return progress
+
+
+def swap_record(
+    table: SyncTableLike, change: Callable[[LayoutRecord], LayoutRecord]
+) -> LayoutRecord:
+    """Replace the stored layout record by ``change(stored)``, if no one changed it meanwhile.
+
+    A compare-and-swap: one ``CheckAndMutateRow`` of the reserved row whose
+    predicate matches only while the newest record cell still holds the value
+    read. Used to open and advance a window (``saltedtable._guard.window_state``).
+
+    Returns:
+        The record stored.
+
+    Raises:
+        LayoutError: The table has no record, ``change`` refused it, or another
+            writer changed the record between the read and the swap (read it
+            again and decide again).
+    """
+    row = table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY)
+    cell = newest_record_cell(row)
+    if cell is None:
+        raise LayoutError("the table has no layout record to change: store one first")
+    before = LayoutRecord.decode(cell.value)
+    after = change(before)
+    still = RowFilterChain(
+        [
+            FamilyNameRegexFilter(cell.family),
+            ColumnQualifierRegexFilter(SCHEME_QUALIFIER),
+            CellsColumnLimitFilter(1),
+            LiteralValueFilter(cell.value),
+        ]
+    )
+    swapped = table.check_and_mutate_row(
+        SCHEME_ROW_KEY,
+        still,
+        true_case_mutations=[
+            # As the guard replaces a record: the row holds the record alone.
+            DeleteAllFromRow(),
+            SetCell(cell.family, SCHEME_QUALIFIER, encode_layout(after)),
+        ],
+    )
+    if not swapped:
+        raise LayoutError(
+            "the layout record changed while it was being changed (another operator?): "
+            "read it again and decide again"
+        )
+    return after

@@ -10,6 +10,7 @@ table's test runs many.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -17,15 +18,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
+from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from saltedtable import SCHEME_ROW_KEY
+from saltedtable import SCHEME_ROW_KEY, LayoutError, SaltScheme
+from saltedtable._async.window_table import swap_record
+from saltedtable._guard.record import (
+    SCHEME_QUALIFIER,
+    LayoutRecord,
+    describe_layout,
+    record_of_row,
+)
+from saltedtable._guard.window_state import advance_window, window_of
 from saltedtable._scheme.window import WINDOW_FAMILY
 from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT
 from tests.unit._async.test_window_fake import Shape, WindowMachine, shape
+from tests.unit._async.test_window_record import OPEN
 
 MakeTable = Callable[..., str]
 REPO = Path(__file__).resolve().parents[2]
@@ -96,3 +108,43 @@ def test_the_resalt_window_example_runs_on_the_emulator() -> None:
     ):
         assert line in done.stdout, done.stdout
     assert "b'user3'" not in done.stdout
+
+
+class _Racing:
+    """A table whose every conditional write is preceded by another writer's record."""
+
+    def __init__(self, table: Any, other: LayoutRecord) -> None:
+        self.table, self.other = table, other
+
+    async def read_row(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.table.read_row(*args, **kwargs)
+
+    async def check_and_mutate_row(self, *args: Any, **kwargs: Any) -> Any:
+        cell = SetCell("meta", SCHEME_QUALIFIER, self.other.encode())
+        await self.table.mutate_row(SCHEME_ROW_KEY, cell)
+        return await self.table.check_and_mutate_row(*args, **kwargs)
+
+
+async def test_a_window_is_opened_and_closed_in_the_record_on_the_emulator(
+    make_table: MakeTable,
+) -> None:
+    """The record's compare-and-swap on the emulator: open, a lost race, advance, close."""
+    name = make_table(("meta", "cf"))
+    async with BigtableDataClientAsync(project=PROJECT) as client:
+        table = client.get_table(INSTANCE, name)
+        plain = describe_layout(SaltScheme(16))
+        await table.mutate_row(SCHEME_ROW_KEY, SetCell("meta", SCHEME_QUALIFIER, plain.encode()))
+        opened = await swap_record(table, OPEN)
+        state = window_of(opened)
+        assert state is not None
+        assert state.state == "open"
+        other = advance_window(opened, "backfilled")
+        with pytest.raises(LayoutError, match="changed while"):
+            await swap_record(
+                _Racing(table, other), functools.partial(advance_window, to="backfilled")
+            )
+        assert record_of_row(await table.read_row(SCHEME_ROW_KEY)) == other
+        await swap_record(table, functools.partial(advance_window, to="closed"))
+        assert record_of_row(await table.read_row(SCHEME_ROW_KEY)) == describe_layout(
+            SaltScheme(64)
+        )

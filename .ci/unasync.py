@@ -52,6 +52,9 @@ NAMES: dict[str, str] = {
     "AsyncIterator": "Iterator",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
+    "__aiter__": "__iter__",
+    "__anext__": "__next__",
+    "StopAsyncIteration": "StopIteration",
     "aclose": "close",
     "aclosing": "closing",
     # the Bigtable client's

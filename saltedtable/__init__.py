@@ -60,6 +60,7 @@ from ._scheme.salt import (
     prefix_end,
 )
 from ._scheme.views import view_row_prefixes
+from ._scheme.window import BackfillProgress, Window
 
 if TYPE_CHECKING:
     from ._async.batcher import SaltedMutationsBatcherAsync
@@ -142,6 +143,7 @@ __all__ = [
     "MAX_BUCKETS",
     "RECORD_FAMILY",
     "SCHEME_ROW_KEY",
+    "BackfillProgress",
     "BucketStats",
     "CallStats",
     "CreateResult",
@@ -184,6 +186,7 @@ __all__ = [
     "TableLikeAsync",
     "TimestampReader",
     "UnsaltableKeyError",
+    "Window",
     "WindowError",
     "WindowFilterError",
     "__version__",

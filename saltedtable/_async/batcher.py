@@ -19,6 +19,7 @@ from .._scheme.layout import Layout
 from .._scheme.salt import to_key
 from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import TableGuard
+from .window_table import WindowTableAsync
 
 __all__ = ["SaltedMutationsBatcherAsync"]
 
@@ -38,7 +39,7 @@ class SaltedMutationsBatcherAsync(BatcherCore):
     never sent, and is reported the same way.
     """
 
-    __slots__ = ("_guard", "_hot", "_spread")
+    __slots__ = ("_guard", "_hot", "_spread", "_window")
 
     def __init__(
         self,
@@ -49,12 +50,16 @@ class SaltedMutationsBatcherAsync(BatcherCore):
         internals: bool = True,
         hot: HotKeys | None = None,
         spread: Iterator[int] | None = None,
+        window: WindowTableAsync | None = None,
     ) -> None:
         super().__init__(inner, layout, internals=internals)
         self._inner: BatcherLike = inner
         self._guard = guard
         self._hot = hot
         self._spread = spread
+        # In a dual-layout window an entry becomes the new row's entry, then (for a
+        # delete) the old row's; both name the caller's entry when they fail.
+        self._window = window
 
     async def append(self, mutation_entry: RowMutationEntry) -> None:
         """Queue a logical entry; it is flushed with others under its physical key.
@@ -74,6 +79,9 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             return
         if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
             await self._append_hot(self._hot, mutation_entry)
+            return
+        if self._window is not None:
+            await self._append_window(mutation_entry, self._window)
             return
         physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
@@ -115,12 +123,37 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             physical.row_key = key
             physical.mutations = tuple(share)
             physical.logical = mutation_entry
-            physical.seq = self._seq
-            self._seq += 1
+            await self._queue(physical)
+
+    async def _append_window(self, entry: RowMutationEntry, window: WindowTableAsync) -> None:
+        """Queue a logical entry in the window: its new row's entry, then its old row's.
+
+        Both may travel in one flush; a failure of either names the caller's
+        entry, and retrying that entry is safe (the tombstone keeps reads right
+        whichever half was written).
+        """
+        if self._guard is not None:
             try:
-                await self._inner.append(physical)
-            except MutationsExceptionGroup as group:
-                raise logical_group(group, self._layout) from None
+                await self._guard.before_write(family_of(entry.mutations))
+            except GoogleAPICallError as exc:
+                self._hold(entry, exc)
+                return
+        new, later = window.entries([entry])
+        for placed in [new[0], *(e for _, e in later)]:
+            physical = PhysicalEntry()
+            physical.row_key = placed.row_key
+            physical.mutations = tuple(placed.mutations)
+            physical.logical = entry
+            await self._queue(physical)
+
+    async def _queue(self, physical: PhysicalEntry) -> None:
+        """Number and queue one physical entry of a hot or windowed logical entry."""
+        physical.seq = self._seq
+        self._seq += 1
+        try:
+            await self._inner.append(physical)
+        except MutationsExceptionGroup as group:
+            raise logical_group(group, self._layout) from None
 
     async def flush(self) -> None:
         """Write every entry appended so far; raise those that failed.

@@ -46,7 +46,7 @@ from .._contracts import AttemptTimeout, Retryable, Timeout
 from .._engine.budget import DEFAULT_MAX_CONCURRENT_SUBSCANS, ReadBudget
 from .._engine.runtime_asyncio import capacity, fan_out, row_stream
 from .._engine.slots_asyncio import AsyncSlots
-from .._exceptions import UnsaltableKeyError
+from .._exceptions import UnsaltableKeyError, WindowError
 from .._facade import (
     SHARDED_CONCURRENCY,
     Query,
@@ -83,11 +83,19 @@ from .._scheme.cutoff import CutoffPolicy
 from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
+from .._scheme.window import BackfillProgress, Window
 from .._write import every_entry_failed, first_family, logical_group
 from .batcher import SaltedMutationsBatcherAsync
 from .guard import TableGuard
 from .read_call import ReadCall, ReadContextAsync
 from .table_like import TableLikeAsync
+from .window_table import (
+    WindowTableAsync,
+    backfill_rows,
+    drop_tombstones,
+    retire_rows,
+    verify_rows,
+)
 
 __all__ = ["SaltedTableAsync"]
 
@@ -102,6 +110,34 @@ async def _watch(rows: AsyncGenerator[Row, None], guard: TableGuard) -> AsyncGen
     # is due, read it before ending cleanly (see _watched).
     if guard.due():
         await guard.check()
+
+
+def _window_io(
+    table: TableLikeAsync,
+    layout: Layout,
+    window: Window | None,
+    versions: int | Mapping[str, int] | None,
+    *,
+    guard: bool,
+) -> WindowTableAsync | None:
+    """The window's I/O of a table made with ``window`` (None: no window)."""
+    if window is None:
+        if versions is not None:
+            raise TypeError("window_versions is for a table made with window=")
+        return None
+    if not isinstance(window, Window):
+        raise TypeError(f"window must be a Window, got {type(window).__name__}")
+    if layout.cutoff is not None or layout.epochs is not None or layout.scheme != window.new:
+        raise WindowError(
+            f"a table in the {window} takes scheme={window.new} (the window's new layout), "
+            "without a cutoff or epochs"
+        )
+    if guard:
+        raise WindowError(
+            f"the layout record does not store a window yet: open a table in the {window} "
+            "with guard=False"
+        )
+    return WindowTableAsync(table, window, versions)
 
 
 @final
@@ -165,9 +201,20 @@ class SaltedTableAsync(TableAttributes):
         aggregates: The table's aggregate families, ``{family: "int64 sum"}``
             (sum, min, max): ``AddToCell`` to a split row is refused in any
             other family.
+        window: A dual-layout window (docs/epochs-window.md): keys move from
+            ``window.old`` to ``window.new``, which must be ``scheme``. Writes
+            go to the new layout (deletes to both, with tombstones), reads
+            combine both, atomic single-row operations are refused with
+            :class:`~saltedtable.WindowError`. Needs ``guard=False`` for now:
+            the layout record does not store a window yet.
+        window_versions: With ``window``: the column families' ``max_versions``
+            (an int, or a mapping family -> versions; None: every version),
+            re-applied to the union of a key's two rows.
 
     Raises:
         TypeError: ``table`` is None, or ``scheme``/``cutoff``/``budget`` of the wrong type.
+        WindowError: ``window`` whose new layout is not ``scheme``, with a
+            cutoff or epochs, with hot keys, or with the guard on.
         ValueError: ``SALTEDTABLE_CLIENT_INTERNALS`` is set to something other
             than on or off (and ``client_internals`` is None).
     """
@@ -187,6 +234,8 @@ class SaltedTableAsync(TableAttributes):
         client_internals: bool | None = None,
         hot: HotLayout | None = None,
         aggregates: Mapping[str, str] | None = None,
+        window: Window | None = None,
+        window_versions: int | Mapping[str, int] | None = None,
     ) -> None:
         check_arguments(table, scheme, cutoff, budget, max_concurrent_subscans)
         internals = use_client_internals(client_internals)
@@ -196,6 +245,12 @@ class SaltedTableAsync(TableAttributes):
         hot = None if self._hot is None else self._hot.layout
         #: Which sub-row a split row's next AddToCell call goes to (a round robin).
         self._spread = itertools.count()
+        if self._hot is not None and window is not None:
+            raise WindowError(
+                "a table in a dual-layout window cannot have hot keys yet: "
+                "close the window first, then split the hot keys"
+            )
+        self._window = _window_io(table, self._layout, window, window_versions, guard=guard)
         self.limiter = AsyncSlots(max_concurrent_subscans)
         self._guard = TableGuard(
             table,
@@ -323,6 +378,10 @@ class SaltedTableAsync(TableAttributes):
         """The hot key parts and split rows this table object reads and writes (None: none)."""
         return None if self._hot is None else self._hot.layout
 
+    def window(self) -> Window | None:
+        """The dual-layout window the table was made with, or None."""
+        return None if self._window is None else self._window.window
+
     @property
     def stored_layout(self) -> LayoutRecord | None:
         """The layout record the guard found in the table (None: none, or not read yet)."""
@@ -435,6 +494,8 @@ class SaltedTableAsync(TableAttributes):
                 failing sub-scan raised after the client's retries (the first
                 one), with a note naming its bucket and range.
         """
+        if self._window is not None:
+            return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
         call = self._read_call(
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -452,6 +513,10 @@ class SaltedTableAsync(TableAttributes):
         stats: CallStats | None = None,
     ) -> list[Row]:
         """Read the rows of a logical query into a list (see :meth:`read_rows_stream`)."""
+        if self._window is not None:
+            scan = self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
+            async with aclosing(scan):
+                return [row async for row in scan]
         call = self._read_call(
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -492,11 +557,31 @@ class SaltedTableAsync(TableAttributes):
             limit=limit,
             row_filter=row_filter,
         )
+        if self._window is not None:
+            return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
         call = self._read_call(
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
         return self._stream(call)
+
+    def _window_scan(
+        self,
+        query: Query,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+    ) -> AsyncGenerator[Row, None]:
+        """A scan in the window: checked now, read as it is iterated (always in key order)."""
+        assert self._window is not None
+        checked = self._window.prepare(query)
+        check_timeouts(operation_timeout, attempt_timeout)
+        return self._window.scan(
+            checked,
+            operation_timeout=operation_timeout,
+            attempt_timeout=attempt_timeout,
+            retryable_errors=retryable_errors,
+        )
 
     def _stream(self, call: ReadCall | _HotRead) -> AsyncGenerator[Row, None]:
         """The stream a read's caller iterates (see ``row_stream``: it stops when dropped)."""
@@ -536,6 +621,14 @@ class SaltedTableAsync(TableAttributes):
         key = to_key(row_key)
         hot = self._hot
         bucket: int | None
+        if self._window is not None:
+            return await self._window.read_row(
+                key,
+                row_filter,
+                operation_timeout=operation_timeout,
+                attempt_timeout=attempt_timeout,
+                retryable_errors=retryable_errors,
+            )
         try:
             if hot is not None and hot.is_hot(key):
                 if hot.is_split(key):
@@ -573,6 +666,15 @@ class SaltedTableAsync(TableAttributes):
             None, operation_timeout, attempt_timeout, "read_rows"
         )
         hot = self._hot
+        if self._window is not None:
+            row = await self._window.read_row(
+                to_key(row_key),
+                None,
+                operation_timeout=operation_timeout,
+                attempt_timeout=attempt_timeout,
+                retryable_errors=retryable_errors,
+            )
+            return row is not None
         try:
             key = to_key(row_key)
             if hot is not None and hot.is_hot(key):
@@ -617,6 +719,19 @@ class SaltedTableAsync(TableAttributes):
         """
         if not sharded_query:
             raise ValueError("empty sharded_query")
+        if self._window is not None:
+            # In the window: one query after another (each one ordered, see read_rows).
+            out: list[Row] = []
+            for one in sharded_query:
+                out.extend(
+                    await self.read_rows(
+                        one,
+                        operation_timeout=operation_timeout,
+                        attempt_timeout=attempt_timeout,
+                        retryable_errors=retryable_errors,
+                    )
+                )
+            return out
         operation, attempt = resolve_timeouts(
             self._table, operation_timeout, attempt_timeout, "read_rows"
         )
@@ -799,6 +914,14 @@ class SaltedTableAsync(TableAttributes):
                     retryable_errors=retryable_errors,
                 )
             return answer
+        if self._window is not None:
+            return await self._window.mutate_row(
+                write.key,
+                mutations if isinstance(mutations, list) else [mutations],
+                operation_timeout=operation_timeout,
+                attempt_timeout=attempt_timeout,
+                retryable_errors=retryable_errors,
+            )
         return await self._table.mutate_row(
             write.physical,
             mutations,
@@ -842,6 +965,9 @@ class SaltedTableAsync(TableAttributes):
                 for key, share in hot.route(entry.row_key, entry.mutations, next(self._spread)):
                     physical.append(RowMutationEntry(key, share))
                     owners.append(i)
+        later: list[tuple[int, RowMutationEntry]] = []
+        if self._window is not None:
+            physical, later = self._window.entries(mutation_entries)
         error: BaseException | None = None
         try:
             try:
@@ -860,6 +986,8 @@ class SaltedTableAsync(TableAttributes):
                 attempt_timeout=attempt_timeout,
                 retryable_errors=retryable_errors,
             )
+            if later:
+                await self._window_old_deletes(later, mutation_entries, operation_timeout)
         except MutationsExceptionGroup as group:
             if owners is not None:
                 group = _owned(group, owners, len(mutation_entries))
@@ -870,6 +998,28 @@ class SaltedTableAsync(TableAttributes):
             raise
         finally:
             bulk_report(stats, len(mutation_entries), error, self.stats_hook)
+
+    async def _window_old_deletes(
+        self,
+        later: list[tuple[int, RowMutationEntry]],
+        entries: list[RowMutationEntry],
+        operation_timeout: Timeout,
+    ) -> None:
+        """The old rows' deletes of a bulk write in the window, after the new rows'.
+
+        A failure names the caller's entry; retrying it is safe (deletes and
+        tombstones are idempotent), and reads are already right without it.
+        """
+        try:
+            await self._table.bulk_mutate_rows(
+                [entry for _, entry in later], operation_timeout=operation_timeout
+            )
+        except MutationsExceptionGroup as group:
+            for exc in group.exceptions:
+                index = getattr(exc, "index", None)
+                if index is not None and index < len(later):
+                    exc.index = later[index][0]
+            raise logical_group(group, self._layout, entries) from None
 
     async def check_and_mutate_row(
         self,
@@ -883,9 +1033,12 @@ class SaltedTableAsync(TableAttributes):
         """Mutate the row with this logical key depending on ``predicate``.
 
         Row-key regexes in the predicate are matched against the logical key.
+        Refused in a dual-layout window (:class:`~saltedtable.WindowError`).
         """
         if self._hot is not None:
             self._hot.refuse_atomic(row_key, "check_and_mutate_row")
+        if self._window is not None:
+            self._window.window.refuse_atomic("check_and_mutate_row", row_key)
         if not self._guard.settled():
             # The guard may send requests first: a value that is no filter fails before
             # them. Settled, the client's own build of the filter fails the same way with
@@ -929,6 +1082,12 @@ class SaltedTableAsync(TableAttributes):
         """Atomically read-modify-write the row with this logical key."""
         if self._hot is not None:
             self._hot.refuse_atomic(row_key, "read_modify_write_row")
+        """Atomically read-modify-write the row with this logical key.
+
+        Refused in a dual-layout window (:class:`~saltedtable.WindowError`).
+        """
+        if self._window is not None:
+            self._window.window.refuse_atomic("read_modify_write_row", row_key)
         write = prepare_row_write(self._layout, row_key, rules, operation_timeout=operation_timeout)
         write = self._hot_placed(write)
         operation_timeout = await self._guard.within(
@@ -977,7 +1136,60 @@ class SaltedTableAsync(TableAttributes):
             internals=self._reads.client_internals,
             hot=self._hot,
             spread=self._spread,
+            window=self._window,
         )
+
+    # -- the dual-layout window's steps ------------------------------------------------
+
+    def _open_window(self) -> Window:
+        if self._window is None:
+            raise WindowError("this table was made without a window (window=Window(old, new))")
+        return self._window.window
+
+    async def backfill_window(
+        self, *, after: bytes | None = None, limit: int | None = None, max_cells: int = 100
+    ) -> BackfillProgress:
+        """Copy old-layout rows into their new rows, cells with their timestamps.
+
+        Idempotent and resumable: pass the returned ``cursor`` as ``after`` to
+        go on, or run again from the start; a crash at any point leaves reads
+        unchanged. A copy that a write or delete overtook is read and planned
+        again (``replans``), never applied over it.
+
+        Args:
+            after: Resume after this old physical key (a previous ``cursor``).
+            limit: Old rows to visit at most in this step (None: to the end).
+            max_cells: Cells one ``CheckAndMutateRow`` copies at most.
+        """
+        return await backfill_rows(
+            self._table, self._open_window(), after=after, limit=limit, max_cells=max_cells
+        )
+
+    async def verify_window(
+        self, *, after: bytes | None = None, limit: int | None = None
+    ) -> BackfillProgress:
+        """Count old rows the new layout does not fully show yet (``left``); writes nothing."""
+        return await verify_rows(self._table, self._open_window(), after=after, limit=limit)
+
+    async def retire_window(
+        self, *, after: bytes | None = None, limit: int | None = None
+    ) -> BackfillProgress:
+        """Delete every old row whose cells its new row shows (``retired``).
+
+        Rows still to copy are kept (``left``). Safe at any time: reads are the
+        same before and after.
+        """
+        return await retire_rows(self._table, self._open_window(), after=after, limit=limit)
+
+    async def drop_window_tombstones(self) -> BackfillProgress:
+        """Delete the window's tombstones: the last step, after the window closed.
+
+        Run it only once no table object reads through the window any more
+        (every reader opened without ``window=``) and :meth:`retire_window`
+        left no old row: a tombstone is what hides an old cell a delete
+        removed.
+        """
+        return await drop_tombstones(self._table, self._open_window())
 
     # -- lifecycle -------------------------------------------------------------
 

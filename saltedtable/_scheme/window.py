@@ -98,6 +98,7 @@ from .salt import SaltScheme, format_key, to_key
 __all__ = [
     "WINDOW_FAMILY",
     "BackfillCopy",
+    "BackfillProgress",
     "Placement",
     "Tombstone",
     "Window",
@@ -345,6 +346,32 @@ class BackfillCopy:
     row_key: bytes
     predicate: RowFilter
     mutations: tuple[SetCell, ...]
+
+
+@final
+@dataclass(slots=True)
+class BackfillProgress:
+    """What one backfill step did, and where to resume it.
+
+    Attributes:
+        cursor: The last old physical key done; pass it as ``after`` to resume
+            (None: nothing was done).
+        keys: Old rows visited.
+        copied: Cells copied (``backfill_rows``).
+        replans: Copies refused by their predicate, then read and planned again.
+        left: Keys whose old row the new one does not show yet (``verify_rows``).
+        retired: Old rows deleted (``retire_rows``), or rows whose tombstones
+            were dropped (``drop_tombstones``).
+        done: The step reached the end of the old layout.
+    """
+
+    cursor: bytes | None = None
+    keys: int = 0
+    copied: int = 0
+    replans: int = 0
+    left: int = 0
+    retired: int = 0
+    done: bool = False
 
 
 def _micros_time(micros: int) -> datetime:

@@ -21,6 +21,7 @@ from .._scheme.layout import Layout
 from .._scheme.salt import to_key
 from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import SyncTableGuard
+from .window_table import WindowTable
 
 __all__ = ["SaltedMutationsBatcherSync"]
 
@@ -40,7 +41,7 @@ class SaltedMutationsBatcherSync(BatcherCore):
     never sent, and is reported the same way.
     """
 
-    __slots__ = ("_guard", "_hot", "_spread")
+    __slots__ = ("_guard", "_hot", "_spread", "_window")
 
     def __init__(
         self,
@@ -51,12 +52,16 @@ class SaltedMutationsBatcherSync(BatcherCore):
         internals: bool = True,
         hot: HotKeys | None = None,
         spread: Iterator[int] | None = None,
+        window: WindowTable | None = None,
     ) -> None:
         super().__init__(inner, layout, internals=internals)
         self._inner: SyncBatcherLike = inner
         self._guard = guard
         self._hot = hot
         self._spread = spread
+        # In a dual-layout window an entry becomes the new row's entry, then (for a
+        # delete) the old row's; both name the caller's entry when they fail.
+        self._window = window
 
     def append(self, mutation_entry: RowMutationEntry) -> None:
         """Queue a logical entry; it is flushed with others under its physical key.
@@ -76,6 +81,9 @@ class SaltedMutationsBatcherSync(BatcherCore):
             return
         if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
             self._append_hot(self._hot, mutation_entry)
+            return
+        if self._window is not None:
+            self._append_window(mutation_entry, self._window)
             return
         physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
@@ -117,12 +125,37 @@ class SaltedMutationsBatcherSync(BatcherCore):
             physical.row_key = key
             physical.mutations = tuple(share)
             physical.logical = mutation_entry
-            physical.seq = self._seq
-            self._seq += 1
+            self._queue(physical)
+
+    def _append_window(self, entry: RowMutationEntry, window: WindowTable) -> None:
+        """Queue a logical entry in the window: its new row's entry, then its old row's.
+
+        Both may travel in one flush; a failure of either names the caller's
+        entry, and retrying that entry is safe (the tombstone keeps reads right
+        whichever half was written).
+        """
+        if self._guard is not None:
             try:
-                self._inner.append(physical)
-            except MutationsExceptionGroup as group:
-                raise logical_group(group, self._layout) from None
+                self._guard.before_write(family_of(entry.mutations))
+            except GoogleAPICallError as exc:
+                self._hold(entry, exc)
+                return
+        new, later = window.entries([entry])
+        for placed in [new[0], *(e for _, e in later)]:
+            physical = PhysicalEntry()
+            physical.row_key = placed.row_key
+            physical.mutations = tuple(placed.mutations)
+            physical.logical = entry
+            self._queue(physical)
+
+    def _queue(self, physical: PhysicalEntry) -> None:
+        """Number and queue one physical entry of a hot or windowed logical entry."""
+        physical.seq = self._seq
+        self._seq += 1
+        try:
+            self._inner.append(physical)
+        except MutationsExceptionGroup as group:
+            raise logical_group(group, self._layout) from None
 
     def flush(self) -> None:
         """Write every entry appended so far; raise those that failed.

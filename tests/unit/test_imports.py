@@ -72,6 +72,7 @@ ORDER: tuple[str, ...] = (
     "_guard.migration",
     "_guard.from_record",
     "_guard.decisions",
+    "_guard.window_state",
     "_guard",
     # the tables' pure halves, shared by both flavours
     "_write",
@@ -84,6 +85,7 @@ ORDER: tuple[str, ...] = (
     "_async.chunks",
     "_async.read_call",
     "_async.guard",
+    "_async.window_table",
     "_async.batcher",
     "_async.table",
     "_async",
@@ -91,6 +93,7 @@ ORDER: tuple[str, ...] = (
     "_sync_autogen.chunks",
     "_sync_autogen.read_call",
     "_sync_autogen.guard",
+    "_sync_autogen.window_table",
     "_sync_autogen.batcher",
     "_sync_autogen.table",
     "_sync_autogen",

@@ -84,7 +84,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1110,6 +1110,8 @@ async def memory(
 WRITE_VARIANTS = ("raw", "floor", "salted", "salted_guard")
 #: The variants compared with the raw client (and with the floor).
 SALTED_VARIANTS = ("salted", "salted_guard")
+#: The write section's operations (``--write-ops`` picks some).
+WRITE_OPS = ("batcher", "bulk", "mutate_row", "check_and_mutate_row")
 WRITE_VALUE = b"x" * 100
 WRITE_SCHEME = SaltScheme(BUCKETS)
 
@@ -1224,7 +1226,9 @@ class WriteTargets:
         return go
 
 
-def write_calls(targets: WriteTargets, appends: int, rows: int) -> dict[str, Any]:
+def write_calls(
+    targets: WriteTargets, appends: int, rows: int, ops: Sequence[str] = WRITE_OPS
+) -> dict[str, Any]:
     """Python calls (cProfile) per appended row, per bulk entry and per point write."""
 
     def make(variant: str, op: str, count: int) -> Callable[[], Any]:
@@ -1240,6 +1244,7 @@ def write_calls(targets: WriteTargets, appends: int, rows: int) -> dict[str, Any
         "mutate_row_per_call": 50,
         "check_and_mutate_row_per_call": 50,
     }
+    counts = {op: n for op, n in counts.items() if op.split("_per_")[0] in ops}
     out: dict[str, Any] = {}
     for variant in WRITE_VARIANTS:
         found: dict[str, float] = {}
@@ -1271,6 +1276,7 @@ def write_rounds(
     point_ops: int,
     seed: int,
     point: bool = True,
+    ops: Sequence[str] = WRITE_OPS,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every (flavour, operation, variant) once a round, in a shuffled order (seeded).
 
@@ -1280,10 +1286,14 @@ def write_rounds(
     """
     jobs: list[tuple[str, str, str]] = []
     for flavour in flavours:
-        ops = [f"batcher_{appends}", *(f"bulk_{n}" for n in bulk_sizes)]
+        names: list[str] = []
+        if "batcher" in ops:
+            names.append(f"batcher_{appends}")
+        if "bulk" in ops:
+            names += [f"bulk_{n}" for n in bulk_sizes]
         if point:
-            ops += ["mutate_row", "check_and_mutate_row"]
-        for op in ops:
+            names += [op for op in ("mutate_row", "check_and_mutate_row") if op in ops]
+        for op in names:
             jobs += [(flavour, op, variant) for variant in WRITE_VARIANTS]
     shuffle = random.Random(seed).shuffle
     out: dict[str, list[dict[str, Any]]] = {}
@@ -1384,7 +1394,7 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
                 "live_entries": args.write_live,
             }
             report["calls"] = {
-                f: write_calls(t, args.write_appends, max(args.write_bulk_rows))
+                f: write_calls(t, args.write_appends, max(args.write_bulk_rows), args.write_ops)
                 for f, t in flavours.items()
             }
             print(json.dumps({"writes_calls": report["calls"]}, indent=1), file=sys.stderr)
@@ -1395,6 +1405,7 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
                 args.write_appends,
                 args.write_point_ops,
                 seed=41,
+                ops=args.write_ops,
             )
             report["ratios"] = write_summary(plain)
             print(json.dumps({"writes": report["ratios"]}, indent=1), file=sys.stderr)
@@ -1411,6 +1422,7 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
                     args.write_point_ops,
                     seed=42,
                     point=False,
+                    ops=args.write_ops,
                 )
                 report["ratios_with_live_entries"] = write_summary(live)
                 report["tracked_objects_with_live_entries"] = len(gc.get_objects())
@@ -1570,6 +1582,13 @@ def main() -> None:
         type=int,
         default=100_000,
         help="writes: live entries held for the batcher's second set of rounds (0: none)",
+    )
+    parser.add_argument(
+        "--write-ops",
+        nargs="+",
+        default=list(WRITE_OPS),
+        choices=WRITE_OPS,
+        help="writes: the operations measured",
     )
     parser.add_argument(
         "--write-flavours", nargs="+", default=["async", "sync"], choices=["async", "sync"]

@@ -73,8 +73,9 @@ from .._read.timeouts import (
 from .._scheme.cutoff import CutoffPolicy
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
-from .._write import every_entry_failed, first_family, logical_group
+from .._write import every_entry_failed, first_family, logical_group, physical_entries
 from .batcher import SaltedMutationsBatcherAsync
+from .bulk import placed_bulk_unavailable, placed_bulk_write
 from .guard import TableGuard
 from .read_call import ReadCall, ReadContextAsync
 from .table_like import TableLikeAsync
@@ -702,7 +703,7 @@ class SaltedTableAsync(TableAttributes):
                 ``FailedMutationEntryError.entry`` is the caller's logical entry
                 and ``.index`` its position in ``mutation_entries``.
         """
-        mutation_entries, physical, stats = bulk_prepare(
+        mutation_entries, keys, stats = bulk_prepare(
             self._layout,
             mutation_entries,
             operation_timeout,
@@ -722,12 +723,24 @@ class SaltedTableAsync(TableAttributes):
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
-            await self._table.bulk_mutate_rows(
-                physical,
-                operation_timeout=operation_timeout,
-                attempt_timeout=attempt_timeout,
-                retryable_errors=retryable_errors,
-            )
+            if placed_bulk_unavailable(self._table, internals=self._reads.client_internals):
+                await self._table.bulk_mutate_rows(
+                    physical_entries(mutation_entries, keys),
+                    operation_timeout=operation_timeout,
+                    attempt_timeout=attempt_timeout,
+                    retryable_errors=retryable_errors,
+                )
+            else:
+                # The client's own call, with the caller's entries: no object a row
+                # more than the client keeps (see saltedtable._async.bulk).
+                await placed_bulk_write(
+                    self._table,
+                    mutation_entries,
+                    keys,
+                    operation_timeout=operation_timeout,
+                    attempt_timeout=attempt_timeout,
+                    retryable_errors=retryable_errors,
+                )
         except MutationsExceptionGroup as group:
             error = logical_group(group, self._layout, mutation_entries)
             raise error from None

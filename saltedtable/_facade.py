@@ -272,8 +272,9 @@ def prepare_row_write(
         RowKeyError: The key cannot be stored (see :meth:`Layout.locate`).
     """
     check_timeouts(operation_timeout, attempt_timeout)
-    key = to_key(row_key)
-    bucket, physical = layout.locate(key)
+    # (The locator takes str keys too; one call places a plain key.)
+    bucket, physical = layout.locator()(row_key)
+    key = row_key if type(row_key) is bytes else to_key(row_key)
     family = None
     for change in changes:
         family = None if change is None else family_of(change)

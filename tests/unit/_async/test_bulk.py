@@ -183,9 +183,9 @@ async def test_too_many_mutations_are_refused_with_the_clients_error(server: _Se
     client = BigtableDataClientAsync(project="proj")
     try:
         raw = client.get_table("inst", "tab")
-        with pytest.raises(ValueError) as theirs:
+        with pytest.raises(ValueError, match="at most 100000 mutations") as theirs:
             await raw.bulk_mutate_rows(placed(big))
-        with pytest.raises(ValueError) as ours:
+        with pytest.raises(ValueError, match="at most 100000 mutations") as ours:
             await SaltedTableAsync(raw, SCHEME, guard=False).bulk_mutate_rows(big)
     finally:
         await client.close()

@@ -1310,11 +1310,14 @@ def write_rounds(
                 go = targets.point(variant, op, KEYS[number * point_ops : (number + 1) * point_ops])
             gc.collect()
             with GcWatch().watching() as watch:
+                cpu = time.process_time()
                 start = time.perf_counter()
                 targets.run(go)
                 seconds = time.perf_counter() - start
+                cpu = time.process_time() - cpu
             took.setdefault(f"{flavour}/{op}", {})[variant] = {
                 "seconds": seconds,
+                "cpu_seconds": cpu,
                 "gc_seconds": watch.seconds,
                 "gc_collections": watch.collections,
             }
@@ -1334,8 +1337,9 @@ def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     seconds over the variant's (saltedtable's own work); ``<variant>_without_gc``
     the same with each run's collection time taken out (where a full collection
     lands decides much of a run's time: docs/development.md, "Write path
-    internals"); the share of each variant's time spent in garbage collection,
-    and its full (gen 2) collections.
+    internals"); ``<variant>_cpu`` the same over the process's CPU time; the
+    share of each variant's time spent in garbage collection, and its full (gen
+    2) collections.
     """
     out: dict[str, Any] = {}
     for name, per_round in rounds.items():
@@ -1349,6 +1353,11 @@ def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             entry[variant] = pooled(ratios)
             entry[f"{variant}_vs_floor"] = pooled(
                 [r["floor"]["seconds"] / r[variant]["seconds"] for r in per_round]
+            )
+            # The process's CPU time (its threads included, the emulator's not):
+            # steadier than the wall clock on a machine shared with other work.
+            entry[f"{variant}_cpu"] = pooled(
+                [r["raw"]["cpu_seconds"] / r[variant]["cpu_seconds"] for r in per_round]
             )
             entry[f"{variant}_without_gc"] = pooled(
                 [

@@ -139,7 +139,12 @@ def test_the_write_summary_is_raw_over_salted_seconds_paired_by_round(
     engine_bench: ModuleType,
 ) -> None:
     def run(seconds: float) -> dict[str, Any]:
-        return {"seconds": seconds, "gc_seconds": seconds / 10, "gc_collections": [3, 1, 0]}
+        return {
+            "seconds": seconds,
+            "cpu_seconds": seconds / 2,
+            "gc_seconds": seconds / 10,
+            "gc_collections": [3, 1, 0],
+        }
 
     per_round = [
         {"raw": run(1.0), "floor": run(1.0), "salted": run(2.0), "salted_guard": run(1.0)},
@@ -148,6 +153,7 @@ def test_the_write_summary_is_raw_over_salted_seconds_paired_by_round(
     summary = engine_bench.write_summary({"async/x": per_round})["async/x"]
     assert summary["salted"]["median"] == 0.75  # (0.5 + 1.0) / 2
     assert summary["salted_without_gc"]["median"] == 0.75  # each run 10% in collections
+    assert summary["salted_cpu"]["median"] == 0.75  # each run half CPU
     assert summary["salted_guard"]["median"] == 0.875  # (1.0 + 0.75) / 2
     assert summary["floor"]["median"] == 1.25  # (1.0 + 1.5) / 2
     assert summary["salted_vs_floor"]["median"] == round((0.5 + 2 / 3) / 2, 3)

@@ -108,7 +108,7 @@ def placed_bulk_write(
     table = table.bulk_mutate_rows.__self__  # (a proxy's: the table it forwards to)
     operation, attempt = _get_timeouts(operation_timeout, attempt_timeout, table)
     retryable = _get_retryable_errors(retryable_errors, table)
-    op = _Operation(
+    op: Any = _Operation(
         table.client._gapic_client,
         table,
         [],

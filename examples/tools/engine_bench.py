@@ -1225,6 +1225,78 @@ class WriteTargets:
 
         return go
 
+    def one_point(self, variant: str, op: str) -> Callable[[bytes], Any]:
+        """One point write of ``key``, timed: returns its seconds (async: run on the loop)."""
+        table = self.tables[variant]
+        salt = WRITE_SCHEME.salt_key if variant == "floor" else None
+        cell = SetCell(FAMILY, b"q", WRITE_VALUE, 1000)
+        predicate = PassAllFilter(True)
+        if self.flavour == "async":
+
+            async def go_async(key: bytes) -> float:
+                key = salt(key) if salt else key
+                start = time.perf_counter()
+                if op == "mutate_row":
+                    await table.mutate_row(key, cell)
+                else:
+                    await table.check_and_mutate_row(key, predicate, true_case_mutations=cell)
+                return time.perf_counter() - start
+
+            return lambda key: self.loop.run_until_complete(go_async(key))
+
+        def go(key: bytes) -> float:
+            key = salt(key) if salt else key
+            start = time.perf_counter()
+            if op == "mutate_row":
+                table.mutate_row(key, cell)
+            else:
+                table.check_and_mutate_row(key, predicate, true_case_mutations=cell)
+            return time.perf_counter() - start
+
+        return go
+
+
+def point_interleaved(
+    flavours: dict[str, WriteTargets], ops: Sequence[str], calls: int, block: int, seed: int
+) -> dict[str, Any]:
+    """Point writes interleaved call by call: each call of every variant in a shuffled order.
+
+    A point write is a single call of a few milliseconds, so a round of 200 of
+    them per variant still sees the machine's load change between variants;
+    here the variants alternate at every call. Per block of ``block`` calls:
+    the raw client's median latency over each variant's (above 0.95: within
+    5%), pooled over the blocks (median, 95% interval of the median); and the
+    median latencies over every call.
+    """
+    rng = random.Random(seed)
+    out: dict[str, Any] = {}
+    for flavour, targets in flavours.items():
+        for op in ("mutate_row", "check_and_mutate_row"):
+            if op not in ops:
+                continue
+            timed = {v: targets.one_point(v, op) for v in WRITE_VARIANTS}
+            seconds: dict[str, list[float]] = {v: [] for v in WRITE_VARIANTS}
+            order = list(WRITE_VARIANTS)
+            for i in range(calls):
+                rng.shuffle(order)
+                for variant in order:
+                    seconds[variant].append(timed[variant](KEYS[i % len(KEYS)]))
+            starts = range(0, calls - block + 1, block)
+            entry: dict[str, Any] = {}
+            for variant in ("floor", *SALTED_VARIANTS):
+                entry[variant] = pooled(
+                    [
+                        statistics.median(seconds["raw"][b : b + block])
+                        / statistics.median(seconds[variant][b : b + block])
+                        for b in starts
+                    ]
+                )
+            entry["median_ms"] = {
+                v: round(statistics.median(s) * 1000, 4) for v, s in seconds.items()
+            }
+            out[f"{flavour}/{op}"] = entry
+    return out
+
 
 def write_calls(
     targets: WriteTargets, appends: int, rows: int, ops: Sequence[str] = WRITE_OPS
@@ -1416,6 +1488,14 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
                 seed=41,
                 ops=args.write_ops,
             )
+            if args.write_point_calls:
+                report["point_interleaved"] = point_interleaved(
+                    flavours, args.write_ops, args.write_point_calls, block=100, seed=43
+                )
+                print(
+                    json.dumps({"writes_points": report["point_interleaved"]}, indent=1),
+                    file=sys.stderr,
+                )
             report["ratios"] = write_summary(plain)
             print(json.dumps({"writes": report["ratios"]}, indent=1), file=sys.stderr)
             if args.write_live:
@@ -1585,6 +1665,12 @@ def main() -> None:
     parser.add_argument("--write-appends", type=int, default=5_000, help="writes: batcher")
     parser.add_argument(
         "--write-point-ops", type=int, default=200, help="writes: mutate_row calls a round"
+    )
+    parser.add_argument(
+        "--write-point-calls",
+        type=int,
+        default=0,
+        help="writes: point writes interleaved call by call, per variant (0: none)",
     )
     parser.add_argument(
         "--write-live",

@@ -118,8 +118,19 @@ def test_the_write_rounds_pair_every_variant_and_write_every_entry(
             ),
         }
         rounds = engine_bench.write_rounds(flavours, 2, [30], 20, 3, seed=0)
+        only_bulk = engine_bench.write_rounds(flavours, 1, [10], 20, 3, seed=0, ops=["bulk"])
+        points = engine_bench.point_interleaved(
+            flavours, engine_bench.WRITE_OPS, 20, block=10, seed=0
+        )
     finally:
         loop.close()
+    assert set(only_bulk) == {"async/bulk_10", "sync/bulk_10"}
+    assert set(points) == {
+        f"{f}/{op}" for f in ("async", "sync") for op in ("mutate_row", "check_and_mutate_row")
+    }
+    for entry in points.values():
+        assert entry["salted"]["n"] == 2  # two blocks of ten calls
+        assert set(entry["median_ms"]) == set(engine_bench.WRITE_VARIANTS)
     ops = ("batcher_20", "bulk_30", "mutate_row", "check_and_mutate_row")
     assert set(rounds) == {f"{f}/{op}" for f in ("async", "sync") for op in ops}
     for per_round in rounds.values():

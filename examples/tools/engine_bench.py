@@ -58,11 +58,15 @@ Sections (``--sections``, default all):
   shuffled order, ``--write-rounds`` rounds (>= 20 for the published ratios). Ratios:
   raw seconds over salted seconds in the same round (above 0.95: within 5% of the
   client), median and 95% interval of the median; the share of each variant's time in
-  garbage collection and its full collections, and the ratios without that time. Then
+  garbage collection and its full collections, the ratios without that time, and the
+  same ratios over the process's CPU time (``_cpu``: steadier on a shared machine). Then
   the batcher's and the bulk writes' rounds again with ``--write-live`` entries held
-  alive in the process. ``calls``: Python calls per
-  appended row, per bulk entry and per point write (cProfile), and above the raw
-  client's. Example: ``engine_bench.py --sections writes --write-rounds 20``.
+  alive in the process. ``--write-ops`` picks the operations; ``--write-point-calls N``
+  also times N point writes of each variant interleaved call by call
+  (``point_interleaved``: a single call's latency, paired block by block). ``calls``:
+  Python calls per appended row, per bulk entry and per point write (cProfile), and
+  above the raw client's. Example: ``engine_bench.py --sections writes --write-rounds 20
+  --write-point-calls 3000``.
 """
 
 from __future__ import annotations

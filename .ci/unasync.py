@@ -63,6 +63,7 @@ NAMES: dict[str, str] = {
     "TableAsync": "Table",
     "_DataApiTargetAsync": "_DataApiTarget",
     "_ReadRowsOperationAsync": "_ReadRowsOperation",
+    "_MutateRowsOperationAsync": "_MutateRowsOperation",
     "method_async": "method",
     # saltedtable's, where the pair does not follow the `...Async` rule below. The public
     # sync names take the plain names in 0.3.0, when the deprecated async aliases

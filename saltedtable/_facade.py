@@ -39,7 +39,7 @@ from ._scheme.cutoff import CutoffPolicy
 from ._scheme.hot import HotLayout
 from ._scheme.layout import Layout, samples_in_range
 from ._scheme.salt import SaltScheme, to_key
-from ._write import physical_entries
+from ._write import physical_keys
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_SUBSCANS",
@@ -298,8 +298,9 @@ def prepare_row_write(
         RowKeyError: The key cannot be stored (see :meth:`Layout.locate`).
     """
     check_timeouts(operation_timeout, attempt_timeout)
-    key = to_key(row_key)
-    bucket, physical = layout.locate(key)
+    # (The locator takes str keys too; one call places a plain key.)
+    bucket, physical = layout.locator()(row_key)
+    key = row_key if type(row_key) is bytes else to_key(row_key)
     family = None
     for change in changes:
         family = None if change is None else family_of(change)
@@ -315,18 +316,18 @@ def bulk_prepare(
     attempt_timeout: AttemptTimeout,
     stats: CallStats | None,
     hook: StatsHook | None,
-) -> tuple[list[RowMutationEntry], list[RowMutationEntry], CallStats | None]:
+) -> tuple[list[RowMutationEntry], list[bytes], CallStats | None]:
     """Check a ``bulk_mutate_rows`` call before anything is sent.
 
     Returns:
-        The logical entries as a list, the same with physical keys, and the
-        call's statistics (created when a hook needs them).
+        The logical entries as a list, their physical keys, and the call's
+        statistics (created when a hook needs them).
     """
     if stats is None and hook is not None:
         stats = CallStats()
     check_timeouts(operation_timeout, attempt_timeout)
     logical = entries if isinstance(entries, list) else list(entries)  # any iterable
-    return logical, physical_entries(layout, logical, stats), stats
+    return logical, physical_keys(layout, logical, stats), stats
 
 
 def bulk_report(

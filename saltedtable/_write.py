@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from google.api_core.exceptions import DeadlineExceeded
-from google.cloud.bigtable.data import Mutation, RowMutationEntry
+from google.cloud.bigtable.data import RowMutationEntry
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
     MutationsExceptionGroup,
@@ -34,6 +34,7 @@ __all__ = [
     "every_entry_failed",
     "logical_group",
     "physical_entries",
+    "physical_keys",
 ]
 
 
@@ -66,38 +67,40 @@ class PhysicalEntry(_Placed):
     seq: int
 
 
-def physical_entries(
+def physical_keys(
     layout: Layout, entries: Sequence[RowMutationEntry], stats: CallStats | None = None
-) -> list[RowMutationEntry]:
-    """The entries with physical keys, every key placed before any is sent.
+) -> list[bytes]:
+    """The entries' physical keys, every key placed before any is sent.
 
     Raises:
         RowKeyError, CutoffError: A key cannot be placed; nothing is returned.
     """
-    physical: list[RowMutationEntry] = [_Placed() for _ in entries]
     if stats is None:
         salt = layout.salter()
-        for entry, out in zip(entries, physical, strict=True):
-            out.row_key = salt(entry.row_key)
-            # The client's entries hold a tuple, which the physical entry shares;
-            # anything else (a list set on the entry afterwards) is copied.
-            mutations = entry.mutations
-            out.mutations = mutations if type(mutations) is tuple else tuple(mutations)
-        return physical
+        return [salt(entry.row_key) for entry in entries]
+    keys: list[bytes] = []
     locate = layout.locate
-    for entry, out in zip(entries, physical, strict=True):
+    for entry in entries:
         bucket, key = locate(entry.row_key)
-        out.row_key, out.mutations = key, _mutations_of(entry)
+        keys.append(key)
         b = stats.bucket(bucket)
         b.rows += 1
         b.bytes += len(key) + sum(m.size() for m in entry.mutations)
+    return keys
+
+
+def physical_entries(
+    entries: Sequence[RowMutationEntry], keys: Sequence[bytes]
+) -> list[RowMutationEntry]:
+    """The entries under their physical keys (:func:`physical_keys`), sharing their mutations."""
+    physical: list[RowMutationEntry] = [_Placed() for _ in entries]
+    for entry, key, out in zip(entries, keys, physical, strict=True):
+        out.row_key = key
+        # The client's entries hold a tuple, which the physical entry shares;
+        # anything else (a list set on the entry afterwards) is copied.
+        mutations = entry.mutations
+        out.mutations = mutations if type(mutations) is tuple else tuple(mutations)
     return physical
-
-
-def _mutations_of(entry: RowMutationEntry) -> tuple[Mutation, ...]:
-    """The entry's mutations as a tuple (the client's own entries hold one, shared as is)."""
-    mutations = entry.mutations
-    return mutations if type(mutations) is tuple else tuple(mutations)
 
 
 def first_family(entries: Sequence[RowMutationEntry]) -> str | None:

@@ -61,11 +61,15 @@ Sections (``--sections``, default all):
   shuffled order, ``--write-rounds`` rounds (>= 20 for the published ratios). Ratios:
   raw seconds over salted seconds in the same round (above 0.95: within 5% of the
   client), median and 95% interval of the median; the share of each variant's time in
-  garbage collection and its full collections, and the ratios without that time. Then
+  garbage collection and its full collections, the ratios without that time, and the
+  same ratios over the process's CPU time (``_cpu``: steadier on a shared machine). Then
   the batcher's and the bulk writes' rounds again with ``--write-live`` entries held
-  alive in the process. ``calls``: Python calls per
-  appended row, per bulk entry and per point write (cProfile), and above the raw
-  client's. Example: ``engine_bench.py --sections writes --write-rounds 20``.
+  alive in the process. ``--write-ops`` picks the operations; ``--write-point-calls N``
+  also times N point writes of each variant interleaved call by call
+  (``point_interleaved``: a single call's latency, paired block by block). ``calls``:
+  Python calls per appended row, per bulk entry and per point write (cProfile), and
+  above the raw client's. Example: ``engine_bench.py --sections writes --write-rounds 20
+  --write-point-calls 3000``.
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1166,6 +1170,8 @@ async def memory(
 WRITE_VARIANTS = ("raw", "floor", "salted", "salted_guard")
 #: The variants compared with the raw client (and with the floor).
 SALTED_VARIANTS = ("salted", "salted_guard")
+#: The write section's operations (``--write-ops`` picks some).
+WRITE_OPS = ("batcher", "bulk", "mutate_row", "check_and_mutate_row")
 WRITE_VALUE = b"x" * 100
 WRITE_SCHEME = SaltScheme(BUCKETS)
 
@@ -1279,8 +1285,82 @@ class WriteTargets:
 
         return go
 
+    def one_point(self, variant: str, op: str) -> Callable[[bytes], Any]:
+        """One point write of ``key``, timed: returns its seconds (async: run on the loop)."""
+        table = self.tables[variant]
+        salt = WRITE_SCHEME.salt_key if variant == "floor" else None
+        cell = SetCell(FAMILY, b"q", WRITE_VALUE, 1000)
+        predicate = PassAllFilter(True)
+        if self.flavour == "async":
 
-def write_calls(targets: WriteTargets, appends: int, rows: int) -> dict[str, Any]:
+            async def go_async(key: bytes) -> float:
+                key = salt(key) if salt else key
+                start = time.perf_counter()
+                if op == "mutate_row":
+                    await table.mutate_row(key, cell)
+                else:
+                    await table.check_and_mutate_row(key, predicate, true_case_mutations=cell)
+                return time.perf_counter() - start
+
+            return lambda key: self.loop.run_until_complete(go_async(key))
+
+        def go(key: bytes) -> float:
+            key = salt(key) if salt else key
+            start = time.perf_counter()
+            if op == "mutate_row":
+                table.mutate_row(key, cell)
+            else:
+                table.check_and_mutate_row(key, predicate, true_case_mutations=cell)
+            return time.perf_counter() - start
+
+        return go
+
+
+def point_interleaved(
+    flavours: dict[str, WriteTargets], ops: Sequence[str], calls: int, block: int, seed: int
+) -> dict[str, Any]:
+    """Point writes interleaved call by call: each call of every variant in a shuffled order.
+
+    A point write is a single call of a few milliseconds, so a round of 200 of
+    them per variant still sees the machine's load change between variants;
+    here the variants alternate at every call. Per block of ``block`` calls:
+    the raw client's median latency over each variant's (above 0.95: within
+    5%), pooled over the blocks (median, 95% interval of the median); and the
+    median latencies over every call.
+    """
+    rng = random.Random(seed)
+    out: dict[str, Any] = {}
+    for flavour, targets in flavours.items():
+        for op in ("mutate_row", "check_and_mutate_row"):
+            if op not in ops:
+                continue
+            timed = {v: targets.one_point(v, op) for v in WRITE_VARIANTS}
+            seconds: dict[str, list[float]] = {v: [] for v in WRITE_VARIANTS}
+            order = list(WRITE_VARIANTS)
+            for i in range(calls):
+                rng.shuffle(order)
+                for variant in order:
+                    seconds[variant].append(timed[variant](KEYS[i % len(KEYS)]))
+            starts = range(0, calls - block + 1, block)
+            entry: dict[str, Any] = {}
+            for variant in ("floor", *SALTED_VARIANTS):
+                entry[variant] = pooled(
+                    [
+                        statistics.median(seconds["raw"][b : b + block])
+                        / statistics.median(seconds[variant][b : b + block])
+                        for b in starts
+                    ]
+                )
+            entry["median_ms"] = {
+                v: round(statistics.median(s) * 1000, 4) for v, s in seconds.items()
+            }
+            out[f"{flavour}/{op}"] = entry
+    return out
+
+
+def write_calls(
+    targets: WriteTargets, appends: int, rows: int, ops: Sequence[str] = WRITE_OPS
+) -> dict[str, Any]:
     """Python calls (cProfile) per appended row, per bulk entry and per point write."""
 
     def make(variant: str, op: str, count: int) -> Callable[[], Any]:
@@ -1296,6 +1376,7 @@ def write_calls(targets: WriteTargets, appends: int, rows: int) -> dict[str, Any
         "mutate_row_per_call": 50,
         "check_and_mutate_row_per_call": 50,
     }
+    counts = {op: n for op, n in counts.items() if op.split("_per_")[0] in ops}
     out: dict[str, Any] = {}
     for variant in WRITE_VARIANTS:
         found: dict[str, float] = {}
@@ -1327,6 +1408,7 @@ def write_rounds(
     point_ops: int,
     seed: int,
     point: bool = True,
+    ops: Sequence[str] = WRITE_OPS,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every (flavour, operation, variant) once a round, in a shuffled order (seeded).
 
@@ -1336,10 +1418,14 @@ def write_rounds(
     """
     jobs: list[tuple[str, str, str]] = []
     for flavour in flavours:
-        ops = [f"batcher_{appends}", *(f"bulk_{n}" for n in bulk_sizes)]
+        names: list[str] = []
+        if "batcher" in ops:
+            names.append(f"batcher_{appends}")
+        if "bulk" in ops:
+            names += [f"bulk_{n}" for n in bulk_sizes]
         if point:
-            ops += ["mutate_row", "check_and_mutate_row"]
-        for op in ops:
+            names += [op for op in ("mutate_row", "check_and_mutate_row") if op in ops]
+        for op in names:
             jobs += [(flavour, op, variant) for variant in WRITE_VARIANTS]
     shuffle = random.Random(seed).shuffle
     out: dict[str, list[dict[str, Any]]] = {}
@@ -1356,11 +1442,14 @@ def write_rounds(
                 go = targets.point(variant, op, KEYS[number * point_ops : (number + 1) * point_ops])
             gc.collect()
             with GcWatch().watching() as watch:
+                cpu = time.process_time()
                 start = time.perf_counter()
                 targets.run(go)
                 seconds = time.perf_counter() - start
+                cpu = time.process_time() - cpu
             took.setdefault(f"{flavour}/{op}", {})[variant] = {
                 "seconds": seconds,
+                "cpu_seconds": cpu,
                 "gc_seconds": watch.seconds,
                 "gc_collections": watch.collections,
             }
@@ -1380,8 +1469,9 @@ def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     seconds over the variant's (saltedtable's own work); ``<variant>_without_gc``
     the same with each run's collection time taken out (where a full collection
     lands decides much of a run's time: docs/development.md, "Write path
-    internals"); the share of each variant's time spent in garbage collection,
-    and its full (gen 2) collections.
+    internals"); ``<variant>_cpu`` the same over the process's CPU time; the
+    share of each variant's time spent in garbage collection, and its full (gen
+    2) collections.
     """
     out: dict[str, Any] = {}
     for name, per_round in rounds.items():
@@ -1395,6 +1485,11 @@ def write_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             entry[variant] = pooled(ratios)
             entry[f"{variant}_vs_floor"] = pooled(
                 [r["floor"]["seconds"] / r[variant]["seconds"] for r in per_round]
+            )
+            # The process's CPU time (its threads included, the emulator's not):
+            # steadier than the wall clock on a machine shared with other work.
+            entry[f"{variant}_cpu"] = pooled(
+                [r["raw"]["cpu_seconds"] / r[variant]["cpu_seconds"] for r in per_round]
             )
             entry[f"{variant}_without_gc"] = pooled(
                 [
@@ -1440,7 +1535,7 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
                 "live_entries": args.write_live,
             }
             report["calls"] = {
-                f: write_calls(t, args.write_appends, max(args.write_bulk_rows))
+                f: write_calls(t, args.write_appends, max(args.write_bulk_rows), args.write_ops)
                 for f, t in flavours.items()
             }
             print(json.dumps({"writes_calls": report["calls"]}, indent=1), file=sys.stderr)
@@ -1451,7 +1546,16 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
                 args.write_appends,
                 args.write_point_ops,
                 seed=41,
+                ops=args.write_ops,
             )
+            if args.write_point_calls:
+                report["point_interleaved"] = point_interleaved(
+                    flavours, args.write_ops, args.write_point_calls, block=100, seed=43
+                )
+                print(
+                    json.dumps({"writes_points": report["point_interleaved"]}, indent=1),
+                    file=sys.stderr,
+                )
             report["ratios"] = write_summary(plain)
             print(json.dumps({"writes": report["ratios"]}, indent=1), file=sys.stderr)
             if args.write_live:
@@ -1467,6 +1571,7 @@ def writes(args: argparse.Namespace, address: str) -> dict[str, Any]:
                     args.write_point_ops,
                     seed=42,
                     point=False,
+                    ops=args.write_ops,
                 )
                 report["ratios_with_live_entries"] = write_summary(live)
                 report["tracked_objects_with_live_entries"] = len(gc.get_objects())
@@ -1632,10 +1737,23 @@ def main() -> None:
         "--write-point-ops", type=int, default=200, help="writes: mutate_row calls a round"
     )
     parser.add_argument(
+        "--write-point-calls",
+        type=int,
+        default=0,
+        help="writes: point writes interleaved call by call, per variant (0: none)",
+    )
+    parser.add_argument(
         "--write-live",
         type=int,
         default=100_000,
         help="writes: live entries held for the batcher's second set of rounds (0: none)",
+    )
+    parser.add_argument(
+        "--write-ops",
+        nargs="+",
+        default=list(WRITE_OPS),
+        choices=WRITE_OPS,
+        help="writes: the operations measured",
     )
     parser.add_argument(
         "--write-flavours", nargs="+", default=["async", "sync"], choices=["async", "sync"]

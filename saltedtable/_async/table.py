@@ -84,8 +84,9 @@ from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
 from .._scheme.window import BackfillProgress, Window
-from .._write import every_entry_failed, first_family, logical_group
+from .._write import every_entry_failed, first_family, logical_group, physical_entries
 from .batcher import SaltedMutationsBatcherAsync
+from .bulk import placed_bulk_unavailable, placed_bulk_write
 from .guard import TableGuard
 from .read_call import ReadCall, ReadContextAsync
 from .table_like import TableLikeAsync
@@ -949,7 +950,7 @@ class SaltedTableAsync(TableAttributes):
                 ``FailedMutationEntryError.entry`` is the caller's logical entry
                 and ``.index`` its position in ``mutation_entries``.
         """
-        mutation_entries, physical, stats = bulk_prepare(
+        mutation_entries, keys, stats = bulk_prepare(
             self._layout,
             mutation_entries,
             operation_timeout,
@@ -957,6 +958,9 @@ class SaltedTableAsync(TableAttributes):
             stats,
             self.stats_hook,
         )
+        # Entries sent under keys of their own (hot rows, a window); None: each
+        # logical entry goes to its one physical key.
+        physical: list[RowMutationEntry] | None = None
         owners: list[int] | None = None
         hot = self._hot
         if hot is not None and any(hot.is_hot(to_key(e.row_key)) for e in mutation_entries):
@@ -980,14 +984,33 @@ class SaltedTableAsync(TableAttributes):
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
-            await self._table.bulk_mutate_rows(
-                physical,
-                operation_timeout=operation_timeout,
-                attempt_timeout=attempt_timeout,
-                retryable_errors=retryable_errors,
-            )
-            if later:
-                await self._window_old_deletes(later, mutation_entries, operation_timeout)
+            if physical is not None:
+                await self._table.bulk_mutate_rows(
+                    physical,
+                    operation_timeout=operation_timeout,
+                    attempt_timeout=attempt_timeout,
+                    retryable_errors=retryable_errors,
+                )
+                if later:
+                    await self._window_old_deletes(later, mutation_entries, operation_timeout)
+            elif placed_bulk_unavailable(self._table, internals=self._reads.client_internals):
+                await self._table.bulk_mutate_rows(
+                    physical_entries(mutation_entries, keys),
+                    operation_timeout=operation_timeout,
+                    attempt_timeout=attempt_timeout,
+                    retryable_errors=retryable_errors,
+                )
+            else:
+                # The client's own call, with the caller's entries: no object a row
+                # more than the client keeps (see saltedtable._async.bulk).
+                await placed_bulk_write(
+                    self._table,
+                    mutation_entries,
+                    keys,
+                    operation_timeout=operation_timeout,
+                    attempt_timeout=attempt_timeout,
+                    retryable_errors=retryable_errors,
+                )
         except MutationsExceptionGroup as group:
             if owners is not None:
                 group = _owned(group, owners, len(mutation_entries))

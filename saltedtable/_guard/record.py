@@ -617,7 +617,10 @@ def family_of(
     mutations: Mutation | ReadModifyWriteRule | Sequence[Mutation | ReadModifyWriteRule],
 ) -> str | None:
     """The first column family a mutation or rule (or a list of them) names, if any."""
-    for mutation in mutations if isinstance(mutations, Sequence) else (mutations,):
+    # (Exact types first: an ABC's isinstance is three calls, per written row.)
+    if type(mutations) is not tuple and type(mutations) is not list:
+        mutations = mutations if isinstance(mutations, Sequence) else (mutations,)
+    for mutation in mutations:
         family = getattr(mutation, "family", None)
         if isinstance(family, str) and family:
             return family

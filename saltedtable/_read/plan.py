@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, cast, final
 
+from google.cloud.bigtable.data import row_filters as _row_filters
 from google.cloud.bigtable.data.read_rows_query import ReadRowsQuery, RowRange
 from google.cloud.bigtable.data.row_filters import (
     ConditionalRowFilter,
@@ -643,6 +644,21 @@ def _one_request_order(subs: tuple[SubQuery, ...]) -> tuple[int, ...] | None:
 # -- filters -----------------------------------------------------------------
 
 
+#: The client's filters that neither look at the row key nor hold other filters, by
+#: exact type (a point write's predicate is checked with one ``in``, not four ABC
+#: checks; a subclass takes the full check).
+_KEYLESS: Final = frozenset(
+    cls
+    for cls in vars(_row_filters).values()
+    if isinstance(cls, type)
+    and issubclass(cls, RowFilter)
+    and cls is not RowFilter
+    and not cls.__name__.startswith("_")
+    and not issubclass(cls, RowKeyRegexFilter | ConditionalRowFilter | Sequence)
+    and cls.__module__ == _row_filters.__name__
+)
+
+
 def rewrite_filter(row_filter: RowFilter | None, prefix: bytes) -> RowFilter | None:
     """Return ``row_filter`` with every row-key regex rewritten for keys under ``prefix``.
 
@@ -654,8 +670,8 @@ def rewrite_filter(row_filter: RowFilter | None, prefix: bytes) -> RowFilter | N
     Raises:
         QueryPlanError: The regex uses a construct whose meaning would change.
     """
-    if row_filter is None:
-        return None
+    if row_filter is None or type(row_filter) in _KEYLESS:
+        return row_filter
     if isinstance(row_filter, RowKeyRegexFilter):
         if not row_filter.regex:
             # Bigtable refuses an empty regex (InvalidArgument): send it as it

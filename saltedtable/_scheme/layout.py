@@ -148,6 +148,12 @@ class Layout:
             )
         return None, key
 
+    def locator(self) -> Callable[[bytes | str], tuple[int | None, bytes]]:
+        """:meth:`locate` for point writes: see :meth:`SaltScheme.locator`."""
+        if self.cutoff is None:
+            return self.scheme.locator()
+        return self.locate
+
     def salter(self) -> Callable[[bytes | str], bytes]:
         """``locate(key)[1]`` for the write path: see :meth:`SaltScheme.salter`."""
         if self.cutoff is None and self.epochs is None:

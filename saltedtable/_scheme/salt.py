@@ -299,6 +299,9 @@ class SaltScheme:
     _bucket_func: Callable[[bytes, int], int] = field(init=False, repr=False, compare=False)
     _prefix_by_bucket: dict[int, bytes] = field(init=False, repr=False, compare=False)
     _width: int = field(init=False, repr=False, compare=False)
+    _locate: Callable[[bytes | str], tuple[int, bytes]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         n = self.buckets
@@ -344,6 +347,7 @@ class SaltScheme:
         object.__setattr__(self, "_bucket_func", func)
         object.__setattr__(self, "_prefix_by_bucket", prefixes)
         object.__setattr__(self, "_width", width)
+        object.__setattr__(self, "_locate", self._fast_locate())
 
     def __reduce__(
         self,
@@ -441,6 +445,43 @@ class SaltScheme:
             return slow(key)
 
         return salt
+
+    def locator(self) -> Callable[[bytes | str], tuple[int, bytes]]:
+        """:meth:`locate` for point writes: one call and one hash for a plain key.
+
+        Made once per scheme; like :meth:`salter`, any key but a non-empty
+        ``bytes`` key short enough for any prefix (and every key of a
+        ``key_part`` scheme) takes :meth:`locate`, which raises what it raises.
+        """
+        return self._locate
+
+    def _fast_locate(self) -> Callable[[bytes | str], tuple[int, bytes]]:
+        prefixes = self._prefix_by_bucket
+        n = self.buckets
+        longest = MAX_ROW_KEY_BYTES - max(len(p) for p in prefixes.values())
+        slow = self.locate
+        if self.key_part is not None:
+            return slow
+        bucket_of = zlib.crc32 if self.hash == "crc32" else None
+        if bucket_of is not None:
+            crc32 = bucket_of
+
+            def locate_crc32(key: bytes | str) -> tuple[int, bytes]:
+                if type(key) is bytes and key and not key[longest:]:
+                    bucket = crc32(key) % n
+                    return bucket, prefixes[bucket] + key
+                return slow(key)
+
+            return locate_crc32
+        func = self._bucket_func
+
+        def locate(key: bytes | str) -> tuple[int, bytes]:
+            if type(key) is bytes and key and not key[longest:]:
+                bucket = func(key, n)
+                return bucket, prefixes[bucket] + key
+            return slow(key)
+
+        return locate
 
     def locate(self, key: bytes | str) -> tuple[int, bytes]:
         """Return ``(bucket, physical_key)`` of a logical row key (see :meth:`salt_key`)."""

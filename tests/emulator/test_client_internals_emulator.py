@@ -22,14 +22,17 @@ from google.cloud.bigtable.data import (
     BigtableDataClient,
     BigtableDataClientAsync,
     ReadRowsQuery,
+    RowMutationEntry,
     RowRange,
+    SetCell,
 )
 from google.cloud.bigtable.data._async._read_rows import _ReadRowsOperationAsync
 from google.cloud.bigtable.data._sync_autogen._read_rows import _ReadRowsOperation
+from google.cloud.bigtable.data.exceptions import MutationsExceptionGroup
 
 import saltedtable._async.chunks as _chunks
 import saltedtable._sync_autogen.chunks as _chunks_sync
-from saltedtable import SaltedTable, SaltedTableAsync, SaltScheme
+from saltedtable import SCHEME_ROW_KEY, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable.testing import INSTANCE, PROJECT, Emulator
 from tests.cli_helpers import run
 from tests.conftest import MakeTable, salted_table_of
@@ -164,3 +167,44 @@ def test_a_bad_variable_is_a_one_line_cli_error(
     code, _, err = run(capsys, "read", table_id, *WHERE, "--count", "1")
     assert code != 0
     assert "SALTEDTABLE_CLIENT_INTERNALS" in err
+
+
+def _bulk_entries(tag: bytes) -> list[RowMutationEntry]:
+    return [
+        RowMutationEntry(b"%s-%04d" % (tag, i), SetCell("cf", b"q", b"v%d" % i, 1000))
+        for i in range(500)
+    ]
+
+
+@pytest.mark.parametrize("internals", [False, True])
+async def test_bulk_writes_land_under_the_salted_keys_on_either_path(
+    emulator: Emulator, make_table: MakeTable, internals: bool
+) -> None:
+    """The client's own operation with the caller's entries (switch on), the table's own
+    ``bulk_mutate_rows`` with physical copies (off): the same rows, both flavours; a bad
+    family fails every entry naming the caller's own objects, on either path."""
+    table_id = make_table()
+    written = _bulk_entries(b"a")
+    sync_written = _bulk_entries(b"s")
+    async with BigtableDataClientAsync(project=PROJECT) as client:
+        salted = SaltedTableAsync.from_client(
+            client, INSTANCE, table_id, SCHEME, client_internals=internals
+        )
+        await salted.bulk_mutate_rows(written)
+        bad = [RowMutationEntry(b"bad-%d" % i, SetCell("nope", b"q", b"v", 1000)) for i in range(3)]
+        with pytest.raises(MutationsExceptionGroup) as caught:
+            await salted.bulk_mutate_rows(bad)
+        failed = caught.value.exceptions
+        assert [(e.index, e.entry) for e in failed] == list(enumerate(bad))  # type: ignore[attr-defined]
+        assert all(e.entry is bad[e.index] for e in failed)  # type: ignore[attr-defined]
+        raw = client.get_table(INSTANCE, table_id)
+        physical = [k for k in keys(await raw.read_rows(ReadRowsQuery())) if k != SCHEME_ROW_KEY]
+    with BigtableDataClient(project=PROJECT) as sync_client:
+        sync = SaltedTable.from_client(
+            sync_client, INSTANCE, table_id, SCHEME, client_internals=internals
+        )
+        sync.bulk_mutate_rows(sync_written)
+        got = keys(sync.read_rows(ReadRowsQuery()))
+    expected = [e.row_key for e in written]
+    assert sorted(physical) == sorted(SCHEME.salt_key(k) for k in expected)
+    assert got == sorted(expected + [e.row_key for e in sync_written])

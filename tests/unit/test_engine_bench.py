@@ -157,8 +157,19 @@ def test_the_write_rounds_pair_every_variant_and_write_every_entry(
             ),
         }
         rounds = engine_bench.write_rounds(flavours, 2, [30], 20, 3, seed=0)
+        only_bulk = engine_bench.write_rounds(flavours, 1, [10], 20, 3, seed=0, ops=["bulk"])
+        points = engine_bench.point_interleaved(
+            flavours, engine_bench.WRITE_OPS, 20, block=10, seed=0
+        )
     finally:
         loop.close()
+    assert set(only_bulk) == {"async/bulk_10", "sync/bulk_10"}
+    assert set(points) == {
+        f"{f}/{op}" for f in ("async", "sync") for op in ("mutate_row", "check_and_mutate_row")
+    }
+    for entry in points.values():
+        assert entry["salted"]["n"] == 2  # two blocks of ten calls
+        assert set(entry["median_ms"]) == set(engine_bench.WRITE_VARIANTS)
     ops = ("batcher_20", "bulk_30", "mutate_row", "check_and_mutate_row")
     assert set(rounds) == {f"{f}/{op}" for f in ("async", "sync") for op in ops}
     for per_round in rounds.values():
@@ -178,7 +189,12 @@ def test_the_write_summary_is_raw_over_salted_seconds_paired_by_round(
     engine_bench: ModuleType,
 ) -> None:
     def run(seconds: float) -> dict[str, Any]:
-        return {"seconds": seconds, "gc_seconds": seconds / 10, "gc_collections": [3, 1, 0]}
+        return {
+            "seconds": seconds,
+            "cpu_seconds": seconds / 2,
+            "gc_seconds": seconds / 10,
+            "gc_collections": [3, 1, 0],
+        }
 
     per_round = [
         {"raw": run(1.0), "floor": run(1.0), "salted": run(2.0), "salted_guard": run(1.0)},
@@ -187,6 +203,7 @@ def test_the_write_summary_is_raw_over_salted_seconds_paired_by_round(
     summary = engine_bench.write_summary({"async/x": per_round})["async/x"]
     assert summary["salted"]["median"] == 0.75  # (0.5 + 1.0) / 2
     assert summary["salted_without_gc"]["median"] == 0.75  # each run 10% in collections
+    assert summary["salted_cpu"]["median"] == 0.75  # each run half CPU
     assert summary["salted_guard"]["median"] == 0.875  # (1.0 + 0.75) / 2
     assert summary["floor"]["median"] == 1.25  # (1.0 + 1.5) / 2
     assert summary["salted_vs_floor"]["median"] == round((0.5 + 2 / 3) / 2, 3)

@@ -444,3 +444,38 @@ async def test_bulk_mutate_rows_adds_at_most_two_calls_per_entry() -> None:
     large = await calls_of([entry(b"k%05d" % i) for i in range(10 + ROWS)])
     assert sent == [10, 10 + ROWS]
     assert large - small <= 2 * ROWS, (small, large)
+
+
+@pytest.mark.parametrize("guard", [True, False])
+async def test_point_writes_add_few_calls_a_call(guard: bool) -> None:
+    """``mutate_row`` and ``check_and_mutate_row`` over the client's own (issue 41): the key
+    placed with one call, the predicate's type checked once, nothing the client rebuilds."""
+    from google.cloud.bigtable.data.row_filters import PassAllFilter
+
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, SCHEME, guard=guard)
+    await table.mutate_row(b"warm", SetCell("f1", b"q", b"v", 1000))  # the guard's first write
+
+    async def write(*args: Any, **kwargs: Any) -> bool:
+        return True
+
+    fake.mutate_row = write  # type: ignore[method-assign]
+    fake.check_and_mutate_row = write  # type: ignore[method-assign]
+    cell = SetCell("f1", b"q", b"v", 1000)
+    predicate = PassAllFilter(True)
+    keys = [b"k%05d" % i for i in range(ROWS)]
+    counts = {}
+    for op in ("mutate_row", "check_and_mutate_row"):
+        calls = _Calls()
+        calls.start()
+        try:
+            for key in keys:
+                if op == "mutate_row":
+                    await table.mutate_row(key, cell)
+                else:
+                    await table.check_and_mutate_row(key, predicate, true_case_mutations=cell)
+        finally:
+            calls.stop()
+        counts[op] = (calls.count - ROWS) / ROWS  # (less the fake's own call)
+    assert counts["mutate_row"] <= 20, counts
+    assert counts["check_and_mutate_row"] <= 25, counts

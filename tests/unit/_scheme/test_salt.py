@@ -708,3 +708,24 @@ def test_the_salter_salts_as_salt_key_does(hash_name: str, n: int) -> None:
 def test_a_key_part_scheme_salts_through_salt_key() -> None:
     s = scheme(16, key_part=fields(1))
     assert s.salter()(b"user1#2024") == s.salt_key(b"user1#2024")
+
+
+@pytest.mark.parametrize("hash_name", ALL_HASHES)
+@pytest.mark.parametrize("n", [1, 7, 16, 100])
+def test_the_locator_places_keys_as_locate_does(hash_name: str, n: int) -> None:
+    """The point writes' locator: every key, edge cases included, placed (or refused) as
+    locate places it, for every hash."""
+    s = scheme(n, hash_name)
+    locate = s.locator()
+    longest = 4096 - max(len(p) for p in s.prefixes)
+    keys: list[Any] = [b"user1#2024", "user1#2024", "é", b"\xff\xfe", b"", "", None, 7]
+    keys += [b"k" * size for size in (longest - 1, longest, longest + 1, 4096 - 1, 4096)]
+    keys += [random.Random(n).randbytes(20) for _ in range(50)]
+    for key in keys:
+        assert _outcome(locate, key) == _outcome(s.locate, key), key
+    assert s.locator() is locate  # made once per scheme
+
+
+def test_a_key_part_scheme_locates_through_locate() -> None:
+    s = scheme(16, key_part=fields(1))
+    assert s.locator()(b"user1#2024") == s.locate(b"user1#2024")

@@ -1074,7 +1074,8 @@ class SaltedTableAsync(TableAttributes):
             false_case_mutations,
             operation_timeout=operation_timeout,
         )
-        write = self._hot_placed(write)
+        if self._hot is not None:
+            write = self._hot_placed(write)
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, None, "default"
         )
@@ -1112,7 +1113,8 @@ class SaltedTableAsync(TableAttributes):
         if self._window is not None:
             self._window.window.refuse_atomic("read_modify_write_row", row_key)
         write = prepare_row_write(self._layout, row_key, rules, operation_timeout=operation_timeout)
-        write = self._hot_placed(write)
+        if self._hot is not None:
+            write = self._hot_placed(write)
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, None, "default"
         )
@@ -1124,7 +1126,7 @@ class SaltedTableAsync(TableAttributes):
     def _hot_placed(self, write: RowWrite) -> RowWrite:
         """A single-row write to a hot part's row, sent to the bucket it lives in."""
         hot = self._hot
-        if hot is None or not hot.is_hot(write.key):
+        if hot is None or not hot.is_hot(write.key):  # (callers test for None: no call)
             return write
         bucket, physical = hot.place(write.key)
         return dataclasses.replace(write, bucket=bucket, physical=physical)

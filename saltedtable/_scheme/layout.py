@@ -150,7 +150,7 @@ class Layout:
 
     def locator(self) -> Callable[[bytes | str], tuple[int | None, bytes]]:
         """:meth:`locate` for point writes: see :meth:`SaltScheme.locator`."""
-        if self.cutoff is None:
+        if self.cutoff is None and self.epochs is None:
             return self.scheme.locator()
         return self.locate
 

@@ -8,20 +8,23 @@ The table holds ``--rows`` rows, half with key times in an N=16 epoch and half i
 an N=64 epoch that follows it (they share the prefixes ``00-`` .. ``15-``). Each
 round runs, in a shuffled order (seeded):
 
-* ``salted``: ``SaltedTableAsync.read_rows`` of the whole table, ordered, on the
-  epoch layout;
+* ``salted`` / ``salted_unordered``: ``SaltedTableAsync.read_rows`` of the whole
+  table on the epoch layout, ordered and ``ordered=False``;
 * ``raw_union``: the raw client, one unordered sub-scan per distinct physical
   prefix (64), all at once: the floor of any salted read of this table;
 * ``raw_each``: the raw client, each epoch's own buckets scanned as if it were
   alone (16 + 64 sub-scans; the shared prefixes are read twice);
-* ``salted_each``: saltedtable scanning each epoch's rows in a table of its own
-  (two more tables: N=16 with the first half, N=64 with the second), one after
-  the other: "each epoch's own buckets' requests", which the epoch scan must
-  not exceed.
+* ``salted_each`` / ``salted_each_unordered``: saltedtable scanning each epoch's
+  rows in a table of its own (two more tables: N=16 with the first half, N=64
+  with the second), one after the other: "each epoch's own buckets' requests",
+  which the epoch scan must not exceed.
 
-Reported: requests of each (saltedtable's from its statistics), and the paired
-time ratios other / salted per round (median, min, max): above 1 the epoch scan
-is faster. Also a point read: requests per ``read_row`` (one).
+Reported: requests of each in every round (saltedtable's from its statistics),
+the paired time ratios other / salted per round (median, min, max: above 1 the
+epoch scan is faster), a point read's requests per ``read_row`` (one), and
+``issue``: the proof's terms, per ordering: requests of the epoch scan over the
+sum of each epoch's alone (worst round: at most 1 meets the bound) and time
+raw / salted (median of the paired rounds).
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
 import statistics
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from google.cloud.bigtable.data import (
@@ -123,35 +127,42 @@ async def run(rows: int, rounds: int, address: str, budget: ReadBudget) -> dict[
                 alone.append(SaltedTableAsync(own, epoch, guard=False, budget=budget))
             union = sorted({p for s in LAYOUT.schemes for p in s.prefixes})
             each = [p for s in LAYOUT.schemes for p in s.prefixes]
-            requests: dict[str, int] = {}
+            requests: dict[str, list[int]] = {}
 
-            async def salted_scan() -> int:
+            async def salted_scan(name: str, ordered: bool) -> int:
                 stats = CallStats()
-                got = len(await salted.read_rows(ReadRowsQuery(), stats=stats))
-                requests["salted"] = stats.requests
+                got = len(await salted.read_rows(ReadRowsQuery(), ordered=ordered, stats=stats))
+                requests.setdefault(name, []).append(stats.requests)
                 return got
 
             async def union_scan() -> int:
-                got, requests["raw_union"] = await raw_scan(raw, union)
+                got, sent = await raw_scan(raw, union)
+                requests.setdefault("raw_union", []).append(sent)
                 return got
 
             async def each_scan() -> int:
-                got, requests["raw_each"] = await raw_scan(raw, each)
+                got, sent = await raw_scan(raw, each)
+                requests.setdefault("raw_each", []).append(sent)
                 return got
 
-            async def salted_each_scan() -> int:
-                got = requests["salted_each"] = 0
+            async def salted_each_scan(name: str, ordered: bool) -> int:
+                got = sent = 0
                 for table in alone:
                     stats = CallStats()
-                    got += len(await table.read_rows(ReadRowsQuery(), stats=stats))
-                    requests["salted_each"] += stats.requests
+                    got += len(await table.read_rows(ReadRowsQuery(), ordered=ordered, stats=stats))
+                    sent += stats.requests
+                requests.setdefault(name, []).append(sent)
                 return got
 
-            runs = {
-                "salted": salted_scan,
+            runs: dict[str, Callable[[], Awaitable[int]]] = {
+                "salted": functools.partial(salted_scan, "salted", True),
+                "salted_unordered": functools.partial(salted_scan, "salted_unordered", False),
                 "raw_union": union_scan,
                 "raw_each": each_scan,
-                "salted_each": salted_each_scan,
+                "salted_each": functools.partial(salted_each_scan, "salted_each", True),
+                "salted_each_unordered": functools.partial(
+                    salted_each_scan, "salted_each_unordered", False
+                ),
             }
             times: dict[str, list[float]] = {name: [] for name in runs}
             order = list(runs)
@@ -177,8 +188,8 @@ async def run(rows: int, rounds: int, address: str, budget: ReadBudget) -> dict[
                 assert await salted.read_row(key(i, rows)) is not None
             raw.read_row = real  # type: ignore[method-assign]
 
-            def ratios(name: str) -> dict[str, float]:
-                paired = [r / s for r, s in zip(times[name], times["salted"], strict=True)]
+            def ratios(name: str, salted: str = "salted") -> dict[str, float]:
+                paired = [r / s for r, s in zip(times[name], times[salted], strict=True)]
                 return {
                     "median": round(statistics.median(paired), 3),
                     "min": round(min(paired), 3),
@@ -196,6 +207,29 @@ async def run(rows: int, rounds: int, address: str, budget: ReadBudget) -> dict[
                 "raw_each_over_salted": ratios("raw_each"),
                 "salted_each_over_salted": ratios("salted_each"),
                 "point_read_requests": calls / 2,
+                "issue": {
+                    ordering: {
+                        "requests_epoch_over_sum_each": round(
+                            max(
+                                e / a
+                                for e, a in zip(
+                                    requests[f"salted{suffix}"],
+                                    requests[f"salted_each{suffix}"],
+                                    strict=True,
+                                )
+                            ),
+                            3,
+                        ),
+                        "time_raw_union_over_salted": ratios("raw_union", f"salted{suffix}")[
+                            "median"
+                        ],
+                        "time_raw_each_over_salted": ratios("raw_each", f"salted{suffix}")[
+                            "median"
+                        ],
+                    }
+                    for ordering, suffix in (("ordered", ""), ("unordered", "_unordered"))
+                }
+                | {"point_read_requests": calls / 2},
             }
     finally:
         for table_id in ids:

@@ -486,3 +486,49 @@ async def test_samples_of_a_table_with_epochs_are_logical_keys_in_order(name: st
     offsets = [o for _, o in samples]
     assert offsets == sorted(offsets)
     assert samples[-1][0] == b""
+
+
+async def _paged_scan_requests(
+    layout: Layout | SaltScheme, keys: list[bytes], budget: ReadBudget, ordered: bool
+) -> int:
+    """Requests of a whole-table scan of ``keys`` under ``budget`` (every row checked)."""
+    fake = FakeTable()
+    table = SaltedTableAsync(fake, layout, guard=False, budget=budget)
+    await table.bulk_mutate_rows(
+        [RowMutationEntry(k, SetCell("f1", b"a", b"x" * 100, 1)) for k in keys]
+    )
+    stats = CallStats()
+    rows = await table.read_rows(ReadRowsQuery(), ordered=ordered, stats=stats)
+    got = [r.row_key for r in rows]
+    assert (got if ordered else sorted(got)) == keys
+    return stats.requests
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_a_paged_scan_over_two_epochs_costs_at_most_the_sum_of_theirs(
+    ordered: bool,
+) -> None:
+    """Many pages per bucket (N=16 then N=64): no more requests than each epoch alone.
+
+    Half the rows lie in each epoch, so the 16 prefixes both epochs share hold
+    five times the rows of the 48 the newer epoch has alone: the ordered merge must
+    not cut the full prefixes into more, smaller requests than each epoch's own
+    table sends.
+    """
+    layout = Layout.of_epochs(
+        Epochs((Epoch(None, SaltScheme(16)), Epoch(T0 * 1000, SaltScheme(64))), READER)
+    )
+    epochs = layout.epochs
+    assert epochs is not None
+    rows = 4000
+    keys = sorted(ms_key(b"dev%04d" % (i % 500), T0 + (i - rows // 2) * 1000) for i in range(rows))
+    budget = ReadBudget(rows=rows, bytes=(8 << 20) * rows // 20_000)
+    requests = await _paged_scan_requests(layout, keys, budget, ordered)
+    own = 0
+    for i, epoch in enumerate(epochs):
+        mine = [k for k in keys if epochs.epoch_of(k) == i]
+        assert len(mine) == rows // 2
+        assert epoch.scheme is not None
+        own += await _paged_scan_requests(epoch.scheme, mine, budget, ordered)
+    assert own > 16 + 64  # the budget pages: more than one request per bucket
+    assert requests <= own, (requests, own)

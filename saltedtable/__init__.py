@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ._create import CreateResult, create_salted_table
     from ._read.plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._read.sources import SubScan
+    from ._resalt import AppendResult, append_epoch
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
     from ._sync_autogen.table import SaltedTable
     from ._sync_autogen.table_like import SyncTableLike
@@ -75,6 +76,8 @@ __version__: str
 _LAZY: dict[str, str] = {
     "CreateResult": "._create",
     "create_salted_table": "._create",
+    "AppendResult": "._resalt",
+    "append_epoch": "._resalt",
     "ReadPlan": "._read.plan",
     "SubQuery": "._read.plan",
     "plan_reads": "._read.plan",
@@ -138,6 +141,7 @@ __all__ = [
     "MAX_BUCKETS",
     "RECORD_FAMILY",
     "SCHEME_ROW_KEY",
+    "AppendResult",
     "BucketStats",
     "CallStats",
     "CreateResult",
@@ -181,6 +185,7 @@ __all__ = [
     "WindowError",
     "WindowFilterError",
     "__version__",
+    "append_epoch",
     "before_last",
     "big_endian_int",
     "create_salted_table",

@@ -70,6 +70,7 @@ ORDER: tuple[str, ...] = (
     "_guard.record",
     "_guard.migration",
     "_guard.from_record",
+    "_guard.resalt",
     "_guard.decisions",
     "_guard",
     # the tables' pure halves, shared by both flavours
@@ -93,6 +94,7 @@ ORDER: tuple[str, ...] = (
     "_sync_autogen",
     "_connection",
     "_create",
+    "_resalt",
     # around it
     "otel",
     "testing",
@@ -112,6 +114,7 @@ ORDER: tuple[str, ...] = (
     "_cli.emulator",
     "_cli.migrate",
     "_cli.admin",
+    "_cli.resalt",
     "_cli.read",
     "_cli.main",
     "_cli",

@@ -11,7 +11,7 @@ import datetime as dt
 from typing import Any
 
 from .._connection import data_timeouts
-from .._exceptions import UsageError
+from .._exceptions import DataError, SaltSchemeError, UsageError
 from .._scheme.salt import MAX_BUCKETS, SaltScheme
 from .admin import add_table_command, located
 from .args import add_hash_options, float_above, int_at_least
@@ -73,6 +73,9 @@ def _cmd_resalt(args: argparse.Namespace) -> int:
                 check_rows=not args.skip_row_check,
                 dry_run=args.dry_run,
             )
+        except SaltSchemeError as exc:
+            # The table's record refused it (its lead, its epochs' rules): not a usage error.
+            raise DataError(f"{args.table}: {exc}; nothing was changed") from None
         finally:
             table.close()  # type: ignore[no-untyped-call]
     epochs = result.appending.appended

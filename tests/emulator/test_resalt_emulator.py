@@ -1,0 +1,203 @@
+"""Appending a layout epoch to a live table (``append_epoch``, ``saltedtable resalt``) on the emulator.
+
+A plain salted table (N=4) whose keys are ``s<n>#<13-digit ms>`` gets an epoch of N=16
+starting a few seconds ahead; the record becomes version 2 and stores the lead; rows
+written before stay readable; a second operator appending at the same moment is refused
+with nothing written; a too-soon start and rows the new epoch would hide are refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data.mutations import SetCell
+
+from saltedtable import (
+    SCHEME_ROW_KEY,
+    LayoutError,
+    SaltedTable,
+    SaltScheme,
+    SaltSchemeError,
+    append_epoch,
+    epoch_field,
+)
+from saltedtable._guard.from_record import layout_of_record
+from saltedtable._guard.record import record_of_row
+from saltedtable._scheme.cutoff import CutoffPolicy
+from saltedtable._scheme.layout import Layout
+from saltedtable.testing import INSTANCE, PROJECT
+from tests.cli_helpers import assert_one_line_error, run
+
+MakeTable = Callable[..., str]
+READER = epoch_field("ms", index=1, digits=13)
+WHERE = ("--project", PROJECT, "--instance", INSTANCE)
+
+
+def k(sensor: int, ms: int) -> bytes:
+    """``s<n>#<13-digit epoch millis>``."""
+    return b"s%d#%013d" % (sensor, ms)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def plain_table(make_table: MakeTable, keys: list[bytes], layout: Layout | None = None) -> str:
+    """A fresh table written through a salted table of N=4 (its record stored)."""
+    name = make_table()
+    with BigtableDataClient(project=PROJECT) as client:
+        table = SaltedTable.from_client(client, INSTANCE, name, layout or Layout(SaltScheme(4)))
+        table.bulk_mutate_rows([RowMutationEntry(key, SetCell("cf", b"q", key)) for key in keys])
+    return name
+
+
+def stored(name: str) -> dict[str, object]:
+    with BigtableDataClient(project=PROJECT) as client:
+        record = record_of_row(client.get_table(INSTANCE, name).read_row(SCHEME_ROW_KEY))
+    assert record is not None
+    return record.as_dict()
+
+
+def test_a_plain_table_gets_an_epoch_and_reads_every_row(make_table: MakeTable) -> None:
+    """The record becomes version 2 with the lead; rows old and new are read through it."""
+    t0 = now_ms()
+    old = [k(s, t0 - 60_000 * m) for s in range(5) for m in range(3)]
+    name = plain_table(make_table, old)
+    at = dt.datetime.fromtimestamp(t0 / 1000 + 3, dt.UTC)
+    with BigtableDataClient(project=PROJECT) as client:
+        raw = client.get_table(INSTANCE, name)
+        result = append_epoch(raw, SaltScheme(16), at, timestamp=READER, min_lead=1.5)
+        assert result.stored and result.rows_checked == len(old)
+        record = record_of_row(raw.read_row(SCHEME_ROW_KEY))
+        assert record is not None and record.version == 2 and record.buckets == 16
+        assert record.epochs is not None and record.epochs.min_lead_s == 1.5
+        assert [e.buckets for e in record.epochs.epochs] == [4, 16]
+        layout = layout_of_record(record)
+        table = SaltedTable(raw, layout, record_refresh=1.0)
+        new = [k(s, t0 + 5_000) for s in range(5)]
+        time.sleep(max(0.0, (t0 + 3_600) / 1000 - time.time()))  # past the start
+        for key in new:
+            table.mutate_row(key, SetCell("cf", b"q", key))
+        assert [r.row_key for r in table.read_rows(ReadRowsQuery())] == sorted(old + new)
+        physical = {r.row_key for r in raw.read_rows(ReadRowsQuery())} - {SCHEME_ROW_KEY}
+        assert {p for p in physical if p[:3] in {b"%02d-" % b for b in range(16)}} == {
+            layout.locate(key)[1] for key in new
+        }
+
+
+def test_an_epoch_sooner_than_the_lead_is_refused_naming_the_minimum(
+    make_table: MakeTable,
+) -> None:
+    """The stored lead counts; nothing is written."""
+    name = plain_table(make_table, [k(1, now_ms() - 1000)])
+    with BigtableDataClient(project=PROJECT) as client:
+        raw = client.get_table(INSTANCE, name)
+        soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30)
+        before = stored(name)
+        with pytest.raises(SaltSchemeError, match=r"minimum lead of 120 s .* start it at"):
+            append_epoch(raw, SaltScheme(16), soon, timestamp=READER)
+        assert stored(name) == before
+        append_epoch(raw, SaltScheme(16), soon, timestamp=READER, min_lead=10)
+        with pytest.raises(SaltSchemeError, match="minimum lead of 10 s"):
+            append_epoch(raw, SaltScheme(32), dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5))
+
+
+def test_rows_the_new_epoch_would_hide_refuse_the_append(make_table: MakeTable) -> None:
+    """A row written under the old layout with a key time past the start: refused, named."""
+    t0 = now_ms()
+    future = k(7, t0 + 3_600_000)  # a scheduled event, an hour ahead
+    name = plain_table(make_table, [k(1, t0 - 1000), future])
+    at = dt.datetime.fromtimestamp(t0 / 1000 + 60, dt.UTC)
+    before = stored(name)
+    with BigtableDataClient(project=PROJECT) as client:
+        raw = client.get_table(INSTANCE, name)
+        with pytest.raises(LayoutError, match=r"1 row\(s\) .*s7#") as info:
+            append_epoch(raw, SaltScheme(16), at, timestamp=READER, min_lead=1)
+        assert "nothing was changed" in str(info.value)
+        assert stored(name) == before
+        # After the scheduled key: nothing is hidden.
+        later = dt.datetime.fromtimestamp(t0 / 1000 + 7200, dt.UTC)
+        assert append_epoch(raw, SaltScheme(16), later, timestamp=READER, min_lead=1).stored
+
+
+def test_two_operators_appending_at_once_one_wins(make_table: MakeTable) -> None:
+    """Both read the record before either swaps (a barrier); exactly one is stored."""
+    name = plain_table(make_table, [k(1, now_ms() - 1000)])
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)
+    barrier = threading.Barrier(2, timeout=30)
+    outcomes: dict[int, object] = {}
+
+    def operator(n: int) -> None:
+        calls = 0
+
+        def clock() -> dt.datetime:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # read and checked; wait for the other before swapping
+                barrier.wait()
+            return dt.datetime.now(dt.UTC)
+
+        with BigtableDataClient(project=PROJECT) as client:
+            raw = client.get_table(INSTANCE, name)
+            try:
+                outcomes[n] = append_epoch(
+                    raw, SaltScheme(n), at, timestamp=READER, min_lead=1, clock=clock
+                )
+            except LayoutError as exc:
+                outcomes[n] = exc
+
+    threads = [threading.Thread(target=operator, args=(n,)) for n in (16, 32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    errors = [o for o in outcomes.values() if isinstance(o, LayoutError)]
+    assert len(errors) == 1 and "changed while this append ran" in str(errors[0])
+    winner = next(n for n, o in outcomes.items() if not isinstance(o, LayoutError))
+    record = stored(name)
+    assert record["buckets"] == winner
+    assert [e["buckets"] for e in record["epochs"]["list"]] == [4, winner]  # type: ignore[index]
+
+
+def test_a_cutoff_table_becomes_three_epochs(make_table: MakeTable) -> None:
+    """Unsalted, N=4 from the cutoff, N=16 from the new start: a version 2 record."""
+    t0 = now_ms()
+    cutoff = CutoffPolicy(dt.datetime.fromtimestamp(t0 / 1000 - 3600, dt.UTC), READER)
+    name = plain_table(
+        make_table, [k(1, t0 - 7_200_000), k(2, t0 - 1000)], Layout(SaltScheme(4), cutoff)
+    )
+    at = dt.datetime.fromtimestamp(t0 / 1000 + 60, dt.UTC)
+    with BigtableDataClient(project=PROJECT) as client:
+        raw = client.get_table(INSTANCE, name)
+        append_epoch(raw, SaltScheme(16), at, min_lead=1)
+        record = record_of_row(raw.read_row(SCHEME_ROW_KEY))
+        assert record is not None and record.cutoff is None and record.epochs is not None
+        assert [e.buckets for e in record.epochs.epochs] == [None, 4, 16]
+        rows = SaltedTable(raw, layout_of_record(record)).read_rows(ReadRowsQuery())
+        assert [r.row_key for r in rows] == [k(1, t0 - 7_200_000), k(2, t0 - 1000)]
+
+
+def test_the_resalt_command_dry_run_stores_nothing_then_appends(
+    make_table: MakeTable, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`resalt --dry-run` prints the record; `resalt` stores it; too soon is one line, exit 1."""
+    name = plain_table(make_table, [k(1, now_ms() - 1000)])
+    before = stored(name)
+    at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)).isoformat()
+    args = ("resalt", name, *WHERE, "-n", "16", "--at", at, "--time", "epoch:ms:1:13")
+    code, out, _ = run(capsys, *args, "--min-lead", "5", "--dry-run")
+    assert code == 0 and "would store 2 epochs" in out and '"buckets": 16' in out
+    assert stored(name) == before
+    code, out, _ = run(capsys, *args, "--min-lead", "5")
+    assert code == 0 and "stored 2 epochs" in out
+    assert json.loads(json.dumps(stored(name)))["epochs"]["min_lead_s"] == 5.0
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
+    code, _, err = run(capsys, "resalt", name, *WHERE, "-n", "32", "--at", soon)
+    assert code == 1
+    assert_one_line_error(err, "minimum lead of 5 s")

@@ -43,6 +43,7 @@ from .._exceptions import UnsaltableKeyError
 from .._facade import (
     SHARDED_CONCURRENCY,
     Query,
+    RowWrite,
     TableAttributes,
     bulk_prepare,
     bulk_report,
@@ -196,6 +197,35 @@ class SaltedTableAsync(TableAttributes):
             hook=stats_hook,
             client_internals=internals,
         )
+        # A stored record that extends this layout (an epoch appended) is adopted.
+        self._guard.on_adopt = self._adopt
+
+    def _adopt(self, layout: Layout) -> None:
+        """Use ``layout`` (the guard adopted it) for every operation from now on."""
+        # One assignment each: an operation reads the layout once when it starts.
+        self._reads = dataclasses.replace(self._reads, layout=layout)
+        self._layout = layout
+
+    def _placed(self, write: RowWrite, layout: Layout) -> RowWrite:
+        """``write`` placed by the layout held now (the guard may have adopted a longer
+        one since ``layout`` placed it), refused past the guard's horizon."""
+        if self._layout is not layout:
+            bucket, physical = self._layout.locate(write.key)
+            write = RowWrite(write.key, bucket, physical, write.family)
+        self._guard.check_horizon(write.key)
+        return write
+
+    async def _refreshed(
+        self, operation_timeout: Timeout, attempt_timeout: AttemptTimeout
+    ) -> Timeout:
+        """Before a scan is planned: read the record again when it is due (it may be adopted).
+
+        The first read of the record stays inside the read, as before.
+        """
+        guard = self._guard
+        if guard.checked and guard.refreshes and guard.due():
+            return await guard.within(None, operation_timeout, attempt_timeout, "read_rows")
+        return operation_timeout
 
     @classmethod
     def from_client(
@@ -401,6 +431,7 @@ class SaltedTableAsync(TableAttributes):
                 failing sub-scan raised after the client's retries (the first
                 one), with a note naming its bucket and range.
         """
+        operation_timeout = await self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -418,6 +449,7 @@ class SaltedTableAsync(TableAttributes):
         stats: CallStats | None = None,
     ) -> list[Row]:
         """Read the rows of a logical query into a list (see :meth:`read_rows_stream`)."""
+        operation_timeout = await self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -667,8 +699,9 @@ class SaltedTableAsync(TableAttributes):
 
         Returns what the client's ``mutate_row`` returns (the RPC's response).
         """
+        layout = self._layout
         write = prepare_row_write(
-            self._layout,
+            layout,
             row_key,
             mutations,
             operation_timeout=operation_timeout,
@@ -677,6 +710,7 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, attempt_timeout, "default"
         )
+        write = self._placed(write, layout)
         return await self._table.mutate_row(
             write.physical,
             mutations,
@@ -704,8 +738,9 @@ class SaltedTableAsync(TableAttributes):
                 ``FailedMutationEntryError.entry`` is the caller's logical entry
                 and ``.index`` its position in ``mutation_entries``.
         """
+        layout = self._layout
         mutation_entries, physical, stats = bulk_prepare(
-            self._layout,
+            layout,
             mutation_entries,
             operation_timeout,
             attempt_timeout,
@@ -724,6 +759,13 @@ class SaltedTableAsync(TableAttributes):
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
+            if self._layout is not layout:  # adopted a longer layout: place them again
+                _, physical, _ = bulk_prepare(
+                    self._layout, mutation_entries, operation_timeout, attempt_timeout, None, None
+                )
+            if self._guard.horizon_applies:
+                for entry in mutation_entries:
+                    self._guard.check_horizon(to_key(entry.row_key))
             await self._table.bulk_mutate_rows(
                 physical,
                 operation_timeout=operation_timeout,
@@ -757,8 +799,9 @@ class SaltedTableAsync(TableAttributes):
             # them. Settled, the client's own build of the filter fails the same way with
             # nothing sent, and builds it once.
             check_filter(predicate)
+        layout = self._layout
         write = prepare_row_write(
-            self._layout,
+            layout,
             row_key,
             true_case_mutations,
             false_case_mutations,
@@ -767,6 +810,7 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, None, "default"
         )
+        write = self._placed(write, layout)
         return bool(
             await self._table.check_and_mutate_row(
                 write.physical,
@@ -792,10 +836,12 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
         """Atomically read-modify-write the row with this logical key."""
-        write = prepare_row_write(self._layout, row_key, rules, operation_timeout=operation_timeout)
+        layout = self._layout
+        write = prepare_row_write(layout, row_key, rules, operation_timeout=operation_timeout)
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, None, "default"
         )
+        write = self._placed(write, layout)
         row = await self._table.read_modify_write_row(
             write.physical, rules, operation_timeout=operation_timeout
         )

@@ -50,6 +50,7 @@ __all__ = [
     "adoption",
     "beyond_horizon",
     "horizon_error",
+    "lead_problem",
     "orphaned",
     "plan_append",
     "refresh_problem",
@@ -306,7 +307,11 @@ def refresh_problem(
     found = stored.epochs
     if found is None or found.min_lead_s is None:
         return None
-    lead = found.min_lead_s
+    return lead_problem(found.min_lead_s, enabled=enabled, refresh=refresh, name=name)
+
+
+def lead_problem(lead: float, *, enabled: bool, refresh: float | None, name: str) -> str | None:
+    """Why a table object cannot keep a minimum lead of ``lead`` seconds (None: it can)."""
     if not enabled:
         why = "its layout guard is off"
     elif refresh is None:

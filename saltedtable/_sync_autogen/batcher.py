@@ -16,6 +16,7 @@ from .._contracts import SyncBatcherLike
 from .._engine.runtime_threads import wait_all
 from .._guard.record import family_of
 from .._scheme.layout import Layout
+from .._scheme.salt import to_key
 from .._write import BatcherCore, PhysicalEntry, logical_group
 from .guard import SyncTableGuard
 
@@ -83,6 +84,12 @@ class SaltedMutationsBatcherSync(BatcherCore):
                 except GoogleAPICallError as exc:
                     self._hold(mutation_entry, exc)
                     return
+                if guard.layout is not self._layout:  # it adopted a longer layout
+                    self._layout = guard.layout
+                    self._salt = guard.layout.salter()
+                    physical.row_key = self._salt(mutation_entry.row_key)
+            if guard.horizon_applies:
+                guard.check_horizon(to_key(mutation_entry.row_key))
         physical.seq = self._seq
         self._seq += 1
         try:

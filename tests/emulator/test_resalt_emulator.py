@@ -1,4 +1,4 @@
-"""Appending a layout epoch to a live table (``append_epoch``, ``saltedtable resalt``) on the emulator.
+"""Appending a layout epoch to a live table (``append_epoch``, ``resalt``) on the emulator.
 
 A plain salted table (N=4) whose keys are ``s<n>#<13-digit ms>`` gets an epoch of N=16
 starting a few seconds ahead; the record becomes version 2 and stores the lead; rows
@@ -73,10 +73,14 @@ def test_a_plain_table_gets_an_epoch_and_reads_every_row(make_table: MakeTable) 
     with BigtableDataClient(project=PROJECT) as client:
         raw = client.get_table(INSTANCE, name)
         result = append_epoch(raw, SaltScheme(16), at, timestamp=READER, min_lead=1.5)
-        assert result.stored and result.rows_checked == len(old)
+        assert result.stored
+        assert result.rows_checked == len(old)
         record = record_of_row(raw.read_row(SCHEME_ROW_KEY))
-        assert record is not None and record.version == 2 and record.buckets == 16
-        assert record.epochs is not None and record.epochs.min_lead_s == 1.5
+        assert record is not None
+        assert record.version == 2
+        assert record.buckets == 16
+        assert record.epochs is not None
+        assert record.epochs.min_lead_s == 1.5
         assert [e.buckets for e in record.epochs.epochs] == [4, 16]
         layout = layout_of_record(record)
         table = SaltedTable(raw, layout, record_refresh=1.0)
@@ -158,7 +162,8 @@ def test_two_operators_appending_at_once_one_wins(make_table: MakeTable) -> None
     for thread in threads:
         thread.join()
     errors = [o for o in outcomes.values() if isinstance(o, LayoutError)]
-    assert len(errors) == 1 and "changed while this append ran" in str(errors[0])
+    assert len(errors) == 1
+    assert "changed while this append ran" in str(errors[0])
     winner = next(n for n, o in outcomes.items() if not isinstance(o, LayoutError))
     record = stored(name)
     assert record["buckets"] == winner
@@ -177,7 +182,9 @@ def test_a_cutoff_table_becomes_three_epochs(make_table: MakeTable) -> None:
         raw = client.get_table(INSTANCE, name)
         append_epoch(raw, SaltScheme(16), at, min_lead=1)
         record = record_of_row(raw.read_row(SCHEME_ROW_KEY))
-        assert record is not None and record.cutoff is None and record.epochs is not None
+        assert record is not None
+        assert record.cutoff is None
+        assert record.epochs is not None
         assert [e.buckets for e in record.epochs.epochs] == [None, 4, 16]
         rows = SaltedTable(raw, layout_of_record(record)).read_rows(ReadRowsQuery())
         assert [r.row_key for r in rows] == [k(1, t0 - 7_200_000), k(2, t0 - 1000)]
@@ -192,10 +199,13 @@ def test_the_resalt_command_dry_run_stores_nothing_then_appends(
     at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)).isoformat()
     args = ("resalt", name, *WHERE, "-n", "16", "--at", at, "--time", "epoch:ms:1:13")
     code, out, _ = run(capsys, *args, "--min-lead", "5", "--dry-run")
-    assert code == 0 and "would store 2 epochs" in out and '"buckets": 16' in out
+    assert code == 0
+    assert "would store 2 epochs" in out
+    assert '"buckets": 16' in out
     assert stored(name) == before
     code, out, _ = run(capsys, *args, "--min-lead", "5")
-    assert code == 0 and "stored 2 epochs" in out
+    assert code == 0
+    assert "stored 2 epochs" in out
     assert json.loads(json.dumps(stored(name)))["epochs"]["min_lead_s"] == 5.0
     soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
     code, _, err = run(capsys, "resalt", name, *WHERE, "-n", "32", "--at", soon)

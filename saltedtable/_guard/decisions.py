@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Generator, Sequence
+from time import time as wall_clock
 from typing import Any, Final
 
 from google.api_core.exceptions import (
@@ -503,7 +504,7 @@ class GuardCore:
             # The interval runs from before the read is sent: a record the
             # reply shows may have been read by the server at any time since.
             self._read_at = time.monotonic()
-            wall = time.time()
+            wall = wall_clock()  # (the horizon compares it with key times)
             found: Found = yield ("read", None)
             stored, where = found if found is not None else (None, None)
             if stored is not None:

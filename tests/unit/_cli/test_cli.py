@@ -44,6 +44,7 @@ def test_every_timeout_option_takes_seconds_with_the_shared_default() -> None:
         "key",
         "lookup",
         "read",
+        "resalt",
     ]
     for name in with_timeout:
         (action,) = (a for a in commands[name]._actions if "--timeout" in a.option_strings)

@@ -13,17 +13,27 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import anyio
 import pytest
-from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
+from google.cloud.bigtable.data import (
+    BigtableDataClient,
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+)
 from google.cloud.bigtable.data.mutations import SetCell
 
 from saltedtable import (
     SCHEME_ROW_KEY,
     LayoutError,
+    RowKeyError,
     SaltedTable,
+    SaltedTableAsync,
     SaltScheme,
     SaltSchemeError,
+    SchemeMismatchError,
     append_epoch,
     epoch_field,
 )
@@ -33,6 +43,7 @@ from saltedtable._scheme.cutoff import CutoffPolicy
 from saltedtable._scheme.layout import Layout
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.cli_helpers import assert_one_line_error, run
+from tests.sync_view import AsyncView
 
 MakeTable = Callable[..., str]
 READER = epoch_field("ms", index=1, digits=13)
@@ -211,3 +222,80 @@ def test_the_resalt_command_dry_run_stores_nothing_then_appends(
     code, _, err = run(capsys, "resalt", name, *WHERE, "-n", "32", "--at", soon)
     assert code == 1
     assert_one_line_error(err, "minimum lead of 5 s")
+
+
+# -- long-lived objects across an append -----------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["async", "sync"])
+async def test_long_lived_writer_and_reader_adopt_the_epoch_across_its_start(
+    make_table: MakeTable, data_client: BigtableDataClientAsync, flavour: str
+) -> None:
+    """Opened on N=4 before the append: both adopt it within their refresh, the writer keeps
+    its horizon, keys from the start go to N=16, and the reader sees every row."""
+    t0 = now_ms()
+    old = [k(s, t0 - 1000) for s in range(3)]
+    name = plain_table(make_table, old)
+    sync_client = BigtableDataClient(project=PROJECT)
+
+    def opened(**kwargs: object) -> Any:
+        if flavour == "async":
+            return SaltedTableAsync(data_client.get_table(INSTANCE, name), SaltScheme(4), **kwargs)
+        return AsyncView(
+            SaltedTable(sync_client.get_table(INSTANCE, name), SaltScheme(4), **kwargs)
+        )
+
+    try:
+        writer, reader = opened(record_refresh=0.3), opened(record_refresh=0.3)
+        assert len(await reader.read_rows(ReadRowsQuery())) == 3  # both have read the record
+        await writer.mutate_row(k(9, now_ms()), SetCell("cf", b"q", b"before"))
+        start_ms = now_ms() + 2_500
+        at = dt.datetime.fromtimestamp(start_ms / 1000, dt.UTC)
+        append_epoch(
+            sync_client.get_table(INSTANCE, name), SaltScheme(16), at, timestamp=READER,
+            min_lead=2,
+        )  # fmt: skip
+        await anyio.sleep(0.4)  # past the writer's refresh: its next write reads the record first
+        await writer.mutate_row(k(8, now_ms()), SetCell("cf", b"q", b"adopted"))
+        layout = writer.layout if flavour == "async" else writer.sync.layout
+        assert layout.epochs is not None
+        assert [e.scheme.buckets for e in layout.epochs] == [4, 16]  # type: ignore[union-attr]
+        with pytest.raises(RowKeyError, match="horizon"):
+            await writer.mutate_row(k(7, now_ms() + 60_000), SetCell("cf", b"q", b"later"))
+        await anyio.sleep(max(0.0, (start_ms + 200) / 1000 - time.time()))  # it has started
+        new = [k(s, now_ms()) for s in range(3)]
+        for key in new:
+            await writer.mutate_row(key, SetCell("cf", b"q", b"new"))
+        async with data_client.get_table(INSTANCE, name) as raw:
+            physical = {r.row_key async for r in await raw.read_rows_stream(ReadRowsQuery())}
+        for key in new:
+            assert SaltScheme(16).salt_key(key) in physical
+        got = [r.row_key for r in await reader.read_rows(ReadRowsQuery())]
+        assert len(got) == 8  # 3 old, one before the append, one after it, 3 new
+        assert got == sorted(got)
+        assert {*old, *new} <= set(got)
+    finally:
+        sync_client.close()
+
+
+async def test_an_object_whose_refresh_is_longer_than_the_lead_is_refused(
+    make_table: MakeTable, data_client: BigtableDataClientAsync
+) -> None:
+    """A stored lead of 2 s: record_refresh=5, or None, is refused naming the lead."""
+    name = plain_table(make_table, [k(1, now_ms() - 1000)])
+    with BigtableDataClient(project=PROJECT) as client:
+        at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3)
+        append_epoch(client.get_table(INSTANCE, name), SaltScheme(16), at, timestamp=READER,
+                     min_lead=2)  # fmt: skip
+    for refresh in (5.0, None):
+        table = SaltedTableAsync(
+            data_client.get_table(INSTANCE, name), SaltScheme(4), record_refresh=refresh
+        )
+        with pytest.raises(LayoutError, match="minimum lead of 2 s"):
+            await table.read_row(k(1, 0))
+    # A layout that is not the stored history is refused as before.
+    other = SaltedTableAsync(
+        data_client.get_table(INSTANCE, name), SaltScheme(8), record_refresh=1.0
+    )
+    with pytest.raises(SchemeMismatchError):
+        await other.read_row(k(1, 0))

@@ -197,7 +197,9 @@ def test_a_cutoff_table_becomes_three_epochs(make_table: MakeTable) -> None:
         assert record.cutoff is None
         assert record.epochs is not None
         assert [e.buckets for e in record.epochs.epochs] == [None, 4, 16]
-        rows = SaltedTable(raw, layout_of_record(record)).read_rows(ReadRowsQuery())
+        rows = SaltedTable(raw, layout_of_record(record), record_refresh=0.5).read_rows(
+            ReadRowsQuery()
+        )
         assert [r.row_key for r in rows] == [k(1, t0 - 7_200_000), k(2, t0 - 1000)]
 
 
@@ -218,6 +220,9 @@ def test_the_resalt_command_dry_run_stores_nothing_then_appends(
     assert code == 0
     assert "stored 2 epochs" in out
     assert json.loads(json.dumps(stored(name)))["epochs"]["min_lead_s"] == 5.0
+    # The read commands open the table with a refresh within the stored lead.
+    code, out, err = run(capsys, "count", name, *WHERE)
+    assert (code, out.split()[0]) == (0, "1"), err
     soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
     code, _, err = run(capsys, "resalt", name, *WHERE, "-n", "32", "--at", soon)
     assert code == 1

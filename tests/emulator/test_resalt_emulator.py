@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -41,13 +46,14 @@ from saltedtable._guard.from_record import layout_of_record
 from saltedtable._guard.record import record_of_row
 from saltedtable._scheme.cutoff import CutoffPolicy
 from saltedtable._scheme.layout import Layout
-from saltedtable.testing import INSTANCE, PROJECT
+from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT
 from tests.cli_helpers import assert_one_line_error, run
 from tests.sync_view import AsyncView
 
 MakeTable = Callable[..., str]
 READER = epoch_field("ms", index=1, digits=13)
 WHERE = ("--project", PROJECT, "--instance", INSTANCE)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def k(sensor: int, ms: int) -> bytes:
@@ -304,3 +310,23 @@ async def test_an_object_whose_refresh_is_longer_than_the_lead_is_refused(
     )
     with pytest.raises(SchemeMismatchError):
         await other.read_row(k(1, 0))
+
+
+def test_the_resalt_example_runs_on_the_emulator() -> None:
+    """examples/resalt_live.py runs under ``saltedtable emulator`` as docs/resalt.md says."""
+    env = {k: v for k, v in os.environ.items() if k != EMULATOR_HOST_ENV}
+    script = shutil.which("saltedtable", path=str(Path(sys.executable).parent))
+    assert script is not None, "the saltedtable console script is not installed (make install)"
+    harness = [script, "emulator", "--table", "live_events:cf,saltedtable"]
+    command = [*harness, "--", sys.executable, "examples/resalt_live.py"]
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=90, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "2. appended epoch 1: N=16 from" in out
+    assert "3. the writer adopted 2 epochs" in out
+    assert "from the start: b'sensor2#" in out
+    assert "-> epoch 1 (N=16) b'" in out
+    assert "4. refused a key an hour ahead: past the writer's horizon" in out
+    assert "5. the reader read back 7 of 7 rows, in key order:" in out

@@ -330,3 +330,35 @@ def test_the_resalt_example_runs_on_the_emulator() -> None:
     assert "-> epoch 1 (N=16) b'" in out
     assert "4. refused a key an hour ahead: past the writer's horizon" in out
     assert "5. the reader read back 7 of 7 rows, in key order:" in out
+
+
+def test_advise_on_a_table_with_epochs_reports_them_and_the_resalt_command(
+    make_table: MakeTable, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every epoch's rows are logical keys; the newest N differs: the exact command is printed."""
+    t0 = now_ms()
+    name = plain_table(make_table, [k(s, t0 - 1000 * m) for s in range(20) for m in range(5)])
+    with BigtableDataClient(project=PROJECT) as client:
+        at = dt.datetime.fromtimestamp(t0 / 1000 + 3, dt.UTC)
+        append_epoch(client.get_table(INSTANCE, name), SaltScheme(16), at, timestamp=READER,
+                     min_lead=2)  # fmt: skip
+    args = ("advise", "--table", name, *WHERE, "--candidates", "32", "--target", "1000")
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    recommended = report["recommended"]
+    assert recommended in (1, 32)  # (N=1 is always simulated): either differs from 16
+    command = (
+        f"saltedtable resalt {name} --instance {INSTANCE} --project {PROJECT} "
+        f"-n {recommended} --at "
+    )
+    assert report["resalt"]["newest_buckets"] == 16
+    assert report["resalt"]["command"].startswith(command)
+    assert report["input"]["left_out"]["outside_layout"] == 0  # every epoch's rows are data
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert "epochs (minimum lead 2 s):" in out
+    assert "  epoch 0 from -inf: N = 4" in out
+    assert "  epoch 1 from " in out
+    assert ": N = 16" in out
+    assert command in out

@@ -362,3 +362,34 @@ def test_advise_on_a_table_with_epochs_reports_them_and_the_resalt_command(
     assert "  epoch 1 from " in out
     assert ": N = 16" in out
     assert command in out
+
+
+def test_inspect_shows_every_epoch_with_its_own_buckets(
+    make_table: MakeTable, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Epochs N=4 then N=16: each listed with its start and buckets keyed by its own prefix."""
+    t0 = now_ms()
+    name = plain_table(make_table, [k(s, t0 - 1000) for s in range(8)])
+    with BigtableDataClient(project=PROJECT) as client:
+        raw = client.get_table(INSTANCE, name)
+        at = dt.datetime.fromtimestamp(t0 / 1000 + 2.5, dt.UTC)
+        append_epoch(raw, SaltScheme(16), at, timestamp=READER, min_lead=2)
+        record = record_of_row(raw.read_row(SCHEME_ROW_KEY))
+        assert record is not None
+        table = SaltedTable(raw, layout_of_record(record), record_refresh=1)
+        time.sleep(max(0.0, at.timestamp() - time.time() + 0.1))
+        for s in range(8):
+            table.mutate_row(k(s, now_ms()), SetCell("cf", b"q", b"new"))
+    code, out, err = run(capsys, "inspect", name, *WHERE, "--json")
+    assert code == 0, out + err
+    report = json.loads(out)
+    assert report["stray_keys"] == []
+    epochs = report["epochs"]
+    assert [(e["epoch"], len(e["buckets"])) for e in epochs] == [(0, 4), (1, 16)]
+    assert epochs[0]["start"] == "-inf"
+    assert epochs[1]["start"] == at.isoformat()
+    assert epochs[1]["shared"] == []  # "3-" and "03-" are different prefixes
+    code, out, _ = run(capsys, "inspect", name, *WHERE)
+    assert code == 0
+    assert "epochs: 2" in out
+    assert f"  epoch 1 from {at.isoformat()}: SaltScheme(buckets=16" in out

@@ -131,7 +131,13 @@ class SaltedTableAsync(TableAttributes):
             (one ``ReadRow`` of the reserved row per interval, only while
             operations run; None: once per object). A scan with a cutoff
             checks it between rows and at its end, and stops with
-            :class:`~saltedtable.SchemeMismatchError`.
+            :class:`~saltedtable.SchemeMismatchError`. A record that extends
+            this object's layout with appended epochs (``saltedtable
+            resalt``) is adopted; on a table whose record stores a minimum
+            lead, a refresh longer than the lead, None, or ``guard=False`` is
+            refused, and writes of keys whose time is at or after the last
+            read of the record plus the lead raise ``RowKeyError`` (see
+            docs/resalt.md).
         budget: What one read may hold at once (rows and bytes asked of
             buckets and not yet handed over); see :class:`ReadBudget`.
         max_concurrent_subscans: ReadRows requests in flight for this table,

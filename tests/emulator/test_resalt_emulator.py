@@ -197,7 +197,10 @@ def test_a_cutoff_table_becomes_three_epochs(make_table: MakeTable) -> None:
     at = dt.datetime.fromtimestamp(t0 / 1000 + 60, dt.UTC)
     with BigtableDataClient(project=PROJECT) as client:
         raw = client.get_table(INSTANCE, name)
-        append_epoch(raw, SaltScheme(16), at, min_lead=1)
+        # Through a salted table: its physical table and its layout (which must agree).
+        append_epoch(
+            SaltedTable(raw, Layout(SaltScheme(4), cutoff)), SaltScheme(16), at, min_lead=1
+        )
         record = record_of_row(raw.read_row(SCHEME_ROW_KEY))
         assert record is not None
         assert record.cutoff is None

@@ -84,8 +84,13 @@ def _orphans(table: Any, appending: Appending) -> tuple[int, list[bytes]]:
     """Keys scanned and the orphaned ones among them, over the current newest epoch's prefixes."""
     from google.cloud.bigtable.data import ReadRowsQuery, RowRange
 
-    scheme = appending.current.newest
-    ranges = [RowRange(p, prefix_end(p) or None) for p in sorted(set(scheme.prefixes))]
+    # The current newest epoch's buckets hold the rows a later start would take
+    # away; the new epoch's own prefixes may hold unsalted (legacy) keys that
+    # would be read as its rows.
+    prefixes = sorted({*appending.current.newest.prefixes, *appending.appended.newest.prefixes})
+    # (A prefix inside another's range is read by that range already.)
+    outer = [p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)]
+    ranges = [RowRange(p, prefix_end(p) or None) for p in outer]
     query = ReadRowsQuery(row_ranges=ranges, row_filter=KEYS_ONLY)
     seen = 0
     found: list[bytes] = []
@@ -185,11 +190,12 @@ def append_epoch(
         if found:
             shown = ", ".join(format_key(k) for k in found[:EXAMPLES])
             raise LayoutError(
-                f"{len(found)} row(s) already written have a key time at or after "
-                f"{at.astimezone(dt.UTC).isoformat()} and would be hidden by the new epoch, "
-                f"e.g. {shown}; nothing was changed. Start the epoch after their times, or "
-                "move those rows (read, delete, and write them again once the epoch is "
-                "appended)"
+                f"{len(found)} row(s) already written would be hidden by the new epoch (a "
+                f"key time at or after {at.astimezone(dt.UTC).isoformat()}, or an unsalted "
+                f"key that starts with one of its prefixes), e.g. {shown}; nothing was "
+                "changed. Start the epoch after their times, choose a bucket count whose "
+                "prefixes they do not start with, or move those rows (read, delete, and "
+                "write them again once the epoch is appended)"
             )
     if dry_run:
         return AppendResult(previous, appending.record, appending, checked, False, family)

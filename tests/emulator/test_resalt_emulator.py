@@ -86,7 +86,7 @@ def test_a_plain_table_gets_an_epoch_and_reads_every_row(make_table: MakeTable) 
     t0 = now_ms()
     old = [k(s, t0 - 60_000 * m) for s in range(5) for m in range(3)]
     name = plain_table(make_table, old)
-    at = dt.datetime.fromtimestamp(t0 / 1000 + 3, dt.UTC)
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3)
     with BigtableDataClient(project=PROJECT) as client:
         raw = client.get_table(INSTANCE, name)
         result = append_epoch(raw, SaltScheme(16), at, timestamp=READER, min_lead=1.5)
@@ -101,8 +101,8 @@ def test_a_plain_table_gets_an_epoch_and_reads_every_row(make_table: MakeTable) 
         assert [e.buckets for e in record.epochs.epochs] == [4, 16]
         layout = layout_of_record(record)
         table = SaltedTable(raw, layout, record_refresh=1.0)
-        new = [k(s, t0 + 5_000) for s in range(5)]
-        time.sleep(max(0.0, (t0 + 3_600) / 1000 - time.time()))  # past the start
+        time.sleep(max(0.0, at.timestamp() + 0.1 - time.time()))  # past the start
+        new = [k(s, now_ms()) for s in range(5)]
         for key in new:
             table.mutate_row(key, SetCell("cf", b"q", key))
         assert [r.row_key for r in table.read_rows(ReadRowsQuery())] == sorted(old + new)
@@ -263,7 +263,7 @@ async def test_long_lived_writer_and_reader_adopt_the_epoch_across_its_start(
         writer, reader = opened(record_refresh=0.3), opened(record_refresh=0.3)
         assert len(await reader.read_rows(ReadRowsQuery())) == 3  # both have read the record
         await writer.mutate_row(k(9, now_ms()), SetCell("cf", b"q", b"before"))
-        start_ms = now_ms() + 2_500
+        start_ms = now_ms() + 3_000
         at = dt.datetime.fromtimestamp(start_ms / 1000, dt.UTC)
         append_epoch(
             sync_client.get_table(INSTANCE, name), SaltScheme(16), at, timestamp=READER,
@@ -342,7 +342,7 @@ def test_advise_on_a_table_with_epochs_reports_them_and_the_resalt_command(
     t0 = now_ms()
     name = plain_table(make_table, [k(s, t0 - 1000 * m) for s in range(20) for m in range(5)])
     with BigtableDataClient(project=PROJECT) as client:
-        at = dt.datetime.fromtimestamp(t0 / 1000 + 3, dt.UTC)
+        at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3)
         append_epoch(client.get_table(INSTANCE, name), SaltScheme(16), at, timestamp=READER,
                      min_lead=2)  # fmt: skip
     args = ("advise", "--table", name, *WHERE, "--candidates", "32", "--target", "1000")
@@ -375,7 +375,7 @@ def test_inspect_shows_every_epoch_with_its_own_buckets(
     name = plain_table(make_table, [k(s, t0 - 1000) for s in range(8)])
     with BigtableDataClient(project=PROJECT) as client:
         raw = client.get_table(INSTANCE, name)
-        at = dt.datetime.fromtimestamp(t0 / 1000 + 2.5, dt.UTC)
+        at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3)
         append_epoch(raw, SaltScheme(16), at, timestamp=READER, min_lead=2)
         record = record_of_row(raw.read_row(SCHEME_ROW_KEY))
         assert record is not None
@@ -396,3 +396,23 @@ def test_inspect_shows_every_epoch_with_its_own_buckets(
     assert code == 0
     assert "epochs: 2" in out
     assert f"  epoch 1 from {at.isoformat()}: SaltScheme(buckets=16" in out
+
+
+def test_a_legacy_key_that_starts_with_a_new_prefix_refuses_the_append(
+    make_table: MakeTable,
+) -> None:
+    """Cutoff table (N=4: ``0-``..``3-``), an unsalted ``05-...`` key: N=16 would claim it."""
+    t0 = now_ms()
+    cutoff = CutoffPolicy(dt.datetime.fromtimestamp(t0 / 1000 - 3600, dt.UTC), READER)
+    name = plain_table(make_table, [k(2, t0 - 1000)], Layout(SaltScheme(4), cutoff))
+    legacy = b"05-" + k(1, t0 - 7_200_000)
+    with BigtableDataClient(project=PROJECT) as client:
+        raw = client.get_table(INSTANCE, name)
+        raw.mutate_row(legacy, SetCell("cf", b"q", b"old"))
+        at = dt.datetime.fromtimestamp(t0 / 1000 + 60, dt.UTC)
+        before = stored(name)
+        with pytest.raises(LayoutError, match=r"1 row\(s\) .*starts with one of its prefixes"):
+            append_epoch(raw, SaltScheme(16), at, min_lead=1)
+        assert stored(name) == before
+        # N=128 writes 3-digit prefixes ("005-"): the legacy key does not meet them.
+        assert append_epoch(raw, SaltScheme(128), at, min_lead=1).stored

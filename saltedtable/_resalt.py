@@ -155,6 +155,7 @@ def append_epoch(
             orphan (naming some); or the record changed while this ran
             (another operator appended first): nothing was written.
     """
+    from google.api_core.exceptions import FailedPrecondition
     from google.cloud.bigtable.data.mutations import DeleteRangeFromColumn, SetCell
 
     now = clock if clock is not None else (lambda: dt.datetime.now(dt.UTC))
@@ -202,14 +203,22 @@ def append_epoch(
     # Again just before the swap: the scan took time, and the lead counts from the swap.
     appending = decide()
     new = appending.record.encode()
-    swapped = table.check_and_mutate_row(
-        SCHEME_ROW_KEY,
-        _record_predicate(family, cell.value),
-        true_case_mutations=[
-            DeleteRangeFromColumn(family, SCHEME_QUALIFIER),
-            SetCell(family, SCHEME_QUALIFIER, new),
-        ],
-    )
+    try:
+        swapped = table.check_and_mutate_row(
+            SCHEME_ROW_KEY,
+            _record_predicate(family, cell.value),
+            true_case_mutations=[
+                DeleteRangeFromColumn(family, SCHEME_QUALIFIER),
+                SetCell(family, SCHEME_QUALIFIER, new),
+            ],
+        )
+    except FailedPrecondition as exc:
+        # No plain write instead: without the swap, two operators could both append.
+        raise LayoutError(
+            f"the app profile refuses single-row transactions ({exc.message}): an epoch is "
+            "appended only with a compare-and-swap on the record; use an app profile that "
+            "allows them. Nothing was written"
+        ) from None
     if not swapped:
         raise LayoutError(
             "the layout record changed while this append ran (another operator appended an "

@@ -41,7 +41,13 @@ from .._scheme.layout import Layout
 from .._scheme.named import key_part_identity
 from .._scheme.salt import SaltScheme
 from .from_record import epochs_of_record, layout_of_record
-from .record import DEFAULT_RECORD_REFRESH, EpochsRecord, LayoutRecord, describe_layout
+from .record import (
+    DEFAULT_RECORD_REFRESH,
+    EpochRecord,
+    EpochsRecord,
+    LayoutRecord,
+    describe_layout,
+)
 
 __all__ = [
     "CLOCK_SKEW_MARGIN",
@@ -217,11 +223,9 @@ def orphaned(current: Epochs, appended: Epochs, keys: Iterable[bytes]) -> list[b
 
 
 def _resolve_scheme(
-    found: object, mine: dict[str | None, Callable[[bytes], bytes] | None]
+    found: EpochRecord, mine: dict[str | None, Callable[[bytes], bytes] | None]
 ) -> SaltScheme:
-    from .record import EpochRecord
-
-    assert isinstance(found, EpochRecord)
+    """An appended epoch's scheme; its key part is the object's own (by name) or ready-made."""
     assert found.buckets is not None
     part: Callable[[bytes], bytes] | None = None
     if found.key_part is not None:

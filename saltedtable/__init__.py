@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from ._create import CreateResult, create_salted_table
     from ._read.plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._read.sources import SubScan
+    from ._resalt import AppendResult, append_epoch
     from ._split import split_hot_key
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
     from ._sync_autogen.table import SaltedTable
@@ -79,6 +80,8 @@ __version__: str
 _LAZY: dict[str, str] = {
     "CreateResult": "._create",
     "create_salted_table": "._create",
+    "AppendResult": "._resalt",
+    "append_epoch": "._resalt",
     "ReadPlan": "._read.plan",
     "SubQuery": "._read.plan",
     "plan_reads": "._read.plan",
@@ -143,6 +146,7 @@ __all__ = [
     "MAX_BUCKETS",
     "RECORD_FAMILY",
     "SCHEME_ROW_KEY",
+    "AppendResult",
     "BackfillProgress",
     "BucketStats",
     "CallStats",
@@ -190,6 +194,7 @@ __all__ = [
     "WindowError",
     "WindowFilterError",
     "__version__",
+    "append_epoch",
     "before_last",
     "big_endian_int",
     "create_salted_table",

@@ -99,6 +99,13 @@ class SaltedMutationsBatcherAsync(BatcherCore):
                 except GoogleAPICallError as exc:
                     self._hold(mutation_entry, exc)
                     return
+                if guard.layout is not self._layout:  # it adopted a longer layout
+                    self._layout = guard.layout
+                    self._salt = guard.layout.salter()
+                    physical.row_key = self._salt(mutation_entry.row_key)
+            if self._layout.epochs is not None and guard.horizon_applies:
+                # (an attribute test first: a plain table's append pays no call)
+                guard.check_horizon(to_key(mutation_entry.row_key))
         physical.seq = self._seq
         self._seq += 1
         try:

@@ -177,7 +177,13 @@ class SaltedTableAsync(TableAttributes):
             (one ``ReadRow`` of the reserved row per interval, only while
             operations run; None: once per object). A scan with a cutoff
             checks it between rows and at its end, and stops with
-            :class:`~saltedtable.SchemeMismatchError`.
+            :class:`~saltedtable.SchemeMismatchError`. A record that extends
+            this object's layout with appended epochs (``saltedtable
+            resalt``) is adopted; on a table whose record stores a minimum
+            lead, a refresh longer than the lead, None, or ``guard=False`` is
+            refused, and writes of keys whose time is at or after the last
+            read of the record plus the lead raise ``RowKeyError`` (see
+            docs/resalt.md).
         budget: What one read may hold at once (rows and bytes asked of
             buckets and not yet handed over); see :class:`ReadBudget`.
         max_concurrent_subscans: ReadRows requests in flight for this table,
@@ -276,6 +282,35 @@ class SaltedTableAsync(TableAttributes):
             hook=stats_hook,
             client_internals=internals,
         )
+        # A stored record that extends this layout (an epoch appended) is adopted.
+        self._guard.on_adopt = self._adopt
+
+    def _adopt(self, layout: Layout) -> None:
+        """Use ``layout`` (the guard adopted it) for every operation from now on."""
+        # One assignment each: an operation reads the layout once when it starts.
+        self._reads = dataclasses.replace(self._reads, layout=layout)
+        self._layout = layout
+
+    def _placed(self, write: RowWrite, layout: Layout) -> RowWrite:
+        """``write`` placed by the layout held now (the guard may have adopted a longer
+        one since ``layout`` placed it), refused past the guard's horizon."""
+        if self._layout is not layout:
+            bucket, physical = self._layout.locate(write.key)
+            write = RowWrite(write.key, bucket, physical, write.family)
+        self._guard.check_horizon(write.key)
+        return write
+
+    async def _refreshed(
+        self, operation_timeout: Timeout, attempt_timeout: AttemptTimeout
+    ) -> Timeout:
+        """Before a scan is planned: read the record again when it is due (it may be adopted).
+
+        The first read of the record stays inside the read, as before.
+        """
+        guard = self._guard
+        if guard.checked and guard.refreshes and guard.due():
+            return await guard.within(None, operation_timeout, attempt_timeout, "read_rows")
+        return operation_timeout
 
     @classmethod
     def from_client(
@@ -497,6 +532,7 @@ class SaltedTableAsync(TableAttributes):
         """
         if self._window is not None:
             return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
+        operation_timeout = await self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -518,6 +554,7 @@ class SaltedTableAsync(TableAttributes):
             scan = self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
             async with aclosing(scan):
                 return [row async for row in scan]
+        operation_timeout = await self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -891,8 +928,9 @@ class SaltedTableAsync(TableAttributes):
 
         Returns what the client's ``mutate_row`` returns (the RPC's response).
         """
+        layout = self._layout
         write = prepare_row_write(
-            self._layout,
+            layout,
             row_key,
             mutations,
             operation_timeout=operation_timeout,
@@ -923,6 +961,9 @@ class SaltedTableAsync(TableAttributes):
                 attempt_timeout=attempt_timeout,
                 retryable_errors=retryable_errors,
             )
+        if self._layout is not layout or layout.epochs is not None:
+            # (tested without a call: a plain table's point write pays none)
+            write = self._placed(write, layout)
         return await self._table.mutate_row(
             write.physical,
             mutations,
@@ -950,8 +991,9 @@ class SaltedTableAsync(TableAttributes):
                 ``FailedMutationEntryError.entry`` is the caller's logical entry
                 and ``.index`` its position in ``mutation_entries``.
         """
+        layout = self._layout
         mutation_entries, keys, stats = bulk_prepare(
-            self._layout,
+            layout,
             mutation_entries,
             operation_timeout,
             attempt_timeout,
@@ -984,6 +1026,13 @@ class SaltedTableAsync(TableAttributes):
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
+            if self._layout is not layout:  # adopted a longer layout: place them again
+                _, keys, _ = bulk_prepare(
+                    self._layout, mutation_entries, operation_timeout, attempt_timeout, None, None
+                )
+            if self._layout.epochs is not None and self._guard.horizon_applies:
+                for entry in mutation_entries:
+                    self._guard.check_horizon(to_key(entry.row_key))
             if physical is not None:
                 await self._table.bulk_mutate_rows(
                     physical,
@@ -1067,8 +1116,9 @@ class SaltedTableAsync(TableAttributes):
             # them. Settled, the client's own build of the filter fails the same way with
             # nothing sent, and builds it once.
             check_filter(predicate)
+        layout = self._layout
         write = prepare_row_write(
-            self._layout,
+            layout,
             row_key,
             true_case_mutations,
             false_case_mutations,
@@ -1079,6 +1129,8 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, None, "default"
         )
+        if self._layout is not layout or layout.epochs is not None:
+            write = self._placed(write, layout)
         return bool(
             await self._table.check_and_mutate_row(
                 write.physical,
@@ -1103,21 +1155,23 @@ class SaltedTableAsync(TableAttributes):
         *,
         operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
-        """Atomically read-modify-write the row with this logical key."""
-        if self._hot is not None:
-            self._hot.refuse_atomic(row_key, "read_modify_write_row")
         """Atomically read-modify-write the row with this logical key.
 
         Refused in a dual-layout window (:class:`~saltedtable.WindowError`).
         """
+        if self._hot is not None:
+            self._hot.refuse_atomic(row_key, "read_modify_write_row")
         if self._window is not None:
             self._window.window.refuse_atomic("read_modify_write_row", row_key)
-        write = prepare_row_write(self._layout, row_key, rules, operation_timeout=operation_timeout)
+        layout = self._layout
+        write = prepare_row_write(layout, row_key, rules, operation_timeout=operation_timeout)
         if self._hot is not None:
             write = self._hot_placed(write)
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, None, "default"
         )
+        if self._layout is not layout or layout.epochs is not None:
+            write = self._placed(write, layout)
         row = await self._table.read_modify_write_row(
             write.physical, rules, operation_timeout=operation_timeout
         )

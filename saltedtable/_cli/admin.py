@@ -322,22 +322,50 @@ def _layout_of_record(record: LayoutRecord) -> tuple[SaltScheme, CutoffPolicy | 
     return scheme, cutoff, whole and not open_differences(record, describe_layout(scheme, cutoff))
 
 
+def _newest_of_record(record: LayoutRecord) -> SaltScheme:
+    """The newest epoch's scheme, without its key part (enough to measure its buckets)."""
+    from .._guard.from_record import scheme_of_record
+
+    return scheme_of_record(record, None)
+
+
+def _epochs_of(record: LayoutRecord) -> list[tuple[str, SaltScheme | None]]:
+    """Each epoch's start (ISO text; ``-inf``) and scheme, without key parts (for sizes)."""
+    assert record.epochs is not None
+    out: list[tuple[str, SaltScheme | None]] = []
+    for found in record.epochs.epochs:
+        start = "-inf" if found.start is None else found.start
+        if found.buckets is None:
+            out.append((start, None))
+            continue
+        scheme = SaltScheme(
+            found.buckets,
+            hash=found.hash or "crc32",
+            separator=b"-" if found.separator is None else found.separator,
+            marker=found.marker or b"",
+        )
+        out.append((start, scheme))
+    return out
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from google.api_core.exceptions import PermissionDenied
 
     from .._admin import admin_client, data_client, read_schema, table_path
     from .._create import check_table_id
     from .._guard.decisions import layout_offenders, sample_queries
+    from .._guard.from_record import layout_of_record
     from .._guard.hot_record import describe_hot, hot_layout_of, without_hot
     from .._guard.record import decode_layout, describe_layout, newest_record_cell, open_differences
     from .._scheme.layout import Layout
     from .._scheme.salt import SCHEME_ROW_KEY, format_key
     from ..advise.input import Progress, progress_stream
-    from .inspect import Inspection, bucket_sizes, skew, split_alignment
+    from .inspect import Inspection, bucket_sizes, epoch_sizes, skew, split_alignment
 
     args.project, args.instance = located(args)
     check_table_id(args.table)  # a usage error, before any request
     given = _layout(args) if args.buckets is not None else None
+    epoch_layout: Layout | None = None  # the record's layout with epochs, when it has them
     whole = False  # the record gave the whole layout (else only the buckets can be judged)
     report = Inspection(table=args.table)
     name = table_path(args.project, args.instance, args.table)
@@ -380,6 +408,16 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                         report.problems.append(
                             "the given layout disagrees with the record: " + "; ".join(diffs)
                         )
+            elif report.record is not None and report.record.epochs is not None:
+                scheme, cutoff = _newest_of_record(report.record), None
+                try:
+                    epoch_layout = layout_of_record(report.record)
+                    whole = True
+                except LayoutError:
+                    report.notes.append(
+                        "the record names a custom key part or time reader: only the bucket "
+                        "sizes are judged"
+                    )
             elif report.record is not None:
                 scheme, cutoff, whole = _layout_of_record(without_hot(report.record))
                 if not whole:
@@ -389,7 +427,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                     )
             else:
                 return _emit(report, args)  # no record and no scheme: nothing more to judge
-            layout = Layout(scheme, cutoff)
+            layout = Layout(scheme, cutoff) if epoch_layout is None else epoch_layout
             hot = None
             if report.record is not None and cutoff is None and report.record.epochs is None:
                 hot = hot_layout_of(report.record, scheme)
@@ -398,6 +436,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             samples = [(bytes(k), int(o)) for k, o in table.sample_row_keys()]
             report.samples = len(samples)
             report.buckets = bucket_sizes(scheme, samples)
+            if given is None and report.record is not None and report.record.epochs is not None:
+                report.scheme = f"{len(report.record.epochs.epochs)} epochs, the newest {scheme}"
+                report.epochs = epoch_sizes(_epochs_of(report.record), samples)
             report.skew = skew(report.buckets)
             aligned, missing = split_alignment(scheme, samples)
             report.splits_aligned = [format_key(p) for p in aligned]

@@ -20,7 +20,9 @@ __all__ = [
     "SUMMARY_ABOVE",
     "Inspection",
     "bucket_sizes",
+    "epoch_sizes",
     "largest_buckets",
+    "prefix_sizes",
     "size_histogram",
     "skew",
     "split_alignment",
@@ -66,6 +68,65 @@ def bucket_sizes(scheme: SaltScheme, samples: Sequence[tuple[bytes, int]]) -> di
                 sizes[bucket] += delta / len(buckets)
         previous_key, previous_offset = key, offset
     return sizes
+
+
+def prefix_sizes(
+    prefixes: Sequence[bytes], samples: Sequence[tuple[bytes, int]]
+) -> dict[bytes, float]:
+    """Estimated bytes per salt prefix (of any epoch) from ``sample_row_keys`` answers.
+
+    As :func:`bucket_sizes`, keyed by the prefix itself, so that bucket 5 of
+    N=8 (``5-``) and of N=64 (``05-``) are told apart. A prefix that two
+    epochs share (same width) holds both epochs' rows: its bytes are the sum.
+    """
+    ordered = sorted(set(prefixes))
+    sizes = dict.fromkeys(ordered, 0.0)
+    previous_key, previous_offset = b"", 0
+    for key, offset in samples:
+        delta = offset - previous_offset
+        if delta > 0:
+            end = key if key else b""
+            if end.startswith(SCHEME_ROW_KEY):
+                end = SCHEME_ROW_KEY
+            met = [
+                p
+                for p in ordered
+                if (not end or p < end) and (not prefix_end(p) or previous_key < prefix_end(p))
+            ]
+            for prefix in met:
+                sizes[prefix] += delta / len(met)
+        previous_key, previous_offset = key, offset
+    return sizes
+
+
+def epoch_sizes(
+    epochs: Sequence[tuple[str, SaltScheme | None]], samples: Sequence[tuple[bytes, int]]
+) -> list[dict[str, Any]]:
+    """Per epoch (``(start, scheme)``, oldest first): its scheme and estimated bytes per bucket.
+
+    Each bucket is measured by its own prefix (:func:`prefix_sizes`); buckets
+    whose prefix another epoch shares are named in ``shared``.
+    """
+    every = [p for _, scheme in epochs if scheme is not None for p in scheme.prefixes]
+    sizes = prefix_sizes(every, samples)
+    out: list[dict[str, Any]] = []
+    for i, (start, scheme) in enumerate(epochs):
+        if scheme is None:
+            out.append({"epoch": i, "start": start, "scheme": "unsalted", "buckets": {}})
+            continue
+        mine = {b: sizes[scheme.prefix(b)] for b in scheme.bucket_ids}
+        shared = [
+            b
+            for b in scheme.bucket_ids
+            if any(
+                other is not None and j != i and scheme.prefix(b) in other.prefixes
+                for j, (_, other) in enumerate(epochs)
+            )
+        ]
+        out.append(
+            {"epoch": i, "start": start, "scheme": str(scheme), "buckets": mine, "shared": shared}
+        )
+    return out
 
 
 def skew(sizes: dict[int, float]) -> float | None:
@@ -158,6 +219,8 @@ class Inspection:
     buckets: dict[int, float] = field(default_factory=dict)
     skew: float | None = None
     samples: int = 0
+    #: Per epoch of a table with epochs: its start, scheme and bytes per bucket.
+    epochs: list[dict[str, Any]] = field(default_factory=list)
     splits_aligned: list[str] = field(default_factory=list)
     splits_missing: list[str] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)
@@ -172,7 +235,7 @@ class Inspection:
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-friendly form (bucket ids as strings, sizes in bytes)."""
-        return {
+        out: dict[str, Any] = {
             "table": self.table,
             "record": None if self.record is None else self.record.as_dict(),
             "record_family": self.record_family,
@@ -188,6 +251,16 @@ class Inspection:
             "problems": self.problems,
             "notes": self.notes,
         }
+        if self.epochs:  # (a table with epochs only: other reports keep their form)
+            out["epochs"] = [
+                {
+                    **e,
+                    "buckets": {str(b): round(v) for b, v in sorted(e["buckets"].items())},
+                    "skew": skew(e["buckets"]) if e["buckets"] else None,
+                }
+                for e in self.epochs
+            ]
+        return out
 
     def text(self, *, all_buckets: bool = False) -> str:
         """The report for people.
@@ -228,6 +301,17 @@ class Inspection:
                 for b in hot["buckets"]
             )
             lines.append(f"hot {hot['kind']} {hot['value']!r}: K={hot['k']} (buckets {sizes})")
+        if self.epochs:
+            lines.append(f"epochs: {len(self.epochs)}")
+        for e in self.epochs:
+            lines.append(f"  epoch {e['epoch']} from {e['start']}: {e['scheme']}")
+            if e["buckets"]:
+                size = skew(e["buckets"])
+                shown = "n/a" if size is None else f"{size:.2f}"
+                shared = e.get("shared") or []
+                note = f", {len(shared)} bucket prefixes shared with other epochs" if shared else ""
+                lines.append(f"  about {sum(e['buckets'].values()):,.0f} bytes, skew {shown}{note}")
+                lines.extend("  " + line for line in _bucket_lines(e["buckets"], all_buckets))
         if self.stray:
             lines.append(f"stray or misplaced keys (sample of {len(self.stray)}):")
             lines.extend(f"  {s}" for s in self.stray)

@@ -424,6 +424,7 @@ def _parser() -> argparse.ArgumentParser:
     # options: the Bigtable clients are imported only when one of them runs.
     from .admin import add_location_options, add_table_commands
     from .read import add_read_commands, add_table_source
+    from .resalt import add_resalt_command
 
     key = add_command(
         sub,
@@ -560,6 +561,7 @@ def _parser() -> argparse.ArgumentParser:
     emu.add_argument("command", nargs="*", metavar="-- COMMAND", help="run this, then stop")
 
     add_table_commands(sub)
+    add_resalt_command(sub)
     add_read_commands(sub)
     return parser
 

@@ -90,11 +90,18 @@ def recorded_table(args: argparse.Namespace) -> Iterator[SaltedTable]:
                     f"store one with `saltedtable guard {args.table} --add-family` and the "
                     "scheme options"
                 )
+            from .._guard.record import DEFAULT_RECORD_REFRESH
+
             try:
                 layout = layout_of_record(record)
             except SaltSchemeError as exc:  # a hash a newer saltedtable knows, say
                 raise LayoutError(f"the table's layout record cannot be read here: {exc}") from None
-            yield SaltedTable.open(raw, layout, sample_rows=0, require_record=True)
+            # A table with epochs stores the lead its readers must re-read the record within.
+            lead = None if layout.epochs is None else layout.epochs.min_lead
+            refresh = DEFAULT_RECORD_REFRESH if lead is None else min(lead, DEFAULT_RECORD_REFRESH)
+            yield SaltedTable.open(
+                raw, layout, sample_rows=0, require_record=True, record_refresh=refresh
+            )
         finally:
             raw.close()  # type: ignore[no-untyped-call]
 

@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Generator, Sequence
+from time import time as wall_clock
 from typing import Any, Final
 
 from google.api_core.exceptions import (
@@ -65,6 +66,7 @@ from .record import (
     open_differences,
     record_of_row,
 )
+from .resalt import adoption, beyond_horizon, horizon_error, lead_problem, refresh_problem
 
 __all__ = [
     "DEFAULT_RECORD_REFRESH",
@@ -289,6 +291,11 @@ class GuardCore:
             raise ValueError(
                 f"record_refresh must be a number of seconds > 0 or None, got {refresh!r}"
             )
+        lead = None if layout.epochs is None else layout.epochs.min_lead
+        if lead is not None:
+            problem = lead_problem(lead, enabled=enabled, refresh=refresh, name=name)
+            if problem is not None:
+                raise LayoutError(problem)
         self._layout = layout
         self._hot = hot
         self._record = (
@@ -296,6 +303,12 @@ class GuardCore:
             if enabled
             else None
         )
+        #: Called with the longer layout when a stored record that extends this
+        #: object's own is adopted (the table swaps its layout; see :meth:`_adopt`).
+        self.on_adopt: Callable[[Layout], None] | None = None
+        #: The wall clock (seconds since the Unix epoch) when the last read of the
+        #: record that settled the guard was sent: the writers' horizon counts from it.
+        self._good_wall: float | None = None
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
         self._storable = not any(s.has_prefix(SCHEME_ROW_KEY) for s in layout.schemes)
@@ -505,8 +518,11 @@ class GuardCore:
             # The interval runs from before the read is sent: a record the
             # reply shows may have been read by the server at any time since.
             self._read_at = time.monotonic()
+            wall = wall_clock()  # (the horizon compares it with key times)
             found: Found = yield ("read", None)
             stored, where = found if found is not None else (None, None)
+            if stored is not None:
+                self._follow(stored)
             if stored is None and self._require and not (explicit and family is not None):
                 raise RecordMissingError(
                     f"{self._id} has no layout record and require_record=True refuses to "
@@ -587,9 +603,57 @@ class GuardCore:
             raise
         self._stored, self._stored_family = stored, where
         self._outcome = outcome
+        self._good_wall = wall
         if self._state != "off":
             self._state = "absent" if stored is None else "agrees"
             self._settled()
+
+    @property
+    def layout(self) -> Layout:
+        """The layout this guard checks: the object's own, or the longer one it adopted."""
+        return self._layout
+
+    def _follow(self, stored: LayoutRecord) -> None:
+        """A stored record with epochs: refuse an object that cannot keep its lead; adopt
+        one that extends this object's layout (see ``resalt.adoption``).
+
+        Raises:
+            LayoutError: The object's refresh cannot keep the stored lead, or the
+                record extends its layout with a key part or reader it cannot resolve.
+        """
+        problem = refresh_problem(stored, enabled=True, refresh=self._refresh, name=self._id)
+        if problem is not None:
+            raise LayoutError(problem)
+        grown = adoption(self._layout, stored)
+        if grown is None:
+            return
+        _log.info("%s: adopting the layout record's appended epochs: %s", self._id, grown.epochs)
+        self._layout = grown
+        self._record = describe_layout(grown.scheme, grown.cutoff, epochs=grown.epochs)
+        if self.on_adopt is not None:
+            self.on_adopt(grown)
+
+    @property
+    def horizon_applies(self) -> bool:
+        """Whether writes are checked against a horizon (a layout with a stored lead)."""
+        epochs = self._layout.epochs
+        return epochs is not None and epochs.min_lead is not None
+
+    def check_horizon(self, key: bytes) -> None:
+        """Refuse a write of ``key`` at or after this object's horizon (see ``resalt``).
+
+        Only a layout with a stored lead has a horizon: its last successful read
+        of the record plus the lead.
+
+        Raises:
+            RowKeyError: The key's time is at or after the horizon.
+        """
+        epochs = self._layout.epochs
+        if epochs is None or epochs.min_lead is None:
+            return
+        problem = beyond_horizon(epochs, key, self._good_wall or 0.0, epochs.min_lead)
+        if problem is not None:
+            raise horizon_error(problem)
 
     def _blind(self, error: BaseException) -> None:
         """The view refuses reads of the record row: the guard is off for this object."""

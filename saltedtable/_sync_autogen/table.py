@@ -179,7 +179,13 @@ class SaltedTable(TableAttributes):
             (one ``ReadRow`` of the reserved row per interval, only while
             operations run; None: once per object). A scan with a cutoff
             checks it between rows and at its end, and stops with
-            :class:`~saltedtable.SchemeMismatchError`.
+            :class:`~saltedtable.SchemeMismatchError`. A record that extends
+            this object's layout with appended epochs (``saltedtable
+            resalt``) is adopted; on a table whose record stores a minimum
+            lead, a refresh longer than the lead, None, or ``guard=False`` is
+            refused, and writes of keys whose time is at or after the last
+            read of the record plus the lead raise ``RowKeyError`` (see
+            docs/resalt.md).
         budget: What one read may hold at once (rows and bytes asked of
             buckets and not yet handed over); see :class:`ReadBudget`.
         max_concurrent_subscans: ReadRows requests in flight for this table,
@@ -278,6 +284,33 @@ class SaltedTable(TableAttributes):
             hook=stats_hook,
             client_internals=internals,
         )
+        # A stored record that extends this layout (an epoch appended) is adopted.
+        self._guard.on_adopt = self._adopt
+
+    def _adopt(self, layout: Layout) -> None:
+        """Use ``layout`` (the guard adopted it) for every operation from now on."""
+        # One assignment each: an operation reads the layout once when it starts.
+        self._reads = dataclasses.replace(self._reads, layout=layout)
+        self._layout = layout
+
+    def _placed(self, write: RowWrite, layout: Layout) -> RowWrite:
+        """``write`` placed by the layout held now (the guard may have adopted a longer
+        one since ``layout`` placed it), refused past the guard's horizon."""
+        if self._layout is not layout:
+            bucket, physical = self._layout.locate(write.key)
+            write = RowWrite(write.key, bucket, physical, write.family)
+        self._guard.check_horizon(write.key)
+        return write
+
+    def _refreshed(self, operation_timeout: Timeout, attempt_timeout: AttemptTimeout) -> Timeout:
+        """Before a scan is planned: read the record again when it is due (it may be adopted).
+
+        The first read of the record stays inside the read, as before.
+        """
+        guard = self._guard
+        if guard.checked and guard.refreshes and guard.due():
+            return guard.within(None, operation_timeout, attempt_timeout, "read_rows")
+        return operation_timeout
 
     @classmethod
     def from_client(
@@ -499,6 +532,7 @@ class SaltedTable(TableAttributes):
         """
         if self._window is not None:
             return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
+        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -520,6 +554,7 @@ class SaltedTable(TableAttributes):
             scan = self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
             with closing(scan):
                 return [row for row in scan]
+        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -891,8 +926,9 @@ class SaltedTable(TableAttributes):
 
         Returns what the client's ``mutate_row`` returns (the RPC's response).
         """
+        layout = self._layout
         write = prepare_row_write(
-            self._layout,
+            layout,
             row_key,
             mutations,
             operation_timeout=operation_timeout,
@@ -923,6 +959,9 @@ class SaltedTable(TableAttributes):
                 attempt_timeout=attempt_timeout,
                 retryable_errors=retryable_errors,
             )
+        if self._layout is not layout or layout.epochs is not None:
+            # (tested without a call: a plain table's point write pays none)
+            write = self._placed(write, layout)
         return self._table.mutate_row(
             write.physical,
             mutations,
@@ -950,8 +989,9 @@ class SaltedTable(TableAttributes):
                 ``FailedMutationEntryError.entry`` is the caller's logical entry
                 and ``.index`` its position in ``mutation_entries``.
         """
+        layout = self._layout
         mutation_entries, keys, stats = bulk_prepare(
-            self._layout,
+            layout,
             mutation_entries,
             operation_timeout,
             attempt_timeout,
@@ -984,6 +1024,13 @@ class SaltedTable(TableAttributes):
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
+            if self._layout is not layout:  # adopted a longer layout: place them again
+                _, keys, _ = bulk_prepare(
+                    self._layout, mutation_entries, operation_timeout, attempt_timeout, None, None
+                )
+            if self._layout.epochs is not None and self._guard.horizon_applies:
+                for entry in mutation_entries:
+                    self._guard.check_horizon(to_key(entry.row_key))
             if physical is not None:
                 self._table.bulk_mutate_rows(
                     physical,
@@ -1067,8 +1114,9 @@ class SaltedTable(TableAttributes):
             # them. Settled, the client's own build of the filter fails the same way with
             # nothing sent, and builds it once.
             check_filter(predicate)
+        layout = self._layout
         write = prepare_row_write(
-            self._layout,
+            layout,
             row_key,
             true_case_mutations,
             false_case_mutations,
@@ -1077,6 +1125,8 @@ class SaltedTable(TableAttributes):
         if self._hot is not None:
             write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        if self._layout is not layout or layout.epochs is not None:
+            write = self._placed(write, layout)
         return bool(
             self._table.check_and_mutate_row(
                 write.physical,
@@ -1101,19 +1151,21 @@ class SaltedTable(TableAttributes):
         *,
         operation_timeout: Timeout = TABLE_DEFAULT.DEFAULT,
     ) -> Row:
-        """Atomically read-modify-write the row with this logical key."""
-        if self._hot is not None:
-            self._hot.refuse_atomic(row_key, "read_modify_write_row")
         """Atomically read-modify-write the row with this logical key.
 
         Refused in a dual-layout window (:class:`~saltedtable.WindowError`).
         """
+        if self._hot is not None:
+            self._hot.refuse_atomic(row_key, "read_modify_write_row")
         if self._window is not None:
             self._window.window.refuse_atomic("read_modify_write_row", row_key)
-        write = prepare_row_write(self._layout, row_key, rules, operation_timeout=operation_timeout)
+        layout = self._layout
+        write = prepare_row_write(layout, row_key, rules, operation_timeout=operation_timeout)
         if self._hot is not None:
             write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        if self._layout is not layout or layout.epochs is not None:
+            write = self._placed(write, layout)
         row = self._table.read_modify_write_row(
             write.physical, rules, operation_timeout=operation_timeout
         )

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import IO, Literal, final
 
 from .._connection import connection_failure
-from .._exceptions import InputError, LayoutError, MissingInputError
+from .._exceptions import InputError, LayoutError, MissingInputError, SaltSchemeError
 from .._guard.record import LayoutRecord, newest_record_cell, record_of_row
 from .._scheme.flags import rebuild_cutoff
 from .._scheme.layout import Layout
@@ -415,6 +415,8 @@ def logical_sample(
     off without checking the key's hash (``saltedtable inspect`` checks that),
     so a custom key part the record only names does not matter here.
     """
+    if record is not None and record.epochs is not None:
+        return _epochs_sample(rows, record, record_family)
     accesses: list[Access] = []
     read = record_rows = outside = hidden = 0
     layout: Layout | None = None
@@ -450,6 +452,53 @@ def logical_sample(
         if layout.hidden_reason(bucket, logical) is not None:
             hidden += 1
             continue
+        accesses.append(Access(logical, row.count, row.time))
+    return TableSample(accesses, record, record_family, read, record_rows, outside, hidden)
+
+
+def _epochs_sample(
+    rows: Iterable[Access], record: LayoutRecord, record_family: str | None
+) -> TableSample:
+    """:func:`logical_sample` of a table with epochs: every epoch's prefixes are its data.
+
+    A key loses the prefix of whichever epoch has it; rows the attribution rule
+    hides (a key whose time selects another epoch) are left out when the
+    record's key parts and reader can be rebuilt, otherwise kept.
+    """
+    from .._guard.from_record import epochs_of_record
+
+    assert record.epochs is not None
+    try:
+        epochs = epochs_of_record(record.epochs)
+    except (LayoutError, SaltSchemeError):
+        epochs = None  # a custom key part or reader: the prefixes still tell the keys
+    prefixes: set[bytes] = set()
+    for found in record.epochs.epochs:
+        if found.buckets is not None:
+            scheme = SaltScheme(
+                found.buckets,
+                hash=found.hash or "crc32",
+                separator=b"-" if found.separator is None else found.separator,
+                marker=found.marker or b"",
+            )
+            prefixes.update(scheme.prefixes)
+    legacy = record.epochs.epochs[0].buckets is None
+    lengths = sorted({len(p) for p in prefixes})
+    accesses: list[Access] = []
+    read = record_rows = outside = hidden = 0
+    for row in rows:
+        read += 1
+        if row.key.startswith(SCHEME_ROW_KEY):
+            record_rows += 1
+            continue
+        prefix = next((row.key[:n] for n in lengths if row.key[:n] in prefixes), None)
+        if (prefix is None and not legacy) or (prefix is not None and len(row.key) == len(prefix)):
+            outside += 1
+            continue
+        if epochs is not None and epochs.owner(row.key) is None:
+            hidden += 1
+            continue
+        logical = row.key if prefix is None else row.key[len(prefix) :]
         accesses.append(Access(logical, row.count, row.time))
     return TableSample(accesses, record, record_family, read, record_rows, outside, hidden)
 

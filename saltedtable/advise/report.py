@@ -15,9 +15,19 @@ from .model import Advice, Simulation
 from .noise import CONFIDENCE
 
 if TYPE_CHECKING:
+    import datetime as dt
+
+    from .._guard.record import LayoutRecord
     from .input import TableSample
 
-__all__ = ["JSON_SCHEMA", "epoch_scale", "json_report", "text_report"]
+__all__ = [
+    "JSON_SCHEMA",
+    "epoch_scale",
+    "epochs_advice",
+    "json_report",
+    "resalt_command",
+    "text_report",
+]
 
 #: Bump when a key of ``advise --json`` changes meaning or disappears (history in
 #: docs/advise.md).
@@ -347,3 +357,88 @@ def json_report(
         ],
         "plot": plot,
     }
+
+
+# -- a live table's epochs ------------------------------------------------------------
+
+#: The lead a record without one gets with its first epoch (``_guard.resalt.DEFAULT_MIN_LEAD``).
+_DEFAULT_LEAD: Final = 120.0
+
+
+def resalt_command(
+    record: LayoutRecord,
+    buckets: int,
+    *,
+    table: str,
+    instance: str,
+    project: str,
+    now: dt.datetime,
+) -> str:
+    """The ``saltedtable resalt`` line that appends an epoch of ``buckets`` to this table.
+
+    It keeps the newest epoch's hash, separator and marker, and starts the
+    epoch at the first UTC midnight at least the record's minimum lead from
+    ``now``. A table without epochs and without a cutoff needs the reader of
+    the time in its keys: ``--time READER`` is left for the operator to fill in.
+    """
+    import datetime as dt
+
+    lead = _DEFAULT_LEAD
+    if record.epochs is not None and record.epochs.min_lead_s is not None:
+        lead = record.epochs.min_lead_s
+    earliest = now + dt.timedelta(seconds=lead)
+    start = dt.datetime.combine(earliest.date(), dt.time(), dt.UTC)
+    if start < earliest:
+        start += dt.timedelta(days=1)
+    parts = [f"saltedtable resalt {table}", f"--instance {instance}", f"--project {project}"]
+    parts.append(f"-n {buckets}")
+    if record.hash not in (None, "crc32"):
+        parts.append(f"--hash {record.hash}")
+    if record.separator not in (None, b"-"):
+        parts.append(f"--separator {record.separator.decode(errors='replace')!r}")
+    if record.marker:
+        parts.append(f"--marker {record.marker.decode(errors='replace')!r}")
+    parts.append(f"--at {start.isoformat()}")
+    if record.epochs is None and record.cutoff is None:
+        parts.append("--time READER")
+    return " ".join(parts)
+
+
+def epochs_advice(
+    record: LayoutRecord | None,
+    recommended: int | None,
+    *,
+    table: str,
+    instance: str,
+    project: str,
+    now: dt.datetime,
+) -> list[str]:
+    """The report's lines on a live table's epochs, and the command that changes N.
+
+    Empty without a record. The command is printed when the recommended N
+    differs from the newest epoch's (the record's top-level scheme).
+    """
+    if record is None:
+        return []
+    lines: list[str] = []
+    if record.epochs is not None:
+        lead = record.epochs.min_lead_s
+        shown = "" if lead is None else f" (minimum lead {lead:g} s)"
+        lines.append(f"epochs{shown}:")
+        for i, epoch in enumerate(record.epochs.epochs):
+            start = "-inf" if epoch.start is None else epoch.start
+            what = "unsalted" if epoch.buckets is None else f"N = {epoch.buckets}"
+            lines.append(f"  epoch {i} from {start}: {what}")
+    else:
+        lines.append(
+            f"epochs: one, N = {record.buckets}" + (" (after a cutoff)" if record.cutoff else "")
+        )
+    if recommended is not None and recommended != record.buckets:
+        command = resalt_command(
+            record, recommended, table=table, instance=instance, project=project, now=now
+        )
+        lines.append(
+            f"the newest epoch has N = {record.buckets}; to change it to {recommended} for "
+            f"keys from a future time on:\n  {command}"
+        )
+    return lines

@@ -152,6 +152,8 @@ def run(request: AdviseRequest, out: IO[str] | None = None) -> int:
             plot=plot_path,
             table=table,
         )
+        if table is not None:
+            document["resalt"] = _resalt_json(request, table, advice)
         json.dump(document, out, indent=2)
         out.write("\n")
     else:
@@ -166,9 +168,51 @@ def run(request: AdviseRequest, out: IO[str] | None = None) -> int:
                 keys=None if table is None else table.describe(),
             )
         )
+        if table is not None:
+            lines = _epochs_lines(request, table, advice)
+            if lines:
+                out.write("\n" + "\n".join(lines) + "\n")
         if plot_path:
             out.write(f"\nheat map: {plot_path}\n")
     return 0
+
+
+def _epochs_lines(
+    request: AdviseRequest, table: advise_input.TableSample, advice: model.Advice
+) -> list[str]:
+    """What the report says of a table's epochs, and the ``resalt`` command if N should change."""
+    import datetime as dt
+
+    return report.epochs_advice(
+        table.record,
+        advice.recommended,
+        table=request.table or "TABLE",
+        instance=request.instance or "INSTANCE",
+        project=request.project or "PROJECT",
+        now=dt.datetime.now(dt.UTC),
+    )
+
+
+def _resalt_json(
+    request: AdviseRequest, table: advise_input.TableSample, advice: model.Advice
+) -> dict[str, object] | None:
+    """The JSON report's ``resalt``: the newest epoch's N and the command that changes it."""
+    import datetime as dt
+
+    record = table.record
+    if record is None:
+        return None
+    command = None
+    if advice.recommended is not None and advice.recommended != record.buckets:
+        command = report.resalt_command(
+            record,
+            advice.recommended,
+            table=request.table or "TABLE",
+            instance=request.instance or "INSTANCE",
+            project=request.project or "PROJECT",
+            now=dt.datetime.now(dt.UTC),
+        )
+    return {"newest_buckets": record.buckets, "command": command}
 
 
 def _check_plot_available() -> None:

@@ -71,6 +71,7 @@ ORDER: tuple[str, ...] = (
     "_guard.hot_record",
     "_guard.migration",
     "_guard.from_record",
+    "_guard.resalt",
     "_guard.decisions",
     "_guard.window_state",
     "_guard",
@@ -101,6 +102,7 @@ ORDER: tuple[str, ...] = (
     "_sync_autogen",
     "_connection",
     "_create",
+    "_resalt",
     # around it
     "otel",
     "testing",
@@ -120,6 +122,7 @@ ORDER: tuple[str, ...] = (
     "_cli.emulator",
     "_cli.migrate",
     "_cli.admin",
+    "_cli.resalt",
     "_cli.read",
     "_cli.main",
     "_cli",

@@ -45,6 +45,7 @@ def test_every_timeout_option_takes_seconds_with_the_shared_default() -> None:
         "lookup",
         "read",
         "split",
+        "resalt",
     ]
     for name in with_timeout:
         (action,) = (a for a in commands[name]._actions if "--timeout" in a.option_strings)

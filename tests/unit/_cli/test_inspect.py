@@ -223,3 +223,21 @@ def test_the_histogram_counts_every_bucket_once_in_ordered_spans(
         assert high == pytest.approx(low)
     top = largest_buckets(sizes, 3)
     assert [size for _, size in top] == sorted(sizes.values(), reverse=True)[:3]
+
+
+def test_prefix_sizes_tell_bucket_5_of_n8_from_bucket_5_of_n64() -> None:
+    """``5-`` and ``05-`` are measured apart; a prefix two epochs share is named as shared."""
+    from saltedtable._cli.inspect import epoch_sizes, prefix_sizes
+
+    n8, n64, n16 = SaltScheme(8), SaltScheme(64), SaltScheme(16)
+    # 10 bytes before "5-" (spread over every prefix there), then 50 bytes inside "5-" only.
+    samples = [(b"5-", 10), (b"5.", 60)]
+    sizes = prefix_sizes([*n8.prefixes, *n64.prefixes], samples)
+    assert sizes[b"5-"] == 50.0
+    assert sizes[b"05-"] < 1.0
+    report = epoch_sizes([("-inf", n8), ("2026-12-01T00:00:00+00:00", n64)], samples)
+    assert report[0]["buckets"][5] == 50.0
+    assert report[1]["buckets"][5] == sizes[b"05-"]
+    assert report[1]["shared"] == []
+    shared = epoch_sizes([("-inf", n16), ("2026-12-01T00:00:00+00:00", n64)], samples)
+    assert shared[1]["shared"] == list(range(16))

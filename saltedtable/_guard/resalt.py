@@ -1,0 +1,360 @@
+"""Appending a layout epoch, and adopting one: the pure rules (no I/O, no clock).
+
+``saltedtable resalt`` (:func:`saltedtable.append_epoch`) changes a live
+table's bucket count forward only: it appends an epoch whose start lies in
+the future, by a compare-and-swap of the layout record. This module decides
+what is appended (:func:`plan_append`), which rows already written the new
+epoch would orphan (:func:`orphaned`), and what a long-lived table object
+adopts when the record it reads again extends its own (:func:`adoption`).
+
+The guarantee rests on one stored number, the record's minimum lead
+(``epochs.min_lead_s``):
+
+* an epoch may be appended only to start at least the lead after the moment
+  it is appended (the appender's clock);
+* a table object on a table with epochs reads the record again at least every
+  lead seconds (its ``record_refresh`` may not be longer, nor unset, nor its
+  guard off: :func:`refresh_problem`);
+* a table object refuses to write a key whose time is at or after its last
+  successful read of the record plus the lead (:func:`beyond_horizon`).
+
+So a writer that has not seen an append (its last read came before it) can
+write only keys older than the last read plus the lead, which is before the
+new epoch's start: no row lands where readers of the new record will not
+look. Rows written before the append by writers that do not keep the horizon
+(raw clients, Beam, objects without epochs) are checked by the append itself
+(:func:`orphaned`): it is refused while such a row exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, final
+
+from .._exceptions import LayoutError, RowKeyError, SaltSchemeError, SchemeMismatchError
+from .._scheme.epochs import Epoch, Epochs, Unreadable, instant_of
+from .._scheme.flags import rebuild_key_part, rebuild_time_reader
+from .._scheme.layout import Layout
+from .._scheme.named import key_part_identity
+from .._scheme.salt import SaltScheme
+from .from_record import epochs_of_record, layout_of_record
+from .record import (
+    DEFAULT_RECORD_REFRESH,
+    EpochRecord,
+    EpochsRecord,
+    LayoutRecord,
+    describe_layout,
+)
+
+__all__ = [
+    "CLOCK_SKEW_MARGIN",
+    "DEFAULT_MIN_LEAD",
+    "Appending",
+    "adoption",
+    "beyond_horizon",
+    "horizon_error",
+    "lead_problem",
+    "orphaned",
+    "plan_append",
+    "refresh_problem",
+]
+
+#: Seconds of clock difference between machines the default lead allows for.
+CLOCK_SKEW_MARGIN: Final = 60.0
+#: The minimum lead stored with a table's first epoch record unless another is
+#: given: twice the default record refresh (a reader that refreshes on time
+#: re-reads well before an epoch starts, with one missed refresh to spare) plus
+#: a margin for clocks that disagree.
+DEFAULT_MIN_LEAD: Final = 2 * DEFAULT_RECORD_REFRESH + CLOCK_SKEW_MARGIN
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Appending:
+    """What an append stores: the epoch lists before and after, and the new record.
+
+    Attributes:
+        current: The table's epochs now (a plain or cutoff table as an epoch list).
+        appended: The epochs after the append.
+        record: The record to store (version 2; the stored one's other fields kept).
+        min_lead: The lead the append respects (stored in ``record``), seconds.
+    """
+
+    current: Epochs
+    appended: Epochs
+    record: LayoutRecord
+    min_lead: float
+
+    @property
+    def start(self) -> int:
+        """The new epoch's start, microseconds since the Unix epoch."""
+        start = self.appended.epochs[-1].start
+        assert start is not None  # only the first epoch has none
+        return start
+
+
+def _current_epochs(stored: LayoutRecord, current: Layout | None) -> Epochs:
+    """The stored record's layout as an epoch list (``current``: the caller's, when given)."""
+    if current is not None:
+        mine = describe_layout(current.scheme, current.cutoff, epochs=current.epochs)
+        diffs = dataclasses.replace(stored, migration=None).differences(mine)
+        if diffs:
+            raise SchemeMismatchError(stored, mine)
+        return current.as_epochs()
+    if stored.epochs is not None:
+        return epochs_of_record(stored.epochs)
+    return layout_of_record(stored).as_epochs()
+
+
+def plan_append(
+    stored: LayoutRecord,
+    scheme: SaltScheme,
+    at: dt.datetime,
+    now: dt.datetime,
+    *,
+    timestamp: Callable[[bytes], int | dt.datetime] | None = None,
+    unreadable: Unreadable | None = None,
+    min_lead: float | None = None,
+    current: Layout | None = None,
+) -> Appending:
+    """Decide an append of ``scheme`` from ``at`` to the table whose record is ``stored``.
+
+    Args:
+        stored: The record in the table now.
+        scheme: The new epoch's scheme.
+        at: The new epoch's start (an aware datetime).
+        now: The appender's clock.
+        timestamp: The key-time reader, needed when the table has none yet (a
+            plain salted table); otherwise it must be the stored one (or None).
+        unreadable: Where keys whose time cannot be read live, for a table that
+            has no epochs yet (default ``"error"``).
+        min_lead: The lead to store with the table's first epoch record
+            (default :data:`DEFAULT_MIN_LEAD`); a record that has one keeps it.
+        current: The caller's layout of the table (needed when the record
+            names a custom key part or time reader); it must agree with ``stored``.
+
+    Raises:
+        SaltSchemeError: ``at`` is sooner than ``now`` plus the lead (the
+            message names the earliest start allowed), or the new list breaks
+            a rule of the epoch lists.
+        LayoutError: A migration is in progress, a stored reader or key part
+            cannot be rebuilt (give ``current``), or the reader differs.
+        SchemeMismatchError: ``current`` differs from the stored record.
+    """
+    if stored.migration is not None:
+        raise LayoutError(
+            f"a migration is in progress ({stored.migration!r}): finish it before appending "
+            "an epoch"
+        )
+    if at.tzinfo is None or now.tzinfo is None:
+        raise SaltSchemeError(f"give the epoch's start with a UTC offset, got {at.isoformat()}")
+    epochs = _current_epochs(stored, current)
+    stored_lead = None if stored.epochs is None else stored.epochs.min_lead_s
+    if stored_lead is not None and min_lead is not None and min_lead != stored_lead:
+        raise SaltSchemeError(
+            f"the table's record stores a minimum lead of {stored_lead:g} s; it is set when "
+            f"the first epoch record is written and cannot be changed to {min_lead:g} s here"
+        )
+    lead = stored_lead if stored_lead is not None else min_lead
+    if lead is None:
+        lead = DEFAULT_MIN_LEAD
+    if not lead > 0:
+        raise SaltSchemeError(f"the minimum lead must be seconds > 0, got {lead!r}")
+    earliest = now + dt.timedelta(seconds=lead)
+    if at < earliest:
+        raise SaltSchemeError(
+            f"the new epoch would start at {at.astimezone(dt.UTC).isoformat()}, sooner than "
+            f"the minimum lead of {lead:g} s from now allows: start it at "
+            f"{earliest.astimezone(dt.UTC).isoformat()} or later (table objects re-read the "
+            "record within the lead, and refuse keys past their last read plus the lead)"
+        )
+    if epochs.timestamp is not None and timestamp is not None:
+        if _name(timestamp) != _name(epochs.timestamp):
+            raise LayoutError(
+                f"the table's epochs read key times with {_name(epochs.timestamp)}, not "
+                f"{_name(timestamp)}: every epoch shares one reader"
+            )
+        timestamp = None
+    if len(epochs) > 1 and unreadable is not None and unreadable != epochs.unreadable:
+        raise LayoutError(
+            f"the table's epochs send keys without a readable time to {epochs.unreadable!r}; "
+            "an append keeps that"
+        )
+    if epochs.timestamp is None and timestamp is None:
+        raise SaltSchemeError(
+            "the table has one scheme and no key-time reader yet: give the reader of the "
+            "time in its keys (e.g. epoch_field('ms', index=1), or --time epoch:ms:1)"
+        )
+    new = Epoch.at(at, scheme)
+    appended = epochs.appended(
+        new,
+        timestamp=timestamp,
+        unreadable=unreadable if len(epochs) == 1 else None,
+        min_lead=lead,
+    )
+    record = describe_layout(appended.newest, epochs=appended)
+    # Fields a newer saltedtable wrote (and a window, say) stay as they were.
+    record = dataclasses.replace(record, extra=stored.extra)
+    return Appending(epochs, appended, record, float(lead))
+
+
+def _name(reader: Callable[[bytes], int | dt.datetime]) -> str:
+    """The name the record stores for a key-time reader."""
+    epochs = Epochs((Epoch(None, SaltScheme(1)),), reader)
+    found = describe_layout(SaltScheme(1), epochs=epochs).epochs
+    assert found is not None
+    return found.time or repr(reader)
+
+
+def orphaned(current: Epochs, appended: Epochs, keys: Iterable[bytes]) -> list[bytes]:
+    """The physical keys, of rows already written, that ``appended`` would hide.
+
+    A row is orphaned when the current list shows it (``current.owner`` names
+    an epoch) and the appended one does not: its key's time lies at or after
+    the new epoch's start, so readers would look for it under the new scheme.
+    """
+    return [p for p in keys if current.owner(p) is not None and appended.owner(p) is None]
+
+
+# -- adopting --------------------------------------------------------------------------
+
+
+def _resolve_scheme(
+    found: EpochRecord, mine: dict[str | None, Callable[[bytes], bytes] | None]
+) -> SaltScheme:
+    """An appended epoch's scheme; its key part is the object's own (by name) or ready-made."""
+    assert found.buckets is not None
+    part: Callable[[bytes], bytes] | None = None
+    if found.key_part is not None:
+        part = mine.get(found.key_part) or rebuild_key_part(found.key_part)
+        if part is None:
+            raise LayoutError(
+                f"the appended epoch's key part {found.key_part!r} is neither ready-made nor "
+                "one this table object knows: open a new table object with the new layout"
+            )
+    return SaltScheme(
+        found.buckets,
+        hash=found.hash or "crc32",
+        key_part=part,
+        separator=b"-" if found.separator is None else found.separator,
+        marker=found.marker or b"",
+    )
+
+
+def adoption(layout: Layout, stored: LayoutRecord) -> Layout | None:
+    """The layout a table object adopts when it reads ``stored``; None: nothing to adopt.
+
+    An object adopts a record that *extends* its own layout: the same epochs
+    (a plain or cutoff layout as its epoch list), then one or more epochs
+    appended (:meth:`Epochs.extends`). The new epochs are rebuilt from the
+    record, reusing the object's own key parts and time reader by their
+    stored names, or the ready-made ones; anything else (a custom key part or
+    reader the object does not hold) cannot be adopted: the object raises
+    :class:`~saltedtable.LayoutError` saying so, and a new object must be
+    opened with the new layout.
+
+    Raises:
+        LayoutError: The record extends this layout but names a key part or
+            time reader this object cannot resolve.
+    """
+    found: EpochsRecord | None = stored.epochs
+    if found is None or stored.migration is not None:
+        return None
+    mine = layout.as_epochs()
+    n = len(mine)
+    if len(found.epochs) <= n:
+        return None
+    own = describe_layout(mine.newest, epochs=dataclasses.replace(mine, min_lead=None))
+    assert own.epochs is not None
+    if found.epochs[:n] != own.epochs.epochs:
+        return None
+    if n > 1 and (found.time, found.unreadable or "error") != (
+        own.epochs.time,
+        own.epochs.unreadable,
+    ):
+        return None
+    reader = mine.timestamp
+    if reader is None:
+        reader = rebuild_time_reader(found.time)
+        if reader is None:
+            raise LayoutError(
+                f"the table's record appends epochs read by the time reader {found.time!r}, "
+                "which is not ready-made: open a new table object with the new layout"
+            )
+    parts = {key_part_identity(s.key_part): s.key_part for s in mine.schemes}
+    added = tuple(Epoch(e.start_micros, _resolve_scheme(e, parts)) for e in found.epochs[n:])
+    unreadable = found.unreadable or "error"
+    if unreadable not in ("error", "first", "last"):
+        return None
+    try:
+        grown = Epochs(
+            (*mine.epochs, *added),
+            reader,
+            unreadable,  # type: ignore[arg-type]
+            found.min_lead_s,
+        )
+    except SaltSchemeError as exc:
+        raise LayoutError(f"the table's record appends epochs this object refuses: {exc}") from exc
+    return Layout.of_epochs(grown)
+
+
+def refresh_problem(
+    stored: LayoutRecord, *, enabled: bool, refresh: float | None, name: str
+) -> str | None:
+    """Why a table object may not use a table whose record has epochs (None: it may).
+
+    The lead holds only if every object re-reads the record within it.
+    """
+    found = stored.epochs
+    if found is None or found.min_lead_s is None:
+        return None
+    return lead_problem(found.min_lead_s, enabled=enabled, refresh=refresh, name=name)
+
+
+def lead_problem(lead: float, *, enabled: bool, refresh: float | None, name: str) -> str | None:
+    """Why a table object cannot keep a minimum lead of ``lead`` seconds (None: it can)."""
+    if not enabled:
+        why = "its layout guard is off"
+    elif refresh is None:
+        why = "record_refresh=None (it would never read the record again)"
+    elif refresh > lead:
+        why = f"record_refresh={refresh:g} s is longer than the lead"
+    else:
+        return None
+    return (
+        f"{name} has layout epochs with a minimum lead of {lead:g} s, and this table object "
+        f"cannot keep it: {why}; open it with the guard on and record_refresh at most "
+        f"{lead:g} s"
+    )
+
+
+def beyond_horizon(epochs: Epochs, key: bytes, read_at: float, lead: float) -> str | None:
+    """Why a write of ``key`` is refused (None: its time is before the writer's horizon).
+
+    ``read_at`` is the wall clock (seconds since the Unix epoch) of the last
+    successful read of the record; the horizon is ``read_at + lead``. Keys
+    whose time cannot be read are not judged here (the epochs' ``unreadable``
+    rule routes or refuses them).
+    """
+    try:
+        when = epochs.key_time(key)
+    except ValueError:
+        return None
+    horizon = int((read_at + lead) * 1_000_000)
+    if when < horizon:
+        return None
+    return (
+        f"row key {key!r} has time {instant_of(when).isoformat()}, at or after this table "
+        f"object's horizon {instant_of(horizon).isoformat()} (its last read of the layout "
+        f"record plus the minimum lead of {lead:g} s): an epoch appended meanwhile could "
+        "start before it. Write such scheduled keys later, when the horizon has passed them "
+        "(every read of the record moves it), or append the epoch that will hold them first"
+    )
+
+
+def horizon_error(message: str) -> RowKeyError:
+    """The error a write past the horizon raises."""
+    return RowKeyError(message)

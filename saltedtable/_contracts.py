@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypedDict
 
-from google.cloud.bigtable.data import RowMutationEntry
-from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+from google.cloud.bigtable.data import TABLE_DEFAULT, RowMutationEntry
 from google.cloud.bigtable.data.row import Row
 
 __all__ = [

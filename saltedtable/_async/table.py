@@ -24,8 +24,12 @@ from contextlib import aclosing
 from typing import Any, final
 
 from google.api_core.exceptions import GoogleAPICallError
-from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery, RowMutationEntry
-from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+from google.cloud.bigtable.data import (
+    TABLE_DEFAULT,
+    BigtableDataClientAsync,
+    ReadRowsQuery,
+    RowMutationEntry,
+)
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
     MutationsExceptionGroup,

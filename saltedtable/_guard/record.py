@@ -600,7 +600,9 @@ def guard_action(
 
     Raises:
         SchemeMismatchError: The records differ and ``override`` is False.
-        LayoutError: ``override`` without a family to store the new record in.
+        LayoutError: ``override`` without a family to store the new record in, or
+            a stored record with fields the current one lacks (hot key lists, a
+            window's state), which the override would drop.
     """
     if stored is None:
         return "create" if family is not None else "skip"
@@ -610,6 +612,16 @@ def guard_action(
         raise SchemeMismatchError(stored, current)
     if family is None:
         raise LayoutError("override_scheme=True needs family= to store the new layout record")
+    kept = {name for name, _ in current.extra}
+    dropped = sorted({name for name, _ in stored.extra} - kept)
+    if dropped:
+        # (hot key lists, a window's state: a reader that lost them would miss rows)
+        raise LayoutError(
+            f"the stored layout record holds {', '.join(map(repr, dropped))}, which this "
+            "table object does not know; overriding would drop it and readers would miss "
+            "rows placed by it. Make the table object with the same setting (e.g. hot= for "
+            "hot keys) to keep it"
+        )
     return "replace"
 
 

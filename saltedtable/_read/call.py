@@ -120,10 +120,16 @@ class OneRequestStep:
         settings: ReadSettings,
         odds: OneRequestOdds | None,
         stats: CallStats | None,
+        *,
+        internals: bool = True,
     ) -> OneRequestStep | None:
-        """The step a read takes first, or None where it goes bucket by bucket at once."""
+        """The step a read takes first, or None where it goes bucket by bucket at once.
+
+        ``internals``: the table's ``client_internals`` switch (False: the
+        request is built with the client's public constructors only).
+        """
         rows = settings.one_request_rows  # 0 where the read does not try it
-        one = one_request(plan, rows) if rows else None
+        one = one_request(plan, rows, internals=internals) if rows else None
         if one is None or odds is None:
             return None
         ordered, limit = settings.ordered, plan.limit
@@ -271,7 +277,9 @@ class Read(Generic[C, GuardResult]):
         #: Reads with the same filter share measures (see RowSizes), keyed by its repr.
         self._filter = plan.row_filter
         #: The one request to try first (small reads), and how it went (see finish_read).
-        self._one = OneRequestStep.choose(plan, settings, ctx.odds[plan.limit is not None], stats)
+        self._one = OneRequestStep.choose(
+            plan, settings, ctx.odds[plan.limit is not None], stats, internals=ctx.client_internals
+        )
         self._prepare(ctx, plan, settings, timeouts)
 
     def _prepare(self, ctx: C, plan: ReadPlan, settings: ReadSettings, timeouts: Timeouts) -> None:

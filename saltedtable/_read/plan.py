@@ -407,13 +407,18 @@ _RANGE_PB: Final = _RowRangeMessage.pb()
 _WRAP: Final = _RowRangeMessage.wrap
 
 
-def _request_range(rng: KeyRange) -> RowRange:
+def _request_range(rng: KeyRange, internals: bool = True) -> RowRange:
     """``rng`` as a request's ``RowRange``, equal to :meth:`KeyRange.to_row_range`'s, built cheaply.
 
     The message is built by protobuf itself and wrapped (no proto-plus
     marshalling); the keys are bytes the planner made, so the checks of
-    ``RowRange.__init__`` have nothing to catch.
+    ``RowRange.__init__`` have nothing to catch. That sets a private attribute
+    of the client's ``RowRange``: with ``internals`` False (the table's
+    ``client_internals`` switch), or where this client's ``RowRange`` is not
+    built that way (:data:`_FAST_RANGES`), the public constructor builds it.
     """
+    if not (internals and _FAST_RANGES):
+        return rng.to_row_range()
     start, end = rng.start, rng.end
     fields: dict[str, bytes] = {}
     if start:
@@ -433,6 +438,23 @@ def _request_range(rng: KeyRange) -> RowRange:
     return made
 
 
+def _fast_ranges_work() -> bool:
+    """Whether :func:`_request_range`'s cheap build equals the public one in this client."""
+    try:
+        for rng in (KeyRange(b"a", True, b"b"), KeyRange(b"a", False, b"b", True), KeyRange()):
+            made, public = _request_range(rng), rng.to_row_range()
+            if made != public or hash(made) != hash(public) or made._pb != public._pb:
+                return False
+    except Exception:  # any other layout of RowRange: the public constructor only
+        return False
+    return True
+
+
+_FAST_RANGES = True  # (so the check itself can build one)
+#: The client's ``RowRange`` is built as :func:`_request_range` expects (checked at import).
+_FAST_RANGES = _fast_ranges_work()
+
+
 @final
 class PageCursor:
     """Walks one :class:`SubQuery` as a series of bounded page requests.
@@ -447,11 +469,13 @@ class PageCursor:
     from the largest keys down.
     """
 
-    __slots__ = ("_after", "_done", "_keys", "_reverse", "_upto", "sub")
+    __slots__ = ("_after", "_done", "_internals", "_keys", "_reverse", "_upto", "sub")
 
-    def __init__(self, sub: SubQuery, *, reverse: bool = False) -> None:
+    def __init__(self, sub: SubQuery, *, reverse: bool = False, internals: bool = True) -> None:
         self.sub = sub
         self._reverse = reverse
+        #: False: requests are built with the client's public constructors only.
+        self._internals = internals
         self._keys = sub.keys
         self._after: bytes | None = None
         self._upto: bytes | None = None
@@ -520,7 +544,7 @@ class PageCursor:
             return None
         return ReadRowsQuery(
             row_keys=list(keys),
-            row_ranges=[_request_range(r) for r in ranges],
+            row_ranges=[_request_range(r, self._internals) for r in ranges],
             limit=size or None,
             row_filter=self.sub.row_filter,
         )
@@ -575,7 +599,7 @@ class OneRequest:
         return None
 
 
-def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
+def one_request(plan: ReadPlan, rows: int, *, internals: bool = True) -> OneRequest | None:
     """The plan's sub-queries as one request of at most ``rows`` rows, if it can be one.
 
     It can when the plan reads two or more buckets (no legacy side), every
@@ -595,7 +619,7 @@ def one_request(plan: ReadPlan, rows: int) -> OneRequest | None:
     return OneRequest(
         ReadRowsQuery(
             row_keys=keys,
-            row_ranges=[_request_range(r) for sub in subs for r in sub.ranges],
+            row_ranges=[_request_range(r, internals) for sub in subs for r in sub.ranges],
             limit=rows,
             row_filter=subs[0].row_filter,
         ),

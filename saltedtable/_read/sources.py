@@ -110,7 +110,7 @@ class BucketSourceBase(Generic[S, L]):
         self.internals = internals
         self._read_rows_stream: Callable[..., Any] = read_rows_stream
         # (reverse: a reversed read's requests, which read backwards: so do its pages.)
-        self._cursor = PageCursor(sub, reverse=reverse)
+        self._cursor = PageCursor(sub, reverse=reverse, internals=internals)
         self._cut = len(sub.prefix)
         self._deadline = deadline
         self._timeouts = timeouts

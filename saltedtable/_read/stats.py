@@ -157,8 +157,11 @@ class CallStats:
             (None: the read did not consider one; see ``settings.one_request_rows``).
         requests: ReadRows requests the read sent across every bucket.
         rounds: Rounds of requests a read with a limit took (0 without a limit).
-        peak_buffered_rows: The most rows the read had asked for and not yet
-            handed over, at any one time (see :class:`~saltedtable.ReadBudget`).
+        peak_buffered_rows: The most rows the read's merge had granted its
+            buckets and not yet handed over, at any one time (see
+            :class:`~saltedtable.ReadBudget`). A streamed request's row limit
+            may ask the server for more than its grants; those rows are
+            bounded by the budget's ``bytes`` and are not counted here.
         peak_buffered_bytes: The same in bytes, a row counted at what it costs
             as objects (see :class:`~saltedtable.ReadBudget`): a running
             request counts its byte cap, or what it returned past it; rows

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import final
 
 from google.api_core.exceptions import DeadlineExceeded
-from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+from google.cloud.bigtable.data import TABLE_DEFAULT
 
 from .._contracts import GuardTimeouts, RequestTimeouts, Retryable, TableDefaults, Timeout
 

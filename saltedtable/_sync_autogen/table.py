@@ -26,8 +26,12 @@ from contextlib import closing
 from typing import Any, final
 
 from google.api_core.exceptions import GoogleAPICallError
-from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery, RowMutationEntry
-from google.cloud.bigtable.data._helpers import TABLE_DEFAULT
+from google.cloud.bigtable.data import (
+    TABLE_DEFAULT,
+    BigtableDataClient,
+    ReadRowsQuery,
+    RowMutationEntry,
+)
 from google.cloud.bigtable.data.exceptions import (
     FailedMutationEntryError,
     MutationsExceptionGroup,

@@ -151,3 +151,16 @@ def test_the_release_before_epochs_refuses_a_table_with_epochs(tmp_path: Path) -
     differences = json.loads(out)["crc32, 16 buckets"]["differences"]
     assert len(differences) == 1
     assert differences[0].startswith("epochs: stored {")
+
+
+def test_an_override_never_drops_fields_the_table_object_does_not_know() -> None:
+    """Hot key lists (or a window's state) in the stored record survive an override."""
+    from saltedtable import HotLayout, LayoutError
+    from saltedtable._guard.hot_record import with_hot
+
+    scheme = SaltScheme(16)
+    stored = with_hot(describe_layout(scheme), HotLayout(scheme, rows={b"counter": 4}))
+    with pytest.raises(LayoutError, match="'hot'"):
+        guard_action(stored, describe_layout(SaltScheme(32)), family="f", override=True)
+    same = with_hot(describe_layout(SaltScheme(32)), HotLayout(SaltScheme(32), rows={b"c": 2}))
+    assert guard_action(stored, same, family="f", override=True) == "replace"

@@ -796,3 +796,24 @@ def test_whether_a_plan_can_be_one_request_is_worked_out_once() -> None:
         plan.settings(ReadBudget())
         assert plan_module.one_request(plan, 10) is not None
     assert order.call_count == 1
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_requests_use_public_ranges_when_the_client_internals_are_off(
+    fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The switch (or a client whose RowRange is built otherwise) gets ranges built publicly."""
+    monkeypatch.setattr(plan_module, "_FAST_RANGES", fast)
+    scheme = SaltScheme(4)
+    plan = plan_reads(ReadRowsQuery(row_ranges=[RowRange(b"a", b"m")]), scheme)
+    for internals in (True, False):
+        for sub in plan.subqueries:
+            query = PageCursor(sub, internals=internals).next_query(10)
+            assert query is not None
+            public = [r.to_row_range() for r in sub.ranges]
+            assert query.row_ranges == public
+            builds = {type(r) is RowRange for r in query.row_ranges}
+            assert builds == {not (internals and fast)}
+        one = plan_module.one_request(plan, 10, internals=internals)
+        assert one is not None
+        assert {type(r) is RowRange for r in one.query.row_ranges} == {not (internals and fast)}

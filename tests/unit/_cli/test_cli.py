@@ -44,8 +44,8 @@ def test_every_timeout_option_takes_seconds_with_the_shared_default() -> None:
         "key",
         "lookup",
         "read",
-        "split",
         "resalt",
+        "split",
     ]
     for name in with_timeout:
         (action,) = (a for a in commands[name]._actions if "--timeout" in a.option_strings)

@@ -277,11 +277,17 @@ class BatcherCore:
             taken = [f for f in self._failed if f[0] < end]
             if not taken:
                 return None
+            # Entries that share a seq are one logical entry (a split hot row's
+            # sub-rows, a window's two rows): its failure is reported once.
+            once: dict[int, tuple[int, FailedMutationEntryError]] = {}
+            for failure in taken:
+                once.setdefault(failure[0], failure)
+            unique = [f for f in taken if f[0] < 0 or once[f[0]] is f]
             self._failed = [f for f in self._failed if f[0] >= end]
-            attempted = max(len(taken), end - self._reported)
+            attempted = max(len(unique), end - self._reported)
             self._reported = max(self._reported, end)
-        taken.sort(key=_SEQ)  # in the order they were appended
-        return MutationsExceptionGroup([exc for _, exc in taken], attempted)
+        unique.sort(key=_SEQ)  # in the order they were appended
+        return MutationsExceptionGroup([exc for _, exc in unique], attempted)
 
     def _combined(
         self, ours: MutationsExceptionGroup | None, group: MutationsExceptionGroup | None

@@ -99,10 +99,12 @@ class SaltedMutationsBatcherAsync(BatcherCore):
                 except GoogleAPICallError as exc:
                     self._hold(mutation_entry, exc)
                     return
-                if guard.layout is not self._layout:  # it adopted a longer layout
-                    self._layout = guard.layout
-                    self._salt = guard.layout.salter()
-                    physical.row_key = self._salt(mutation_entry.row_key)
+            if guard.current_layout is not self._layout:
+                # The guard adopted a longer layout (on this append, or on any other
+                # call of the table): place keys by it from now on.
+                self._layout = guard.current_layout
+                self._salt = self._layout.salter()
+                physical.row_key = self._salt(mutation_entry.row_key)
             if self._layout.epochs is not None and guard.horizon_applies:
                 # (an attribute test first: a plain table's append pays no call)
                 guard.check_horizon(to_key(mutation_entry.row_key))
@@ -125,12 +127,13 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             except GoogleAPICallError as exc:
                 self._hold(mutation_entry, exc)
                 return
+        seq, self._seq = self._seq, self._seq + 1  # one seq: one failure reported
         for key, share in routed:
             physical = PhysicalEntry()
             physical.row_key = key
             physical.mutations = tuple(share)
             physical.logical = mutation_entry
-            await self._queue(physical)
+            await self._queue(physical, seq)
 
     async def _append_window(self, entry: RowMutationEntry, window: WindowTableAsync) -> None:
         """Queue a logical entry in the window: its new row's entry, then its old row's.
@@ -146,17 +149,21 @@ class SaltedMutationsBatcherAsync(BatcherCore):
                 self._hold(entry, exc)
                 return
         new, later = window.entries([entry])
+        seq, self._seq = self._seq, self._seq + 1  # one seq: one failure reported
         for placed in [new[0], *(e for _, e in later)]:
             physical = PhysicalEntry()
             physical.row_key = placed.row_key
             physical.mutations = tuple(placed.mutations)
             physical.logical = entry
-            await self._queue(physical)
+            await self._queue(physical, seq)
 
-    async def _queue(self, physical: PhysicalEntry) -> None:
-        """Number and queue one physical entry of a hot or windowed logical entry."""
-        physical.seq = self._seq
-        self._seq += 1
+    async def _queue(self, physical: PhysicalEntry, seq: int) -> None:
+        """Queue one physical entry of a hot or windowed logical entry.
+
+        Every physical entry of one logical entry shares its ``seq``, so a
+        failure of several of them is reported once, naming the caller's entry.
+        """
+        physical.seq = seq
         try:
             await self._inner.append(physical)
         except MutationsExceptionGroup as group:

@@ -297,6 +297,9 @@ class GuardCore:
             if problem is not None:
                 raise LayoutError(problem)
         self._layout = layout
+        #: The layout in use now (:attr:`layout`), as a plain attribute: a batcher
+        #: compares it on every append without a call.
+        self.current_layout = layout
         self._hot = hot
         self._record = (
             with_hot(describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs), hot)
@@ -627,8 +630,14 @@ class GuardCore:
         grown = adoption(self._layout, stored)
         if grown is None:
             return
+        if self._hot is not None:
+            # (hot key lists are kept for one scheme: a table with them never has epochs)
+            raise LayoutError(
+                f"the layout record of {self._id} now has epochs, which a table object "
+                "with hot keys cannot adopt: open it again without hot="
+            )
         _log.info("%s: adopting the layout record's appended epochs: %s", self._id, grown.epochs)
-        self._layout = grown
+        self._layout = self.current_layout = grown
         self._record = describe_layout(grown.scheme, grown.cutoff, epochs=grown.epochs)
         if self.on_adopt is not None:
             self.on_adopt(grown)

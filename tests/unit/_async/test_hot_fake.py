@@ -391,3 +391,33 @@ def test_a_failed_sub_row_write_fails_the_callers_entry_once() -> None:
         assert [(e.index, e.entry) for e in failed] == [(1, entries[1])]
 
     asyncio.run(go())
+
+
+def test_a_split_rows_failure_in_the_batcher_is_reported_once() -> None:
+    """Every sub-row of one appended entry failing names the caller's entry once, as bulk does."""
+    from google.api_core.exceptions import PermissionDenied
+    from google.cloud.bigtable.data.exceptions import MutationsExceptionGroup
+    from google.cloud.bigtable.data.mutations import DeleteAllFromRow
+
+    async def scenario() -> None:
+        fake = FakeTable(fail_entry=lambda entry: PermissionDenied("no"))
+        table = SaltedTableAsync(
+            fake,
+            SCHEME,
+            guard=False,
+            hot=HotLayout(SCHEME, rows={b"t1#a": 4}),
+            aggregates=AGGREGATES,
+        )
+        entry = RowMutationEntry(b"t1#a", DeleteAllFromRow())
+        batcher = table.mutations_batcher(flush_interval=None)
+        await batcher.append(entry)
+        with pytest.raises(MutationsExceptionGroup) as flushed:
+            await batcher.flush()
+        assert [exc.entry for exc in flushed.value.exceptions] == [entry]
+        assert flushed.value.total_entries_attempted == 1
+        await batcher.close()
+        with pytest.raises(MutationsExceptionGroup) as bulk:
+            await table.bulk_mutate_rows([entry])
+        assert [(exc.index, exc.entry) for exc in bulk.value.exceptions] == [(0, entry)]
+
+    asyncio.run(scenario())

@@ -123,3 +123,26 @@ def test_the_sync_table_adopts_in_a_batcher_opened_before_the_append() -> None:
             batcher.append(RowMutationEntry(k(8, 60), SetCell("cf", b"q", b"v")))
     assert n16(fake) == {SaltScheme(16).salt_key(late)}
     assert table.layout.epochs is not None
+
+
+def test_an_open_batcher_follows_an_adoption_made_by_another_call() -> None:
+    """A batcher places keys by the layout the table adopted on a read, and keeps the horizon."""
+
+    async def scenario() -> None:
+        fake = FakeTable()
+        table = SaltedTableAsync(fake, SaltScheme(4), record_refresh=0.05)
+        await table.mutate_row(k(0), SetCell("cf", b"q", b"v"))
+        family = table._guard.stored_family
+        async with table.mutations_batcher(flush_interval=None) as batcher:
+            await batcher.append(RowMutationEntry(k(1), SetCell("cf", b"q", b"v")))
+            at = append(fake, family, LEAD + 0.2)
+            await asyncio.sleep(max(0.0, at.timestamp() + 0.05 - time.time()))
+            await table.read_row(k(0))  # the table adopts the appended epoch here
+            assert table.layout.epochs is not None
+            late = k(7)
+            await batcher.append(RowMutationEntry(late, SetCell("cf", b"q", b"v")))
+            with pytest.raises(RowKeyError):
+                await batcher.append(RowMutationEntry(k(8, 60), SetCell("cf", b"q", b"v")))
+        assert n16(fake) == {SaltScheme(16).salt_key(late)}
+
+    asyncio.run(scenario())

@@ -60,7 +60,6 @@ from ._scheme.salt import (
     prefix_end,
 )
 from ._scheme.views import view_row_prefixes
-from ._scheme.window import BackfillProgress, Window
 
 if TYPE_CHECKING:
     from ._async.batcher import SaltedMutationsBatcherAsync
@@ -70,6 +69,7 @@ if TYPE_CHECKING:
     from ._read.plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._read.sources import SubScan
     from ._resalt import AppendResult, append_epoch
+    from ._scheme.window import BackfillProgress, Window
     from ._split import split_hot_key
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
     from ._sync_autogen.table import SaltedTable
@@ -94,6 +94,8 @@ _LAZY: dict[str, str] = {
     "SaltedTableAsync": "._async.table",
     "TableLikeAsync": "._async.table_like",
     "SaltedMutationsBatcherAsync": "._async.batcher",
+    "Window": "._scheme.window",
+    "BackfillProgress": "._scheme.window",
 }
 #: Old public names that still work, with a DeprecationWarning, until 0.3.0: the new
 #: name of each. (They follow python-bigtable: ``...Async`` names the async class; in

@@ -87,6 +87,31 @@ def test_leaving_a_sync_scan_early_leaves_no_thread_and_no_rpc(
     assert not open_calls(), "a sub-scan's RPC is still running"
 
 
+@pytest.mark.parametrize("how", ["reversed", "internals-off"])
+def test_leaving_a_reversed_or_switched_off_sync_scan_leaves_no_thread_and_no_rpc(
+    loaded: SaltedTable, how: str
+) -> None:
+    """A reversed scan (saltedtable's own requests) and a scan through the client's own
+    read_rows_stream (the switch off) leave no worker and no gRPC call once left."""
+    assert not open_calls()
+    if how == "reversed":
+        table, query = loaded, {"reversed": True}
+    else:
+        table = SaltedTable(loaded.table, SCHEME, client_internals=False)
+        query = ReadRowsQuery()
+    rows = table.read_rows_stream(query)  # type: ignore[arg-type]
+    seen = []
+    for n, row in enumerate(rows):
+        seen.append(row.row_key)
+        if n == 50:
+            break
+    rows.close()  # type: ignore[attr-defined]
+    del rows
+    assert seen == (KEYS[::-1][:51] if how == "reversed" else KEYS[:51])
+    assert not subscan_threads()
+    assert not open_calls(), "a sub-scan's RPC is still running"
+
+
 def test_a_sync_prefix_read_left_early_with_closing(loaded: SaltedTable) -> None:
     """contextlib.closing around read_prefix: the documented way out, clean."""
     with closing(loaded.read_prefix(b"user0")) as rows:

@@ -18,13 +18,19 @@ from typing import Any, Final, final
 
 from ._exceptions import LayoutError
 from ._guard.decisions import KEYS_ONLY, RECORD_ONLY
-from ._guard.record import SCHEME_QUALIFIER, LayoutRecord, decode_layout, newest_record_cell
+from ._guard.record import (
+    SCHEME_QUALIFIER,
+    LayoutRecord,
+    decode_layout,
+    newest_record_cell,
+    record_swap_filter,
+)
 from ._guard.resalt import Appending, orphaned, plan_append
 from ._scheme.epochs import Unreadable
 from ._scheme.layout import Layout
 from ._scheme.salt import SCHEME_ROW_KEY, SaltScheme, format_key, prefix_end
 
-__all__ = ["AppendResult", "append_epoch", "exact_value_regex"]
+__all__ = ["AppendResult", "append_epoch"]
 
 #: Orphaned keys an append's refusal names.
 EXAMPLES: Final = 5
@@ -51,33 +57,6 @@ class AppendResult:
     rows_checked: int | None
     stored: bool
     family: str
-
-
-def exact_value_regex(value: bytes) -> bytes:
-    """A value regex (RE2 syntax) that matches exactly ``value``, every byte escaped."""
-    return b"\\A" + b"".join(b"\\x%02x" % byte for byte in value) + b"\\z"
-
-
-def _record_predicate(family: str, value: bytes) -> Any:
-    """True exactly when the record's newest cell holds ``value``."""
-    import re
-
-    from google.cloud.bigtable.data.row_filters import (
-        CellsColumnLimitFilter,
-        ColumnQualifierRegexFilter,
-        FamilyNameRegexFilter,
-        RowFilterChain,
-        ValueRegexFilter,
-    )
-
-    return RowFilterChain(
-        [
-            FamilyNameRegexFilter("^" + re.escape(family) + "$"),
-            ColumnQualifierRegexFilter(b"^" + SCHEME_QUALIFIER + b"$"),
-            CellsColumnLimitFilter(1),
-            ValueRegexFilter(exact_value_regex(value)),
-        ]
-    )
 
 
 def _orphans(table: Any, appending: Appending) -> tuple[int, list[bytes]]:
@@ -206,7 +185,7 @@ def append_epoch(
     try:
         swapped = table.check_and_mutate_row(
             SCHEME_ROW_KEY,
-            _record_predicate(family, cell.value),
+            record_swap_filter(family, cell.value),
             true_case_mutations=[
                 DeleteRangeFromColumn(family, SCHEME_QUALIFIER),
                 SetCell(family, SCHEME_QUALIFIER, new),

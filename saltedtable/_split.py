@@ -17,8 +17,14 @@ from google.cloud.bigtable.data.read_rows_query import RowRange
 
 from ._exceptions import LayoutError
 from ._guard.from_record import scheme_of_record
-from ._guard.hot_record import hot_layout_of, record_swap_filter, split_record
-from ._guard.record import SCHEME_QUALIFIER, decode_layout, encode_layout, newest_record_cell
+from ._guard.hot_record import hot_layout_of, split_record
+from ._guard.record import (
+    SCHEME_QUALIFIER,
+    decode_layout,
+    encode_layout,
+    newest_record_cell,
+    record_swap_filter,
+)
 from ._scheme.flags import rebuild_key_part
 from ._scheme.hot import HotLayout
 from ._scheme.salt import SCHEME_ROW_KEY, SaltScheme, format_key, prefix_end, to_key
@@ -82,7 +88,7 @@ def split_hot_key(
                     )
     taken = table.check_and_mutate_row(
         SCHEME_ROW_KEY,
-        record_swap_filter(cell.family, cell.qualifier, cell.value),
+        record_swap_filter(cell.family, cell.value),
         true_case_mutations=[
             DeleteAllFromRow(),
             SetCell(cell.family, SCHEME_QUALIFIER, encode_layout(new)),

@@ -193,8 +193,9 @@ def _selected(query: ReadRowsQuery, keys: list[bytes]) -> Iterator[bytes]:
 
 def _regex_match(regex: bytes, subject: bytes) -> bool:
     # RE2 matches a row-key/family/qualifier/value regex against the whole
-    # subject; Python's re on bytes with DOTALL off is the closest stand-in.
-    return re.fullmatch(regex, subject) is not None
+    # subject; Python's re on bytes with DOTALL off is the closest stand-in
+    # (RE2's end-of-text \z is Python's \Z).
+    return re.fullmatch(regex.replace(b"\\z", b"\\Z"), subject) is not None
 
 
 def _apply_filter(row_filter: RowFilter | None, key: bytes, cells: list[Cell]) -> list[Cell]:

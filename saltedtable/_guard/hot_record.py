@@ -29,14 +29,13 @@ from .._scheme.salt import SaltScheme, format_key, to_key
 from .record import LayoutRecord
 
 if TYPE_CHECKING:
-    from google.cloud.bigtable.data.row_filters import RowFilter
+    pass
 
 __all__ = [
     "HOT_FIELD",
     "describe_hot",
     "hot_layout_of",
     "placed_by_hot",
-    "record_swap_filter",
     "split_record",
     "with_hot",
     "without_hot",
@@ -135,31 +134,6 @@ def split_record(
     after = HotLayout(scheme, parts=parts, rows=rows)
     check_hot_change(before, after)
     return before, after, with_hot(record, after)
-
-
-def _literal(value: bytes) -> bytes:
-    # Every byte but letters and digits as \xHH: RE2 reads it as that byte, whatever it is.
-    return b"".join(bytes([b]) if chr(b).isalnum() and b < 128 else b"\\x%02x" % b for b in value)
-
-
-def record_swap_filter(family: str, qualifier: bytes, stored: bytes) -> RowFilter:
-    """The predicate of a compare-and-swap: the record's newest cell still holds ``stored``."""
-    from google.cloud.bigtable.data.row_filters import (
-        CellsColumnLimitFilter,
-        ColumnQualifierRegexFilter,
-        FamilyNameRegexFilter,
-        RowFilterChain,
-        ValueRegexFilter,
-    )
-
-    return RowFilterChain(
-        [
-            FamilyNameRegexFilter(_literal(family.encode()).decode()),
-            ColumnQualifierRegexFilter(_literal(qualifier)),
-            CellsColumnLimitFilter(1),
-            ValueRegexFilter(_literal(stored)),
-        ]
-    )
 
 
 def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from google.cloud.bigtable.data.mutations import Mutation
     from google.cloud.bigtable.data.read_modify_write_rules import ReadModifyWriteRule
     from google.cloud.bigtable.data.row import Cell, Row
+    from google.cloud.bigtable.data.row_filters import RowFilter
 
 __all__ = [
     "BACKFILL",
@@ -55,11 +56,13 @@ __all__ = [
     "decode_layout",
     "describe_layout",
     "encode_layout",
+    "exact_value_regex",
     "family_of",
     "guard_action",
     "newest_record_cell",
     "open_differences",
     "record_of_row",
+    "record_swap_filter",
 ]
 
 #: The column qualifier of the record.
@@ -562,6 +565,39 @@ def decode_layout(value: bytes) -> LayoutRecord:
         LayoutError: The reserved row holds something that is not a record.
     """
     return LayoutRecord.decode(value)
+
+
+def exact_value_regex(value: bytes) -> bytes:
+    """A value regex (RE2 syntax) that matches exactly ``value``, every byte escaped."""
+    return b"\\A" + b"".join(b"\\x%02x" % byte for byte in value) + b"\\z"
+
+
+def record_swap_filter(family: str, stored: bytes) -> RowFilter:
+    """The predicate of a compare-and-swap on the layout record row: true exactly
+    while the record's newest cell in ``family`` still holds ``stored``.
+
+    Every change of a stored record that must not overwrite another's (an
+    appended epoch, a hot key split, a window's state, a migration step) sends
+    its mutations with this predicate in one ``CheckAndMutateRow``.
+    """
+    import re
+
+    from google.cloud.bigtable.data.row_filters import (
+        CellsColumnLimitFilter,
+        ColumnQualifierRegexFilter,
+        FamilyNameRegexFilter,
+        RowFilterChain,
+        ValueRegexFilter,
+    )
+
+    return RowFilterChain(
+        [
+            FamilyNameRegexFilter("^" + re.escape(family) + "$"),
+            ColumnQualifierRegexFilter(b"^" + re.escape(SCHEME_QUALIFIER) + b"$"),
+            CellsColumnLimitFilter(1),
+            ValueRegexFilter(exact_value_regex(stored)),
+        ]
+    )
 
 
 def newest_record_cell(row: Row | None) -> Cell | None:

@@ -41,13 +41,9 @@ from google.cloud.bigtable.data.mutations import (
 from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
-    CellsColumnLimitFilter,
     CellsRowLimitFilter,
-    ColumnQualifierRegexFilter,
     ColumnRangeFilter,
     ConditionalRowFilter,
-    FamilyNameRegexFilter,
-    LiteralValueFilter,
     RowFilter,
     RowFilterChain,
     RowFilterUnion,
@@ -57,7 +53,13 @@ from google.cloud.bigtable.data.row_filters import (
 
 from .._exceptions import LayoutError, WindowError
 from .._guard.decisions import RECORD_ONLY
-from .._guard.record import SCHEME_QUALIFIER, LayoutRecord, encode_layout, newest_record_cell
+from .._guard.record import (
+    SCHEME_QUALIFIER,
+    LayoutRecord,
+    encode_layout,
+    newest_record_cell,
+    record_swap_filter,
+)
 from .._read.plan import plan_reads, rewrite_filter
 from .._read.query import as_query, is_reversed
 from .._scheme.layout import Layout
@@ -521,14 +523,7 @@ def swap_record(
         raise LayoutError("the table has no layout record to change: store one first")
     before = LayoutRecord.decode(cell.value)
     after = change(before)
-    still = RowFilterChain(
-        [
-            FamilyNameRegexFilter(cell.family),
-            ColumnQualifierRegexFilter(SCHEME_QUALIFIER),
-            CellsColumnLimitFilter(1),
-            LiteralValueFilter(cell.value),
-        ]
-    )
+    still = record_swap_filter(cell.family, cell.value)
     swapped = table.check_and_mutate_row(
         SCHEME_ROW_KEY,
         still,

@@ -7,19 +7,12 @@ a record that changed meanwhile is never overwritten.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import final
 
 from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.bigtable.data import Table
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
-from google.cloud.bigtable.data.row_filters import (
-    CellsColumnLimitFilter,
-    ColumnQualifierRegexFilter,
-    RowFilterChain,
-    ValueRegexFilter,
-)
 
 from .._admin import schema_reader_for
 from .._exceptions import LayoutError
@@ -31,6 +24,7 @@ from .._guard.record import (
     decode_layout,
     encode_layout,
     newest_record_cell,
+    record_swap_filter,
 )
 from .._scheme.salt import SCHEME_ROW_KEY
 
@@ -53,11 +47,6 @@ def read_record(table: Table) -> StoredRecord | None:
     if cell is None:
         return None
     return StoredRecord(decode_layout(cell.value), cell.value, cell.family)
-
-
-def _exactly(value: bytes) -> bytes:
-    """An RE2 pattern matching exactly ``value`` (every byte escaped)."""
-    return b"".join(b"\\x%02x" % b for b in value) if value else b"^$"
 
 
 def record_family(table: Table, family: str | None) -> str | None:
@@ -110,16 +99,9 @@ def swap_record(
         if existed:  # the row already held something: someone else created a record first
             raise LayoutError("another process created the layout record meanwhile")
         return
-    predicate = RowFilterChain(
-        [
-            ColumnQualifierRegexFilter(re.escape(SCHEME_QUALIFIER)),
-            CellsColumnLimitFilter(1),
-            ValueRegexFilter(_exactly(expected.value)),
-        ]
-    )
     swapped = table.check_and_mutate_row(
         SCHEME_ROW_KEY,
-        predicate,
+        record_swap_filter(expected.family, expected.value),
         true_case_mutations=[
             DeleteAllFromRow(),
             SetCell(family or expected.family, SCHEME_QUALIFIER, encoded),

@@ -18,7 +18,7 @@ from saltedtable import (
     fields,
     named_key_part,
 )
-from saltedtable._guard.record import describe_layout
+from saltedtable._guard.record import describe_layout, exact_value_regex
 from saltedtable._guard.resalt import (
     DEFAULT_MIN_LEAD,
     adoption,
@@ -28,7 +28,6 @@ from saltedtable._guard.resalt import (
     plan_append,
     refresh_problem,
 )
-from saltedtable._resalt import exact_value_regex
 from saltedtable._scheme.cutoff import CutoffPolicy
 
 READER = epoch_field("ms", index=1, digits=13)

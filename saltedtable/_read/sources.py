@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar, final
 
 from google.cloud.bigtable.data.row import Row
 
-from .._engine.budget import row_cost
+from .._engine.budget import CELL_OVERHEAD_BYTES, ROW_OVERHEAD_BYTES
 from .plan import OneRequest, PageCursor, SubQuery
 from .stats import BucketStats
 from .timeouts import Timeouts
@@ -232,7 +232,8 @@ class OneRequestSourceBase(Generic[S, L]):
         if (stats := self._stats[i]) is not None:
             count_row(stats, nbytes, started)
         self.received += 1
-        cost = row_cost(nbytes, len(row.cells))
+        # (row_cost, inline: what the held row costs the budget)
+        cost = nbytes + ROW_OVERHEAD_BYTES + CELL_OVERHEAD_BYTES * len(row.cells)
         self.got += cost
         if cost > self.largest:
             self.largest = cost

@@ -9,6 +9,8 @@ does on import.
 * :class:`BackfillLegacy`, :class:`DeleteLegacy` and the steps :func:`backfill`,
   :func:`verify_backfill`, :func:`cut_over`, :func:`delete_legacy`: finishing a
   forward-only migration.
+* :func:`backfill_window`, :func:`verify_window`, :func:`retire_window`: the
+  dual-layout window's backfill, its verify and its close, from the layout record.
 * :func:`resalt`, :func:`verify_resalt`: another bucket count, hash or key part,
   into a new table.
 * :func:`run_pipeline`, :func:`counters`: run a pipeline here or on Dataflow, and
@@ -56,6 +58,7 @@ from ._migrate import (
     verify_backfill,
     verify_resalt,
 )
+from ._window import backfill_window, retire_window, verify_window
 
 __all__ = [
     "METRICS_NAMESPACE",
@@ -70,15 +73,18 @@ __all__ = [
     "WriteFailedError",
     "WriteSaltedRows",
     "backfill",
+    "backfill_window",
     "copy_entry",
     "counters",
     "cut_over",
     "delete_legacy",
     "resalt",
+    "retire_window",
     "row_digest",
     "run_pipeline",
     "verify_backfill",
     "verify_resalt",
+    "verify_window",
 ]
 
 # Reprs, tracebacks and pickles name saltedtable.beam.ReadSaltedRows, not its private module.

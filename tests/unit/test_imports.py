@@ -129,6 +129,7 @@ ORDER: tuple[str, ...] = (
     "beam._record_steps",
     "beam._io",
     "beam._migrate",
+    "beam._window",
     "beam._cli",
     "beam",
     "__init__",

@@ -34,6 +34,7 @@ from saltedtable.beam import (
     retire_window,
     verify_window,
 )
+from saltedtable.beam._cli import main as cli_main
 from saltedtable.beam._record_steps import read_record, swap_record
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import snapshot
@@ -248,3 +249,45 @@ async def test_a_write_or_delete_racing_the_backfill_wins(
         assert {(c.qualifier, c.value) for c in got.cells} == {(b"a", b"racer"), (b"b", b"b")}
     assert verify_window(target_of(table_id), NEW).ok
     assert snapshot([r for r in [await table.read_row(key)] if r]) == snapshot([got] if got else [])
+
+
+async def test_the_window_steps_on_the_command_line(
+    data_client: BigtableDataClientAsync,
+    make_table: MakeTable,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """backfill-window, verify-window, retire-window: exit codes and what they print."""
+    table_id, table = await _table_in_window(data_client, make_table)
+    before = await _logical(table)
+    where = ["--bigtable-project", PROJECT, "--instance", INSTANCE, "--table", table_id]
+
+    def run(step: str, *more: str) -> tuple[int, str, str]:
+        code = cli_main([step, *where, "-n", "64", *more])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, _, err = run("backfill-window", "--only-buckets", "x")
+    assert code == 2
+    assert "--only-buckets takes comma-separated bucket numbers" in err
+    code, _, err = run("retire-window")
+    assert code == 1
+    assert "open, not backfilled" in err
+    code, out, _ = run("verify-window")
+    assert code == 1
+    assert "window_rows_left.bucket_" in out
+    assert "run backfill-window again" in out
+    code, out, _ = run("backfill-window", "--only-buckets", "0,1,2")
+    assert code == 0
+    assert "window_cells_copied" in out
+    assert run("backfill-window")[0] == 0
+    code, out, _ = run("verify-window")
+    assert code == 0
+    assert "the window is backfilled" in out
+    code, out, _ = run("retire-window", "--grace", "0")
+    assert code == 0, out
+    assert "closed: the table has 64 buckets" in out
+    code, _, err = run("retire-window", "--grace", "0")
+    assert code == 1
+    assert "holds no resalt window" in err
+    plain = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), NEW, guard=False)
+    assert await _logical(plain) == before

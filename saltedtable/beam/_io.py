@@ -46,9 +46,21 @@ from google.cloud.bigtable.data.row_filters import RowFilter
 
 from .._admin import schema_reader_for, table_label
 from .._engine.budget import ReadBudget
-from .._exceptions import QueryPlanError, SaltedTableError, SchemeMismatchError, WriteFailedError
+from .._exceptions import (
+    LayoutError,
+    QueryPlanError,
+    SaltedTableError,
+    SchemeMismatchError,
+    WriteFailedError,
+)
 from .._facade import use_client_internals
-from .._guard.record import describe_layout, family_of, open_differences
+from .._guard.record import (
+    DEFAULT_RECORD_REFRESH,
+    describe_layout,
+    family_of,
+    open_differences,
+)
+from .._guard.resalt import lead_problem
 from .._read.plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._read.query import as_query
 from .._read.sources import row_bytes
@@ -641,9 +653,11 @@ class WriteEntries(TableDoFn):
         store_record: bool = False,
         record_family: str | None = None,
         require_record: bool = False,
+        record_refresh: float | None = None,
     ) -> None:
         super().__init__(target)
         self.layout = layout
+        self.record_refresh = record_refresh
         self.store_record = store_record
         self.record_family = record_family
         self.require_record = require_record
@@ -665,21 +679,42 @@ class WriteEntries(TableDoFn):
         )
         return state
 
+    def _refresh(self, table: Table) -> float:
+        """How often this worker reads the record again: ``record_refresh``, or by default
+        the table objects' default, shortened to a lead the layout or the record stores."""
+        if self.record_refresh is not None:
+            return self.record_refresh
+        leads = [DEFAULT_RECORD_REFRESH]
+        if self.layout.epochs is not None and self.layout.epochs.min_lead is not None:
+            leads.append(self.layout.epochs.min_lead)
+        stored = read_record(table)
+        epochs = None if stored is None else stored.record.epochs
+        if epochs is not None and epochs.min_lead_s is not None:
+            leads.append(epochs.min_lead_s)
+        return min(leads)
+
+    def _adopt(self, layout: Layout) -> None:
+        """The guard adopted a record that extends the layout (an epoch appended)."""
+        self.layout = layout
+
     def setup(self) -> None:
         super().setup()
         self._pool = ThreadPoolExecutor(FLUSHES_IN_FLIGHT, thread_name_prefix="saltedtable-write")
         if self.check_layout:
             # Every worker reads the record before its first write and refuses
-            # another layout (or, with require_record, a table without one).
+            # another layout (or, with require_record, a table without one); it
+            # reads it again every record_refresh, as a table object does, so an
+            # appended epoch is adopted within the stored lead.
             table = self.bigtable()
             self._guard = SyncTableGuard(
                 table,
                 self.layout,
                 require_record=self.require_record,
-                refresh=None,
+                refresh=self._refresh(table),
                 schema=schema_reader_for(table, internals=use_client_internals(None)),
                 name=table_label(table),
             )
+            self._guard.on_adopt = self._adopt
             if self.record_family is not None:
                 self._guard.ensure(family=self.record_family)  # store (conditionally) or check
             else:
@@ -697,13 +732,21 @@ class WriteEntries(TableDoFn):
         self._failures = []
 
     def process(self, entry: RowMutationEntry) -> Iterator[FailedWrite]:
-        if self._guard is not None and self.store_record:
-            # No record yet: stored (a conditional create) before the first write,
-            # where a service's first write would store it.
-            self._guard.before_write(family_of(entry.mutations))
+        guard = self._guard
+        if guard is not None and not guard.settled():
+            if self.store_record:
+                # No record yet: stored (a conditional create) before the first write,
+                # where a service's first write would store it.
+                guard.before_write(family_of(entry.mutations))
+            else:
+                guard.check()  # the record is due to be read again
         key = to_key(entry.row_key)
         mutations = list(entry.mutations)
         try:
+            if guard is not None and guard.horizon_applies:
+                # As the table does: a key at or past the last read of the record
+                # plus the stored lead may belong to an epoch this worker has not seen.
+                guard.check_horizon(key)
             bucket, physical = self.layout.locate(key)
         except SaltedTableError as exc:  # a key this layout cannot place
             self._failures.append(FailedWrite(key, _describe(exc), tuple(mutations)))
@@ -822,6 +865,13 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
         record_family: Store the record in this family (checked as
             ``guard_scheme(family=...)`` checks it) before the first write.
         require_record: Refuse a table that has no record yet.
+        record_refresh: With ``check_layout``, each worker reads the record
+            again this often (seconds), as a table object does, and adopts an
+            epoch appended meanwhile. None (default): 30 s, or the stored
+            lead of a table with epochs when that is shorter. On a table with
+            a stored lead, a worker refuses each key whose time is at or past
+            its last read of the record plus the lead (a :class:`FailedWrite`
+            naming the horizon): write such scheduled keys later.
         counter_prefix: The name of the counters of written rows
             (``<prefix>.bucket_<n>``, ``<prefix>.legacy``).
 
@@ -845,18 +895,38 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
         store_record: bool = True,
         record_family: str | None = None,
         require_record: bool = False,
+        record_refresh: float | None = None,
         counter_prefix: str = "rows_written",
     ) -> None:
         super().__init__()
         if on_failure not in ("raise", "output"):
             raise ValueError(f"on_failure is 'raise' or 'output', got {on_failure!r}")
+        if record_refresh is not None and not record_refresh > 0:
+            raise ValueError(f"record_refresh must be > 0 seconds or None, got {record_refresh!r}")
+        layout = layout_of(scheme, cutoff)
+        lead = None if layout.epochs is None else layout.epochs.min_lead
+        if lead is not None:
+            # Refused here rather than on every worker (a lead the record stores
+            # but the layout given lacks is checked by each worker's guard).
+            problem = lead_problem(
+                lead,
+                enabled=check_layout,
+                refresh=min(DEFAULT_RECORD_REFRESH, lead)
+                if record_refresh is None
+                else record_refresh,
+                name=target.table,
+            )
+            if problem is not None:
+                raise LayoutError(
+                    problem.replace("open it with the guard on", "give check_layout=True")
+                )
         if not 1 <= flush_mutations <= MAX_MUTATIONS_PER_ENTRY:
             raise ValueError(
                 f"flush_mutations must be from 1 to {MAX_MUTATIONS_PER_ENTRY:,}, "
                 f"got {flush_mutations}"
             )
         self.target = target
-        self.layout = layout_of(scheme, cutoff)
+        self.layout = layout
         self._write = WriteEntries(
             self.target,
             self.layout,
@@ -867,6 +937,7 @@ class WriteSaltedRows(beam.PTransform[PCollection[RowMutationEntry], PCollection
             store_record=store_record,
             record_family=record_family,
             require_record=require_record,
+            record_refresh=record_refresh,
         )
 
     def expand(self, entries: PCollection[RowMutationEntry]) -> PCollection[FailedWrite]:

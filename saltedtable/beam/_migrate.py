@@ -58,6 +58,7 @@ from .._guard.record import (
     describe_layout,
     open_differences,
 )
+from .._guard.window_state import window_of
 from .._read.plan import SubQuery, plan_reads
 from .._read.split import DEFAULT_SPLIT_BYTES, Split
 from .._scheme.cutoff import CutoffPolicy
@@ -316,6 +317,9 @@ class MigrationReport:
 
 
 def _describe_state(record: LayoutRecord) -> str:
+    window = window_of(record)
+    if window is not None:
+        return f"resalt window {window.old_buckets} -> {window.new_buckets} buckets, {window.state}"
     state = migration_state(record)
     if state is not None:
         at = None if record.cutoff is None else record.cutoff.at

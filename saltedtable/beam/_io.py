@@ -54,6 +54,7 @@ from .._exceptions import (
     WriteFailedError,
 )
 from .._facade import use_client_internals
+from .._guard.hot_record import with_hot
 from .._guard.record import (
     DEFAULT_RECORD_REFRESH,
     describe_layout,
@@ -61,11 +62,13 @@ from .._guard.record import (
     open_differences,
 )
 from .._guard.resalt import lead_problem
+from .._hotkeys import HotKeys
 from .._read.plan import PageCursor, ReadPlan, SubQuery, plan_reads
 from .._read.query import as_query
 from .._read.sources import row_bytes
 from .._read.split import DEFAULT_SPLIT_BYTES, Split, split_plan
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, to_key
 from .._sync_autogen.guard import SyncTableGuard
@@ -231,16 +234,18 @@ class TableDoFn(beam.DoFn):
         return state
 
 
-def check_record(table: Table, layout: Layout) -> None:
-    """Refuse a table whose stored layout record does not admit ``layout``.
+def check_record(table: Table, layout: Layout, hot: HotLayout | None = None) -> None:
+    """Refuse a table whose stored layout record does not admit ``layout`` (and ``hot``).
 
     Raises:
-        SchemeMismatchError: The record names another layout.
+        SchemeMismatchError: The record names another layout, or other hot
+            lists (a reader without them would return a split row's sub-rows
+            as separate rows).
     """
     stored = read_record(table)
     if stored is None:
         return
-    current = describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs)
+    current = with_hot(describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs), hot)
     if open_differences(stored.record, current):
         raise SchemeMismatchError(stored.record, current)
 
@@ -423,6 +428,8 @@ class SplitScan:
     subqueries: tuple[SubQuery, ...]
     split_bytes: int
     check_layout: bool
+    #: The hot lists the record must hold (None: none).
+    hot: HotLayout | None = None
 
     def __post_init__(self) -> None:
         if self.split_bytes < 1:
@@ -440,7 +447,7 @@ class PlanSplits(TableDoFn):
     def process(self, _: object) -> Iterator[Split]:
         scan = self.scan
         if scan.check_layout:
-            check_record(self.bigtable(), scan.layout)
+            check_record(self.bigtable(), scan.layout, scan.hot)
         samples = self.bigtable().sample_row_keys()
         splits = split_plan(scan.subqueries, samples, target_bytes=scan.split_bytes)
         self._splits.inc(len(splits))
@@ -563,12 +570,22 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
         budget: What one ReadRows request of a split may return, in rows and
             bytes: a worker holds one such page at a time.
         check_layout: Refuse a table whose stored layout record names another layout.
+        hot: The table's hot lists (as ``SaltedTableAsync(hot=...)`` takes
+            them; a table whose record lists hot parts or rows is refused
+            without them). A hot part's rows are read in its K buckets; a
+            split row comes out once, combined from its sub-rows (read by one
+            worker in one request) as the table combines it.
+        aggregates: With ``hot``: the table's aggregate families,
+            ``{family: "int64 sum"}``, whose partials a split row sums.
 
     ``ReadSaltedRows(project, instance, table, scheme, ..., app_profile_id=...)``
     still works and warns (deprecated).
 
     Raises:
         QueryPlanError: A query with a limit, or one the planner refuses.
+        SplitKeyError: A filter that cannot keep its meaning on a split row the
+            query covers (the error names the row).
+        SaltSchemeError: Hot lists of another scheme, or with a cutoff or epochs.
     """
 
     @accepts_legacy_target
@@ -582,6 +599,8 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         budget: ReadBudget | None = None,
         check_layout: bool = True,
+        hot: HotLayout | None = None,
+        aggregates: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
         query = ReadRowsQuery() if query is None else as_query(query)
@@ -594,15 +613,87 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
             raise TypeError(f"budget must be a ReadBudget, got {budget!r}")
         self.target = target
         self.layout = layout_of(scheme, cutoff)
-        self.plan: ReadPlan = plan_reads(query, self.layout)
+        hot_keys = HotKeys.for_table(self.layout, hot, aggregates)
+        rest: ReadRowsQuery | None = query
+        self._split_rows: ReadSplitRowsCombined | None = None
+        if hot_keys is not None:
+            # Split rows are read apart (their sub-rows lie in K buckets) and combined.
+            rest, split_keys = hot_keys.cut(query)
+            if split_keys:
+                self._split_rows = ReadSplitRowsCombined(
+                    target,
+                    self.layout,
+                    hot_keys.layout,
+                    dict(hot_keys.aggregates),
+                    split_keys,
+                    hot_keys.split_filter(query.filter, split_keys),
+                    check_layout=check_layout,
+                )
+        self.plan: ReadPlan = (
+            ReadPlan((), row_filter=query.filter)
+            if rest is None
+            else plan_reads(rest, self.layout, hot=hot)
+        )
         scan = SplitScan(
-            target, self.layout, self.plan.subqueries, split_bytes, check_layout=check_layout
+            target,
+            self.layout,
+            self.plan.subqueries,
+            split_bytes,
+            check_layout=check_layout,
+            hot=hot,
         )
         self._read = ReadSplitRows(scan, ReadBudget() if budget is None else budget)
 
     def expand(self, pbegin: PBegin) -> PCollection[Row]:
         out: PCollection[Row] = pbegin | "Read" >> self._read
-        return out
+        if self._split_rows is None:
+            return out
+        combined = (
+            pbegin
+            | "Start split rows" >> beam.Impulse()
+            | "Read split rows" >> beam.ParDo(self._split_rows)
+        )
+        both: PCollection[Row] = (out, combined) | "With split rows" >> beam.Flatten()
+        return both
+
+
+class ReadSplitRowsCombined(TableDoFn):
+    """Reads the sub-rows of split rows (one request) and yields each row combined, once."""
+
+    def __init__(
+        self,
+        target: BigtableTarget,
+        layout: Layout,
+        hot: HotLayout,
+        aggregates: dict[str, str],
+        keys: tuple[bytes, ...],
+        split: SplitFilter,
+        *,
+        check_layout: bool,
+    ) -> None:
+        super().__init__(target)
+        self.layout = layout
+        self.hot = hot
+        self.aggregates = aggregates
+        self.keys = keys
+        self.split = split
+        self.check_layout = check_layout
+        self._read = Metrics.counter(METRICS_NAMESPACE, "split_rows_read")
+
+    def process(self, _: object) -> Iterator[Row]:
+        table = self.bigtable()
+        if self.check_layout:
+            check_record(table, self.layout, self.hot)
+        # (HotKeys holds read-only mappings, which do not pickle: made here, on the worker.)
+        hot_keys = HotKeys(self.hot, self.aggregates)
+        found: dict[bytes, Row] = {}
+        for query in hot_keys.sub_row_queries(self.keys, self.split.down):
+            for row in table.read_rows(query):
+                found[row.row_key] = row
+        rows = hot_keys.combined(self.keys, found, self.split)
+        self._read.inc(len(rows))
+        PROGRESS.add("rows read", len(rows))
+        yield from rows
 
 
 # -- writing -------------------------------------------------------------------

@@ -30,7 +30,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, TypeVar, final
 
@@ -62,6 +62,7 @@ from .._guard.window_state import window_of
 from .._read.plan import SubQuery, plan_reads
 from .._read.split import DEFAULT_SPLIT_BYTES, Split
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.hot import HotLayout
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme
 from ._io import (
@@ -71,6 +72,7 @@ from ._io import (
     FailedWrite,
     PageSizer,
     PlannedSplits,
+    ReadSaltedRows,
     ReadSplitRows,
     SplitScan,
     TableDoFn,
@@ -866,11 +868,16 @@ def _legacy_left(table: Table, layout: Layout) -> tuple[int, int]:
 # -- resalt --------------------------------------------------------------------
 
 
-def _read_all(target: BigtableTarget, layout: Layout, split_bytes: int) -> ReadSplitRows:
-    """Every row a reader of ``layout`` sees (the whole table)."""
-    subqueries = plan_reads(ReadRowsQuery(), layout).subqueries
-    return ReadSplitRows(
-        SplitScan(target, layout, subqueries, split_bytes, check_layout=True), ReadBudget()
+def _read_all(
+    target: BigtableTarget,
+    layout: Layout,
+    split_bytes: int,
+    hot: HotLayout | None = None,
+    aggregates: Mapping[str, str] | None = None,
+) -> ReadSaltedRows:
+    """Every row a reader of ``layout`` (and ``hot``) sees: the whole table, split rows combined."""
+    return ReadSaltedRows(
+        target, layout, None, split_bytes=split_bytes, hot=hot, aggregates=aggregates
     )
 
 
@@ -885,6 +892,8 @@ def resalt(
     options: PipelineOptions | None = None,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
+    hot: HotLayout | None = None,
+    aggregates: Mapping[str, str] | None = None,
 ) -> MigrationReport:
     """Copy every row from ``scheme`` (with its cutoff) to ``new_scheme`` in another table.
 
@@ -904,6 +913,9 @@ def resalt(
         options: Beam pipeline options (None: run locally).
         split_bytes: About how much data one split reads.
         progress: Where to show progress of a local run.
+        hot: The source's hot lists (see :class:`ReadSaltedRows`): a split
+            row is copied as one row, combined from its sub-rows.
+        aggregates: With ``hot``: the source's aggregate families.
 
     Raises:
         LayoutError: Source and destination are the same table, the layout
@@ -928,7 +940,7 @@ def resalt(
         stored = read_record(table)
         if stored is not None and stored.record.differences(new_record):
             raise SchemeMismatchError(stored.record, new_record)
-    read = _read_all(source, Layout(scheme, cutoff), split_bytes)
+    read = _read_all(source, Layout(scheme, cutoff), split_bytes, hot, aggregates)
     write = WriteSaltedRows(
         destination,
         new_scheme,
@@ -950,6 +962,8 @@ def resalt(
         options=options,
         split_bytes=split_bytes,
         progress=progress,
+        hot=hot,
+        aggregates=aggregates,
     )
     if not report.ok:
         return MigrationReport("resalt (NOT verified)", copied, report.checksums, done=False)
@@ -970,6 +984,8 @@ def verify_resalt(
     options: PipelineOptions | None = None,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
+    hot: HotLayout | None = None,
+    aggregates: Mapping[str, str] | None = None,
 ) -> MigrationReport:
     """Compare a table and its resalted copy per destination bucket (rows and checksum).
 
@@ -982,11 +998,14 @@ def verify_resalt(
         options: Beam pipeline options (None: run locally).
         split_bytes: About how much data one split reads.
         progress: Where to show progress of a local run.
+        hot: The source's hot lists: a split row counts once, combined, and a
+            hot part's rows are read in their K buckets.
+        aggregates: With ``hot``: the source's aggregate families.
 
     Returns:
         The report; ``report.ok`` is True when every bucket agrees.
     """
-    src = _read_all(source, Layout(scheme, cutoff), split_bytes)
+    src = _read_all(source, Layout(scheme, cutoff), split_bytes, hot, aggregates)
     dst = _read_all(destination, Layout(new_scheme), split_bytes)
 
     def build(p: beam.Pipeline) -> None:

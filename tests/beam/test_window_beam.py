@@ -9,8 +9,11 @@ the window is closed.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from google.cloud.bigtable.data import (
@@ -291,3 +294,19 @@ async def test_the_window_steps_on_the_command_line(
     assert "holds no resalt window" in err
     plain = SaltedTableAsync(data_client.get_table(INSTANCE, table_id), NEW, guard=False)
     assert await _logical(plain) == before
+
+
+def test_python_m_saltedtable_beam_takes_the_window_steps() -> None:
+    """The module entry point parses a window step (usage errors exit 2, --help 0)."""
+    for argv, code in ((["verify-window", "--help"], 0), (["retire-window", "--table", "t"], 2)):
+        done = subprocess.run(
+            [sys.executable, "-m", "saltedtable.beam", *argv],
+            cwd=Path(__file__).resolve().parents[2],  # this checkout's saltedtable
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == code, done.stderr
+    assert "retire-window" in done.stderr
+    assert "--bigtable-project" in done.stderr

@@ -131,6 +131,7 @@ ORDER: tuple[str, ...] = (
     "beam._migrate",
     "beam._window",
     "beam._cli",
+    "beam.__main__",
     "beam",
     "__init__",
 )

@@ -48,7 +48,7 @@ from ._migrate import (
     verify_resalt,
 )
 from ._record_steps import read_record
-from ._window import backfill_window, retire_window, verify_window
+from ._window import CLOCK_MARGIN, backfill_window, retire_window, verify_window
 
 __all__ = ["WINDOW_STEPS", "main", "run_step", "window_parser"]
 
@@ -162,6 +162,14 @@ def window_parser() -> argparse.ArgumentParser:
         )
         return sub
 
+    run.add_argument(
+        "--clock-margin",
+        type=float_at_least(0),
+        default=CLOCK_MARGIN,
+        metavar="SECONDS",
+        help="backfill and verify run only this long after the window's start, so "
+        f"writers whose clocks run behind have moved to it (default {CLOCK_MARGIN:g})",
+    )
     only = "only these old buckets (comma-separated; default all)"
     back = step("backfill-window", "Copy the old layout's rows into the new one (re-runnable).")
     back.add_argument("--only-buckets", metavar="B,B,...", help=only)
@@ -211,9 +219,17 @@ def _run_window(args: argparse.Namespace, beam_args: list[str]) -> MigrationRepo
     _check_tables(target)
     if args.step == "backfill-window":
         only = _only_buckets(args.only_buckets)
-        return backfill_window(target, scheme, buckets=only, max_cells=args.max_cells, **common)
+        return backfill_window(
+            target,
+            scheme,
+            buckets=only,
+            max_cells=args.max_cells,
+            clock_margin=args.clock_margin,
+            **common,
+        )
     if args.step == "verify-window":
-        return verify_window(target, scheme, buckets=_only_buckets(args.only_buckets), **common)
+        only = _only_buckets(args.only_buckets)
+        return verify_window(target, scheme, buckets=only, clock_margin=args.clock_margin, **common)
     return retire_window(target, scheme, grace=args.grace, notify=_say, **common)
 
 

@@ -142,14 +142,26 @@ def open_window_of(table: Table, scheme: SaltScheme, step: str) -> WindowSteps:
     return WindowSteps(stored, state, state.window(old))
 
 
-def _started(steps: WindowSteps, step: str, now_micros: int) -> None:
-    """Refuse a step before the window starts: writers may still write the old layout."""
-    if now_micros < steps.state.start_micros:
+#: Seconds after the window's start before a backfill or verify runs (by default).
+CLOCK_MARGIN: Final = 60.0
+
+
+def _started(steps: WindowSteps, step: str, now_micros: int, clock_margin: float) -> None:
+    """Refuse a step before the window starts (plus a margin for writers' clocks).
+
+    Each writer moves to the window at the start by its own clock; one whose
+    clock runs behind still writes, and deletes in, the old layout alone for a
+    while, and a copy made before its delete would bring the row back.
+    """
+    if clock_margin < 0:
+        raise ValueError(f"clock_margin must be >= 0 seconds, got {clock_margin!r}")
+    ready = steps.state.start_micros + round(clock_margin * 1_000_000)
+    if now_micros < ready:
         raise WindowError(
             f"cannot {step}: the {steps.window} starts at {steps.state.start_micros} µs since "
-            f"the epoch, {(steps.state.start_micros - now_micros) / 1e6:.1f} s from now; until "
-            "then writers still write (and delete in) the old layout alone, so a copy could "
-            "bring a deleted row back. Run it after the start"
+            f"the epoch; with a clock margin of {clock_margin:g} s it may run "
+            f"{(ready - now_micros) / 1e6:.1f} s from now. Until then writers may still write "
+            "(and delete in) the old layout alone, so a copy could bring a deleted row back"
         )
 
 
@@ -340,6 +352,7 @@ def backfill_window(
     *,
     buckets: Sequence[int] | None = None,
     max_cells: int = 100,
+    clock_margin: float = CLOCK_MARGIN,
     options: PipelineOptions | None = None,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
@@ -359,6 +372,8 @@ def backfill_window(
             bucket counts come from the window in the layout record.
         buckets: Copy these old buckets only (None: all).
         max_cells: Cells one copy request writes at most.
+        clock_margin: Seconds after the window's start before the step may
+            run: writers whose clocks run behind by less keep to the window.
         options: Beam pipeline options (None: run locally).
         split_bytes: About how much data one split reads.
         progress: Where to show progress of a local run.
@@ -369,7 +384,7 @@ def backfill_window(
     """
     with target.opened() as table:
         steps = open_window_of(table, scheme, "backfill the window")
-    _started(steps, "backfill the window", time.time_ns() // 1000)
+    _started(steps, "backfill the window", time.time_ns() // 1000, clock_margin)
     found = _sweep(
         target,
         steps.window,
@@ -389,6 +404,7 @@ def verify_window(
     scheme: SaltScheme,
     *,
     buckets: Sequence[int] | None = None,
+    clock_margin: float = CLOCK_MARGIN,
     options: PipelineOptions | None = None,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     progress: IO[str] | None = None,
@@ -399,7 +415,7 @@ def verify_window(
     is left, an ``open`` window moves to ``backfilled`` in the record (a
     compare-and-swap), which lets :func:`retire_window` run. Nothing written
     after the start can make an old cell needed again, so a clean verify stays
-    clean.
+    clean. ``buckets`` and ``clock_margin`` as for :func:`backfill_window`.
 
     Returns:
         The report: ``report.ok`` is False while rows are left to copy (its
@@ -411,7 +427,7 @@ def verify_window(
     """
     with target.opened() as table:
         steps = open_window_of(table, scheme, "verify the window")
-        _started(steps, "verify the window", time.time_ns() // 1000)
+        _started(steps, "verify the window", time.time_ns() // 1000, clock_margin)
         found = _sweep(
             target,
             steps.window,

@@ -23,6 +23,7 @@ those of a table made without ``hot=``.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -44,6 +45,7 @@ from ._scheme.hot import (
     SplitFilter,
     combine_rows,
     plan_split_filter,
+    read_keys,
     refuse_atomic,
     route_mutations,
 )
@@ -55,7 +57,7 @@ if TYPE_CHECKING:
     from google.cloud.bigtable.data.mutations import Mutation
     from google.cloud.bigtable.data.row import Row
 
-__all__ = ["HotKeys", "splice"]
+__all__ = ["HotKeys", "splice", "wall_micros"]
 
 
 def _has_key_regex(row_filter: RowFilter | None) -> bool:
@@ -129,26 +131,58 @@ class HotKeys:
         parts = self.layout.parts
         return bool(parts) and self.layout.scheme.hashed_part(key) in parts
 
-    def place(self, key: bytes) -> tuple[int, bytes]:
-        """``(bucket, physical key)`` of an unsplit row (a hot part's: one of its K)."""
-        return self.layout.bucket_of(key), self.layout.physical_keys(key)[0]
+    def place(self, key: bytes, now_micros: int | None = None) -> tuple[int, bytes]:
+        """``(bucket, physical key)`` of an unsplit row (a hot part's: one of its K).
+
+        ``now_micros``: a writer's clock; before a split's start a row is
+        placed by the lists before it (:meth:`HotLayout.writers_at`). None:
+        by these lists (a reader, for a row with one place, :meth:`places`).
+        """
+        layout = self.layout if now_micros is None else self.layout.writers_at(now_micros)
+        return layout.bucket_of(key), layout.physical_keys(key)[0]
+
+    def places(self, key: bytes) -> tuple[bytes, ...]:
+        """Where a reader looks for a logical row: the previous lists' places, then these.
+
+        More than one for a split row, and for a row of a hot part that the
+        latest split placed elsewhere (it may have been written before the start).
+        """
+        return read_keys(self.layout.previous, self.layout, key)
 
     # -- writes ------------------------------------------------------------------
 
     def route(
-        self, key: bytes | str, mutations: Mutation | Sequence[Mutation], spread: int
+        self,
+        key: bytes | str,
+        mutations: Mutation | Sequence[Mutation],
+        spread: int,
+        now_micros: int,
     ) -> list[tuple[bytes, list[Mutation]]]:
-        """The physical writes of one logical ``mutate_row`` (see :func:`route_mutations`)."""
+        """The physical writes of one logical ``mutate_row`` (see :func:`route_mutations`).
+
+        Before a split's start (``now_micros``, the writer's clock) writes go
+        where the lists before it put them, deletes to every place a reader
+        of those lists consults; from the start, writes follow these lists and
+        deletes reach the places of both.
+        """
         listed: list[Mutation] = (
             list(mutations) if isinstance(mutations, list | tuple) else [mutations]  # type: ignore[list-item]
         )
+        layout = self.layout.writers_at(now_micros)
+        previous = None if layout is not self.layout else self.layout.previous
         return route_mutations(
-            key, listed, layout=self.layout, aggregates=self.aggregates, spread=spread
+            key,
+            listed,
+            layout=layout,
+            aggregates=self.aggregates,
+            spread=spread,
+            previous=previous,
         )
 
     def refuse_atomic(self, key: bytes | str, operation: str) -> None:
-        """Refuse ``check_and_mutate_row`` and ``read_modify_write_row`` on a split row."""
-        refuse_atomic(self.layout, key, operation)
+        """Refuse ``check_and_mutate_row`` and ``read_modify_write_row`` on a split row,
+        and on a row the latest split placed elsewhere (it may sit in two places)."""
+        refuse_atomic(self.layout, key, operation, self.layout.previous)
 
     # -- reads -------------------------------------------------------------------
 
@@ -200,12 +234,12 @@ class HotKeys:
         A row-key regex is rewritten for a bucket's prefix, so with one the
         sub-rows are read one request per bucket prefix.
         """
-        physical: list[str | bytes] = [p for k in keys for p in self.layout.physical_keys(k)]
+        physical: list[str | bytes] = [p for k in keys for p in self.places(k)]
         if not _has_key_regex(down):
             return [ReadRowsQuery(row_keys=physical, row_filter=down)]
         by_prefix: dict[bytes, list[str | bytes]] = {}
         for k in keys:
-            for p in self.layout.physical_keys(k):
+            for p in self.places(k):
                 by_prefix.setdefault(p[: len(p) - len(k)], []).append(p)
         return [
             ReadRowsQuery(row_keys=ps, row_filter=rewrite_filter(down, prefix))
@@ -218,7 +252,7 @@ class HotKeys:
         """The logical rows of ``keys`` (key order) from the sub-rows read, filtered."""
         out = []
         for key in keys:
-            subs = [found.get(p) for p in self.layout.physical_keys(key)]
+            subs = [found.get(p) for p in self.places(key)]
             row = split.apply(combine_rows(key, subs, self.aggregates))
             if row is not None:
                 out.append(row)
@@ -227,6 +261,12 @@ class HotKeys:
     def engine_query(self, cut: ReadRowsQuery, reverse: bool) -> ReadRowsQuery | dict[str, Any]:
         """The cut query as the engine takes it (a reversed read's dict form)."""
         return reversed_request(cut) if reverse else cut
+
+
+def wall_micros() -> int:
+    """The writer's clock, microseconds since the Unix epoch (the one clock read here:
+    the rules above take it as an argument)."""
+    return int(time.time() * 1_000_000)
 
 
 def splice(

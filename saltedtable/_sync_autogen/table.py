@@ -74,7 +74,7 @@ from .._facade import (
 )
 from .._guard.decisions import STORE_SAMPLE_ROWS
 from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
-from .._hotkeys import HotKeys
+from .._hotkeys import HotKeys, wall_micros
 from .._read.plan import ReadPlan
 from .._read.query import as_query, check_filter, is_reversed
 from .._read.settings import OneRequestOdds
@@ -256,6 +256,8 @@ class SaltedTable(TableAttributes):
         self._layout = scheme if isinstance(scheme, Layout) else Layout(scheme, cutoff)
         self._hot = HotKeys.for_table(self._layout, hot, aggregates)
         hot = None if self._hot is None else self._hot.layout
+        #: Kept for hot lists adopted from the record (a split made while this object lives).
+        self._aggregates = dict(aggregates or {})
         #: Which sub-row a split row's next AddToCell call goes to (a round robin).
         self._spread = itertools.count()
         if self._hot is not None and window is not None:
@@ -290,12 +292,18 @@ class SaltedTable(TableAttributes):
         )
         # A stored record that extends this layout (an epoch appended) is adopted.
         self._guard.on_adopt = self._adopt
+        # So are hot lists that extend this object's (a split made since).
+        self._guard.on_adopt_hot = self._adopt_hot
 
     def _adopt(self, layout: Layout) -> None:
         """Use ``layout`` (the guard adopted it) for every operation from now on."""
         # One assignment each: an operation reads the layout once when it starts.
         self._reads = dataclasses.replace(self._reads, layout=layout)
         self._layout = layout
+
+    def _adopt_hot(self, hot: HotLayout) -> None:
+        """Use ``hot`` (the guard adopted the record's hot lists) from now on."""
+        self._hot = HotKeys.for_table(self._layout, hot, self._aggregates)
 
     def _placed(self, write: RowWrite, layout: Layout) -> RowWrite:
         """``write`` placed by the layout held now (the guard may have adopted a longer
@@ -673,7 +681,7 @@ class SaltedTable(TableAttributes):
             )
         try:
             if hot is not None and hot.is_hot(key):
-                if hot.is_split(key):
+                if hot.is_split(key) or len(hot.places(key)) > 1:
                     split = hot.split_filter(row_filter, (key,))
                     rows = self._split_rows(
                         (key,), split, operation_timeout, attempt_timeout, retryable_errors
@@ -720,7 +728,7 @@ class SaltedTable(TableAttributes):
         try:
             key = to_key(row_key)
             if hot is not None and hot.is_hot(key):
-                if hot.is_split(key):
+                if hot.is_split(key) or len(hot.places(key)) > 1:
                     probe = RowFilterChain(
                         [CellsRowLimitFilter(1), StripValueTransformerFilter(True)]
                     )
@@ -942,11 +950,14 @@ class SaltedTable(TableAttributes):
             write.family, operation_timeout, attempt_timeout, "default"
         )
         hot = self._hot
+        if hot is not None:
+            self._guard.check_hot_horizon()
         if hot is not None and hot.is_hot(write.key):
             # A split row's call becomes one write per sub-row it touches (not atomic
             # together); a hot part's row is one write to its bucket.
             answer: Any = None
-            for physical, share in hot.route(write.key, mutations, next(self._spread)):
+            now = wall_micros()
+            for physical, share in hot.route(write.key, mutations, next(self._spread), now):
                 answer = self._table.mutate_row(  # type: ignore[func-returns-value]
                     physical,
                     share,
@@ -1008,11 +1019,7 @@ class SaltedTable(TableAttributes):
         owners: list[int] | None = None
         hot = self._hot
         if hot is not None and any(hot.is_hot(to_key(e.row_key)) for e in mutation_entries):
-            physical, owners = [], []
-            for i, entry in enumerate(mutation_entries):
-                for key, share in hot.route(entry.row_key, entry.mutations, next(self._spread)):
-                    physical.append(RowMutationEntry(key, share))
-                    owners.append(i)
+            physical, owners = self._hot_entries(hot, mutation_entries)
         later: list[tuple[int, RowMutationEntry]] = []
         if self._window is not None:
             physical, later = self._window.entries(mutation_entries)
@@ -1032,6 +1039,13 @@ class SaltedTable(TableAttributes):
                 _, keys, _ = bulk_prepare(
                     self._layout, mutation_entries, operation_timeout, attempt_timeout, None, None
                 )
+            if self._hot is not hot:  # adopted hot lists: route them again
+                hot = self._hot
+                physical = owners = None
+                if hot is not None and any(hot.is_hot(to_key(e.row_key)) for e in mutation_entries):
+                    physical, owners = self._hot_entries(hot, mutation_entries)
+            if hot is not None:
+                self._guard.check_hot_horizon()
             if self._layout.epochs is not None and self._guard.horizon_applies:
                 for entry in mutation_entries:
                     self._guard.check_horizon(to_key(entry.row_key))
@@ -1072,6 +1086,19 @@ class SaltedTable(TableAttributes):
             raise
         finally:
             bulk_report(stats, len(mutation_entries), error, self.stats_hook)
+
+    def _hot_entries(
+        self, hot: HotKeys, entries: list[RowMutationEntry]
+    ) -> tuple[list[RowMutationEntry], list[int]]:
+        """The physical entries of a bulk write with hot keys, and each one's caller's entry."""
+        physical: list[RowMutationEntry] = []
+        owners: list[int] = []
+        now = wall_micros()
+        for i, entry in enumerate(entries):
+            for key, share in hot.route(entry.row_key, entry.mutations, next(self._spread), now):
+                physical.append(RowMutationEntry(key, share))
+                owners.append(i)
+        return physical, owners
 
     def _window_old_deletes(
         self,
@@ -1126,9 +1153,11 @@ class SaltedTable(TableAttributes):
             false_case_mutations,
             operation_timeout=operation_timeout,
         )
-        if self._hot is not None:
-            write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        if self._hot is not None:
+            # (after the guard: it may have adopted hot lists meanwhile)
+            self._hot.refuse_atomic(write.key, "check_and_mutate_row")
+            write = self._hot_placed(write)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         return bool(
@@ -1165,9 +1194,11 @@ class SaltedTable(TableAttributes):
             self._window.window.refuse_atomic("read_modify_write_row", row_key)
         layout = self._layout
         write = prepare_row_write(layout, row_key, rules, operation_timeout=operation_timeout)
-        if self._hot is not None:
-            write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        if self._hot is not None:
+            # (after the guard: it may have adopted hot lists meanwhile)
+            self._hot.refuse_atomic(write.key, "read_modify_write_row")
+            write = self._hot_placed(write)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         row = self._table.read_modify_write_row(
@@ -1178,9 +1209,12 @@ class SaltedTable(TableAttributes):
     def _hot_placed(self, write: RowWrite) -> RowWrite:
         """A single-row write to a hot part's row, sent to the bucket it lives in."""
         hot = self._hot
-        if hot is None or not hot.is_hot(write.key):  # (callers test for None: no call)
+        if hot is None:  # (callers test for None: no call)
             return write
-        bucket, physical = hot.place(write.key)
+        self._guard.check_hot_horizon()
+        if not hot.is_hot(write.key):
+            return write
+        bucket, physical = hot.place(write.key, wall_micros())
         return dataclasses.replace(write, bucket=bucket, physical=physical)
 
     def mutations_batcher(
@@ -1214,6 +1248,7 @@ class SaltedTable(TableAttributes):
             hot=self._hot,
             spread=self._spread,
             window=self._window,
+            aggregates=self._aggregates,
         )
 
     # -- the dual-layout window's steps ------------------------------------------------

@@ -18,7 +18,14 @@ import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import AddToCell, SetCell
 
-from saltedtable import LayoutError, SaltedTable, SaltedTableAsync, SaltScheme, fields
+from saltedtable import (
+    LayoutError,
+    SaltedTable,
+    SaltedTableAsync,
+    SaltScheme,
+    SchemeMismatchError,
+    fields,
+)
 from saltedtable._exceptions import SaltSchemeError
 from saltedtable._guard.families import FamilyInfo
 from saltedtable._guard.hot_record import split_record
@@ -45,7 +52,9 @@ def _split(fake: FakeTable, kind: Literal["part", "row"], value: bytes, k: int) 
     now = int(time.time() * 1e6)
     record = decode_layout(value_)
     _, after, new = split_record(record, SCHEME, kind, value, k, now_micros=now, min_lead=LEAD)
-    fake.set_cell(SCHEME_ROW_KEY, family, SCHEME_QUALIFIER, encode_layout(new), 2**60 // 1000 * 1000)
+    fake.set_cell(
+        SCHEME_ROW_KEY, family, SCHEME_QUALIFIER, encode_layout(new), 2**60 // 1000 * 1000
+    )
     return after
 
 
@@ -159,6 +168,11 @@ def test_an_object_that_cannot_keep_the_lead_is_refused_while_a_split_is_pending
         fast = SaltedTableAsync(fake, SCHEME, record_refresh=LEAD)
         assert await fast.read_row(b"t2#x") is None
         assert fast.hot == after
+        # Lists that are neither the stored ones nor those before the split: refused.
+        other = HotLayout(SCHEME, rows={b"t2#x": 2})
+        stranger = SaltedTableAsync(fake, SCHEME, record_refresh=LEAD, hot=other)
+        with pytest.raises(SchemeMismatchError, match="hot"):
+            await stranger.read_row(b"t2#x")
 
     asyncio.run(scenario())
 

@@ -102,7 +102,8 @@ def test_a_writer_reader_and_batcher_opened_before_a_split_follow_it_across_its_
                 await asyncio.sleep(0.02)
         assert homes == {SCHEME.salt_key(CTR)}  # before the start: the unsplit row only
         assert len(_physical(fake, CTR)) == 4  # from the start: all four sub-rows
-        assert writer.hot == after and reader.hot == after  # both adopted the record's lists
+        assert writer.hot == after  # both adopted the record's lists
+        assert reader.hot == after
         assert _sum(await reader.read_row(CTR)) == added
 
     asyncio.run(scenario())
@@ -210,7 +211,7 @@ def test_a_split_refuses_a_start_sooner_than_the_lead_and_a_second_pending_split
     asyncio.run(SaltedTableAsync(fake, SCHEME).guard_scheme(family="cf"))
     raw = SyncFakeTable(fake)
     now = dt.datetime.now(dt.UTC)
-    with pytest.raises(SaltSchemeError, match="start it at .* or later"):
+    with pytest.raises(SaltSchemeError, match=r"start it at .* or later"):
         split_hot_key(raw, "row", CTR, 2, at=now + dt.timedelta(seconds=10), now=now)
     _, after = split_hot_key(raw, "row", CTR, 2, at=now + dt.timedelta(seconds=200), now=now)
     assert after.start_micros == int((now + dt.timedelta(seconds=200)).timestamp() * 1e6)

@@ -1,4 +1,4 @@
-"""The hot field's start, lead and previous lists: parsing, writing, and the split's rules (pure)."""
+"""The hot field's start, lead and previous lists: parsing, writing, the split's rules (pure)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ def test_a_field_without_a_start_reads_as_lists_in_effect_since_stored() -> None
     old = with_hot(RECORD, HotLayout(SCHEME, rows={b"t1#a": 2}))
     found = hot_layout_of(old, SCHEME)
     assert found == HotLayout(SCHEME, rows={b"t1#a": 2})
-    assert found is not None and found.previous is None and not found.pending(NOW)
+    assert found is not None
+    assert found.previous is None
+    assert not found.pending(NOW)
     assert json.loads(dict(old.extra)[HOT_FIELD]) == {"parts": {}, "rows": {b"t1#a".hex(): 2}}
 
 

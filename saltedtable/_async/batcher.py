@@ -151,9 +151,7 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             guard.check_hot_horizon()
         hot = self._hot
         assert hot is not None  # (adopted lists only ever add keys)
-        routed = hot.route(
-            mutation_entry.row_key, mutation_entry.mutations, spread, wall_micros()
-        )
+        routed = hot.route(mutation_entry.row_key, mutation_entry.mutations, spread, wall_micros())
         seq, self._seq = self._seq, self._seq + 1  # one seq: one failure reported
         for key, share in routed:
             physical = PhysicalEntry()

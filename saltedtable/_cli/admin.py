@@ -489,9 +489,7 @@ def _cmd_split(args: argparse.Namespace) -> int:
     with data_client(args.project) as client:
         table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
         try:
-            before, after = split_hot_key(
-                table, kind, value, args.k, at=at, min_lead=args.min_lead
-            )
+            before, after = split_hot_key(table, kind, value, args.k, at=at, min_lead=args.min_lead)
         finally:
             table.close()  # type: ignore[no-untyped-call]
     listed = after.parts if kind == "part" else after.rows

@@ -149,6 +149,15 @@ class HotKeys:
         """
         return read_keys(self.layout.previous, self.layout, key)
 
+    def place_buckets(self, key: bytes) -> dict[bytes, int]:
+        """The bucket of each place a reader looks for ``key`` (for the read's statistics)."""
+        found: dict[bytes, int] = {}
+        for layout in (self.layout.previous, self.layout):
+            if layout is not None:
+                for bucket in layout.row_buckets(key):
+                    found[layout.scheme.prefix(bucket) + key] = bucket
+        return found
+
     # -- writes ------------------------------------------------------------------
 
     def route(

@@ -16,6 +16,7 @@ every request it started, and no RPC outlives it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import time
@@ -76,7 +77,7 @@ from .._hotkeys import HotKeys, wall_micros
 from .._read.plan import ReadPlan
 from .._read.query import as_query, check_filter, is_reversed
 from .._read.settings import OneRequestOdds
-from .._read.stats import CallStats, StatsHook, install_retry_counter
+from .._read.stats import CallStats, StatsHook, install_retry_counter, report
 from .._read.timeouts import (
     Timeouts,
     check_timeouts,
@@ -877,12 +878,21 @@ class SaltedTableAsync(TableAttributes):
                 # The split rows are read and combined by the table; the engine reads
                 # the rest, ordered, so that the two merge in key order.
                 split = hot.split_filter(logical.filter, keys)
+                # The read's statistics count the sub-row request too: the engine
+                # fills them in, then the hot read adds its own and reports them.
+                hook = self._reads.hook
+                if stats is None and hook is not None:
+                    stats = CallStats()
+                if stats is not None:
+                    stats.operation = operation
                 engine = None
                 if cut is not None:
                     engine = self._engine_call(
-                        operation, hot.engine_query(cut, reverse), timeouts, True, stats
+                        operation, hot.engine_query(cut, reverse), timeouts, True, stats, False
                     )
-                return _HotRead(self, keys, split, engine, reverse, logical.limit, timeouts)
+                return _HotRead(
+                    self, keys, split, engine, reverse, logical.limit, timeouts, stats, hook
+                )
         return self._engine_call(operation, query, timeouts, ordered, stats)
 
     def _engine_call(
@@ -892,8 +902,11 @@ class SaltedTableAsync(TableAttributes):
         timeouts: Timeouts,
         ordered: bool,
         stats: CallStats | None,
+        report: bool = True,
     ) -> ReadCall:
         ctx = self._reads
+        if not report:  # (the caller reports the statistics)
+            ctx = dataclasses.replace(ctx, hook=None)
         hot = None if self._hot is None else self._hot.layout
         plan, settings = read_for(
             query, ctx.layout, ctx.budget, ordered=ordered, slots=capacity(ctx.limiter), hot=hot
@@ -909,8 +922,13 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout: Timeout,
         attempt_timeout: AttemptTimeout,
         retryable_errors: Retryable,
+        stats: CallStats | None = None,
     ) -> list[Row]:
-        """The combined rows of split ``keys``: their sub-rows in one request (see HotKeys)."""
+        """The combined rows of split ``keys``: their sub-rows in one request (see HotKeys).
+
+        ``stats``: the read's statistics, which count the request(s) and, per
+        bucket, the sub-rows read.
+        """
         hot = self._hot
         assert hot is not None
         found: dict[bytes, Row] = {}
@@ -921,8 +939,18 @@ class SaltedTableAsync(TableAttributes):
                 attempt_timeout=attempt_timeout,
                 retryable_errors=retryable_errors,
             )
+            if stats is not None:
+                stats.requests += 1
             async for row in rows:
                 found[row.row_key] = row
+        if stats is not None:
+            for key in keys:
+                for physical, bucket in hot.place_buckets(key).items():
+                    sub = found.get(physical)
+                    if sub is not None:
+                        counted = stats.bucket(bucket)
+                        counted.rows += 1
+                        counted.bytes += len(physical) + sum(len(c.value) for c in sub.cells)
         return hot.combined(keys, found, split)
 
     # -- writes ----------------------------------------------------------------
@@ -1367,6 +1395,8 @@ class _HotRead:
         reverse: bool,
         limit: int | None,
         timeouts: Timeouts,
+        stats: CallStats | None = None,
+        hook: StatsHook | None = None,
     ) -> None:
         self._table = table
         self._keys = keys
@@ -1375,15 +1405,43 @@ class _HotRead:
         self._reverse = reverse
         self._limit = limit or None
         self._timeouts = timeouts
+        self._stats = stats
+        self._hook = hook
+        #: What the split rows' request added to the statistics (the engine's end
+        #: overwrites its own counts, so they are added again after it).
+        self._requests = 0
+        self._buckets: dict[int | None, tuple[int, int]] = {}
 
     async def _direct(self) -> list[Row]:
         if self._engine is None:
             await self._table._guard.check()  # (the engine's read checks it otherwise)
         t = self._timeouts
+        mine = None if self._stats is None else CallStats()
         rows = await self._table._split_rows(
-            self._keys, self._split, t.operation, t.attempt, t.retryable
+            self._keys, self._split, t.operation, t.attempt, t.retryable, mine
         )
+        if mine is not None:
+            self._requests = mine.requests
+            self._buckets = {b: (s.rows, s.bytes) for b, s in mine.buckets.items()}
         return rows[::-1] if self._reverse else rows
+
+    def _report(self, emitted: int, error: BaseException | None) -> None:
+        """The read's statistics: the engine's (if any) plus the split rows' request."""
+        stats = self._stats
+        if stats is None:
+            return
+        if self._engine is None:
+            stats.requests = 0
+        stats.requests += self._requests
+        for bucket, (rows, size) in self._buckets.items():
+            counted = stats.bucket(bucket)
+            counted.rows += rows
+            counted.bytes += size
+        stats.rows = emitted
+        if isinstance(error, GeneratorExit | asyncio.CancelledError):
+            stats.ended_early = True  # the caller left: not a failure
+            error = None
+        report(stats, error, self._hook)
 
     def _first(self, direct: Row, row: Row) -> bool:
         if self._reverse:
@@ -1404,6 +1462,19 @@ class _HotRead:
 
     async def stream(self) -> AsyncGenerator[Row, None]:
         """The merged rows; closing this generator stops the engine's read."""
+        n = 0
+        error: BaseException | None = None
+        try:
+            async for row in self._merged():
+                n += 1
+                yield row
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._report(n, error)
+
+    async def _merged(self) -> AsyncGenerator[Row, None]:
         direct = await self._direct()
         limit = self._limit
         i = n = 0

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import closing
 from typing import Any, final
 
@@ -614,6 +615,17 @@ class SaltedTable(TableAttributes):
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
+        guard = self._guard
+        if guard.checked and guard.refreshes and guard.due():
+            # Planned now (bad input fails here), but by a layout the due refresh may
+            # replace: the refresh runs first, and a changed layout plans it again.
+            again = functools.partial(
+                self._read_call, "read_prefix", query, operation_timeout, attempt_timeout,
+                retryable_errors, ordered=ordered, stats=stats,
+            )  # fmt: skip
+            return self._stream(
+                _RefreshFirst(self, call, again, operation_timeout, attempt_timeout)
+            )
         return self._stream(call)
 
     def _window_scan(
@@ -634,7 +646,7 @@ class SaltedTable(TableAttributes):
             retryable_errors=retryable_errors,
         )
 
-    def _stream(self, call: SyncReadCall | _HotRead) -> Generator[Row, None, None]:
+    def _stream(self, call: SyncReadCall | _HotRead | _RefreshFirst) -> Generator[Row, None, None]:
         """The stream a read's caller iterates (see ``row_stream``: it stops when dropped)."""
         return row_stream(self._watched(call.stream()), call.abandon)
 
@@ -1489,3 +1501,39 @@ class _HotRead:
             yield direct[i]
             i += 1
             n += 1
+
+
+class _RefreshFirst:
+    """A scan planned when it was asked while the record's refresh was due: the refresh
+    runs before its first request and, when it adopted a layout or hot lists, the scan
+    is planned again by them (the planned one never sends a request)."""
+
+    def __init__(
+        self,
+        table: SaltedTable,
+        call: SyncReadCall | _HotRead,
+        again: Callable[[], SyncReadCall | _HotRead],
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+    ) -> None:
+        self._table = table
+        self._call = call
+        self._again = again
+        self._timeouts = (operation_timeout, attempt_timeout)
+
+    def abandon(self) -> bool:
+        """Stop the read now if nothing runs (see ``SyncReadCall.abandon``)."""
+        return self._call.abandon()
+
+    def stream(self) -> Generator[Row, None, None]:
+        """The scan's rows, planned by the layout the refresh leaves."""
+        table = self._table
+        layout, hot = table._layout, table._hot
+        table._refreshed(*self._timeouts)
+        if table._layout is not layout or table._hot is not hot:
+            self._call = self._again()
+        n = 0
+        with closing(self._call.stream()) as rows:
+            for row in rows:
+                n += 1  # (a counted loop: ruff would turn the sync twin's into yield from)
+                yield row

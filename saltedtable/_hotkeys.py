@@ -198,13 +198,20 @@ class HotKeys:
     def cut(self, query: ReadRowsQuery) -> tuple[ReadRowsQuery | None, tuple[bytes, ...]]:
         """The query without its split rows, and those rows (in key order).
 
+        Keys of the query read in two places (:meth:`places`) are taken out too;
+        a range's rows of a hot part are read by the engine in the part's
+        buckets, which hold both places (the lists for K hold those for less).
+
         The first is None when nothing but split rows is left to read (an
         empty query would read the whole table).
         """
         rows = self.layout.rows
         keys = [to_key(k) for k in query.row_keys]
-        split = {k for k in keys if k in rows}
-        kept_keys: list[str | bytes] = [k for k in keys if k not in rows]
+        # A listed key read in two places (a hot part's row that the latest split
+        # placed elsewhere) is read like a split row: both places in one request.
+        moved = self.layout.previous is not None
+        split = {k for k in keys if k in rows or (moved and len(self.places(k)) > 1)}
+        kept_keys: list[str | bytes] = [k for k in keys if k not in split]
         ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
         if not keys and not ranges:
             ranges = [KeyRange()]

@@ -151,6 +151,8 @@ def test_a_hot_parts_rows_written_before_the_start_are_still_found() -> None:
             assert await table.row_exists(key)
         scanned = [r.row_key async for r in table.read_prefix(b"t0#")]
         assert scanned == early + late
+        listed = await table.read_rows(ReadRowsQuery(row_keys=early + late))
+        assert [r.row_key for r in listed] == early + late
 
     asyncio.run(scenario())
 

@@ -1477,9 +1477,11 @@ class _HotRead:
         n = 0
         error: BaseException | None = None
         try:
-            async for row in self._merged():
-                n += 1
-                yield row
+            # (closed before the report: the engine's own end fills in its counts first)
+            async with aclosing(self._merged()) as rows:
+                async for row in rows:
+                    n += 1
+                    yield row
         except BaseException as exc:
             error = exc
             raise

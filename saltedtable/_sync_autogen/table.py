@@ -1471,9 +1471,11 @@ class _HotRead:
         n = 0
         error: BaseException | None = None
         try:
-            for row in self._merged():
-                n += 1
-                yield row
+            # (closed before the report: the engine's own end fills in its counts first)
+            with closing(self._merged()) as rows:
+                for row in rows:
+                    n += 1
+                    yield row
         except BaseException as exc:
             error = exc
             raise

@@ -78,3 +78,27 @@ def test_the_sync_table_counts_them_too() -> None:
     assert len(rows) == 3
     assert stats.requests == len(fake.stats.queries) - before
     assert sum(b.rows for b in stats.buckets.values()) == 6
+
+
+def test_a_read_left_early_reports_its_sub_row_request_once() -> None:
+    fake = FakeTable(families=FAMILIES)
+    _fill(fake)
+    hooked: list[CallStats] = []
+
+    async def go() -> CallStats:
+        table = SaltedTableAsync(
+            fake, SCHEME, guard=False, hot=HOT, aggregates=AGGREGATES, stats_hook=hooked.append
+        )
+        stats = CallStats()
+        stream = table.read_prefix(b"t1#", stats=stats)
+        async for _ in stream:
+            break
+        await stream.aclose()
+        return stats
+
+    stats = asyncio.run(go())
+    assert hooked == [stats]
+    assert stats.ended_early
+    assert stats.rows == 1
+    assert stats.requests >= 2  # the engine's and the sub-rows'
+    assert sum(b.rows for b in stats.buckets.values()) >= 4  # the four sub-rows

@@ -258,16 +258,23 @@ def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:
 
 
 def describe_hot(hot: HotLayout | None) -> list[dict[str, Any]]:
-    """The hot lists as rows for ``inspect``: kind, value (text), K, buckets."""
+    """The hot lists as rows for ``inspect``: kind, value (text), K, buckets, and ``from``:
+    the start of the split that listed it or raised its K (None: in effect since stored)."""
     if hot is None:
         return []
     out: list[dict[str, Any]] = []
+    before = hot.previous
+    start = None if hot.start_micros is None else instant_of(hot.start_micros).isoformat()
     for part, k in hot.parts.items():
         out.append(
             {"kind": "part", "value": format_key(part), "k": k, "buckets": hot.part_buckets(part)}
         )
+        changed = before is not None and before.parts.get(part) != k
+        out[-1]["from"] = start if changed else None
     for row, k in hot.rows.items():
         out.append(
             {"kind": "row", "value": format_key(row), "k": k, "buckets": hot.row_buckets(row)}
         )
+        changed = before is not None and before.rows.get(row) != k
+        out[-1]["from"] = start if changed else None
     return out

@@ -4,7 +4,9 @@ A table object made with a :class:`~saltedtable._scheme.hot.HotLayout`
 (``hot=``) places the rows of a hot key part in one of the part's K buckets
 (the read planner knows, :func:`saltedtable._read.plan.plan_reads`), and
 reads and writes a split row through the rules of :mod:`saltedtable._scheme.hot`.
-This module holds the table's side of those rules, with no I/O:
+This module holds the table's side of those rules, with no I/O (the writers'
+clock, which places rows by the lists before a split's start, is read by
+:func:`wall_micros` and handed in):
 
 * :meth:`HotKeys.cut` takes the split rows out of a logical query (its keys,
   and every range cut around them), so that the read engine never meets a

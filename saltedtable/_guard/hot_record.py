@@ -12,9 +12,12 @@ alone. A table object with hot lists refuses a layout with a cutoff or
 epochs for now, so no reader meets hot lists on an older epoch.
 
 A record without the field is a table without hot lists, byte for byte as
-before. The field is compared like any other: a table object whose hot lists
-differ from the record's (one made before a split, or made without them) is
-refused by the guard at its next read of the record (``record_refresh``).
+before. A split made by :func:`split_record` with a clock also stores, in
+the same field, its start (``start_micros``), its lead (``min_lead_s``) and
+the lists before it (``previous``): writers keep those until the start. The
+field is compared like any other, except that a table object whose lists are
+the stored ones or the stored ``previous`` adopts the stored field at its
+next read of the record (the guard); any other lists are refused.
 """
 
 from __future__ import annotations

@@ -223,3 +223,28 @@ def test_a_split_refuses_a_start_sooner_than_the_lead_and_a_second_pending_split
     later = now + dt.timedelta(seconds=201)
     with pytest.raises(SaltSchemeError, match="minimum lead of 120 s"):
         split_hot_key(raw, "row", b"t2#other", 2, min_lead=5, now=later)
+
+
+def test_a_later_split_is_refused_while_a_parts_row_sits_where_previous_put_it() -> None:
+    """The next change replaces ``previous``: rows it places must have moved first."""
+    fake = FakeTable(families=FAMILIES)
+
+    async def setup() -> HotLayout:
+        table = SaltedTableAsync(fake, SCHEME, record_refresh=0.05)
+        await table.guard_scheme(family="cf")
+        after = _split(fake, "part", b"t0", 4)
+        await asyncio.sleep(0.06)
+        await table.mutate_row(b"t0#early", SetCell("cf", b"a", b"v", 1000))  # home bucket
+        assert after.start_micros is not None
+        await asyncio.sleep(max(0.0, after.start_micros / 1e6 - time.time()) + 0.01)
+        return after
+
+    after = asyncio.run(setup())
+    assert SCHEME.salt_key(b"t0#early") not in after.physical_keys(b"t0#early")
+    with pytest.raises(LayoutError, match="written before the last split's start"):
+        split_hot_key(SyncFakeTable(fake), "row", b"t2#x", 2)
+    fake2 = FakeTable(families=FAMILIES)  # the same without that row: accepted
+    asyncio.run(SaltedTableAsync(fake2, SCHEME).guard_scheme(family="cf"))
+    _split(fake2, "part", b"t0", 4)
+    time.sleep(LEAD + 0.05)
+    assert split_hot_key(SyncFakeTable(fake2), "row", b"t2#x", 2, min_lead=LEAD)[1].rows

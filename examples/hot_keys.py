@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import warnings
 from collections import Counter
 
@@ -32,6 +33,7 @@ from google.cloud.bigtable.data.mutations import AddToCell, SetCell
 
 from saltedtable import (
     SCHEME_ROW_KEY,
+    HotLayout,
     SaltedTableAsync,
     SaltScheme,
     SchemeMismatchError,
@@ -58,15 +60,20 @@ async def main() -> None:
     )
     # 1. List the hot tenant (before its rows are written) and the counter row in the
     #    layout record (compare-and-swap; `saltedtable split TABLE --part t7 -k 4` does
-    #    the same from a shell).
+    #    the same from a shell). A split starts the minimum lead after it is stored
+    #    (120 s unless the table's first split says otherwise; 2 s here): until then
+    #    writers place rows as before, and the next split waits for that start.
     with BigtableDataClient(project=PROJECT) as sync_client:
         raw = sync_client.get_table(INSTANCE, TABLE)
-        split_hot_key(raw, "part", b"t7", 4)
+        _, first = split_hot_key(raw, "part", b"t7", 4, min_lead=2.0)
+        _wait_for(first)
         _, hot = split_hot_key(raw, "row", b"stats#clicks", 8)
-    print("hot lists:", hot)
+        _wait_for(hot)
+    print("hot lists:", hot.parts, hot.rows)
 
     async with BigtableDataClientAsync(project=PROJECT) as client:
         # 2. A table object made without the lists is refused: it would under-read.
+        #    (One made before a split, with the lists it replaced, adopts it instead.)
         try:
             await SaltedTableAsync.from_client(client, INSTANCE, TABLE, SCHEME).read_row(b"x")
         except SchemeMismatchError:
@@ -97,6 +104,12 @@ async def main() -> None:
             await table.check_and_mutate_row(b"stats#clicks", None, true_case_mutations=[])
         except SplitKeyError as exc:
             print("check_and_mutate_row on the counter:", str(exc).split(";")[0])
+
+
+def _wait_for(hot: HotLayout) -> None:
+    """Sleep until the split's start (a table object may use a pending split too)."""
+    assert hot.start_micros is not None
+    time.sleep(max(0.0, hot.start_micros / 1e6 - time.time()))
 
 
 if __name__ == "__main__":

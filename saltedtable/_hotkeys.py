@@ -4,7 +4,9 @@ A table object made with a :class:`~saltedtable._scheme.hot.HotLayout`
 (``hot=``) places the rows of a hot key part in one of the part's K buckets
 (the read planner knows, :func:`saltedtable._read.plan.plan_reads`), and
 reads and writes a split row through the rules of :mod:`saltedtable._scheme.hot`.
-This module holds the table's side of those rules, with no I/O:
+This module holds the table's side of those rules, with no I/O (the writers'
+clock, which places rows by the lists before a split's start, is read by
+:func:`wall_micros` and handed in):
 
 * :meth:`HotKeys.cut` takes the split rows out of a logical query (its keys,
   and every range cut around them), so that the read engine never meets a
@@ -23,6 +25,7 @@ those of a table made without ``hot=``.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -44,6 +47,7 @@ from ._scheme.hot import (
     SplitFilter,
     combine_rows,
     plan_split_filter,
+    read_keys,
     refuse_atomic,
     route_mutations,
 )
@@ -55,7 +59,7 @@ if TYPE_CHECKING:
     from google.cloud.bigtable.data.mutations import Mutation
     from google.cloud.bigtable.data.row import Row
 
-__all__ = ["HotKeys", "splice"]
+__all__ = ["HotKeys", "splice", "wall_micros"]
 
 
 def _has_key_regex(row_filter: RowFilter | None) -> bool:
@@ -129,39 +133,87 @@ class HotKeys:
         parts = self.layout.parts
         return bool(parts) and self.layout.scheme.hashed_part(key) in parts
 
-    def place(self, key: bytes) -> tuple[int, bytes]:
-        """``(bucket, physical key)`` of an unsplit row (a hot part's: one of its K)."""
-        return self.layout.bucket_of(key), self.layout.physical_keys(key)[0]
+    def place(self, key: bytes, now_micros: int | None = None) -> tuple[int, bytes]:
+        """``(bucket, physical key)`` of an unsplit row (a hot part's: one of its K).
+
+        ``now_micros``: a writer's clock; before a split's start a row is
+        placed by the lists before it (:meth:`HotLayout.writers_at`). None:
+        by these lists (a reader, for a row with one place, :meth:`places`).
+        """
+        layout = self.layout if now_micros is None else self.layout.writers_at(now_micros)
+        return layout.bucket_of(key), layout.physical_keys(key)[0]
+
+    def places(self, key: bytes) -> tuple[bytes, ...]:
+        """Where a reader looks for a logical row: the previous lists' places, then these.
+
+        More than one for a split row, and for a row of a hot part that the
+        latest split placed elsewhere (it may have been written before the start).
+        """
+        return read_keys(self.layout.previous, self.layout, key)
+
+    def place_buckets(self, key: bytes) -> dict[bytes, int]:
+        """The bucket of each place a reader looks for ``key`` (for the read's statistics)."""
+        found: dict[bytes, int] = {}
+        for layout in (self.layout.previous, self.layout):
+            if layout is not None:
+                for bucket in layout.row_buckets(key):
+                    found[layout.scheme.prefix(bucket) + key] = bucket
+        return found
 
     # -- writes ------------------------------------------------------------------
 
     def route(
-        self, key: bytes | str, mutations: Mutation | Sequence[Mutation], spread: int
+        self,
+        key: bytes | str,
+        mutations: Mutation | Sequence[Mutation],
+        spread: int,
+        now_micros: int,
     ) -> list[tuple[bytes, list[Mutation]]]:
-        """The physical writes of one logical ``mutate_row`` (see :func:`route_mutations`)."""
+        """The physical writes of one logical ``mutate_row`` (see :func:`route_mutations`).
+
+        Before a split's start (``now_micros``, the writer's clock) writes go
+        where the lists before it put them, deletes to every place a reader
+        of those lists consults; from the start, writes follow these lists and
+        deletes reach the places of both.
+        """
         listed: list[Mutation] = (
             list(mutations) if isinstance(mutations, list | tuple) else [mutations]  # type: ignore[list-item]
         )
+        layout = self.layout.writers_at(now_micros)
+        previous = None if layout is not self.layout else self.layout.previous
         return route_mutations(
-            key, listed, layout=self.layout, aggregates=self.aggregates, spread=spread
+            key,
+            listed,
+            layout=layout,
+            aggregates=self.aggregates,
+            spread=spread,
+            previous=previous,
         )
 
     def refuse_atomic(self, key: bytes | str, operation: str) -> None:
-        """Refuse ``check_and_mutate_row`` and ``read_modify_write_row`` on a split row."""
-        refuse_atomic(self.layout, key, operation)
+        """Refuse ``check_and_mutate_row`` and ``read_modify_write_row`` on a split row,
+        and on a row the latest split placed elsewhere (it may sit in two places)."""
+        refuse_atomic(self.layout, key, operation, self.layout.previous)
 
     # -- reads -------------------------------------------------------------------
 
     def cut(self, query: ReadRowsQuery) -> tuple[ReadRowsQuery | None, tuple[bytes, ...]]:
         """The query without its split rows, and those rows (in key order).
 
+        Keys of the query read in two places (:meth:`places`) are taken out too;
+        a range's rows of a hot part are read by the engine in the part's
+        buckets, which hold both places (the lists for K hold those for less).
+
         The first is None when nothing but split rows is left to read (an
         empty query would read the whole table).
         """
         rows = self.layout.rows
         keys = [to_key(k) for k in query.row_keys]
-        split = {k for k in keys if k in rows}
-        kept_keys: list[str | bytes] = [k for k in keys if k not in rows]
+        # A listed key read in two places (a hot part's row that the latest split
+        # placed elsewhere) is read like a split row: both places in one request.
+        moved = self.layout.previous is not None
+        split = {k for k in keys if k in rows or (moved and len(self.places(k)) > 1)}
+        kept_keys: list[str | bytes] = [k for k in keys if k not in split]
         ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
         if not keys and not ranges:
             ranges = [KeyRange()]
@@ -200,12 +252,12 @@ class HotKeys:
         A row-key regex is rewritten for a bucket's prefix, so with one the
         sub-rows are read one request per bucket prefix.
         """
-        physical: list[str | bytes] = [p for k in keys for p in self.layout.physical_keys(k)]
+        physical: list[str | bytes] = [p for k in keys for p in self.places(k)]
         if not _has_key_regex(down):
             return [ReadRowsQuery(row_keys=physical, row_filter=down)]
         by_prefix: dict[bytes, list[str | bytes]] = {}
         for k in keys:
-            for p in self.layout.physical_keys(k):
+            for p in self.places(k):
                 by_prefix.setdefault(p[: len(p) - len(k)], []).append(p)
         return [
             ReadRowsQuery(row_keys=ps, row_filter=rewrite_filter(down, prefix))
@@ -218,7 +270,7 @@ class HotKeys:
         """The logical rows of ``keys`` (key order) from the sub-rows read, filtered."""
         out = []
         for key in keys:
-            subs = [found.get(p) for p in self.layout.physical_keys(key)]
+            subs = [found.get(p) for p in self.places(key)]
             row = split.apply(combine_rows(key, subs, self.aggregates))
             if row is not None:
                 out.append(row)
@@ -227,6 +279,12 @@ class HotKeys:
     def engine_query(self, cut: ReadRowsQuery, reverse: bool) -> ReadRowsQuery | dict[str, Any]:
         """The cut query as the engine takes it (a reversed read's dict form)."""
         return reversed_request(cut) if reverse else cut
+
+
+def wall_micros() -> int:
+    """The writer's clock, microseconds since the Unix epoch (the one clock read here:
+    the rules above take it as an argument)."""
+    return int(time.time() * 1_000_000)
 
 
 def splice(

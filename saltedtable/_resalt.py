@@ -25,7 +25,7 @@ from ._guard.record import (
     newest_record_cell,
     record_swap_filter,
 )
-from ._guard.resalt import Appending, orphaned, plan_append
+from ._guard.resalt import Appending, late_range, orphaned, plan_append
 from ._scheme.epochs import Unreadable
 from ._scheme.layout import Layout
 from ._scheme.salt import SCHEME_ROW_KEY, SaltScheme, format_key, prefix_end
@@ -69,7 +69,7 @@ def _orphans(table: Any, appending: Appending) -> tuple[int, list[bytes]]:
     prefixes = sorted({*appending.current.newest.prefixes, *appending.appended.newest.prefixes})
     # (A prefix inside another's range is read by that range already.)
     outer = [p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)]
-    ranges = [RowRange(p, prefix_end(p) or None) for p in outer]
+    ranges = [RowRange(*_scanned(p, appending)) for p in outer]
     query = ReadRowsQuery(row_ranges=ranges, row_filter=KEYS_ONLY)
     seen = 0
     found: list[bytes] = []
@@ -83,6 +83,29 @@ def _orphans(table: Any, appending: Appending) -> tuple[int, list[bytes]]:
     seen += len(batch)
     found += orphaned(appending.current, appending.appended, batch)
     return seen, found
+
+
+def _scanned(prefix: bytes, appending: Appending) -> tuple[bytes, bytes | None]:
+    """The physical range of ``prefix`` the row check reads: narrowed by key time if proven.
+
+    Under a prefix of the current newest epoch that holds no other prefix, a
+    row whose key time lies before the new start keeps its epoch (the prefix
+    reads the same before and after), so only the keys :func:`late_range`
+    leaves can be orphaned. The new epoch's own prefixes are read whole: an
+    unsalted key there changes meaning. So is every prefix when keys without a
+    readable time move to the new epoch (``unreadable="last"``).
+    """
+    whole = (prefix, prefix_end(prefix) or None)
+    current, appended = appending.current, appending.appended
+    if appended.unreadable == "last" or prefix not in current.newest.prefixes:
+        return whole
+    if any(q != prefix and q.startswith(prefix) for q in appended.newest.prefixes):
+        return whole
+    narrowed = late_range(appended.timestamp, appending.start)
+    if narrowed is None:
+        return whole
+    start, end = narrowed
+    return prefix + start, (prefix + end) if end else whole[1]
 
 
 def append_epoch(

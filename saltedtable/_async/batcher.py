@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import final
 
 from google.api_core.exceptions import GoogleAPICallError
@@ -14,7 +14,7 @@ from google.cloud.bigtable.data.exceptions import MutationsExceptionGroup
 from .._contracts import BatcherLike
 from .._engine.runtime_asyncio import wait_all
 from .._guard.record import family_of
-from .._hotkeys import HotKeys
+from .._hotkeys import HotKeys, wall_micros
 from .._scheme.layout import Layout
 from .._scheme.salt import to_key
 from .._write import BatcherCore, PhysicalEntry, logical_group
@@ -39,7 +39,7 @@ class SaltedMutationsBatcherAsync(BatcherCore):
     never sent, and is reported the same way.
     """
 
-    __slots__ = ("_guard", "_hot", "_spread", "_window")
+    __slots__ = ("_aggregates", "_guard", "_hot", "_hot_seen", "_spread", "_window")
 
     def __init__(
         self,
@@ -51,11 +51,16 @@ class SaltedMutationsBatcherAsync(BatcherCore):
         hot: HotKeys | None = None,
         spread: Iterator[int] | None = None,
         window: WindowTableAsync | None = None,
+        aggregates: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(inner, layout, internals=internals)
         self._inner: BatcherLike = inner
         self._guard = guard
         self._hot = hot
+        # The guard's hot lists when ``_hot`` was last built: it may adopt others
+        # (a split made since), which this batcher then follows (see ``_follow_hot``).
+        self._hot_seen = None if guard is None else guard.current_hot
+        self._aggregates = aggregates
         self._spread = spread
         # In a dual-layout window an entry becomes the new row's entry, then (for a
         # delete) the old row's; both name the caller's entry when they fail.
@@ -77,8 +82,11 @@ class SaltedMutationsBatcherAsync(BatcherCore):
         ):
             await self._inner.append(mutation_entry)  # refused as the client refuses it
             return
+        guard = self._guard
+        if guard is not None and guard.current_hot is not self._hot_seen:
+            self._follow_hot(guard)
         if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
-            await self._append_hot(self._hot, mutation_entry)
+            await self._append_hot(mutation_entry)
             return
         if self._window is not None:
             await self._append_window(mutation_entry, self._window)
@@ -88,7 +96,6 @@ class SaltedMutationsBatcherAsync(BatcherCore):
         mutations = mutation_entry.mutations
         physical.mutations = mutations if type(mutations) is tuple else tuple(mutations)
         physical.logical = mutation_entry
-        guard = self._guard
         if guard is not None:
             # A settled guard costs one clock read (none when it never reads
             # the record again); any other state asks the guard.
@@ -108,6 +115,14 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             if self._layout.epochs is not None and guard.horizon_applies:
                 # (an attribute test first: a plain table's append pays no call)
                 guard.check_horizon(to_key(mutation_entry.row_key))
+            if guard.current_hot is not self._hot_seen:
+                # The guard adopted hot lists on this append: route the entry by them.
+                self._follow_hot(guard)
+                if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
+                    await self._append_hot(mutation_entry)
+                    return
+            if guard.hot_lead is not None:
+                guard.check_hot_horizon()
         physical.seq = self._seq
         self._seq += 1
         try:
@@ -115,11 +130,15 @@ class SaltedMutationsBatcherAsync(BatcherCore):
         except MutationsExceptionGroup as group:
             raise logical_group(group, self._layout) from None
 
-    async def _append_hot(self, hot: HotKeys, mutation_entry: RowMutationEntry) -> None:
+    def _follow_hot(self, guard: TableGuard) -> None:
+        """Use the hot lists the guard adopted (a split made since this batcher opened)."""
+        self._hot_seen = guard.current_hot
+        self._hot = HotKeys.for_table(self._layout, guard.current_hot, self._aggregates)
+
+    async def _append_hot(self, mutation_entry: RowMutationEntry) -> None:
         # A split row's entry becomes one entry per sub-row it touches; each
         # remembers the caller's entry, which a failure names.
         spread = 0 if self._spread is None else next(self._spread)
-        routed = hot.route(mutation_entry.row_key, mutation_entry.mutations, spread)
         guard = self._guard
         if guard is not None:
             try:
@@ -127,6 +146,12 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             except GoogleAPICallError as exc:
                 self._hold(mutation_entry, exc)
                 return
+            if guard.current_hot is not self._hot_seen:
+                self._follow_hot(guard)  # (adopted on this append)
+            guard.check_hot_horizon()
+        hot = self._hot
+        assert hot is not None  # (adopted lists only ever add keys)
+        routed = hot.route(mutation_entry.row_key, mutation_entry.mutations, spread, wall_micros())
         seq, self._seq = self._seq, self._seq + 1  # one seq: one failure reported
         for key, share in routed:
             physical = PhysicalEntry()

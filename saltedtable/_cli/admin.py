@@ -8,6 +8,7 @@ checks its arguments before any request, and prints one line per error
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 from collections.abc import Callable
@@ -484,10 +485,11 @@ def _cmd_split(args: argparse.Namespace) -> int:
     value = key_from_text(
         args.part if args.part is not None else args.row, as_hex=args.hex, option=option
     )
+    at = None if args.at is None else _start_time(args.at)
     with data_client(args.project) as client:
         table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
         try:
-            before, after = split_hot_key(table, kind, value, args.k)
+            before, after = split_hot_key(table, kind, value, args.k, at=at, min_lead=args.min_lead)
         finally:
             table.close()  # type: ignore[no-untyped-call]
     listed = after.parts if kind == "part" else after.rows
@@ -498,11 +500,24 @@ def _cmd_split(args: argparse.Namespace) -> int:
         f"{args.table}: hot {kind} {format_key(value)!r} {change} to K={listed[value]} "
         f"(buckets {', '.join(map(str, buckets))})"
     )
+    assert after.start_micros is not None
+    start = dt.datetime.fromtimestamp(after.start_micros / 1e6, dt.UTC).isoformat()
     print(
-        "table objects made with the old hot lists are refused at their next read of the "
-        "record: make them again with hot=HotLayout(scheme, parts=..., rows=...) as stored"
+        f"it starts at {start} (minimum lead {after.min_lead_s:g} s): until then writers "
+        "place rows as before; table objects with the old lists adopt the new ones at their "
+        "next read of the record"
     )
     return 0
+
+
+def _start_time(text: str) -> dt.datetime:
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--at {text!r} is not an ISO-8601 time") from None
+    if when.tzinfo is None:
+        raise UsageError(f"--at {text!r} has no UTC offset (add +00:00)")
+    return when
 
 
 def _emit(report: Any, args: argparse.Namespace) -> int:
@@ -583,9 +598,10 @@ def add_table_commands(sub: Any) -> None:
         _cmd_split,
         help="spread a hot key part over K buckets, or a hot row over K sub-rows",
         description="List a key part (--part) or a row (--row) with fan-out K in the table's "
-        "layout record, or raise its K, by compare-and-swap. A part must be listed before "
-        "its rows are written (listing it moves them); a split row stays where readers look "
-        "(its first sub-row is the unsplit row). See docs/hot-keys.md.",
+        "layout record, or raise its K, by compare-and-swap, from a start at least the "
+        "minimum lead ahead (--at). A part must be listed before its rows are written "
+        "(listing it moves them); a split row stays where readers look (its first sub-row "
+        "is the unsplit row). See docs/hot-keys.md.",
     )
     which = split.add_mutually_exclusive_group(required=True)
     which.add_argument("--part", metavar="VALUE", help="a key part value (hex with --hex)")
@@ -594,6 +610,18 @@ def add_table_commands(sub: Any) -> None:
         "-k", type=int_at_least(2), required=True, metavar="K", help="the fan-out, 2..N"
     )
     split.add_argument("--hex", action="store_true", help="VALUE or KEY is hex")
+    split.add_argument(
+        "--at",
+        metavar="ISO",
+        help="when writers switch to the new lists (default: now plus the minimum lead; "
+        "e.g. 2026-12-01T00:00:00+00:00)",
+    )
+    split.add_argument(
+        "--min-lead",
+        type=float_above(0),
+        metavar="SECONDS",
+        help="the minimum lead stored with the table's first split that has one (default 120)",
+    )
 
     inspect = add_table_command(
         sub,

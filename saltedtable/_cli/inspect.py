@@ -300,7 +300,10 @@ class Inspection:
                 f"{b}: {self.buckets.get(b, 0):,.0f} B" if self.buckets else str(b)
                 for b in hot["buckets"]
             )
-            lines.append(f"hot {hot['kind']} {hot['value']!r}: K={hot['k']} (buckets {sizes})")
+            start = f" from {hot['from']}" if hot.get("from") else ""
+            lines.append(
+                f"hot {hot['kind']} {hot['value']!r}: K={hot['k']}{start} (buckets {sizes})"
+            )
         if self.epochs:
             lines.append(f"epochs: {len(self.epochs)}")
         for e in self.epochs:

@@ -51,7 +51,7 @@ from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
 from .._scheme.salt import SCHEME_ROW_KEY
 from .families import RECORD_FAMILY, Placement, TableSchema, place_record, record_family_problem
-from .hot_record import placed_by_hot, with_hot
+from .hot_record import hot_layout_of, placed_by_hot, with_hot, without_hot
 from .migration import tolerates_copies, tolerates_legacy_rows
 from .record import (
     DEFAULT_RECORD_REFRESH,
@@ -296,11 +296,24 @@ class GuardCore:
             problem = lead_problem(lead, enabled=enabled, refresh=refresh, name=name)
             if problem is not None:
                 raise LayoutError(problem)
+        if hot is not None and hot.min_lead_s is not None and hot.pending(_now_micros()):
+            problem = lead_problem(hot.min_lead_s, enabled=enabled, refresh=refresh, name=name)
+            if problem is not None:
+                raise LayoutError(_pending_split(problem))
         self._layout = layout
         #: The layout in use now (:attr:`layout`), as a plain attribute: a batcher
         #: compares it on every append without a call.
         self.current_layout = layout
         self._hot = hot
+        #: The hot lists in use now (the object's own, or those it adopted), as a
+        #: plain attribute: a batcher compares it on every append without a call.
+        self.current_hot = hot
+        #: The stored lead of the hot lists this object knows (None: none): writes
+        #: are refused once the last good read of the record is older (its horizon).
+        self.hot_lead = None if hot is None else hot.min_lead_s
+        #: Called with the record's hot lists when this object adopts them (a split
+        #: that extends the object's own lists; see :meth:`_follow_hot`).
+        self.on_adopt_hot: Callable[[HotLayout], None] | None = None
         self._record = (
             with_hot(describe_layout(layout.scheme, layout.cutoff, epochs=layout.epochs), hot)
             if enabled
@@ -629,6 +642,7 @@ class GuardCore:
             raise LayoutError(problem)
         grown = adoption(self._layout, stored)
         if grown is None:
+            self._follow_hot(stored)
             return
         if self._hot is not None:
             # (hot key lists are kept for one scheme: a table with them never has epochs)
@@ -641,6 +655,69 @@ class GuardCore:
         self._record = describe_layout(grown.scheme, grown.cutoff, epochs=grown.epochs)
         if self.on_adopt is not None:
             self.on_adopt(grown)
+
+    def _follow_hot(self, stored: LayoutRecord) -> None:
+        """A stored record whose hot lists extend this object's: adopt them.
+
+        The object adopts when the record is its own apart from the hot field,
+        and the stored lists are its own (a start or lead it did not know) or
+        the stored split's ``previous`` lists are (a split made since: parts
+        and rows only added, K only raised, checked when the record is read).
+        Anything else is left to the comparison, which refuses it as before.
+
+        Raises:
+            LayoutError: The stored field is malformed, or a split is pending and
+                this object's refresh cannot keep the stored lead.
+        """
+        layout, record = self._layout, self._record
+        if record is None or layout.cutoff is not None or layout.epochs is not None:
+            return
+        if without_hot(stored).differences(without_hot(record)):
+            return  # another layout: the comparison refuses it
+        found = hot_layout_of(stored, layout.scheme)
+        if found is None:
+            return
+        if found.min_lead_s is not None and found.pending(_now_micros()):
+            problem = lead_problem(
+                found.min_lead_s, enabled=True, refresh=self._refresh, name=self._id
+            )
+            if problem is not None:
+                raise LayoutError(_pending_split(problem))
+        own = self._hot if self._hot is not None else HotLayout(layout.scheme)
+        if found == own:
+            return
+        if not own.same_lists(found) and (
+            found.previous is None or not own.same_lists(found.previous)
+        ):
+            return  # lists this object cannot follow: the comparison refuses them
+        _log.info("%s: adopting the layout record's hot lists: %r", self._id, found)
+        self._hot = self.current_hot = found
+        self.hot_lead = found.min_lead_s
+        self._record = with_hot(without_hot(record), found)
+        if self.on_adopt_hot is not None:
+            self.on_adopt_hot(found)
+
+    def check_hot_horizon(self) -> None:
+        """Refuse a write once the last good read of the record is older than the hot lead.
+
+        A split stored after that read starts no sooner than the read plus the
+        lead, so until then this object's placement is the one every reader
+        consults; after it, the object must read the record again first.
+
+        Raises:
+            LayoutError: The horizon has passed (nothing is written).
+        """
+        lead = self.hot_lead
+        if lead is None:
+            return
+        read = self._good_wall or 0.0
+        if wall_clock() >= read + lead:
+            raise LayoutError(
+                f"{self._id}: this table object last read the layout record more than the "
+                f"hot lists' minimum lead of {lead:g} s ago, past its horizon: a split stored "
+                "since could have started, so the write is refused. Keep record_refresh "
+                "within the lead so the next operation reads the record again"
+            )
 
     @property
     def horizon_applies(self) -> bool:
@@ -738,6 +815,15 @@ class GuardCore:
             f"the layout record of {self._id} lives in {problem}; move it with "
             f"`saltedtable guard {self._name} --add-family`"
         )
+
+
+def _now_micros() -> int:
+    return int(wall_clock() * 1_000_000)
+
+
+def _pending_split(problem: str) -> str:
+    # lead_problem speaks of epochs; here the lead is a pending hot-key split's.
+    return problem.replace("has layout epochs with", "has a pending hot-key split with")
 
 
 def found_record(row: Row | None) -> Found:

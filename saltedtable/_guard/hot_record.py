@@ -12,21 +12,27 @@ alone. A table object with hot lists refuses a layout with a cutoff or
 epochs for now, so no reader meets hot lists on an older epoch.
 
 A record without the field is a table without hot lists, byte for byte as
-before. The field is compared like any other: a table object whose hot lists
-differ from the record's (one made before a split, or made without them) is
-refused by the guard at its next read of the record (``record_refresh``).
+before. A split made by :func:`split_record` with a clock also stores, in
+the same field, its start (``start_micros``), its lead (``min_lead_s``) and
+the lists before it (``previous``): writers keep those until the start. The
+field is compared like any other, except that a table object whose lists are
+the stored ones or the stored ``previous`` adopts the stored field at its
+next read of the record (the guard); any other lists are refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .._exceptions import LayoutError, SaltedTableError, SaltSchemeError
+from .._scheme.epochs import instant_of
 from .._scheme.hot import HotLayout, check_hot_change
 from .._scheme.salt import SaltScheme, format_key, to_key
 from .record import LayoutRecord
+from .resalt import DEFAULT_MIN_LEAD
 
 if TYPE_CHECKING:
     pass
@@ -45,46 +51,82 @@ __all__ = [
 HOT_FIELD: Final = "hot"
 
 
-def _lists(record: LayoutRecord) -> tuple[dict[bytes, int], dict[bytes, int]] | None:
+def _pair(value: Any, where: str) -> tuple[dict[bytes, int], dict[bytes, int]]:
+    if not isinstance(value, dict):
+        raise LayoutError(f"the layout record's {where} holds {value!r}")
+    out: list[dict[bytes, int]] = []
+    for what in ("parts", "rows"):
+        listed = value.get(what) or {}
+        if not isinstance(listed, dict):
+            raise LayoutError(f"the layout record's {where} {what} are {listed!r}")
+        try:
+            out.append({bytes.fromhex(k): v for k, v in listed.items()})
+        except ValueError as exc:
+            raise LayoutError(f"the layout record's {where} {what}: {exc}") from None
+    return out[0], out[1]
+
+
+def _field_value(record: LayoutRecord) -> dict[str, Any] | None:
     for name, text in record.extra:
-        if name != HOT_FIELD:
-            continue
-        value = json.loads(text)
-        if not isinstance(value, dict):
-            raise LayoutError(f"the layout record's {HOT_FIELD!r} field holds {value!r}")
-        out: list[dict[bytes, int]] = []
-        for what in ("parts", "rows"):
-            listed = value.get(what) or {}
-            if not isinstance(listed, dict):
-                raise LayoutError(f"the layout record's hot {what} are {listed!r}")
-            try:
-                out.append({bytes.fromhex(k): v for k, v in listed.items()})
-            except ValueError as exc:
-                raise LayoutError(f"the layout record's hot {what}: {exc}") from None
-        return out[0], out[1]
+        if name == HOT_FIELD:
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise LayoutError(f"the layout record's {HOT_FIELD!r} field holds {value!r}")
+            return value
     return None
 
 
 def hot_layout_of(record: LayoutRecord, scheme: SaltScheme) -> HotLayout | None:
     """The hot lists the record stores, for ``scheme`` (the record's); None: no field.
 
+    A field written before splits had a start (no ``start_micros``) reads as
+    lists in effect since they were stored.
+
     Raises:
         LayoutError: The field is not a hot-lists object, or a K does not fit ``scheme``.
     """
-    lists = _lists(record)
-    if lists is None:
+    value = _field_value(record)
+    if value is None:
         return None
+    parts, rows = _pair(value, "hot field")
+    start = value.get("start_micros")
+    lead = value.get("min_lead_s")
+    if start is not None and (not isinstance(start, int) or isinstance(start, bool)):
+        raise LayoutError(f"the layout record's hot start_micros is {start!r}")
+    if lead is not None and (not isinstance(lead, int | float) or isinstance(lead, bool)):
+        raise LayoutError(f"the layout record's hot min_lead_s is {lead!r}")
     try:
-        return HotLayout(scheme, parts=lists[0], rows=lists[1])
+        previous = None
+        if value.get("previous") is not None:
+            before = _pair(value["previous"], "hot previous")
+            previous = HotLayout(scheme, parts=before[0], rows=before[1])
+        return HotLayout(
+            scheme,
+            parts=parts,
+            rows=rows,
+            previous=previous,
+            start_micros=start,
+            min_lead_s=None if lead is None else float(lead),
+        )
     except SaltSchemeError as exc:
         raise LayoutError(f"the layout record's hot lists: {exc}") from None
 
 
-def _field(hot: HotLayout) -> str:
-    value = {
+def _lists_value(hot: HotLayout) -> dict[str, dict[str, int]]:
+    return {
         "parts": {k.hex(): v for k, v in hot.parts.items()},
         "rows": {k.hex(): v for k, v in hot.rows.items()},
     }
+
+
+def _field(hot: HotLayout) -> str:
+    value: dict[str, Any] = dict(_lists_value(hot))
+    if hot.start_micros is not None:
+        assert hot.previous is not None  # (HotLayout fills it in)
+        value["start_micros"] = hot.start_micros
+        value["previous"] = _lists_value(hot.previous)
+    if hot.min_lead_s is not None:
+        value["min_lead_s"] = hot.min_lead_s
     return json.dumps(value, sort_keys=True)
 
 
@@ -108,16 +150,29 @@ def split_record(
     kind: Literal["part", "row"],
     value: bytes | str,
     k: int,
+    *,
+    now_micros: int | None = None,
+    at_micros: int | None = None,
+    min_lead: float | None = None,
 ) -> tuple[HotLayout, HotLayout, LayoutRecord]:
     """The record after listing a part or row with fan-out ``k`` (or raising its K).
+
+    With ``now_micros`` the change starts in the future: the new lists store
+    ``start_micros`` (``at_micros``, default now plus the lead), the lead and
+    the lists before the change (``previous``); writers keep placing rows by
+    those until the start (:meth:`HotLayout.writers_at`). Without it the
+    change is in effect at once (what a pure caller that has no clock asks).
 
     Returns:
         The hot lists before and after, and the new record.
 
     Raises:
-        LayoutError: The record has a cutoff or epochs (hot lists need one scheme).
+        LayoutError: The record has a cutoff or epochs (hot lists need one
+            scheme), or a split stored earlier has not started yet.
         SaltSchemeError: ``k`` outside ``2..N``, a K that would fall, a part on a
-            whole-key scheme, or a change :func:`check_hot_change` refuses.
+            whole-key scheme, a change :func:`check_hot_change` refuses, a start
+            sooner than now plus the lead (naming the earliest), or a lead other
+            than the stored one.
     """
     if record.cutoff is not None or record.epochs is not None:
         raise LayoutError(
@@ -132,8 +187,55 @@ def split_record(
         raise SaltSchemeError(f"hot {kind} {format_key(key)!r} is already listed with K={k}")
     listed[key] = k
     after = HotLayout(scheme, parts=parts, rows=rows)
-    check_hot_change(before, after)
+    check_hot_change(before.lists(), after)
+    if now_micros is not None:
+        after = _started(before, after, now_micros, at_micros, min_lead)
     return before, after, with_hot(record, after)
+
+
+def _started(
+    before: HotLayout,
+    after: HotLayout,
+    now_micros: int,
+    at_micros: int | None,
+    min_lead: float | None,
+) -> HotLayout:
+    """``after`` with its start, lead and previous lists (see :func:`split_record`)."""
+    if before.pending(now_micros):
+        assert before.start_micros is not None
+        raise LayoutError(
+            "the table's previous hot-key split starts at "
+            f"{instant_of(before.start_micros).isoformat()}: change the lists again after "
+            "that (writers still place rows by the lists before it)"
+        )
+    stored = before.min_lead_s
+    if stored is not None and min_lead is not None and min_lead != stored:
+        raise SaltSchemeError(
+            f"the table's hot lists store a minimum lead of {stored:g} s, which table objects "
+            f"keep; it cannot be changed to {min_lead:g} s"
+        )
+    lead = stored if stored is not None else min_lead
+    if lead is None:
+        lead = DEFAULT_MIN_LEAD
+    if not lead > 0:
+        raise SaltSchemeError(f"the minimum lead must be seconds > 0, got {lead!r}")
+    earliest = now_micros + math.ceil(lead * 1_000_000)
+    start = earliest if at_micros is None else at_micros
+    if start < earliest:
+        raise SaltSchemeError(
+            f"the split would start at {instant_of(start).isoformat()}, sooner than the "
+            f"minimum lead of {lead:g} s from now allows: start it at "
+            f"{instant_of(earliest).isoformat()} or later (table objects re-read the record "
+            "within the lead, and writers place rows by the old lists until the start)"
+        )
+    return HotLayout(
+        after.scheme,
+        parts=after.parts,
+        rows=after.rows,
+        previous=before.lists(),
+        start_micros=start,
+        min_lead_s=float(lead),
+    )
 
 
 def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:
@@ -147,24 +249,35 @@ def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:
     # (Not split_key: it refuses a key outside the bucket the scheme computes.)
     for prefix in hot.scheme.prefixes:
         if physical.startswith(prefix) and len(physical) > len(prefix):
+            key = physical[len(prefix) :]
             try:
-                return physical in hot.physical_keys(physical[len(prefix) :])
+                if physical in hot.physical_keys(key):
+                    return True
+                # A row written before the latest split's start, where the lists before it put it.
+                return hot.previous is not None and physical in hot.previous.physical_keys(key)
             except SaltedTableError:
                 return False
     return False
 
 
 def describe_hot(hot: HotLayout | None) -> list[dict[str, Any]]:
-    """The hot lists as rows for ``inspect``: kind, value (text), K, buckets."""
+    """The hot lists as rows for ``inspect``: kind, value (text), K, buckets, and ``from``:
+    the start of the split that listed it or raised its K (None: in effect since stored)."""
     if hot is None:
         return []
     out: list[dict[str, Any]] = []
+    before = hot.previous
+    start = None if hot.start_micros is None else instant_of(hot.start_micros).isoformat()
     for part, k in hot.parts.items():
         out.append(
             {"kind": "part", "value": format_key(part), "k": k, "buckets": hot.part_buckets(part)}
         )
+        changed = before is not None and before.parts.get(part) != k
+        out[-1]["from"] = start if changed else None
     for row, k in hot.rows.items():
         out.append(
             {"kind": "row", "value": format_key(row), "k": k, "buckets": hot.row_buckets(row)}
         )
+        changed = before is not None and before.rows.get(row) != k
+        out[-1]["from"] = start if changed else None
     return out

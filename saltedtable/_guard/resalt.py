@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from .._exceptions import LayoutError, RowKeyError, SaltSchemeError, SchemeMismatchError
+from .._scheme.cutoff import epoch_field, reversed_epoch_field
 from .._scheme.epochs import Epoch, Epochs, Unreadable, instant_of
 from .._scheme.flags import rebuild_key_part, rebuild_time_reader
 from .._scheme.layout import Layout
@@ -56,6 +57,7 @@ __all__ = [
     "adoption",
     "beyond_horizon",
     "horizon_error",
+    "late_range",
     "lead_problem",
     "orphaned",
     "plan_append",
@@ -217,6 +219,55 @@ def orphaned(current: Epochs, appended: Epochs, keys: Iterable[bytes]) -> list[b
     the new epoch's start, so readers would look for it under the new scheme.
     """
     return [p for p in keys if current.owner(p) is not None and appended.owner(p) is None]
+
+
+def late_range(
+    timestamp: Callable[[bytes], int | dt.datetime] | None, at_micros: int
+) -> tuple[bytes, bytes] | None:
+    """The logical keys an append's row check must read: ``(start, end)``, or None (all).
+
+    Rows whose key time lies before the new epoch's start keep their epoch,
+    so the check reads only keys that can have a time at or after it. The
+    key-time reader must prove that: a decimal field of fixed width that
+    leads the key (``epoch_field(..., index=0, digits=D)``, or the reversed
+    one) orders keys by time, and its own :meth:`time_bounds` confirms that
+    no readable key outside the range has a time at or after ``at_micros``.
+    Keys the reader cannot read are outside the proof: the caller reads
+    everything when they move to the new epoch (``unreadable="last"``).
+    ``b""`` leaves a side open.
+    """
+    bounds_of = getattr(timestamp, "time_bounds", None)
+    if bounds_of is None or not isinstance(timestamp, epoch_field | reversed_epoch_field):
+        return None
+    digits = timestamp.digits
+    if timestamp.index != 0 or digits is None:
+        return None
+
+    def field(value: int) -> bytes | None:
+        text = str(value).encode()
+        return text.rjust(digits, b"0") if value >= 0 and len(text) <= digits else None
+
+    one, zero = field(1), field(0)
+    assert one is not None
+    assert zero is not None
+    if isinstance(timestamp, epoch_field):
+        scale = timestamp(one)  # the microseconds of one field unit
+        cut = field(-(-at_micros // scale))  # the least field whose time is at or after
+        if cut is None:
+            return None
+        bounds = bounds_of(b"\x00", cut, False)
+        proven = (cut, b"")
+    else:
+        scale = timestamp(zero) - timestamp(one)
+        newest = timestamp(zero) // scale - -(-at_micros // scale)  # the greatest such field
+        cut = field(newest + 1)
+        if cut is None:
+            return None
+        bounds = bounds_of(cut, b"\xff", True)
+        proven = (b"", cut)
+    if bounds is None or bounds[1] is None or bounds[1] >= at_micros:
+        return None  # (not proven: read everything)
+    return proven
 
 
 # -- adopting --------------------------------------------------------------------------

@@ -179,6 +179,14 @@ class HotLayout:
     scheme: SaltScheme
     parts: Mapping[bytes, int] = field(default_factory=dict)
     rows: Mapping[bytes, int] = field(default_factory=dict)
+    #: The lists writers used before the latest split (None: no split with a start).
+    previous: HotLayout | None = None
+    #: When writers switch from :attr:`previous` to these lists (microseconds
+    #: since the Unix epoch; None: in effect since they were stored).
+    start_micros: int | None = None
+    #: The minimum lead the split kept, seconds: table objects re-read the record
+    #: within it while a split is pending, and write only within it of their last read.
+    min_lead_s: float | None = None
 
     _index: dict[int, int] = field(init=False, repr=False, compare=False)
 
@@ -194,27 +202,89 @@ class HotLayout:
         object.__setattr__(self, "parts", MappingProxyType(parts))
         object.__setattr__(self, "rows", MappingProxyType(rows))
         object.__setattr__(self, "_index", {b: i for i, b in enumerate(self.scheme.bucket_ids)})
+        self._check_start()
 
-    def __reduce__(
-        self,
-    ) -> tuple[type[HotLayout], tuple[SaltScheme, dict[bytes, int], dict[bytes, int]]]:
+    def _check_start(self) -> None:
+        previous = self.previous
+        if self.start_micros is not None and previous is None:
+            # (a first split: writers used no lists before it)
+            previous = HotLayout(self.scheme)
+            object.__setattr__(self, "previous", previous)
+        if previous is None:
+            return
+        if self.start_micros is None:
+            raise SaltSchemeError("hot lists with previous lists need the split's start_micros")
+        if previous.previous is not None:
+            # Only the latest split's "before" is kept: one earlier placement at most.
+            previous = previous.lists()
+            object.__setattr__(self, "previous", previous)
+        check_hot_change(previous, self.lists())
+        if self.min_lead_s is not None and not self.min_lead_s > 0:
+            raise SaltSchemeError(f"min_lead_s must be seconds > 0, got {self.min_lead_s!r}")
+
+    def _key(self) -> tuple[Any, ...]:
+        prev = None if self.previous is None else self.previous._key()
+        lists = (self.scheme, tuple(self.parts.items()), tuple(self.rows.items()))
+        return (*lists, prev, self.start_micros, self.min_lead_s)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # A mapping proxy cannot be pickled (Beam pickles what its workers use).
-        return HotLayout, (self.scheme, dict(self.parts), dict(self.rows))
+        return HotLayout, (
+            self.scheme,
+            dict(self.parts),
+            dict(self.rows),
+            self.previous,
+            self.start_micros,
+            self.min_lead_s,
+        )
 
     def __repr__(self) -> str:
-        return f"HotLayout({self.scheme}, parts={dict(self.parts)!r}, rows={dict(self.rows)!r})"
+        text = f"HotLayout({self.scheme}, parts={dict(self.parts)!r}, rows={dict(self.rows)!r}"
+        if self.start_micros is not None:
+            text += f", previous={self.previous!r}, start_micros={self.start_micros}"
+        if self.min_lead_s is not None:
+            text += f", min_lead_s={self.min_lead_s:g}"
+        return text + ")"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HotLayout):
             return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    # -- the split's start -------------------------------------------------------
+
+    def lists(self) -> HotLayout:
+        """The parts and rows alone (no previous lists, start or lead)."""
+        if self.previous is None and self.min_lead_s is None:
+            return self
+        return HotLayout(self.scheme, parts=self.parts, rows=self.rows)
+
+    def same_lists(self, other: HotLayout) -> bool:
+        """Whether ``other`` lists the same parts and rows with the same K (same scheme)."""
         return (self.scheme, dict(self.parts), dict(self.rows)) == (
             other.scheme,
             dict(other.parts),
             dict(other.rows),
         )
 
-    def __hash__(self) -> int:
-        return hash((self.scheme, tuple(self.parts.items()), tuple(self.rows.items())))
+    def pending(self, now_micros: int) -> bool:
+        """Whether the latest split has not started at ``now_micros`` (writers use ``previous``)."""
+        return self.start_micros is not None and now_micros < self.start_micros
+
+    def writers_at(self, now_micros: int) -> HotLayout:
+        """The lists writers place rows by at ``now_micros``: ``previous`` before the start.
+
+        Before the start every writer, whether it has read the split or not,
+        writes where the previous lists put rows (a split row's home row,
+        sub-row 0, which every reader reads), so no write lands where a reader
+        that does not know the split will not look.
+        """
+        if self.previous is not None and self.pending(now_micros):
+            return self.previous
+        return self
 
     # -- buckets ---------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import final
 
 from google.api_core.exceptions import GoogleAPICallError
@@ -16,7 +16,7 @@ from google.cloud.bigtable.data.exceptions import MutationsExceptionGroup
 from .._contracts import SyncBatcherLike
 from .._engine.runtime_threads import wait_all
 from .._guard.record import family_of
-from .._hotkeys import HotKeys
+from .._hotkeys import HotKeys, wall_micros
 from .._scheme.layout import Layout
 from .._scheme.salt import to_key
 from .._write import BatcherCore, PhysicalEntry, logical_group
@@ -41,7 +41,7 @@ class SaltedMutationsBatcherSync(BatcherCore):
     never sent, and is reported the same way.
     """
 
-    __slots__ = ("_guard", "_hot", "_spread", "_window")
+    __slots__ = ("_aggregates", "_guard", "_hot", "_hot_seen", "_spread", "_window")
 
     def __init__(
         self,
@@ -53,11 +53,16 @@ class SaltedMutationsBatcherSync(BatcherCore):
         hot: HotKeys | None = None,
         spread: Iterator[int] | None = None,
         window: WindowTable | None = None,
+        aggregates: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(inner, layout, internals=internals)
         self._inner: SyncBatcherLike = inner
         self._guard = guard
         self._hot = hot
+        # The guard's hot lists when ``_hot`` was last built: it may adopt others
+        # (a split made since), which this batcher then follows (see ``_follow_hot``).
+        self._hot_seen = None if guard is None else guard.current_hot
+        self._aggregates = aggregates
         self._spread = spread
         # In a dual-layout window an entry becomes the new row's entry, then (for a
         # delete) the old row's; both name the caller's entry when they fail.
@@ -79,8 +84,11 @@ class SaltedMutationsBatcherSync(BatcherCore):
         ):
             self._inner.append(mutation_entry)  # refused as the client refuses it
             return
+        guard = self._guard
+        if guard is not None and guard.current_hot is not self._hot_seen:
+            self._follow_hot(guard)
         if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
-            self._append_hot(self._hot, mutation_entry)
+            self._append_hot(mutation_entry)
             return
         if self._window is not None:
             self._append_window(mutation_entry, self._window)
@@ -90,7 +98,6 @@ class SaltedMutationsBatcherSync(BatcherCore):
         mutations = mutation_entry.mutations
         physical.mutations = mutations if type(mutations) is tuple else tuple(mutations)
         physical.logical = mutation_entry
-        guard = self._guard
         if guard is not None:
             # A settled guard costs one clock read (none when it never reads
             # the record again); any other state asks the guard.
@@ -110,6 +117,14 @@ class SaltedMutationsBatcherSync(BatcherCore):
             if self._layout.epochs is not None and guard.horizon_applies:
                 # (an attribute test first: a plain table's append pays no call)
                 guard.check_horizon(to_key(mutation_entry.row_key))
+            if guard.current_hot is not self._hot_seen:
+                # The guard adopted hot lists on this append: route the entry by them.
+                self._follow_hot(guard)
+                if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
+                    self._append_hot(mutation_entry)
+                    return
+            if guard.hot_lead is not None:
+                guard.check_hot_horizon()
         physical.seq = self._seq
         self._seq += 1
         try:
@@ -117,11 +132,15 @@ class SaltedMutationsBatcherSync(BatcherCore):
         except MutationsExceptionGroup as group:
             raise logical_group(group, self._layout) from None
 
-    def _append_hot(self, hot: HotKeys, mutation_entry: RowMutationEntry) -> None:
+    def _follow_hot(self, guard: SyncTableGuard) -> None:
+        """Use the hot lists the guard adopted (a split made since this batcher opened)."""
+        self._hot_seen = guard.current_hot
+        self._hot = HotKeys.for_table(self._layout, guard.current_hot, self._aggregates)
+
+    def _append_hot(self, mutation_entry: RowMutationEntry) -> None:
         # A split row's entry becomes one entry per sub-row it touches; each
         # remembers the caller's entry, which a failure names.
         spread = 0 if self._spread is None else next(self._spread)
-        routed = hot.route(mutation_entry.row_key, mutation_entry.mutations, spread)
         guard = self._guard
         if guard is not None:
             try:
@@ -129,6 +148,12 @@ class SaltedMutationsBatcherSync(BatcherCore):
             except GoogleAPICallError as exc:
                 self._hold(mutation_entry, exc)
                 return
+            if guard.current_hot is not self._hot_seen:
+                self._follow_hot(guard)  # (adopted on this append)
+            guard.check_hot_horizon()
+        hot = self._hot
+        assert hot is not None  # (adopted lists only ever add keys)
+        routed = hot.route(mutation_entry.row_key, mutation_entry.mutations, spread, wall_micros())
         seq, self._seq = self._seq, self._seq + 1  # one seq: one failure reported
         for key, share in routed:
             physical = PhysicalEntry()

@@ -18,10 +18,12 @@ every request it started, and no RPC outlives it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import itertools
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import closing
 from typing import Any, final
 
@@ -74,11 +76,11 @@ from .._facade import (
 )
 from .._guard.decisions import STORE_SAMPLE_ROWS
 from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
-from .._hotkeys import HotKeys
+from .._hotkeys import HotKeys, wall_micros
 from .._read.plan import ReadPlan
 from .._read.query import as_query, check_filter, is_reversed
 from .._read.settings import OneRequestOdds
-from .._read.stats import CallStats, StatsHook, install_retry_counter
+from .._read.stats import CallStats, StatsHook, install_retry_counter, report
 from .._read.timeouts import (
     Timeouts,
     check_timeouts,
@@ -256,6 +258,8 @@ class SaltedTable(TableAttributes):
         self._layout = scheme if isinstance(scheme, Layout) else Layout(scheme, cutoff)
         self._hot = HotKeys.for_table(self._layout, hot, aggregates)
         hot = None if self._hot is None else self._hot.layout
+        #: Kept for hot lists adopted from the record (a split made while this object lives).
+        self._aggregates = dict(aggregates or {})
         #: Which sub-row a split row's next AddToCell call goes to (a round robin).
         self._spread = itertools.count()
         if self._hot is not None and window is not None:
@@ -290,12 +294,18 @@ class SaltedTable(TableAttributes):
         )
         # A stored record that extends this layout (an epoch appended) is adopted.
         self._guard.on_adopt = self._adopt
+        # So are hot lists that extend this object's (a split made since).
+        self._guard.on_adopt_hot = self._adopt_hot
 
     def _adopt(self, layout: Layout) -> None:
         """Use ``layout`` (the guard adopted it) for every operation from now on."""
         # One assignment each: an operation reads the layout once when it starts.
         self._reads = dataclasses.replace(self._reads, layout=layout)
         self._layout = layout
+
+    def _adopt_hot(self, hot: HotLayout) -> None:
+        """Use ``hot`` (the guard adopted the record's hot lists) from now on."""
+        self._hot = HotKeys.for_table(self._layout, hot, self._aggregates)
 
     def _placed(self, write: RowWrite, layout: Layout) -> RowWrite:
         """``write`` placed by the layout held now (the guard may have adopted a longer
@@ -605,6 +615,17 @@ class SaltedTable(TableAttributes):
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
+        guard = self._guard
+        if guard.checked and guard.refreshes and guard.due():
+            # Planned now (bad input fails here), but by a layout the due refresh may
+            # replace: the refresh runs first, and a changed layout plans it again.
+            again = functools.partial(
+                self._read_call, "read_prefix", query, operation_timeout, attempt_timeout,
+                retryable_errors, ordered=ordered, stats=stats,
+            )  # fmt: skip
+            return self._stream(
+                _RefreshFirst(self, call, again, operation_timeout, attempt_timeout)
+            )
         return self._stream(call)
 
     def _window_scan(
@@ -625,7 +646,7 @@ class SaltedTable(TableAttributes):
             retryable_errors=retryable_errors,
         )
 
-    def _stream(self, call: SyncReadCall | _HotRead) -> Generator[Row, None, None]:
+    def _stream(self, call: SyncReadCall | _HotRead | _RefreshFirst) -> Generator[Row, None, None]:
         """The stream a read's caller iterates (see ``row_stream``: it stops when dropped)."""
         return row_stream(self._watched(call.stream()), call.abandon)
 
@@ -673,7 +694,7 @@ class SaltedTable(TableAttributes):
             )
         try:
             if hot is not None and hot.is_hot(key):
-                if hot.is_split(key):
+                if hot.is_split(key) or len(hot.places(key)) > 1:
                     split = hot.split_filter(row_filter, (key,))
                     rows = self._split_rows(
                         (key,), split, operation_timeout, attempt_timeout, retryable_errors
@@ -720,7 +741,7 @@ class SaltedTable(TableAttributes):
         try:
             key = to_key(row_key)
             if hot is not None and hot.is_hot(key):
-                if hot.is_split(key):
+                if hot.is_split(key) or len(hot.places(key)) > 1:
                     probe = RowFilterChain(
                         [CellsRowLimitFilter(1), StripValueTransformerFilter(True)]
                     )
@@ -867,12 +888,21 @@ class SaltedTable(TableAttributes):
                 # The split rows are read and combined by the table; the engine reads
                 # the rest, ordered, so that the two merge in key order.
                 split = hot.split_filter(logical.filter, keys)
+                # The read's statistics count the sub-row request too: the engine
+                # fills them in, then the hot read adds its own and reports them.
+                hook = self._reads.hook
+                if stats is None and hook is not None:
+                    stats = CallStats()
+                if stats is not None:
+                    stats.operation = operation
                 engine = None
                 if cut is not None:
                     engine = self._engine_call(
-                        operation, hot.engine_query(cut, reverse), timeouts, True, stats
+                        operation, hot.engine_query(cut, reverse), timeouts, True, stats, False
                     )
-                return _HotRead(self, keys, split, engine, reverse, logical.limit, timeouts)
+                return _HotRead(
+                    self, keys, split, engine, reverse, logical.limit, timeouts, stats, hook
+                )
         return self._engine_call(operation, query, timeouts, ordered, stats)
 
     def _engine_call(
@@ -882,8 +912,11 @@ class SaltedTable(TableAttributes):
         timeouts: Timeouts,
         ordered: bool,
         stats: CallStats | None,
+        report: bool = True,
     ) -> SyncReadCall:
         ctx = self._reads
+        if not report:  # (the caller reports the statistics)
+            ctx = dataclasses.replace(ctx, hook=None)
         hot = None if self._hot is None else self._hot.layout
         plan, settings = read_for(
             query, ctx.layout, ctx.budget, ordered=ordered, slots=capacity(ctx.limiter), hot=hot
@@ -899,8 +932,13 @@ class SaltedTable(TableAttributes):
         operation_timeout: Timeout,
         attempt_timeout: AttemptTimeout,
         retryable_errors: Retryable,
+        stats: CallStats | None = None,
     ) -> list[Row]:
-        """The combined rows of split ``keys``: their sub-rows in one request (see HotKeys)."""
+        """The combined rows of split ``keys``: their sub-rows in one request (see HotKeys).
+
+        ``stats``: the read's statistics, which count the request(s) and, per
+        bucket, the sub-rows read.
+        """
         hot = self._hot
         assert hot is not None
         found: dict[bytes, Row] = {}
@@ -911,8 +949,18 @@ class SaltedTable(TableAttributes):
                 attempt_timeout=attempt_timeout,
                 retryable_errors=retryable_errors,
             )
+            if stats is not None:
+                stats.requests += 1
             for row in rows:
                 found[row.row_key] = row
+        if stats is not None:
+            for key in keys:
+                for physical, bucket in hot.place_buckets(key).items():
+                    sub = found.get(physical)
+                    if sub is not None:
+                        counted = stats.bucket(bucket)
+                        counted.rows += 1
+                        counted.bytes += len(physical) + sum(len(c.value) for c in sub.cells)
         return hot.combined(keys, found, split)
 
     # -- writes ----------------------------------------------------------------
@@ -942,11 +990,14 @@ class SaltedTable(TableAttributes):
             write.family, operation_timeout, attempt_timeout, "default"
         )
         hot = self._hot
+        if hot is not None:
+            self._guard.check_hot_horizon()
         if hot is not None and hot.is_hot(write.key):
             # A split row's call becomes one write per sub-row it touches (not atomic
             # together); a hot part's row is one write to its bucket.
             answer: Any = None
-            for physical, share in hot.route(write.key, mutations, next(self._spread)):
+            now = wall_micros()
+            for physical, share in hot.route(write.key, mutations, next(self._spread), now):
                 answer = self._table.mutate_row(  # type: ignore[func-returns-value]
                     physical,
                     share,
@@ -1008,11 +1059,7 @@ class SaltedTable(TableAttributes):
         owners: list[int] | None = None
         hot = self._hot
         if hot is not None and any(hot.is_hot(to_key(e.row_key)) for e in mutation_entries):
-            physical, owners = [], []
-            for i, entry in enumerate(mutation_entries):
-                for key, share in hot.route(entry.row_key, entry.mutations, next(self._spread)):
-                    physical.append(RowMutationEntry(key, share))
-                    owners.append(i)
+            physical, owners = self._hot_entries(hot, mutation_entries)
         later: list[tuple[int, RowMutationEntry]] = []
         if self._window is not None:
             physical, later = self._window.entries(mutation_entries)
@@ -1032,6 +1079,13 @@ class SaltedTable(TableAttributes):
                 _, keys, _ = bulk_prepare(
                     self._layout, mutation_entries, operation_timeout, attempt_timeout, None, None
                 )
+            if self._hot is not hot:  # adopted hot lists: route them again
+                hot = self._hot
+                physical = owners = None
+                if hot is not None and any(hot.is_hot(to_key(e.row_key)) for e in mutation_entries):
+                    physical, owners = self._hot_entries(hot, mutation_entries)
+            if hot is not None:
+                self._guard.check_hot_horizon()
             if self._layout.epochs is not None and self._guard.horizon_applies:
                 for entry in mutation_entries:
                     self._guard.check_horizon(to_key(entry.row_key))
@@ -1072,6 +1126,19 @@ class SaltedTable(TableAttributes):
             raise
         finally:
             bulk_report(stats, len(mutation_entries), error, self.stats_hook)
+
+    def _hot_entries(
+        self, hot: HotKeys, entries: list[RowMutationEntry]
+    ) -> tuple[list[RowMutationEntry], list[int]]:
+        """The physical entries of a bulk write with hot keys, and each one's caller's entry."""
+        physical: list[RowMutationEntry] = []
+        owners: list[int] = []
+        now = wall_micros()
+        for i, entry in enumerate(entries):
+            for key, share in hot.route(entry.row_key, entry.mutations, next(self._spread), now):
+                physical.append(RowMutationEntry(key, share))
+                owners.append(i)
+        return physical, owners
 
     def _window_old_deletes(
         self,
@@ -1126,9 +1193,11 @@ class SaltedTable(TableAttributes):
             false_case_mutations,
             operation_timeout=operation_timeout,
         )
-        if self._hot is not None:
-            write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        if self._hot is not None:
+            # (after the guard: it may have adopted hot lists meanwhile)
+            self._hot.refuse_atomic(write.key, "check_and_mutate_row")
+            write = self._hot_placed(write)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         return bool(
@@ -1165,9 +1234,11 @@ class SaltedTable(TableAttributes):
             self._window.window.refuse_atomic("read_modify_write_row", row_key)
         layout = self._layout
         write = prepare_row_write(layout, row_key, rules, operation_timeout=operation_timeout)
-        if self._hot is not None:
-            write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        if self._hot is not None:
+            # (after the guard: it may have adopted hot lists meanwhile)
+            self._hot.refuse_atomic(write.key, "read_modify_write_row")
+            write = self._hot_placed(write)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         row = self._table.read_modify_write_row(
@@ -1178,9 +1249,12 @@ class SaltedTable(TableAttributes):
     def _hot_placed(self, write: RowWrite) -> RowWrite:
         """A single-row write to a hot part's row, sent to the bucket it lives in."""
         hot = self._hot
-        if hot is None or not hot.is_hot(write.key):  # (callers test for None: no call)
+        if hot is None:  # (callers test for None: no call)
             return write
-        bucket, physical = hot.place(write.key)
+        self._guard.check_hot_horizon()
+        if not hot.is_hot(write.key):
+            return write
+        bucket, physical = hot.place(write.key, wall_micros())
         return dataclasses.replace(write, bucket=bucket, physical=physical)
 
     def mutations_batcher(
@@ -1214,6 +1288,7 @@ class SaltedTable(TableAttributes):
             hot=self._hot,
             spread=self._spread,
             window=self._window,
+            aggregates=self._aggregates,
         )
 
     # -- the dual-layout window's steps ------------------------------------------------
@@ -1326,6 +1401,8 @@ class _HotRead:
         reverse: bool,
         limit: int | None,
         timeouts: Timeouts,
+        stats: CallStats | None = None,
+        hook: StatsHook | None = None,
     ) -> None:
         self._table = table
         self._keys = keys
@@ -1334,13 +1411,43 @@ class _HotRead:
         self._reverse = reverse
         self._limit = limit or None
         self._timeouts = timeouts
+        self._stats = stats
+        self._hook = hook
+        #: What the split rows' request added to the statistics (the engine's end
+        #: overwrites its own counts, so they are added again after it).
+        self._requests = 0
+        self._buckets: dict[int | None, tuple[int, int]] = {}
 
     def _direct(self) -> list[Row]:
         if self._engine is None:
             self._table._guard.check()  # (the engine's read checks it otherwise)
         t = self._timeouts
-        rows = self._table._split_rows(self._keys, self._split, t.operation, t.attempt, t.retryable)
+        mine = None if self._stats is None else CallStats()
+        rows = self._table._split_rows(
+            self._keys, self._split, t.operation, t.attempt, t.retryable, mine
+        )
+        if mine is not None:
+            self._requests = mine.requests
+            self._buckets = {b: (s.rows, s.bytes) for b, s in mine.buckets.items()}
         return rows[::-1] if self._reverse else rows
+
+    def _report(self, emitted: int, error: BaseException | None) -> None:
+        """The read's statistics: the engine's (if any) plus the split rows' request."""
+        stats = self._stats
+        if stats is None:
+            return
+        if self._engine is None:
+            stats.requests = 0
+        stats.requests += self._requests
+        for bucket, (rows, size) in self._buckets.items():
+            counted = stats.bucket(bucket)
+            counted.rows += rows
+            counted.bytes += size
+        stats.rows = emitted
+        if isinstance(error, GeneratorExit | asyncio.CancelledError):
+            stats.ended_early = True  # the caller left: not a failure
+            error = None
+        report(stats, error, self._hook)
 
     def _first(self, direct: Row, row: Row) -> bool:
         if self._reverse:
@@ -1361,6 +1468,21 @@ class _HotRead:
 
     def stream(self) -> Generator[Row, None, None]:
         """The merged rows; closing this generator stops the engine's read."""
+        n = 0
+        error: BaseException | None = None
+        try:
+            # (closed before the report: the engine's own end fills in its counts first)
+            with closing(self._merged()) as rows:
+                for row in rows:
+                    n += 1
+                    yield row
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._report(n, error)
+
+    def _merged(self) -> Generator[Row, None, None]:
         direct = self._direct()
         limit = self._limit
         i = n = 0
@@ -1381,3 +1503,39 @@ class _HotRead:
             yield direct[i]
             i += 1
             n += 1
+
+
+class _RefreshFirst:
+    """A scan planned when it was asked while the record's refresh was due: the refresh
+    runs before its first request and, when it adopted a layout or hot lists, the scan
+    is planned again by them (the planned one never sends a request)."""
+
+    def __init__(
+        self,
+        table: SaltedTable,
+        call: SyncReadCall | _HotRead,
+        again: Callable[[], SyncReadCall | _HotRead],
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+    ) -> None:
+        self._table = table
+        self._call = call
+        self._again = again
+        self._timeouts = (operation_timeout, attempt_timeout)
+
+    def abandon(self) -> bool:
+        """Stop the read now if nothing runs (see ``SyncReadCall.abandon``)."""
+        return self._call.abandon()
+
+    def stream(self) -> Generator[Row, None, None]:
+        """The scan's rows, planned by the layout the refresh leaves."""
+        table = self._table
+        layout, hot = table._layout, table._hot
+        table._refreshed(*self._timeouts)
+        if table._layout is not layout or table._hot is not hot:
+            self._call = self._again()
+        n = 0
+        with closing(self._call.stream()) as rows:
+            for row in rows:
+                n += 1  # (a counted loop: ruff would turn the sync twin's into yield from)
+                yield row

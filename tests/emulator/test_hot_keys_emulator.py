@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -75,10 +76,19 @@ async def test_split_inspect_and_the_guard(
     await plain.guard_scheme(family="cf")  # the record, without hot lists
     await plain.mutate_row(b"t1#x", SetCell("cf", b"a", b"v", 1000))
 
-    assert run(capsys, "split", table_id, *WHERE, "--part", "t0", "-k", "4")[0] == 0
+    # A short lead, waited out: a split starts the lead after it is stored, and the
+    # next split waits for that start.
+    lead = ("--min-lead", "1")
+    assert run(capsys, "split", table_id, *WHERE, "--part", "t0", "-k", "4", *lead)[0] == 0
+    code, _, err = run(capsys, "split", table_id, *WHERE, "--row", "t2#ctr", "-k", "4")
+    assert code == 1
+    assert_one_line_error(err, "previous hot-key split starts at")
+    await asyncio.sleep(1.1)
     code, out, err = run(capsys, "split", table_id, *WHERE, "--row", "t2#ctr", "-k", "4")
     assert (code, err) == (0, "")
     assert "hot row 't2#ctr' listed to K=4" in out
+    assert "it starts at" in out
+    await asyncio.sleep(1.1)
     code, _, err = run(capsys, "split", table_id, *WHERE, "--part", "t1", "-k", "2")
     assert code == 1
     assert_one_line_error(err, "rows of part 't1' exist")
@@ -86,7 +96,8 @@ async def test_split_inspect_and_the_guard(
     assert code == 2  # a usage error: the K given
     assert_one_line_error(err, "K may only rise")
 
-    # A table object that does not know the split is refused at its next record read.
+    # A table object whose lists are neither the record's nor those before its latest
+    # split (it missed the first) is refused at its next record read.
     stale = SaltedTableAsync(raw, scheme)
     with pytest.raises(SchemeMismatchError, match="hot"):
         await stale.read_row(b"t2#ctr")

@@ -68,10 +68,10 @@ ORDER: tuple[str, ...] = (
     # the layout record and the guard's decisions (pure)
     "_guard.families",
     "_guard.record",
-    "_guard.hot_record",
     "_guard.migration",
     "_guard.from_record",
     "_guard.resalt",
+    "_guard.hot_record",
     "_guard.decisions",
     "_guard.window_state",
     "_guard",

@@ -146,3 +146,40 @@ def test_an_open_batcher_follows_an_adoption_made_by_another_call() -> None:
         assert n16(fake) == {SaltScheme(16).salt_key(late)}
 
     asyncio.run(scenario())
+
+
+def test_read_prefix_reads_the_record_before_it_is_planned() -> None:
+    """A prefix scan whose refresh is due plans by the layout the refresh adopts."""
+
+    async def scenario() -> None:
+        fake = FakeTable()
+        table = SaltedTableAsync(fake, SaltScheme(4), record_refresh=0.05)
+        await table.mutate_row(k(0), SetCell("cf", b"q", b"v"))
+        family = table._guard.stored_family
+        assert family is not None
+        at = append(fake, family, LEAD + 0.1)
+        await asyncio.sleep(max(0.0, at.timestamp() + 0.06 - time.time()))
+        writer = SaltedTableAsync(fake, SaltScheme(4), record_refresh=0.05)
+        late = k(1)
+        await writer.mutate_row(late, SetCell("cf", b"q", b"v"))  # under 16 buckets
+        assert n16(fake) == {SaltScheme(16).salt_key(late)}
+        assert table._guard.due()
+        rows = [r.row_key async for r in table.read_prefix(b"s1#")]
+        assert rows == [late]
+        assert table.layout.epochs is not None
+
+    asyncio.run(scenario())
+
+
+def test_the_sync_read_prefix_reads_the_record_before_it_is_planned() -> None:
+    fake = FakeTable()
+    table = SaltedTable(SyncFakeTable(fake), SaltScheme(4), record_refresh=0.05)
+    table.mutate_row(k(0), SetCell("cf", b"q", b"v"))
+    family = table._guard.stored_family
+    assert family is not None
+    at = append(fake, family, LEAD + 0.1)
+    time.sleep(max(0.0, at.timestamp() + 0.06 - time.time()))
+    writer = SaltedTable(SyncFakeTable(fake), SaltScheme(4), record_refresh=0.05)
+    late = k(1)
+    writer.mutate_row(late, SetCell("cf", b"q", b"v"))
+    assert [r.row_key for r in table.read_prefix(b"s1#")] == [late]

@@ -189,3 +189,23 @@ def test_an_append_keeps_the_fields_a_newer_release_wrote() -> None:
     newer = dataclasses.replace(PLAIN, extra=(("window", '{"state": "open"}'),))
     plan = plan_append(newer, SaltScheme(64), NOW + dt.timedelta(hours=1), NOW, timestamp=READER)
     assert plan.record.extra == newer.extra
+
+
+def test_late_range_is_proven_only_for_a_leading_fixed_width_time_field() -> None:
+    """Keys outside the range have a time before the start; other readers read everything."""
+    from saltedtable._guard.resalt import late_range
+    from saltedtable._scheme.cutoff import reversed_epoch_field
+
+    at = 1_764_380_000_123_456
+    first = epoch_field("ms", index=0, digits=13)
+    start, end = late_range(first, at) or (None, None)
+    assert (start, end) == (b"1764380000124", b"")
+    assert first(b"1764380000123#x") < at <= first(start + b"#x")
+    latest = reversed_epoch_field("ms", index=0, digits=19)
+    start, end = late_range(latest, at) or (None, None)
+    assert start == b""
+    assert end is not None
+    assert latest(end + b"#x") < at <= latest(b"%019d#x" % (int(end) - 1))
+    assert late_range(epoch_field("ms", index=1, digits=13), at) is None  # not leading
+    assert late_range(epoch_field("ms", index=0), at) is None  # no fixed width
+    assert late_range(None, at) is None

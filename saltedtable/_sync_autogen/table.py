@@ -23,6 +23,7 @@ import itertools
 import time
 from collections.abc import Generator, Mapping, Sequence
 from contextlib import closing
+from time import time as wall_clock
 from typing import Any, final
 
 from google.api_core.exceptions import GoogleAPICallError
@@ -74,6 +75,7 @@ from .._facade import (
 )
 from .._guard.decisions import STORE_SAMPLE_ROWS
 from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
+from .._guard.window_state import WindowState
 from .._hotkeys import HotKeys
 from .._read.plan import ReadPlan
 from .._read.query import as_query, check_filter, is_reversed
@@ -86,6 +88,7 @@ from .._read.timeouts import (
     resolve_timeouts,
 )
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.epochs import instant_of
 from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
@@ -129,8 +132,11 @@ def _window_io(
 ) -> WindowTable | None:
     """The window's I/O of a table made with ``window`` (None: no window)."""
     if window is None:
-        if versions is not None:
-            raise TypeError("window_versions is for a table made with window=")
+        if versions is not None and not guard:
+            raise TypeError(
+                "window_versions is for a table made with window=, or one whose guard "
+                "follows the window its layout record holds"
+            )
         return None
     if not isinstance(window, Window):
         raise TypeError(f"window must be a Window, got {type(window).__name__}")
@@ -141,8 +147,9 @@ def _window_io(
         )
     if guard:
         raise WindowError(
-            f"the layout record does not store a window yet: open a table in the {window} "
-            "with guard=False"
+            f"window= is for a table whose guard is off: with the guard on, the table follows "
+            f"the window its layout record holds (`saltedtable window open`), so open it with "
+            f"scheme={window.old} (the record's scheme) and without window="
         )
     return WindowTable(table, window, versions)
 
@@ -214,13 +221,14 @@ class SaltedTable(TableAttributes):
         aggregates: The table's aggregate families, ``{family: "int64 sum"}``
             (sum, min, max): ``AddToCell`` to a split row is refused in any
             other family.
-        window: A dual-layout window (docs/epochs-window.md): keys move from
-            ``window.old`` to ``window.new``, which must be ``scheme``. Writes
-            go to the new layout (deletes to both, with tombstones), reads
-            combine both, atomic single-row operations are refused with
-            :class:`~saltedtable.WindowError`. Needs ``guard=False`` for now:
-            the layout record does not store a window yet.
-        window_versions: With ``window``: the column families' ``max_versions``
+        window: A dual-layout window (docs/epochs-window.md) for a table whose
+            guard is off: keys move from ``window.old`` to ``window.new``, which
+            must be ``scheme``. Writes go to the new layout (deletes to both,
+            with tombstones), reads combine both, atomic single-row operations
+            are refused with :class:`~saltedtable.WindowError`. With the guard
+            on, leave it unset: the table follows the window its layout record
+            holds (``saltedtable window open``), from its start to its close.
+        window_versions: In a window: the column families' ``max_versions``
             (an int, or a mapping family -> versions; None: every version),
             re-applied to the union of a key's two rows.
 
@@ -228,6 +236,9 @@ class SaltedTable(TableAttributes):
         TypeError: ``table`` is None, or ``scheme``/``cutoff``/``budget`` of the wrong type.
         WindowError: ``window`` whose new layout is not ``scheme``, with a
             cutoff or epochs, with hot keys, or with the guard on.
+        LayoutError: On first use, a record holding a window whose lead this
+            object cannot keep (``record_refresh`` longer than it, or None), or
+            hot keys with a window.
         ValueError: ``SALTEDTABLE_CLIENT_INTERNALS`` is set to something other
             than on or off (and ``client_internals`` is None).
     """
@@ -290,6 +301,29 @@ class SaltedTable(TableAttributes):
         )
         # A stored record that extends this layout (an epoch appended) is adopted.
         self._guard.on_adopt = self._adopt
+        # A window the record opens, advances or closes is followed.
+        self._window_versions = window_versions
+        self._guard.window_io = self._window
+        self._guard.on_window = self._follow_window
+
+    def _follow_window(self, state: WindowState | None) -> None:
+        """Use the window the guard read (None: none, or it closed), once its start has come.
+
+        Before the start the table writes and reads the old layout alone; the
+        guard reads the record again at the start, and this switches then.
+        """
+        window: WindowTable | None = None
+        if state is not None and state.mode_at(int(wall_clock() * 1_000_000)) == "window":
+            held = self._window
+            if held is not None and held.window == state.window(self._layout.scheme):
+                window = held
+            else:
+                window = WindowTable(
+                    self._table, state.window(self._layout.scheme), self._window_versions
+                )
+        # One assignment each: an operation reads the window once when it starts.
+        self._window = window
+        self._guard.window_io = window
 
     def _adopt(self, layout: Layout) -> None:
         """Use ``layout`` (the guard adopted it) for every operation from now on."""
@@ -309,10 +343,11 @@ class SaltedTable(TableAttributes):
     def _refreshed(self, operation_timeout: Timeout, attempt_timeout: AttemptTimeout) -> Timeout:
         """Before a scan is planned: read the record again when it is due (it may be adopted).
 
-        The first read of the record stays inside the read, as before.
+        The first read of the record is sent before the scan is planned too:
+        the record may hold a window that has started, which the scan must read.
         """
         guard = self._guard
-        if guard.checked and guard.refreshes and guard.due():
+        if guard.due() and (guard.refreshes or not guard.checked):
             return guard.within(None, operation_timeout, attempt_timeout, "read_rows")
         return operation_timeout
 
@@ -534,9 +569,9 @@ class SaltedTable(TableAttributes):
                 failing sub-scan raised after the client's retries (the first
                 one), with a note naming its bucket and range.
         """
+        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         if self._window is not None:
             return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
-        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -554,11 +589,11 @@ class SaltedTable(TableAttributes):
         stats: CallStats | None = None,
     ) -> list[Row]:
         """Read the rows of a logical query into a list (see :meth:`read_rows_stream`)."""
+        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         if self._window is not None:
             scan = self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
             with closing(scan):
                 return [row for row in scan]
-        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -956,6 +991,7 @@ class SaltedTable(TableAttributes):
                 )
             return answer
         if self._window is not None:
+            self._guard.check_window_horizon()
             return self._window.mutate_row(
                 write.key,
                 mutations if isinstance(mutations, list) else [mutations],
@@ -1014,8 +1050,6 @@ class SaltedTable(TableAttributes):
                     physical.append(RowMutationEntry(key, share))
                     owners.append(i)
         later: list[tuple[int, RowMutationEntry]] = []
-        if self._window is not None:
-            physical, later = self._window.entries(mutation_entries)
         error: BaseException | None = None
         try:
             try:
@@ -1028,6 +1062,9 @@ class SaltedTable(TableAttributes):
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
+            if self._window is not None:  # (placed after the guard: it may have started)
+                self._guard.check_window_horizon()
+                physical, later = self._window.entries(mutation_entries)
             if self._layout is not layout:  # adopted a longer layout: place them again
                 _, keys, _ = bulk_prepare(
                     self._layout, mutation_entries, operation_timeout, attempt_timeout, None, None
@@ -1219,8 +1256,20 @@ class SaltedTable(TableAttributes):
     # -- the dual-layout window's steps ------------------------------------------------
 
     def _open_window(self) -> Window:
+        """The window the backfill's steps work in (the guard's record read first)."""
+        self._guard.check()
         if self._window is None:
-            raise WindowError("this table was made without a window (window=Window(old, new))")
+            state = self._guard.window_state
+            if state is not None:
+                raise WindowError(
+                    f"the window from {state.old_buckets} to {state.new_buckets} buckets starts "
+                    f"at {instant_of(state.start_micros).isoformat()}: its backfill and the "
+                    "steps after it run once it has started"
+                )
+            raise WindowError(
+                "this table is in no window: its layout record holds none (open one with "
+                "`saltedtable window open`), and it was made without window="
+            )
         return self._window.window
 
     def backfill_window(

@@ -72,8 +72,8 @@ ORDER: tuple[str, ...] = (
     "_guard.migration",
     "_guard.from_record",
     "_guard.resalt",
-    "_guard.decisions",
     "_guard.window_state",
+    "_guard.decisions",
     "_guard",
     # the tables' pure halves, shared by both flavours
     "_write",

@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from time import time as wall_clock
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
+from time import time as wall_clock
 from typing import Any, final
 
 from google.api_core.exceptions import GoogleAPICallError
@@ -86,10 +86,10 @@ from .._read.timeouts import (
     resolve_timeouts,
 )
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.epochs import instant_of
 from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
-from .._scheme.epochs import instant_of
 from .._scheme.window import BackfillProgress, Window
 from .._write import every_entry_failed, first_family, logical_group, physical_entries
 from .batcher import SaltedMutationsBatcherAsync

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, final
 
 from .._exceptions import LayoutError
+from .._scheme.layout import Layout
 from .._scheme.salt import SaltScheme
 from .._scheme.window import WINDOW_FAMILY, Window
-from .._scheme.layout import Layout
 from .record import LayoutRecord, describe_layout
 
 __all__ = [

@@ -96,8 +96,14 @@ def recorded_table(args: argparse.Namespace) -> Iterator[SaltedTable]:
                 layout = layout_of_record(record)
             except SaltSchemeError as exc:  # a hash a newer saltedtable knows, say
                 raise LayoutError(f"the table's layout record cannot be read here: {exc}") from None
-            # A table with epochs stores the lead its readers must re-read the record within.
+            # A table with epochs, or in a window, stores the lead its readers must re-read
+            # the record within.
+            from .._guard.window_state import window_of
+
+            window = window_of(record)
             lead = None if layout.epochs is None else layout.epochs.min_lead
+            if window is not None:
+                lead = window.min_lead_s if lead is None else min(lead, window.min_lead_s)
             refresh = DEFAULT_RECORD_REFRESH if lead is None else min(lead, DEFAULT_RECORD_REFRESH)
             yield SaltedTable.open(
                 raw, layout, sample_rows=0, require_record=True, record_refresh=refresh

@@ -19,6 +19,7 @@ are expected in the states ``migration`` describes).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -67,7 +68,7 @@ from .record import (
     record_of_row,
 )
 from .resalt import adoption, beyond_horizon, horizon_error, lead_problem, refresh_problem
-from .window_state import WindowState, adopt_window, window_horizon_problem
+from .window_state import WindowState, adopt_window, window_horizon_problem, window_of
 
 __all__ = [
     "DEFAULT_RECORD_REFRESH",
@@ -169,8 +170,15 @@ def layout_offenders(
     offenders: list[str] = []
     prefixes = len(_sample_runs(layout))  # the first queries read inside the prefixes
     copies = tolerates_copies(stored)
+    # In a window, rows of the new bucket count are expected too.
+    window = None if stored is None else window_of(stored)
+    new = None
+    if window is not None and layout.cutoff is None and layout.epochs is None:
+        new = Layout(dataclasses.replace(layout.scheme, buckets=window.new_buckets))
     for i, keys in enumerate(samples):
         for key in keys:
+            if new is not None and new.misplaced(key) is None:
+                continue
             if i < prefixes:
                 if hot is not None and placed_by_hot(hot, key):
                     continue
@@ -694,9 +702,7 @@ class GuardCore:
         self.window_state = state
         wall = wall_clock()
         ahead = None if state is None else state.start_micros / 1_000_000 - wall
-        self._window_switch = (
-            math.inf if ahead is None or ahead <= 0 else time.monotonic() + ahead
-        )
+        self._window_switch = math.inf if ahead is None or ahead <= 0 else time.monotonic() + ahead
         self._record = record
         if layout is not self._layout:
             self._layout = self.current_layout = layout

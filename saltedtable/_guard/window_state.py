@@ -43,6 +43,7 @@ __all__ = [
     "open_window",
     "window_horizon_problem",
     "window_of",
+    "without_window",
 ]
 
 #: The record's key that holds the window.
@@ -124,6 +125,11 @@ def window_of(record: LayoutRecord) -> WindowState | None:
         if name == WINDOW_KEY:
             return WindowState.from_dict(json.loads(text))
     return None
+
+
+def without_window(record: LayoutRecord) -> LayoutRecord:
+    """``record`` without its window (what a table object of the old scheme compares)."""
+    return _with(record, None)
 
 
 def _with(record: LayoutRecord, state: WindowState | None) -> LayoutRecord:

@@ -634,6 +634,25 @@ class SaltedTable(TableAttributes):
             limit=limit,
             row_filter=row_filter,
         )
+        guard = self._guard
+        if guard.due() and (guard.window_state is not None or not guard.checked):
+            # The record may hold a window that has started: read it before planning.
+            return self._prefix_refreshed(
+                query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+            )
+        return self._prefix_scan(
+            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+        )
+
+    def _prefix_scan(
+        self,
+        query: ReadRowsQuery,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> Generator[Row, None, None]:
         if self._window is not None:
             return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
         call = self._read_call(
@@ -641,6 +660,24 @@ class SaltedTable(TableAttributes):
             ordered=ordered, stats=stats,
         )  # fmt: skip
         return self._stream(call)
+
+    def _prefix_refreshed(
+        self,
+        query: ReadRowsQuery,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> Generator[Row, None, None]:
+        """A prefix scan that reads the due record first, then scans as it says."""
+        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
+        scan = self._prefix_scan(
+            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+        )
+        with closing(scan) as rows:
+            for row in rows:  # noqa: RUF100, UP028 (the sync twin: a loop inside closing())
+                yield row
 
     def _window_scan(
         self,
@@ -796,7 +833,17 @@ class SaltedTable(TableAttributes):
         """
         if not sharded_query:
             raise ValueError("empty sharded_query")
-        if self._window is not None:
+        operation, attempt = resolve_timeouts(
+            self._table, operation_timeout, attempt_timeout, "read_rows"
+        )
+        deadline = time.monotonic() + operation
+        # Once for the whole call, so that a refusal is raised as it is, not once per
+        # shard; a request that fails fails every shard, as a failed call does.
+        try:
+            self._guard.check((deadline, attempt))
+        except GoogleAPICallError as exc:
+            raise sharded_refused(sharded_query, exc) from None
+        if self._window is not None:  # (after the check: the window may have started)
             # In the window: one query after another (each one ordered, see read_rows).
             out: list[Row] = []
             for one in sharded_query:
@@ -809,16 +856,6 @@ class SaltedTable(TableAttributes):
                     )
                 )
             return out
-        operation, attempt = resolve_timeouts(
-            self._table, operation_timeout, attempt_timeout, "read_rows"
-        )
-        deadline = time.monotonic() + operation
-        # Once for the whole call, so that a refusal is raised as it is, not once per
-        # shard; a request that fails fails every shard, as a failed call does.
-        try:
-            self._guard.check((deadline, attempt))
-        except GoogleAPICallError as exc:
-            raise sharded_refused(sharded_query, exc) from None
 
         def run(i: int) -> list[Row] | Exception:
             left = deadline - time.monotonic()

@@ -196,6 +196,11 @@ def test_an_object_opened_after_the_start_reads_both_layouts_on_its_first_scan()
         assert NEW.salt_key(b"b") in fake.data_keys()
         late = SaltedTableAsync(fake, OLD, record_refresh=REFRESH)
         assert await _keys(late) == [b"a", b"b"]
+        prefix = SaltedTableAsync(fake, OLD, record_refresh=REFRESH)
+        assert [row.row_key async for row in prefix.read_prefix(b"b")] == [b"b"]
+        sharded = SaltedTableAsync(fake, OLD, record_refresh=REFRESH)
+        rows = await sharded.read_rows_sharded([ReadRowsQuery(row_keys=[b"b"])])
+        assert [row.row_key for row in rows] == [b"b"]
 
     asyncio.run(scenario())
 

@@ -294,3 +294,24 @@ def test_hot_keys_and_a_stored_window_are_refused_together() -> None:
             await table.read_row(b"a")
 
     asyncio.run(scenario())
+
+
+def test_the_layout_check_expects_rows_of_both_bucket_counts_in_a_window() -> None:
+    """open() samples the rows: the new layout's rows fit; a row of neither still refuses."""
+
+    async def scenario() -> None:
+        fake = FakeTable()
+        first = SaltedTableAsync(fake, OLD, record_refresh=REFRESH)
+        await first.mutate_row(b"a", _set(b"a"))
+        start = open_in(fake, LEAD + 0.05)
+        await asyncio.sleep(max(0.0, start + 0.02 - time.time()))
+        keys = [b"user%02d" % i for i in range(30)]
+        await first.bulk_mutate_rows([RowMutationEntry(k, _set(k)) for k in keys])
+        assert physical(fake, NEW) - physical(fake, OLD)  # rows only the new layout has
+        opened = await SaltedTableAsync.open(fake, OLD, record_refresh=REFRESH)
+        assert len(await _keys(opened)) == 31
+        fake.set_cell(b"99-stray", "cf", b"q", b"v")
+        with pytest.raises(LayoutError, match="do not fit"):
+            await SaltedTableAsync.open(fake, OLD, record_refresh=REFRESH)
+
+    asyncio.run(scenario())

@@ -430,7 +430,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                         "sizes are judged"
                     )
             elif report.record is not None:
-                scheme, cutoff, whole = _layout_of_record(without_hot(report.record))
+                record = without_window(without_hot(report.record))
+                scheme, cutoff, whole = _layout_of_record(record)
                 if not whole:
                     report.notes.append(
                         "the record names a custom key part or time reader: give the scheme "

@@ -15,7 +15,8 @@ A walk-through, with a long-lived table object that the guard keeps up to date:
 
 Run it against the local emulator (starts it, creates the table, stops it)::
 
-    saltedtable emulator --table users:cf,saltedtable,saltedtable-window -- python examples/resalt_window.py
+    saltedtable emulator --table users:cf,saltedtable,saltedtable-window \
+        -- python examples/resalt_window.py
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ async def main() -> None:
             cells = first.copied + rest.copied
             print(f"4. backfill: {first.keys} + {rest.keys} old rows, {cells} cells")
             verified = await asyncio.to_thread(verify_resalt_window, operator)
-            assert verified.progress is not None and verified.window is not None
+            assert verified.progress is not None
+            assert verified.window is not None
             print(f"   verify: left {verified.progress.left}, window {verified.window.state}")
 
             closed = await asyncio.to_thread(close_resalt_window, operator)

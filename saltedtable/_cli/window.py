@@ -46,9 +46,15 @@ def _describe(step: Any) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .. import _window_ops as ops
     from .._admin import data_client
     from .._create import check_table_id
+    from .._window_ops import (
+        backfill_resalt_window,
+        close_resalt_window,
+        open_resalt_window,
+        resalt_window_status,
+        verify_resalt_window,
+    )
 
     args.project, args.instance = located(args)
     check_table_id(args.table)
@@ -59,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             if action == "open":
                 try:
-                    step = ops.open_resalt_window(
+                    step = open_resalt_window(
                         table, args.buckets, at=at, min_lead=args.lead, dry_run=args.dry_run
                     )
                 except ValueError as exc:
@@ -67,9 +73,9 @@ def _run(args: argparse.Namespace) -> int:
                 verb = "would store" if args.dry_run else "stored"
                 print(f"{args.table}: {verb} {_describe(step)}")
             elif action == "status":
-                print(f"{args.table}: {_describe(ops.resalt_window_status(table))}")
+                print(f"{args.table}: {_describe(resalt_window_status(table))}")
             elif action == "backfill":
-                step = ops.backfill_resalt_window(table, limit=args.step)
+                step = backfill_resalt_window(table, limit=args.step)
                 p = step.progress
                 assert p is not None
                 print(
@@ -77,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
                     f"cell(s), {p.replans} re-planned after a racing write"
                 )
             elif action == "verify":
-                step = ops.verify_resalt_window(table)
+                step = verify_resalt_window(table)
                 p = step.progress
                 assert p is not None
                 moved = "; the window is now backfilled" if step.changed else ""
@@ -91,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
                         f"`saltedtable window backfill {args.table}`"
                     )
             else:
-                step = ops.close_resalt_window(table, wait=not args.no_wait)
+                step = close_resalt_window(table, wait=not args.no_wait)
                 p = step.progress
                 assert p is not None
                 print(

@@ -571,7 +571,9 @@ class SaltedTable(TableAttributes):
         """
         operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         if self._window is not None:
-            return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
+            return self._window_scan(
+                query, operation_timeout, attempt_timeout, retryable_errors, stats
+            )
         call = self._read_call(
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -591,7 +593,9 @@ class SaltedTable(TableAttributes):
         """Read the rows of a logical query into a list (see :meth:`read_rows_stream`)."""
         operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         if self._window is not None:
-            scan = self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
+            scan = self._window_scan(
+                query, operation_timeout, attempt_timeout, retryable_errors, stats
+            )
             with closing(scan):
                 return [row for row in scan]
         call = self._read_call(
@@ -654,7 +658,9 @@ class SaltedTable(TableAttributes):
         stats: CallStats | None,
     ) -> Generator[Row, None, None]:
         if self._window is not None:
-            return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
+            return self._window_scan(
+                query, operation_timeout, attempt_timeout, retryable_errors, stats
+            )
         call = self._read_call(
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -685,13 +691,19 @@ class SaltedTable(TableAttributes):
         operation_timeout: Timeout,
         attempt_timeout: AttemptTimeout,
         retryable_errors: Retryable,
+        stats: CallStats | None = None,
     ) -> Generator[Row, None, None]:
-        """A scan in the window: checked now, read as it is iterated (always in key order)."""
+        """A scan in the window: checked now, read as it is iterated (always in key order).
+
+        Its requests and rows are counted in ``stats`` (and the table's stats hook).
+        """
         assert self._window is not None
         checked = self._window.prepare(query)
         check_timeouts(operation_timeout, attempt_timeout)
         return self._window.scan(
             checked,
+            stats=stats,
+            hook=self._reads.hook,
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,

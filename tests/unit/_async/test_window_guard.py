@@ -13,6 +13,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable
+from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -313,5 +314,38 @@ def test_the_layout_check_expects_rows_of_both_bucket_counts_in_a_window() -> No
         fake.set_cell(b"99-stray", "cf", b"q", b"v")
         with pytest.raises(LayoutError, match="do not fit"):
             await SaltedTableAsync.open(fake, OLD, record_refresh=REFRESH)
+
+    asyncio.run(scenario())
+
+
+def test_a_window_scan_counts_its_requests_and_rows_in_call_stats() -> None:
+    """stats= and the stats hook see every ReadRows request and every logical row."""
+
+    async def scenario() -> None:
+        from saltedtable import CallStats
+
+        fake = FakeTable()
+        hooked: list[CallStats] = []
+        table = SaltedTableAsync(fake, OLD, record_refresh=REFRESH, stats_hook=hooked.append)
+        await table.bulk_mutate_rows([RowMutationEntry(b"a%d" % i, _set(b"a")) for i in range(9)])
+        start = open_in(fake, LEAD + 0.05)
+        await asyncio.sleep(max(0.0, start + 0.02 - time.time()))
+        await table.bulk_mutate_rows([RowMutationEntry(b"b%d" % i, _set(b"b")) for i in range(9)])
+        await table.read_row(b"a1")  # (reads the record: the scans below send only theirs)
+        hooked.clear()
+        for query in (ReadRowsQuery(), ReadRowsQuery(row_keys=[b"a1", b"b2", b"zz"])):
+            sent = len(fake.stats.queries)
+            stats = CallStats()
+            rows = await table.read_rows(query, stats=stats)
+            assert stats.requests == len(fake.stats.queries) - sent > 0
+            assert stats.rows == len(rows) > 0
+            assert stats.elapsed is not None
+        assert [(h.operation, h.rows) for h in hooked] == [("read_rows", 18), ("read_rows", 2)]
+        ended = CallStats()
+        async with aclosing(await table.read_rows_stream(ReadRowsQuery(), stats=ended)) as rows:
+            async for _ in rows:
+                break
+        assert ended.ended_early
+        assert ended.rows == 1
 
     asyncio.run(scenario())

@@ -98,6 +98,9 @@ async def test_long_lived_objects_and_the_window_commands_across_start_backfill_
             await writer.check_and_mutate_row(before[1], None, true_case_mutations=_set(b"no"))
         want = sorted([*before[1:], b"before-start", *during])
         assert await keys(reader) == want
+        code, out, err = run(capsys, "count", name, *WHERE)  # the read commands follow it too
+        assert code == 0, err
+        assert out.split()[0] == str(len(want))
         assert await reader.read_row(before[0]) is None
 
         code, _, err = run(capsys, "window", "close", name, *WHERE)

@@ -68,7 +68,13 @@ from .record import (
     record_of_row,
 )
 from .resalt import adoption, beyond_horizon, horizon_error, lead_problem, refresh_problem
-from .window_state import WindowState, adopt_window, window_horizon_problem, window_of
+from .window_state import (
+    WINDOW_KEY,
+    WindowState,
+    adopt_window,
+    window_horizon_problem,
+    window_of,
+)
 
 __all__ = [
     "DEFAULT_RECORD_REFRESH",
@@ -678,7 +684,7 @@ class GuardCore:
                 the window's lead.
         """
         if self.window_state is None and not any(
-            name == "window" for name, _ in stored.extra
+            name == WINDOW_KEY for name, _ in stored.extra
         ):  # (a plain record: no JSON parsed on every refresh)
             return False
         if self._hot is not None:
@@ -693,10 +699,14 @@ class GuardCore:
         state, layout, record = adopted
         if state is not None:
             problem = lead_problem(
-                state.min_lead_s, enabled=True, refresh=self._refresh, name=self._id
+                state.min_lead_s,
+                enabled=True,
+                refresh=self._refresh,
+                name=self._id,
+                holds="a resalt window",
             )
             if problem is not None:
-                raise LayoutError(problem.replace("has layout epochs", "holds a resalt window"))
+                raise LayoutError(problem)
         if state != self.window_state or layout is not self._layout:
             _log.info("%s: following the layout record's window: %s", self._id, state)
         self.window_state = state

@@ -454,7 +454,11 @@ class SaltedTableAsync(TableAttributes):
         return None if self._hot is None else self._hot.layout
 
     def window(self) -> Window | None:
-        """The dual-layout window the table was made with, or None."""
+        """The dual-layout window the table reads and writes through now, or None.
+
+        The one it was made with (``window=``), or, with the guard on, the one its
+        layout record holds once its start has come (until the record says closed).
+        """
         return None if self._window is None else self._window.window
 
     @property

@@ -9,11 +9,7 @@ every row under the 64 buckets' prefixes.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,13 +25,12 @@ from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
 from saltedtable import SCHEME_ROW_KEY, SaltedTable, SaltedTableAsync, SaltScheme, WindowError
 from saltedtable._guard.record import record_of_row
 from saltedtable._guard.window_state import window_of
-from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT
+from saltedtable.testing import INSTANCE, PROJECT
 from tests.cli_helpers import assert_one_line_error, run
 from tests.sync_view import AsyncView
 
 WHERE = ("--project", PROJECT, "--instance", INSTANCE)
 OLD, NEW = SaltScheme(16), SaltScheme(64)
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _set(value: bytes) -> SetCell:
@@ -135,25 +130,3 @@ async def test_long_lived_objects_and_the_window_commands_across_start_backfill_
         assert await keys(fresh) == want
     finally:
         sync_client.close()
-
-
-def test_the_window_example_runs_on_the_emulator() -> None:
-    """examples/resalt_window.py runs under ``saltedtable emulator`` as its page says."""
-    env = {k: v for k, v in os.environ.items() if k != EMULATOR_HOST_ENV}
-    env["PYTHONPATH"] = str(REPO)  # this checkout's saltedtable, in the example too
-    main = "from saltedtable._cli.main import main; raise SystemExit(main())"
-    harness = [sys.executable, "-c", main, "emulator"]
-    harness += ["--table", "users:cf,saltedtable,saltedtable-window"]
-    command = [*harness, "--", sys.executable, "examples/resalt_window.py"]
-    done = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
-    assert "2. window stored: 8 -> 64 buckets" in out
-    assert "3. the table object is in the resalt window" in out
-    assert "check_and_mutate_row is refused during the window" in out
-    assert "verify: left 0, window backfilled" in out
-    assert "the same object now reads with 64 buckets:" in out
-    assert "b'user3'" not in out
-    assert out.count("mail=u2@x, name=n2") == 2

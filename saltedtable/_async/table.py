@@ -1223,6 +1223,8 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, None, "default"
         )
+        if self._window is not None:  # (the guard may have read the window's start just now)
+            self._window.window.refuse_atomic("check_and_mutate_row", row_key)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         return bool(
@@ -1264,6 +1266,8 @@ class SaltedTableAsync(TableAttributes):
         operation_timeout = await self._guard.within(
             write.family, operation_timeout, None, "default"
         )
+        if self._window is not None:  # (the guard may have read the window's start just now)
+            self._window.window.refuse_atomic("read_modify_write_row", row_key)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         row = await self._table.read_modify_write_row(

@@ -1219,6 +1219,8 @@ class SaltedTable(TableAttributes):
         if self._hot is not None:
             write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        if self._window is not None:  # (the guard may have read the window's start just now)
+            self._window.window.refuse_atomic("check_and_mutate_row", row_key)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         return bool(
@@ -1258,6 +1260,8 @@ class SaltedTable(TableAttributes):
         if self._hot is not None:
             write = self._hot_placed(write)
         operation_timeout = self._guard.within(write.family, operation_timeout, None, "default")
+        if self._window is not None:  # (the guard may have read the window's start just now)
+            self._window.window.refuse_atomic("read_modify_write_row", row_key)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         row = self._table.read_modify_write_row(

@@ -349,3 +349,29 @@ def test_a_window_scan_counts_its_requests_and_rows_in_call_stats() -> None:
         assert ended.rows == 1
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("method", ["check_and_mutate_row", "read_modify_write_row"])
+def test_an_atomic_operation_that_reads_the_start_is_refused(method: str) -> None:
+    """The first call after the start reads the record: refused, nothing applied to one half."""
+
+    async def scenario() -> None:
+        from google.cloud.bigtable.data.read_modify_write_rules import AppendValueRule
+
+        fake = FakeTable()
+        table = SaltedTableAsync(fake, OLD, record_refresh=REFRESH)
+        await table.mutate_row(b"a", _set(b"a"))
+        start = open_in(fake, LEAD + 0.05)
+        await table.read_row(b"a")  # knows the window, before its start
+        await asyncio.sleep(max(0.0, start + 0.02 - time.time()))
+        before = fake.cells_of(OLD.salt_key(b"a"))
+        call = (
+            table.check_and_mutate_row(b"a", None, false_case_mutations=_set(b"x"))
+            if method == "check_and_mutate_row"
+            else table.read_modify_write_row(b"a", AppendValueRule("cf", b"q", b"+"))
+        )
+        with pytest.raises(WindowError, match=method):
+            await call
+        assert fake.cells_of(OLD.salt_key(b"a")) == before
+
+    asyncio.run(scenario())

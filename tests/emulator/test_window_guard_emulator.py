@@ -130,3 +130,23 @@ async def test_long_lived_objects_and_the_window_commands_across_start_backfill_
         assert await keys(fresh) == want
     finally:
         sync_client.close()
+
+
+async def test_objects_that_cannot_follow_the_window_are_refused(
+    make_table: Any, data_client: BigtableDataClientAsync, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refresh longer than the stored lead, or None, and the new scheme before the close."""
+    from saltedtable import LayoutError, SchemeMismatchError
+
+    name = make_table(families=("cf", "saltedtable-window"))
+    first = SaltedTableAsync(data_client.get_table(INSTANCE, name), OLD)
+    await first.mutate_row(b"a", _set(b"a"))
+    code, _, err = run(capsys, "window", "open", name, *WHERE, "-n", "64", "--lead", "2")
+    assert code == 0, err
+    for refresh in (5.0, None):
+        table = SaltedTableAsync(data_client.get_table(INSTANCE, name), OLD, record_refresh=refresh)
+        with pytest.raises(LayoutError, match="resalt window with a minimum lead of 2 s"):
+            await table.read_row(b"a")
+    early = SaltedTableAsync(data_client.get_table(INSTANCE, name), NEW, record_refresh=1.0)
+    with pytest.raises(SchemeMismatchError):
+        await early.read_row(b"a")

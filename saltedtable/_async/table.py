@@ -369,6 +369,7 @@ class SaltedTableAsync(TableAttributes):
         client_internals: bool | None = None,
         hot: HotLayout | None = None,
         aggregates: Mapping[str, str] | None = None,
+        window_versions: int | Mapping[str, int] | None = None,
         **table_kwargs: Any,
     ) -> SaltedTableAsync:
         """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``.
@@ -389,6 +390,7 @@ class SaltedTableAsync(TableAttributes):
             client_internals=client_internals,
             hot=hot,
             aggregates=aggregates,
+            window_versions=window_versions,
         )
 
     @classmethod

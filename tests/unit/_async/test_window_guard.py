@@ -375,3 +375,24 @@ def test_an_atomic_operation_that_reads_the_start_is_refused(method: str) -> Non
         assert fake.cells_of(OLD.salt_key(b"a")) == before
 
     asyncio.run(scenario())
+
+
+def test_from_client_takes_window_versions_for_the_table_not_the_client() -> None:
+    """window_versions= reaches the table object (for the window it follows), not get_table."""
+    asked: list[dict[str, Any]] = []
+
+    class Client:
+        def get_table(self, instance: str, table: str, **kwargs: Any) -> FakeTable:
+            asked.append(kwargs)
+            return FakeTable()
+
+    table = SaltedTableAsync.from_client(
+        Client(),  # type: ignore[arg-type]
+        "i",
+        "t",
+        OLD,
+        window_versions=1,
+        app_profile_id="p",
+    )
+    assert asked == [{"app_profile_id": "p"}]
+    assert table._window_versions == 1

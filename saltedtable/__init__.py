@@ -74,6 +74,14 @@ if TYPE_CHECKING:
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
     from ._sync_autogen.table import SaltedTable
     from ._sync_autogen.table_like import SyncTableLike
+    from ._window_ops import (
+        WindowStep,
+        backfill_resalt_window,
+        close_resalt_window,
+        open_resalt_window,
+        resalt_window_status,
+        verify_resalt_window,
+    )
 
 __version__: str
 #: Public names whose modules import the Bigtable client, by module.
@@ -82,6 +90,12 @@ _LAZY: dict[str, str] = {
     "create_salted_table": "._create",
     "AppendResult": "._resalt",
     "append_epoch": "._resalt",
+    "WindowStep": "._window_ops",
+    "backfill_resalt_window": "._window_ops",
+    "close_resalt_window": "._window_ops",
+    "open_resalt_window": "._window_ops",
+    "resalt_window_status": "._window_ops",
+    "verify_resalt_window": "._window_ops",
     "ReadPlan": "._read.plan",
     "SubQuery": "._read.plan",
     "plan_reads": "._read.plan",
@@ -195,21 +209,27 @@ __all__ = [
     "Window",
     "WindowError",
     "WindowFilterError",
+    "WindowStep",
     "__version__",
     "append_epoch",
+    "backfill_resalt_window",
     "before_last",
     "big_endian_int",
+    "close_resalt_window",
     "create_salted_table",
     "describe_layout",
     "epoch_field",
     "fields",
     "iso8601_field",
     "named_key_part",
+    "open_resalt_window",
     "plan_reads",
     "prefix_end",
+    "resalt_window_status",
     "reversed_epoch_field",
     "rewrite_filter",
     "split_hot_key",
+    "verify_resalt_window",
     "view_row_prefixes",
 ]
 

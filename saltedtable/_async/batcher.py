@@ -88,8 +88,7 @@ class SaltedMutationsBatcherAsync(BatcherCore):
         if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
             await self._append_hot(mutation_entry)
             return
-        if self._window is not None:
-            await self._append_window(mutation_entry, self._window)
+        if self._window is not None and await self._append_window(mutation_entry):
             return
         physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
@@ -106,6 +105,11 @@ class SaltedMutationsBatcherAsync(BatcherCore):
                 except GoogleAPICallError as exc:
                     self._hold(mutation_entry, exc)
                     return
+            if guard.window_io is not None:
+                # The window started (on this append or any other call of the table).
+                self._window = guard.window_io
+                await self._append_window(mutation_entry)
+                return
             if guard.current_layout is not self._layout:
                 # The guard adopted a longer layout (on this append, or on any other
                 # call of the table): place keys by it from now on.
@@ -160,19 +164,31 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             physical.logical = mutation_entry
             await self._queue(physical, seq)
 
-    async def _append_window(self, entry: RowMutationEntry, window: WindowTableAsync) -> None:
+    async def _append_window(self, entry: RowMutationEntry) -> bool:
         """Queue a logical entry in the window: its new row's entry, then its old row's.
 
         Both may travel in one flush; a failure of either names the caller's
         entry, and retrying that entry is safe (the tombstone keeps reads right
         whichever half was written).
+
+        Returns:
+            False when the window closed meanwhile (nothing queued: the entry
+            goes the plain way, by the layout the guard adopted).
         """
-        if self._guard is not None:
+        guard = self._guard
+        window = self._window
+        if guard is not None:
             try:
-                await self._guard.before_write(family_of(entry.mutations))
+                await guard.before_write(family_of(entry.mutations))
             except GoogleAPICallError as exc:
                 self._hold(entry, exc)
-                return
+                return True
+            # The table's window now: the guard may have read a close meanwhile.
+            window = self._window = guard.window_io
+            if window is None:
+                return False
+            guard.check_window_horizon()
+        assert window is not None
         new, later = window.entries([entry])
         seq, self._seq = self._seq, self._seq + 1  # one seq: one failure reported
         for placed in [new[0], *(e for _, e in later)]:
@@ -181,6 +197,7 @@ class SaltedMutationsBatcherAsync(BatcherCore):
             physical.mutations = tuple(placed.mutations)
             physical.logical = entry
             await self._queue(physical, seq)
+        return True
 
     async def _queue(self, physical: PhysicalEntry, seq: int) -> None:
         """Queue one physical entry of a hot or windowed logical entry.

@@ -358,6 +358,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from .._guard.from_record import layout_of_record
     from .._guard.hot_record import describe_hot, hot_layout_of, without_hot
     from .._guard.record import decode_layout, describe_layout, newest_record_cell, open_differences
+    from .._guard.window_state import window_of, without_window
+    from .._scheme.epochs import instant_of
     from .._scheme.layout import Layout
     from .._scheme.salt import SCHEME_ROW_KEY, format_key
     from ..advise.input import Progress, progress_stream
@@ -387,6 +389,15 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             cell = newest_record_cell(table.read_row(SCHEME_ROW_KEY))
             if cell is not None:
                 report.record, report.record_family = decode_layout(cell.value), cell.family
+            state = None if report.record is None else window_of(report.record)
+            if state is not None:
+                report.window = {
+                    "old_buckets": state.old_buckets,
+                    "new_buckets": state.new_buckets,
+                    "start": instant_of(state.start_micros).isoformat(),
+                    "state": state.state,
+                    "min_lead_s": state.min_lead_s,
+                }
             if report.record is None:
                 report.problems.append(
                     "no layout record: nothing stops a reader with another layout; store one "
@@ -403,7 +414,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 scheme, cutoff = given
                 if report.record is not None:
                     diffs = open_differences(
-                        without_hot(report.record), describe_layout(scheme, cutoff)
+                        without_window(without_hot(report.record)), describe_layout(scheme, cutoff)
                     )
                     if diffs:
                         report.problems.append(
@@ -420,7 +431,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                         "sizes are judged"
                     )
             elif report.record is not None:
-                scheme, cutoff, whole = _layout_of_record(without_hot(report.record))
+                record = without_window(without_hot(report.record))
+                scheme, cutoff, whole = _layout_of_record(record)
                 if not whole:
                     report.notes.append(
                         "the record names a custom key part or time reader: give the scheme "

@@ -224,6 +224,8 @@ class Inspection:
     splits_aligned: list[str] = field(default_factory=list)
     splits_missing: list[str] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)
+    #: The record's window: old and new bucket counts, start, lead and state (None: none).
+    window: dict[str, Any] | None = None
     #: The record's hot parts and rows: kind, value, K, buckets (and their sizes).
     hot: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -251,6 +253,8 @@ class Inspection:
             "problems": self.problems,
             "notes": self.notes,
         }
+        if self.window is not None:  # (a table in a window only)
+            out["window"] = self.window
         if self.epochs:  # (a table with epochs only: other reports keep their form)
             out["epochs"] = [
                 {
@@ -303,6 +307,12 @@ class Inspection:
             start = f" from {hot['from']}" if hot.get("from") else ""
             lines.append(
                 f"hot {hot['kind']} {hot['value']!r}: K={hot['k']}{start} (buckets {sizes})"
+            )
+        if self.window is not None:
+            w = self.window
+            lines.append(
+                f"window: {w['old_buckets']} -> {w['new_buckets']} buckets from {w['start']}, "
+                f"{w['state']} (lead {w['min_lead_s']:g} s)"
             )
         if self.epochs:
             lines.append(f"epochs: {len(self.epochs)}")

@@ -425,6 +425,7 @@ def _parser() -> argparse.ArgumentParser:
     from .admin import add_location_options, add_table_commands
     from .read import add_read_commands, add_table_source
     from .resalt import add_resalt_command
+    from .window import add_window_command
 
     key = add_command(
         sub,
@@ -562,6 +563,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_table_commands(sub)
     add_resalt_command(sub)
+    add_window_command(sub)
     add_read_commands(sub)
     return parser
 

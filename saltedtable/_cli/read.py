@@ -96,8 +96,14 @@ def recorded_table(args: argparse.Namespace) -> Iterator[SaltedTable]:
                 layout = layout_of_record(record)
             except SaltSchemeError as exc:  # a hash a newer saltedtable knows, say
                 raise LayoutError(f"the table's layout record cannot be read here: {exc}") from None
-            # A table with epochs stores the lead its readers must re-read the record within.
+            # A table with epochs, or in a window, stores the lead its readers must re-read
+            # the record within.
+            from .._guard.window_state import window_of
+
+            window = window_of(record)
             lead = None if layout.epochs is None else layout.epochs.min_lead
+            if window is not None:
+                lead = window.min_lead_s if lead is None else min(lead, window.min_lead_s)
             refresh = DEFAULT_RECORD_REFRESH if lead is None else min(lead, DEFAULT_RECORD_REFRESH)
             yield SaltedTable.open(
                 raw, layout, sample_rows=0, require_record=True, record_refresh=refresh
@@ -127,16 +133,21 @@ def _ranges(args: argparse.Namespace) -> list[RowRange]:
     return [RowRange(start or None, end or None)]
 
 
-def _query(args: argparse.Namespace, *, limit: int | None, key_only: bool) -> ReadRowsQuery:
+def _query(
+    args: argparse.Namespace, *, limit: int | None, key_only: bool, window: bool = False
+) -> ReadRowsQuery:
     from google.cloud.bigtable.data import ReadRowsQuery
     from google.cloud.bigtable.data.row_filters import (
+        CellsColumnLimitFilter,
         CellsRowLimitFilter,
         RowFilterChain,
         StripValueTransformerFilter,
     )
 
-    # A count needs the keys only: one cell per row, its value stripped.
-    only_keys = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
+    # A count needs the keys only: one cell per row, its value stripped. In a resalt
+    # window a whole-row cell limit is refused: one cell per column instead.
+    first = CellsColumnLimitFilter(1) if window else CellsRowLimitFilter(1)
+    only_keys = RowFilterChain([first, StripValueTransformerFilter(True)])
     return ReadRowsQuery(
         row_ranges=_ranges(args), limit=limit, row_filter=only_keys if key_only else None
     )
@@ -176,8 +187,11 @@ def _cmd_lookup(args: argparse.Namespace) -> int:
 
 def _cmd_count(args: argparse.Namespace) -> int:
     query = _query(args, limit=None, key_only=True)
-    with recorded_table(args) as table, contextlib.closing(table.read_rows_stream(query)) as rows:
-        count = sum(1 for _ in rows)
+    with recorded_table(args) as table:
+        if table.window() is not None:
+            query = _query(args, limit=None, key_only=True, window=True)
+        with contextlib.closing(table.read_rows_stream(query)) as rows:
+            count = sum(1 for _ in rows)
     print(json.dumps({"count": count}) if args.json else count)
     return 0
 

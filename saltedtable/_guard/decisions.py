@@ -19,6 +19,7 @@ are expected in the states ``migration`` describes).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -43,7 +44,7 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from .._contracts import GuardTimeouts, OperationTimeout
-from .._exceptions import LayoutError, RecordMissingError, SchemeMismatchError
+from .._exceptions import LayoutError, RecordMissingError, SchemeMismatchError, WindowError
 from .._read.plan import PageCursor, SubQuery
 from .._read.timeouts import GuardTime, deadline_exceeded
 from .._scheme.hot import HotLayout
@@ -67,6 +68,13 @@ from .record import (
     record_of_row,
 )
 from .resalt import adoption, beyond_horizon, horizon_error, lead_problem, refresh_problem
+from .window_state import (
+    WINDOW_KEY,
+    WindowState,
+    adopt_window,
+    window_horizon_problem,
+    window_of,
+)
 
 __all__ = [
     "DEFAULT_RECORD_REFRESH",
@@ -168,8 +176,15 @@ def layout_offenders(
     offenders: list[str] = []
     prefixes = len(_sample_runs(layout))  # the first queries read inside the prefixes
     copies = tolerates_copies(stored)
+    # In a window, rows of the new bucket count are expected too.
+    window = None if stored is None else window_of(stored)
+    new = None
+    if window is not None and layout.cutoff is None and layout.epochs is None:
+        new = Layout(dataclasses.replace(layout.scheme, buckets=window.new_buckets))
     for i, keys in enumerate(samples):
         for key in keys:
+            if new is not None and new.misplaced(key) is None:
+                continue
             if i < prefixes:
                 if hot is not None and placed_by_hot(hot, key):
                     continue
@@ -325,6 +340,19 @@ class GuardCore:
         #: The wall clock (seconds since the Unix epoch) when the last read of the
         #: record that settled the guard was sent: the writers' horizon counts from it.
         self._good_wall: float | None = None
+        #: The table's window I/O in use now (None: none), which the table sets and a
+        #: batcher compares on every append without a call.
+        self.window_io: Any = None
+        #: The dual-layout window the stored record holds (None: none), as last read.
+        self.window_state: WindowState | None = None
+        #: Called with the stored window (None: it closed, or there is none) on every
+        #: read of a record that holds one, or that closed the one held before: the
+        #: table decides by its clock whether it is in the window yet.
+        self.on_window: Callable[[WindowState | None], None] | None = None
+        # When (time.monotonic()) the stored window starts, while it has not yet:
+        # the guard is due then, so the first operation after the start reads the
+        # record and the table switches to the window (inf: no start ahead).
+        self._window_switch = math.inf
         # The reserved row lies inside a salt prefix range for some schemes
         # (a raw phoenix byte 0xff): such tables cannot hold a record.
         self._storable = not any(s.has_prefix(SCHEME_ROW_KEY) for s in layout.schemes)
@@ -640,6 +668,8 @@ class GuardCore:
         problem = refresh_problem(stored, enabled=True, refresh=self._refresh, name=self._id)
         if problem is not None:
             raise LayoutError(problem)
+        if self._follow_window(stored):
+            return
         grown = adoption(self._layout, stored)
         if grown is None:
             self._follow_hot(stored)
@@ -719,6 +749,70 @@ class GuardCore:
                 "within the lead so the next operation reads the record again"
             )
 
+    def _follow_window(self, stored: LayoutRecord) -> bool:
+        """A stored record that opened, advanced or closed a window: adopt it.
+
+        Returns:
+            Whether the record is (or was) a window's; False leaves the record
+            to the other rules (and to the refusal of a different one).
+
+        Raises:
+            LayoutError: The object has hot keys, or a refresh that cannot keep
+                the window's lead.
+        """
+        if self.window_state is None and not any(
+            name == WINDOW_KEY for name, _ in stored.extra
+        ):  # (a plain record: no JSON parsed on every refresh)
+            return False
+        if self._hot is not None:
+            raise LayoutError(
+                f"the layout record of {self._id} holds a dual-layout window, which a table "
+                "object with hot keys cannot follow: close the window first, or open the "
+                "table without hot="
+            )
+        adopted = adopt_window(self._layout, self.window_state, stored)
+        if adopted is None:
+            return False
+        state, layout, record = adopted
+        if state is not None:
+            problem = lead_problem(
+                state.min_lead_s,
+                enabled=True,
+                refresh=self._refresh,
+                name=self._id,
+                holds="a resalt window",
+            )
+            if problem is not None:
+                raise LayoutError(problem)
+        if state != self.window_state or layout is not self._layout:
+            _log.info("%s: following the layout record's window: %s", self._id, state)
+        self.window_state = state
+        wall = wall_clock()
+        ahead = None if state is None else state.start_micros / 1_000_000 - wall
+        self._window_switch = math.inf if ahead is None or ahead <= 0 else time.monotonic() + ahead
+        self._record = record
+        if layout is not self._layout:
+            self._layout = self.current_layout = layout
+            if self.on_adopt is not None:
+                self.on_adopt(layout)
+        if self.on_window is not None:
+            self.on_window(state)
+        return True
+
+    def check_window_horizon(self) -> None:
+        """Refuse a write in a window once the last good read of the record is older than
+        the window's lead: the window may have moved on (closed) unseen meanwhile.
+
+        Raises:
+            WindowError: The last successful read of the record is too old.
+        """
+        state = self.window_state
+        if state is None:
+            return
+        problem = window_horizon_problem(state, self._good_wall, wall_clock(), self._id)
+        if problem is not None:
+            raise WindowError(problem)
+
     @property
     def horizon_applies(self) -> bool:
         """Whether writes are checked against a horizon (a layout with a stored lead)."""
@@ -765,7 +859,7 @@ class GuardCore:
 
     def _settled(self) -> None:
         if self._refresh is not None:
-            self._due = self._read_at + self._refresh
+            self._due = min(self._read_at + self._refresh, self._window_switch)
 
     def _schema_answer(self) -> tuple[TableSchema | None, str | None]:
         return self._schema, self._schema_reason

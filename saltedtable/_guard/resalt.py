@@ -365,8 +365,18 @@ def refresh_problem(
     return lead_problem(found.min_lead_s, enabled=enabled, refresh=refresh, name=name)
 
 
-def lead_problem(lead: float, *, enabled: bool, refresh: float | None, name: str) -> str | None:
-    """Why a table object cannot keep a minimum lead of ``lead`` seconds (None: it can)."""
+def lead_problem(
+    lead: float,
+    *,
+    enabled: bool,
+    refresh: float | None,
+    name: str,
+    holds: str = "layout epochs",
+) -> str | None:
+    """Why a table object cannot keep a minimum lead of ``lead`` seconds (None: it can).
+
+    ``holds`` names what stores the lead (layout epochs, or a resalt window).
+    """
     if not enabled:
         why = "its layout guard is off"
     elif refresh is None:
@@ -376,7 +386,7 @@ def lead_problem(lead: float, *, enabled: bool, refresh: float | None, name: str
     else:
         return None
     return (
-        f"{name} has layout epochs with a minimum lead of {lead:g} s, and this table object "
+        f"{name} has {holds} with a minimum lead of {lead:g} s, and this table object "
         f"cannot keep it: {why}; open it with the guard on and record_refresh at most "
         f"{lead:g} s"
     )

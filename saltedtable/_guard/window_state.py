@@ -1,4 +1,4 @@
-"""The dual-layout window's state in the layout record (pure; not wired to the guard yet).
+"""The dual-layout window's state in the layout record, and what a table object adopts (pure).
 
 A window is stored beside the record's scheme fields, under the record's
 ``window`` key (a field :class:`LayoutRecord` keeps as an extra field, so this
@@ -30,11 +30,21 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, final
 
 from .._exceptions import LayoutError
+from .._scheme.layout import Layout
 from .._scheme.salt import SaltScheme
 from .._scheme.window import WINDOW_FAMILY, Window
-from .record import LayoutRecord
+from .record import LayoutRecord, describe_layout
 
-__all__ = ["WINDOW_KEY", "WindowState", "advance_window", "open_window", "window_of"]
+__all__ = [
+    "WINDOW_KEY",
+    "WindowState",
+    "adopt_window",
+    "advance_window",
+    "open_window",
+    "window_horizon_problem",
+    "window_of",
+    "without_window",
+]
 
 #: The record's key that holds the window.
 WINDOW_KEY: Final = "window"
@@ -117,6 +127,11 @@ def window_of(record: LayoutRecord) -> WindowState | None:
     return None
 
 
+def without_window(record: LayoutRecord) -> LayoutRecord:
+    """``record`` without its window (what a table object of the old scheme compares)."""
+    return _with(record, None)
+
+
 def _with(record: LayoutRecord, state: WindowState | None) -> LayoutRecord:
     extra = tuple((k, v) for k, v in record.extra if k != WINDOW_KEY)
     if state is not None:
@@ -177,3 +192,57 @@ def advance_window(record: LayoutRecord, to: State) -> LayoutRecord:
     if to == "closed":
         return dataclasses.replace(_with(record, None), buckets=state.new_buckets)
     return _with(record, dataclasses.replace(state, state=to))
+
+
+def adopt_window(
+    layout: Layout, held: WindowState | None, stored: LayoutRecord
+) -> tuple[WindowState | None, Layout, LayoutRecord] | None:
+    """What a table object adopts from a stored record that opened, advanced or closed a window.
+
+    Args:
+        layout: The object's layout: the window's old scheme, alone (a layout
+            with a cutoff or epochs never follows a window).
+        held: The window the object read last (None: none).
+        stored: The record just read.
+
+    Returns:
+        The window (None once it closed), the layout to use and the record the
+        object now agrees with; None when ``stored`` is not this object's
+        record with a window opened, advanced or closed (the guard then
+        compares and refuses it as any other record).
+    """
+    if layout.cutoff is not None or layout.epochs is not None:
+        return None
+    own = describe_layout(layout.scheme)
+    state = window_of(stored)
+    if state is not None:
+        if state.old_buckets != layout.scheme.buckets or _with(stored, None).differences(own):
+            return None
+        return state, layout, _with(own, state)
+    if held is None:
+        return None
+    # Closed: the record names the new bucket count and no window.
+    new = Layout(dataclasses.replace(layout.scheme, buckets=held.new_buckets))
+    record = describe_layout(new.scheme)
+    if stored.differences(record):
+        return None
+    return None, new, record
+
+
+def window_horizon_problem(
+    state: WindowState, good_wall: float | None, now: float, name: str
+) -> str | None:
+    """Why an object in ``state`` may not write now (None: it may).
+
+    ``good_wall`` is the wall clock (seconds) of its last successful read of
+    the record; a window may move on (close) at any time, and a writer that
+    has not read the record within the stored lead may have missed it.
+    """
+    if good_wall is None or now < good_wall + state.min_lead_s:
+        return None
+    return (
+        f"{name} holds a resalt window, and this table object last read its layout record "
+        f"{now - good_wall:.0f} s ago, longer than the window's lead of {state.min_lead_s:g} s: "
+        "the window may have moved on unseen, so the write is refused. The next operation "
+        "reads the record again; retry it"
+    )

@@ -90,8 +90,7 @@ class SaltedMutationsBatcherSync(BatcherCore):
         if self._hot is not None and self._hot.is_hot(to_key(mutation_entry.row_key)):
             self._append_hot(mutation_entry)
             return
-        if self._window is not None:
-            self._append_window(mutation_entry, self._window)
+        if self._window is not None and self._append_window(mutation_entry):
             return
         physical = PhysicalEntry()
         physical.row_key = self._salt(mutation_entry.row_key)
@@ -108,6 +107,11 @@ class SaltedMutationsBatcherSync(BatcherCore):
                 except GoogleAPICallError as exc:
                     self._hold(mutation_entry, exc)
                     return
+            if guard.window_io is not None:
+                # The window started (on this append or any other call of the table).
+                self._window = guard.window_io
+                self._append_window(mutation_entry)
+                return
             if guard.current_layout is not self._layout:
                 # The guard adopted a longer layout (on this append, or on any other
                 # call of the table): place keys by it from now on.
@@ -162,19 +166,31 @@ class SaltedMutationsBatcherSync(BatcherCore):
             physical.logical = mutation_entry
             self._queue(physical, seq)
 
-    def _append_window(self, entry: RowMutationEntry, window: WindowTable) -> None:
+    def _append_window(self, entry: RowMutationEntry) -> bool:
         """Queue a logical entry in the window: its new row's entry, then its old row's.
 
         Both may travel in one flush; a failure of either names the caller's
         entry, and retrying that entry is safe (the tombstone keeps reads right
         whichever half was written).
+
+        Returns:
+            False when the window closed meanwhile (nothing queued: the entry
+            goes the plain way, by the layout the guard adopted).
         """
-        if self._guard is not None:
+        guard = self._guard
+        window = self._window
+        if guard is not None:
             try:
-                self._guard.before_write(family_of(entry.mutations))
+                guard.before_write(family_of(entry.mutations))
             except GoogleAPICallError as exc:
                 self._hold(entry, exc)
-                return
+                return True
+            # The table's window now: the guard may have read a close meanwhile.
+            window = self._window = guard.window_io
+            if window is None:
+                return False
+            guard.check_window_horizon()
+        assert window is not None
         new, later = window.entries([entry])
         seq, self._seq = self._seq, self._seq + 1  # one seq: one failure reported
         for placed in [new[0], *(e for _, e in later)]:
@@ -183,6 +199,7 @@ class SaltedMutationsBatcherSync(BatcherCore):
             physical.mutations = tuple(placed.mutations)
             physical.logical = entry
             self._queue(physical, seq)
+        return True
 
     def _queue(self, physical: PhysicalEntry, seq: int) -> None:
         """Queue one physical entry of a hot or windowed logical entry.

@@ -25,6 +25,7 @@ import itertools
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import closing
+from time import time as wall_clock
 from typing import Any, final
 
 from google.api_core.exceptions import GoogleAPICallError
@@ -76,6 +77,7 @@ from .._facade import (
 )
 from .._guard.decisions import STORE_SAMPLE_ROWS
 from .._guard.record import DEFAULT_RECORD_REFRESH, LayoutRecord
+from .._guard.window_state import WindowState
 from .._hotkeys import HotKeys, wall_micros
 from .._read.plan import ReadPlan
 from .._read.query import as_query, check_filter, is_reversed
@@ -88,6 +90,7 @@ from .._read.timeouts import (
     resolve_timeouts,
 )
 from .._scheme.cutoff import CutoffPolicy
+from .._scheme.epochs import instant_of
 from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
 from .._scheme.salt import SaltScheme, prefix_end, to_key
@@ -131,8 +134,11 @@ def _window_io(
 ) -> WindowTable | None:
     """The window's I/O of a table made with ``window`` (None: no window)."""
     if window is None:
-        if versions is not None:
-            raise TypeError("window_versions is for a table made with window=")
+        if versions is not None and not guard:
+            raise TypeError(
+                "window_versions is for a table made with window=, or one whose guard "
+                "follows the window its layout record holds"
+            )
         return None
     if not isinstance(window, Window):
         raise TypeError(f"window must be a Window, got {type(window).__name__}")
@@ -143,8 +149,9 @@ def _window_io(
         )
     if guard:
         raise WindowError(
-            f"the layout record does not store a window yet: open a table in the {window} "
-            "with guard=False"
+            f"window= is for a table whose guard is off: with the guard on, the table follows "
+            f"the window its layout record holds (`saltedtable window open`), so open it with "
+            f"scheme={window.old} (the record's scheme) and without window="
         )
     return WindowTable(table, window, versions)
 
@@ -216,13 +223,14 @@ class SaltedTable(TableAttributes):
         aggregates: The table's aggregate families, ``{family: "int64 sum"}``
             (sum, min, max): ``AddToCell`` to a split row is refused in any
             other family.
-        window: A dual-layout window (docs/epochs-window.md): keys move from
-            ``window.old`` to ``window.new``, which must be ``scheme``. Writes
-            go to the new layout (deletes to both, with tombstones), reads
-            combine both, atomic single-row operations are refused with
-            :class:`~saltedtable.WindowError`. Needs ``guard=False`` for now:
-            the layout record does not store a window yet.
-        window_versions: With ``window``: the column families' ``max_versions``
+        window: A dual-layout window (docs/epochs-window.md) for a table whose
+            guard is off: keys move from ``window.old`` to ``window.new``, which
+            must be ``scheme``. Writes go to the new layout (deletes to both,
+            with tombstones), reads combine both, atomic single-row operations
+            are refused with :class:`~saltedtable.WindowError`. With the guard
+            on, leave it unset: the table follows the window its layout record
+            holds (``saltedtable window open``), from its start to its close.
+        window_versions: In a window: the column families' ``max_versions``
             (an int, or a mapping family -> versions; None: every version),
             re-applied to the union of a key's two rows.
 
@@ -230,6 +238,9 @@ class SaltedTable(TableAttributes):
         TypeError: ``table`` is None, or ``scheme``/``cutoff``/``budget`` of the wrong type.
         WindowError: ``window`` whose new layout is not ``scheme``, with a
             cutoff or epochs, with hot keys, or with the guard on.
+        LayoutError: On first use, a record holding a window whose lead this
+            object cannot keep (``record_refresh`` longer than it, or None), or
+            hot keys with a window.
         ValueError: ``SALTEDTABLE_CLIENT_INTERNALS`` is set to something other
             than on or off (and ``client_internals`` is None).
     """
@@ -296,6 +307,29 @@ class SaltedTable(TableAttributes):
         self._guard.on_adopt = self._adopt
         # So are hot lists that extend this object's (a split made since).
         self._guard.on_adopt_hot = self._adopt_hot
+        # A window the record opens, advances or closes is followed.
+        self._window_versions = window_versions
+        self._guard.window_io = self._window
+        self._guard.on_window = self._follow_window
+
+    def _follow_window(self, state: WindowState | None) -> None:
+        """Use the window the guard read (None: none, or it closed), once its start has come.
+
+        Before the start the table writes and reads the old layout alone; the
+        guard reads the record again at the start, and this switches then.
+        """
+        window: WindowTable | None = None
+        if state is not None and state.mode_at(int(wall_clock() * 1_000_000)) == "window":
+            held = self._window
+            if held is not None and held.window == state.window(self._layout.scheme):
+                window = held
+            else:
+                window = WindowTable(
+                    self._table, state.window(self._layout.scheme), self._window_versions
+                )
+        # One assignment each: an operation reads the window once when it starts.
+        self._window = window
+        self._guard.window_io = window
 
     def _adopt(self, layout: Layout) -> None:
         """Use ``layout`` (the guard adopted it) for every operation from now on."""
@@ -319,10 +353,11 @@ class SaltedTable(TableAttributes):
     def _refreshed(self, operation_timeout: Timeout, attempt_timeout: AttemptTimeout) -> Timeout:
         """Before a scan is planned: read the record again when it is due (it may be adopted).
 
-        The first read of the record stays inside the read, as before.
+        The first read of the record is sent before the scan is planned too:
+        the record may hold a window that has started, which the scan must read.
         """
         guard = self._guard
-        if guard.checked and guard.refreshes and guard.due():
+        if guard.due() and (guard.refreshes or not guard.checked):
             return guard.within(None, operation_timeout, attempt_timeout, "read_rows")
         return operation_timeout
 
@@ -344,6 +379,7 @@ class SaltedTable(TableAttributes):
         client_internals: bool | None = None,
         hot: HotLayout | None = None,
         aggregates: Mapping[str, str] | None = None,
+        window_versions: int | Mapping[str, int] | None = None,
         **table_kwargs: Any,
     ) -> SaltedTable:
         """Open ``table_id`` through ``client.get_table`` and salt it with ``scheme``.
@@ -364,6 +400,7 @@ class SaltedTable(TableAttributes):
             client_internals=client_internals,
             hot=hot,
             aggregates=aggregates,
+            window_versions=window_versions,
         )
 
     @classmethod
@@ -429,7 +466,11 @@ class SaltedTable(TableAttributes):
         return None if self._hot is None else self._hot.layout
 
     def window(self) -> Window | None:
-        """The dual-layout window the table was made with, or None."""
+        """The dual-layout window the table reads and writes through now, or None.
+
+        The one it was made with (``window=``), or, with the guard on, the one its
+        layout record holds once its start has come (until the record says closed).
+        """
         return None if self._window is None else self._window.window
 
     @property
@@ -544,9 +585,11 @@ class SaltedTable(TableAttributes):
                 failing sub-scan raised after the client's retries (the first
                 one), with a note naming its bucket and range.
         """
-        if self._window is not None:
-            return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
         operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
+        if self._window is not None:
+            return self._window_scan(
+                query, operation_timeout, attempt_timeout, retryable_errors, stats
+            )
         call = self._read_call(
             "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -564,11 +607,13 @@ class SaltedTable(TableAttributes):
         stats: CallStats | None = None,
     ) -> list[Row]:
         """Read the rows of a logical query into a list (see :meth:`read_rows_stream`)."""
+        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         if self._window is not None:
-            scan = self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
+            scan = self._window_scan(
+                query, operation_timeout, attempt_timeout, retryable_errors, stats
+            )
             with closing(scan):
                 return [row for row in scan]
-        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
         call = self._read_call(
             "read_rows", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -609,8 +654,29 @@ class SaltedTable(TableAttributes):
             limit=limit,
             row_filter=row_filter,
         )
+        guard = self._guard
+        if guard.due() and (guard.window_state is not None or not guard.checked):
+            # The record may hold a window that has started: read it before planning.
+            return self._prefix_refreshed(
+                query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+            )
+        return self._prefix_scan(
+            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+        )
+
+    def _prefix_scan(
+        self,
+        query: ReadRowsQuery,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> Generator[Row, None, None]:
         if self._window is not None:
-            return self._window_scan(query, operation_timeout, attempt_timeout, retryable_errors)
+            return self._window_scan(
+                query, operation_timeout, attempt_timeout, retryable_errors, stats
+            )
         call = self._read_call(
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
@@ -628,19 +694,43 @@ class SaltedTable(TableAttributes):
             )
         return self._stream(call)
 
+    def _prefix_refreshed(
+        self,
+        query: ReadRowsQuery,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> Generator[Row, None, None]:
+        """A prefix scan that reads the due record first, then scans as it says."""
+        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
+        scan = self._prefix_scan(
+            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+        )
+        with closing(scan) as rows:
+            for row in rows:  # noqa: RUF100, UP028 (the sync twin: a loop inside closing())
+                yield row
+
     def _window_scan(
         self,
         query: Query,
         operation_timeout: Timeout,
         attempt_timeout: AttemptTimeout,
         retryable_errors: Retryable,
+        stats: CallStats | None = None,
     ) -> Generator[Row, None, None]:
-        """A scan in the window: checked now, read as it is iterated (always in key order)."""
+        """A scan in the window: checked now, read as it is iterated (always in key order).
+
+        Its requests and rows are counted in ``stats`` (and the table's stats hook).
+        """
         assert self._window is not None
         checked = self._window.prepare(query)
         check_timeouts(operation_timeout, attempt_timeout)
         return self._window.scan(
             checked,
+            stats=stats,
+            hook=self._reads.hook,
             operation_timeout=operation_timeout,
             attempt_timeout=attempt_timeout,
             retryable_errors=retryable_errors,
@@ -782,7 +872,17 @@ class SaltedTable(TableAttributes):
         """
         if not sharded_query:
             raise ValueError("empty sharded_query")
-        if self._window is not None:
+        operation, attempt = resolve_timeouts(
+            self._table, operation_timeout, attempt_timeout, "read_rows"
+        )
+        deadline = time.monotonic() + operation
+        # Once for the whole call, so that a refusal is raised as it is, not once per
+        # shard; a request that fails fails every shard, as a failed call does.
+        try:
+            self._guard.check((deadline, attempt))
+        except GoogleAPICallError as exc:
+            raise sharded_refused(sharded_query, exc) from None
+        if self._window is not None:  # (after the check: the window may have started)
             # In the window: one query after another (each one ordered, see read_rows).
             out: list[Row] = []
             for one in sharded_query:
@@ -795,16 +895,6 @@ class SaltedTable(TableAttributes):
                     )
                 )
             return out
-        operation, attempt = resolve_timeouts(
-            self._table, operation_timeout, attempt_timeout, "read_rows"
-        )
-        deadline = time.monotonic() + operation
-        # Once for the whole call, so that a refusal is raised as it is, not once per
-        # shard; a request that fails fails every shard, as a failed call does.
-        try:
-            self._guard.check((deadline, attempt))
-        except GoogleAPICallError as exc:
-            raise sharded_refused(sharded_query, exc) from None
 
         def run(i: int) -> list[Row] | Exception:
             left = deadline - time.monotonic()
@@ -1007,6 +1097,7 @@ class SaltedTable(TableAttributes):
                 )
             return answer
         if self._window is not None:
+            self._guard.check_window_horizon()
             return self._window.mutate_row(
                 write.key,
                 mutations if isinstance(mutations, list) else [mutations],
@@ -1061,8 +1152,6 @@ class SaltedTable(TableAttributes):
         if hot is not None and any(hot.is_hot(to_key(e.row_key)) for e in mutation_entries):
             physical, owners = self._hot_entries(hot, mutation_entries)
         later: list[tuple[int, RowMutationEntry]] = []
-        if self._window is not None:
-            physical, later = self._window.entries(mutation_entries)
         error: BaseException | None = None
         try:
             try:
@@ -1075,6 +1164,9 @@ class SaltedTable(TableAttributes):
             except GoogleAPICallError as exc:
                 # Reported as the client reports a call that failed as a whole.
                 raise every_entry_failed(mutation_entries, exc) from None
+            if self._window is not None:  # (placed after the guard: it may have started)
+                self._guard.check_window_horizon()
+                physical, later = self._window.entries(mutation_entries)
             if self._layout is not layout:  # adopted a longer layout: place them again
                 _, keys, _ = bulk_prepare(
                     self._layout, mutation_entries, operation_timeout, attempt_timeout, None, None
@@ -1198,6 +1290,8 @@ class SaltedTable(TableAttributes):
             # (after the guard: it may have adopted hot lists meanwhile)
             self._hot.refuse_atomic(write.key, "check_and_mutate_row")
             write = self._hot_placed(write)
+        if self._window is not None:  # (the guard may have read the window's start just now)
+            self._window.window.refuse_atomic("check_and_mutate_row", row_key)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         return bool(
@@ -1239,6 +1333,8 @@ class SaltedTable(TableAttributes):
             # (after the guard: it may have adopted hot lists meanwhile)
             self._hot.refuse_atomic(write.key, "read_modify_write_row")
             write = self._hot_placed(write)
+        if self._window is not None:  # (the guard may have read the window's start just now)
+            self._window.window.refuse_atomic("read_modify_write_row", row_key)
         if self._layout is not layout or layout.epochs is not None:
             write = self._placed(write, layout)
         row = self._table.read_modify_write_row(
@@ -1294,8 +1390,20 @@ class SaltedTable(TableAttributes):
     # -- the dual-layout window's steps ------------------------------------------------
 
     def _open_window(self) -> Window:
+        """The window the backfill's steps work in (the guard's record read first)."""
+        self._guard.check()
         if self._window is None:
-            raise WindowError("this table was made without a window (window=Window(old, new))")
+            state = self._guard.window_state
+            if state is not None:
+                raise WindowError(
+                    f"the window from {state.old_buckets} to {state.new_buckets} buckets starts "
+                    f"at {instant_of(state.start_micros).isoformat()}: its backfill and the "
+                    "steps after it run once it has started"
+                )
+            raise WindowError(
+                "this table is in no window: its layout record holds none (open one with "
+                "`saltedtable window open`), and it was made without window="
+            )
         return self._window.window
 
     def backfill_window(

@@ -29,6 +29,7 @@ import heapq
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import closing
 from typing import Any, Final, final
 
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
@@ -62,6 +63,7 @@ from .._guard.record import (
 )
 from .._read.plan import plan_reads, rewrite_filter
 from .._read.query import as_query, is_reversed
+from .._read.stats import CallStats, StatsHook, report
 from .._scheme.layout import Layout
 from .._scheme.salt import SCHEME_ROW_KEY, prefix_end, to_key
 from .._scheme.window import BackfillProgress, Window, WindowFilter, plan_filter
@@ -284,12 +286,51 @@ class WindowTable:
             self.window.physical_keys(key)  # a key that cannot be salted fails now
         return query
 
-    def scan(self, query: ReadRowsQuery, **kwargs: Any) -> Generator[Row, None, None]:
-        """The logical rows of a checked query (:meth:`prepare`), in logical key order."""
+    def scan(
+        self,
+        query: ReadRowsQuery,
+        *,
+        stats: CallStats | None = None,
+        hook: StatsHook | None = None,
+        **kwargs: Any,
+    ) -> Generator[Row, None, None]:
+        """The logical rows of a checked query (:meth:`prepare`), in logical key order.
+
+        ``stats`` (made when only ``hook`` is given) counts the ReadRows requests
+        and the logical rows handed over; the hook gets it when the scan ends.
+        """
+        if stats is None and hook is not None:
+            stats = CallStats()
+        if stats is not None and not stats.operation:
+            stats.operation = "read_rows"
+        rows = self._rows(query, stats, **kwargs)
+        error: BaseException | None = None
+        try:
+            with closing(rows):
+                for row in rows:
+                    if stats is not None:
+                        stats.rows += 1
+                    yield row
+        except GeneratorExit:  # the caller left early (a break, or the stream dropped)
+            if stats is not None:
+                stats.ended_early = True
+            raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if stats is not None:
+                report(stats, error, hook)
+
+    def _rows(
+        self, query: ReadRowsQuery, stats: CallStats | None, **kwargs: Any
+    ) -> Generator[Row, None, None]:
         plan = self._filter(query.filter)
         limit = query.limit or None
         if query.row_keys and not query.row_ranges:
             keys = sorted({to_key(k) for k in query.row_keys})
+            if stats is not None:
+                stats.requests += -(-len(keys) // KEYS_PER_REQUEST)
             rows = self.read_keys(keys, query.filter, **kwargs)
             for sent, row in enumerate(rows):
                 if limit is not None and sent >= limit:
@@ -301,6 +342,8 @@ class WindowTable:
             for prefix, sub in self._prefix_queries(query, plan.server):
                 stream = self._table.read_rows_stream(sub, **kwargs)
                 sources.append((len(prefix), stream.__iter__()))
+                if stats is not None:
+                    stats.requests += 1
         except BaseException:
             _close(s for _, s in sources)  # the streams opened before the failure
             raise

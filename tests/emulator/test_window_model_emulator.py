@@ -92,7 +92,8 @@ def test_the_resalt_window_example_runs_on_the_emulator() -> None:
     env = {k: v for k, v in os.environ.items() if k != EMULATOR_HOST_ENV}
     cli = "from saltedtable._cli.main import main; raise SystemExit(main())"
     command = [
-        *(sys.executable, "-c", cli, "emulator", "--table", "users:cf,saltedtable-window"),
+        *(sys.executable, "-c", cli, "emulator"),
+        *("--table", "users:cf,saltedtable,saltedtable-window"),
         *("--", sys.executable, "examples/resalt_window.py"),
     ]
     done = subprocess.run(
@@ -100,13 +101,17 @@ def test_the_resalt_window_example_runs_on_the_emulator() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
+        "2. window stored: 8 -> 64 buckets",
+        "3. the table object is in the resalt window",
         "  b'user2'   mail=u2@x, name=n2",
         "   check_and_mutate_row is refused during the window",
         "4. backfill: 3 + 2 old rows, 5 cells",
-        "   verify: left 0",
-        "   retired 5 old rows",
+        "   verify: left 0, window backfilled",
+        "5. closed: retired 5 old rows",
+        "   the same object now reads with 64 buckets:",
     ):
         assert line in done.stdout, done.stdout
+    assert done.stdout.count("  b'user2'   mail=u2@x, name=n2") == 2  # in and after the window
     assert "b'user3'" not in done.stdout
 
 

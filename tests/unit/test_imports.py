@@ -72,8 +72,8 @@ ORDER: tuple[str, ...] = (
     "_guard.from_record",
     "_guard.resalt",
     "_guard.hot_record",
-    "_guard.decisions",
     "_guard.window_state",
+    "_guard.decisions",
     "_guard",
     # the tables' pure halves, shared by both flavours
     "_write",
@@ -103,6 +103,7 @@ ORDER: tuple[str, ...] = (
     "_connection",
     "_create",
     "_resalt",
+    "_window_ops",
     # around it
     "otel",
     "testing",
@@ -123,6 +124,7 @@ ORDER: tuple[str, ...] = (
     "_cli.migrate",
     "_cli.admin",
     "_cli.resalt",
+    "_cli.window",
     "_cli.read",
     "_cli.main",
     "_cli",

@@ -241,3 +241,20 @@ def test_prefix_sizes_tell_bucket_5_of_n8_from_bucket_5_of_n64() -> None:
     assert report[1]["shared"] == []
     shared = epoch_sizes([("-inf", n16), ("2026-12-01T00:00:00+00:00", n64)], samples)
     assert shared[1]["shared"] == list(range(16))
+
+
+def test_a_window_is_shown_in_text_and_json() -> None:
+    """The record's window: its bucket counts, start, state and lead."""
+    window = {
+        "old_buckets": 8,
+        "new_buckets": 64,
+        "start": "2026-12-01T00:00:00+00:00",
+        "state": "open",
+        "min_lead_s": 120.0,
+    }
+    report = Inspection(table="users", window=window)
+    assert (
+        "window: 8 -> 64 buckets from 2026-12-01T00:00:00+00:00, open (lead 120 s)" in report.text()
+    )
+    assert report.as_json()["window"] == window
+    assert "window" not in Inspection(table="users").as_json()

@@ -16,11 +16,12 @@ from typing import Final, NoReturn
 
 from .._guard.record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
 from .._scheme.salt import HASHES
+from .._scheme.window import WINDOW_CLOCK_MARGIN
 from .args import float_above, float_at_least, int_at_least
 from .commands import EXIT_USAGE
 from .specs import add_time_arguments
 
-__all__ = ["NEW_SCHEME_FIELDS", "PROG", "parse", "parser"]
+__all__ = ["NEW_SCHEME_FIELDS", "PROG", "WINDOW_STEPS", "parse", "parser", "window_parser"]
 
 PROG: Final = "saltedtable migrate"
 
@@ -31,6 +32,11 @@ finishing a forward-only migration (a table with --cutoff), in order:
   cutover         verify, then let fully salted readers open the table too
   delete-legacy   once every service runs without the cutoff: refuse cutoff
                   readers, delete the legacy rows, write the fully salted record
+the resalt window (a table whose record holds one: `saltedtable window open`):
+  backfill-window copy the old layout's rows into the new one (re-runnable)
+  verify-window   count what is left per old bucket; none left: backfilled
+  retire-window   on a backfilled window: delete the old rows and the
+                  tombstones, close the window
 changing the scheme:
   resalt          copy into --to-table with --to-buckets/--to-hash/...,
                   verify, write the new layout record there
@@ -157,6 +163,89 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The resalt window's steps, parsed by :func:`window_parser`.
+WINDOW_STEPS: Final = ("backfill-window", "verify-window", "retire-window")
+
+
+class _WindowParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def window_parser() -> argparse.ArgumentParser:
+    """The parser of the resalt window's steps (one subcommand each)."""
+    p = _WindowParser(
+        prog=PROG,
+        description="The resalt window's Beam steps: the window (its old and new bucket "
+        "counts and state) is read from the table's layout record.",
+        allow_abbrev=False,
+    )
+    steps = p.add_subparsers(dest="step", required=True, metavar="STEP", parser_class=_WindowParser)
+    common = _WindowParser(add_help=False, allow_abbrev=False)
+    table = common.add_argument_group("the table")
+    table.add_argument("--bigtable-project", required=True, help="the table's Google Cloud project")
+    table.add_argument("--instance", required=True, help="Bigtable instance id")
+    table.add_argument("--table", required=True, help="table id")
+    table.add_argument("--app-profile", help="Bigtable app profile id")
+    scheme = common.add_argument_group("its scheme (the bucket counts come from the record)")
+    scheme.add_argument(
+        "-n",
+        "--buckets",
+        type=int_at_least(1),
+        required=True,
+        help="the window's old or new bucket count",
+    )
+    scheme.add_argument("--hash", default="crc32", help="the hash (default crc32)")
+    scheme.add_argument("--key-part", metavar="SPEC", help="fields:K[:SEP] or before-last[:SEP]")
+    scheme.add_argument("--separator", default="-", help="separator after a decimal prefix")
+    scheme.add_argument("--marker", default="", help="bytes before every prefix (text)")
+    run = common.add_argument_group("running")
+    run.add_argument(
+        "--split-mb", type=float_above(0), default=64.0, help="about how much one split reads"
+    )
+    run.add_argument("--progress", action="store_true", help="show progress even if not a terminal")
+    run.add_argument("-v", "--verbose", action="store_true", help="show Apache Beam's own log")
+
+    def step(name: str, summary: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = steps.add_parser(
+            name, parents=[common], help=summary, description=summary, allow_abbrev=False
+        )
+        return sub
+
+    run.add_argument(
+        "--clock-margin",
+        type=float_at_least(0),
+        default=WINDOW_CLOCK_MARGIN,
+        metavar="SECONDS",
+        help="backfill and verify run only this long after the window's start, so "
+        f"writers whose clocks run behind have moved to it (default {WINDOW_CLOCK_MARGIN:g})",
+    )
+    only = "only these old buckets (comma-separated; default all)"
+    back = step("backfill-window", "Copy the old layout's rows into the new one (re-runnable).")
+    back.add_argument("--only-buckets", metavar="B,B,...", help=only)
+    back.add_argument(
+        "--max-cells", type=int_at_least(1), default=100, help="cells one copy request writes"
+    )
+    verify = step(
+        "verify-window",
+        "Count the old rows left to copy, per old bucket; when none is left, mark the "
+        "window backfilled in the record.",
+    )
+    verify.add_argument("--only-buckets", metavar="B,B,...", help=only)
+    retire = step(
+        "retire-window",
+        "On a backfilled window: delete the old rows and the tombstones, close the window.",
+    )
+    retire.add_argument(
+        "--grace",
+        type=float_at_least(0),
+        metavar="SECONDS",
+        help="wait this long after closing the window before the last sweep of tombstones "
+        "(default: the window's stored lead)",
+    )
+    return p
+
+
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]] | int:
     """Parse a ``migrate`` command line: the step's arguments and the rest (Beam's options).
 
@@ -164,7 +253,8 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]] | int:
         ``(args, beam_args)``, or the exit code when argparse already answered:
         0 after ``--help``, 2 after a usage error (printed on stderr).
     """
+    steps = window_parser() if argv and argv[0] in WINDOW_STEPS else parser()
     try:
-        return parser().parse_known_args(list(argv))
+        return steps.parse_known_args(list(argv))
     except SystemExit as exc:  # --help, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else 0

@@ -20,14 +20,13 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import IO, Final, NoReturn, TypedDict
+from typing import IO, TypedDict
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from google.api_core.exceptions import GoogleAPICallError, NotFound
 
-from .._cli.args import float_above, float_at_least, int_at_least
 from .._cli.commands import EXIT_DATA, EXIT_OK, EXIT_USAGE, exit_status, one_line
-from .._cli.migrate import NEW_SCHEME_FIELDS, PROG, parse
+from .._cli.migrate import NEW_SCHEME_FIELDS, PROG, WINDOW_STEPS, parse
 from .._cli.specs import cutoff_policy_from_args, key_part_from_spec
 from .._exceptions import (
     DataError,
@@ -48,12 +47,9 @@ from ._migrate import (
     verify_resalt,
 )
 from ._record_steps import read_record
-from ._window import CLOCK_MARGIN, backfill_window, retire_window, verify_window
+from ._window import backfill_window, retire_window, verify_window
 
-__all__ = ["WINDOW_STEPS", "main", "run_step", "window_parser"]
-
-#: The resalt window's steps, parsed by :func:`window_parser`.
-WINDOW_STEPS: Final = ("backfill-window", "verify-window", "retire-window")
+__all__ = ["main", "run_step"]
 
 _PROG = PROG
 
@@ -115,85 +111,6 @@ def _check_tables(*targets: BigtableTarget, require: bool = False, also: str = "
                 f"{target.instance} --project {target.project} --add-family` (with the "
                 f"scheme options){also}, or give --no-require-record"
             )
-
-
-class _WindowParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def window_parser() -> argparse.ArgumentParser:
-    """The parser of the resalt window's steps (one subcommand each)."""
-    p = _WindowParser(
-        prog=PROG,
-        description="The resalt window's Beam steps: the window (its old and new bucket "
-        "counts and state) is read from the table's layout record.",
-        allow_abbrev=False,
-    )
-    steps = p.add_subparsers(dest="step", required=True, metavar="STEP", parser_class=_WindowParser)
-    common = _WindowParser(add_help=False, allow_abbrev=False)
-    table = common.add_argument_group("the table")
-    table.add_argument("--bigtable-project", required=True, help="the table's Google Cloud project")
-    table.add_argument("--instance", required=True, help="Bigtable instance id")
-    table.add_argument("--table", required=True, help="table id")
-    table.add_argument("--app-profile", help="Bigtable app profile id")
-    scheme = common.add_argument_group("its scheme (the bucket counts come from the record)")
-    scheme.add_argument(
-        "-n",
-        "--buckets",
-        type=int_at_least(1),
-        required=True,
-        help="the window's old or new bucket count",
-    )
-    scheme.add_argument("--hash", default="crc32", help="the hash (default crc32)")
-    scheme.add_argument("--key-part", metavar="SPEC", help="fields:K[:SEP] or before-last[:SEP]")
-    scheme.add_argument("--separator", default="-", help="separator after a decimal prefix")
-    scheme.add_argument("--marker", default="", help="bytes before every prefix (text)")
-    run = common.add_argument_group("running")
-    run.add_argument(
-        "--split-mb", type=float_above(0), default=64.0, help="about how much one split reads"
-    )
-    run.add_argument("--progress", action="store_true", help="show progress even if not a terminal")
-    run.add_argument("-v", "--verbose", action="store_true", help="show Apache Beam's own log")
-
-    def step(name: str, summary: str) -> argparse.ArgumentParser:
-        sub: argparse.ArgumentParser = steps.add_parser(
-            name, parents=[common], help=summary, description=summary, allow_abbrev=False
-        )
-        return sub
-
-    run.add_argument(
-        "--clock-margin",
-        type=float_at_least(0),
-        default=CLOCK_MARGIN,
-        metavar="SECONDS",
-        help="backfill and verify run only this long after the window's start, so "
-        f"writers whose clocks run behind have moved to it (default {CLOCK_MARGIN:g})",
-    )
-    only = "only these old buckets (comma-separated; default all)"
-    back = step("backfill-window", "Copy the old layout's rows into the new one (re-runnable).")
-    back.add_argument("--only-buckets", metavar="B,B,...", help=only)
-    back.add_argument(
-        "--max-cells", type=int_at_least(1), default=100, help="cells one copy request writes"
-    )
-    verify = step(
-        "verify-window",
-        "Count the old rows left to copy, per old bucket; when none is left, mark the "
-        "window backfilled in the record.",
-    )
-    verify.add_argument("--only-buckets", metavar="B,B,...", help=only)
-    retire = step(
-        "retire-window",
-        "On a backfilled window: delete the old rows and the tombstones, close the window.",
-    )
-    retire.add_argument(
-        "--grace",
-        type=float_at_least(0),
-        metavar="SECONDS",
-        help="wait this long after closing the window before the last sweep of tombstones "
-        "(default: the window's stored lead)",
-    )
-    return p
 
 
 def _only_buckets(text: str | None) -> list[int] | None:
@@ -296,16 +213,7 @@ def _say(line: str) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """Parse a ``migrate`` command line and run its step; return the exit code.
-
-    A resalt window step (:data:`WINDOW_STEPS`) is parsed by :func:`window_parser`.
-    """
-    if argv and argv[0] in WINDOW_STEPS:
-        try:
-            args, beam_args = window_parser().parse_known_args(list(argv))
-        except SystemExit as exc:  # --help, or a usage error already printed
-            return exc.code if isinstance(exc.code, int) else 0
-        return run_step(args, beam_args)
+    """Parse a ``migrate`` command line and run its step; return the exit code."""
     parsed = parse(argv)
     if isinstance(parsed, int):
         return parsed

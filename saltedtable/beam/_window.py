@@ -53,7 +53,7 @@ from .._read.split import DEFAULT_SPLIT_BYTES, Split
 from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
 from .._scheme.salt import SaltScheme, prefix_end
-from .._scheme.window import Window
+from .._scheme.window import WINDOW_CLOCK_MARGIN, Window
 from .._sync_autogen.window_table import MAX_REPLANS
 from ._io import (
     METRICS_NAMESPACE,
@@ -143,7 +143,7 @@ def open_window_of(table: Table, scheme: SaltScheme, step: str) -> WindowSteps:
 
 
 #: Seconds after the window's start before a backfill or verify runs (by default).
-CLOCK_MARGIN: Final = 60.0
+CLOCK_MARGIN: Final = WINDOW_CLOCK_MARGIN
 
 
 def _started(steps: WindowSteps, step: str, now_micros: int, clock_margin: float) -> None:

@@ -27,6 +27,7 @@ from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import FamilyNameRegexFilter
 
 from saltedtable import SaltedTableAsync, SaltScheme, Window, WindowError
+from saltedtable._cli.main import main as saltedtable_main
 from saltedtable._exceptions import LayoutError
 from saltedtable._guard.record import describe_layout
 from saltedtable._guard.window_state import open_window, window_of
@@ -37,7 +38,6 @@ from saltedtable.beam import (
     retire_window,
     verify_window,
 )
-from saltedtable.beam._cli import main as cli_main
 from saltedtable.beam._record_steps import read_record, swap_record
 from saltedtable.testing import INSTANCE, PROJECT
 from tests.beam.helpers import snapshot
@@ -263,14 +263,15 @@ async def test_the_window_steps_on_the_command_line(
     make_table: MakeTable,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """backfill-window, verify-window, retire-window: exit codes and what they print."""
+    """``saltedtable migrate backfill-window | verify-window | retire-window``: exit codes
+    and what they print."""
     table_id, table = await _table_in_window(data_client, make_table)
     before = await _logical(table)
     where = ["--bigtable-project", PROJECT, "--instance", INSTANCE, "--table", table_id]
 
     def run(step: str, *more: str) -> tuple[int, str, str]:
         margin = ["--clock-margin", "0"] if step != "retire-window" else []
-        code = cli_main([step, *where, "-n", "64", *margin, *more])
+        code = saltedtable_main(["migrate", step, *where, "-n", "64", *margin, *more])
         out, err = capsys.readouterr()
         return code, out, err
 

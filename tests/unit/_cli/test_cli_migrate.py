@@ -52,6 +52,35 @@ def test_step_help_works_without_beam(step: str, capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.usefixtures("no_beam")
+@pytest.mark.parametrize("step", ["backfill-window", "verify-window", "retire-window"])
+def test_window_step_help_works_without_beam(step: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The resalt window's steps are ``saltedtable migrate`` steps, parsed without Beam."""
+    assert main(["migrate", step, "--help"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"usage: saltedtable migrate {step}")
+    assert "--bigtable-project" in out
+    assert ("--only-buckets" in out) is (step != "retire-window")
+    assert ("--grace" in out) is (step == "retire-window")
+    assert err == ""
+    assert not any(m.startswith("saltedtable.beam") for m in sys.modules)
+    main(["migrate", "--help"])
+    assert step in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("no_beam")
+def test_a_window_step_without_beam_names_the_package(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A well-formed window step exits 2 saying that it needs Beam."""
+    argv = ["migrate", "verify-window", "-n", "64", "--bigtable-project", "p"]
+    argv += ["--instance", "i", "--table", "t"]
+    assert main(argv) == 2
+    assert_one_line_error(
+        capsys.readouterr().err, "the verify-window step runs on Apache Beam", "pip install"
+    )
+
+
+@pytest.mark.usefixtures("no_beam")
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [

@@ -19,7 +19,16 @@ round runs, in a shuffled order (seeded):
   with the second), one after the other: "each epoch's own buckets' requests",
   which the epoch scan must not exceed.
 
-Reported: requests of each in every round (saltedtable's from its statistics),
+With ``--section window`` it measures the dual-layout window instead (keys
+without a time): a table in a 16 -> 64 window whose first half of the rows was
+written before the window (old layout) and the second half in it (new layout).
+Each round runs ``window`` (the window table's ordered scan), ``raw_union``
+(the raw client, one sub-scan per distinct physical prefix of both layouts: 64)
+and ``raw_each`` (16 + 64 sub-scans); reported: requests, paired time ratios
+raw / window, and the window's point read: the requests a ``read_row`` sends
+(one, carrying the key's old and new physical keys).
+
+Reported (epochs): requests of each in every round (saltedtable's from its statistics),
 the paired time ratios other / salted per round (median, min, max: above 1 the
 epoch scan is faster), a point read's requests per ``read_row`` (one), and
 ``issue``: the proof's terms, per ordering: requests of the epoch scan over the
@@ -59,6 +68,7 @@ from saltedtable import (
     ReadBudget,
     SaltedTableAsync,
     SaltScheme,
+    Window,
     epoch_field,
 )
 from saltedtable.testing import (
@@ -236,6 +246,102 @@ async def run(rows: int, rounds: int, address: str, budget: ReadBudget) -> dict[
             delete_table(address, table_id, missing_ok=True)
 
 
+OLD, NEW = SaltScheme(16), SaltScheme(64)
+
+
+def entity(i: int) -> bytes:
+    """Row ``i`` of the window section: an entity key, no time in it."""
+    return b"user%07d" % i
+
+
+async def run_window(rows: int, rounds: int, address: str, budget: ReadBudget) -> dict[str, Any]:
+    table_id = f"window-{uuid.uuid4().hex[:8]}"
+    create_table(address, table_id, ("cf", "saltedtable-window"))
+    try:
+        async with BigtableDataClientAsync(project=PROJECT) as client:
+            raw = client.get_table(INSTANCE, table_id)
+            before = SaltedTableAsync(raw, OLD, guard=False)
+            window = SaltedTableAsync(raw, NEW, guard=False, budget=budget, window=Window(OLD, NEW))
+            for writer, part in ((before, range(rows // 2)), (window, range(rows // 2, rows))):
+                for start in range(part.start, part.stop, 1000):
+                    await writer.bulk_mutate_rows(
+                        [
+                            RowMutationEntry(entity(i), SetCell("cf", b"v", b"x" * 100, 1000))
+                            for i in range(start, min(start + 1000, part.stop))
+                        ]
+                    )
+            union = sorted({p for s in (OLD, NEW) for p in s.prefixes})
+            each = [p for s in (OLD, NEW) for p in s.prefixes]
+            requests: dict[str, list[int]] = {}
+
+            async def window_scan() -> int:
+                stats = CallStats()
+                got = len(await window.read_rows(ReadRowsQuery(), stats=stats))
+                requests.setdefault("window", []).append(stats.requests)
+                return got
+
+            async def raw_scan_of(name: str, prefixes: list[bytes]) -> int:
+                got, sent = await raw_scan(raw, prefixes)
+                requests.setdefault(name, []).append(sent)
+                return got
+
+            runs: dict[str, Callable[[], Awaitable[int]]] = {
+                "window": window_scan,
+                "raw_union": functools.partial(raw_scan_of, "raw_union", union),
+                "raw_each": functools.partial(raw_scan_of, "raw_each", each),
+            }
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            order = list(runs)
+            shuffle = random.Random(39)
+            for _ in range(rounds):
+                shuffle.shuffle(order)
+                for name in order:
+                    started = time.perf_counter()
+                    got = await runs[name]()
+                    times[name].append(time.perf_counter() - started)
+                    assert got >= rows, (name, got)
+            calls = 0
+            real_rows, real_stream = raw.read_rows, raw.read_rows_stream
+
+            async def rows_call(*args: Any, **kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return await real_rows(*args, **kwargs)
+
+            async def stream_call(*args: Any, **kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return await real_stream(*args, **kwargs)
+
+            raw.read_rows = rows_call  # type: ignore[method-assign]
+            raw.read_rows_stream = stream_call  # type: ignore[method-assign]
+            points = [entity(0), entity(rows - 1)]  # an old row, a new row
+            for k in points:
+                assert await window.read_row(k) is not None
+            raw.read_rows, raw.read_rows_stream = real_rows, real_stream  # type: ignore[method-assign]
+
+            def ratio(name: str) -> dict[str, float]:
+                paired = [r / s for r, s in zip(times[name], times["window"], strict=True)]
+                return {
+                    "median": round(statistics.median(paired), 3),
+                    "min": round(min(paired), 3),
+                    "max": round(max(paired), 3),
+                }
+
+            return {
+                "rows": rows,
+                "rounds": rounds,
+                "window": str(Window(OLD, NEW)),
+                "requests": requests,
+                "seconds_median": {n: round(statistics.median(t), 4) for n, t in times.items()},
+                "raw_union_over_window": ratio("raw_union"),
+                "raw_each_over_window": ratio("raw_each"),
+                "point_read_requests": calls / len(points),
+            }
+    finally:
+        delete_table(address, table_id, missing_ok=True)
+
+
 @contextlib.contextmanager
 def emulator() -> Iterator[str]:
     if os.environ.get(EMULATOR_HOST_ENV):
@@ -253,12 +359,16 @@ def main() -> None:
     parser.add_argument(
         "--budget-mb", type=int, default=8, help="the reads' ReadBudget bytes (default 8 MiB)"
     )
+    parser.add_argument(
+        "--section", choices=("epochs", "window"), default="epochs", help="what to measure"
+    )
     args = parser.parse_args()
     budget = ReadBudget(rows=1 << 30, bytes=args.budget_mb << 20)
     if args.budget_mb == 8:
         budget = ReadBudget()
     with emulator() as address:
-        report = asyncio.run(run(args.rows, args.rounds, address, budget))
+        measure = run_window if args.section == "window" else run
+        report = asyncio.run(measure(args.rows, args.rounds, address, budget))
     print(json.dumps(report, indent=1))
 
 

@@ -5,6 +5,9 @@ newest epoch's, where the record has epochs) in one field::
 
     "hot": {"parts": {"<hex part>": K, ...}, "rows": {"<hex key>": K, ...}}
 
+and, while a listed part's rows are being moved, ``"moving": {"<hex part>":
+K_old}`` in the same object (absent: nothing moves).
+
 It is kept for the newest scheme only, not per epoch: a split answers today's
 write load, which goes to the newest scheme; K is bounded by that scheme's N;
 and one field leaves the epoch list's format (which other changes append to)
@@ -45,7 +48,9 @@ __all__ = [
 HOT_FIELD: Final = "hot"
 
 
-def _lists(record: LayoutRecord) -> tuple[dict[bytes, int], dict[bytes, int]] | None:
+def _lists(
+    record: LayoutRecord,
+) -> tuple[dict[bytes, int], dict[bytes, int], dict[bytes, int]] | None:
     for name, text in record.extra:
         if name != HOT_FIELD:
             continue
@@ -53,7 +58,7 @@ def _lists(record: LayoutRecord) -> tuple[dict[bytes, int], dict[bytes, int]] | 
         if not isinstance(value, dict):
             raise LayoutError(f"the layout record's {HOT_FIELD!r} field holds {value!r}")
         out: list[dict[bytes, int]] = []
-        for what in ("parts", "rows"):
+        for what in ("parts", "rows", "moving"):
             listed = value.get(what) or {}
             if not isinstance(listed, dict):
                 raise LayoutError(f"the layout record's hot {what} are {listed!r}")
@@ -61,7 +66,7 @@ def _lists(record: LayoutRecord) -> tuple[dict[bytes, int], dict[bytes, int]] | 
                 out.append({bytes.fromhex(k): v for k, v in listed.items()})
             except ValueError as exc:
                 raise LayoutError(f"the layout record's hot {what}: {exc}") from None
-        return out[0], out[1]
+        return out[0], out[1], out[2]
     return None
 
 
@@ -75,7 +80,7 @@ def hot_layout_of(record: LayoutRecord, scheme: SaltScheme) -> HotLayout | None:
     if lists is None:
         return None
     try:
-        return HotLayout(scheme, parts=lists[0], rows=lists[1])
+        return HotLayout(scheme, parts=lists[0], rows=lists[1], moving=lists[2])
     except SaltSchemeError as exc:
         raise LayoutError(f"the layout record's hot lists: {exc}") from None
 
@@ -85,6 +90,9 @@ def _field(hot: HotLayout) -> str:
         "parts": {k.hex(): v for k, v in hot.parts.items()},
         "rows": {k.hex(): v for k, v in hot.rows.items()},
     }
+    if hot.moving:
+        # Only while a part moves: a record without moves stays byte for byte as before.
+        value["moving"] = {k.hex(): v for k, v in hot.moving.items()}
     return json.dumps(value, sort_keys=True)
 
 
@@ -94,12 +102,32 @@ def without_hot(record: LayoutRecord) -> LayoutRecord:
     return record if extra == record.extra else dataclasses.replace(record, extra=extra)
 
 
+_OWN_KEYS: Final = frozenset({"parts", "rows", "moving"})
+
+
+def _others(record: LayoutRecord) -> dict[str, Any]:
+    # Keys of the hot field this module does not own (a newer release's): kept as they are.
+    for name, text in record.extra:
+        if name == HOT_FIELD:
+            value = json.loads(text)
+            if isinstance(value, dict):
+                return {k: v for k, v in value.items() if k not in _OWN_KEYS}
+    return {}
+
+
 def with_hot(record: LayoutRecord, hot: HotLayout | None) -> LayoutRecord:
-    """The record with these hot lists (none, or empty lists: no field at all)."""
+    """The record with these hot lists (none, or empty lists: no field at all).
+
+    Keys of the stored field this release does not know are kept.
+    """
     base = without_hot(record)
     if hot is None or (not hot.parts and not hot.rows):
         return base
-    return dataclasses.replace(base, extra=tuple(sorted((*base.extra, (HOT_FIELD, _field(hot))))))
+    text = _field(hot)
+    others = _others(record)
+    if others:
+        text = json.dumps({**others, **json.loads(text)}, sort_keys=True)
+    return dataclasses.replace(base, extra=tuple(sorted((*base.extra, (HOT_FIELD, text)))))
 
 
 def split_record(
@@ -108,8 +136,15 @@ def split_record(
     kind: Literal["part", "row"],
     value: bytes | str,
     k: int,
+    *,
+    rows_exist: bool = False,
 ) -> tuple[HotLayout, HotLayout, LayoutRecord]:
     """The record after listing a part or row with fan-out ``k`` (or raising its K).
+
+    Listing a part, or raising its K, moves some of its rows. With
+    ``rows_exist`` the new lists name the part as moving from its old fan-out
+    (``moving``), so readers consult both placements until the move is
+    finished; without, the part has no rows to move (the caller checked).
 
     Returns:
         The hot lists before and after, and the new record.
@@ -117,7 +152,8 @@ def split_record(
     Raises:
         LayoutError: The record has a cutoff or epochs (hot lists need one scheme).
         SaltSchemeError: ``k`` outside ``2..N``, a K that would fall, a part on a
-            whole-key scheme, or a change :func:`check_hot_change` refuses.
+            whole-key scheme, or a change :func:`check_hot_change` refuses (a
+            part still moving included).
     """
     if record.cutoff is not None or record.epochs is not None:
         raise LayoutError(
@@ -131,7 +167,10 @@ def split_record(
     if listed.get(key) == k:
         raise SaltSchemeError(f"hot {kind} {format_key(key)!r} is already listed with K={k}")
     listed[key] = k
-    after = HotLayout(scheme, parts=parts, rows=rows)
+    moving = dict(before.moving)
+    if kind == "part" and rows_exist:
+        moving[key] = before.parts.get(key, 1)
+    after = HotLayout(scheme, parts=parts, rows=rows, moving=moving)
     check_hot_change(before, after)
     return before, after, with_hot(record, after)
 

@@ -170,15 +170,23 @@ class HotLayout:
         parts: ``{part value: K}``: the rows whose key part is listed go to one of
             K buckets (needs a scheme with a ``key_part``).
         rows: ``{logical row key: K}``: each listed row is stored as K sub-rows.
+        moving: ``{part value: K_old}``: listed parts whose rows may still sit
+            where fan-out ``K_old`` placed them (1: the part's home bucket, it
+            was not listed), because the part was listed, or its K raised, after
+            its rows were written. Writes go to the placement of ``parts``;
+            reads consult both until a backfill has moved the rows and a record
+            change removes the entry (:mod:`saltedtable._scheme.hot_move`).
 
     Raises:
-        SaltSchemeError: A K outside ``2..N``, an empty value, or hot parts on a
-            scheme that hashes the whole key (list the key as a hot row).
+        SaltSchemeError: A K outside ``2..N``, an empty value, hot parts on a
+            scheme that hashes the whole key (list the key as a hot row), or a
+            moving part that is not listed with a K above its ``K_old``.
     """
 
     scheme: SaltScheme
     parts: Mapping[bytes, int] = field(default_factory=dict)
     rows: Mapping[bytes, int] = field(default_factory=dict)
+    moving: Mapping[bytes, int] = field(default_factory=dict)
 
     _index: dict[int, int] = field(init=False, repr=False, compare=False)
 
@@ -191,30 +199,94 @@ class HotLayout:
                 f"{self.scheme} hashes the whole key, so a key part is one row: list "
                 f"{format_key(next(iter(parts)))!r} as a hot row instead"
             )
+        moving: dict[bytes, int] = {}
+        for raw, k_old in self.moving.items():
+            part = to_key(raw)
+            k = parts.get(part)
+            if k is None:
+                raise SaltSchemeError(
+                    f"moving part {format_key(part)!r} is not a listed hot part: a move goes "
+                    "to the placement the list gives"
+                )
+            if not isinstance(k_old, int) or isinstance(k_old, bool) or not 1 <= k_old < k:
+                raise SaltSchemeError(
+                    f"moving part {format_key(part)!r}: its old fan-out must be an integer "
+                    f"from 1 to K - 1 = {k - 1}, got {k_old!r}"
+                )
+            moving[part] = k_old
         object.__setattr__(self, "parts", MappingProxyType(parts))
         object.__setattr__(self, "rows", MappingProxyType(rows))
+        object.__setattr__(self, "moving", MappingProxyType(dict(sorted(moving.items()))))
         object.__setattr__(self, "_index", {b: i for i, b in enumerate(self.scheme.bucket_ids)})
 
     def __reduce__(
         self,
-    ) -> tuple[type[HotLayout], tuple[SaltScheme, dict[bytes, int], dict[bytes, int]]]:
+    ) -> tuple[
+        type[HotLayout], tuple[SaltScheme, dict[bytes, int], dict[bytes, int], dict[bytes, int]]
+    ]:
         # A mapping proxy cannot be pickled (Beam pickles what its workers use).
-        return HotLayout, (self.scheme, dict(self.parts), dict(self.rows))
+        return HotLayout, (self.scheme, dict(self.parts), dict(self.rows), dict(self.moving))
 
     def __repr__(self) -> str:
-        return f"HotLayout({self.scheme}, parts={dict(self.parts)!r}, rows={dict(self.rows)!r})"
+        text = f"HotLayout({self.scheme}, parts={dict(self.parts)!r}, rows={dict(self.rows)!r}"
+        # Without moving parts the repr is the one it always was.
+        return text + (f", moving={dict(self.moving)!r})" if self.moving else ")")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HotLayout):
             return NotImplemented
-        return (self.scheme, dict(self.parts), dict(self.rows)) == (
+        return (self.scheme, dict(self.parts), dict(self.rows), dict(self.moving)) == (
             other.scheme,
             dict(other.parts),
             dict(other.rows),
+            dict(other.moving),
         )
 
     def __hash__(self) -> int:
-        return hash((self.scheme, tuple(self.parts.items()), tuple(self.rows.items())))
+        return hash(
+            (
+                self.scheme,
+                tuple(self.parts.items()),
+                tuple(self.rows.items()),
+                tuple(self.moving.items()),
+            )
+        )
+
+    # -- a move ----------------------------------------------------------------
+
+    @property
+    def before(self) -> HotLayout | None:
+        """The placement the moving parts' rows had before their move (None: nothing moves).
+
+        The same lists, with each moving part at its old fan-out (unlisted where it was 1).
+        """
+        if not self.moving:
+            return None
+        parts = {p: self.moving.get(p, k) for p, k in self.parts.items()}
+        return HotLayout(self.scheme, {p: k for p, k in parts.items() if k > 1}, self.rows)
+
+    def moving_part(self, key: bytes | str) -> bytes | None:
+        """The moving part ``key`` belongs to (None: its part is not moving)."""
+        if not self.moving:
+            return None
+        part = self.scheme.hashed_part(to_key(key))
+        return part if part in self.moving else None
+
+    def move_keys(self, key: bytes | str) -> tuple[bytes, bytes | None]:
+        """``(new physical key, old physical key)`` of an unsplit row; old None: one row.
+
+        The old key is None when the row's part is not moving, or when the move
+        leaves this key where it was (the jump hash keeps a key in its bucket
+        with chance ``K_old / K``): there is then one physical row and nothing
+        to combine. A split row never moves (a change may not move its home).
+        """
+        key = to_key(key)
+        new = self.physical_keys(key)[0]
+        before = self.before
+        if before is None or key in self.rows or self.moving_part(key) is None:
+            return new, None
+        old = before.physical_keys(key)[0]
+        return new, (None if old == new else old)
 
     # -- buckets ---------------------------------------------------------------
 
@@ -319,6 +391,13 @@ def check_hot_change(before: HotLayout, after: HotLayout) -> None:
         raise SaltSchemeError(
             f"a hot-key change keeps the scheme: {before.scheme} then {after.scheme}"
         )
+    for part, k_old in before.moving.items():
+        if after.parts.get(part) != before.parts[part]:
+            raise SaltSchemeError(
+                f"hot part {format_key(part)!r} is still moving from K={k_old} to "
+                f"K={before.parts[part]}: finish that move (saltedtable split --finish) "
+                "before changing its K again"
+            )
     for what, old, new in (("part", before.parts, after.parts), ("row", before.rows, after.rows)):
         for key, k in old.items():
             if new.get(key, 1) < k:
@@ -492,6 +571,14 @@ def refuse_atomic(
     """
     key = to_key(key)
     k = layout.rows.get(key)
+    moving = layout.moving_part(key)
+    if moving is not None and layout.move_keys(key)[1] is not None:
+        raise SplitKeyError(
+            f"{operation} is atomic on one row, but row {format_key(key)!r} is moving: its "
+            f"key part {format_key(moving)!r} moves from fan-out K={layout.moving[moving]} "
+            f"to K={layout.parts[moving]} and the row may sit in both places until the "
+            "move is finished (saltedtable split --finish)"
+        )
     if k is not None:
         raise SplitKeyError(
             f"{operation} is atomic on one row, but row {format_key(key)!r} is split into "

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 import farmhash
 
 from .._exceptions import RowKeyError, SaltSchemeError, SplitKeyError
-from .salt import MAX_ROW_KEY_BYTES, SaltScheme, format_key, to_key
+from .salt import MAX_ROW_KEY_BYTES, SaltScheme, fields, format_key, to_key
 
 if TYPE_CHECKING:  # the client's value types, imported only when rows are combined
     from google.cloud.bigtable.data.mutations import Mutation
@@ -214,6 +214,12 @@ class HotLayout:
                     f"from 1 to K - 1 = {k - 1}, got {k_old!r}"
                 )
             moving[part] = k_old
+        if moving and not isinstance(self.scheme.key_part, fields):
+            # (hot_move.part_ranges: a moving part is cut out of scans as key ranges.)
+            raise SaltSchemeError(
+                f"a hot part can move only under a fields(...) key part; {self.scheme} has "
+                "another: list parts before their rows are written"
+            )
         object.__setattr__(self, "parts", MappingProxyType(parts))
         object.__setattr__(self, "rows", MappingProxyType(rows))
         object.__setattr__(self, "moving", MappingProxyType(dict(sorted(moving.items()))))
@@ -405,7 +411,13 @@ def check_hot_change(before: HotLayout, after: HotLayout) -> None:
                     f"hot {what} {format_key(key)!r}: K may only rise (from {k} to "
                     f"{new.get(key, 1)}); folding a split back is not supported"
                 )
+    moved = after.before
     for row in after.rows:
+        if moved is not None and moved.bucket_of(row) != after.bucket_of(row):
+            raise SaltSchemeError(
+                f"hot row {format_key(row)!r} belongs to a moving part and its home moves: "
+                "finish the move (saltedtable split --finish) before splitting it"
+            )
         was, now = before.bucket_of(row), after.bucket_of(row)
         if was != now:
             raise SaltSchemeError(

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Final
 
 from .._exceptions import SaltedTableError, SaltSchemeError, SplitKeyError
 from .hot import HotLayout
-from .salt import format_key, to_key
+from .ranges import KeyRange
+from .salt import fields, format_key, prefix_end, to_key
 from .window import (
     WINDOW_FAMILY,
     BackfillCopy,
@@ -67,6 +68,7 @@ __all__ = [
     "move_retire",
     "move_write",
     "old_buckets",
+    "part_ranges",
 ]
 
 #: The family a moving part's tombstones live in: the resalt window's own
@@ -179,6 +181,28 @@ def move_retire(
     if old_key is None or old is None or cells_to_copy(old, new, family=MOVE_FAMILY):
         return None
     return old_key, (DeleteAllFromRow(),)
+
+
+def part_ranges(layout: HotLayout, part: bytes | str) -> tuple[KeyRange, KeyRange]:
+    """The logical key ranges that hold exactly the keys of ``part`` (key order).
+
+    With ``fields(k, sep)`` a part's keys are the part itself and every key
+    that starts with the part and ``sep``. A move needs this (a scan cuts the
+    moving part out of its ranges), so a part can move only under ``fields``.
+
+    Raises:
+        SaltSchemeError: The scheme's key part is not ``fields``.
+    """
+    key_part = layout.scheme.key_part
+    if not isinstance(key_part, fields):
+        raise SaltSchemeError(
+            f"a hot part can move (be listed, or have its K raised, with rows present) only "
+            f"under a fields(...) key part, whose parts are key ranges; {layout.scheme} "
+            "has another: list parts before their rows are written"
+        )
+    part = to_key(part)
+    inner = part + key_part.sep
+    return KeyRange(part, True, part, True), KeyRange(inner, True, prefix_end(inner), False)
 
 
 def old_buckets(layout: HotLayout, part: bytes | str) -> tuple[int, ...]:

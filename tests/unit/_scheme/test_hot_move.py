@@ -180,6 +180,15 @@ def test_a_change_may_not_touch_a_moving_part_but_may_list_others() -> None:
     check_hot_change(moving, HotLayout(TENANT, parts={PART: 4, b"t8": 2}, moving={PART: 1}))
     with pytest.raises(SaltSchemeError, match="still moving"):
         check_hot_change(moving, HotLayout(TENANT, parts={PART: 8}, moving={PART: 1}))
+    key = _a_key(moving, True)
+    with pytest.raises(SaltSchemeError, match="belongs to a moving part"):
+        check_hot_change(
+            moving, HotLayout(TENANT, parts={PART: 4}, rows={key: 2}, moving={PART: 1})
+        )
+    staying = _a_key(moving, False)
+    check_hot_change(
+        moving, HotLayout(TENANT, parts={PART: 4}, rows={staying: 2}, moving={PART: 1})
+    )
 
 
 # -- writes and atomics -------------------------------------------------------------

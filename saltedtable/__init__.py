@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from ._read.sources import SubScan
     from ._resalt import AppendResult, append_epoch
     from ._scheme.window import BackfillProgress, Window
-    from ._split import split_hot_key
+    from ._split import MoveProgress, finish_hot_move, split_hot_key
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
     from ._sync_autogen.table import SaltedTable
     from ._sync_autogen.table_like import SyncTableLike
@@ -86,6 +86,8 @@ _LAZY: dict[str, str] = {
     "SubQuery": "._read.plan",
     "plan_reads": "._read.plan",
     "split_hot_key": "._split",
+    "finish_hot_move": "._split",
+    "MoveProgress": "._split",
     "rewrite_filter": "._read.plan",
     "SubScan": "._read.sources",
     "SaltedTable": "._sync_autogen.table",
@@ -166,6 +168,7 @@ __all__ = [
     "Layout",
     "LayoutError",
     "LayoutRecord",
+    "MoveProgress",
     "NamedKeyPart",
     "OneRequestOutcome",
     "OneRequestResult",
@@ -203,6 +206,7 @@ __all__ = [
     "describe_layout",
     "epoch_field",
     "fields",
+    "finish_hot_move",
     "iso8601_field",
     "named_key_part",
     "plan_reads",

@@ -300,7 +300,14 @@ class Inspection:
                 f"{b}: {self.buckets.get(b, 0):,.0f} B" if self.buckets else str(b)
                 for b in hot["buckets"]
             )
-            lines.append(f"hot {hot['kind']} {hot['value']!r}: K={hot['k']} (buckets {sizes})")
+            moving = (
+                f", moving from K={hot['moving_from']} (saltedtable split --finish)"
+                if "moving_from" in hot
+                else ""
+            )
+            lines.append(
+                f"hot {hot['kind']} {hot['value']!r}: K={hot['k']} (buckets {sizes}){moving}"
+            )
         if self.epochs:
             lines.append(f"epochs: {len(self.epochs)}")
         for e in self.epochs:

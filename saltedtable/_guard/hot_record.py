@@ -199,9 +199,15 @@ def describe_hot(hot: HotLayout | None) -> list[dict[str, Any]]:
         return []
     out: list[dict[str, Any]] = []
     for part, k in hot.parts.items():
-        out.append(
-            {"kind": "part", "value": format_key(part), "k": k, "buckets": hot.part_buckets(part)}
-        )
+        entry: dict[str, Any] = {
+            "kind": "part",
+            "value": format_key(part),
+            "k": k,
+            "buckets": hot.part_buckets(part),
+        }
+        if part in hot.moving:
+            entry["moving_from"] = hot.moving[part]
+        out.append(entry)
     for row, k in hot.rows.items():
         out.append(
             {"kind": "row", "value": format_key(row), "k": k, "buckets": hot.row_buckets(row)}

@@ -19,6 +19,7 @@ from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
 from google.cloud.bigtable.data.mutations import (
     AddToCell,
     DeleteAllFromFamily,
+    DeleteAllFromRow,
     Mutation,
     SetCell,
 )
@@ -544,3 +545,34 @@ def test_a_split_rows_failure_in_the_batcher_is_reported_once() -> None:
         assert [(exc.index, exc.entry) for exc in bulk.value.exceptions] == [(0, entry)]
 
     asyncio.run(scenario())
+
+
+def test_the_sync_table_reads_a_moving_part_in_both_places() -> None:
+    """The generated SaltedTable: a point read in one request, the part's scan once per key."""
+    fake = FakeTable(families=FAMILIES)
+    sync = SyncFakeTable(fake)
+    before = SaltedTable(sync, SCHEME, guard=False)  # type: ignore[arg-type]
+    for i in range(12):
+        before.mutate_row(b"t0#%02d" % i, SetCell("cf", b"a", b"old", 1000))
+    hot = HotLayout(SCHEME, parts={b"t0": 4}, moving={b"t0": 1})
+    table = SaltedTable(sync, SCHEME, guard=False, hot=hot)  # type: ignore[arg-type]
+    moved = [k for k in (b"t0#%02d" % i for i in range(12)) if hot.move_keys(k)[1]]
+    assert moved
+    table.mutate_row(moved[0], SetCell("cf", b"b", b"new", 2000))
+    table.mutate_row(moved[1], DeleteAllFromRow())
+    reads = len(fake.read_kwargs)
+    row = table.read_row(moved[0])
+    assert len(fake.read_kwargs) == reads + 1  # one request carrying both keys
+    assert row is not None
+    assert sorted((c.qualifier, c.value) for c in row.cells) == [(b"a", b"old"), (b"b", b"new")]
+    assert table.read_row(moved[1]) is None
+    assert not table.row_exists(moved[1])
+    want = [b"t0#%02d" % i for i in range(12) if b"t0#%02d" % i != moved[1]]
+    assert [r.row_key for r in table.read_prefix(b"t0#")] == want
+    assert [r.row_key for r in table.read_prefix(b"t0#", limit=3)] == want[:3]
+    every = table.read_rows(ReadRowsQuery(row_keys=[moved[0]], limit=4), ordered=False)
+    assert [r.row_key for r in every] == [moved[0]]
+    with pytest.raises(SplitKeyError, match="is moving"):
+        table.read_modify_write_row(moved[0], IncrementRule("cf", b"a", 1))
+    with pytest.raises(SplitKeyError, match="reversed read meets hot part 't0'"):
+        table.read_rows({"rows": {"row_ranges": [{}]}, "reversed": True})

@@ -486,12 +486,10 @@ def _cmd_split(args: argparse.Namespace) -> int:
     )
     if args.finish:
         if kind != "part" or args.k is not None:
-            raise SystemExit(
-                "saltedtable split: --finish takes --part VALUE only (no --row, no -k)"
-            )
+            raise UsageError("--finish takes --part VALUE only (no --row, no -k)")
         return _finish_move(args, value)
     if args.k is None:
-        raise SystemExit("saltedtable split: -k K is required (or --finish --part VALUE)")
+        raise UsageError("give -k K (or --finish --part VALUE)")
     with data_client(args.project) as client:
         table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
         try:

@@ -178,6 +178,8 @@ def split_record(
 def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:
     """Whether the hot lists put a row at ``physical``: a hot part's row, a split row's sub-row.
 
+    A moving part's row at its old place counts too (until the move is finished).
+
     The checks that judge where rows belong (the guard's sample, ``check_layout``,
     ``inspect``'s stray keys) accept such rows outside the bucket the scheme computes.
     """
@@ -186,8 +188,10 @@ def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:
     # (Not split_key: it refuses a key outside the bucket the scheme computes.)
     for prefix in hot.scheme.prefixes:
         if physical.startswith(prefix) and len(physical) > len(prefix):
+            key = physical[len(prefix) :]
             try:
-                return physical in hot.physical_keys(physical[len(prefix) :])
+                # A moving part's row may still sit where its old fan-out put it.
+                return physical in hot.physical_keys(key) or physical == hot.move_keys(key)[1]
             except SaltedTableError:
                 return False
     return False

@@ -139,6 +139,8 @@ async def test_split_inspect_and_the_guard(
     code, out, _ = run(capsys, "inspect", table_id, *WHERE)
     assert "hot part 't1': K=4" in out
     assert "moving from K=1" in out
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE, "--json")
+    assert json.loads(out)["stray_keys"] == []  # rows at their old place are not strays
 
     code, out, err = run(capsys, "split", table_id, *WHERE, "--finish", "--part", "t1")
     assert (code, err) == (0, "")

@@ -105,6 +105,18 @@ def test_a_key_moves_only_from_an_old_bucket_to_a_new_one(
     assert placed.old == (old is None)
 
 
+def test_a_row_at_its_old_place_is_placed_by_the_lists_until_the_move_ends() -> None:
+    from saltedtable._guard.hot_record import placed_by_hot
+
+    layout = _moving(1, 4)
+    key = _a_key(layout, True)
+    new, old = layout.move_keys(key)
+    assert old is not None
+    assert placed_by_hot(layout, new)
+    assert placed_by_hot(layout, old)
+    assert not placed_by_hot(finished(layout, PART), old)
+
+
 def test_keys_of_other_parts_and_split_rows_never_move() -> None:
     layout = HotLayout(TENANT, parts={PART: 4, b"t8": 2}, rows={b"t7#home": 3}, moving={PART: 1})
     assert layout.move_keys(b"t8#1")[1] is None

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from ._read.sources import SubScan
     from ._resalt import AppendResult, append_epoch
     from ._scheme.window import BackfillProgress, Window
-    from ._split import split_hot_key
+    from ._split import MoveProgress, finish_hot_move, split_hot_key
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
     from ._sync_autogen.table import SaltedTable
     from ._sync_autogen.table_like import SyncTableLike
@@ -100,6 +100,8 @@ _LAZY: dict[str, str] = {
     "SubQuery": "._read.plan",
     "plan_reads": "._read.plan",
     "split_hot_key": "._split",
+    "finish_hot_move": "._split",
+    "MoveProgress": "._split",
     "rewrite_filter": "._read.plan",
     "SubScan": "._read.sources",
     "SaltedTable": "._sync_autogen.table",
@@ -180,6 +182,7 @@ __all__ = [
     "Layout",
     "LayoutError",
     "LayoutRecord",
+    "MoveProgress",
     "NamedKeyPart",
     "OneRequestOutcome",
     "OneRequestResult",
@@ -220,6 +223,7 @@ __all__ = [
     "describe_layout",
     "epoch_field",
     "fields",
+    "finish_hot_move",
     "iso8601_field",
     "named_key_part",
     "open_resalt_window",

@@ -18,6 +18,15 @@ clock, which places rows by the lists before a split's start, is read by
 * :func:`splice` merges the two in key order and cuts at the limit, which
   counts logical rows.
 
+While a hot part **moves** (``HotLayout.moving``, :mod:`saltedtable._scheme.hot_move`)
+a key of it may have an old and a new physical row: :meth:`HotKeys.route`
+writes such a key by the window's rule (new row, tombstones, deletes to both),
+:meth:`HotKeys.cut_moving` takes the moving parts out of a query like split
+rows (keys, and each range's piece inside a moving part), and the table reads
+them itself: the keys in one request carrying both physical keys
+(:meth:`HotKeys.moving_key_query`), the pieces one request per bucket of the
+part (:meth:`HotKeys.piece_queries`), combined by :meth:`HotKeys.moving_rows`.
+
 A table without hot lists never gets here: its requests are byte for byte
 those of a table made without ``hot=``.
 """
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -39,7 +49,7 @@ from google.cloud.bigtable.data.row_filters import (
     RowKeyRegexFilter,
 )
 
-from ._exceptions import SaltSchemeError
+from ._exceptions import SaltSchemeError, SplitKeyError
 from ._read.plan import rewrite_filter
 from ._read.query import reversed_request
 from ._scheme.hot import (
@@ -51,9 +61,11 @@ from ._scheme.hot import (
     refuse_atomic,
     route_mutations,
 )
+from ._scheme.hot_move import combine_move, move_logical_rows, move_place, move_write, part_ranges
 from ._scheme.layout import Layout
 from ._scheme.ranges import KeyRange
-from ._scheme.salt import to_key
+from ._scheme.salt import format_key, to_key
+from ._scheme.window import WindowFilter, plan_filter
 
 if TYPE_CHECKING:
     from google.cloud.bigtable.data.mutations import Mutation
@@ -181,6 +193,22 @@ class HotKeys:
         )
         layout = self.layout.writers_at(now_micros)
         previous = None if layout is not self.layout else self.layout.previous
+        if layout.moving:
+            # A key whose part moves (from the split's start on: before it writers
+            # place the part's rows by its old fan-out): the window's rule (the new
+            # row with the deletes' tombstones first, then the deletes to the old row).
+            plan = move_write(
+                layout,
+                key,
+                listed,
+                token=uuid.uuid4().bytes,
+                now_micros=now_micros,
+            )
+            if plan is not None:
+                out = [(plan.new_key, list(plan.new_mutations))]
+                if plan.old_key is not None:
+                    out.append((plan.old_key, list(plan.old_mutations)))
+                return out
         return route_mutations(
             key,
             listed,
@@ -242,6 +270,129 @@ class HotKeys:
         )
         return cut, tuple(sorted(split))
 
+    # -- a moving part ---------------------------------------------------------
+
+    def is_moving(self, key: bytes) -> bool:
+        """Whether the key's part moves and the key has two physical rows."""
+        return bool(self.layout.moving) and self.layout.move_keys(key)[1] is not None
+
+    def move_filter(self, row_filter: RowFilter | None) -> WindowFilter:
+        """The filter of a read of moving rows (sent with the tombstones, re-applied after)."""
+        parts = ", ".join(format_key(p) for p in self.layout.moving)
+        return plan_filter(row_filter, window=f"move of hot part {parts}")
+
+    def cut_moving(
+        self, query: ReadRowsQuery, *, reverse: bool
+    ) -> tuple[ReadRowsQuery | None, tuple[bytes, ...], tuple[KeyRange, ...]]:
+        """The query without its moving keys and the moving parts' pieces of its ranges.
+
+        Returns the rest (None: nothing left; an empty query would read the whole
+        table), the keys with two physical rows (sorted), and the pieces of the
+        ranges inside a moving part (key order). Keys of a moving part whose rows
+        did not move stay in the rest.
+
+        Raises:
+            SplitKeyError: A reversed read that meets a moving part.
+        """
+        moving = self.layout.moving
+        if not moving:
+            return query, (), ()
+        keys = [to_key(k) for k in query.row_keys]
+        holes = sorted((r for p in moving for r in part_ranges(self.layout, p)), key=_start)
+        ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
+        if not keys and not ranges:
+            ranges = [KeyRange()]
+        pieces: list[KeyRange] = []
+        rest: list[KeyRange] = []
+        for rng in ranges:
+            inside, outside = _subtract(rng, holes)
+            pieces.extend(inside)
+            rest.extend(outside)
+        # A key a piece reads is read there only (a row comes once, as in Bigtable).
+        keys = [k for k in keys if not any(_contains(p, k) for p in pieces)]
+        taken = sorted({k for k in keys if self.is_moving(k)})
+        kept_keys: list[str | bytes] = [k for k in keys if k not in taken]
+        if not taken and not pieces:
+            return query, (), ()
+        if reverse:
+            parts = ", ".join(repr(format_key(p)) for p in moving)
+            raise SplitKeyError(
+                f"a reversed read meets hot part {parts}, which is moving (its rows may sit "
+                "in two places until the move is finished): read it forwards, or after "
+                "saltedtable split --finish"
+            )
+        if not kept_keys and not rest:
+            return None, tuple(taken), tuple(pieces)
+        cut = ReadRowsQuery(
+            row_keys=kept_keys or None,
+            row_ranges=[r.to_row_range() for r in rest] or None,
+            limit=query.limit or None,
+            row_filter=query.filter,
+        )
+        return cut, tuple(taken), tuple(pieces)
+
+    def moving_key_query(self, keys: Sequence[bytes], plan: WindowFilter) -> ReadRowsQuery:
+        """One request carrying both physical keys of every moving key in ``keys``."""
+        physical: list[str | bytes] = []
+        for key in keys:
+            new, old = self.layout.move_keys(key)
+            physical.extend([new] if old is None else [old, new])
+        # One request names keys under many prefixes: a row-key regex cannot be
+        # rewritten for all, so it is applied to the combined rows only.
+        server = None if _has_key_regex(plan.server) else plan.server
+        return ReadRowsQuery(row_keys=physical, row_filter=server)
+
+    def moving_combined(
+        self, keys: Sequence[bytes], found: Mapping[bytes, Row], plan: WindowFilter
+    ) -> list[Row]:
+        """The logical rows of moving ``keys`` (key order) from their physical rows, filtered."""
+        out = []
+        for key in keys:
+            new, old = self.layout.move_keys(key)
+            row = combine_move(
+                self.layout, key, None if old is None else found.get(old), found.get(new)
+            )
+            row = plan.apply(row)
+            if row is not None:
+                out.append(row)
+        return out
+
+    def piece_queries(self, piece: KeyRange, plan: WindowFilter) -> list[ReadRowsQuery]:
+        """One query per bucket of the moving part that holds ``piece``.
+
+        The part's buckets at its new K include every old one (the K lists are
+        prefixes of each other), so they hold both placements. No row limit is
+        sent: a key whose combined row is empty (deleted: tombstones only) or
+        that a filter drops would use up a place.
+        """
+        part = self.layout.scheme.hashed_part(piece.start)
+        out = []
+        for bucket in self.layout.part_buckets(part):
+            prefix = self.layout.scheme.prefix(bucket)
+            physical = KeyRange(
+                prefix + piece.start, piece.start_closed, prefix + piece.end, piece.end_closed
+            )
+            out.append(
+                ReadRowsQuery(
+                    row_ranges=physical.to_row_range(),
+                    row_filter=rewrite_filter(plan.server, prefix),
+                )
+            )
+        return out
+
+    def moving_rows(self, rows: Iterable[Row], plan: WindowFilter) -> list[Row]:
+        """The logical rows of physical rows read from a moving part's buckets, in key order."""
+
+        def logical(row: Row) -> tuple[bytes, bytes]:
+            return move_place(self.layout, row.row_key).key or b"", row.row_key
+
+        out = []
+        for row in move_logical_rows(self.layout, sorted(rows, key=logical)):
+            got = plan.apply(row)
+            if got is not None:
+                out.append(got)
+        return out
+
     def split_filter(self, row_filter: RowFilter | None, keys: Sequence[bytes]) -> SplitFilter:
         """The filter's split (refused as :func:`plan_split_filter` refuses, naming a row)."""
         return plan_split_filter(row_filter, keys[0] if keys else b"")
@@ -285,6 +436,30 @@ def wall_micros() -> int:
     """The writer's clock, microseconds since the Unix epoch (the one clock read here:
     the rules above take it as an argument)."""
     return int(time.time() * 1_000_000)
+
+
+def _start(rng: KeyRange) -> tuple[bytes, bool]:
+    return rng.start, not rng.start_closed
+
+
+def _subtract(rng: KeyRange, holes: Sequence[KeyRange]) -> tuple[list[KeyRange], list[KeyRange]]:
+    """``rng`` cut by sorted, disjoint, bounded ``holes``: the pieces inside them, and the rest."""
+    inside: list[KeyRange] = []
+    outside: list[KeyRange] = []
+    start, start_closed = rng.start, rng.start_closed
+    for hole in holes:
+        piece = rng.intersect(hole)
+        if piece is None:
+            continue
+        inside.append(piece)
+        before = KeyRange(start, start_closed, hole.start, not hole.start_closed)
+        if not before.is_empty:
+            outside.append(before)
+        start, start_closed = hole.end, not hole.end_closed
+    last = KeyRange(start, start_closed, rng.end, rng.end_closed)
+    if not last.is_empty:
+        outside.append(last)
+    return inside, outside
 
 
 def splice(

@@ -10,20 +10,23 @@ next read of the record, and until the start every writer keeps the old placemen
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
 from google.cloud.bigtable.data import ReadRowsQuery
-from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
+from google.cloud.bigtable.data.mutations import DeleteAllFromFamily, DeleteAllFromRow, SetCell
 from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row_filters import (
     CellsRowLimitFilter,
+    ColumnRangeFilter,
     RowFilterChain,
     StripValueTransformerFilter,
 )
 
 from ._exceptions import LayoutError, SaltSchemeError
 from ._guard.from_record import scheme_of_record
-from ._guard.hot_record import hot_layout_of, split_record
+from ._guard.hot_record import hot_layout_of, split_record, with_hot
 from ._guard.record import (
     SCHEME_QUALIFIER,
     decode_layout,
@@ -31,11 +34,25 @@ from ._guard.record import (
     newest_record_cell,
     record_swap_filter,
 )
+from ._scheme.epochs import instant_of
 from ._scheme.flags import rebuild_key_part
 from ._scheme.hot import HotLayout
+from ._scheme.hot_move import (
+    MOVE_FAMILY,
+    finished,
+    move_copies,
+    move_place,
+    move_retire,
+    old_buckets,
+    part_ranges,
+)
+from ._scheme.ranges import KeyRange
 from ._scheme.salt import SCHEME_ROW_KEY, SaltScheme, format_key, prefix_end, to_key
 
-__all__ = ["split_hot_key"]
+__all__ = ["MoveProgress", "finish_hot_move", "split_hot_key"]
+
+#: Keys only: one cell, no value (rows are found, not read).
+_KEYS_ONLY: Final = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
 
 
 def _scheme(record: Any) -> SaltScheme:
@@ -81,15 +98,20 @@ def split_hot_key(
         The hot lists before and after (the latter with its start, lead and
         previous lists).
 
+    A part whose rows exist already is recorded as **moving** (``HotLayout.moving``):
+    readers consult its old and new placement until :func:`finish_hot_move` has
+    moved the rows (docs/hot-keys.md, "Listing a part whose rows exist").
+
     Raises:
         LayoutError: No record, a record with a cutoff or epochs, an earlier
-            split that has not started yet, a part whose rows exist already
-            (listing it, or raising its K, moves them), rows of a part that the
-            previous split moved still at their old place, or a record that
-            changed between the read and the write (run it again).
+            split that has not started yet, rows of a part that the previous
+            split changed still at their old place while the record no longer
+            names it as moving, or a record that changed between the read and
+            the write (run it again).
         SaltSchemeError: A K outside ``2..N``, a falling K, a change that would
-            move a split row's home, a start sooner than now plus the lead (the
-            message names the earliest), or a lead other than the stored one.
+            move a split row's home, a part still moving, a part under a key
+            part other than ``fields``, a start sooner than now plus the lead
+            (the message names the earliest), or a lead other than the stored one.
     """
     cell = newest_record_cell(table.read_row(SCHEME_ROW_KEY))
     if cell is None:
@@ -113,19 +135,11 @@ def split_hot_key(
     )
     if before.previous is not None:
         _check_previous_moved(table, before)
-    if kind == "part":
-        part = to_key(value)
-        current = hot_layout_of(record, scheme) or HotLayout(scheme)
-        for bucket in current.part_buckets(part):
-            start = scheme.prefix(bucket) + part
-            query = ReadRowsQuery(row_ranges=RowRange(start, prefix_end(start)), limit=50)
-            for row in table.read_rows(query):
-                if scheme.hashed_part(row.row_key[len(scheme.prefix(bucket)) :]) == part:
-                    raise LayoutError(
-                        f"rows of part {format_key(part)!r} exist already: listing it (or "
-                        "raising its K) moves them to other buckets, and this release does "
-                        "not read their old place; list a part before its rows are written"
-                    )
+    _swap(table, cell, new, "the split")
+    return before, after
+
+
+def _swap(table: Any, cell: Any, new: Any, what: str) -> None:
     taken = table.check_and_mutate_row(
         SCHEME_ROW_KEY,
         record_swap_filter(cell.family, cell.value),
@@ -135,8 +149,7 @@ def split_hot_key(
         ],
     )
     if not taken:
-        raise LayoutError("the layout record changed while the split was written: run it again")
-    return before, after
+        raise LayoutError(f"the layout record changed while {what} was written: run it again")
 
 
 def _micros(when: dt.datetime) -> int:
@@ -155,8 +168,8 @@ def _check_previous_moved(table: Any, stored: HotLayout) -> None:
     scheme = stored.scheme
     keys_only = RowFilterChain([CellsRowLimitFilter(1), StripValueTransformerFilter(True)])
     for part, k in stored.parts.items():
-        if previous.parts.get(part, 1) == k:
-            continue
+        if previous.parts.get(part, 1) == k or part in stored.moving:
+            continue  # (unchanged, or still moving: the new lists keep its move)
         for bucket in previous.part_buckets(part):
             start = scheme.prefix(bucket) + part
             query = ReadRowsQuery(
@@ -171,3 +184,141 @@ def _check_previous_moved(table: Any, stored: HotLayout) -> None:
                     "the last split's start, where the lists before it put it; a new change "
                     "would forget that place: move such rows first (the hot-key backfill)"
                 )
+
+
+@dataclass(slots=True)
+class MoveProgress:
+    """What :func:`finish_hot_move` did.
+
+    Attributes:
+        keys: Old rows visited.
+        copied: Cells copied to their new place.
+        replans: Copies refused by their predicate (a racing write or delete),
+            then read and planned again.
+        retired: Old rows deleted.
+        tombstones: New rows whose move tombstones were dropped.
+        finished: The record no longer names the part as moving.
+    """
+
+    keys: int = 0
+    copied: int = 0
+    replans: int = 0
+    retired: int = 0
+    tombstones: int = 0
+    finished: bool = False
+
+
+def _old_rows(table: Any, layout: HotLayout, part: bytes) -> Iterator[bytes]:
+    """The physical keys of the part's rows still at their old place."""
+    scheme = layout.scheme
+    for bucket in old_buckets(layout, part):
+        prefix = scheme.prefix(bucket)
+        for piece in part_ranges(layout, part):
+            rng = KeyRange(
+                prefix + piece.start, piece.start_closed, prefix + piece.end, piece.end_closed
+            )
+            query = ReadRowsQuery(row_ranges=rng.to_row_range(), row_filter=_KEYS_ONLY)
+            for row in table.read_rows(query):
+                placed = move_place(layout, row.row_key)
+                if placed.key is not None and placed.old and not placed.new:
+                    yield row.row_key
+
+
+def _both(table: Any, layout: HotLayout, key: bytes) -> tuple[Any, Any]:
+    new, old = layout.move_keys(key)
+    assert old is not None
+    found = {r.row_key: r for r in table.read_rows(ReadRowsQuery(row_keys=[old, new]))}
+    return found.get(old), found.get(new)
+
+
+def finish_hot_move(
+    table: Any, part: bytes | str, *, max_cells: int = 100, max_replans: int = 20
+) -> MoveProgress:
+    """Move a moving hot part's rows to their new place, then record that the move is done.
+
+    For each row still at its old place: read its old and new rows (one
+    request), copy the old cells the new row does not show with
+    ``check_and_mutate_row`` (a racing write or delete makes the predicate
+    match: read and plan again), then delete the old row. Then verify that
+    no old row is left, drop the move's tombstones from the part's rows, and
+    remove the part's ``moving`` entry from the record by compare-and-swap.
+
+    Run it when no other backfill of the part is in flight (a copy planned
+    before the tombstones are dropped and sent after could bring a deleted
+    cell back). Writers keep writing throughout; it is resumable: run it again.
+
+    Args:
+        table: The client's (sync) ``Table``.
+        part: The moving part.
+        max_cells: The most cells one copy request carries.
+        max_replans: How often one key is read and planned again.
+
+    Raises:
+        LayoutError: No record; the part is not moving; rows are left at the
+            old place (named; run it again); or the record changed meanwhile.
+    """
+    part = to_key(part)
+    cell = newest_record_cell(table.read_row(SCHEME_ROW_KEY))
+    if cell is None:
+        raise LayoutError("the table has no layout record")
+    record = decode_layout(cell.value)
+    scheme = _scheme(record)
+    layout = hot_layout_of(record, scheme)
+    if layout is None or part not in layout.moving:
+        raise LayoutError(f"hot part {format_key(part)!r} is not moving: nothing to finish")
+    if layout.pending(_micros(dt.datetime.now(dt.UTC))):
+        assert layout.start_micros is not None
+        raise LayoutError(
+            f"the split of hot part {format_key(part)!r} starts at "
+            f"{instant_of(layout.start_micros).isoformat()}: until then writers place its "
+            "rows at their old place, so the move can be finished only after the start"
+        )
+    progress = MoveProgress()
+    for physical in list(_old_rows(table, layout, part)):
+        placed = move_place(layout, physical)
+        assert placed.key is not None
+        key = placed.key
+        progress.keys += 1
+        for _ in range(max_replans):
+            old, new = _both(table, layout, key)
+            copies = move_copies(layout, key, old, new, max_cells=max_cells)
+            matched = False
+            for copy in copies:
+                if table.check_and_mutate_row(
+                    copy.row_key, copy.predicate, false_case_mutations=list(copy.mutations)
+                ):
+                    matched = True
+                    progress.replans += 1
+                    break
+                progress.copied += len(copy.mutations)
+            if not matched:
+                break
+        old, new = _both(table, layout, key)
+        retire = move_retire(layout, key, old, new)
+        if retire is not None:
+            table.mutate_row(retire[0], list(retire[1]))
+            progress.retired += 1
+    left = list(_old_rows(table, layout, part))
+    if left:
+        shown = ", ".join(repr(format_key(k)) for k in left[:5])
+        raise LayoutError(
+            f"{len(left)} row(s) of hot part {format_key(part)!r} are still at their old "
+            f"place ({shown}{', ...' if len(left) > 5 else ''}): the move is not finished; "
+            "run it again"
+        )
+    for bucket in layout.part_buckets(part):
+        prefix = scheme.prefix(bucket)
+        for piece in part_ranges(layout, part):
+            rng = KeyRange(
+                prefix + piece.start, piece.start_closed, prefix + piece.end, piece.end_closed
+            )
+            query = ReadRowsQuery(
+                row_ranges=rng.to_row_range(),
+                row_filter=RowFilterChain([ColumnRangeFilter(MOVE_FAMILY), _KEYS_ONLY]),
+            )
+            for row in table.read_rows(query):
+                table.mutate_row(row.row_key, [DeleteAllFromFamily(MOVE_FAMILY)])
+                progress.tombstones += 1
+    _swap(table, cell, with_hot(record, finished(layout, part)), "the move's end")
+    progress.finished = True
+    return progress

@@ -91,8 +91,9 @@ from .._scheme.cutoff import CutoffPolicy
 from .._scheme.epochs import instant_of
 from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
+from .._scheme.ranges import KeyRange
 from .._scheme.salt import SaltScheme, prefix_end, to_key
-from .._scheme.window import BackfillProgress, Window
+from .._scheme.window import BackfillProgress, Window, WindowFilter
 from .._write import every_entry_failed, first_family, logical_group, physical_entries
 from .batcher import SaltedMutationsBatcherAsync
 from .bulk import placed_bulk_unavailable, placed_bulk_write
@@ -790,6 +791,12 @@ class SaltedTableAsync(TableAttributes):
                         (key,), split, operation_timeout, attempt_timeout, retryable_errors
                     )
                     return rows[0] if rows else None
+                if hot.is_moving(key):  # one request carrying its old and new keys
+                    plan = hot.move_filter(row_filter)
+                    rows = await self._moving_rows(
+                        (key,), (), plan, operation_timeout, attempt_timeout, retryable_errors
+                    )
+                    return rows[0] if rows else None
                 bucket, physical = hot.place(key)
             else:
                 bucket, physical = self._layout.locate(key)
@@ -838,6 +845,16 @@ class SaltedTableAsync(TableAttributes):
                     split = hot.split_filter(probe, (key,))
                     found = await self._split_rows(
                         (key,), split, operation_timeout, attempt_timeout, retryable_errors
+                    )
+                    return bool(found)
+                if hot.is_moving(key):
+                    found = await self._moving_rows(
+                        (key,),
+                        (),
+                        hot.move_filter(None),
+                        operation_timeout,
+                        attempt_timeout,
+                        retryable_errors,
                     )
                     return bool(found)
                 physical = hot.place(key)[1]
@@ -976,10 +993,16 @@ class SaltedTableAsync(TableAttributes):
             logical = as_query(query, reversed_ok=True)
             reverse = is_reversed(query)
             cut, keys = hot.cut(logical)
-            if keys:
+            moving: tuple[bytes, ...] = ()
+            pieces: tuple[KeyRange, ...] = ()
+            if cut is not None and hot.layout.moving:
+                # A moving part's keys and pieces of ranges: read by the table too.
+                cut, moving, pieces = hot.cut_moving(cut, reverse=reverse)
+            if keys or moving or pieces:
                 # The split rows are read and combined by the table; the engine reads
                 # the rest, ordered, so that the two merge in key order.
-                split = hot.split_filter(logical.filter, keys)
+                split = hot.split_filter(logical.filter, keys) if keys else None
+                move = hot.move_filter(logical.filter) if moving or pieces else None
                 # The read's statistics count the sub-row request too: the engine
                 # fills them in, then the hot read adds its own and reports them.
                 hook = self._reads.hook
@@ -993,8 +1016,9 @@ class SaltedTableAsync(TableAttributes):
                         operation, hot.engine_query(cut, reverse), timeouts, True, stats, False
                     )
                 return _HotRead(
-                    self, keys, split, engine, reverse, logical.limit, timeouts, stats, hook
-                )
+                    self, keys, split, engine, reverse, logical.limit, timeouts, stats, hook,
+                    moving=(moving, pieces, move),
+                )  # fmt: skip
         return self._engine_call(operation, query, timeouts, ordered, stats)
 
     def _engine_call(
@@ -1054,6 +1078,48 @@ class SaltedTableAsync(TableAttributes):
                         counted.rows += 1
                         counted.bytes += len(physical) + sum(len(c.value) for c in sub.cells)
         return hot.combined(keys, found, split)
+
+    async def _moving_rows(
+        self,
+        keys: Sequence[bytes],
+        pieces: Sequence[KeyRange],
+        plan: WindowFilter,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        stats: CallStats | None = None,
+    ) -> list[Row]:
+        """The combined rows of a moving part's keys (one request) and pieces, in key order.
+
+        ``stats`` counts the requests (the rows are counted as the read emits them).
+        """
+        hot = self._hot
+        assert hot is not None
+        kwargs: dict[str, Any] = {
+            "operation_timeout": operation_timeout,
+            "attempt_timeout": attempt_timeout,
+            "retryable_errors": retryable_errors,
+        }
+        out: list[Row] = []
+        if keys:
+            found: dict[bytes, Row] = {}
+            stream = await self._table.read_rows_stream(hot.moving_key_query(keys, plan), **kwargs)
+            if stats is not None:
+                stats.requests += 1
+            async for row in stream:
+                found[row.row_key] = row
+            out.extend(hot.moving_combined(keys, found, plan))
+        for piece in pieces:
+            physical: list[Row] = []
+            for query in hot.piece_queries(piece, plan):
+                stream = await self._table.read_rows_stream(query, **kwargs)
+                if stats is not None:
+                    stats.requests += 1
+                async for row in stream:
+                    physical.append(row)
+            out.extend(hot.moving_rows(physical, plan))
+        out.sort(key=lambda r: r.row_key)
+        return out
 
     # -- writes ----------------------------------------------------------------
 
@@ -1510,17 +1576,24 @@ class _HotRead:
         self,
         table: SaltedTableAsync,
         keys: tuple[bytes, ...],
-        split: SplitFilter,
+        split: SplitFilter | None,
         engine: ReadCall | None,
         reverse: bool,
         limit: int | None,
         timeouts: Timeouts,
         stats: CallStats | None = None,
         hook: StatsHook | None = None,
+        *,
+        moving: tuple[tuple[bytes, ...], tuple[KeyRange, ...], WindowFilter | None] = (
+            (),
+            (),
+            None,
+        ),
     ) -> None:
         self._table = table
         self._keys = keys
         self._split = split
+        self._moving = moving
         self._engine = engine
         self._reverse = reverse
         self._limit = limit or None
@@ -1537,9 +1610,20 @@ class _HotRead:
             await self._table._guard.check()  # (the engine's read checks it otherwise)
         t = self._timeouts
         mine = None if self._stats is None else CallStats()
-        rows = await self._table._split_rows(
-            self._keys, self._split, t.operation, t.attempt, t.retryable, mine
-        )
+        rows: list[Row] = []
+        if self._keys and self._split is not None:
+            rows = await self._table._split_rows(
+                self._keys, self._split, t.operation, t.attempt, t.retryable, mine
+            )
+        keys, pieces, plan = self._moving
+        if plan is not None:
+            # (Never reversed: cut_moving refuses a reversed read of a moving part.)
+            rows.extend(
+                await self._table._moving_rows(
+                    keys, pieces, plan, t.operation, t.attempt, t.retryable, mine
+                )
+            )
+            rows.sort(key=lambda r: r.row_key)
         if mine is not None:
             self._requests = mine.requests
             self._buckets = {b: (s.rows, s.bytes) for b, s in mine.buckets.items()}

@@ -497,6 +497,12 @@ def _cmd_split(args: argparse.Namespace) -> int:
     value = key_from_text(
         args.part if args.part is not None else args.row, as_hex=args.hex, option=option
     )
+    if args.finish:
+        if kind != "part" or args.k is not None:
+            raise UsageError("--finish takes --part VALUE only (no --row, no -k)")
+        return _finish_move(args, value)
+    if args.k is None:
+        raise UsageError("give -k K (or --finish --part VALUE)")
     at = None if args.at is None else _start_time(args.at)
     with data_client(args.project) as client:
         table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
@@ -504,6 +510,13 @@ def _cmd_split(args: argparse.Namespace) -> int:
             before, after = split_hot_key(table, kind, value, args.k, at=at, min_lead=args.min_lead)
         finally:
             table.close()  # type: ignore[no-untyped-call]
+    if value in after.moving:
+        print(
+            f"{args.table}: hot part {format_key(value)!r} moves from K="
+            f"{after.moving[value]} to K={after.parts[value]}; readers consult both places "
+            f"until `saltedtable split {args.table} --finish --part ...`, run after the "
+            "start, has moved its rows"
+        )
     listed = after.parts if kind == "part" else after.rows
     was = (before.parts if kind == "part" else before.rows).get(value)
     buckets = after.part_buckets(value) if kind == "part" else after.row_buckets(value)
@@ -530,6 +543,26 @@ def _start_time(text: str) -> dt.datetime:
     if when.tzinfo is None:
         raise UsageError(f"--at {text!r} has no UTC offset (add +00:00)")
     return when
+
+
+def _finish_move(args: argparse.Namespace, part: bytes) -> int:
+    from .._admin import data_client
+    from .._scheme.salt import format_key
+    from .._split import finish_hot_move
+
+    with data_client(args.project) as client:
+        table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
+        try:
+            done = finish_hot_move(table, part)
+        finally:
+            table.close()  # type: ignore[no-untyped-call]
+    print(
+        f"{args.table}: hot part {format_key(part)!r} moved: {done.keys} old rows, "
+        f"{done.copied} cells copied ({done.replans} re-planned), {done.retired} old rows "
+        f"deleted, {done.tombstones} rows' tombstones dropped; the record no longer names "
+        "it as moving"
+    )
+    return 0
 
 
 def _emit(report: Any, args: argparse.Namespace) -> int:
@@ -611,15 +644,20 @@ def add_table_commands(sub: Any) -> None:
         help="spread a hot key part over K buckets, or a hot row over K sub-rows",
         description="List a key part (--part) or a row (--row) with fan-out K in the table's "
         "layout record, or raise its K, by compare-and-swap, from a start at least the "
-        "minimum lead ahead (--at). A part must be listed before its rows are written "
-        "(listing it moves them); a split row stays where readers look (its first sub-row "
-        "is the unsplit row). See docs/hot-keys.md.",
+        "minimum lead ahead (--at). Until the start writers place rows as before; a part "
+        "listed or raised moves: readers consult its old and new place until --finish "
+        "(after the start) has moved the rows; a split row stays where readers look (its "
+        "first sub-row is the unsplit row). See docs/hot-keys.md.",
     )
     which = split.add_mutually_exclusive_group(required=True)
     which.add_argument("--part", metavar="VALUE", help="a key part value (hex with --hex)")
     which.add_argument("--row", metavar="KEY", help="a logical row key (hex with --hex)")
+    split.add_argument("-k", type=int_at_least(2), metavar="K", help="the fan-out, 2..N")
     split.add_argument(
-        "-k", type=int_at_least(2), required=True, metavar="K", help="the fan-out, 2..N"
+        "--finish",
+        action="store_true",
+        help="with --part: move a moving part's rows to their new place (race-safe), "
+        "verify none is left, and record that the move is done",
     )
     split.add_argument("--hex", action="store_true", help="VALUE or KEY is hex")
     split.add_argument(

@@ -305,8 +305,13 @@ class Inspection:
                 for b in hot["buckets"]
             )
             start = f" from {hot['from']}" if hot.get("from") else ""
+            moving = (
+                f", moving from K={hot['moving_from']} (saltedtable split --finish)"
+                if "moving_from" in hot
+                else ""
+            )
             lines.append(
-                f"hot {hot['kind']} {hot['value']!r}: K={hot['k']}{start} (buckets {sizes})"
+                f"hot {hot['kind']} {hot['value']!r}: K={hot['k']}{start} (buckets {sizes}){moving}"
             )
         if self.window is not None:
             w = self.window

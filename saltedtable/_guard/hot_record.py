@@ -5,6 +5,9 @@ newest epoch's, where the record has epochs) in one field::
 
     "hot": {"parts": {"<hex part>": K, ...}, "rows": {"<hex key>": K, ...}}
 
+and, while a listed part's rows are being moved, ``"moving": {"<hex part>":
+K_old}`` in the same object (absent: nothing moves).
+
 It is kept for the newest scheme only, not per epoch: a split answers today's
 write load, which goes to the newest scheme; K is bounded by that scheme's N;
 and one field leaves the epoch list's format (which other changes append to)
@@ -66,6 +69,18 @@ def _pair(value: Any, where: str) -> tuple[dict[bytes, int], dict[bytes, int]]:
     return out[0], out[1]
 
 
+def _listed(value: Any, where: str) -> dict[bytes, int]:
+    """A ``{hex key: int}`` object of the hot field (absent: empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise LayoutError(f"the layout record's {where} are {value!r}")
+    try:
+        return {bytes.fromhex(k): v for k, v in value.items()}
+    except ValueError as exc:
+        raise LayoutError(f"the layout record's {where}: {exc}") from None
+
+
 def _field_value(record: LayoutRecord) -> dict[str, Any] | None:
     for name, text in record.extra:
         if name == HOT_FIELD:
@@ -89,6 +104,7 @@ def hot_layout_of(record: LayoutRecord, scheme: SaltScheme) -> HotLayout | None:
     if value is None:
         return None
     parts, rows = _pair(value, "hot field")
+    moving = _listed(value.get("moving"), "hot moving parts")
     start = value.get("start_micros")
     lead = value.get("min_lead_s")
     if start is not None and (not isinstance(start, int) or isinstance(start, bool)):
@@ -107,6 +123,7 @@ def hot_layout_of(record: LayoutRecord, scheme: SaltScheme) -> HotLayout | None:
             previous=previous,
             start_micros=start,
             min_lead_s=None if lead is None else float(lead),
+            moving=moving,
         )
     except SaltSchemeError as exc:
         raise LayoutError(f"the layout record's hot lists: {exc}") from None
@@ -127,6 +144,9 @@ def _field(hot: HotLayout) -> str:
         value["previous"] = _lists_value(hot.previous)
     if hot.min_lead_s is not None:
         value["min_lead_s"] = hot.min_lead_s
+    if hot.moving:
+        # Only while a part moves: a record without moves stays byte for byte as before.
+        value["moving"] = {k.hex(): v for k, v in hot.moving.items()}
     return json.dumps(value, sort_keys=True)
 
 
@@ -136,12 +156,32 @@ def without_hot(record: LayoutRecord) -> LayoutRecord:
     return record if extra == record.extra else dataclasses.replace(record, extra=extra)
 
 
+_OWN_KEYS: Final = frozenset({"parts", "rows", "moving"})
+
+
+def _others(record: LayoutRecord) -> dict[str, Any]:
+    # Keys of the hot field this module does not own (a newer release's): kept as they are.
+    for name, text in record.extra:
+        if name == HOT_FIELD:
+            value = json.loads(text)
+            if isinstance(value, dict):
+                return {k: v for k, v in value.items() if k not in _OWN_KEYS}
+    return {}
+
+
 def with_hot(record: LayoutRecord, hot: HotLayout | None) -> LayoutRecord:
-    """The record with these hot lists (none, or empty lists: no field at all)."""
+    """The record with these hot lists (none, or empty lists: no field at all).
+
+    Keys of the stored field this release does not know are kept.
+    """
     base = without_hot(record)
     if hot is None or (not hot.parts and not hot.rows):
         return base
-    return dataclasses.replace(base, extra=tuple(sorted((*base.extra, (HOT_FIELD, _field(hot))))))
+    text = _field(hot)
+    others = _others(record)
+    if others:
+        text = json.dumps({**others, **json.loads(text)}, sort_keys=True)
+    return dataclasses.replace(base, extra=tuple(sorted((*base.extra, (HOT_FIELD, text)))))
 
 
 def split_record(
@@ -154,6 +194,7 @@ def split_record(
     now_micros: int | None = None,
     at_micros: int | None = None,
     min_lead: float | None = None,
+    rows_exist: bool = False,
 ) -> tuple[HotLayout, HotLayout, LayoutRecord]:
     """The record after listing a part or row with fan-out ``k`` (or raising its K).
 
@@ -163,6 +204,12 @@ def split_record(
     those until the start (:meth:`HotLayout.writers_at`). Without it the
     change is in effect at once (what a pure caller that has no clock asks).
 
+    Listing a part, or raising its K, moves some of its rows. The new lists
+    name the part as moving from its old fan-out (``moving``), so readers
+    consult both placements until the move is finished, when rows exist
+    (``rows_exist``) or may be written before the start (``now_micros``: until
+    then writers place the part's rows by the old fan-out).
+
     Returns:
         The hot lists before and after, and the new record.
 
@@ -170,9 +217,9 @@ def split_record(
         LayoutError: The record has a cutoff or epochs (hot lists need one
             scheme), or a split stored earlier has not started yet.
         SaltSchemeError: ``k`` outside ``2..N``, a K that would fall, a part on a
-            whole-key scheme, a change :func:`check_hot_change` refuses, a start
-            sooner than now plus the lead (naming the earliest), or a lead other
-            than the stored one.
+            whole-key scheme, a change :func:`check_hot_change` refuses (a part
+            still moving included), a start sooner than now plus the lead
+            (naming the earliest), or a lead other than the stored one.
     """
     if record.cutoff is not None or record.epochs is not None:
         raise LayoutError(
@@ -186,8 +233,11 @@ def split_record(
     if listed.get(key) == k:
         raise SaltSchemeError(f"hot {kind} {format_key(key)!r} is already listed with K={k}")
     listed[key] = k
-    after = HotLayout(scheme, parts=parts, rows=rows)
-    check_hot_change(before.lists(), after)
+    moving = dict(before.moving)
+    if kind == "part" and (rows_exist or now_micros is not None):
+        moving[key] = before.parts.get(key, 1)
+    after = HotLayout(scheme, parts=parts, rows=rows, moving=moving)
+    check_hot_change(before, after)
     if now_micros is not None:
         after = _started(before, after, now_micros, at_micros, min_lead)
     return before, after, with_hot(record, after)
@@ -232,14 +282,17 @@ def _started(
         after.scheme,
         parts=after.parts,
         rows=after.rows,
-        previous=before.lists(),
+        previous=before,
         start_micros=start,
         min_lead_s=float(lead),
+        moving=after.moving,
     )
 
 
 def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:
     """Whether the hot lists put a row at ``physical``: a hot part's row, a split row's sub-row.
+
+    A moving part's row at its old place counts too (until the move is finished).
 
     The checks that judge where rows belong (the guard's sample, ``check_layout``,
     ``inspect``'s stray keys) accept such rows outside the bucket the scheme computes.
@@ -252,6 +305,9 @@ def placed_by_hot(hot: HotLayout | None, physical: bytes) -> bool:
             key = physical[len(prefix) :]
             try:
                 if physical in hot.physical_keys(key):
+                    return True
+                # A moving part's row may still sit where its old fan-out put it.
+                if physical == hot.move_keys(key)[1]:
                     return True
                 # A row written before the latest split's start, where the lists before it put it.
                 return hot.previous is not None and physical in hot.previous.physical_keys(key)
@@ -269,11 +325,17 @@ def describe_hot(hot: HotLayout | None) -> list[dict[str, Any]]:
     before = hot.previous
     start = None if hot.start_micros is None else instant_of(hot.start_micros).isoformat()
     for part, k in hot.parts.items():
-        out.append(
-            {"kind": "part", "value": format_key(part), "k": k, "buckets": hot.part_buckets(part)}
-        )
+        entry: dict[str, Any] = {
+            "kind": "part",
+            "value": format_key(part),
+            "k": k,
+            "buckets": hot.part_buckets(part),
+        }
         changed = before is not None and before.parts.get(part) != k
-        out[-1]["from"] = start if changed else None
+        entry["from"] = start if changed else None
+        if part in hot.moving:
+            entry["moving_from"] = hot.moving[part]
+        out.append(entry)
     for row, k in hot.rows.items():
         out.append(
             {"kind": "row", "value": format_key(row), "k": k, "buckets": hot.row_buckets(row)}

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 import farmhash
 
 from .._exceptions import RowKeyError, SaltSchemeError, SplitKeyError
-from .salt import MAX_ROW_KEY_BYTES, SaltScheme, format_key, to_key
+from .salt import MAX_ROW_KEY_BYTES, SaltScheme, fields, format_key, to_key
 
 if TYPE_CHECKING:  # the client's value types, imported only when rows are combined
     from google.cloud.bigtable.data.mutations import Mutation
@@ -170,10 +170,17 @@ class HotLayout:
         parts: ``{part value: K}``: the rows whose key part is listed go to one of
             K buckets (needs a scheme with a ``key_part``).
         rows: ``{logical row key: K}``: each listed row is stored as K sub-rows.
+        moving: ``{part value: K_old}``: listed parts whose rows may still sit
+            where fan-out ``K_old`` placed them (1: the part's home bucket, it
+            was not listed), because the part was listed, or its K raised, after
+            its rows were written. Writes go to the placement of ``parts``;
+            reads consult both until a backfill has moved the rows and a record
+            change removes the entry (:mod:`saltedtable._scheme.hot_move`).
 
     Raises:
-        SaltSchemeError: A K outside ``2..N``, an empty value, or hot parts on a
-            scheme that hashes the whole key (list the key as a hot row).
+        SaltSchemeError: A K outside ``2..N``, an empty value, hot parts on a
+            scheme that hashes the whole key (list the key as a hot row), or a
+            moving part that is not listed with a K above its ``K_old``.
     """
 
     scheme: SaltScheme
@@ -187,6 +194,9 @@ class HotLayout:
     #: The minimum lead the split kept, seconds: table objects re-read the record
     #: within it while a split is pending, and write only within it of their last read.
     min_lead_s: float | None = None
+    #: Parts whose rows may still sit where an older fan-out placed them:
+    #: ``{part: K_old}`` (1: the part's home bucket, it was not listed).
+    moving: Mapping[bytes, int] = field(default_factory=dict)
 
     _index: dict[int, int] = field(init=False, repr=False, compare=False)
 
@@ -199,8 +209,30 @@ class HotLayout:
                 f"{self.scheme} hashes the whole key, so a key part is one row: list "
                 f"{format_key(next(iter(parts)))!r} as a hot row instead"
             )
+        moving: dict[bytes, int] = {}
+        for raw, k_old in self.moving.items():
+            part = to_key(raw)
+            k = parts.get(part)
+            if k is None:
+                raise SaltSchemeError(
+                    f"moving part {format_key(part)!r} is not a listed hot part: a move goes "
+                    "to the placement the list gives"
+                )
+            if not isinstance(k_old, int) or isinstance(k_old, bool) or not 1 <= k_old < k:
+                raise SaltSchemeError(
+                    f"moving part {format_key(part)!r}: its old fan-out must be an integer "
+                    f"from 1 to K - 1 = {k - 1}, got {k_old!r}"
+                )
+            moving[part] = k_old
+        if moving and not isinstance(self.scheme.key_part, fields):
+            # (hot_move.part_ranges: a moving part is cut out of scans as key ranges.)
+            raise SaltSchemeError(
+                f"a hot part can move only under a fields(...) key part; {self.scheme} has "
+                "another: list parts before their rows are written"
+            )
         object.__setattr__(self, "parts", MappingProxyType(parts))
         object.__setattr__(self, "rows", MappingProxyType(rows))
+        object.__setattr__(self, "moving", MappingProxyType(dict(sorted(moving.items()))))
         object.__setattr__(self, "_index", {b: i for i, b in enumerate(self.scheme.bucket_ids)})
         self._check_start()
 
@@ -214,9 +246,22 @@ class HotLayout:
             return
         if self.start_micros is None:
             raise SaltSchemeError("hot lists with previous lists need the split's start_micros")
-        if previous.previous is not None:
-            # Only the latest split's "before" is kept: one earlier placement at most.
-            previous = previous.lists()
+        # Only the latest split's "before" is kept (one earlier placement at most),
+        # with the moves it shares with these lists: a part still moving from an
+        # earlier split moves in both, and writers of either keep its delete rule.
+        inherited = {
+            part: k_old
+            for part, k_old in self.moving.items()
+            if previous.parts.get(part, 1) == self.parts[part]
+        }
+        if (
+            previous.previous is not None
+            or previous.min_lead_s is not None
+            or dict(previous.moving) != inherited
+        ):
+            previous = HotLayout(
+                self.scheme, parts=previous.parts, rows=previous.rows, moving=inherited
+            )
             object.__setattr__(self, "previous", previous)
         check_hot_change(previous, self.lists())
         if self.min_lead_s is not None and not self.min_lead_s > 0:
@@ -225,7 +270,7 @@ class HotLayout:
     def _key(self) -> tuple[Any, ...]:
         prev = None if self.previous is None else self.previous._key()
         lists = (self.scheme, tuple(self.parts.items()), tuple(self.rows.items()))
-        return (*lists, prev, self.start_micros, self.min_lead_s)
+        return (*lists, prev, self.start_micros, self.min_lead_s, tuple(self.moving.items()))
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # A mapping proxy cannot be pickled (Beam pickles what its workers use).
@@ -236,6 +281,7 @@ class HotLayout:
             self.previous,
             self.start_micros,
             self.min_lead_s,
+            dict(self.moving),
         )
 
     def __repr__(self) -> str:
@@ -244,7 +290,8 @@ class HotLayout:
             text += f", previous={self.previous!r}, start_micros={self.start_micros}"
         if self.min_lead_s is not None:
             text += f", min_lead_s={self.min_lead_s:g}"
-        return text + ")"
+        # Without moving parts the repr is the one it always was.
+        return text + (f", moving={dict(self.moving)!r})" if self.moving else ")")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HotLayout):
@@ -257,8 +304,8 @@ class HotLayout:
     # -- the split's start -------------------------------------------------------
 
     def lists(self) -> HotLayout:
-        """The parts and rows alone (no previous lists, start or lead)."""
-        if self.previous is None and self.min_lead_s is None:
+        """The parts and rows alone (no previous lists, start, lead or moving parts)."""
+        if self.previous is None and self.min_lead_s is None and not self.moving:
             return self
         return HotLayout(self.scheme, parts=self.parts, rows=self.rows)
 
@@ -285,6 +332,42 @@ class HotLayout:
         if self.previous is not None and self.pending(now_micros):
             return self.previous
         return self
+
+    # -- a move ----------------------------------------------------------------
+
+    @property
+    def before(self) -> HotLayout | None:
+        """The placement the moving parts' rows had before their move (None: nothing moves).
+
+        The same lists, with each moving part at its old fan-out (unlisted where it was 1).
+        """
+        if not self.moving:
+            return None
+        parts = {p: self.moving.get(p, k) for p, k in self.parts.items()}
+        return HotLayout(self.scheme, {p: k for p, k in parts.items() if k > 1}, self.rows)
+
+    def moving_part(self, key: bytes | str) -> bytes | None:
+        """The moving part ``key`` belongs to (None: its part is not moving)."""
+        if not self.moving:
+            return None
+        part = self.scheme.hashed_part(to_key(key))
+        return part if part in self.moving else None
+
+    def move_keys(self, key: bytes | str) -> tuple[bytes, bytes | None]:
+        """``(new physical key, old physical key)`` of an unsplit row; old None: one row.
+
+        The old key is None when the row's part is not moving, or when the move
+        leaves this key where it was (the jump hash keeps a key in its bucket
+        with chance ``K_old / K``): there is then one physical row and nothing
+        to combine. A split row never moves (a change may not move its home).
+        """
+        key = to_key(key)
+        new = self.physical_keys(key)[0]
+        before = self.before
+        if before is None or key in self.rows or self.moving_part(key) is None:
+            return new, None
+        old = before.physical_keys(key)[0]
+        return new, (None if old == new else old)
 
     # -- buckets ---------------------------------------------------------------
 
@@ -389,6 +472,13 @@ def check_hot_change(before: HotLayout, after: HotLayout) -> None:
         raise SaltSchemeError(
             f"a hot-key change keeps the scheme: {before.scheme} then {after.scheme}"
         )
+    for part, k_old in before.moving.items():
+        if after.parts.get(part) != before.parts[part]:
+            raise SaltSchemeError(
+                f"hot part {format_key(part)!r} is still moving from K={k_old} to "
+                f"K={before.parts[part]}: finish that move (saltedtable split --finish) "
+                "before changing its K again"
+            )
     for what, old, new in (("part", before.parts, after.parts), ("row", before.rows, after.rows)):
         for key, k in old.items():
             if new.get(key, 1) < k:
@@ -396,7 +486,13 @@ def check_hot_change(before: HotLayout, after: HotLayout) -> None:
                     f"hot {what} {format_key(key)!r}: K may only rise (from {k} to "
                     f"{new.get(key, 1)}); folding a split back is not supported"
                 )
+    moved = after.before
     for row in after.rows:
+        if moved is not None and moved.bucket_of(row) != after.bucket_of(row):
+            raise SaltSchemeError(
+                f"hot row {format_key(row)!r} belongs to a moving part and its home moves: "
+                "finish the move (saltedtable split --finish) before splitting it"
+            )
         was, now = before.bucket_of(row), after.bucket_of(row)
         if was != now:
             raise SaltSchemeError(
@@ -562,6 +658,14 @@ def refuse_atomic(
     """
     key = to_key(key)
     k = layout.rows.get(key)
+    moving = layout.moving_part(key)
+    if moving is not None and layout.move_keys(key)[1] is not None:
+        raise SplitKeyError(
+            f"{operation} is atomic on one row, but row {format_key(key)!r} is moving: its "
+            f"key part {format_key(moving)!r} moves from fan-out K={layout.moving[moving]} "
+            f"to K={layout.parts[moving]} and the row may sit in both places until the "
+            "move is finished (saltedtable split --finish)"
+        )
     if k is not None:
         raise SplitKeyError(
             f"{operation} is atomic on one row, but row {format_key(key)!r} is split into "

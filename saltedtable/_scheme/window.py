@@ -106,8 +106,11 @@ __all__ = [
     "WindowFilter",
     "WindowWrite",
     "apply_filter",
+    "backfill_copies",
+    "cells_to_copy",
     "combine",
     "plan_filter",
+    "write_both",
 ]
 
 WINDOW_FAMILY: Final = "saltedtable-window"
@@ -421,6 +424,91 @@ def _unseen_tombstones(family: str, seen: Iterable[bytes]) -> list[RowFilter]:
     return out
 
 
+def write_both(
+    new_key: bytes,
+    old_key: bytes | None,
+    mutations: Sequence[Mutation],
+    *,
+    token: bytes,
+    now_micros: int,
+    family: str = WINDOW_FAMILY,
+) -> WindowWrite:
+    """The window's write rule for a logical row with two physical rows (``old_key`` None: one).
+
+    Every mutation goes to ``new_key``; each delete is followed there by its
+    tombstone (qualifier ``token`` + the delete's index, timestamp
+    ``now_micros`` at millisecond granularity) and is also sent to ``old_key``.
+    With one physical row the mutations go as they are. Any place that moves a
+    logical row between two physical keys (a resalt window, a moving hot part)
+    writes through this rule; the caller refuses what it cannot combine first.
+    """
+    if not token:
+        raise ValueError("a window write needs a non-empty token")
+    if now_micros < 0:
+        raise ValueError(f"now_micros must be >= 0, got {now_micros}")
+    if old_key is None:
+        return WindowWrite(new_key, tuple(mutations))
+    stamp = now_micros - now_micros % _MILLI
+    new_side: list[Mutation] = []
+    old_side: list[Mutation] = []
+    for index, m in enumerate(mutations):
+        new_side.append(m)
+        scope = Tombstone.of(m)
+        if scope is not None:
+            qualifier = token + index.to_bytes(4, "big")
+            new_side.append(SetCell(family, qualifier, scope.encode(), stamp))
+            old_side.append(m)
+    return WindowWrite(new_key, tuple(new_side), old_key if old_side else None, tuple(old_side))
+
+
+def cells_to_copy(old: Row | None, new: Row | None, *, family: str = WINDOW_FAMILY) -> list[Cell]:
+    """The old row's cells the new row does not yet show: not hidden, not taken by a new cell."""
+    if old is None:
+        return []
+    tombs = _tombstones(new, family)
+    taken = (
+        set() if new is None else {(c.family, c.qualifier, c.timestamp_micros) for c in new.cells}
+    )
+    return sorted(
+        (
+            c
+            for c in old.cells
+            if c.family != family
+            and (c.family, c.qualifier, c.timestamp_micros) not in taken
+            and not any(t.hides(c) for t in tombs)
+        ),
+        key=_sort_key,
+    )
+
+
+def backfill_copies(
+    new_key: bytes,
+    old: Row | None,
+    new: Row | None,
+    *,
+    family: str = WINDOW_FAMILY,
+    max_cells: int = 100,
+) -> list[BackfillCopy]:
+    """The race-safe copy of an old row into the new row at ``new_key`` (:meth:`Window.backfill`).
+
+    One ``check_and_mutate_row`` per ``max_cells`` cells; its predicate matches
+    (and nothing is written) when the new row gained a tombstone the read did
+    not see or a cell at the family, qualifier and timestamp of a copied cell.
+    """
+    if max_cells < 1:
+        raise ValueError(f"max_cells must be >= 1, got {max_cells}")
+    cells = cells_to_copy(old, new, family=family)
+    seen = [] if new is None else [c.qualifier for c in new.cells if c.family == family]
+    guard = _unseen_tombstones(family, seen)
+    out = []
+    for i in range(0, len(cells), max_cells):
+        chunk = cells[i : i + max_cells]
+        predicate = RowFilterUnion([*guard, *(_exact_cell(c) for c in chunk)])
+        copies = tuple(SetCell(c.family, c.qualifier, c.value, c.timestamp_micros) for c in chunk)
+        out.append(BackfillCopy(new_key, predicate, copies))
+    return out
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class Window:
@@ -592,40 +680,13 @@ class Window:
                     "two layouts has no one value"
                 )
         new_key, old_key = self.physical_keys(key)
-        if old_key is None:
-            return WindowWrite(new_key, tuple(mutations))
-        stamp = now_micros - now_micros % _MILLI
-        new_side: list[Mutation] = []
-        old_side: list[Mutation] = []
-        for index, m in enumerate(mutations):
-            new_side.append(m)
-            scope = Tombstone.of(m)
-            if scope is not None:
-                qualifier = token + index.to_bytes(4, "big")
-                new_side.append(SetCell(self.family, qualifier, scope.encode(), stamp))
-                old_side.append(m)
-        return WindowWrite(new_key, tuple(new_side), old_key if old_side else None, tuple(old_side))
+        return write_both(
+            new_key, old_key, mutations, token=token, now_micros=now_micros, family=self.family
+        )
 
     def to_copy(self, old: Row | None, new: Row | None) -> list[Cell]:
         """The old cells the new row does not yet show: not hidden, not taken by a new cell."""
-        if old is None:
-            return []
-        tombs = _tombstones(new, self.family)
-        taken = (
-            set()
-            if new is None
-            else {(c.family, c.qualifier, c.timestamp_micros) for c in new.cells}
-        )
-        return sorted(
-            (
-                c
-                for c in old.cells
-                if c.family != self.family
-                and (c.family, c.qualifier, c.timestamp_micros) not in taken
-                and not any(t.hides(c) for t in tombs)
-            ),
-            key=_sort_key,
-        )
+        return cells_to_copy(old, new, family=self.family)
 
     def backfill(
         self, key: bytes | str, old: Row | None, new: Row | None, *, max_cells: int = 100
@@ -650,18 +711,7 @@ class Window:
         new_key, old_key = self.physical_keys(key)
         if old_key is None:
             return []
-        cells = self.to_copy(old, new)
-        seen = [] if new is None else [c.qualifier for c in new.cells if c.family == self.family]
-        guard = _unseen_tombstones(self.family, seen)
-        out = []
-        for i in range(0, len(cells), max_cells):
-            chunk = cells[i : i + max_cells]
-            predicate = RowFilterUnion([*guard, *(_exact_cell(c) for c in chunk)])
-            copies = tuple(
-                SetCell(c.family, c.qualifier, c.value, c.timestamp_micros) for c in chunk
-            )
-            out.append(BackfillCopy(new_key, predicate, copies))
-        return out
+        return backfill_copies(new_key, old, new, family=self.family, max_cells=max_cells)
 
     def retire_old(
         self, key: bytes | str, old: Row | None, new: Row | None

@@ -3,9 +3,11 @@
 * ``split --part`` and ``--row`` change the record by compare-and-swap; ``inspect``
   lists them and finds no stray key among a hot part's rows and a split row's
   sub-rows; a table object without the lists (or with older ones) is refused; one
-  with the record's lists reads and writes them; a part whose rows exist is refused.
+  with the record's lists reads and writes them; a part whose rows exist moves:
+  read in both places, then ``split --finish`` moves its rows and ends the move.
 * The model machine of ``tests/unit/_async/test_hot_fake.py`` runs against two
-  emulator tables (the hot one and a plain model), reversed scans included. Left
+  emulator tables (the hot one and a plain model), reversed scans included, with
+  parts listed and K raised while rows exist, backfill steps and finished moves. Left
   out: ``AddToCell`` to min and max families (the emulator keeps the last value
   there), and a cell limit across families (the emulator orders a row's families
   its own way, per table).
@@ -21,7 +23,7 @@ from typing import Any
 
 import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
-from google.cloud.bigtable.data.mutations import AddToCell, Mutation, SetCell
+from google.cloud.bigtable.data.mutations import AddToCell, DeleteAllFromRow, Mutation, SetCell
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import CellsRowLimitFilter, RowFilter
 from google.cloud.bigtable_admin_v2 import types
@@ -30,7 +32,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from saltedtable import HotLayout, SaltedTableAsync, SaltScheme, SchemeMismatchError, fields
 from saltedtable._admin import admin_client
+from saltedtable._exceptions import SplitKeyError
 from saltedtable._guard.families import parse_family
+from saltedtable._scheme.hot_move import MOVE_FAMILY
 from saltedtable.testing import INSTANCE, PROJECT, Emulator, delete_table
 from tests.cli_helpers import assert_one_line_error, run
 from tests.hot_model import AGGREGATES, FAMILY_SPECS
@@ -47,7 +51,9 @@ def _create(emulator: Emulator) -> str:
             request=types.CreateTableRequest(
                 parent=f"projects/{PROJECT}/instances/{INSTANCE}",
                 table_id=table_id,
-                table=types.Table(column_families=dict(parse_family(s) for s in FAMILY_SPECS)),
+                table=types.Table(
+                    column_families=dict(parse_family(s) for s in (*FAMILY_SPECS, MOVE_FAMILY))
+                ),
             )
         )
     return table_id
@@ -89,9 +95,6 @@ async def test_split_inspect_and_the_guard(
     assert "hot row 't2#ctr' listed to K=4" in out
     assert "it starts at" in out
     await asyncio.sleep(1.1)
-    code, _, err = run(capsys, "split", table_id, *WHERE, "--part", "t1", "-k", "2")
-    assert code == 1
-    assert_one_line_error(err, "rows of part 't1' exist")
     code, _, err = run(capsys, "split", table_id, *WHERE, "--row", "t2#ctr", "-k", "3")
     assert code == 2  # a usage error: the K given
     assert_one_line_error(err, "K may only rise")
@@ -123,6 +126,51 @@ async def test_split_inspect_and_the_guard(
         ("row", "t2#ctr", 4),
     }
     assert (code, err) == (0, "")
+
+    # A part whose rows exist moves: both places are read until --finish.
+    for i in range(12):
+        await table.mutate_row(b"t1#%02d" % i, SetCell("cf", b"a", b"old", 1000))
+    code, out, err = run(capsys, "split", table_id, *WHERE, "--part", "t1", "-k", "4")
+    assert (code, err) == (0, "")
+    assert "hot part 't1' has rows: it moves from K=1 to K=4" in out
+    moving = HotLayout(scheme, parts={b"t0": 4, b"t1": 4}, rows={b"t2#ctr": 4}, moving={b"t1": 1})
+    table = SaltedTableAsync(raw, scheme, hot=moving, aggregates=AGGREGATES)
+    moved = [k for k in (b"t1#%02d" % i for i in range(12)) if moving.move_keys(k)[1]]
+    assert moved  # the jump hash moves about 3 of every 4 keys
+    await table.mutate_row(moved[0], SetCell("cf", b"b", b"new", 2000))
+    await table.mutate_row(moved[-1], DeleteAllFromRow())
+    want = {b"t1#x"} | {b"t1#%02d" % i for i in range(12)} - {moved[-1]}
+    got = {r.row_key async for r in table.read_prefix(b"t1#")}
+    assert got == want
+    row = await table.read_row(moved[0])
+    assert row is not None
+    assert sorted((c.qualifier, c.value) for c in row.cells) == [(b"a", b"old"), (b"b", b"new")]
+    with pytest.raises(SplitKeyError, match="is moving"):
+        await table.check_and_mutate_row(moved[0], None, true_case_mutations=[])
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE)
+    assert "hot part 't1': K=4" in out
+    assert "moving from K=1" in out
+    code, out, _ = run(capsys, "inspect", table_id, *WHERE, "--json")
+    assert json.loads(out)["stray_keys"] == []  # rows at their old place are not strays
+
+    code, out, err = run(capsys, "split", table_id, *WHERE, "--finish", "--part", "t1")
+    assert (code, err) == (0, "")
+    assert "hot part 't1' moved" in out
+    done = HotLayout(scheme, parts={b"t0": 4, b"t1": 4}, rows={b"t2#ctr": 4})
+    table = SaltedTableAsync(raw, scheme, hot=done, aggregates=AGGREGATES)
+    assert {r.row_key async for r in table.read_prefix(b"t1#")} == want
+    row = await table.read_row(moved[0])
+    assert row is not None
+    assert sorted((c.family, c.qualifier, c.value) for c in row.cells) == [
+        ("cf", b"a", b"old"),
+        ("cf", b"b", b"new"),
+    ]
+    code, out, err = run(capsys, "inspect", table_id, *WHERE, "--json")
+    assert json.loads(out)["stray_keys"] == []
+    assert "moving_from" not in out
+    code, _, err = run(capsys, "split", table_id, *WHERE, "--finish", "--part", "t1")
+    assert code == 1
+    assert_one_line_error(err, "hot part 't1' is not moving")
 
 
 def test_the_hot_table_answers_like_a_plain_table_on_the_emulator(
@@ -163,5 +211,5 @@ def test_the_hot_table_answers_like_a_plain_table_on_the_emulator(
             super().teardown()
 
     run_state_machine_as_test(
-        OnEmulator, settings=settings(max_examples=5, stateful_step_count=15, deadline=None)
+        OnEmulator, settings=settings(max_examples=15, stateful_step_count=25, deadline=None)
     )

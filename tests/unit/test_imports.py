@@ -38,6 +38,7 @@ ORDER: tuple[str, ...] = (
     "_scheme.layout",
     "_scheme.window",
     "_scheme.hot",
+    "_scheme.hot_move",
     "_scheme.views",
     "_scheme",
     # the read engine (no Bigtable)

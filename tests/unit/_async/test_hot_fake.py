@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
-from google.cloud.bigtable.data.mutations import AddToCell, Mutation, SetCell
+from google.cloud.bigtable.data.mutations import (
+    AddToCell,
+    DeleteAllFromFamily,
+    DeleteAllFromRow,
+    Mutation,
+    SetCell,
+)
 from google.cloud.bigtable.data.read_modify_write_rules import IncrementRule
 from google.cloud.bigtable.data.read_rows_query import RowRange
 from google.cloud.bigtable.data.row import Row
@@ -39,19 +45,26 @@ from saltedtable import (
     SaltedTable,
     SaltedTableAsync,
     SaltScheme,
+    SaltSchemeError,
     fields,
     view_row_prefixes,
 )
-from saltedtable._exceptions import SplitKeyError
+from saltedtable._exceptions import SplitKeyError, WindowFilterError
 from saltedtable._guard.families import FamilyInfo
 from saltedtable._scheme.hot import HotLayout, check_hot_change
+from saltedtable._scheme.hot_move import (
+    MOVE_FAMILY,
+    finished,
+    move_copies,
+    move_retire,
+)
 from tests.fakes import FakeTable, SyncFakeTable
 from tests.hot_model import AGGREGATES, PLAIN, mutation_strategy
 
 SCHEME = SaltScheme(8, key_part=fields(1))
 PARTS = [b"t0", b"t1", b"t2"]
 KEYS = sorted(p + b"#" + s for p in PARTS for s in (b"a", b"b", b"c", b"d"))
-FAMILIES = [FamilyInfo(f) for f in PLAIN] + [
+FAMILIES = [FamilyInfo(f) for f in [*PLAIN, MOVE_FAMILY]] + [
     FamilyInfo(f, aggregate=kind) for f, kind in AGGREGATES.items()
 ]
 FILTERS: list[RowFilter | None] = [
@@ -116,9 +129,85 @@ class HotTableMachine(RuleBasedStateMachine):
 
     @initialize(part=st.sampled_from([None, b"t0"]), k=st.integers(2, 8))
     def start(self, part: bytes | None, k: int) -> None:
-        # A part is listed before its rows are written (listing it later moves rows,
-        # which needs the dual-placement window this table object does not read yet).
+        # A part listed before its rows are written; `move` lists parts with rows.
         self.hot = HotLayout(SCHEME, parts={part: k} if part else {})
+        self.table = self.new_table(self.hot)
+
+    @rule(part=st.sampled_from(PARTS), k=st.integers(2, 8))
+    def move(self, part: bytes, k: int) -> None:
+        """List a part whose rows exist, or raise its K: the part moves (a new table object)."""
+        was = self.hot.parts.get(part, 1)
+        if was >= k or self.hot.moving:
+            return
+        after = HotLayout(
+            SCHEME,
+            parts={**self.hot.parts, part: k},
+            rows=dict(self.hot.rows),
+            moving={part: was},
+        )
+        try:
+            check_hot_change(self.hot, after)
+        except SaltSchemeError:
+            return  # it would move a split row's home: refused, as `split` refuses it
+        self.hot = after
+        self.table = self.new_table(after)
+
+    async def _physical(self, key: bytes) -> tuple[Row | None, Row | None]:
+        """A moving key's old and new physical rows, as the backfill reads them."""
+        new, old = self.hot.move_keys(key)
+        got_old = None if old is None else await self.fake.read_row(old)
+        return got_old, await self.fake.read_row(new)
+
+    @rule(data=st.data())
+    def backfill_step(self, data: st.DataObject) -> None:
+        """Some keys of the moving part: copy (race-safe), then maybe delete the old row."""
+        if not self.hot.moving:
+            return
+        part = next(iter(self.hot.moving))
+        keys = data.draw(st.lists(st.sampled_from([k for k in KEYS if k.startswith(part)])))
+        retire = data.draw(st.booleans(), label="retire")
+
+        async def step(key: bytes) -> None:
+            old, new = await self._physical(key)
+            for copy in move_copies(self.hot, key, old, new, max_cells=2):
+                await self.fake.check_and_mutate_row(
+                    copy.row_key, copy.predicate, false_case_mutations=list(copy.mutations)
+                )
+            old, new = await self._physical(key)
+            done = move_retire(self.hot, key, old, new)
+            if retire and done is not None:
+                await self.fake.mutate_row(done[0], list(done[1]))
+
+        for key in keys:
+            self.run(step(key))
+
+    @rule()
+    def finish(self) -> None:
+        """The whole backfill, the old rows and the tombstones deleted, then the record change."""
+        if not self.hot.moving:
+            return
+        part = next(iter(self.hot.moving))
+
+        async def all_keys() -> None:
+            for key in [k for k in KEYS if k.startswith(part)]:
+                for _ in range(2):
+                    old, new = await self._physical(key)
+                    for copy in move_copies(self.hot, key, old, new):
+                        await self.fake.check_and_mutate_row(
+                            copy.row_key, copy.predicate, false_case_mutations=list(copy.mutations)
+                        )
+                old, new = await self._physical(key)
+                assert not move_copies(self.hot, key, old, new)
+                done = move_retire(self.hot, key, old, new)
+                if done is not None:
+                    await self.fake.mutate_row(done[0], list(done[1]))
+                if self.hot.move_keys(key)[1] is not None:
+                    await self.fake.mutate_row(
+                        self.hot.physical_keys(key)[0], [DeleteAllFromFamily(MOVE_FAMILY)]
+                    )
+
+        self.run(all_keys())
+        self.hot = finished(self.hot, part)
         self.table = self.new_table(self.hot)
 
     @rule(key=st.sampled_from(KEYS), k=st.integers(2, 8))
@@ -126,7 +215,17 @@ class HotTableMachine(RuleBasedStateMachine):
         """List a row (or raise its K) mid-stream: a new table object over the same rows."""
         if self.hot.rows.get(key, 1) >= k:
             return
-        after = HotLayout(SCHEME, parts=dict(self.hot.parts), rows={**self.hot.rows, key: k})
+        after = HotLayout(
+            SCHEME,
+            parts=dict(self.hot.parts),
+            rows={**self.hot.rows, key: k},
+            moving=dict(self.hot.moving),
+        )
+        if after.before is not None and after.before.bucket_of(key) != after.bucket_of(key):
+            # A row whose part moves it waits for the move (refused, naming it).
+            with pytest.raises(SaltSchemeError, match="belongs to a moving part"):
+                check_hot_change(self.hot, after)
+            return
         check_hot_change(self.hot, after)
         self.hot = after
         self.table = self.new_table(after)
@@ -140,6 +239,12 @@ class HotTableMachine(RuleBasedStateMachine):
         """One logical call, to the model and to the hot table."""
         mutations = [m for m in mutations if self.keep(m)]
         if not mutations:
+            return
+        if self.hot.move_keys(key)[1] is not None and any(
+            isinstance(m, AddToCell) for m in mutations
+        ):
+            with pytest.raises(SplitKeyError, match="is refused while its key part"):
+                self.run(self.table.mutate_row(key, mutations))
             return
 
         async def both() -> None:
@@ -161,7 +266,12 @@ class HotTableMachine(RuleBasedStateMachine):
 
         async def both() -> tuple[Any, ...]:
             want = await self.model.read_row(key, row_filter=row_filter)
-            got = await self.table.read_row(key, row_filter=row_filter)
+            try:
+                got = await self.table.read_row(key, row_filter=row_filter)
+            except WindowFilterError:
+                got = None  # refused, naming the move: only for a key that moves
+                assert self.hot.move_keys(key)[1] is not None
+                got = want
             exists = await self.table.row_exists(key)
             return want, got, exists, await self.model.row_exists(key)
 
@@ -215,8 +325,22 @@ class HotTableMachine(RuleBasedStateMachine):
             from saltedtable._read.query import reversed_request
 
             asked = reversed_request(query)
-        got = self.shape(self.run(self.table.read_rows(asked)))
-        assert got == want
+        refused: Exception | None = None
+        try:
+            got = self.shape(self.run(self.table.read_rows(asked)))
+        except (WindowFilterError, SplitKeyError) as exc:
+            refused = exc
+        if isinstance(refused, WindowFilterError):
+            # A filter on whole rows is refused where a read meets a moving part.
+            assert self.hot.moving
+            assert "during the move of hot part" in str(refused)
+        elif refused is not None:
+            # A reversed read that meets a moving part is refused, naming it.
+            assert reverse
+            assert self.hot.moving
+            assert "is moving" in str(refused)
+        else:
+            assert got == want
 
     @rule(part=st.sampled_from(PARTS), limit=st.sampled_from([None, 1, 3]))
     def prefix(self, part: bytes, limit: int | None) -> None:
@@ -421,3 +545,34 @@ def test_a_split_rows_failure_in_the_batcher_is_reported_once() -> None:
         assert [(exc.index, exc.entry) for exc in bulk.value.exceptions] == [(0, entry)]
 
     asyncio.run(scenario())
+
+
+def test_the_sync_table_reads_a_moving_part_in_both_places() -> None:
+    """The generated SaltedTable: a point read in one request, the part's scan once per key."""
+    fake = FakeTable(families=FAMILIES)
+    sync = SyncFakeTable(fake)
+    before = SaltedTable(sync, SCHEME, guard=False)  # type: ignore[arg-type]
+    for i in range(12):
+        before.mutate_row(b"t0#%02d" % i, SetCell("cf", b"a", b"old", 1000))
+    hot = HotLayout(SCHEME, parts={b"t0": 4}, moving={b"t0": 1})
+    table = SaltedTable(sync, SCHEME, guard=False, hot=hot)  # type: ignore[arg-type]
+    moved = [k for k in (b"t0#%02d" % i for i in range(12)) if hot.move_keys(k)[1]]
+    assert moved
+    table.mutate_row(moved[0], SetCell("cf", b"b", b"new", 2000))
+    table.mutate_row(moved[1], DeleteAllFromRow())
+    reads = len(fake.read_kwargs)
+    row = table.read_row(moved[0])
+    assert len(fake.read_kwargs) == reads + 1  # one request carrying both keys
+    assert row is not None
+    assert sorted((c.qualifier, c.value) for c in row.cells) == [(b"a", b"old"), (b"b", b"new")]
+    assert table.read_row(moved[1]) is None
+    assert not table.row_exists(moved[1])
+    want = [b"t0#%02d" % i for i in range(12) if b"t0#%02d" % i != moved[1]]
+    assert [r.row_key for r in table.read_prefix(b"t0#")] == want
+    assert [r.row_key for r in table.read_prefix(b"t0#", limit=3)] == want[:3]
+    every = table.read_rows(ReadRowsQuery(row_keys=[moved[0]], limit=4), ordered=False)
+    assert [r.row_key for r in every] == [moved[0]]
+    with pytest.raises(SplitKeyError, match="is moving"):
+        table.read_modify_write_row(moved[0], IncrementRule("cf", b"a", 1))
+    with pytest.raises(SplitKeyError, match="reversed read meets hot part 't0'"):
+        table.read_rows({"rows": {"row_ranges": [{}]}, "reversed": True})

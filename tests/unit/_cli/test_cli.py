@@ -315,3 +315,21 @@ def test_explain_says_why_a_range_after_the_cutoff_reads_the_legacy_side(
     assert code == 0
     assert "legacy" not in out
     assert out.splitlines()[0] == "4 sub-queries"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--part", "t7"], "give -k K (or --finish --part VALUE)"),
+        (["--finish", "--row", "r"], "--finish takes --part VALUE only"),
+        (["--finish", "--part", "t7", "-k", "4"], "--finish takes --part VALUE only"),
+    ],
+)
+def test_split_usage_errors_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    """split needs -k, except --finish, which takes a part and nothing else."""
+    code, out, err = run(capsys, "split", "t", "--project", "p", "--instance", "i", *argv)
+    assert code == 2
+    assert out == ""
+    assert_one_line_error(err, needle)

@@ -14,9 +14,8 @@ import argparse
 from collections.abc import Sequence
 from typing import Final, NoReturn
 
-from .._guard.record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH
+from .._guard.record import DEFAULT_LEGACY_GRACE, DEFAULT_RECORD_REFRESH, WINDOW_CLOCK_MARGIN
 from .._scheme.salt import HASHES
-from .._scheme.window import WINDOW_CLOCK_MARGIN
 from .args import float_above, float_at_least, int_at_least
 from .commands import EXIT_USAGE
 from .specs import add_time_arguments

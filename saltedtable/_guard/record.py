@@ -42,6 +42,7 @@ __all__ = [
     "BACKFILL",
     "CUTOVER",
     "DEFAULT_LEGACY_GRACE",
+    "WINDOW_CLOCK_MARGIN",
     "DEFAULT_RECORD_REFRESH",
     "DELETING",
     "MIGRATION_KEY",
@@ -86,6 +87,12 @@ DEFAULT_RECORD_REFRESH: Final = 30.0
 #: a cutoff reader with the default interval has read the record again (the margin
 #: covers clocks that run at slightly different rates on two machines).
 DEFAULT_LEGACY_GRACE: Final = DEFAULT_RECORD_REFRESH + 10.0
+
+#: Seconds after a resalt window's start before a backfill or verify pass runs by
+#: default: a writer whose clock runs behind may still delete in the old layout
+#: alone until its clock reaches the start, and a copy made before that delete
+#: would bring the row back.
+WINDOW_CLOCK_MARGIN: Final = 60.0
 
 #: What the guard does next (see :func:`guard_action`).
 Action = Literal["ok", "create", "replace", "skip"]

@@ -96,7 +96,6 @@ from .._exceptions import LayoutError, RowKeyError, SaltSchemeError, WindowError
 from .salt import SaltScheme, format_key, to_key
 
 __all__ = [
-    "WINDOW_CLOCK_MARGIN",
     "WINDOW_FAMILY",
     "BackfillCopy",
     "BackfillProgress",
@@ -114,12 +113,6 @@ __all__ = [
 ]
 
 WINDOW_FAMILY: Final = "saltedtable-window"
-
-#: Seconds after a window's start before a backfill or verify pass runs by
-#: default: a writer whose clock runs behind may still delete in the old
-#: layout alone until its clock reaches the start, and a copy made before that
-#: delete would bring the row back.
-WINDOW_CLOCK_MARGIN: Final = 60.0
 """The column family that holds the window's tombstones (created when a window opens).
 
 Reserved: user mutations may not name it, and reads never show it. It must

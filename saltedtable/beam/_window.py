@@ -46,14 +46,14 @@ from google.cloud.bigtable.data.row_filters import (
 from .._engine.budget import ReadBudget
 from .._exceptions import LayoutError, WindowError
 from .._guard.decisions import KEYS_ONLY
-from .._guard.record import LayoutRecord, describe_layout
+from .._guard.record import WINDOW_CLOCK_MARGIN, LayoutRecord, describe_layout
 from .._guard.window_state import WINDOW_KEY, WindowState, advance_window, window_of
 from .._read.plan import SubQuery
 from .._read.split import DEFAULT_SPLIT_BYTES, Split
 from .._scheme.layout import Layout
 from .._scheme.ranges import KeyRange
 from .._scheme.salt import SaltScheme, prefix_end
-from .._scheme.window import WINDOW_CLOCK_MARGIN, Window
+from .._scheme.window import Window
 from .._sync_autogen.window_table import MAX_REPLANS
 from ._io import (
     METRICS_NAMESPACE,

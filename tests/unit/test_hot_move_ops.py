@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -36,6 +37,11 @@ def _table() -> tuple[FakeTable, SyncFakeTable]:
     return fake, sync
 
 
+def _past() -> dt.datetime:
+    """A clock far enough back that a split's start (now plus the lead) has passed."""
+    return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=600)
+
+
 def _rows(sync: SyncFakeTable, hot: HotLayout) -> list[tuple[bytes, list[bytes]]]:
     table = SaltedTable(sync, SCHEME, hot=hot)  # type: ignore[arg-type]
     return [(r.row_key, [c.value for c in r.cells]) for r in table.read_prefix(b"t7#")]
@@ -43,11 +49,11 @@ def _rows(sync: SyncFakeTable, hot: HotLayout) -> list[tuple[bytes, list[bytes]]
 
 def test_a_part_with_rows_moves_and_the_finish_moves_them() -> None:
     fake, sync = _table()
-    before, after = split_hot_key(sync, "part", b"t7", 4)
+    before, after = split_hot_key(sync, "part", b"t7", 4, now=_past())
     assert before == HotLayout(SCHEME)
-    assert after == HotLayout(SCHEME, parts={b"t7": 4}, moving={b"t7": 1})
+    assert (dict(after.parts), dict(after.moving)) == ({b"t7": 4}, {b"t7": 1})
     with pytest.raises(SaltSchemeError, match="still moving from K=1"):
-        split_hot_key(sync, "part", b"t7", 8)
+        split_hot_key(sync, "part", b"t7", 8, now=_past())
     moved = [k for k in KEYS if after.move_keys(k)[1] is not None]
     table = SaltedTable(sync, SCHEME, hot=after)  # type: ignore[arg-type]
     table.mutate_row(moved[0], SetCell("cf", b"b", b"new", 2000))
@@ -79,11 +85,14 @@ class _Losing(SyncFakeTable):
 
 def test_the_finish_refuses_while_rows_are_left_and_names_them() -> None:
     fake, sync = _table()
-    _, after = split_hot_key(sync, "part", b"t7", 4)
+    _, after = split_hot_key(sync, "part", b"t7", 4, now=_past())
     want = _rows(sync, after)
     with pytest.raises(LayoutError, match=r"row\(s\) of hot part 't7' are still at their old"):
         finish_hot_move(_Losing(fake), b"t7", max_replans=2)
     assert _rows(sync, after) == want  # readers see the same rows
-    # The record still names the move: a table made without it is refused by the guard.
+    # The record still names the move: a table made with the same lists but without
+    # it adopts it (a superset read) and reads the same rows.
+    assert _rows(sync, HotLayout(SCHEME, parts={b"t7": 4})) == want
+    # One made without the part listed at all is refused by the guard.
     with pytest.raises(SchemeMismatchError, match="hot"):
-        SaltedTable(sync, SCHEME, hot=HotLayout(SCHEME, parts={b"t7": 4})).read_row(KEYS[0])  # type: ignore[arg-type]
+        SaltedTable(sync, SCHEME, hot=HotLayout(SCHEME, rows={b"t1#x": 2})).read_row(KEYS[0])  # type: ignore[arg-type]

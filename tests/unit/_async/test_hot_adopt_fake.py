@@ -32,7 +32,7 @@ from saltedtable._guard.hot_record import split_record
 from saltedtable._guard.record import SCHEME_QUALIFIER, decode_layout, encode_layout
 from saltedtable._scheme.hot import HotLayout
 from saltedtable._scheme.salt import SCHEME_ROW_KEY
-from saltedtable._split import split_hot_key
+from saltedtable._split import finish_hot_move, split_hot_key
 from tests.fakes import FakeTable, SyncFakeTable
 from tests.hot_model import AGGREGATES, PLAIN
 
@@ -225,9 +225,13 @@ def test_a_split_refuses_a_start_sooner_than_the_lead_and_a_second_pending_split
         split_hot_key(raw, "row", b"t2#other", 2, min_lead=5, now=later)
 
 
-def test_a_later_split_is_refused_while_a_parts_row_sits_where_previous_put_it() -> None:
-    """The next change replaces ``previous``: rows it places must have moved first."""
-    fake = FakeTable(families=FAMILIES)
+def test_a_row_written_before_its_parts_split_starts_is_found_across_a_later_split() -> None:
+    """A part's split is a move: its rows written before the start sit at the old place.
+
+    A later split keeps the part moving (it inherits the move), reads find the row
+    once, and finishing the move (after the start) moves it to its new place.
+    """
+    fake = FakeTable(families=[*FAMILIES, FamilyInfo("saltedtable-window")])
 
     async def setup() -> HotLayout:
         table = SaltedTableAsync(fake, SCHEME, record_refresh=0.05)
@@ -240,9 +244,32 @@ def test_a_later_split_is_refused_while_a_parts_row_sits_where_previous_put_it()
         return after
 
     after = asyncio.run(setup())
+    assert after.moving == {b"t0": 1}
     assert SCHEME.salt_key(b"t0#early") not in after.physical_keys(b"t0#early")
-    with pytest.raises(LayoutError, match="written before the last split's start"):
-        split_hot_key(SyncFakeTable(fake), "row", b"t2#x", 2)
+    assert _physical(fake, b"t0#early") == [SCHEME.salt_key(b"t0#early")]
+    later = split_hot_key(SyncFakeTable(fake), "row", b"t2#x", 2, min_lead=LEAD)[1]
+    assert later.moving == {b"t0": 1}  # still moving: its rows may sit at the old place
+
+    async def read() -> tuple[object, list[bytes]]:
+        table = SaltedTableAsync(fake, SCHEME, hot=later, record_refresh=0.05)
+        point = await table.read_row(b"t0#early")
+        scan = [row async for row in table.read_prefix(b"t0#")]
+        return point, [r.row_key for r in scan]
+
+    point, scanned = asyncio.run(read())
+    assert point is not None
+    assert scanned == [b"t0#early"]
+    with pytest.raises(LayoutError, match="starts at"):
+        finish_hot_move(SyncFakeTable(fake), b"t0")  # the later split has not started
+    assert later.start_micros is not None
+    time.sleep(max(0.0, later.start_micros / 1e6 - time.time()) + 0.01)
+    done = finish_hot_move(SyncFakeTable(fake), b"t0")
+    assert (done.retired, done.finished) == (1, True)
+    assert _physical(fake, b"t0#early") == [after.physical_keys(b"t0#early")[0]]
+
+
+def test_a_split_without_rows_left_at_an_old_place_is_accepted() -> None:
+    """The same split where no row sits at the old place: accepted at once."""
     fake2 = FakeTable(families=FAMILIES)  # the same without that row: accepted
     asyncio.run(SaltedTableAsync(fake2, SCHEME).guard_scheme(family="cf"))
     _split(fake2, "part", b"t0", 4)

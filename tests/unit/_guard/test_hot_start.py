@@ -35,12 +35,13 @@ def test_a_split_stores_its_start_lead_and_previous_lists_and_reads_back_equal()
         first, SCHEME, "row", b"t1#a", 2, now_micros=NOW + 200_000_000
     )
     assert before.same_lists(HotLayout(SCHEME, parts={b"t0": 4}))
-    assert after.previous == HotLayout(SCHEME, parts={b"t0": 4})
+    # (the part listed first is still moving: the lists before the row's split keep its move)
+    assert after.previous == HotLayout(SCHEME, parts={b"t0": 4}, moving={b"t0": 1})
     assert after.start_micros == NOW + 200_000_000 + 120_000_000
     assert after.min_lead_s == 120.0
     assert hot_layout_of(record, SCHEME) == after
     stored = json.loads(dict(record.extra)[HOT_FIELD])
-    assert set(stored) == {"parts", "rows", "previous", "start_micros", "min_lead_s"}
+    assert set(stored) == {"parts", "rows", "previous", "start_micros", "min_lead_s", "moving"}
 
 
 def test_writers_place_by_the_previous_lists_until_the_start() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import warnings
 from collections import Counter
 
@@ -73,10 +74,15 @@ async def main() -> None:
         await plain.bulk_mutate_rows(entries)
         print("before:", await buckets(plain))
 
-        # 2. List it with K = 4 (compare-and-swap): its rows exist, so it moves.
+        # 2. List it with K = 4 (compare-and-swap): its rows move. The split starts a
+        #    minimum lead ahead (2 s here; 120 s by default, longer than every table
+        #    object's record refresh): until then writers keep the old placement.
         with BigtableDataClient(project=PROJECT) as sync_client:
-            _, hot = split_hot_key(sync_client.get_table(INSTANCE, TABLE), "part", b"t7", 4)
-        print("hot lists:", hot)
+            table_ = sync_client.get_table(INSTANCE, TABLE)
+            _, hot = split_hot_key(table_, "part", b"t7", 4, min_lead=2.0)
+        print("moving:", dict(hot.moving))
+        assert hot.start_micros is not None
+        await asyncio.sleep(max(0.0, hot.start_micros / 1e6 - time.time()) + 0.1)
 
         # 3. Table objects made with the new lists read both places and write the new one.
         table = SaltedTableAsync.from_client(client, INSTANCE, TABLE, SCHEME, hot=hot)

@@ -35,7 +35,7 @@ def test_the_hot_move_walk_through_runs(emulator: Emulator) -> None:
     out = done.stdout
     assert "before: {b'" in out
     assert out.split("before: ")[1].splitlines()[0].count(":") == 1  # one bucket
-    assert "moving={b't7': 1}" in out
+    assert "moving: {b't7': 1}" in out
     assert "t7 rows while moving: 99" in out
     assert "a moved row while moving: [(b'v', b'old'), (b'w', b'new')]" in out
     assert "check_and_mutate_row while moving: check_and_mutate_row is atomic on one row" in out

@@ -51,6 +51,7 @@ from .._exceptions import (
     QueryPlanError,
     SaltedTableError,
     SchemeMismatchError,
+    SplitKeyError,
     WriteFailedError,
 )
 from .._facade import use_client_internals
@@ -70,7 +71,7 @@ from .._read.split import DEFAULT_SPLIT_BYTES, Split, split_plan
 from .._scheme.cutoff import CutoffPolicy
 from .._scheme.hot import HotLayout, SplitFilter
 from .._scheme.layout import Layout, relabel
-from .._scheme.salt import SaltScheme, to_key
+from .._scheme.salt import SaltScheme, format_key, to_key
 from .._sync_autogen.guard import SyncTableGuard
 from ._record_steps import read_record
 
@@ -583,7 +584,8 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
 
     Raises:
         QueryPlanError: A query with a limit, or one the planner refuses.
-        SplitKeyError: A filter that cannot keep its meaning on a split row the
+        SplitKeyError: A hot part is moving (finish the move first), or a
+            filter that cannot keep its meaning on a split row the
             query covers (the error names the row).
         SaltSchemeError: Hot lists of another scheme, or with a cutoff or epochs.
     """
@@ -611,6 +613,15 @@ class ReadSaltedRows(beam.PTransform[PBegin, PCollection[Row]]):
             )
         if budget is not None and not isinstance(budget, ReadBudget):
             raise TypeError(f"budget must be a ReadBudget, got {budget!r}")
+        if hot is not None and hot.moving:
+            # A moving part's rows may sit in two places, combined by the window's rule,
+            # which the parallel read does not apply: finish the move first.
+            moving = ", ".join(repr(format_key(p)) for p in hot.moving)
+            raise SplitKeyError(
+                f"hot part(s) {moving} are moving between placements: finish the move "
+                "(saltedtable split TABLE --finish --part VALUE) before reading the table "
+                "with Beam"
+            )
         self.target = target
         self.layout = layout_of(scheme, cutoff)
         hot_keys = HotKeys.for_table(self.layout, hot, aggregates)

@@ -8,6 +8,9 @@ meaning on a split row is refused naming the row.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+
 import apache_beam as beam
 import pytest
 from apache_beam.pvalue import PCollection
@@ -16,7 +19,14 @@ from google.cloud.bigtable.data.mutations import SetCell
 from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import ValueRegexFilter
 
-from saltedtable import SaltedTable, SaltScheme, SplitKeyError, fields, split_hot_key
+from saltedtable import (
+    SaltedTable,
+    SaltScheme,
+    SplitKeyError,
+    fields,
+    finish_hot_move,
+    split_hot_key,
+)
 from saltedtable._scheme.hot import HotLayout
 from saltedtable.beam import BigtableTarget, ReadSaltedRows, resalt, verify_resalt
 from saltedtable.testing import INSTANCE, PROJECT
@@ -33,8 +43,14 @@ def _hot_table(make_table: MakeTable) -> tuple[str, HotLayout]:
     with BigtableDataClient(project=PROJECT) as client:
         raw = client.get_table(INSTANCE, name)
         SaltedTable(raw, SCHEME).mutate_row(b"t1#000", SetCell("cf", b"v", b"x", 1000))
-        split_hot_key(raw, "part", b"t7", 4)
-        _, hot = split_hot_key(raw, "row", SPLIT, 4)
+        # Clocks far enough back that each split's start (now plus the lead) has passed.
+        now = dt.datetime.now(dt.UTC)
+        split_hot_key(raw, "part", b"t7", 4, now=now - dt.timedelta(seconds=600))
+        _, moving = split_hot_key(raw, "row", SPLIT, 4, now=now - dt.timedelta(seconds=300))
+        with pytest.raises(SplitKeyError, match="'t7' are moving"):
+            ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, name), SCHEME, hot=moving)
+        assert finish_hot_move(raw, b"t7").finished  # (no row was written yet)
+        hot = dataclasses.replace(moving, moving={})
         table = SaltedTable(raw, SCHEME, hot=hot)
         entries = [
             RowMutationEntry(b"t%d#%03d" % (t, i), SetCell("cf", b"v", b"x", 1000))

@@ -65,7 +65,11 @@ def loaded_table_id(emulator: Emulator) -> Iterator[str]:
 @pytest.fixture
 def loaded(client: BigtableDataClient, loaded_table_id: str) -> SaltedTable:
     """The module's 16-bucket table of 6,000 rows, salted, on this test's client."""
-    return SaltedTable.from_client(client, INSTANCE, loaded_table_id, SCHEME)
+    table = SaltedTable.from_client(client, INSTANCE, loaded_table_id, SCHEME)
+    # Its guard settled and its channel connected before the test, as when the test's
+    # own table wrote the rows.
+    assert table.read_row(KEYS[0]) is not None
+    return table
 
 
 def open_calls() -> list[object]:

@@ -18,7 +18,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from types import ModuleType
@@ -48,6 +48,7 @@ from saltedtable.testing import (
     PROJECT,
     Emulator,
     create_table,
+    delete_table,
     start_emulator,
 )
 from tests.scripts import load_script
@@ -179,16 +180,33 @@ async def proxy(emulator: Emulator) -> AsyncIterator[Any]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def loaded_table_id(emulator: Emulator) -> Iterator[str]:
+    """A table holding ROWS rows of ~1 KB written through SCHEME, once for the module.
+
+    Its tests only read it, or write a cell it already holds (every cell is idempotent:
+    same value, same timestamp), so they share it instead of writing 3 MB each.
+    """
+    table_id = f"faults-{os.urandom(6).hex()}"
+    create_table(emulator.address, table_id, ["cf"])
+
+    async def load() -> None:
+        async with client_at(emulator.address) as client:
+            salted = SaltedTableAsync(client.get_table(INSTANCE, table_id), SCHEME)
+            async with salted:
+                await write_rows(salted, [key_of(i) for i in range(ROWS)])
+
+    try:
+        asyncio.run(load())
+        yield table_id
+    finally:
+        delete_table(emulator.address, table_id, missing_ok=True)
+
+
 @pytest.fixture
-async def loaded_table(
-    data_client: BigtableDataClientAsync, make_table: Any
-) -> tuple[str, list[bytes]]:
-    """A table holding ROWS rows of ~1 KB written through SCHEME, and their logical keys."""
-    table_id = make_table()
-    keys = [key_of(i) for i in range(ROWS)]
-    async with SaltedTableAsync(data_client.get_table(INSTANCE, table_id), SCHEME) as salted:
-        await write_rows(salted, keys)
-    return table_id, keys
+def loaded_table(loaded_table_id: str) -> tuple[str, list[bytes]]:
+    """The module's table of ROWS rows of ~1 KB written through SCHEME, and their logical keys."""
+    return loaded_table_id, [key_of(i) for i in range(ROWS)]
 
 
 # -- scans whose connections break ---------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
+from collections.abc import Iterable, Iterator
 
 import anyio
 import pytest
@@ -24,8 +26,8 @@ from google.cloud.bigtable.data import (
 
 from saltedtable import CallStats, SaltedTable, SaltedTableAsync, SaltScheme
 from saltedtable._engine.budget import STREAM_WINDOW_ROWS, first_window
-from saltedtable.testing import INSTANCE, PROJECT, Emulator
-from tests.conftest import MakeTable, salted_table_of
+from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delete_table
+from tests.conftest import salted_table_of
 
 SCHEME = SaltScheme(4)
 KEYS = [b"key-%05d" % i for i in range(6000)]  # 1,500 a bucket: more than a paused read asks
@@ -37,9 +39,21 @@ PAUSED_MOST = 2 * first_window(SCHEME.buckets)
 QUIET = 10
 
 
-@pytest.fixture
-def table_id(emulator: Emulator, make_table: MakeTable) -> str:
-    return salted_table_of(make_table, SCHEME, KEYS)
+@pytest.fixture(scope="module")
+def table_id(emulator: Emulator) -> Iterator[str]:
+    """KEYS salted by SCHEME, written once for the module (its tests only read it)."""
+    tables: list[str] = []
+
+    def make_table(families: Iterable[str] = ("cf",)) -> str:
+        tables.append(f"read-ahead-{uuid.uuid4().hex[:12]}")
+        create_table(emulator.address, tables[-1], list(families))
+        return tables[-1]
+
+    try:
+        yield salted_table_of(make_table, SCHEME, KEYS)
+    finally:
+        for made in tables:
+            delete_table(emulator.address, made, missing_ok=True)
 
 
 def check_paused_reads(stats: list[CallStats]) -> None:

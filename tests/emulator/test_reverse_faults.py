@@ -22,13 +22,14 @@ from tests.emulator.test_faults import (
     client_at,
     key_of,
     loaded_table,
+    loaded_table_id,
     proxy,
     settle,
 )
 
 pytestmark = pytest.mark.emulator
 
-__all__ = ["loaded_table", "proxy"]  # (fixtures)
+__all__ = ["loaded_table", "loaded_table_id", "proxy"]  # (fixtures)
 
 #: (dict query, ordered, the keys expected: a slice of the keys in descending order).
 SHAPES: dict[str, tuple[dict[str, Any], bool, slice]] = {

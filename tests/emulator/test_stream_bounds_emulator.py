@@ -11,14 +11,16 @@ rows exceed its share takes several requests, each resuming after the last.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import uuid
+from collections.abc import Iterator
 
 import pytest
 from google.cloud.bigtable.data import BigtableDataClientAsync, ReadRowsQuery
 
 from saltedtable import CallStats, ReadBudget, SaltedTableAsync
 from saltedtable._engine.budget import row_cost, stream_rows, wire_bytes
-from saltedtable.testing import INSTANCE
+from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delete_table
 from tests.emulator.test_wide_rows_emulator import SCHEME, SLACK, UNBOUNDED, AskMeter, load
 
 pytestmark = pytest.mark.emulator
@@ -30,12 +32,27 @@ WIRE = SIZE + len(b"k00000") + SLACK
 COST = row_cost(SIZE + len(b"k00000"), 1)
 
 
+@pytest.fixture(scope="module")
+def table_id(emulator: Emulator) -> Iterator[str]:
+    """ROWS rows of SIZE bytes, written once: both shapes only read them."""
+    made = f"bounds-{uuid.uuid4().hex[:12]}"
+    create_table(emulator.address, made, ["cf"])
+
+    async def write() -> None:
+        async with BigtableDataClientAsync(project=PROJECT) as client:
+            await load(client, made, ROWS, SIZE)
+
+    try:
+        asyncio.run(write())
+        yield made
+    finally:
+        delete_table(emulator.address, made, missing_ok=True)
+
+
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
 async def test_a_streamed_scan_bounds_every_request(
-    make_table: Callable[..., str], data_client: BigtableDataClientAsync, ordered: bool
+    table_id: str, data_client: BigtableDataClientAsync, ordered: bool
 ) -> None:
-    table_id = make_table(families=("cf",))
-    await load(data_client, table_id, ROWS, SIZE)
     # 32 KiB a bucket: streams (a page's cap holds 16 rows and more), 309 rows a request.
     budget = ReadBudget(bytes=512 << 10)
     share = stream_rows(budget, SCHEME.buckets, COST)

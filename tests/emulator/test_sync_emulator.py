@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import closing
 
@@ -21,7 +22,7 @@ from saltedtable import (
     SchemeMismatchError,
     SubScan,
 )
-from saltedtable.testing import INSTANCE, PROJECT, Emulator
+from saltedtable.testing import INSTANCE, PROJECT, Emulator, create_table, delete_table
 from tests.conftest import MakeTable
 from tests.slot_marks import mark_small_reads, reads_point_keys
 
@@ -36,17 +37,38 @@ def client(emulator: Emulator) -> Iterator[BigtableDataClient]:
         yield data_client
 
 
+@pytest.fixture(scope="module")
+def loaded_table_id(emulator: Emulator) -> Iterator[str]:
+    """A 16-bucket table of 6,000 rows, written through the sync salted table once.
+
+    The tests of ``loaded`` only read it (the one that tries to write asserts that
+    nothing lands), so they share it rather than write the same rows, a second each.
+    """
+    table_id = f"loaded-{uuid.uuid4().hex[:12]}"
+    create_table(emulator.address, table_id, ["cf"])
+    try:
+        with BigtableDataClient(project=PROJECT) as writer:
+            table = SaltedTable.from_client(writer, INSTANCE, table_id, SCHEME)
+            for start in range(0, len(KEYS), 2000):
+                table.bulk_mutate_rows(
+                    [
+                        RowMutationEntry(k, SetCell("cf", b"q", b"v" * 50))
+                        for k in KEYS[start : start + 2000]
+                    ]
+                )
+            table.close()
+        yield table_id
+    finally:
+        delete_table(emulator.address, table_id, missing_ok=True)
+
+
 @pytest.fixture
-def loaded(client: BigtableDataClient, make_table: MakeTable) -> SaltedTable:
-    """A 16-bucket table of 6,000 rows, written through the sync salted table."""
-    table = SaltedTable.from_client(client, INSTANCE, make_table(), SCHEME)
-    for start in range(0, len(KEYS), 2000):
-        table.bulk_mutate_rows(
-            [
-                RowMutationEntry(k, SetCell("cf", b"q", b"v" * 50))
-                for k in KEYS[start : start + 2000]
-            ]
-        )
+def loaded(client: BigtableDataClient, loaded_table_id: str) -> SaltedTable:
+    """The module's 16-bucket table of 6,000 rows, salted, on this test's client."""
+    table = SaltedTable.from_client(client, INSTANCE, loaded_table_id, SCHEME)
+    # Its guard settled and its channel connected before the test, as when the test's
+    # own table wrote the rows.
+    assert table.read_row(KEYS[0]) is not None
     return table
 
 

@@ -23,8 +23,14 @@ from google.cloud.bigtable.data.mutations import SetCell
 
 from saltedtable import SaltedTable, SaltScheme
 from saltedtable._read.cancel_threads import client_operation
-from saltedtable.testing import EMULATOR_HOST_ENV, INSTANCE, PROJECT, Emulator
-from tests.conftest import MakeTable
+from saltedtable.testing import (
+    EMULATOR_HOST_ENV,
+    INSTANCE,
+    PROJECT,
+    Emulator,
+    create_table,
+    delete_table,
+)
 from tests.emulator.test_faults import load_faultproxy
 
 SCHEME = SaltScheme(16)
@@ -68,20 +74,27 @@ def proxy(emulator: Emulator) -> Iterator[ThreadProxy]:
         running.close()
 
 
-@pytest.fixture
-def table_id(emulator: Emulator, make_table: MakeTable) -> str:
-    """A 16-bucket table of 6,000 rows of ~300 bytes, written directly (no proxy)."""
-    made = make_table()
-    with client_at(emulator.address) as client:
-        table = SaltedTable.from_client(client, INSTANCE, made, SCHEME)
-        for start in range(0, len(KEYS), 2000):
-            table.bulk_mutate_rows(
-                [
-                    RowMutationEntry(k, SetCell("cf", b"q", b"v" * 300))
-                    for k in KEYS[start : start + 2000]
-                ]
-            )
-    return made
+@pytest.fixture(scope="module")
+def table_id(emulator: Emulator) -> Iterator[str]:
+    """A 16-bucket table of 6,000 rows of ~300 bytes, written directly (no proxy).
+
+    Once for the module: its tests only read it.
+    """
+    made = f"sync-faults-{os.urandom(6).hex()}"
+    create_table(emulator.address, made, ["cf"])
+    try:
+        with client_at(emulator.address) as client:
+            table = SaltedTable.from_client(client, INSTANCE, made, SCHEME)
+            for start in range(0, len(KEYS), 2000):
+                table.bulk_mutate_rows(
+                    [
+                        RowMutationEntry(k, SetCell("cf", b"q", b"v" * 300))
+                        for k in KEYS[start : start + 2000]
+                    ]
+                )
+        yield made
+    finally:
+        delete_table(emulator.address, made, missing_ok=True)
 
 
 class client_at:

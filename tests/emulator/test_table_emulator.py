@@ -17,7 +17,7 @@ import random
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -333,15 +333,44 @@ class RecordingTable(TableLikeAsync):
         return {r.outcome for r in self.records}
 
 
+BIG_KEYS = numbered_keys(4800)
+
+
+@pytest.fixture(scope="module")
+def big_table_id(emulator: Emulator) -> Iterator[str]:
+    """A table of 4800 rows written through SCHEME16, once for the module.
+
+    Its tests only read it (a write there is a failure they assert against), so they
+    share it rather than write the same 4800 rows again, a second or so each.
+    """
+    table_id = f"big-{uuid.uuid4().hex[:12]}"
+    admin_create_table(emulator.address, table_id, ["cf"])
+
+    async def load() -> None:
+        async with (
+            BigtableDataClientAsync(project=PROJECT) as client,
+            client.get_table(INSTANCE, table_id) as table,
+        ):
+            await fill(SaltedTableAsync(table, SCHEME16), BIG_KEYS)
+
+    try:
+        asyncio.run(load())
+        yield table_id
+    finally:
+        admin_delete_table(emulator.address, table_id, missing_ok=True)
+
+
 @pytest.fixture
 async def big_table(
-    data_client: BigtableDataClientAsync, make_table: MakeTable
+    data_client: BigtableDataClientAsync, big_table_id: str
 ) -> AsyncIterator[tuple[TableAsync, list[bytes]]]:
-    """A table of 4800 rows written through SCHEME16, and their logical keys."""
-    keys = numbered_keys(4800)
-    async with data_client.get_table(INSTANCE, make_table()) as table:
-        await fill(SaltedTableAsync(table, SCHEME16), keys)
-        yield table, keys
+    """The module's table of 4800 rows written through SCHEME16 (on this test's client),
+    and their logical keys."""
+    async with data_client.get_table(INSTANCE, big_table_id) as table:
+        # Connected before the test, as when each test wrote the rows itself: the tests
+        # that bound how soon a read ends time the read, not the channel's first connect.
+        await table.read_row(b"warm-up")
+        yield table, list(BIG_KEYS)
 
 
 async def test_recording_table_tells_abandoned_from_cancelled_streams(

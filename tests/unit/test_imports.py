@@ -180,9 +180,16 @@ def _targets(path: Path, node: ast.ImportFrom) -> set[str]:
     return found
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """``path`` parsed, once a session: the rules below read the same modules hundreds of
+    times (an import's target once for every file importing it), and nothing mutates a tree."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imported(path: Path) -> set[str]:
     """Every absolute module ``path`` imports, anywhere in it."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -323,7 +330,7 @@ def test_all_lazy_and_type_checking_exports_agree() -> None:
         # (Its __module__ says "saltedtable" now, so the module's source is read.)
         source = _source_of("saltedtable" + module)
         assert source is not None, f"{name}: {module} is no module of the package"
-        defined = _defined(ast.parse(source.read_text(encoding="utf-8")))
+        defined = _defined(_tree(source))
         assert name in defined, f"{name} is not defined in {module}"
         assert getattr(importlib.import_module(module, "saltedtable"), name) is getattr(
             saltedtable, name
@@ -365,7 +372,7 @@ def _defined(tree: ast.Module) -> set[str]:
 def _sideways(path: Path, text: str | None = None) -> list[str]:
     """``from saltedtable.x import Name`` in ``path`` where ``x`` only re-exports ``Name``."""
     found = []
-    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
+    tree = _tree(path) if text is None else ast.parse(text)
     for node in ast.walk(tree):
         if not isinstance(node, ast.ImportFrom):
             continue
@@ -373,7 +380,7 @@ def _sideways(path: Path, text: str | None = None) -> list[str]:
         source = None if module is None else _source_of(module)
         if module is None or source is None:
             continue
-        defined = _defined(ast.parse(source.read_text(encoding="utf-8")))
+        defined = _defined(_tree(source))
         for alias in node.names:
             if _source_of(f"{module}.{alias.name}") is None and alias.name not in defined:
                 found.append(f"line {node.lineno}: {alias.name} from {module}")
@@ -432,7 +439,7 @@ def _module_names() -> dict[str, set[str]]:
     for path in FILES:
         own = _module_of(path)
         dotted = "saltedtable" if own == "__init__" else f"saltedtable.{own}"
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         found[dotted] = _defined(tree) | {
             alias.asname or alias.name
             for node in tree.body
@@ -493,7 +500,7 @@ def test_no_module_imports_another_modules_private_name(path: Path) -> None:
     """What two modules share has a package-internal public name, not an ``_x`` one."""
     private = sorted(
         f"line {node.lineno}: {alias.name}"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(_tree(path))
         if isinstance(node, ast.ImportFrom)
         and (node.level > 0 or (node.module or "").split(".")[0] == "saltedtable")
         for alias in node.names

@@ -143,7 +143,9 @@ def plan_append(
             message names the earliest start allowed), or the new list breaks
             a rule of the epoch lists.
         LayoutError: A migration is in progress, a stored reader or key part
-            cannot be rebuilt (give ``current``), or the reader differs.
+            cannot be rebuilt (give ``current``), the reader differs, or keys
+            without a readable time live in the last epoch (``"last"``: an append
+            would move them at once).
         SchemeMismatchError: ``current`` differs from the stored record.
     """
     if stored.migration is not None:
@@ -184,6 +186,16 @@ def plan_append(
         raise LayoutError(
             f"the table's epochs send keys without a readable time to {epochs.unreadable!r}; "
             "an append keeps that"
+        )
+    if (epochs.unreadable if len(epochs) > 1 else unreadable) == "last":
+        # A key without a readable time lives in the newest epoch: an append would move
+        # every such key to the new epoch at once (not at its start), while running
+        # writers still place them in the old newest epoch, where readers stop looking.
+        raise LayoutError(
+            "keys without a readable time live in the table's last epoch "
+            "(unreadable='last'), so appending an epoch would move them at the append, "
+            "not at its start, where running writers still put them: an append needs "
+            "unreadable='first' or 'error'"
         )
     if epochs.timestamp is None and timestamp is None:
         raise SaltSchemeError(

@@ -586,7 +586,37 @@ class SaltedTableAsync(TableAttributes):
                 failing sub-scan raised after the client's retries (the first
                 one), with a note naming its bucket and range.
         """
-        operation_timeout = await self._refreshed(operation_timeout, attempt_timeout)
+        guard = self._guard
+        if guard.due() and (guard.refreshes or not guard.checked):
+            # Checked now (bad input fails here, as the client's own stream does); the due
+            # record is read when the stream starts (its errors, a missing table or a
+            # deadline, are raised while iterating, as the client's are), and the scan is
+            # planned by what it says (a window may have started).
+            if self._window is not None:
+                self._window.prepare(query)
+                check_timeouts(operation_timeout, attempt_timeout)
+            else:
+                self._read_call(
+                    "read_rows_stream", query, operation_timeout, attempt_timeout,
+                    retryable_errors, ordered=ordered, stats=None,
+                )  # fmt: skip
+            return self._refreshed_stream(
+                query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+            )
+        return self._scan_of(
+            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+        )
+
+    def _scan_of(
+        self,
+        query: Query,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> AsyncGenerator[Row, None]:
+        """The stream of ``read_rows_stream``, planned by the layout (and window) held now."""
         if self._window is not None:
             return self._window_scan(
                 query, operation_timeout, attempt_timeout, retryable_errors, stats
@@ -596,6 +626,24 @@ class SaltedTableAsync(TableAttributes):
             ordered=ordered, stats=stats,
         )  # fmt: skip
         return self._stream(call)
+
+    async def _refreshed_stream(
+        self,
+        query: Query,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> AsyncGenerator[Row, None]:
+        """A scan that reads the due record first, then scans as it says."""
+        operation_timeout = await self._refreshed(operation_timeout, attempt_timeout)
+        scan = self._scan_of(
+            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
+        )
+        async with aclosing(scan) as rows:
+            async for row in rows:  # noqa: RUF100, UP028 (the sync twin: a loop inside closing())
+                yield row
 
     async def read_rows(
         self,

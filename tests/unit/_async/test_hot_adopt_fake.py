@@ -263,7 +263,7 @@ def test_a_row_written_before_its_parts_split_starts_is_found_across_a_later_spl
         finish_hot_move(SyncFakeTable(fake), b"t0")  # the later split has not started
     assert later.start_micros is not None
     time.sleep(max(0.0, later.start_micros / 1e6 - time.time()) + 0.01)
-    done = finish_hot_move(SyncFakeTable(fake), b"t0")
+    done = finish_hot_move(SyncFakeTable(fake), b"t0", clock_margin=0)
     assert (done.retired, done.finished) == (1, True)
     assert _physical(fake, b"t0#early") == [after.physical_keys(b"t0#early")[0]]
 

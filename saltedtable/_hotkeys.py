@@ -39,9 +39,14 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from google.cloud.bigtable.data import ReadRowsQuery
+from google.cloud.bigtable.data.mutations import (
+    DeleteAllFromFamily,
+    DeleteAllFromRow,
+    DeleteRangeFromColumn,
+)
 from google.cloud.bigtable.data.row_filters import (
     RowFilter,
     RowFilterChain,
@@ -72,6 +77,10 @@ if TYPE_CHECKING:
     from google.cloud.bigtable.data.row import Row
 
 __all__ = ["HotKeys", "splice", "wall_micros"]
+
+
+#: The mutations that delete (they reach every place a reader consults).
+_DELETES: Final = (DeleteRangeFromColumn, DeleteAllFromFamily, DeleteAllFromRow)
 
 
 def _has_key_regex(row_filter: RowFilter | None) -> bool:
@@ -192,7 +201,28 @@ class HotKeys:
             list(mutations) if isinstance(mutations, list | tuple) else [mutations]  # type: ignore[list-item]
         )
         layout = self.layout.writers_at(now_micros)
-        previous = None if layout is not self.layout else self.layout.previous
+        if layout is not self.layout:
+            # Before the start: writes by the lists before it; deletes also reach the
+            # places of these lists, where a writer whose clock is ahead may already
+            # have written (with no tombstone: one would hide the old place's writes
+            # of writers still before the start).
+            routed = self._route(key, listed, spread, now_micros, layout, None)
+            deletes = [m for m in listed if isinstance(m, _DELETES)]
+            if deletes:
+                targeted = {place for place, _ in routed}
+                routed += [(p, list(deletes)) for p in self.places(key) if p not in targeted]
+            return routed
+        return self._route(key, listed, spread, now_micros, layout, self.layout.previous)
+
+    def _route(
+        self,
+        key: bytes | str,
+        listed: list[Mutation],
+        spread: int,
+        now_micros: int,
+        layout: HotLayout,
+        previous: HotLayout | None,
+    ) -> list[tuple[bytes, list[Mutation]]]:
         if layout.moving:
             # A key whose part moves (from the split's start on: before it writers
             # place the part's rows by its old fan-out): the window's rule (the new

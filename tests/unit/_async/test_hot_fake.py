@@ -11,6 +11,7 @@ forward (the emulator's run reads backwards too): every read equals the model's.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +50,8 @@ from saltedtable import (
     fields,
     view_row_prefixes,
 )
+import saltedtable._async.batcher as batcher_module
+import saltedtable._async.table as table_module
 from saltedtable._exceptions import SplitKeyError, WindowFilterError
 from saltedtable._guard.families import FamilyInfo
 from saltedtable._scheme.hot import HotLayout, check_hot_change
@@ -576,3 +579,44 @@ def test_the_sync_table_reads_a_moving_part_in_both_places() -> None:
         table.read_modify_write_row(moved[0], IncrementRule("cf", b"a", 1))
     with pytest.raises(SplitKeyError, match="reversed read meets hot part 't0'"):
         table.read_rows({"rows": {"row_ranges": [{}]}, "reversed": True})
+
+
+@pytest.mark.parametrize("how", ["mutate_row", "bulk", "batcher"])
+@pytest.mark.parametrize("change", ["split row", "moving part"])
+def test_a_delete_before_the_start_reaches_what_a_writer_ahead_wrote(
+    monkeypatch: pytest.MonkeyPatch, change: str, how: str
+) -> None:
+    """Two clocks around a pending split: A (ahead) writes the new place, B (behind) deletes."""
+    start = 10**15  # the split's start on the writers' clocks (micros)
+    if change == "split row":
+        key = b"t1#b"
+        lists = HotLayout(SCHEME, rows={key: 4})
+        qualifier = next(q for q in (b"a", b"b", b"c", b"d", b"e") if lists.sub_row(key, "cf", q))
+    else:
+        lists = HotLayout(SCHEME, parts={b"t0": 4}, moving={b"t0": 1})
+        key = next(k for k in (b"t0#%d" % i for i in range(50)) if lists.move_keys(k)[1])
+        qualifier = b"a"
+    hot = dataclasses.replace(lists, previous=HotLayout(SCHEME), start_micros=start)
+    fake = FakeTable(families=FAMILIES)
+    ahead, behind = hot_table(fake, hot), hot_table(fake, hot)
+    monkeypatch.setattr(table_module, "wall_micros", lambda: start + 1_000_000)
+    asyncio.run(ahead.mutate_row(key, [SetCell("cf", qualifier, b"x", 1000)]))
+    place = 0 if change == "moving part" else lists.sub_row(key, "cf", qualifier)
+    assert fake.row_keys() == [hot.physical_keys(key)[place]]  # not where B writes yet
+    monkeypatch.setattr(table_module, "wall_micros", lambda: start - 1_000_000)
+    monkeypatch.setattr(batcher_module, "wall_micros", lambda: start - 1_000_000)
+
+    async def delete() -> None:
+        entry = RowMutationEntry(key, [DeleteAllFromRow()])
+        if how == "mutate_row":
+            await behind.mutate_row(key, entry.mutations)
+        elif how == "bulk":
+            await behind.bulk_mutate_rows([entry])
+        else:
+            async with behind.mutations_batcher() as batcher:
+                await batcher.append(entry)
+
+    asyncio.run(delete())
+    assert asyncio.run(ahead.read_row(key)) is None
+    assert fake.row_keys() == []
+    assert not any(c[0] == MOVE_FAMILY for k in fake.row_keys() for c in fake.cells_of(k))

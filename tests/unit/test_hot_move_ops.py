@@ -10,7 +10,6 @@ import pytest
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
 
 import saltedtable._sync_autogen.table as sync_table
-
 from saltedtable import (
     HotLayout,
     LayoutError,
@@ -117,6 +116,7 @@ def test_the_finish_waits_a_clock_margin_past_the_start(monkeypatch: pytest.Monk
     monkeypatch.setattr(sync_table, "wall_micros", lambda: after.start_micros - 1_000_000)
     writer.mutate_row(key, SetCell("cf", b"b", b"late", 3000))
     monkeypatch.undo()
+    assert sorted(c[3] for c in fake.cells_of(after.move_keys(key)[1] or b"")) == [b"late", b"old"]
     # ...which a finish run once the margin has passed (here: none) still moves.
     assert finish_hot_move(sync, b"t7", clock_margin=0.05).finished
     reader = SaltedTable(sync, SCHEME, hot=HotLayout(SCHEME, parts={b"t7": 4}), guard=False)  # type: ignore[arg-type]

@@ -41,6 +41,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+import saltedtable._async.batcher as batcher_module
+import saltedtable._async.table as table_module
 from saltedtable import (
     LayoutError,
     SaltedTable,
@@ -50,8 +52,6 @@ from saltedtable import (
     fields,
     view_row_prefixes,
 )
-import saltedtable._async.batcher as batcher_module
-import saltedtable._async.table as table_module
 from saltedtable._exceptions import SplitKeyError, WindowFilterError
 from saltedtable._guard.families import FamilyInfo
 from saltedtable._scheme.hot import HotLayout, check_hot_change

@@ -620,3 +620,31 @@ def test_a_delete_before_the_start_reaches_what_a_writer_ahead_wrote(
     assert asyncio.run(ahead.read_row(key)) is None
     assert fake.row_keys() == []
     assert not any(c[0] == MOVE_FAMILY for k in fake.row_keys() for c in fake.cells_of(k))
+
+
+def test_a_batcher_sends_an_entry_routed_to_a_moving_parts_old_place_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before the start an entry goes to the old place: sent then, not after a finish."""
+    start = 10**15
+    lists = HotLayout(SCHEME, parts={b"t0": 4}, moving={b"t0": 1})
+    hot = dataclasses.replace(lists, previous=HotLayout(SCHEME), start_micros=start)
+    keys = [b"t0#%d" % i for i in range(50)]
+    moved = next(k for k in keys if hot.move_keys(k)[1])
+    stays = next(k for k in keys if not hot.move_keys(k)[1])
+    fake = FakeTable(families=FAMILIES)
+    table = hot_table(fake, hot)
+    monkeypatch.setattr(batcher_module, "wall_micros", lambda: start - 1_000_000)
+
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        async with table.mutations_batcher(flush_limit_mutation_count=None) as batcher:
+            await batcher.append(RowMutationEntry(stays, [SetCell("cf", b"a", b"x", 1000)]))
+            await asyncio.sleep(0.01)
+            held = fake.row_keys()  # batched as the client batches it
+            await batcher.append(RowMutationEntry(moved, [SetCell("cf", b"a", b"x", 1000)]))
+            await asyncio.sleep(0.01)
+            return held, fake.row_keys()
+
+    held, sent = asyncio.run(run())
+    assert held == []
+    assert sorted(sent) == sorted([hot.move_keys(moved)[1], hot.physical_keys(stays)[0]])

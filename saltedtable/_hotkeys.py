@@ -210,7 +210,9 @@ class HotKeys:
             deletes = [m for m in listed if isinstance(m, _DELETES)]
             if deletes:
                 targeted = {place for place, _ in routed}
-                routed += [(p, list(deletes)) for p in self.places(key) if p not in targeted]
+                routed += [
+                    (p, list(deletes)) for p in self.places(to_key(key)) if p not in targeted
+                ]
             return routed
         return self._route(key, listed, spread, now_micros, layout, self.layout.previous)
 

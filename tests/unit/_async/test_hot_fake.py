@@ -648,3 +648,56 @@ def test_a_batcher_sends_an_entry_routed_to_a_moving_parts_old_place_at_once(
     held, sent = asyncio.run(run())
     assert held == []
     assert sorted(sent) == sorted([hot.move_keys(moved)[1], hot.physical_keys(stays)[0]])
+
+
+class _FailsOnce(FakeTable):
+    """The first write fails with a retryable error (not applied); the others succeed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.writes: list[bytes] = []
+        super().__init__(fail_entry=self._once, **kwargs)
+
+    def _once(self, entry: RowMutationEntry) -> Exception | None:
+        from google.api_core.exceptions import ServiceUnavailable
+
+        self.writes.append(bytes(entry.row_key))
+        return ServiceUnavailable("retry me") if len(self.writes) == 1 else None
+
+    async def mutate_row(
+        self, row_key: bytes | str, mutations: Mutation | list[Mutation], **kwargs: Any
+    ) -> None:
+        cause = self._once(RowMutationEntry(row_key, mutations))
+        if cause is not None:
+            raise cause
+        await super().mutate_row(row_key, mutations, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["mutate_row", "bulk", "batcher"])
+def test_a_failed_add_to_a_split_row_is_sent_once_and_not_retried(how: str) -> None:
+    """The client never retries AddToCell; the spread and the batcher send it once too."""
+    from google.api_core.exceptions import ServiceUnavailable
+    from google.cloud.bigtable.data.exceptions import MutationsExceptionGroup
+
+    add = AddToCell("sm", b"n", 5, 0)
+    assert not add.is_idempotent()  # what keeps the client's retries off it
+    assert not RowMutationEntry(b"t1#b", [add]).is_idempotent()
+    fake = _FailsOnce(families=FAMILIES)
+    table = hot_table(fake, HotLayout(SCHEME, rows={b"t1#b": 4}))
+
+    async def write() -> None:
+        if how == "mutate_row":
+            await table.mutate_row(b"t1#b", add)
+        elif how == "bulk":
+            await table.bulk_mutate_rows([RowMutationEntry(b"t1#b", add)])
+        else:
+            async with table.mutations_batcher(flush_interval=None) as batcher:
+                await batcher.append(RowMutationEntry(b"t1#b", add))
+
+    with pytest.raises((ServiceUnavailable, MutationsExceptionGroup)):
+        asyncio.run(write())
+    assert len(fake.writes) == 1  # one attempt, which failed: nothing added
+    assert asyncio.run(table.read_row(b"t1#b")) is None
+    asyncio.run(write())  # the caller's own retry (the sub-row may differ) counts once
+    row = asyncio.run(table.read_row(b"t1#b"))
+    assert row is not None
+    assert sum(int.from_bytes(c.value, "big", signed=True) for c in row.cells) == 5

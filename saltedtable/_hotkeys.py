@@ -172,6 +172,21 @@ class HotKeys:
         """
         return read_keys(self.layout.previous, self.layout, key)
 
+    def reads_combined(self, key: bytes) -> bool:
+        """Whether a read combines the key's places as a split row's sub-rows.
+
+        A split row, and a key the latest split placed elsewhere (read in both
+        places), except a moving part's key: that one is read by the move's
+        rule (:meth:`is_moving`), whose tombstones hide what was deleted.
+        """
+        if key in self.layout.rows:
+            return True
+        return (
+            self.layout.previous is not None
+            and len(self.places(key)) > 1
+            and not self.is_moving(key)
+        )
+
     def place_buckets(self, key: bytes) -> dict[bytes, int]:
         """The bucket of each place a reader looks for ``key`` (for the read's statistics)."""
         found: dict[bytes, int] = {}
@@ -271,8 +286,7 @@ class HotKeys:
         keys = [to_key(k) for k in query.row_keys]
         # A listed key read in two places (a hot part's row that the latest split
         # placed elsewhere) is read like a split row: both places in one request.
-        moved = self.layout.previous is not None
-        split = {k for k in keys if k in rows or (moved and len(self.places(k)) > 1)}
+        split = {k for k in keys if self.reads_combined(k)}
         kept_keys: list[str | bytes] = [k for k in keys if k not in split]
         ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
         if not keys and not ranges:

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
@@ -111,6 +112,18 @@ class HotTableMachine(RuleBasedStateMachine):
         self.fake = FakeTable(families=FAMILIES)
         self.hot = HotLayout(SCHEME)
         self.table = hot_table(self.fake, self.hot)
+        # The writers' wall clock (micros), which places rows before a split's start.
+        self.now = 10**15
+        self.skew = 0  # the writing table object's clock, ahead (>0) or behind
+        self.clocks = [
+            mock.patch.object(module, "wall_micros", self.clock)
+            for module in (table_module, batcher_module)
+        ]
+        for clock in self.clocks:
+            clock.start()
+        # A table object that has not read the latest split (its lists before it).
+        self.stale: SaltedTableAsync | None = None
+        self.stale_reads = False
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -128,7 +141,17 @@ class HotTableMachine(RuleBasedStateMachine):
         return hot_table(self.fake, hot)
 
     def teardown(self) -> None:
+        for clock in self.clocks:
+            clock.stop()
         self.loop.close()
+
+    def clock(self) -> int:
+        """The wall clock of the table object now writing (micros)."""
+        return self.now + self.skew
+
+    def pending(self) -> bool:
+        """Whether the latest split has not started on the writers' clock."""
+        return self.hot.pending(self.now)
 
     @initialize(part=st.sampled_from([None, b"t0"]), k=st.integers(2, 8))
     def start(self, part: bytes | None, k: int) -> None:
@@ -140,7 +163,7 @@ class HotTableMachine(RuleBasedStateMachine):
     def move(self, part: bytes, k: int) -> None:
         """List a part whose rows exist, or raise its K: the part moves (a new table object)."""
         was = self.hot.parts.get(part, 1)
-        if was >= k or self.hot.moving:
+        if was >= k or self.hot.moving or self.pending():
             return
         after = HotLayout(
             SCHEME,
@@ -164,7 +187,7 @@ class HotTableMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def backfill_step(self, data: st.DataObject) -> None:
         """Some keys of the moving part: copy (race-safe), then maybe delete the old row."""
-        if not self.hot.moving:
+        if not self.hot.moving or not self.settled():
             return
         part = next(iter(self.hot.moving))
         keys = data.draw(st.lists(st.sampled_from([k for k in KEYS if k.startswith(part)])))
@@ -187,7 +210,7 @@ class HotTableMachine(RuleBasedStateMachine):
     @rule()
     def finish(self) -> None:
         """The whole backfill, the old rows and the tombstones deleted, then the record change."""
-        if not self.hot.moving:
+        if not self.hot.moving or not self.settled():
             return
         part = next(iter(self.hot.moving))
 
@@ -213,10 +236,61 @@ class HotTableMachine(RuleBasedStateMachine):
         self.hot = finished(self.hot, part)
         self.table = self.new_table(self.hot)
 
+    def settled(self) -> bool:
+        """Whether a move may be finished: the split's start plus the clock margin passed."""
+        start = self.hot.start_micros
+        return start is None or self.now >= start + 60_000_000
+
+    @rule(
+        kind=st.sampled_from(["part", "part", "row"]),
+        part=st.sampled_from(PARTS),
+        key=st.sampled_from(KEYS),
+        k=st.integers(2, 8),
+        lead=st.integers(1, 5),
+    )
+    def split_later(self, kind: str, part: bytes, key: bytes, k: int, lead: int) -> None:
+        """A split that starts ``lead`` seconds ahead (split_hot_key's): writers move then."""
+        if self.pending():
+            return  # (refused, as split_hot_key refuses a second pending split)
+        before = HotLayout(
+            SCHEME, parts=dict(self.hot.parts), rows=dict(self.hot.rows), moving=self.hot.moving
+        )
+        parts, rows, moving = dict(before.parts), dict(before.rows), dict(before.moving)
+        if kind == "part":
+            if parts.get(part, 1) >= k or moving:
+                return
+            parts[part], moving[part] = k, parts.get(part, 1)
+        else:
+            if rows.get(key, 1) >= k:
+                return
+            rows[key] = k
+        try:
+            check_hot_change(before, HotLayout(SCHEME, parts=parts, rows=rows, moving=moving))
+        except SaltSchemeError:
+            return
+        self.hot = HotLayout(
+            SCHEME,
+            parts=parts,
+            rows=rows,
+            moving=moving,
+            previous=before,
+            start_micros=self.now + lead * 1_000_000,
+        )
+        self.table = self.new_table(self.hot)
+        self.stale = self.new_table(before)
+        # A reader that has not read the split sees every write until a writer whose
+        # clock runs past the start writes (a skew beyond the lead: docs/hot-keys.md).
+        self.stale_reads = True
+
+    @rule(seconds=st.sampled_from([0, 1, 2, 30, 61]))
+    def tick(self, seconds: int) -> None:
+        """Time passes on the writers' clock (past a split's start, past the clock margin)."""
+        self.now += seconds * 1_000_000
+
     @rule(key=st.sampled_from(KEYS), k=st.integers(2, 8))
     def split(self, key: bytes, k: int) -> None:
         """List a row (or raise its K) mid-stream: a new table object over the same rows."""
-        if self.hot.rows.get(key, 1) >= k:
+        if self.hot.rows.get(key, 1) >= k or self.pending():
             return
         after = HotLayout(
             SCHEME,
@@ -237,27 +311,51 @@ class HotTableMachine(RuleBasedStateMachine):
         key=st.sampled_from(KEYS),
         mutations=st.lists(mutation_strategy(), min_size=1, max_size=3),
         how=st.sampled_from(["mutate_row", "bulk", "batcher"]),
+        stale=st.booleans(),
+        skew=st.sampled_from([-6, 0, 6]),
     )
-    def write(self, key: bytes, mutations: list[Mutation], how: str) -> None:
-        """One logical call, to the model and to the hot table."""
+    def write(
+        self, key: bytes, mutations: list[Mutation], how: str, stale: bool, skew: int
+    ) -> None:
+        """One logical call, to the model and to the hot table: by a writer whose clock
+        runs ahead or behind, before a split's start maybe one that has not read it."""
         mutations = [m for m in mutations if self.keep(m)]
         if not mutations:
             return
-        if self.hot.move_keys(key)[1] is not None and any(
+        table, lists = self.table, self.hot
+        if stale and self.pending() and self.stale is not None and self.hot.previous is not None:
+            table, lists = self.stale, self.hot.previous
+        self.skew = skew * 1_000_000
+        if self.pending() and self.hot.writers_at(self.clock()) is self.hot:
+            self.stale_reads = False
+        try:
+            self._write(table, lists, key, mutations, how)
+        finally:
+            self.skew = 0
+
+    def _write(
+        self,
+        table: SaltedTableAsync,
+        lists: HotLayout,
+        key: bytes,
+        mutations: list[Mutation],
+        how: str,
+    ) -> None:
+        if lists.writers_at(self.clock()).move_keys(key)[1] is not None and any(
             isinstance(m, AddToCell) for m in mutations
         ):
             with pytest.raises(SplitKeyError, match="is refused while its key part"):
-                self.run(self.table.mutate_row(key, mutations))
+                self.run(table.mutate_row(key, mutations))
             return
 
         async def both() -> None:
             await self.model.mutate_row(key, mutations)
             if how == "mutate_row":
-                await self.table.mutate_row(key, mutations)
+                await table.mutate_row(key, mutations)
             elif how == "bulk":
-                await self.table.bulk_mutate_rows([RowMutationEntry(key, mutations)])
+                await table.bulk_mutate_rows([RowMutationEntry(key, mutations)])
             else:
-                async with self.table.mutations_batcher() as batcher:
+                async with table.mutations_batcher() as batcher:
                     await batcher.append(RowMutationEntry(key, mutations))
 
         self.run(both())
@@ -345,19 +443,25 @@ class HotTableMachine(RuleBasedStateMachine):
         else:
             assert got == want
 
-    @rule(part=st.sampled_from(PARTS), limit=st.sampled_from([None, 1, 3]))
-    def prefix(self, part: bytes, limit: int | None) -> None:
-        """A prefix scan of a part (a hot part reads its K buckets)."""
+    @rule(part=st.sampled_from(PARTS), limit=st.sampled_from([None, 1, 3]), stale=st.booleans())
+    def prefix(self, part: bytes, limit: int | None, stale: bool) -> None:
+        """A prefix scan of a part (a hot part reads its K buckets); before a split's
+        start, maybe by a table object that has not read it."""
+        table = self.table
+        if stale and self.pending() and self.stale is not None and self.stale_reads:
+            table = self.stale
 
         async def read() -> list[Row]:
-            return [r async for r in self.table.read_prefix(part + b"#", limit=limit)]
+            return [r async for r in table.read_prefix(part + b"#", limit=limit)]
 
         query = ReadRowsQuery(row_ranges=[RowRange(part + b"#", part + b"$")], limit=limit)
         want = self.shape(self.run(self.model.read_rows(query)))
         assert self.shape(self.run(read())) == want
 
 
-HotTableMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+HotTableMachine.TestCase.settings = settings(
+    max_examples=600, stateful_step_count=40, deadline=None
+)
 TestHotTable = HotTableMachine.TestCase
 
 
@@ -701,3 +805,23 @@ def test_a_failed_add_to_a_split_row_is_sent_once_and_not_retried(how: str) -> N
     row = asyncio.run(table.read_row(b"t1#b"))
     assert row is not None
     assert sum(int.from_bytes(c.value, "big", signed=True) for c in row.cells) == 5
+
+
+def test_a_started_part_split_reads_its_moving_keys_by_the_moves_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A moving key of a split with a start is read with its tombstones (found by the model)."""
+    start = 10**15
+    lists = HotLayout(SCHEME, parts={b"t2": 2}, moving={b"t2": 1})
+    hot = dataclasses.replace(lists, previous=HotLayout(SCHEME), start_micros=start)
+    key = next(k for k in (b"t2#%d" % i for i in range(50)) if hot.move_keys(k)[1])
+    fake = FakeTable(families=FAMILIES)
+    table = hot_table(fake, hot)
+    monkeypatch.setattr(table_module, "wall_micros", lambda: start + 1)
+
+    async def run() -> tuple[Any, ...]:
+        await table.mutate_row(key, [DeleteAllFromFamily("cf")])  # a tombstone, no cell
+        rows = await table.read_rows(ReadRowsQuery(row_keys=[key]))
+        return await table.read_row(key), await table.row_exists(key), rows
+
+    assert asyncio.run(run()) == (None, False, [])

@@ -99,9 +99,12 @@ async def main() -> None:
         except SplitKeyError as exc:
             print("check_and_mutate_row while moving:", str(exc).split(":")[0])
 
-        # 4. Finish: copy race-safely, delete the old copies, verify, end the move.
+        # 4. Finish: copy race-safely, delete the old copies, verify, end the move. It
+        #    waits a clock margin past the start for writers whose clocks run behind
+        #    (60 s by default; every writer here shares this machine's clock).
         with BigtableDataClient(project=PROJECT) as sync_client:
-            done = finish_hot_move(sync_client.get_table(INSTANCE, TABLE), b"t7")
+            raw = sync_client.get_table(INSTANCE, TABLE)
+            done = finish_hot_move(raw, b"t7", clock_margin=0.1)
         print(f"finished: {done.keys} old rows, {done.copied} cells copied, {done.retired} deleted")
         after = HotLayout(SCHEME, parts=hot.parts)  # the record's lists now: no move
         table = SaltedTableAsync.from_client(client, INSTANCE, TABLE, SCHEME, hot=after)

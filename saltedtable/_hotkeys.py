@@ -39,9 +39,14 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from google.cloud.bigtable.data import ReadRowsQuery
+from google.cloud.bigtable.data.mutations import (
+    DeleteAllFromFamily,
+    DeleteAllFromRow,
+    DeleteRangeFromColumn,
+)
 from google.cloud.bigtable.data.row_filters import (
     RowFilter,
     RowFilterChain,
@@ -72,6 +77,10 @@ if TYPE_CHECKING:
     from google.cloud.bigtable.data.row import Row
 
 __all__ = ["HotKeys", "splice", "wall_micros"]
+
+
+#: The mutations that delete (they reach every place a reader consults).
+_DELETES: Final = (DeleteRangeFromColumn, DeleteAllFromFamily, DeleteAllFromRow)
 
 
 def _has_key_regex(row_filter: RowFilter | None) -> bool:
@@ -163,6 +172,21 @@ class HotKeys:
         """
         return read_keys(self.layout.previous, self.layout, key)
 
+    def reads_combined(self, key: bytes) -> bool:
+        """Whether a read combines the key's places as a split row's sub-rows.
+
+        A split row, and a key the latest split placed elsewhere (read in both
+        places), except a moving part's key: that one is read by the move's
+        rule (:meth:`is_moving`), whose tombstones hide what was deleted.
+        """
+        if key in self.layout.rows:
+            return True
+        return (
+            self.layout.previous is not None
+            and len(self.places(key)) > 1
+            and not self.is_moving(key)
+        )
+
     def place_buckets(self, key: bytes) -> dict[bytes, int]:
         """The bucket of each place a reader looks for ``key`` (for the read's statistics)."""
         found: dict[bytes, int] = {}
@@ -192,7 +216,30 @@ class HotKeys:
             list(mutations) if isinstance(mutations, list | tuple) else [mutations]  # type: ignore[list-item]
         )
         layout = self.layout.writers_at(now_micros)
-        previous = None if layout is not self.layout else self.layout.previous
+        if layout is not self.layout:
+            # Before the start: writes by the lists before it; deletes also reach the
+            # places of these lists, where a writer whose clock is ahead may already
+            # have written (with no tombstone: one would hide the old place's writes
+            # of writers still before the start).
+            routed = self._route(key, listed, spread, now_micros, layout, None)
+            deletes = [m for m in listed if isinstance(m, _DELETES)]
+            if deletes:
+                targeted = {place for place, _ in routed}
+                routed += [
+                    (p, list(deletes)) for p in self.places(to_key(key)) if p not in targeted
+                ]
+            return routed
+        return self._route(key, listed, spread, now_micros, layout, self.layout.previous)
+
+    def _route(
+        self,
+        key: bytes | str,
+        listed: list[Mutation],
+        spread: int,
+        now_micros: int,
+        layout: HotLayout,
+        previous: HotLayout | None,
+    ) -> list[tuple[bytes, list[Mutation]]]:
         if layout.moving:
             # A key whose part moves (from the split's start on: before it writers
             # place the part's rows by its old fan-out): the window's rule (the new
@@ -239,8 +286,7 @@ class HotKeys:
         keys = [to_key(k) for k in query.row_keys]
         # A listed key read in two places (a hot part's row that the latest split
         # placed elsewhere) is read like a split row: both places in one request.
-        moved = self.layout.previous is not None
-        split = {k for k in keys if k in rows or (moved and len(self.places(k)) > 1)}
+        split = {k for k in keys if self.reads_combined(k)}
         kept_keys: list[str | bytes] = [k for k in keys if k not in split]
         ranges = [KeyRange.from_row_range(r) for r in query.row_ranges]
         if not keys and not ranges:

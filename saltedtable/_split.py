@@ -10,6 +10,7 @@ next read of the record, and until the start every writer keeps the old placemen
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -29,6 +30,7 @@ from ._guard.from_record import scheme_of_record
 from ._guard.hot_record import hot_layout_of, split_record, with_hot
 from ._guard.record import (
     SCHEME_QUALIFIER,
+    WINDOW_CLOCK_MARGIN,
     decode_layout,
     encode_layout,
     newest_record_cell,
@@ -232,7 +234,12 @@ def _both(table: Any, layout: HotLayout, key: bytes) -> tuple[Any, Any]:
 
 
 def finish_hot_move(
-    table: Any, part: bytes | str, *, max_cells: int = 100, max_replans: int = 20
+    table: Any,
+    part: bytes | str,
+    *,
+    max_cells: int = 100,
+    max_replans: int = 20,
+    clock_margin: float = WINDOW_CLOCK_MARGIN,
 ) -> MoveProgress:
     """Move a moving hot part's rows to their new place, then record that the move is done.
 
@@ -247,16 +254,31 @@ def finish_hot_move(
     before the tombstones are dropped and sent after could bring a deleted
     cell back). Writers keep writing throughout; it is resumable: run it again.
 
+    It refuses before the latest split's start plus ``clock_margin``: a
+    writer whose clock runs behind still places the part's rows at their old
+    place until its own clock reaches the start, and a write routed just
+    before the start may reach Bigtable a little later (a batcher flushes an
+    entry it routed by the lists before a start at once, so that it is sent
+    then); a row written at the old place after the finish would be hidden.
+
     Args:
         table: The client's (sync) ``Table``.
         part: The moving part.
         max_cells: The most cells one copy request carries.
         max_replans: How often one key is read and planned again.
+        clock_margin: Seconds after the split's start before the move may be
+            finished (default 60, the window's margin): a bound on how far
+            behind a writer's clock runs, plus how long a write routed
+            before the start takes to reach Bigtable.
 
     Raises:
-        LayoutError: No record; the part is not moving; rows are left at the
+        ValueError: ``clock_margin`` is negative or not finite.
+        LayoutError: No record; the part is not moving; the split's start
+            plus ``clock_margin`` has not passed; rows are left at the
             old place (named; run it again); or the record changed meanwhile.
     """
+    if not math.isfinite(clock_margin) or clock_margin < 0:
+        raise ValueError(f"clock_margin must be a finite number >= 0 seconds, not {clock_margin!r}")
     part = to_key(part)
     cell = newest_record_cell(table.read_row(SCHEME_ROW_KEY))
     if cell is None:
@@ -266,12 +288,14 @@ def finish_hot_move(
     layout = hot_layout_of(record, scheme)
     if layout is None or part not in layout.moving:
         raise LayoutError(f"hot part {format_key(part)!r} is not moving: nothing to finish")
-    if layout.pending(_micros(dt.datetime.now(dt.UTC))):
-        assert layout.start_micros is not None
+    now = _micros(dt.datetime.now(dt.UTC))
+    if layout.start_micros is not None and now < layout.start_micros + round(clock_margin * 1e6):
         raise LayoutError(
             f"the split of hot part {format_key(part)!r} starts at "
             f"{instant_of(layout.start_micros).isoformat()}: until then writers place its "
-            "rows at their old place, so the move can be finished only after the start"
+            "rows at their old place, and writers whose clocks run behind do so for a "
+            f"while longer, so the move can be finished only {clock_margin:g} s after the "
+            "start (clock_margin)"
         )
     progress = MoveProgress()
     for physical in list(_old_rows(table, layout, part)):

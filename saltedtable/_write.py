@@ -241,6 +241,19 @@ class BatcherCore:
                 seq = entry.seq if isinstance(entry, PhysicalEntry) else -1
                 self._failed.append((seq, logical_failure(exc, self._layout)))
 
+    def _send_now(self) -> bool:
+        """Start a flush job of what the client's batcher holds (False: its internals are off).
+
+        For entries routed by hot lists that stop being the writers' lists at
+        a split's start: sent now, not whenever the client's batcher flushes
+        (a move finished meanwhile would hide them at their old place).
+        """
+        if not (self._tracked and self._open):
+            return False
+        inner: Any = self._inner
+        inner._schedule_flush()
+        return True
+
     def _flush_jobs(self) -> set[Any]:
         """Flush what the client's batcher holds; its flush jobs that are not done.
 

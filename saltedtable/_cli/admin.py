@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._connection import connection_errors, connection_failure, data_timeouts
 from .._exceptions import DataError, LayoutError, SchemeMismatchError, UsageError
 from .._guard.families import RECORD_FAMILY, check_family_name, parse_family, record_family_problem
+from .._guard.record import WINDOW_CLOCK_MARGIN
 from .._scheme.salt import SaltScheme
 from .args import (
     add_command,
     add_instance_options,
     add_timeout_option,
     float_above,
+    float_at_least,
     int_at_least,
     key_from_text,
 )
@@ -501,6 +503,8 @@ def _cmd_split(args: argparse.Namespace) -> int:
         if kind != "part" or args.k is not None:
             raise UsageError("--finish takes --part VALUE only (no --row, no -k)")
         return _finish_move(args, value)
+    if args.clock_margin is not None:
+        raise UsageError("--clock-margin goes with --finish only")
     if args.k is None:
         raise UsageError("give -k K (or --finish --part VALUE)")
     at = None if args.at is None else _start_time(args.at)
@@ -553,7 +557,8 @@ def _finish_move(args: argparse.Namespace, part: bytes) -> int:
     with data_client(args.project) as client:
         table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
         try:
-            done = finish_hot_move(table, part)
+            margin = WINDOW_CLOCK_MARGIN if args.clock_margin is None else args.clock_margin
+            done = finish_hot_move(table, part, clock_margin=margin)
         finally:
             table.close()  # type: ignore[no-untyped-call]
     print(
@@ -657,7 +662,16 @@ def add_table_commands(sub: Any) -> None:
         "--finish",
         action="store_true",
         help="with --part: move a moving part's rows to their new place (race-safe), "
-        "verify none is left, and record that the move is done",
+        "verify none is left, and record that the move is done; refused until the split's "
+        "start plus --clock-margin",
+    )
+    split.add_argument(
+        "--clock-margin",
+        type=float_at_least(0),
+        metavar="SECONDS",
+        help="with --finish: how long after the split's start the move may be finished, so "
+        "writers whose clocks run behind and writes routed before the start have landed "
+        f"(default {WINDOW_CLOCK_MARGIN:g})",
     )
     split.add_argument("--hex", action="store_true", help="VALUE or KEY is hex")
     split.add_argument(

@@ -137,9 +137,14 @@ class SaltedMutationsBatcherSync(BatcherCore):
             raise logical_group(group, self._layout) from None
 
     def _follow_hot(self, guard: SyncTableGuard) -> None:
-        """Use the hot lists the guard adopted (a split made since this batcher opened)."""
+        """Use the hot lists the guard adopted (a split made since this batcher opened).
+
+        What the client's batcher holds was routed by the lists before: it is
+        sent now, before the split's start (and a move's finish) can pass.
+        """
         self._hot_seen = guard.current_hot
         self._hot = HotKeys.for_table(self._layout, guard.current_hot, self._aggregates)
+        self._send_now()
 
     def _append_hot(self, mutation_entry: RowMutationEntry) -> None:
         # A split row's entry becomes one entry per sub-row it touches; each
@@ -157,7 +162,8 @@ class SaltedMutationsBatcherSync(BatcherCore):
             guard.check_hot_horizon()
         hot = self._hot
         assert hot is not None  # (adopted lists only ever add keys)
-        routed = hot.route(mutation_entry.row_key, mutation_entry.mutations, spread, wall_micros())
+        now = wall_micros()
+        routed = hot.route(mutation_entry.row_key, mutation_entry.mutations, spread, now)
         seq, self._seq = self._seq, self._seq + 1  # one seq: one failure reported
         for key, share in routed:
             physical = PhysicalEntry()
@@ -165,6 +171,10 @@ class SaltedMutationsBatcherSync(BatcherCore):
             physical.mutations = tuple(share)
             physical.logical = mutation_entry
             self._queue(physical, seq)
+        if hot.layout.pending(now) and hot.layout.move_keys(mutation_entry.row_key)[1]:
+            # Routed to the old place of a part that moves from the split's start:
+            # sent now, not at a flush after the move was finished (which would hide it).
+            self._send_now()
 
     def _append_window(self, entry: RowMutationEntry) -> bool:
         """Queue a logical entry in the window: its new row's entry, then its old row's.

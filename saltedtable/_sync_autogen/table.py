@@ -833,7 +833,7 @@ class SaltedTable(TableAttributes):
             )
         try:
             if hot is not None and hot.is_hot(key):
-                if hot.is_split(key) or len(hot.places(key)) > 1:
+                if hot.reads_combined(key):
                     split = hot.split_filter(row_filter, (key,))
                     rows = self._split_rows(
                         (key,), split, operation_timeout, attempt_timeout, retryable_errors
@@ -886,7 +886,7 @@ class SaltedTable(TableAttributes):
         try:
             key = to_key(row_key)
             if hot is not None and hot.is_hot(key):
-                if hot.is_split(key) or len(hot.places(key)) > 1:
+                if hot.reads_combined(key):
                     probe = RowFilterChain(
                         [CellsRowLimitFilter(1), StripValueTransformerFilter(True)]
                     )

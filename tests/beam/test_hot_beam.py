@@ -49,7 +49,7 @@ def _hot_table(make_table: MakeTable) -> tuple[str, HotLayout]:
         _, moving = split_hot_key(raw, "row", SPLIT, 4, now=now - dt.timedelta(seconds=300))
         with pytest.raises(SplitKeyError, match="'t7' are moving"):
             ReadSaltedRows(BigtableTarget(PROJECT, INSTANCE, name), SCHEME, hot=moving)
-        assert finish_hot_move(raw, b"t7").finished  # (no row was written yet)
+        assert finish_hot_move(raw, b"t7").finished  # (no row was written yet; start 480 s ago)
         hot = dataclasses.replace(moving, moving={})
         table = SaltedTable(raw, SCHEME, hot=hot)
         entries = [

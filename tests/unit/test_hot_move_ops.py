@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
 from google.cloud.bigtable.data.mutations import DeleteAllFromRow, SetCell
 
+import saltedtable._sync_autogen.table as sync_table
 from saltedtable import (
     HotLayout,
     LayoutError,
@@ -96,3 +98,28 @@ def test_the_finish_refuses_while_rows_are_left_and_names_them() -> None:
     # One made without the part listed at all is refused by the guard.
     with pytest.raises(SchemeMismatchError, match="hot"):
         SaltedTable(sync, SCHEME, hot=HotLayout(SCHEME, rows={b"t1#x": 2})).read_row(KEYS[0])  # type: ignore[arg-type]
+
+
+def test_the_finish_waits_a_clock_margin_past_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer whose clock runs behind writes the old place after the start: not yet finished."""
+    fake, sync = _table()
+    _, after = split_hot_key(sync, "part", b"t7", 4, min_lead=0.2)
+    assert after.start_micros is not None
+    key = next(k for k in KEYS if after.move_keys(k)[1] is not None)
+    time.sleep(max(0.0, after.start_micros / 1e6 - time.time()) + 0.05)
+    with pytest.raises(LayoutError, match="finished only 60 s after the start"):
+        finish_hot_move(sync, b"t7")
+    with pytest.raises(ValueError, match="clock_margin must be"):
+        finish_hot_move(sync, b"t7", clock_margin=-1)
+    # The writer 1 s behind still places the key at its old place (before its start)...
+    writer = SaltedTable(sync, SCHEME, hot=after)  # type: ignore[arg-type]
+    monkeypatch.setattr(sync_table, "wall_micros", lambda: after.start_micros - 1_000_000)
+    writer.mutate_row(key, SetCell("cf", b"b", b"late", 3000))
+    monkeypatch.undo()
+    assert sorted(c[3] for c in fake.cells_of(after.move_keys(key)[1] or b"")) == [b"late", b"old"]
+    # ...which a finish run once the margin has passed (here: none) still moves.
+    assert finish_hot_move(sync, b"t7", clock_margin=0.05).finished
+    reader = SaltedTable(sync, SCHEME, hot=HotLayout(SCHEME, parts={b"t7": 4}), guard=False)  # type: ignore[arg-type]
+    row = reader.read_row(key)
+    assert row is not None
+    assert sorted(c.value for c in row.cells) == [b"late", b"old"]

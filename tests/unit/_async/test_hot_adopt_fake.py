@@ -263,7 +263,7 @@ def test_a_row_written_before_its_parts_split_starts_is_found_across_a_later_spl
         finish_hot_move(SyncFakeTable(fake), b"t0")  # the later split has not started
     assert later.start_micros is not None
     time.sleep(max(0.0, later.start_micros / 1e6 - time.time()) + 0.01)
-    done = finish_hot_move(SyncFakeTable(fake), b"t0")
+    done = finish_hot_move(SyncFakeTable(fake), b"t0", clock_margin=0)
     assert (done.retired, done.finished) == (1, True)
     assert _physical(fake, b"t0#early") == [after.physical_keys(b"t0#early")[0]]
 
@@ -275,3 +275,25 @@ def test_a_split_without_rows_left_at_an_old_place_is_accepted() -> None:
     _split(fake2, "part", b"t0", 4)
     time.sleep(LEAD + 0.05)
     assert split_hot_key(SyncFakeTable(fake2), "row", b"t2#x", 2, min_lead=LEAD)[1].rows
+
+
+def test_a_batcher_that_adopts_a_split_sends_what_it_holds() -> None:
+    """Entries routed by the lists before the split are sent when it is adopted, not later."""
+
+    async def scenario() -> tuple[list[bytes], list[bytes]]:
+        fake = FakeTable(families=FAMILIES)
+        table = SaltedTableAsync(fake, SCHEME, record_refresh=0.05, aggregates=AGGREGATES)
+        await table.guard_scheme(family="cf")
+        async with table.mutations_batcher(flush_interval=None) as batcher:
+            await batcher.append(RowMutationEntry(b"t0#early", SetCell("cf", b"a", b"v")))
+            await asyncio.sleep(0.01)
+            held = _physical(fake, b"t0#early")
+            _split(fake, "part", b"t0", 4)
+            await asyncio.sleep(0.1)  # past the record refresh: the next append adopts
+            await batcher.append(RowMutationEntry(b"t2#w", SetCell("cf", b"a", b"v")))
+            await asyncio.sleep(0.01)
+            return held, _physical(fake, b"t0#early")
+
+    held, sent = asyncio.run(scenario())
+    assert held == []
+    assert sent == [SCHEME.salt_key(b"t0#early")]

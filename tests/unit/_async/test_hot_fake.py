@@ -11,8 +11,10 @@ forward (the emulator's run reads backwards too): every read equals the model's.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
 import pytest
 from google.cloud.bigtable.data import ReadRowsQuery, RowMutationEntry
@@ -40,6 +42,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+import saltedtable._async.batcher as batcher_module
+import saltedtable._async.table as table_module
 from saltedtable import (
     LayoutError,
     SaltedTable,
@@ -108,6 +112,18 @@ class HotTableMachine(RuleBasedStateMachine):
         self.fake = FakeTable(families=FAMILIES)
         self.hot = HotLayout(SCHEME)
         self.table = hot_table(self.fake, self.hot)
+        # The writers' wall clock (micros), which places rows before a split's start.
+        self.now = 10**15
+        self.skew = 0  # the writing table object's clock, ahead (>0) or behind
+        self.clocks = [
+            mock.patch.object(module, "wall_micros", self.clock)
+            for module in (table_module, batcher_module)
+        ]
+        for clock in self.clocks:
+            clock.start()
+        # A table object that has not read the latest split (its lists before it).
+        self.stale: SaltedTableAsync | None = None
+        self.stale_reads = False
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -125,7 +141,17 @@ class HotTableMachine(RuleBasedStateMachine):
         return hot_table(self.fake, hot)
 
     def teardown(self) -> None:
+        for clock in self.clocks:
+            clock.stop()
         self.loop.close()
+
+    def clock(self) -> int:
+        """The wall clock of the table object now writing (micros)."""
+        return self.now + self.skew
+
+    def pending(self) -> bool:
+        """Whether the latest split has not started on the writers' clock."""
+        return self.hot.pending(self.now)
 
     @initialize(part=st.sampled_from([None, b"t0"]), k=st.integers(2, 8))
     def start(self, part: bytes | None, k: int) -> None:
@@ -137,7 +163,7 @@ class HotTableMachine(RuleBasedStateMachine):
     def move(self, part: bytes, k: int) -> None:
         """List a part whose rows exist, or raise its K: the part moves (a new table object)."""
         was = self.hot.parts.get(part, 1)
-        if was >= k or self.hot.moving:
+        if was >= k or self.hot.moving or self.pending():
             return
         after = HotLayout(
             SCHEME,
@@ -161,7 +187,7 @@ class HotTableMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def backfill_step(self, data: st.DataObject) -> None:
         """Some keys of the moving part: copy (race-safe), then maybe delete the old row."""
-        if not self.hot.moving:
+        if not self.hot.moving or not self.settled():
             return
         part = next(iter(self.hot.moving))
         keys = data.draw(st.lists(st.sampled_from([k for k in KEYS if k.startswith(part)])))
@@ -184,7 +210,7 @@ class HotTableMachine(RuleBasedStateMachine):
     @rule()
     def finish(self) -> None:
         """The whole backfill, the old rows and the tombstones deleted, then the record change."""
-        if not self.hot.moving:
+        if not self.hot.moving or not self.settled():
             return
         part = next(iter(self.hot.moving))
 
@@ -210,10 +236,61 @@ class HotTableMachine(RuleBasedStateMachine):
         self.hot = finished(self.hot, part)
         self.table = self.new_table(self.hot)
 
+    def settled(self) -> bool:
+        """Whether a move may be finished: the split's start plus the clock margin passed."""
+        start = self.hot.start_micros
+        return start is None or self.now >= start + 60_000_000
+
+    @rule(
+        kind=st.sampled_from(["part", "part", "row"]),
+        part=st.sampled_from(PARTS),
+        key=st.sampled_from(KEYS),
+        k=st.integers(2, 8),
+        lead=st.integers(1, 5),
+    )
+    def split_later(self, kind: str, part: bytes, key: bytes, k: int, lead: int) -> None:
+        """A split that starts ``lead`` seconds ahead (split_hot_key's): writers move then."""
+        if self.pending():
+            return  # (refused, as split_hot_key refuses a second pending split)
+        before = HotLayout(
+            SCHEME, parts=dict(self.hot.parts), rows=dict(self.hot.rows), moving=self.hot.moving
+        )
+        parts, rows, moving = dict(before.parts), dict(before.rows), dict(before.moving)
+        if kind == "part":
+            if parts.get(part, 1) >= k or moving:
+                return
+            parts[part], moving[part] = k, parts.get(part, 1)
+        else:
+            if rows.get(key, 1) >= k:
+                return
+            rows[key] = k
+        try:
+            check_hot_change(before, HotLayout(SCHEME, parts=parts, rows=rows, moving=moving))
+        except SaltSchemeError:
+            return
+        self.hot = HotLayout(
+            SCHEME,
+            parts=parts,
+            rows=rows,
+            moving=moving,
+            previous=before,
+            start_micros=self.now + lead * 1_000_000,
+        )
+        self.table = self.new_table(self.hot)
+        self.stale = self.new_table(before)
+        # A reader that has not read the split sees every write until a writer whose
+        # clock runs past the start writes (a skew beyond the lead: docs/hot-keys.md).
+        self.stale_reads = True
+
+    @rule(seconds=st.sampled_from([0, 1, 2, 30, 61]))
+    def tick(self, seconds: int) -> None:
+        """Time passes on the writers' clock (past a split's start, past the clock margin)."""
+        self.now += seconds * 1_000_000
+
     @rule(key=st.sampled_from(KEYS), k=st.integers(2, 8))
     def split(self, key: bytes, k: int) -> None:
         """List a row (or raise its K) mid-stream: a new table object over the same rows."""
-        if self.hot.rows.get(key, 1) >= k:
+        if self.hot.rows.get(key, 1) >= k or self.pending():
             return
         after = HotLayout(
             SCHEME,
@@ -234,27 +311,51 @@ class HotTableMachine(RuleBasedStateMachine):
         key=st.sampled_from(KEYS),
         mutations=st.lists(mutation_strategy(), min_size=1, max_size=3),
         how=st.sampled_from(["mutate_row", "bulk", "batcher"]),
+        stale=st.booleans(),
+        skew=st.sampled_from([-6, 0, 6]),
     )
-    def write(self, key: bytes, mutations: list[Mutation], how: str) -> None:
-        """One logical call, to the model and to the hot table."""
+    def write(
+        self, key: bytes, mutations: list[Mutation], how: str, stale: bool, skew: int
+    ) -> None:
+        """One logical call, to the model and to the hot table: by a writer whose clock
+        runs ahead or behind, before a split's start maybe one that has not read it."""
         mutations = [m for m in mutations if self.keep(m)]
         if not mutations:
             return
-        if self.hot.move_keys(key)[1] is not None and any(
+        table, lists = self.table, self.hot
+        if stale and self.pending() and self.stale is not None and self.hot.previous is not None:
+            table, lists = self.stale, self.hot.previous
+        self.skew = skew * 1_000_000
+        if self.pending() and self.hot.writers_at(self.clock()) is self.hot:
+            self.stale_reads = False
+        try:
+            self._write(table, lists, key, mutations, how)
+        finally:
+            self.skew = 0
+
+    def _write(
+        self,
+        table: SaltedTableAsync,
+        lists: HotLayout,
+        key: bytes,
+        mutations: list[Mutation],
+        how: str,
+    ) -> None:
+        if lists.writers_at(self.clock()).move_keys(key)[1] is not None and any(
             isinstance(m, AddToCell) for m in mutations
         ):
             with pytest.raises(SplitKeyError, match="is refused while its key part"):
-                self.run(self.table.mutate_row(key, mutations))
+                self.run(table.mutate_row(key, mutations))
             return
 
         async def both() -> None:
             await self.model.mutate_row(key, mutations)
             if how == "mutate_row":
-                await self.table.mutate_row(key, mutations)
+                await table.mutate_row(key, mutations)
             elif how == "bulk":
-                await self.table.bulk_mutate_rows([RowMutationEntry(key, mutations)])
+                await table.bulk_mutate_rows([RowMutationEntry(key, mutations)])
             else:
-                async with self.table.mutations_batcher() as batcher:
+                async with table.mutations_batcher() as batcher:
                     await batcher.append(RowMutationEntry(key, mutations))
 
         self.run(both())
@@ -342,19 +443,25 @@ class HotTableMachine(RuleBasedStateMachine):
         else:
             assert got == want
 
-    @rule(part=st.sampled_from(PARTS), limit=st.sampled_from([None, 1, 3]))
-    def prefix(self, part: bytes, limit: int | None) -> None:
-        """A prefix scan of a part (a hot part reads its K buckets)."""
+    @rule(part=st.sampled_from(PARTS), limit=st.sampled_from([None, 1, 3]), stale=st.booleans())
+    def prefix(self, part: bytes, limit: int | None, stale: bool) -> None:
+        """A prefix scan of a part (a hot part reads its K buckets); before a split's
+        start, maybe by a table object that has not read it."""
+        table = self.table
+        if stale and self.pending() and self.stale is not None and self.stale_reads:
+            table = self.stale
 
         async def read() -> list[Row]:
-            return [r async for r in self.table.read_prefix(part + b"#", limit=limit)]
+            return [r async for r in table.read_prefix(part + b"#", limit=limit)]
 
         query = ReadRowsQuery(row_ranges=[RowRange(part + b"#", part + b"$")], limit=limit)
         want = self.shape(self.run(self.model.read_rows(query)))
         assert self.shape(self.run(read())) == want
 
 
-HotTableMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+HotTableMachine.TestCase.settings = settings(
+    max_examples=600, stateful_step_count=40, deadline=None
+)
 TestHotTable = HotTableMachine.TestCase
 
 
@@ -576,3 +683,145 @@ def test_the_sync_table_reads_a_moving_part_in_both_places() -> None:
         table.read_modify_write_row(moved[0], IncrementRule("cf", b"a", 1))
     with pytest.raises(SplitKeyError, match="reversed read meets hot part 't0'"):
         table.read_rows({"rows": {"row_ranges": [{}]}, "reversed": True})
+
+
+@pytest.mark.parametrize("how", ["mutate_row", "bulk", "batcher"])
+@pytest.mark.parametrize("change", ["split row", "moving part"])
+def test_a_delete_before_the_start_reaches_what_a_writer_ahead_wrote(
+    monkeypatch: pytest.MonkeyPatch, change: str, how: str
+) -> None:
+    """Two clocks around a pending split: A (ahead) writes the new place, B (behind) deletes."""
+    start = 10**15  # the split's start on the writers' clocks (micros)
+    if change == "split row":
+        key = b"t1#b"
+        lists = HotLayout(SCHEME, rows={key: 4})
+        qualifier = next(q for q in (b"a", b"b", b"c", b"d", b"e") if lists.sub_row(key, "cf", q))
+    else:
+        lists = HotLayout(SCHEME, parts={b"t0": 4}, moving={b"t0": 1})
+        key = next(k for k in (b"t0#%d" % i for i in range(50)) if lists.move_keys(k)[1])
+        qualifier = b"a"
+    hot = dataclasses.replace(lists, previous=HotLayout(SCHEME), start_micros=start)
+    fake = FakeTable(families=FAMILIES)
+    ahead, behind = hot_table(fake, hot), hot_table(fake, hot)
+    monkeypatch.setattr(table_module, "wall_micros", lambda: start + 1_000_000)
+    asyncio.run(ahead.mutate_row(key, [SetCell("cf", qualifier, b"x", 1000)]))
+    place = 0 if change == "moving part" else lists.sub_row(key, "cf", qualifier)
+    assert fake.row_keys() == [hot.physical_keys(key)[place]]  # not where B writes yet
+    monkeypatch.setattr(table_module, "wall_micros", lambda: start - 1_000_000)
+    monkeypatch.setattr(batcher_module, "wall_micros", lambda: start - 1_000_000)
+
+    async def delete() -> None:
+        entry = RowMutationEntry(key, [DeleteAllFromRow()])
+        if how == "mutate_row":
+            await behind.mutate_row(key, entry.mutations)
+        elif how == "bulk":
+            await behind.bulk_mutate_rows([entry])
+        else:
+            async with behind.mutations_batcher() as batcher:
+                await batcher.append(entry)
+
+    asyncio.run(delete())
+    assert asyncio.run(ahead.read_row(key)) is None
+    assert fake.row_keys() == []
+    assert not any(c[0] == MOVE_FAMILY for k in fake.row_keys() for c in fake.cells_of(k))
+
+
+def test_a_batcher_sends_an_entry_routed_to_a_moving_parts_old_place_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before the start an entry goes to the old place: sent then, not after a finish."""
+    start = 10**15
+    lists = HotLayout(SCHEME, parts={b"t0": 4}, moving={b"t0": 1})
+    hot = dataclasses.replace(lists, previous=HotLayout(SCHEME), start_micros=start)
+    keys = [b"t0#%d" % i for i in range(50)]
+    moved = next(k for k in keys if hot.move_keys(k)[1])
+    stays = next(k for k in keys if not hot.move_keys(k)[1])
+    fake = FakeTable(families=FAMILIES)
+    table = hot_table(fake, hot)
+    monkeypatch.setattr(batcher_module, "wall_micros", lambda: start - 1_000_000)
+
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        async with table.mutations_batcher(flush_limit_mutation_count=None) as batcher:
+            await batcher.append(RowMutationEntry(stays, [SetCell("cf", b"a", b"x", 1000)]))
+            await asyncio.sleep(0.01)
+            held = fake.row_keys()  # batched as the client batches it
+            await batcher.append(RowMutationEntry(moved, [SetCell("cf", b"a", b"x", 1000)]))
+            await asyncio.sleep(0.01)
+            return held, fake.row_keys()
+
+    held, sent = asyncio.run(run())
+    assert held == []
+    assert sorted(sent) == sorted([hot.move_keys(moved)[1], hot.physical_keys(stays)[0]])
+
+
+class _FailsOnce(FakeTable):
+    """The first write fails with a retryable error (not applied); the others succeed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.writes: list[bytes] = []
+        super().__init__(fail_entry=self._once, **kwargs)
+
+    def _once(self, entry: RowMutationEntry) -> Exception | None:
+        from google.api_core.exceptions import ServiceUnavailable
+
+        self.writes.append(bytes(entry.row_key))
+        return ServiceUnavailable("retry me") if len(self.writes) == 1 else None
+
+    async def mutate_row(
+        self, row_key: bytes | str, mutations: Mutation | list[Mutation], **kwargs: Any
+    ) -> None:
+        cause = self._once(RowMutationEntry(row_key, mutations))
+        if cause is not None:
+            raise cause
+        await super().mutate_row(row_key, mutations, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["mutate_row", "bulk", "batcher"])
+def test_a_failed_add_to_a_split_row_is_sent_once_and_not_retried(how: str) -> None:
+    """The client never retries AddToCell; the spread and the batcher send it once too."""
+    from google.api_core.exceptions import ServiceUnavailable
+    from google.cloud.bigtable.data.exceptions import MutationsExceptionGroup
+
+    add = AddToCell("sm", b"n", 5, 0)
+    assert not add.is_idempotent()  # what keeps the client's retries off it
+    assert not RowMutationEntry(b"t1#b", [add]).is_idempotent()
+    fake = _FailsOnce(families=FAMILIES)
+    table = hot_table(fake, HotLayout(SCHEME, rows={b"t1#b": 4}))
+
+    async def write() -> None:
+        if how == "mutate_row":
+            await table.mutate_row(b"t1#b", add)
+        elif how == "bulk":
+            await table.bulk_mutate_rows([RowMutationEntry(b"t1#b", add)])
+        else:
+            async with table.mutations_batcher(flush_interval=None) as batcher:
+                await batcher.append(RowMutationEntry(b"t1#b", add))
+
+    with pytest.raises((ServiceUnavailable, MutationsExceptionGroup)):
+        asyncio.run(write())
+    assert len(fake.writes) == 1  # one attempt, which failed: nothing added
+    assert asyncio.run(table.read_row(b"t1#b")) is None
+    asyncio.run(write())  # the caller's own retry (the sub-row may differ) counts once
+    row = asyncio.run(table.read_row(b"t1#b"))
+    assert row is not None
+    assert sum(int.from_bytes(c.value, "big", signed=True) for c in row.cells) == 5
+
+
+def test_a_started_part_split_reads_its_moving_keys_by_the_moves_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A moving key of a split with a start is read with its tombstones (found by the model)."""
+    start = 10**15
+    lists = HotLayout(SCHEME, parts={b"t2": 2}, moving={b"t2": 1})
+    hot = dataclasses.replace(lists, previous=HotLayout(SCHEME), start_micros=start)
+    key = next(k for k in (b"t2#%d" % i for i in range(50)) if hot.move_keys(k)[1])
+    fake = FakeTable(families=FAMILIES)
+    table = hot_table(fake, hot)
+    monkeypatch.setattr(table_module, "wall_micros", lambda: start + 1)
+
+    async def run() -> tuple[Any, ...]:
+        await table.mutate_row(key, [DeleteAllFromFamily("cf")])  # a tombstone, no cell
+        rows = await table.read_rows(ReadRowsQuery(row_keys=[key]))
+        return await table.read_row(key), await table.row_exists(key), rows
+
+    assert asyncio.run(run()) == (None, False, [])

@@ -323,6 +323,7 @@ def test_explain_says_why_a_range_after_the_cutoff_reads_the_legacy_side(
         (["--part", "t7"], "give -k K (or --finish --part VALUE)"),
         (["--finish", "--row", "r"], "--finish takes --part VALUE only"),
         (["--finish", "--part", "t7", "-k", "4"], "--finish takes --part VALUE only"),
+        (["--part", "t7", "-k", "4", "--clock-margin", "0"], "--clock-margin goes with --finish"),
     ],
 )
 def test_split_usage_errors_exit_2(

@@ -34,13 +34,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, final
 
-from .._exceptions import LayoutError, RowKeyError, SaltSchemeError, SchemeMismatchError
+from .._exceptions import (
+    CutoffError,
+    LayoutError,
+    RowKeyError,
+    SaltSchemeError,
+    SchemeMismatchError,
+)
 from .._scheme.cutoff import epoch_field, reversed_epoch_field
 from .._scheme.epochs import Epoch, Epochs, Unreadable, instant_of
 from .._scheme.flags import rebuild_key_part, rebuild_time_reader
 from .._scheme.layout import Layout
 from .._scheme.named import key_part_identity
-from .._scheme.salt import SaltScheme
+from .._scheme.salt import SCHEME_ROW_KEY, SaltScheme
 from .from_record import epochs_of_record, layout_of_record
 from .record import (
     DEFAULT_RECORD_REFRESH,
@@ -54,11 +60,14 @@ __all__ = [
     "CLOCK_SKEW_MARGIN",
     "DEFAULT_MIN_LEAD",
     "Appending",
+    "Misplaced",
     "adoption",
     "beyond_horizon",
+    "current_epochs",
     "horizon_error",
     "late_range",
     "lead_problem",
+    "misplaced",
     "orphaned",
     "plan_append",
     "refresh_problem",
@@ -98,8 +107,13 @@ class Appending:
         return start
 
 
-def _current_epochs(stored: LayoutRecord, current: Layout | None) -> Epochs:
-    """The stored record's layout as an epoch list (``current``: the caller's, when given)."""
+def current_epochs(stored: LayoutRecord, current: Layout | None) -> Epochs:
+    """The stored record's layout as an epoch list (``current``: the caller's, when given).
+
+    Raises:
+        SchemeMismatchError: ``current`` differs from ``stored``.
+        LayoutError: The record names a key part or reader that cannot be rebuilt.
+    """
     if current is not None:
         mine = describe_layout(current.scheme, current.cutoff, epochs=current.epochs)
         diffs = dataclasses.replace(stored, migration=None).differences(mine)
@@ -155,7 +169,7 @@ def plan_append(
         )
     if at.tzinfo is None or now.tzinfo is None:
         raise SaltSchemeError(f"give the epoch's start with a UTC offset, got {at.isoformat()}")
-    epochs = _current_epochs(stored, current)
+    epochs = current_epochs(stored, current)
     stored_lead = None if stored.epochs is None else stored.epochs.min_lead_s
     if stored_lead is not None and min_lead is not None and min_lead != stored_lead:
         raise SaltSchemeError(
@@ -280,6 +294,71 @@ def late_range(
     if bounds is None or bounds[1] is None or bounds[1] >= at_micros:
         return None  # (not proven: read everything)
     return proven
+
+
+# -- repairing ----------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Misplaced:
+    """A row that belongs to no epoch, and where it belongs (``saltedtable resalt --repair``).
+
+    Attributes:
+        source: The physical key the row is stored at (readers leave it out).
+        logical: Its logical key (as the epoch that wrote it salted it).
+        destination: The physical key its epoch gives it; None: it cannot be
+            moved (``why`` says why: no epoch can hold it, or the key is ambiguous).
+        why: Why readers do not see it (and, when it cannot be moved, why not).
+    """
+
+    source: bytes
+    logical: bytes
+    destination: bytes | None
+    why: str
+
+
+def misplaced(epochs: Epochs, physical: bytes) -> Misplaced | None:
+    """Whether the row at ``physical`` is hidden, and the key it belongs at (None: it is seen).
+
+    The append's row check, run against the stored layout: a row is hidden
+    when no epoch owns it (:meth:`Epochs.owner`). Such a row was written by an
+    object that had not yet read an appended epoch (opened before the table's
+    first lead was stored, or with a refresh that never re-reads): it was salted
+    with an older epoch's scheme although its key's time selects a newer one.
+    Its logical key is recovered from the salted epoch that stores it exactly at
+    ``physical`` (hash and prefix agree); an unsalted epoch is the interpretation
+    only when no salted one fits.
+    """
+    if physical.startswith(SCHEME_ROW_KEY):
+        return None
+    why = epochs.why_hidden(physical)
+    if why is None:
+        return None
+    salted: set[bytes] = set()
+    for scheme in dict.fromkeys(epochs.schemes):
+        for prefix in scheme.prefixes:
+            logical = physical[len(prefix) :]
+            if physical.startswith(prefix) and logical and scheme.salt_key(logical) == physical:
+                salted.add(logical)
+    candidates = salted or ({physical} if epochs.has_legacy else set())
+    if not candidates:
+        return Misplaced(physical, physical, None, f"{why}; no epoch writes this key")
+    if len(candidates) > 1:
+        return Misplaced(
+            physical,
+            physical,
+            None,
+            f"{why}; its logical key is ambiguous ({sorted(candidates)!r}): move it by hand",
+        )
+    (logical,) = candidates
+    try:
+        _, _, destination = epochs.locate(logical)
+    except (RowKeyError, CutoffError) as exc:
+        return Misplaced(physical, logical, None, f"{why}; it cannot be moved: {exc}")
+    if destination == physical:
+        return Misplaced(physical, logical, None, f"{why}; its epoch stores it here")
+    return Misplaced(physical, logical, destination, why)
 
 
 # -- adopting --------------------------------------------------------------------------

@@ -48,19 +48,21 @@ def test_a_stale_writers_row_is_found_and_moved_where_readers_look(refresh: floa
     assert hit.logical == event
     assert hit.source == SaltScheme(4).salt_key(event)
     assert hit.destination == SaltScheme(16).salt_key(event)
-    assert dry.moved == () and dry.kept == ()
+    assert dry.moved == ()
+    assert dry.kept == ()
     assert dry.scanned == 2
     done = repair_epochs(SyncFakeTable(fake))
     assert done.moved == (hit.source,)
     assert fake.cells_of(hit.source) == []
     assert fake.cells_of(hit.destination) == [("cf", b"q", 2_000, b"sched")]  # its timestamp kept
     row = reader.read_row(event)
-    assert row is not None and row.cells[0].value == b"sched"
+    assert row is not None
+    assert row.cells[0].value == b"sched"
     assert repair_epochs(SyncFakeTable(fake)).found == ()  # nothing left
 
 
 class Racing:
-    """A sync table that runs ``before`` once, just before the first conditional write to ``key``."""
+    """A sync table that runs ``before`` once, before the first conditional write to ``key``."""
 
     def __init__(self, fake: FakeTable, key: bytes, before: Any) -> None:
         self.inner = SyncFakeTable(fake)
@@ -83,7 +85,8 @@ def test_a_write_racing_the_delete_keeps_the_source_and_a_rerun_finishes() -> No
     done = repair_epochs(Racing(fake, source, late))
     assert done.moved == ()
     ((kept, why),) = done.kept
-    assert kept == source and "run the repair again" in why
+    assert kept == source
+    assert "run the repair again" in why
     assert ("cf", b"q2", 5_000, b"late") in fake.cells_of(source)  # the racing write is kept
     again = repair_epochs(SyncFakeTable(fake))  # the copy is there already: only the new cell
     assert again.moved == (source,)
@@ -101,7 +104,8 @@ def test_a_write_at_the_destination_wins_and_the_source_is_kept() -> None:
     other = lambda: fake.set_cell(dest, "cf", b"q", b"newer writer", 2_000)  # noqa: E731
     done = repair_epochs(Racing(fake, dest, other))
     ((kept, why),) = done.kept
-    assert kept == SaltScheme(4).salt_key(event) and "merge the two rows by hand" in why
+    assert kept == SaltScheme(4).salt_key(event)
+    assert "merge the two rows by hand" in why
     assert fake.cells_of(dest) == [("cf", b"q", 2_000, b"newer writer")]
     assert fake.cells_of(kept) == [("cf", b"q", 2_000, b"sched")]
 
@@ -113,6 +117,7 @@ def test_rows_that_cannot_move_are_reported_not_touched() -> None:
     epochs = Epochs((Epoch(None, None), Epoch.at(past, SaltScheme(64))), READER, "first")
     prefix = SaltScheme(64).prefix(20)
     hit = misplaced(epochs, prefix + b"abc")
-    assert hit is not None and hit.destination is None
+    assert hit is not None
+    assert hit.destination is None
     assert "cannot be moved" in hit.why
     assert misplaced(epochs, SaltScheme(64).salt_key(key(1, 0))) is None  # seen: nothing to do

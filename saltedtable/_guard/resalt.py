@@ -318,6 +318,19 @@ class Misplaced:
     why: str
 
 
+def _unsalted_everywhere(epochs: Epochs, key: bytes) -> bool:
+    """Whether every epoch list that begins like ``epochs`` stores ``key`` unsalted."""
+    if not epochs.has_legacy or len(epochs) < 2:
+        return epochs.has_legacy
+    try:
+        when = epochs.key_time(key)
+    except ValueError:
+        return epochs.unreadable == "first"
+    first_salted = epochs.epochs[1].start
+    assert first_salted is not None
+    return when < first_salted
+
+
 def misplaced(epochs: Epochs, physical: bytes) -> Misplaced | None:
     """Whether the row at ``physical`` is hidden, and the key it belongs at (None: it is seen).
 
@@ -327,8 +340,8 @@ def misplaced(epochs: Epochs, physical: bytes) -> Misplaced | None:
     first lead was stored, or with a refresh that never re-reads): it was salted
     with an older epoch's scheme although its key's time selects a newer one.
     Its logical key is recovered from the salted epoch that stores it exactly at
-    ``physical`` (hash and prefix agree); an unsalted epoch is the interpretation
-    only when no salted one fits.
+    ``physical`` (hash and prefix agree), or is ``physical`` itself for an unsalted
+    first epoch; a key both could have written is reported as ambiguous, not moved.
     """
     if physical.startswith(SCHEME_ROW_KEY):
         return None
@@ -341,7 +354,11 @@ def misplaced(epochs: Epochs, physical: bytes) -> Misplaced | None:
             logical = physical[len(prefix) :]
             if physical.startswith(prefix) and logical and scheme.salt_key(logical) == physical:
                 salted.add(logical)
-    candidates = salted or ({physical} if epochs.has_legacy else set())
+    # An unsalted writer of any epoch list wrote this key unsalted when its time lies
+    # before the first salted epoch (or cannot be read, with unreadable="first"): then it
+    # is as likely a legacy key as a salted one, and only a person can tell.
+    legacy = {physical} if _unsalted_everywhere(epochs, physical) else set()
+    candidates = (salted | legacy) or ({physical} if epochs.has_legacy else set())
     if not candidates:
         return Misplaced(physical, physical, None, f"{why}; no epoch writes this key")
     if len(candidates) > 1:

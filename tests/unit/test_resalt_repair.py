@@ -121,3 +121,24 @@ def test_rows_that_cannot_move_are_reported_not_touched() -> None:
     assert hit.destination is None
     assert "cannot be moved" in hit.why
     assert misplaced(epochs, SaltScheme(64).salt_key(key(1, 0))) is None  # seen: nothing to do
+
+
+def test_a_key_a_salted_and_an_unsalted_writer_could_both_have_written_is_not_moved() -> None:
+    """Legacy, then N=8, then N=64: a hidden row under a N=64 prefix whose hash fits N=64
+    and whose time (read unsalted) lies before the first salted epoch could be a legacy key
+    or a salted one: reported as ambiguous, not moved to a guess."""
+    past = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    later = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    epochs = Epochs(
+        (Epoch(None, None), Epoch.at(past, SaltScheme(8)), Epoch.at(later, SaltScheme(64))),
+        READER,
+        "first",
+    )
+    n64 = SaltScheme(64)
+    logical = next(  # unreadable time: the salted reading is hidden under its N=64 key
+        b"user%d" % i for i in range(1000) if n64.salt_key(b"user%d" % i)[:3] != b"00-"
+    )
+    hit = misplaced(epochs, n64.salt_key(logical))
+    assert hit is not None
+    assert hit.destination is None
+    assert "ambiguous" in hit.why

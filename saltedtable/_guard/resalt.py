@@ -12,9 +12,10 @@ The guarantee rests on one stored number, the record's minimum lead
 
 * an epoch may be appended only to start at least the lead after the moment
   it is appended (the appender's clock);
-* a table object on a table with epochs reads the record again at least every
-  lead seconds (its ``record_refresh`` may not be longer, nor unset, nor its
-  guard off: :func:`refresh_problem`);
+* a table object that reads a record with epochs reads it again at least every
+  lead seconds (its ``record_refresh`` may not be longer, nor unset:
+  :func:`refresh_problem`; an object with its guard off reads no record and
+  cannot be refused);
 * a table object refuses to write a key whose time is at or after its last
   successful read of the record plus the lead (:func:`beyond_horizon`).
 
@@ -23,7 +24,11 @@ write only keys older than the last read plus the lead, which is before the
 new epoch's start: no row lands where readers of the new record will not
 look. Rows written before the append by writers that do not keep the horizon
 (raw clients, Beam, objects without epochs) are checked by the append itself
-(:func:`orphaned`): it is refused while such a row exists.
+(:func:`orphaned`): it is refused while such a row exists. Objects that
+could not read the lead (opened before the table's first lead was stored and
+not re-read yet, refresh None or longer than the lead, guard off) can still
+write such a row after the check, until they re-read the record or restart:
+``resalt --repair`` finds and moves those rows afterwards (:func:`misplaced`).
 """
 
 from __future__ import annotations

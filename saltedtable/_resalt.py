@@ -431,10 +431,11 @@ def repair_epochs(
     it. Run this after the start plus the longest refresh in use (and after
     restarting objects that never re-read): it scans every epoch's prefixes
     (keys only), applies the append's row check to the stored layout, and
-    moves each hidden row: its cells are copied with their timestamps, then the
-    source is deleted only if unchanged (a racing write is kept, see
-    :func:`_move`). Rows that cannot be moved (a key no epoch can hold, or an
-    ambiguous one) are reported, not touched.
+    moves each hidden row: its cells are copied with their timestamps unless the
+    destination holds a cell at one of their columns and timestamps (a write there
+    wins), then the source is deleted only if no cell was written there meanwhile
+    (the row is reported; running the repair again finishes it). Rows that cannot
+    be moved (a key no epoch can hold, or an ambiguous one) are reported, not touched.
 
     Args:
         table: A sync Bigtable data-API ``Table``, or a

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from ._create import CreateResult, create_salted_table
     from ._read.plan import ReadPlan, SubQuery, plan_reads, rewrite_filter
     from ._read.sources import SubScan
-    from ._resalt import AppendResult, append_epoch
+    from ._resalt import AppendResult, RepairResult, append_epoch, repair_epochs
     from ._scheme.window import BackfillProgress, Window
     from ._split import MoveProgress, finish_hot_move, split_hot_key
     from ._sync_autogen.batcher import SaltedMutationsBatcherSync
@@ -90,6 +90,8 @@ _LAZY: dict[str, str] = {
     "create_salted_table": "._create",
     "AppendResult": "._resalt",
     "append_epoch": "._resalt",
+    "RepairResult": "._resalt",
+    "repair_epochs": "._resalt",
     "WindowStep": "._window_ops",
     "backfill_resalt_window": "._window_ops",
     "close_resalt_window": "._window_ops",
@@ -191,6 +193,7 @@ __all__ = [
     "ReadPlan",
     "ReadSettings",
     "RecordMissingError",
+    "RepairResult",
     "RowKeyError",
     "RowKeyTypeError",
     "SaltScheme",
@@ -229,6 +232,7 @@ __all__ = [
     "open_resalt_window",
     "plan_reads",
     "prefix_end",
+    "repair_epochs",
     "resalt_window_status",
     "reversed_epoch_field",
     "rewrite_filter",

@@ -12,6 +12,7 @@ table becomes a table with epochs (a version 2 record) the same way.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -22,15 +23,24 @@ from ._guard.record import (
     SCHEME_QUALIFIER,
     LayoutRecord,
     decode_layout,
+    exact_value_regex,
     newest_record_cell,
     record_swap_filter,
 )
-from ._guard.resalt import Appending, late_range, orphaned, plan_append
-from ._scheme.epochs import Unreadable
+from ._guard.resalt import (
+    Appending,
+    Misplaced,
+    current_epochs,
+    late_range,
+    misplaced,
+    orphaned,
+    plan_append,
+)
+from ._scheme.epochs import Epochs, Unreadable
 from ._scheme.layout import Layout
 from ._scheme.salt import SCHEME_ROW_KEY, SaltScheme, format_key, prefix_end
 
-__all__ = ["AppendResult", "append_epoch"]
+__all__ = ["AppendResult", "RepairResult", "append_epoch", "repair_epochs"]
 
 #: Orphaned keys an append's refusal names.
 EXAMPLES: Final = 5
@@ -228,3 +238,246 @@ def append_epoch(
             "again (`saltedtable inspect TABLE`) and retry"
         )
     return AppendResult(previous, appending.record, appending, checked, True, family)
+
+
+# -- repairing rows written where no epoch looks ------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RepairResult:
+    """What :func:`repair_epochs` found and did.
+
+    Attributes:
+        scanned: Keys read (every epoch's prefixes, and the unsalted key space
+            when an epoch is unsalted).
+        found: The hidden rows, each with where it belongs (or why it cannot move).
+        moved: Source keys of the rows moved (empty with ``dry_run``).
+        kept: ``(source key, why)`` of hidden rows left where they are: they
+            cannot be moved, or a write raced the move (run the repair again).
+    """
+
+    scanned: int
+    found: tuple[Misplaced, ...]
+    moved: tuple[bytes, ...]
+    kept: tuple[tuple[bytes, str], ...]
+
+
+def _scan_ranges(epochs: Epochs) -> list[Any]:
+    """Row ranges covering every epoch's prefixes (and the unsalted gaps with a legacy epoch)."""
+    from google.cloud.bigtable.data import RowRange
+
+    prefixes = sorted({p for s in epochs.schemes for p in s.prefixes})
+    outer = [p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)]
+    ranges = [RowRange(p, prefix_end(p) or None) for p in outer]
+    if epochs.has_legacy:
+        for gap in epochs.legacy_gaps():
+            ranges.append(
+                RowRange(
+                    gap.start or None,
+                    gap.end or None,
+                    start_is_inclusive=gap.start_closed,
+                    end_is_inclusive=gap.end_closed,
+                )
+            )
+    return ranges
+
+
+def _cell_filter(family: str, qualifier: bytes, start: int, end: int | None) -> Any:
+    """Cells of one column with a timestamp in ``[start, end)`` (end None: unbounded)."""
+    from google.cloud.bigtable.data.row_filters import (
+        ColumnQualifierRegexFilter,
+        FamilyNameRegexFilter,
+        RowFilterChain,
+        TimestampRangeFilter,
+    )
+
+    return RowFilterChain(
+        [
+            FamilyNameRegexFilter(re.escape(family)),
+            ColumnQualifierRegexFilter(exact_value_regex(qualifier)),
+            TimestampRangeFilter(start=_at(start), end=_at(end)),
+        ]
+    )
+
+
+def _at(micros: int | None) -> dt.datetime | None:
+    if micros is None:
+        return None
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+
+
+def _union(filters: list[Any]) -> Any:
+    from google.cloud.bigtable.data.row_filters import RowFilterUnion
+
+    return filters[0] if len(filters) == 1 else RowFilterUnion(filters)
+
+
+def _coordinates(cells: list[Any]) -> dict[tuple[str, bytes], list[int]]:
+    columns: dict[tuple[str, bytes], list[int]] = {}
+    for cell in cells:
+        columns.setdefault((cell.family, cell.qualifier), []).append(cell.timestamp_micros)
+    return columns
+
+
+def _changed_since(cells: list[Any]) -> Any:
+    """A predicate true when the row holds a cell other than ``cells``' coordinates.
+
+    Every cell newer than the newest copied one, and in each copied column
+    every timestamp the copy does not hold (cell timestamps have millisecond
+    granularity). Not seen: a cell rewritten at a copied coordinate, or an
+    older cell in a column the copy does not have.
+    """
+    newest = max(c.timestamp_micros for c in cells)
+    filters = [_cell_filter_any(newest + 1000)]
+    for (family, qualifier), stamps in _coordinates(cells).items():
+        start = 0
+        for ts in sorted(set(stamps)):
+            if start < ts:
+                filters.append(_cell_filter(family, qualifier, start, ts))
+            start = ts + 1000
+        filters.append(_cell_filter(family, qualifier, start, None))
+    return _union(filters)
+
+
+def _cell_filter_any(start: int) -> Any:
+    from google.cloud.bigtable.data.row_filters import TimestampRangeFilter
+
+    return TimestampRangeFilter(start=_at(start))
+
+
+def _coordinate(cell: Any) -> tuple[str, bytes, int]:
+    return cell.family, cell.qualifier, cell.timestamp_micros
+
+
+def _copy_if_free(table: Any, destination: bytes, cells: list[Any]) -> bool:
+    """Write ``cells`` to ``destination`` unless a cell is at any of their coordinates; copied?"""
+    from google.cloud.bigtable.data.mutations import SetCell
+
+    taken = table.check_and_mutate_row(
+        destination,
+        _union([_cell_filter(f, q, ts, ts + 1000) for f, q, ts in map(_coordinate, cells)]),
+        true_case_mutations=None,
+        false_case_mutations=[
+            SetCell(c.family, c.qualifier, c.value, c.timestamp_micros) for c in cells
+        ],
+    )
+    return not taken
+
+
+def _copy(table: Any, destination: bytes, cells: list[Any]) -> str | None:
+    """Copy ``cells`` to ``destination`` without overwriting a cell there; why not (None: done).
+
+    Cells the destination already holds with the same value (a repair that
+    stopped after copying) count as copied.
+    """
+    if _copy_if_free(table, destination, cells):
+        return None
+    there = table.read_row(destination)
+    held = {_coordinate(c): c.value for c in (there.cells if there is not None else [])}
+    if any(held.get(_coordinate(c), c.value) != c.value for c in cells):
+        return (
+            f"{format_key(destination)} already holds other cells at the same columns and "
+            "timestamps (a write there wins): merge the two rows by hand"
+        )
+    rest = [c for c in cells if _coordinate(c) not in held]
+    if rest and not _copy_if_free(table, destination, rest):
+        return (
+            f"{format_key(destination)} was written while the row was copied: run the repair again"
+        )
+    return None
+
+
+def _move(table: Any, found: Misplaced) -> str | None:
+    """Move one hidden row to its destination, race-safely; why it was kept (None: moved).
+
+    1. Copy its cells, with their timestamps, to the destination in one
+       ``CheckAndMutateRow`` whose predicate matches a cell already at any
+       copied coordinate: then nothing is copied (a write there wins), unless
+       those cells are this copy's own (a repair that stopped after copying).
+    2. Delete the source with a predicate that matches a cell written there
+       since it was read: the source is deleted only if unchanged.
+    """
+    from google.cloud.bigtable.data.mutations import DeleteAllFromRow
+
+    assert found.destination is not None
+    row = table.read_row(found.source)
+    if row is None or not row.cells:
+        return "deleted meanwhile"
+    cells = list(row.cells)
+    why = _copy(table, found.destination, cells)
+    if why is not None:
+        return why
+    changed = table.check_and_mutate_row(
+        found.source,
+        _changed_since(cells),
+        true_case_mutations=None,
+        false_case_mutations=[DeleteAllFromRow()],
+    )
+    if changed:
+        return "written while it was moved (copied, not deleted): run the repair again"
+    return None
+
+
+def repair_epochs(
+    table: Any, *, current: Layout | None = None, dry_run: bool = False
+) -> RepairResult:
+    """Find rows no epoch owns and move each to the physical key its epoch gives it.
+
+    A table object that had not read an appended epoch (opened before the
+    table's first lead was stored, or with ``record_refresh=None``, a refresh
+    longer than the lead, or the guard off) can write a key dated at or after
+    the new epoch's start with the old epoch's scheme: readers then never find
+    it. Run this after the start plus the longest refresh in use (and after
+    restarting objects that never re-read): it scans every epoch's prefixes
+    (keys only), applies the append's row check to the stored layout, and
+    moves each hidden row: its cells are copied with their timestamps unless the
+    destination holds a cell at one of their columns and timestamps (a write there
+    wins), then the source is deleted only if no cell was written there meanwhile
+    (the row is reported; running the repair again finishes it). Rows that cannot
+    be moved (a key no epoch can hold, or an ambiguous one) are reported, not touched.
+
+    Args:
+        table: A sync Bigtable data-API ``Table``, or a
+            :class:`~saltedtable.SaltedTable` (its table and layout are used).
+        current: The table's layout as the caller holds it (needed when the
+            record names a custom key part or time reader).
+        dry_run: Report the hidden rows, move nothing.
+
+    Raises:
+        LayoutError: No layout record, or one naming a key part or reader
+            that cannot be rebuilt (give ``current``).
+    """
+    from google.cloud.bigtable.data import ReadRowsQuery
+
+    physical = getattr(table, "table", None)
+    if current is None and isinstance(getattr(table, "layout", None), Layout):
+        current = table.layout
+    if physical is not None and hasattr(table, "layout"):
+        table = physical
+    cell = newest_record_cell(table.read_row(SCHEME_ROW_KEY, row_filter=RECORD_ONLY))
+    if cell is None:
+        raise LayoutError("the table has no layout record: there is no epoch to repair against")
+    epochs = current_epochs(decode_layout(cell.value), current)
+    query = ReadRowsQuery(row_ranges=_scan_ranges(epochs), row_filter=KEYS_ONLY)
+    scanned = 0
+    found: list[Misplaced] = []
+    for row in table.read_rows_stream(query):
+        scanned += 1
+        hit = misplaced(epochs, row.row_key)
+        if hit is not None:
+            found.append(hit)
+    moved: list[bytes] = []
+    kept: list[tuple[bytes, str]] = []
+    for hit in found:
+        if hit.destination is None:
+            kept.append((hit.source, hit.why))
+            continue
+        if dry_run:
+            continue
+        why = _move(table, hit)
+        if why is None:
+            moved.append(hit.source)
+        else:
+            kept.append((hit.source, why))
+    return RepairResult(scanned, tuple(found), tuple(moved), tuple(kept))

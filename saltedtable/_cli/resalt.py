@@ -12,7 +12,7 @@ from typing import Any
 
 from .._connection import data_timeouts
 from .._exceptions import DataError, SaltSchemeError, UsageError
-from .._scheme.salt import MAX_BUCKETS, SaltScheme
+from .._scheme.salt import MAX_BUCKETS, SaltScheme, format_key
 from .admin import add_table_command, located
 from .args import add_hash_options, float_above, int_at_least
 
@@ -42,6 +42,31 @@ def _when(text: str) -> dt.datetime:
     return when
 
 
+def _cmd_repair(args: argparse.Namespace) -> int:
+    """``resalt TABLE --repair``: move rows written where no epoch looks (exit 1: some left)."""
+    from .._admin import data_client
+    from .._create import check_table_id
+    from .._resalt import repair_epochs
+
+    check_table_id(args.table)
+    with data_client(args.project) as client:
+        table = client.get_table(args.instance, args.table, **data_timeouts(args.timeout))
+        try:
+            result = repair_epochs(table, dry_run=args.dry_run)
+        finally:
+            table.close()  # type: ignore[no-untyped-call]
+    print(f"{args.table}: {result.scanned} key(s) scanned, {len(result.found)} hidden row(s)")
+    for hit in result.found:
+        where = "cannot move" if hit.destination is None else format_key(hit.destination)
+        print(f"  {format_key(hit.source)} -> {where}: {hit.why}")
+    if args.dry_run:
+        return 1 if result.found else 0
+    print(f"moved {len(result.moved)}, kept {len(result.kept)}")
+    for source, why in result.kept:
+        print(f"  kept {format_key(source)}: {why}")
+    return 1 if result.kept else 0
+
+
 def _cmd_resalt(args: argparse.Namespace) -> int:
     from .._admin import data_client
     from .._create import check_table_id
@@ -50,6 +75,10 @@ def _cmd_resalt(args: argparse.Namespace) -> int:
     from .specs import key_part_from_spec
 
     args.project, args.instance = located(args)
+    if args.repair:
+        return _cmd_repair(args)
+    if args.buckets is None or args.at is None:
+        raise UsageError("resalt needs -n/--buckets and --at (or --repair)")
     check_table_id(args.table)
     at = _when(args.at)
     scheme = SaltScheme(
@@ -111,16 +140,15 @@ def add_resalt_command(sub: Any) -> None:
         "-n",
         "--buckets",
         type=int_at_least(1, MAX_BUCKETS),
-        required=True,
-        help="the new epoch's number of salt buckets N",
+        help="the new epoch's number of salt buckets N (required unless --repair)",
     )
     add_hash_options(parser)
     parser.add_argument("--marker", default="", help="bytes written before every prefix (text)")
     parser.add_argument(
         "--at",
-        required=True,
         metavar="ISO",
-        help="when the new epoch starts, as a key time (e.g. 2026-12-01T00:00:00+00:00)",
+        help="when the new epoch starts, as a key time (e.g. 2026-12-01T00:00:00+00:00; "
+        "required unless --repair)",
     )
     parser.add_argument(
         "--time",
@@ -147,5 +175,15 @@ def add_resalt_command(sub: Any) -> None:
         help="do not scan the newest epoch's keys for rows the new epoch would hide",
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="check, and print the record it would store"
+        "--repair",
+        action="store_true",
+        help="instead of appending: find rows written where no epoch looks (a key dated "
+        "past an epoch's start, salted with an older epoch's scheme by an object that had "
+        "not read the record) and move each to its epoch's key; with --dry-run only list "
+        "them (exit 1 when any)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check, and print the record it would store (with --repair: list, move nothing)",
     )

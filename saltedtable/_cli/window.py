@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 from typing import Any
 
 from .._connection import data_timeouts
@@ -16,7 +17,16 @@ from .._scheme.salt import MAX_BUCKETS
 from .admin import add_table_command, located
 from .args import float_above, int_at_least
 
-__all__ = ["add_window_command"]
+__all__ = ["STALE_WRITERS", "add_window_command"]
+
+#: What ``window open`` warns: objects that never re-read the record are not bound by
+#: the lead, and nothing can repair their writes after a delete in the window.
+STALE_WRITERS = (
+    "warning: table objects opened with record_refresh=None, a refresh longer than the "
+    "lead, or guard=False do not see the window and keep writing the old layout after its "
+    "start (a write after a delete in the window is then lost): restart them with a "
+    "refresh within the lead before the window starts"
+)
 
 
 def _when(text: str) -> dt.datetime:
@@ -72,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
                     raise UsageError(str(exc)) from None
                 verb = "would store" if args.dry_run else "stored"
                 print(f"{args.table}: {verb} {_describe(step)}")
+                print(STALE_WRITERS, file=sys.stderr)
             elif action == "status":
                 print(f"{args.table}: {_describe(resalt_window_status(table))}")
             elif action == "backfill":

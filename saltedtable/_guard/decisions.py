@@ -845,6 +845,19 @@ class GuardCore:
             )
             self._error, self._state = exc, "refused"
             raise exc
+        epochs = self._layout.epochs
+        if epochs is not None and epochs.min_lead is not None:
+            # Blind, the object could not keep the lead (it would never see an append),
+            # and every timed write would meet a horizon from 1970: say why instead.
+            refused = LayoutError(
+                f"{self._id} has layout epochs with a minimum lead of {epochs.min_lead:g} s, "
+                f"and this table object cannot keep it: its authorized view refuses reads of "
+                f"the layout record row ({error}), so it would never see an appended epoch. "
+                "Include the row in the view (saltedtable.view_row_prefixes(..., "
+                "record=True))"
+            )
+            self._error, self._state = refused, "refused"
+            raise refused
         self._warn_once(
             "blind",
             "the authorized view of %s refuses reads of the layout record row (%s): the "

@@ -12,9 +12,10 @@ The guarantee rests on one stored number, the record's minimum lead
 
 * an epoch may be appended only to start at least the lead after the moment
   it is appended (the appender's clock);
-* a table object on a table with epochs reads the record again at least every
-  lead seconds (its ``record_refresh`` may not be longer, nor unset, nor its
-  guard off: :func:`refresh_problem`);
+* a table object that reads a record with epochs reads it again at least every
+  lead seconds (its ``record_refresh`` may not be longer, nor unset:
+  :func:`refresh_problem`; an object with its guard off reads no record and
+  cannot be refused);
 * a table object refuses to write a key whose time is at or after its last
   successful read of the record plus the lead (:func:`beyond_horizon`).
 
@@ -23,7 +24,11 @@ write only keys older than the last read plus the lead, which is before the
 new epoch's start: no row lands where readers of the new record will not
 look. Rows written before the append by writers that do not keep the horizon
 (raw clients, Beam, objects without epochs) are checked by the append itself
-(:func:`orphaned`): it is refused while such a row exists.
+(:func:`orphaned`): it is refused while such a row exists. Objects that
+could not read the lead (opened before the table's first lead was stored and
+not re-read yet, refresh None or longer than the lead, guard off) can still
+write such a row after the check, until they re-read the record or restart:
+``resalt --repair`` finds and moves those rows afterwards (:func:`misplaced`).
 """
 
 from __future__ import annotations
@@ -34,13 +39,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, final
 
-from .._exceptions import LayoutError, RowKeyError, SaltSchemeError, SchemeMismatchError
+from .._exceptions import (
+    CutoffError,
+    LayoutError,
+    RowKeyError,
+    SaltSchemeError,
+    SchemeMismatchError,
+)
 from .._scheme.cutoff import epoch_field, reversed_epoch_field
 from .._scheme.epochs import Epoch, Epochs, Unreadable, instant_of
 from .._scheme.flags import rebuild_key_part, rebuild_time_reader
 from .._scheme.layout import Layout
 from .._scheme.named import key_part_identity
-from .._scheme.salt import SaltScheme
+from .._scheme.salt import SCHEME_ROW_KEY, SaltScheme
 from .from_record import epochs_of_record, layout_of_record
 from .record import (
     DEFAULT_RECORD_REFRESH,
@@ -54,11 +65,14 @@ __all__ = [
     "CLOCK_SKEW_MARGIN",
     "DEFAULT_MIN_LEAD",
     "Appending",
+    "Misplaced",
     "adoption",
     "beyond_horizon",
+    "current_epochs",
     "horizon_error",
     "late_range",
     "lead_problem",
+    "misplaced",
     "orphaned",
     "plan_append",
     "refresh_problem",
@@ -98,8 +112,13 @@ class Appending:
         return start
 
 
-def _current_epochs(stored: LayoutRecord, current: Layout | None) -> Epochs:
-    """The stored record's layout as an epoch list (``current``: the caller's, when given)."""
+def current_epochs(stored: LayoutRecord, current: Layout | None) -> Epochs:
+    """The stored record's layout as an epoch list (``current``: the caller's, when given).
+
+    Raises:
+        SchemeMismatchError: ``current`` differs from ``stored``.
+        LayoutError: The record names a key part or reader that cannot be rebuilt.
+    """
     if current is not None:
         mine = describe_layout(current.scheme, current.cutoff, epochs=current.epochs)
         diffs = dataclasses.replace(stored, migration=None).differences(mine)
@@ -155,7 +174,7 @@ def plan_append(
         )
     if at.tzinfo is None or now.tzinfo is None:
         raise SaltSchemeError(f"give the epoch's start with a UTC offset, got {at.isoformat()}")
-    epochs = _current_epochs(stored, current)
+    epochs = current_epochs(stored, current)
     stored_lead = None if stored.epochs is None else stored.epochs.min_lead_s
     if stored_lead is not None and min_lead is not None and min_lead != stored_lead:
         raise SaltSchemeError(
@@ -280,6 +299,88 @@ def late_range(
     if bounds is None or bounds[1] is None or bounds[1] >= at_micros:
         return None  # (not proven: read everything)
     return proven
+
+
+# -- repairing ----------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Misplaced:
+    """A row that belongs to no epoch, and where it belongs (``saltedtable resalt --repair``).
+
+    Attributes:
+        source: The physical key the row is stored at (readers leave it out).
+        logical: Its logical key (as the epoch that wrote it salted it).
+        destination: The physical key its epoch gives it; None: it cannot be
+            moved (``why`` says why: no epoch can hold it, or the key is ambiguous).
+        why: Why readers do not see it (and, when it cannot be moved, why not).
+    """
+
+    source: bytes
+    logical: bytes
+    destination: bytes | None
+    why: str
+
+
+def _unsalted_everywhere(epochs: Epochs, key: bytes) -> bool:
+    """Whether every epoch list that begins like ``epochs`` stores ``key`` unsalted."""
+    if not epochs.has_legacy or len(epochs) < 2:
+        return epochs.has_legacy
+    try:
+        when = epochs.key_time(key)
+    except ValueError:
+        return epochs.unreadable == "first"
+    first_salted = epochs.epochs[1].start
+    assert first_salted is not None
+    return when < first_salted
+
+
+def misplaced(epochs: Epochs, physical: bytes) -> Misplaced | None:
+    """Whether the row at ``physical`` is hidden, and the key it belongs at (None: it is seen).
+
+    The append's row check, run against the stored layout: a row is hidden
+    when no epoch owns it (:meth:`Epochs.owner`). Such a row was written by an
+    object that had not yet read an appended epoch (opened before the table's
+    first lead was stored, or with a refresh that never re-reads): it was salted
+    with an older epoch's scheme although its key's time selects a newer one.
+    Its logical key is recovered from the salted epoch that stores it exactly at
+    ``physical`` (hash and prefix agree), or is ``physical`` itself for an unsalted
+    first epoch; a key both could have written is reported as ambiguous, not moved.
+    """
+    if physical.startswith(SCHEME_ROW_KEY):
+        return None
+    why = epochs.why_hidden(physical)
+    if why is None:
+        return None
+    salted: set[bytes] = set()
+    for scheme in dict.fromkeys(epochs.schemes):
+        for prefix in scheme.prefixes:
+            logical = physical[len(prefix) :]
+            if physical.startswith(prefix) and logical and scheme.salt_key(logical) == physical:
+                salted.add(logical)
+    # An unsalted writer of any epoch list wrote this key unsalted when its time lies
+    # before the first salted epoch (or cannot be read, with unreadable="first"): then it
+    # is as likely a legacy key as a salted one, and only a person can tell.
+    legacy = {physical} if _unsalted_everywhere(epochs, physical) else set()
+    candidates = (salted | legacy) or ({physical} if epochs.has_legacy else set())
+    if not candidates:
+        return Misplaced(physical, physical, None, f"{why}; no epoch writes this key")
+    if len(candidates) > 1:
+        return Misplaced(
+            physical,
+            physical,
+            None,
+            f"{why}; its logical key is ambiguous ({sorted(candidates)!r}): move it by hand",
+        )
+    (logical,) = candidates
+    try:
+        _, _, destination = epochs.locate(logical)
+    except (RowKeyError, CutoffError) as exc:
+        return Misplaced(physical, logical, None, f"{why}; it cannot be moved: {exc}")
+    if destination == physical:
+        return Misplaced(physical, logical, None, f"{why}; its epoch stores it here")
+    return Misplaced(physical, logical, destination, why)
 
 
 # -- adopting --------------------------------------------------------------------------

@@ -6,6 +6,7 @@ command knows about its input, and return text or a JSON-ready ``dict``.
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -25,8 +26,10 @@ __all__ = [
     "epoch_scale",
     "epochs_advice",
     "json_report",
+    "needs_time_reader",
     "resalt_command",
     "text_report",
+    "window_command",
 ]
 
 #: Bump when a key of ``advise --json`` changes meaning or disappears (history in
@@ -395,13 +398,23 @@ def resalt_command(
     if record.hash not in (None, "crc32"):
         parts.append(f"--hash {record.hash}")
     if record.separator not in (None, b"-"):
-        parts.append(f"--separator {record.separator.decode(errors='replace')!r}")
+        parts.append(f"--separator {shlex.quote(record.separator.decode(errors='replace'))}")
     if record.marker:
-        parts.append(f"--marker {record.marker.decode(errors='replace')!r}")
+        parts.append(f"--marker {shlex.quote(record.marker.decode(errors='replace'))}")
     parts.append(f"--at {start.isoformat()}")
-    if record.epochs is None and record.cutoff is None:
+    if needs_time_reader(record):
         parts.append("--time READER")
     return " ".join(parts)
+
+
+def needs_time_reader(record: LayoutRecord) -> bool:
+    """Whether the table has no key-time reader yet (one scheme: no epochs, no cutoff)."""
+    return record.epochs is None and record.cutoff is None
+
+
+def window_command(buckets: int, *, table: str, instance: str, project: str) -> str:
+    """The ``saltedtable window open`` line that changes N for keys without a time."""
+    return f"saltedtable window open {table} --instance {instance} --project {project} -n {buckets}"
 
 
 def epochs_advice(
@@ -437,8 +450,17 @@ def epochs_advice(
         command = resalt_command(
             record, recommended, table=table, instance=instance, project=project, now=now
         )
-        lines.append(
-            f"the newest epoch has N = {record.buckets}; to change it to {recommended} for "
-            f"keys from a future time on:\n  {command}"
-        )
+        if not needs_time_reader(record):
+            lines.append(
+                f"the newest epoch has N = {record.buckets}; to change it to {recommended} "
+                f"for keys from a future time on:\n  {command}"
+            )
+        else:
+            window = window_command(recommended, table=table, instance=instance, project=project)
+            lines.append(
+                f"the table has N = {record.buckets}; to change it to {recommended}: if its "
+                "keys carry no time (users, devices), open a dual-layout window:\n"
+                f"  {window}\nif they carry a time, append an epoch from a future time on "
+                f"(READER: where the time is, e.g. epoch:ms:1):\n  {command}"
+            )
     return lines

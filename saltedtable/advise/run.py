@@ -202,17 +202,20 @@ def _resalt_json(
     record = table.record
     if record is None:
         return None
-    command = None
+    command = window = None
+    where = {
+        "table": request.table or "TABLE",
+        "instance": request.instance or "INSTANCE",
+        "project": request.project or "PROJECT",
+    }
     if advice.recommended is not None and advice.recommended != record.buckets:
         command = report.resalt_command(
-            record,
-            advice.recommended,
-            table=request.table or "TABLE",
-            instance=request.instance or "INSTANCE",
-            project=request.project or "PROJECT",
-            now=dt.datetime.now(dt.UTC),
+            record, advice.recommended, now=dt.datetime.now(dt.UTC), **where
         )
-    return {"newest_buckets": record.buckets, "command": command}
+        if report.needs_time_reader(record):
+            # Keys without a time cannot be routed by an epoch: the window changes N for them.
+            window = report.window_command(advice.recommended, **where)
+    return {"newest_buckets": record.buckets, "command": command, "window_command": window}
 
 
 def _check_plot_available() -> None:

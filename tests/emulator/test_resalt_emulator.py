@@ -416,3 +416,45 @@ def test_a_legacy_key_that_starts_with_a_new_prefix_refuses_the_append(
         assert stored(name) == before
         # N=128 writes 3-digit prefixes ("005-"): the legacy key does not meet them.
         assert append_epoch(raw, SaltScheme(128), at, min_lead=1).stored
+
+
+# -- repairing rows a stale writer put where no epoch looks --------------------------------
+
+
+@pytest.mark.parametrize("refresh", [30.0, None])
+def test_a_stale_writers_late_key_is_found_and_moved_by_resalt_repair(
+    make_table: MakeTable, capsys: pytest.CaptureFixture[str], refresh: float | None
+) -> None:
+    """An object opened before the first append (no lead stored yet; refresh 30 s, or None)
+    writes a scheduled key past the new start with N=4 after the append's row check: readers
+    of the new record miss it; `resalt --repair --dry-run` lists it (exit 1), `--repair`
+    moves it with its timestamp, and readers then find it."""
+    name = plain_table(make_table, [k(1, now_ms() - 1000)])
+    with BigtableDataClient(project=PROJECT) as client:
+        writer = SaltedTable(
+            client.get_table(INSTANCE, name), SaltScheme(4), record_refresh=refresh
+        )
+        writer.read_row(b"x")  # has read the record: no epochs, no horizon
+        at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3)
+        append_epoch(
+            client.get_table(INSTANCE, name), SaltScheme(16), at, timestamp=READER, min_lead=2
+        )
+        event = k(2, now_ms() + 3_600_000)  # an hour ahead: past the new start
+        writer.mutate_row(event, SetCell("cf", b"q", b"sched", 7_000))  # accepted: stale
+        reader = SaltedTable(client.get_table(INSTANCE, name), SaltScheme(4), record_refresh=1)
+        assert reader.read_row(event) is None
+        code, out, _ = run(capsys, "resalt", name, *WHERE, "--repair", "--dry-run")
+        assert code == 1
+        assert "1 hidden row(s)" in out
+        assert reader.read_row(event) is None  # a dry run moves nothing
+        code, out, _ = run(capsys, "resalt", name, *WHERE, "--repair")
+        assert code == 0, out
+        assert "moved 1, kept 0" in out
+        row = reader.read_row(event)
+        assert row is not None
+        assert [(c.value, c.timestamp_micros) for c in row.cells] == [(b"sched", 7_000)]
+        raw = {r.row_key for r in client.get_table(INSTANCE, name).read_rows(ReadRowsQuery())}
+        assert SaltScheme(4).salt_key(event) not in raw
+        code, out, _ = run(capsys, "resalt", name, *WHERE, "--repair", "--dry-run")
+        assert code == 0
+        assert "0 hidden row(s)" in out

@@ -68,6 +68,8 @@ async def test_long_lived_objects_and_the_window_commands_across_start_backfill_
         code, out, err = run(capsys, "window", "open", name, *WHERE, "-n", "64", "--lead", "2")
         assert code == 0, err
         assert "stored window 16 -> 64 buckets, open, starts" in out
+        assert "record_refresh=None" in err  # the stale-writer warning (a lost write otherwise)
+        assert "restart them" in err
         with sync_client.get_table(INSTANCE, name) as raw:
             record = record_of_row(raw.read_row(SCHEME_ROW_KEY))
         assert record is not None

@@ -532,3 +532,157 @@ async def test_a_paged_scan_over_two_epochs_costs_at_most_the_sum_of_theirs(
         own += await _paged_scan_requests(epoch.scheme, mine, budget, ordered)
     assert own > 16 + 64  # the budget pages: more than one request per bucket
     assert requests <= own, (requests, own)
+
+
+# -- epochs appended while long-lived objects run (a controllable clock) ----------------------
+
+#: The machine's clock starts here (seconds since the Unix epoch); keys are dated around it.
+CLOCK0 = T0 / 1000
+LEAD = 10.0
+REFRESH = 3.0
+#: Key times, in seconds from CLOCK0: behind, near and well ahead of the clock.
+AHEAD = [-30, -1, 0, 4, 9, 14, 20, 33, 47, 70, 110]
+
+
+class Clock:
+    """The wall and monotonic clocks the guard reads, moved only by the machine."""
+
+    def __init__(self) -> None:
+        self.now = CLOCK0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class AppendingEpochsMachine(RuleBasedStateMachine):
+    """Epochs appended at now + lead while a writer and a reader keep running (review S3).
+
+    Both objects are opened once, with a refresh within the stored lead; the clock moves
+    only by the ``advance`` rule. The writer's horizon refuses keys past its last read of
+    the record plus the lead (the model skips those writes). After every step every read
+    of either object equals the plain model, and no append is refused for rows it would
+    orphan.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        from unittest import mock
+
+        self.loop = asyncio.new_event_loop()
+        self.clock = Clock()
+        self.patches = [
+            mock.patch("saltedtable._guard.decisions.wall_clock", self.clock),
+            mock.patch("saltedtable._guard.decisions.time", self.clock),
+            mock.patch("saltedtable._async.guard.time", self.clock),
+        ]
+        for patch in self.patches:
+            patch.start()
+        self.model = FakeTable()
+        self.fake = FakeTable()
+        layout = Layout.of_epochs(
+            Epochs(
+                (Epoch(None, SaltScheme(4)), Epoch(int((CLOCK0 - 1000) * 1e6), SaltScheme(8))),
+                READER,
+                "error",
+                LEAD,
+            )
+        )
+        self.writer = SaltedTableAsync(self.fake, layout, record_refresh=REFRESH)
+        self.reader = SaltedTableAsync(self.fake, layout, record_refresh=REFRESH)
+        self.appended = 0
+        self.last_start, self.newest = CLOCK0 - 1000, 8
+        first = ms_key(b"x", int((CLOCK0 - 30) * 1000))
+        self.run(self.writer.mutate_row(first, SetCell("f1", b"q", b"v0", 1000)))  # + the record
+        self.run(self.model.mutate_row(first, SetCell("f1", b"q", b"v0", 1000)))
+
+    def teardown(self) -> None:
+        for patch in reversed(self.patches):
+            patch.stop()
+        self.loop.close()
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def keys(self) -> st.SearchStrategy[bytes]:
+        return st.builds(
+            lambda lead, s: ms_key(lead, int((CLOCK0 + s) * 1000)),
+            st.sampled_from([b"dev0", b"dev1", b"x"]),
+            st.sampled_from(AHEAD),
+        )
+
+    @rule(seconds=st.sampled_from([0.5, 2.0, 4.0, 11.0]))
+    def advance(self, seconds: float) -> None:
+        """Time passes (an appended epoch may start)."""
+        self.clock.now += seconds
+
+    @rule(buckets=st.sampled_from([16, 64, 5]), extra=st.sampled_from([0.0, 1.0, 30.0]))
+    def append(self, buckets: int, extra: float) -> None:
+        """An operator appends an epoch starting the lead (or more) from now."""
+        import datetime as dt
+
+        from saltedtable import append_epoch
+        from tests.fakes import SyncFakeTable
+
+        if self.appended >= 3 or buckets == self.newest:
+            return  # (an epoch must change the layout)
+        now = dt.datetime.fromtimestamp(self.clock.now, dt.UTC)
+        start = max(self.clock.now + LEAD + extra, self.last_start + 1)  # (epochs in order)
+        at = dt.datetime.fromtimestamp(start, dt.UTC)
+        append_epoch(SyncFakeTable(self.fake), SaltScheme(buckets), at, clock=lambda: now)
+        self.appended += 1
+        self.last_start, self.newest = start, buckets
+
+    @rule(data=st.data(), value=st.sampled_from([b"v1", b"v2"]), ts=st.integers(1, 5))
+    def write(self, data: st.DataObject, value: bytes, ts: int) -> None:
+        """A write through the long-lived writer (or the reader): refused past the horizon."""
+        from saltedtable import RowKeyError
+
+        key = data.draw(self.keys(), label="key")
+        who = data.draw(st.sampled_from([self.writer, self.reader]), label="object")
+        mutation = SetCell("f1", b"q", value, ts * 1000)
+        refused = ""
+        try:
+            self.run(who.mutate_row(key, mutation))
+        except RowKeyError as exc:
+            refused = str(exc)
+        if refused:
+            assert "horizon" in refused  # the only refusal a key with a time meets
+            return
+        self.run(self.model.mutate_row(key, mutation))
+
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        from saltedtable import RowKeyError
+
+        key = data.draw(self.keys(), label="key")
+        try:
+            self.run(self.writer.mutate_row(key, DeleteAllFromRow()))
+        except RowKeyError:
+            return
+        self.run(self.model.mutate_row(key, DeleteAllFromRow()))
+
+    @rule(data=st.data())
+    def point_read(self, data: st.DataObject) -> None:
+        key = data.draw(self.keys(), label="key")
+        who = data.draw(st.sampled_from([self.writer, self.reader]), label="object")
+        want = self.run(self.model.read_row(key))
+        got = self.run(who.read_row(key))
+        assert shape([got] if got else []) == shape([want] if want else [])
+
+    @rule(data=st.data())
+    def scan(self, data: st.DataObject) -> None:
+        who = data.draw(st.sampled_from([self.writer, self.reader]), label="object")
+        limit = data.draw(st.sampled_from([None, 3]), label="limit")
+        query = ReadRowsQuery(limit=limit)
+        want = shape(self.run(self.model.read_rows(query)))
+        got = shape(self.run(who.read_rows(query)))
+        assert got == want, who.plan(query).explain()
+
+
+AppendingEpochsMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None
+)
+TestAppendingEpochs = AppendingEpochsMachine.TestCase

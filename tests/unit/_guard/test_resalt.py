@@ -209,3 +209,20 @@ def test_late_range_is_proven_only_for_a_leading_fixed_width_time_field() -> Non
     assert late_range(epoch_field("ms", index=1, digits=13), at) is None  # not leading
     assert late_range(epoch_field("ms", index=0), at) is None  # no fixed width
     assert late_range(None, at) is None
+
+
+def test_an_append_is_refused_when_unreadable_keys_live_in_the_last_epoch() -> None:
+    """unreadable="last": an append would move every key without a time at once (at the
+    append, not at its start) while running writers still place them in the old newest
+    epoch, so both the first append that asks for it and a later one are refused."""
+    at = NOW + dt.timedelta(hours=1)
+    with pytest.raises(LayoutError, match="unreadable='last'"):
+        plan_append(PLAIN, SaltScheme(64), at, NOW, timestamp=READER, unreadable="last")
+    from saltedtable import Epoch, Epochs
+
+    epochs = Epochs((Epoch(None, SaltScheme(8)), Epoch.at(NOW, SaltScheme(16))), READER, "last")
+    stored = describe_layout(SaltScheme(16), epochs=epochs)
+    with pytest.raises(LayoutError, match="unreadable='last'"):
+        plan_append(stored, SaltScheme(64), at, NOW)
+    # "first" and "error" stay allowed.
+    plan_append(PLAIN, SaltScheme(64), at, NOW, timestamp=READER, unreadable="first")

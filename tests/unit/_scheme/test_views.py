@@ -278,3 +278,36 @@ def test_the_refusal_suggests_a_marker_only_to_a_scheme_without_one() -> None:
     assert "marker" not in str(marked.value).split("begins the salt prefix")[1]
     with pytest.raises(QueryPlanError, match=r"use a scheme with a marker"):
         view_row_prefixes(SaltScheme(16), b"1", cutoff=cutoff)
+
+
+async def test_a_view_without_the_record_row_on_a_layout_with_a_lead_is_refused_naming_both() -> (
+    None
+):
+    """Blind, an object cannot keep the stored lead: a LayoutError naming the view and the
+    lead, not a horizon error from 1970 on every timed write (review S2)."""
+    import time
+
+    from saltedtable import Epoch, Epochs, Layout, epoch_field
+
+    past = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    reader = epoch_field("ms", index=1, digits=13)
+    epochs = (Epoch(None, SaltScheme(4)), Epoch.at(past, SaltScheme(16)))
+    layout = Layout.of_epochs(Epochs(epochs, reader, "error", 120.0))
+    table = FakeTable(families=["cf"])
+    await SaltedTableAsync.open(table, layout, family="cf")
+    key = b"s1#%013d" % int(time.time() * 1000)
+    over = SaltedTableAsync(FakeView(table, [b""], refuse_outside=True), layout)
+    over.table.read_row = _refusing_record(over.table.read_row)  # type: ignore[method-assign]
+    for _ in range(2):  # and it stays refused
+        with pytest.raises(LayoutError, match=r"minimum lead of 120 s.*authorized view"):
+            await over.mutate_row(key, SetCell("cf", b"q", b"v"))
+
+
+def _refusing_record(read_row: Any) -> Any:
+    async def read(row_key: bytes | str, **kwargs: Any) -> Any:
+        key = row_key if isinstance(row_key, bytes) else row_key.encode()
+        if key.startswith(SCHEME_ROW_KEY):
+            raise PermissionDenied("the view excludes the record row")
+        return await read_row(row_key, **kwargs)
+
+    return read

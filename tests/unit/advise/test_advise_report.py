@@ -159,3 +159,25 @@ def test_heat_map_time_labels_are_rounded_to_the_window() -> None:
     assert _x_ticks("time", minutes, 4, 1.0)[1] == ["16:00:00", "16:01:00", "16:01:59", "16:02:59"]
     in_ms = [edge * 1_000 for edge in quarters]
     assert _x_ticks("time", in_ms, 4, 1_000.0)[1][1] == "16:15"
+
+
+def test_the_resalt_advice_quotes_options_and_offers_a_window_for_keys_without_a_time() -> None:
+    """A plain table (no key-time reader yet): the `window open` line for keys without a
+    time, beside the `resalt ... --time READER` one; separator and marker shell-quoted."""
+    import datetime as dt
+    import shlex
+
+    from saltedtable import SaltScheme
+    from saltedtable._guard.record import describe_layout
+    from saltedtable.advise.report import epochs_advice, resalt_command
+
+    record = describe_layout(SaltScheme(8, separator=b"; ", marker=b"$x"))
+    now = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+    where = {"table": "t", "instance": "i", "project": "p"}
+    command = resalt_command(record, 32, now=now, **where)
+    argv = shlex.split(command)
+    assert argv[argv.index("--separator") + 1] == "; "
+    assert argv[argv.index("--marker") + 1] == "$x"
+    text = "\n".join(epochs_advice(record, 32, now=now, **where))
+    assert "saltedtable window open t --instance i --project p -n 32" in text
+    assert command in text

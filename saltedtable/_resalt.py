@@ -395,10 +395,13 @@ def _move(table: Any, found: Misplaced) -> str | None:
        ``CheckAndMutateRow`` whose predicate matches a cell already at any
        copied coordinate: then nothing is copied (a write there wins), unless
        those cells are this copy's own (a repair that stopped after copying).
-    2. Delete the source with a predicate that matches a cell written there
-       since it was read: the source is deleted only if unchanged.
+    2. Delete the copied cells from the source (each coordinate, never the
+       whole row) with a predicate that matches a cell written there since it
+       was read: then nothing is deleted. A cell the predicate cannot see (an
+       older one in a column the copy does not have) is not deleted either:
+       the row stays hidden with it, and the next repair moves it.
     """
-    from google.cloud.bigtable.data.mutations import DeleteAllFromRow
+    from google.cloud.bigtable.data.mutations import DeleteRangeFromColumn
 
     assert found.destination is not None
     row = table.read_row(found.source)
@@ -412,7 +415,10 @@ def _move(table: Any, found: Misplaced) -> str | None:
         found.source,
         _changed_since(cells),
         true_case_mutations=None,
-        false_case_mutations=[DeleteAllFromRow()],
+        false_case_mutations=[
+            DeleteRangeFromColumn(family, qualifier, ts, ts + 1000)
+            for family, qualifier, ts in sorted(set(map(_coordinate, cells)))
+        ],
     )
     if changed:
         return "written while it was moved (copied, not deleted): run the repair again"

@@ -76,6 +76,23 @@ def _cmd_resalt(args: argparse.Namespace) -> int:
 
     args.project, args.instance = located(args)
     if args.repair:
+        given = [
+            option
+            for option, value in (
+                ("-n/--buckets", args.buckets),
+                ("--at", args.at),
+                ("--time", args.time),
+                ("--unreadable", args.unreadable),
+                ("--min-lead", args.min_lead),
+                ("--skip-row-check", args.skip_row_check or None),
+            )
+            if value is not None
+        ]
+        if given:
+            raise UsageError(
+                f"--repair moves rows by the stored layout and appends nothing: drop "
+                f"{', '.join(given)}"
+            )
         return _cmd_repair(args)
     if args.buckets is None or args.at is None:
         raise UsageError("resalt needs -n/--buckets and --at (or --repair)")

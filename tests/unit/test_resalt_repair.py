@@ -98,6 +98,24 @@ def test_a_write_racing_the_delete_keeps_the_source_and_a_rerun_finishes() -> No
     assert fake.cells_of(source) == []
 
 
+def test_an_older_cell_in_a_new_column_racing_the_delete_is_not_lost() -> None:
+    """A stale writer whose clock runs behind adds a column with an older timestamp after
+    the copy: the predicate cannot see it, so the delete removes only the copied cells,
+    the row stays hidden with the new one, and the next repair moves it too."""
+    fake, event = stale_write(30.0)
+    source, dest = SaltScheme(4).salt_key(event), SaltScheme(16).salt_key(event)
+    late = lambda: fake.set_cell(source, "cf", b"q2", b"late-older", 1_000)  # noqa: E731
+    repair_epochs(Racing(fake, source, late))
+    assert fake.cells_of(source) == [("cf", b"q2", 1_000, b"late-older")]  # not lost
+    again = repair_epochs(SyncFakeTable(fake))
+    assert again.moved == (source,)
+    assert sorted(fake.cells_of(dest)) == [
+        ("cf", b"q", 2_000, b"sched"),
+        ("cf", b"q2", 1_000, b"late-older"),
+    ]
+    assert fake.cells_of(source) == []
+
+
 def test_a_write_at_the_destination_wins_and_the_source_is_kept() -> None:
     fake, event = stale_write(30.0)
     dest = SaltScheme(16).salt_key(event)

@@ -1505,6 +1505,7 @@ class SaltedTableAsync(TableAttributes):
             spread=self._spread,
             window=self._window,
             aggregates=self._aggregates,
+            flush_interval=flush_interval,
         )
 
     # -- the dual-layout window's steps ------------------------------------------------

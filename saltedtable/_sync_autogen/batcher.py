@@ -41,7 +41,15 @@ class SaltedMutationsBatcherSync(BatcherCore):
     never sent, and is reported the same way.
     """
 
-    __slots__ = ("_aggregates", "_guard", "_hot", "_hot_seen", "_spread", "_window")
+    __slots__ = (
+        "_aggregates",
+        "_flush_interval",
+        "_guard",
+        "_hot",
+        "_hot_seen",
+        "_spread",
+        "_window",
+    )
 
     def __init__(
         self,
@@ -54,6 +62,7 @@ class SaltedMutationsBatcherSync(BatcherCore):
         spread: Iterator[int] | None = None,
         window: WindowTable | None = None,
         aggregates: Mapping[str, str] | None = None,
+        flush_interval: float | None = None,
     ) -> None:
         super().__init__(inner, layout, internals=internals)
         self._inner: SyncBatcherLike = inner
@@ -67,6 +76,10 @@ class SaltedMutationsBatcherSync(BatcherCore):
         # In a dual-layout window an entry becomes the new row's entry, then (for a
         # delete) the old row's; both name the caller's entry when they fail.
         self._window = window
+        # The client batcher's periodic flush (None: none): an entry routed to a
+        # moving part's old place is sent at once only when that flush might come
+        # after the split's start.
+        self._flush_interval = flush_interval
 
     def append(self, mutation_entry: RowMutationEntry) -> None:
         """Queue a logical entry; it is flushed with others under its physical key.
@@ -171,10 +184,16 @@ class SaltedMutationsBatcherSync(BatcherCore):
             physical.mutations = tuple(share)
             physical.logical = mutation_entry
             self._queue(physical, seq)
-        if hot.layout.pending(now) and hot.layout.move_keys(mutation_entry.row_key)[1]:
-            # Routed to the old place of a part that moves from the split's start:
-            # sent now, not at a flush after the move was finished (which would hide it).
-            self._send_now()
+        layout = hot.layout
+        if layout.pending(now) and layout.move_keys(mutation_entry.row_key)[1]:
+            # Routed to the old place of a part that moves from the split's start: sent
+            # before the start, not at a flush after the move was finished (which would
+            # hide it). The periodic flush sends it in time unless it may come after the
+            # start: then it is sent now (one request an entry, for the last interval).
+            interval = self._flush_interval
+            assert layout.start_micros is not None  # (pending)
+            if interval is None or now + interval * 1_000_000 >= layout.start_micros:
+                self._send_now()
 
     def _append_window(self, entry: RowMutationEntry) -> bool:
         """Queue a logical entry in the window: its new row's entry, then its old row's.

@@ -1499,6 +1499,7 @@ class SaltedTable(TableAttributes):
             spread=self._spread,
             window=self._window,
             aggregates=self._aggregates,
+            flush_interval=flush_interval,
         )
 
     # -- the dual-layout window's steps ------------------------------------------------

@@ -726,10 +726,18 @@ def test_a_delete_before_the_start_reaches_what_a_writer_ahead_wrote(
     assert not any(c[0] == MOVE_FAMILY for k in fake.row_keys() for c in fake.cells_of(k))
 
 
+@pytest.mark.parametrize(
+    ("before_s", "interval", "at_once"),
+    [(1.0, 5.0, True), (100.0, 5.0, False), (100.0, None, True)],
+)
 def test_a_batcher_sends_an_entry_routed_to_a_moving_parts_old_place_at_once(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, before_s: float, interval: float | None, at_once: bool
 ) -> None:
-    """Before the start an entry goes to the old place: sent then, not after a finish."""
+    """Before the start an entry goes to the old place: sent then, not after a finish.
+
+    Sent at once only when the periodic flush might come after the start (within its
+    interval of the start, or no periodic flush): earlier, it is batched as usual.
+    """
     start = 10**15
     lists = HotLayout(SCHEME, parts={b"t0": 4}, moving={b"t0": 1})
     hot = dataclasses.replace(lists, previous=HotLayout(SCHEME), start_micros=start)
@@ -738,10 +746,12 @@ def test_a_batcher_sends_an_entry_routed_to_a_moving_parts_old_place_at_once(
     stays = next(k for k in keys if not hot.move_keys(k)[1])
     fake = FakeTable(families=FAMILIES)
     table = hot_table(fake, hot)
-    monkeypatch.setattr(batcher_module, "wall_micros", lambda: start - 1_000_000)
+    monkeypatch.setattr(batcher_module, "wall_micros", lambda: start - int(before_s * 1e6))
 
     async def run() -> tuple[list[bytes], list[bytes]]:
-        async with table.mutations_batcher(flush_limit_mutation_count=None) as batcher:
+        async with table.mutations_batcher(
+            flush_limit_mutation_count=None, flush_interval=interval
+        ) as batcher:
             await batcher.append(RowMutationEntry(stays, [SetCell("cf", b"a", b"x", 1000)]))
             await asyncio.sleep(0.01)
             held = fake.row_keys()  # batched as the client batches it
@@ -751,7 +761,10 @@ def test_a_batcher_sends_an_entry_routed_to_a_moving_parts_old_place_at_once(
 
     held, sent = asyncio.run(run())
     assert held == []
-    assert sorted(sent) == sorted([hot.move_keys(moved)[1], hot.physical_keys(stays)[0]])
+    if at_once:
+        assert sorted(sent) == sorted([hot.move_keys(moved)[1], hot.physical_keys(stays)[0]])
+    else:
+        assert sent == []  # batched: the periodic flush sends it well before the start
 
 
 class _FailsOnce(FakeTable):

@@ -172,6 +172,9 @@ def test_the_sync_table_follows_a_window_across_its_start_and_close() -> None:
     assert OLD.salt_key(b"b") in fake.data_keys()
     assert NEW.salt_key(b"c") in fake.data_keys()
     assert [r.row_key for r in table.read_rows(ReadRowsQuery())] == [b"b", b"c"]
+    # A new object's first stream reads the record when it starts, then plans by it.
+    fresh = SaltedTable(SyncFakeTable(fake), OLD, record_refresh=REFRESH)
+    assert [r.row_key for r in fresh.read_rows_stream(ReadRowsQuery())] == [b"b", b"c"]
     table.backfill_window()
     assert table.verify_window().left == 0
     store(fake, functools.partial(advance_window, to="backfilled"))
@@ -202,6 +205,16 @@ def test_an_object_opened_after_the_start_reads_both_layouts_on_its_first_scan()
         sharded = SaltedTableAsync(fake, OLD, record_refresh=REFRESH)
         rows = await sharded.read_rows_sharded([ReadRowsQuery(row_keys=[b"b"])])
         assert [row.row_key for row in rows] == [b"b"]
+        # The stream reads the record when it starts (not when it is made), then plans.
+        streamed = SaltedTableAsync(fake, OLD, record_refresh=REFRESH)
+        stream = await streamed.read_rows_stream(ReadRowsQuery())
+        async with aclosing(stream):
+            assert [row.row_key async for row in stream] == [b"a", b"b"]
+        # A long-lived object whose record is due: the same.
+        await asyncio.sleep(REFRESH + 0.05)
+        stream = await first.read_rows_stream(ReadRowsQuery())
+        async with aclosing(stream):
+            assert [row.row_key async for row in stream] == [b"a", b"b"]
 
     asyncio.run(scenario())
 

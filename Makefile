@@ -31,10 +31,11 @@ $(BEAM_STAMP): pyproject.toml
 
 install-beam: $(BEAM_STAMP)
 
-## make test: lint, the docs build, the whole suite (starts and stops the official
-## emulator), then the Apache Beam pipelines in their own venv
+## make test: lint, the docs build, the whole suite (on two workers, each starting and
+## stopping its own official emulator; a file's tests share one worker), then the
+## Apache Beam pipelines in their own venv
 test: lint docs test-beam
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 ## make test-beam: in .venv-beam (protobuf 6): mypy --strict over saltedtable.beam, its
 ## tests and examples; the Beam tests; and the planner's unit tests, so the core is

@@ -58,7 +58,9 @@ def _public_objects() -> list[tuple[str, object]]:
     return found
 
 
-@pytest.mark.parametrize(("name", "value"), _public_objects(), ids=lambda v: str(v)[:40])
+@pytest.mark.parametrize(
+    ("name", "value"), _public_objects(), ids=[name for name, _ in _public_objects()]
+)
 def test_a_public_name_says_saltedtable_and_resolves_there(name: str, value: object) -> None:
     """``saltedtable.X`` is where ``X`` says it lives, so pickle and reprs find it there."""
     assert getattr(value, "__module__") == "saltedtable"  # noqa: B009

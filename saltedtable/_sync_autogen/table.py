@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import itertools
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from contextlib import closing
 from time import time as wall_clock
 from typing import Any, final
@@ -586,29 +585,14 @@ class SaltedTable(TableAttributes):
                 failing sub-scan raised after the client's retries (the first
                 one), with a note naming its bucket and range.
         """
-        guard = self._guard
-        if guard.due() and (guard.refreshes or not guard.checked):
-            # Checked now (bad input fails here, as the client's own stream does); the due
-            # record is read when the stream starts (its errors, a missing table or a
-            # deadline, are raised while iterating, as the client's are), and the scan is
-            # planned by what it says (a window may have started).
-            if self._window is not None:
-                self._window.prepare(query)
-                check_timeouts(operation_timeout, attempt_timeout)
-            else:
-                self._read_call(
-                    "read_rows_stream", query, operation_timeout, attempt_timeout,
-                    retryable_errors, ordered=ordered, stats=None,
-                )  # fmt: skip
-            return self._refreshed_stream(
-                query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
-            )
-        return self._scan_of(
-            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
-        )
+        return self._scan(
+            "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
+            ordered, stats,
+        )  # fmt: skip
 
-    def _scan_of(
+    def _scan(
         self,
+        operation: str,
         query: Query,
         operation_timeout: Timeout,
         attempt_timeout: AttemptTimeout,
@@ -616,19 +600,58 @@ class SaltedTable(TableAttributes):
         ordered: bool,
         stats: CallStats | None,
     ) -> Generator[Row, None, None]:
-        """The stream of ``read_rows_stream``, planned by the layout (and window) held now."""
+        """The stream of a scan (``read_rows_stream``, ``read_prefix``).
+
+        While the record's refresh is due (or it was never read), the scan is
+        checked now (bad input fails here, as the client's own stream does),
+        the record is read when the stream starts (its errors, a missing table
+        or a deadline, are raised while iterating, as the client's are), and
+        the scan is planned by what it says (a window may have started, an
+        epoch or hot lists been adopted).
+        """
+        guard = self._guard
+        if guard.due() and (guard.refreshes or not guard.checked):
+            if self._window is not None:
+                self._window.prepare(query)
+                check_timeouts(operation_timeout, attempt_timeout)
+            else:
+                self._read_call(
+                    operation, query, operation_timeout, attempt_timeout, retryable_errors,
+                    ordered=ordered, stats=None,
+                )  # fmt: skip
+            return self._refreshed_scan(
+                operation, query, operation_timeout, attempt_timeout, retryable_errors,
+                ordered, stats,
+            )  # fmt: skip
+        return self._planned_scan(
+            operation, query, operation_timeout, attempt_timeout, retryable_errors,
+            ordered, stats,
+        )  # fmt: skip
+
+    def _planned_scan(
+        self,
+        operation: str,
+        query: Query,
+        operation_timeout: Timeout,
+        attempt_timeout: AttemptTimeout,
+        retryable_errors: Retryable,
+        ordered: bool,
+        stats: CallStats | None,
+    ) -> Generator[Row, None, None]:
+        """A scan planned by the layout (and window) held now."""
         if self._window is not None:
             return self._window_scan(
                 query, operation_timeout, attempt_timeout, retryable_errors, stats
             )
         call = self._read_call(
-            "read_rows_stream", query, operation_timeout, attempt_timeout, retryable_errors,
+            operation, query, operation_timeout, attempt_timeout, retryable_errors,
             ordered=ordered, stats=stats,
         )  # fmt: skip
         return self._stream(call)
 
-    def _refreshed_stream(
+    def _refreshed_scan(
         self,
+        operation: str,
         query: Query,
         operation_timeout: Timeout,
         attempt_timeout: AttemptTimeout,
@@ -638,9 +661,10 @@ class SaltedTable(TableAttributes):
     ) -> Generator[Row, None, None]:
         """A scan that reads the due record first, then scans as it says."""
         operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
-        scan = self._scan_of(
-            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
-        )
+        scan = self._planned_scan(
+            operation, query, operation_timeout, attempt_timeout, retryable_errors,
+            ordered, stats,
+        )  # fmt: skip
         with closing(scan) as rows:
             for row in rows:  # noqa: RUF100, UP028 (the sync twin: a loop inside closing())
                 yield row
@@ -703,63 +727,10 @@ class SaltedTable(TableAttributes):
             limit=limit,
             row_filter=row_filter,
         )
-        guard = self._guard
-        if guard.due() and (guard.window_state is not None or not guard.checked):
-            # The record may hold a window that has started: read it before planning.
-            return self._prefix_refreshed(
-                query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
-            )
-        return self._prefix_scan(
-            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
-        )
-
-    def _prefix_scan(
-        self,
-        query: ReadRowsQuery,
-        operation_timeout: Timeout,
-        attempt_timeout: AttemptTimeout,
-        retryable_errors: Retryable,
-        ordered: bool,
-        stats: CallStats | None,
-    ) -> Generator[Row, None, None]:
-        if self._window is not None:
-            return self._window_scan(
-                query, operation_timeout, attempt_timeout, retryable_errors, stats
-            )
-        call = self._read_call(
+        return self._scan(
             "read_prefix", query, operation_timeout, attempt_timeout, retryable_errors,
-            ordered=ordered, stats=stats,
+            ordered, stats,
         )  # fmt: skip
-        guard = self._guard
-        if guard.checked and guard.refreshes and guard.due():
-            # Planned now (bad input fails here), but by a layout the due refresh may
-            # replace: the refresh runs first, and a changed layout plans it again.
-            again = functools.partial(
-                self._read_call, "read_prefix", query, operation_timeout, attempt_timeout,
-                retryable_errors, ordered=ordered, stats=stats,
-            )  # fmt: skip
-            return self._stream(
-                _RefreshFirst(self, call, again, operation_timeout, attempt_timeout)
-            )
-        return self._stream(call)
-
-    def _prefix_refreshed(
-        self,
-        query: ReadRowsQuery,
-        operation_timeout: Timeout,
-        attempt_timeout: AttemptTimeout,
-        retryable_errors: Retryable,
-        ordered: bool,
-        stats: CallStats | None,
-    ) -> Generator[Row, None, None]:
-        """A prefix scan that reads the due record first, then scans as it says."""
-        operation_timeout = self._refreshed(operation_timeout, attempt_timeout)
-        scan = self._prefix_scan(
-            query, operation_timeout, attempt_timeout, retryable_errors, ordered, stats
-        )
-        with closing(scan) as rows:
-            for row in rows:  # noqa: RUF100, UP028 (the sync twin: a loop inside closing())
-                yield row
 
     def _window_scan(
         self,
@@ -785,7 +756,7 @@ class SaltedTable(TableAttributes):
             retryable_errors=retryable_errors,
         )
 
-    def _stream(self, call: SyncReadCall | _HotRead | _RefreshFirst) -> Generator[Row, None, None]:
+    def _stream(self, call: SyncReadCall | _HotRead) -> Generator[Row, None, None]:
         """The stream a read's caller iterates (see ``row_stream``: it stops when dropped)."""
         return row_stream(self._watched(call.stream()), call.abandon)
 
@@ -1744,39 +1715,3 @@ class _HotRead:
             yield direct[i]
             i += 1
             n += 1
-
-
-class _RefreshFirst:
-    """A scan planned when it was asked while the record's refresh was due: the refresh
-    runs before its first request and, when it adopted a layout or hot lists, the scan
-    is planned again by them (the planned one never sends a request)."""
-
-    def __init__(
-        self,
-        table: SaltedTable,
-        call: SyncReadCall | _HotRead,
-        again: Callable[[], SyncReadCall | _HotRead],
-        operation_timeout: Timeout,
-        attempt_timeout: AttemptTimeout,
-    ) -> None:
-        self._table = table
-        self._call = call
-        self._again = again
-        self._timeouts = (operation_timeout, attempt_timeout)
-
-    def abandon(self) -> bool:
-        """Stop the read now if nothing runs (see ``SyncReadCall.abandon``)."""
-        return self._call.abandon()
-
-    def stream(self) -> Generator[Row, None, None]:
-        """The scan's rows, planned by the layout the refresh leaves."""
-        table = self._table
-        layout, hot = table._layout, table._hot
-        table._refreshed(*self._timeouts)
-        if table._layout is not layout or table._hot is not hot:
-            self._call = self._again()
-        n = 0
-        with closing(self._call.stream()) as rows:
-            for row in rows:
-                n += 1  # (a counted loop: ruff would turn the sync twin's into yield from)
-                yield row

@@ -1,11 +1,16 @@
-"""Import a project script that is not in a package (examples/, emulator/, .ci/) by its path."""
+"""Import a project script that is not in a package (examples/, emulator/, .ci/) by its
+path, or run an example on the emulator."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def load_script(name: str, path: Path) -> ModuleType:
@@ -28,3 +33,23 @@ def load_script(name: str, path: Path) -> ModuleType:
         del sys.modules[name]
         raise
     return module
+
+
+def run_example(script: str, address: str, table: str) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/<script>`` against the emulator at ``address`` on table ``table``
+    (``SALTEDTABLE_TABLE``), then delete the table; its output, whatever its exit status."""
+    from saltedtable.testing import EMULATOR_HOST_ENV, delete_table
+
+    env = {**os.environ, EMULATOR_HOST_ENV: address, "SALTEDTABLE_TABLE": table}
+    try:
+        return subprocess.run(
+            [sys.executable, f"examples/{script}"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        delete_table(address, table, missing_ok=True)

@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-from saltedtable.testing import EMULATOR_HOST_ENV, Emulator, delete_table
+from saltedtable.testing import Emulator
+from tests.scripts import run_example
 
 pytestmark = pytest.mark.emulator
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_hot_keys_walk_through_runs(emulator: Emulator) -> None:
-    table = f"hot-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, EMULATOR_HOST_ENV: emulator.address, "SALTEDTABLE_TABLE": table}
-    try:
-        done = subprocess.run(
-            [sys.executable, "examples/hot_keys.py"],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    finally:
-        delete_table(emulator.address, table, missing_ok=True)
+    done = run_example("hot_keys.py", emulator.address, f"hot-{uuid.uuid4().hex[:8]}")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "a table object without the hot lists: refused" in out
